@@ -1,0 +1,17 @@
+//! memwall-core: a pure model of the memory (and later the bandwidth) of LLM workloads.
+//!
+//! Data flows `ModelDesc` + `TrainWorkload` → [`memory::simulate_train`] → [`memory::Estimate`].
+//! Nothing in this crate does I/O, reads the environment or the clock.
+
+pub mod dtype;
+pub mod error;
+pub mod gpu;
+pub mod memory;
+pub mod model;
+pub mod units;
+pub mod workload;
+
+pub use dtype::DType;
+pub use error::CoreError;
+pub use model::ModelDesc;
+pub use units::Bytes;

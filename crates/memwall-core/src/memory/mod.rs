@@ -1,0 +1,1 @@
+//! Memory simulation: a step replayed as an allocation timeline.

@@ -1,0 +1,568 @@
+//! Architecture-neutral description of a decoder-only transformer.
+//!
+//! Every family (llama, gpt2, deepseek_v3, …) is normalised into these structs by
+//! `memwall-formats`; every size, parameter count and memory event is computed from them
+//! generically. The field comments name the Hugging Face modules they stand for.
+
+use crate::error::CoreError;
+use serde::Serialize;
+
+/// Normalisation layer kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NormKind {
+    /// `LlamaRMSNorm`: `weight * (x.float() * rsqrt(mean(x²)+eps)).to(dtype)`
+    /// (transformers `models/llama/modeling_llama.py`).
+    RmsNorm,
+    /// `GemmaRMSNorm`: `(x.float() * rsqrt(...) * (1 + weight.float())).type_as(x)`
+    /// (transformers `models/gemma/modeling_gemma.py`): the whole norm runs in fp32.
+    GemmaRmsNorm,
+    /// `torch.nn.LayerNorm`.
+    LayerNorm,
+}
+
+/// One normalisation layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Norm {
+    /// Kind of normalisation.
+    pub kind: NormKind,
+    /// Normalised dimension (length of the weight vector).
+    pub dim: u64,
+    /// Whether it has a bias vector (LayerNorm with `bias=True`).
+    pub bias: bool,
+}
+
+impl Norm {
+    /// Parameters: weight (+ bias).
+    pub fn params(&self) -> u128 {
+        let d = u128::from(self.dim);
+        if self.bias {
+            2 * d
+        } else {
+            d
+        }
+    }
+}
+
+/// Activation function, by its transformers `ACT2FN` name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    /// `silu` / `swish`.
+    Silu,
+    /// `gelu` (exact erf form).
+    Gelu,
+    /// `gelu_pytorch_tanh` (`F.gelu(approximate="tanh")`).
+    GeluTanh,
+    /// `gelu_new` / `gelu_fast` (tanh approximation, in transformers `activations.py`).
+    GeluNew,
+    /// `relu`.
+    Relu,
+}
+
+/// How attention heads are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AttentionKind {
+    /// Multi-head / grouped-query / multi-query attention.
+    Standard {
+        /// Query heads.
+        num_heads: u64,
+        /// Key/value heads (= num_heads for MHA, 1 for MQA).
+        num_kv_heads: u64,
+        /// Per-head dimension (may differ from hidden / heads, e.g. Gemma, Qwen3).
+        head_dim: u64,
+    },
+    /// DeepSeek multi-head latent attention (transformers `models/deepseek_v3/modeling_deepseek_v3.py`).
+    Mla {
+        /// Query heads.
+        num_heads: u64,
+        /// Rank of the query down-projection (`q_lora_rank`); `None` = a plain `q_proj`.
+        q_lora_rank: Option<u64>,
+        /// Rank of the joint key/value latent (`kv_lora_rank`).
+        kv_lora_rank: u64,
+        /// Non-rotary part of each query/key head.
+        qk_nope_head_dim: u64,
+        /// Rotary part of each query/key head (shared across heads for keys).
+        qk_rope_head_dim: u64,
+        /// Value head dimension.
+        v_head_dim: u64,
+    },
+}
+
+/// Where q/k normalisation applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QkNormScope {
+    /// One norm of `head_dim` shared by all heads (Qwen3, Gemma 3).
+    PerHead,
+    /// One norm over the full projection width (OLMo 2).
+    Full,
+}
+
+/// The attention block of one layer.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Attention {
+    /// Head layout.
+    pub kind: AttentionKind,
+    /// Bias on the q/k/v projections.
+    pub qkv_bias: bool,
+    /// Bias on the output projection.
+    pub o_bias: bool,
+    /// q, k, v computed by one fused linear (GPT-2 `c_attn`, NeoX/Falcon `query_key_value`, Phi-3 `qkv_proj`).
+    pub fused_qkv: bool,
+    /// q/k RMS normalisation (Qwen3, Gemma 3, OLMo 2) and its kind.
+    pub qk_norm: Option<(QkNormScope, NormKind)>,
+    /// Number of rotary dimensions per head; `None` for learned/absolute positions.
+    pub rotary_dim: Option<u64>,
+    /// Sliding-window size when this layer attends locally.
+    pub sliding_window: Option<u64>,
+    /// Gemma 2 `attn_logit_softcapping`.
+    pub logit_softcap: Option<f64>,
+}
+
+impl Attention {
+    /// Number of query heads.
+    pub fn num_heads(&self) -> u64 {
+        match self.kind {
+            AttentionKind::Standard { num_heads, .. } | AttentionKind::Mla { num_heads, .. } => {
+                num_heads
+            }
+        }
+    }
+
+    /// Parameters of the attention block, including q/k norms and MLA's internal norms.
+    pub fn params(&self, hidden: u64) -> u128 {
+        let h = u128::from(hidden);
+        match self.kind {
+            AttentionKind::Standard {
+                num_heads,
+                num_kv_heads,
+                head_dim,
+            } => {
+                let q = u128::from(num_heads) * u128::from(head_dim);
+                let kv = u128::from(num_kv_heads) * u128::from(head_dim);
+                let mut p = h * (q + 2 * kv) + q * h;
+                if self.qkv_bias {
+                    p += q + 2 * kv;
+                }
+                if self.o_bias {
+                    p += h;
+                }
+                if let Some((scope, _)) = self.qk_norm {
+                    p += match scope {
+                        QkNormScope::PerHead => 2 * u128::from(head_dim),
+                        QkNormScope::Full => q + kv,
+                    };
+                }
+                p
+            }
+            AttentionKind::Mla {
+                num_heads,
+                q_lora_rank,
+                kv_lora_rank,
+                qk_nope_head_dim,
+                qk_rope_head_dim,
+                v_head_dim,
+            } => {
+                let heads = u128::from(num_heads);
+                let qk_head = u128::from(qk_nope_head_dim + qk_rope_head_dim);
+                let kvr = u128::from(kv_lora_rank);
+                let q = match q_lora_rank {
+                    // q_a_proj + q_a_layernorm + q_b_proj
+                    Some(r) => {
+                        let r = u128::from(r);
+                        h * r + r + r * heads * qk_head
+                    }
+                    None => h * heads * qk_head,
+                };
+                // kv_a_proj_with_mqa + kv_a_layernorm + kv_b_proj + o_proj
+                let kv = h * (kvr + u128::from(qk_rope_head_dim))
+                    + kvr
+                    + kvr * heads * u128::from(qk_nope_head_dim + v_head_dim);
+                let o = heads * u128::from(v_head_dim) * h;
+                let mut p = q + kv + o;
+                if self.qkv_bias {
+                    // attention_bias=True adds biases to q_a/q_proj, kv_a_proj_with_mqa
+                    p += match q_lora_rank {
+                        Some(r) => u128::from(r),
+                        None => heads * qk_head,
+                    } + kvr
+                        + u128::from(qk_rope_head_dim);
+                }
+                if self.o_bias {
+                    p += h;
+                }
+                p
+            }
+        }
+    }
+}
+
+/// A dense (non-expert) feed-forward block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DenseMlp {
+    /// Intermediate width.
+    pub intermediate: u64,
+    /// Gated (SwiGLU/GeGLU: `down(act(gate(x)) * up(x))`) or plain (`down(act(up(x)))`).
+    pub gated: bool,
+    /// gate and up computed by one fused linear (Phi-3 `gate_up_proj`).
+    pub fused_gate_up: bool,
+    /// Biases on the projections.
+    pub bias: bool,
+    /// Activation.
+    pub act: Activation,
+}
+
+impl DenseMlp {
+    /// Parameters of this MLP.
+    pub fn params(&self, hidden: u64) -> u128 {
+        let h = u128::from(hidden);
+        let i = u128::from(self.intermediate);
+        let ins = if self.gated { 2 } else { 1 };
+        let mut p = ins * h * i + i * h;
+        if self.bias {
+            p += ins * i + h;
+        }
+        p
+    }
+}
+
+/// A mixture-of-experts feed-forward block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MoeMlp {
+    /// Routed experts.
+    pub num_experts: u64,
+    /// Experts per token.
+    pub top_k: u64,
+    /// Shape of one routed expert.
+    pub expert: DenseMlp,
+    /// Bias on the router linear.
+    pub router_bias: bool,
+    /// Always-on shared expert(s), expressed as one MLP of the combined width.
+    pub shared: Option<DenseMlp>,
+    /// Qwen2-MoE `shared_expert_gate` (a `Linear(hidden, 1)`).
+    pub shared_gate: bool,
+    /// Extra router parameters that are real `nn.Parameter`s (none in the supported families).
+    pub router_extra_params: u64,
+}
+
+impl MoeMlp {
+    /// Parameters: router + all experts + shared experts.
+    pub fn params(&self, hidden: u64) -> u128 {
+        let h = u128::from(hidden);
+        let e = u128::from(self.num_experts);
+        let mut p = h * e + e * self.expert.params(hidden) + u128::from(self.router_extra_params);
+        if self.router_bias {
+            p += e;
+        }
+        if let Some(s) = self.shared {
+            p += s.params(hidden);
+        }
+        if self.shared_gate {
+            p += h;
+        }
+        p
+    }
+}
+
+/// The feed-forward block of one layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Mlp {
+    /// Dense MLP.
+    Dense(DenseMlp),
+    /// Mixture of experts.
+    Moe(MoeMlp),
+}
+
+impl Mlp {
+    /// Parameters of this block.
+    pub fn params(&self, hidden: u64) -> u128 {
+        match self {
+            Mlp::Dense(d) => d.params(hidden),
+            Mlp::Moe(m) => m.params(hidden),
+        }
+    }
+}
+
+/// How the two sub-blocks combine with the residual stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Residual {
+    /// `h = x + attn(n1(x)); out = h + mlp(n2(h))` (pre-norm; Llama and most).
+    Sequential,
+    /// `out = x + attn(n1(x)) + mlp(n2(x))` (GPT-NeoX `use_parallel_residual`, Falcon
+    /// `parallel_attn`); with no `mlp_norm` the MLP reads `n1(x)` too (Falcon-7B).
+    Parallel,
+    /// Post-norm: `h = n1(x + attn(x)); out = n2(h + mlp(h))` (OPT `do_layer_norm_before=False`).
+    PostNorm,
+}
+
+/// One decoder layer.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LayerSpec {
+    /// Norm before attention (`input_layernorm`, `ln_1`, `ln_attn`).
+    pub attn_norm: Option<Norm>,
+    /// Norm on the attention output before the residual add (Gemma 2/3, OLMo 2 `post_attention_layernorm`).
+    pub attn_post_norm: Option<Norm>,
+    /// Norm before the MLP (`post_attention_layernorm` in Llama, `pre_feedforward_layernorm` in Gemma 2).
+    pub mlp_norm: Option<Norm>,
+    /// Norm on the MLP output before the residual add (Gemma 2/3, OLMo 2).
+    pub mlp_post_norm: Option<Norm>,
+    /// Residual wiring.
+    pub residual: Residual,
+    /// Attention block.
+    pub attention: Attention,
+    /// Feed-forward block.
+    pub mlp: Mlp,
+}
+
+impl LayerSpec {
+    /// Parameters of the layer.
+    pub fn params(&self, hidden: u64) -> u128 {
+        let norms: u128 = [
+            self.attn_norm,
+            self.attn_post_norm,
+            self.mlp_norm,
+            self.mlp_post_norm,
+        ]
+        .iter()
+        .flatten()
+        .map(Norm::params)
+        .sum();
+        norms + self.attention.params(hidden) + self.mlp.params(hidden)
+    }
+}
+
+/// Token (and position) embeddings.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Embeddings {
+    /// Vocabulary rows.
+    pub vocab_size: u64,
+    /// Embedding width (OPT `word_embed_proj_dim` may differ from hidden).
+    pub dim: u64,
+    /// Learned absolute position rows (GPT-2 `wpe`, OPT `embed_positions` incl. its offset of 2).
+    pub learned_positions: Option<u64>,
+    /// OPT `project_in`/`project_out` (bias-free linears between `dim` and hidden).
+    pub projections: bool,
+    /// Gemma multiplies embeddings by `sqrt(hidden)` (a new tensor in the forward).
+    pub scaled: bool,
+    /// LayerNorm right after the embeddings (Falcon/OPT have none; BLOOM-style models do).
+    pub norm: Option<Norm>,
+}
+
+/// Dropout probabilities used in training mode.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct Dropout {
+    /// After the embeddings.
+    pub embed: f64,
+    /// On attention probabilities.
+    pub attention: f64,
+    /// On each sub-block output before the residual add.
+    pub residual: f64,
+    /// After the MLP activation.
+    pub activation: f64,
+}
+
+/// Final norm and output projection.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Head {
+    /// Final norm (`norm`, `ln_f`, `final_layer_norm`).
+    pub final_norm: Option<Norm>,
+    /// Output projection shares the token embedding matrix.
+    pub tied: bool,
+    /// Bias on the output projection.
+    pub bias: bool,
+    /// Gemma 2 `final_logit_softcapping`.
+    pub logit_softcap: Option<f64>,
+}
+
+/// A whole decoder-only causal LM.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelDesc {
+    /// `model_type` of the source config.
+    pub model_type: String,
+    /// Residual stream width.
+    pub hidden_size: u64,
+    /// Context length the model was built for.
+    pub max_position_embeddings: u64,
+    /// Embeddings.
+    pub embeddings: Embeddings,
+    /// Decoder layers in order.
+    pub layers: Vec<LayerSpec>,
+    /// Final norm and LM head.
+    pub head: Head,
+    /// Training-mode dropout.
+    pub dropout: Dropout,
+    /// The module names transformers gives each linear role (what `--lora-targets` names).
+    pub linear_names: Vec<(LinearRole, String)>,
+}
+
+/// The role of a linear layer inside a decoder layer, independent of family naming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinearRole {
+    /// Query projection.
+    Q,
+    /// Key projection.
+    K,
+    /// Value projection.
+    V,
+    /// Fused q/k/v projection.
+    Qkv,
+    /// Attention output projection.
+    O,
+    /// MLA query down-projection (`q_a_proj`).
+    QA,
+    /// MLA query up-projection (`q_b_proj`).
+    QB,
+    /// MLA joint kv down-projection (`kv_a_proj_with_mqa`).
+    KvA,
+    /// MLA kv up-projection (`kv_b_proj`).
+    KvB,
+    /// MLP gate projection (dense MLPs and shared experts).
+    Gate,
+    /// MLP up projection (plain MLPs: the first linear).
+    Up,
+    /// Fused gate/up projection.
+    GateUp,
+    /// MLP down projection (plain MLPs: the second linear).
+    Down,
+}
+
+/// Parameter counts by component, as transformers instantiates them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ParamCounts {
+    /// Token + position embeddings (+ OPT projections, embedding norm).
+    pub embeddings: u64,
+    /// All decoder layers.
+    pub layers: u64,
+    /// Final norm.
+    pub final_norm: u64,
+    /// Untied LM head (0 when tied).
+    pub lm_head: u64,
+    /// Sum of the above.
+    pub total: u64,
+}
+
+fn to_u64(v: u128, what: &'static str) -> Result<u64, CoreError> {
+    u64::try_from(v).map_err(|_| CoreError::Overflow { what })
+}
+
+impl ModelDesc {
+    /// Parameter counts by component.
+    pub fn param_counts(&self) -> Result<ParamCounts, CoreError> {
+        let e = &self.embeddings;
+        let h = u128::from(self.hidden_size);
+        let dim = u128::from(e.dim);
+        let mut embed = u128::from(e.vocab_size) * dim;
+        if let Some(p) = e.learned_positions {
+            embed += u128::from(p) * h;
+        }
+        if e.projections {
+            embed += 2 * dim * h;
+        }
+        if let Some(n) = e.norm {
+            embed += n.params();
+        }
+        let layers: u128 = self.layers.iter().map(|l| l.params(self.hidden_size)).sum();
+        let final_norm = self.head.final_norm.map_or(0, |n| n.params());
+        let lm_head = if self.head.tied {
+            0
+        } else {
+            u128::from(e.vocab_size) * dim
+                + if self.head.bias {
+                    u128::from(e.vocab_size)
+                } else {
+                    0
+                }
+        };
+        let total = embed + layers + final_norm + lm_head;
+        Ok(ParamCounts {
+            embeddings: to_u64(embed, "embedding parameters")?,
+            layers: to_u64(layers, "layer parameters")?,
+            final_norm: to_u64(final_norm, "final norm parameters")?,
+            lm_head: to_u64(lm_head, "lm_head parameters")?,
+            total: to_u64(total, "total parameters")?,
+        })
+    }
+
+    /// Number of decoder layers.
+    pub fn num_layers(&self) -> usize {
+        self.layers.len()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A Llama-2-7B-shaped description built by hand (config from meta-llama/Llama-2-7b-hf).
+    pub(crate) fn llama2_7b() -> ModelDesc {
+        let norm = Norm {
+            kind: NormKind::RmsNorm,
+            dim: 4096,
+            bias: false,
+        };
+        let layer = LayerSpec {
+            attn_norm: Some(norm),
+            attn_post_norm: None,
+            mlp_norm: Some(norm),
+            mlp_post_norm: None,
+            residual: Residual::Sequential,
+            attention: Attention {
+                kind: AttentionKind::Standard {
+                    num_heads: 32,
+                    num_kv_heads: 32,
+                    head_dim: 128,
+                },
+                qkv_bias: false,
+                o_bias: false,
+                fused_qkv: false,
+                qk_norm: None,
+                rotary_dim: Some(128),
+                sliding_window: None,
+                logit_softcap: None,
+            },
+            mlp: Mlp::Dense(DenseMlp {
+                intermediate: 11008,
+                gated: true,
+                fused_gate_up: false,
+                bias: false,
+                act: Activation::Silu,
+            }),
+        };
+        ModelDesc {
+            model_type: "llama".into(),
+            hidden_size: 4096,
+            max_position_embeddings: 4096,
+            embeddings: Embeddings {
+                vocab_size: 32000,
+                dim: 4096,
+                learned_positions: None,
+                projections: false,
+                scaled: false,
+                norm: None,
+            },
+            layers: vec![layer; 32],
+            head: Head {
+                final_norm: Some(norm),
+                tied: false,
+                bias: false,
+                logit_softcap: None,
+            },
+            dropout: Dropout::default(),
+            linear_names: vec![],
+        }
+    }
+
+    #[test]
+    fn llama2_7b_param_count_matches_transformers() {
+        // transformers LlamaForCausalLM(Llama-2-7b-hf config): 6_738_415_616 parameters.
+        let c = llama2_7b().param_counts().unwrap();
+        assert_eq!(c.total, 6_738_415_616);
+        assert_eq!(c.embeddings, 32000 * 4096);
+        assert_eq!(c.lm_head, 32000 * 4096);
+    }
+}

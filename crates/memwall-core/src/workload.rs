@@ -1,0 +1,169 @@
+//! What the user runs: a training step's settings, validated.
+
+use crate::error::CoreError;
+use serde::Serialize;
+
+/// Numeric precision of the training step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Precision {
+    /// Model cast to bf16; grads and optimizer states bf16.
+    Bf16,
+    /// Model cast to fp16; grads and optimizer states fp16 (no master copy).
+    Fp16,
+    /// Everything fp32.
+    Fp32,
+    /// fp32 weights, `torch.autocast(dtype=bfloat16)` forward.
+    AmpBf16,
+    /// fp32 weights, `torch.autocast(dtype=float16)` forward.
+    AmpFp16,
+}
+
+impl Precision {
+    /// All values with their CLI names.
+    pub const ALL: [(Precision, &'static str); 5] = [
+        (Precision::Bf16, "bf16"),
+        (Precision::Fp16, "fp16"),
+        (Precision::Fp32, "fp32"),
+        (Precision::AmpBf16, "amp-bf16"),
+        (Precision::AmpFp16, "amp-fp16"),
+    ];
+}
+
+/// Optimizer and its implementation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Optimizer {
+    /// `torch.optim.AdamW(foreach=True)`.
+    Adamw,
+    /// `torch.optim.AdamW(fused=True)`.
+    AdamwFused,
+    /// `torch.optim.AdamW(foreach=False)`.
+    AdamwForloop,
+    /// bitsandbytes `AdamW8bit` (blockwise-quantised states).
+    Adamw8bit,
+    /// `torch.optim.SGD(momentum=0, foreach=True)`.
+    Sgd,
+    /// `torch.optim.SGD(momentum=0.9, foreach=True)`.
+    SgdMomentum,
+    /// `torch.optim.Adafactor(foreach=True)`.
+    Adafactor,
+    /// lion-pytorch `Lion`.
+    Lion,
+}
+
+impl Optimizer {
+    /// All values with their CLI names.
+    pub const ALL: [(Optimizer, &'static str); 8] = [
+        (Optimizer::Adamw, "adamw"),
+        (Optimizer::AdamwFused, "adamw-fused"),
+        (Optimizer::AdamwForloop, "adamw-forloop"),
+        (Optimizer::Adamw8bit, "adamw-8bit"),
+        (Optimizer::Sgd, "sgd"),
+        (Optimizer::SgdMomentum, "sgd-momentum"),
+        (Optimizer::Adafactor, "adafactor"),
+        (Optimizer::Lion, "lion"),
+    ];
+}
+
+/// Attention implementation (transformers `attn_implementation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttentionImpl {
+    /// `torch.nn.functional.scaled_dot_product_attention` (flash/efficient kernels: saves output + logsumexp).
+    Sdpa,
+    /// transformers `eager_attention_forward`: materialises the probabilities.
+    Eager,
+    /// `flash_attention_2`: saves q, k, v, output and logsumexp like SDPA's flash kernel.
+    Flash,
+}
+
+/// LoRA adapters (peft semantics).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Lora {
+    /// Adapter rank `r`.
+    pub rank: u64,
+    /// Target module names as transformers names them (`q_proj`, `c_attn`, …).
+    pub targets: Vec<String>,
+    /// QLoRA: frozen base quantised to 4-bit NF4 with double quantisation (bitsandbytes).
+    pub qlora: bool,
+}
+
+/// A training step to simulate (runtime profile `hf`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TrainWorkload {
+    /// Micro-batch size.
+    pub batch: u64,
+    /// Sequence length.
+    pub seq: u64,
+    /// Precision.
+    pub precision: Precision,
+    /// Optimizer.
+    pub optimizer: Optimizer,
+    /// HF per-decoder-layer activation checkpointing (non-reentrant).
+    pub checkpointing: bool,
+    /// Attention implementation.
+    pub attention: AttentionImpl,
+    /// LoRA adapters, if any.
+    pub lora: Option<Lora>,
+    /// Micro-batches per optimizer step.
+    pub grad_accum: u64,
+    /// Dropout as the config says (`true`) or disabled (`false`).
+    pub dropout: bool,
+}
+
+/// Upper bounds that keep every size computation far from overflow (see `memory`).
+pub mod limits {
+    /// Largest accepted batch.
+    pub const MAX_BATCH: u64 = 1 << 16;
+    /// Largest accepted sequence length.
+    pub const MAX_SEQ: u64 = 1 << 22;
+    /// Largest accepted gradient accumulation.
+    pub const MAX_GRAD_ACCUM: u64 = 1 << 16;
+    /// Largest accepted LoRA rank.
+    pub const MAX_LORA_RANK: u64 = 1 << 16;
+}
+
+impl TrainWorkload {
+    /// A default bf16 AdamW step.
+    pub fn new(batch: u64, seq: u64) -> Self {
+        TrainWorkload {
+            batch,
+            seq,
+            precision: Precision::Bf16,
+            optimizer: Optimizer::Adamw,
+            checkpointing: false,
+            attention: AttentionImpl::Sdpa,
+            lora: None,
+            grad_accum: 1,
+            dropout: true,
+        }
+    }
+
+    /// Checks ranges; returns the first offending field.
+    pub fn validate(&self) -> Result<(), CoreError> {
+        let check = |field: &'static str, v: u64, max: u64| {
+            if v == 0 || v > max {
+                Err(CoreError::invalid(
+                    field,
+                    format!("{v} is outside 1..={max}"),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        check("batch", self.batch, limits::MAX_BATCH)?;
+        check("seq", self.seq, limits::MAX_SEQ)?;
+        check("grad_accum", self.grad_accum, limits::MAX_GRAD_ACCUM)?;
+        if let Some(l) = &self.lora {
+            check("lora_rank", l.rank, limits::MAX_LORA_RANK)?;
+            if l.targets.is_empty() {
+                return Err(CoreError::invalid(
+                    "lora_targets",
+                    "LoRA needs at least one target module",
+                ));
+            }
+        }
+        Ok(())
+    }
+}

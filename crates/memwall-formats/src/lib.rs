@@ -1,0 +1,1 @@
+//! Parsers for model files: Hugging Face `config.json` → [`memwall_core::ModelDesc`].
