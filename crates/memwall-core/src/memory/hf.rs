@@ -1,0 +1,1531 @@
+//! Runtime profile `hf`: one training step of PyTorch eager + transformers
+//! `AutoModelForCausalLM` with the loss computed inside the model, replayed op by op.
+//!
+//! Each helper below mirrors a piece of transformers 5.x / PyTorch 2.x code and cites it.
+//! What a helper allocates and what autograd saves was read from those sources and checked
+//! against allocation traces of the truth harness (`tools/truth/`).
+
+use super::timeline::{Category, Node, Phase, TensorId, Timeline};
+use crate::model::{
+    Activation, Attention, AttentionKind, DenseMlp, LayerSpec, LinearRole, Mlp, ModelDesc, Norm,
+    NormKind, QkNormScope, Residual,
+};
+use crate::workload::{AttentionImpl, Optimizer, Precision, TrainWorkload};
+
+/// Which device's kernels the simulation follows where CPU and CUDA differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernels {
+    /// CUDA: `native_dropout` keeps a 1-byte mask.
+    Cuda,
+    /// CPU (what the fake-tensor truth harness runs): dropout keeps a noise tensor of the input's dtype.
+    Cpu,
+}
+
+/// A parameter tensor with its trainability.
+#[derive(Debug, Clone, Copy)]
+struct P {
+    id: TensorId,
+    numel: u128,
+}
+
+/// One linear layer's parameters and adapters.
+#[derive(Debug, Clone, Copy)]
+struct LinearP {
+    w: P,
+    b: Option<P>,
+    lora: Option<(P, P)>,
+    in_f: u128,
+    out_f: u128,
+}
+
+/// Sizes in elements for the tensors of one step.
+pub(crate) struct Builder<'a> {
+    pub(crate) t: Timeline,
+    model: &'a ModelDesc,
+    w: &'a TrainWorkload,
+    kernels: Kernels,
+    /// bytes per element of parameters
+    param_size: u128,
+    /// bytes per element of matmul outputs (autocast dtype under AMP)
+    compute_size: u128,
+    /// autocast active (fp32 weights, low-precision matmuls)
+    amp: bool,
+    /// bytes per element of LoRA adapters (peft upcasts bf16/fp16 adapters to fp32)
+    adapter_size: u128,
+    batch: u128,
+    seq: u128,
+    tokens: u128,
+    hidden: u128,
+    /// Per layer: parameters by role, norms, experts.
+    layers: Vec<LayerParams>,
+    embed: P,
+    pos_embed: Option<P>,
+    final_norm: Option<(P, Option<P>)>,
+    lm_head: Option<P>,
+    /// tensors whose Python reference lives until the model outputs are dropped
+    out_refs: Vec<TensorId>,
+    /// autocast's weight-cast cache, cleared when the autocast region exits
+    autocast_cache: Vec<TensorId>,
+    /// rotary cos/sin (shared by all layers, saved by the rotary multiplications)
+    rope_tables: Option<(TensorId, TensorId)>,
+    /// every trainable parameter (for the optimizer)
+    trainable: Vec<P>,
+    /// bytes of every trainable parameter's state dtype
+    pub(crate) param_count: u128,
+    pub(crate) trainable_count: u128,
+}
+
+#[derive(Debug, Clone, Default)]
+struct LayerParams {
+    linears: Vec<(LinearRole, LinearP)>,
+    norms: [Option<(P, Option<P>)>; 4],
+    qk_norms: Option<(P, P)>,
+    /// MoE: router, fused experts (all experts' weights of one kind in one parameter)
+    router: Option<LinearP>,
+    experts: Vec<P>,
+    shared: Vec<(LinearRole, LinearP)>,
+    shared_gate: Option<LinearP>,
+    mla_norms: Vec<P>,
+}
+
+fn is_lora_target(model: &ModelDesc, w: &TrainWorkload, role: LinearRole) -> bool {
+    let Some(l) = &w.lora else { return false };
+    model
+        .linear_names
+        .iter()
+        .any(|(r, name)| *r == role && l.targets.iter().any(|t| t == name))
+}
+
+impl<'a> Builder<'a> {
+    pub(crate) fn new(model: &'a ModelDesc, w: &'a TrainWorkload, kernels: Kernels) -> Self {
+        let (param_size, compute_size, amp) = match w.precision {
+            Precision::Bf16 | Precision::Fp16 => (2, 2, false),
+            Precision::Fp32 => (4, 4, false),
+            Precision::AmpBf16 | Precision::AmpFp16 => (4, 2, true),
+        };
+        // peft `_cast_adapter_dtype(autocast_adapter_dtype=True)` upcasts fp16/bf16 adapters to fp32
+        // (peft `tuners/tuners_utils.py`).
+        let adapter_size = 4;
+        let tokens = u128::from(w.batch) * u128::from(w.seq);
+        let mut t = Timeline::new();
+        let _ = &mut t;
+        Builder {
+            t,
+            model,
+            w,
+            kernels,
+            param_size,
+            compute_size,
+            amp,
+            adapter_size,
+            batch: u128::from(w.batch),
+            seq: u128::from(w.seq),
+            tokens,
+            hidden: u128::from(model.hidden_size),
+            layers: Vec::new(),
+            embed: P { id: 0, numel: 0 },
+            pos_embed: None,
+            final_norm: None,
+            lm_head: None,
+            out_refs: Vec::new(),
+            autocast_cache: Vec::new(),
+            rope_tables: None,
+            trainable: Vec::new(),
+            param_count: 0,
+            trainable_count: 0,
+        }
+    }
+
+    // ------------------------------------------------------------------ parameters
+
+    fn new_param(&mut self, numel: u128, trainable_base: bool) -> P {
+        let trainable = trainable_base && self.w.lora.is_none();
+        let id = self.t.param(numel * self.param_size, trainable);
+        let p = P { id, numel };
+        self.param_count += numel;
+        if trainable {
+            self.trainable.push(p);
+            self.trainable_count += numel;
+        }
+        p
+    }
+
+    fn new_adapter(&mut self, numel: u128) -> P {
+        let id = self.t.param(numel * self.adapter_size, true);
+        let p = P { id, numel };
+        self.param_count += numel;
+        self.trainable.push(p);
+        self.trainable_count += numel;
+        p
+    }
+
+    fn new_linear(
+        &mut self,
+        role: Option<LinearRole>,
+        in_f: u128,
+        out_f: u128,
+        bias: bool,
+    ) -> LinearP {
+        let w = self.new_param(in_f * out_f, true);
+        let b = bias.then(|| self.new_param(out_f, true));
+        let lora = match role {
+            Some(r) if is_lora_target(self.model, self.w, r) => {
+                let rank = u128::from(self.w.lora.as_ref().map_or(0, |l| l.rank));
+                Some((
+                    self.new_adapter(rank * in_f),
+                    self.new_adapter(out_f * rank),
+                ))
+            }
+            _ => None,
+        };
+        LinearP {
+            w,
+            b,
+            lora,
+            in_f,
+            out_f,
+        }
+    }
+
+    fn new_norm(&mut self, n: &Norm) -> (P, Option<P>) {
+        let w = self.new_param(u128::from(n.dim), true);
+        let b = n.bias.then(|| self.new_param(u128::from(n.dim), true));
+        (w, b)
+    }
+
+    fn build_params(&mut self) {
+        let m = self.model;
+        let h = self.hidden;
+        let e = &m.embeddings;
+        self.embed = self.new_param(u128::from(e.vocab_size) * u128::from(e.dim), true);
+        self.pos_embed = e
+            .learned_positions
+            .map(|p| self.new_param(u128::from(p) * h, true));
+        for layer in &m.layers {
+            let lp = self.layer_params(layer);
+            self.layers.push(lp);
+        }
+        self.final_norm = m.head.final_norm.as_ref().map(|n| self.new_norm(n));
+        if !m.head.tied {
+            self.lm_head = Some(self.new_param(u128::from(e.vocab_size) * u128::from(e.dim), true));
+            if m.head.bias {
+                self.new_param(u128::from(e.vocab_size), true);
+            }
+        }
+    }
+
+    fn layer_params(&mut self, l: &LayerSpec) -> LayerParams {
+        let h = self.hidden;
+        let mut lp = LayerParams::default();
+        for (i, n) in [l.attn_norm, l.attn_post_norm, l.mlp_norm, l.mlp_post_norm]
+            .iter()
+            .enumerate()
+        {
+            if let Some(n) = n {
+                lp.norms[i] = Some(self.new_norm(n));
+            }
+        }
+        let a = &l.attention;
+        match a.kind {
+            AttentionKind::Standard {
+                num_heads,
+                num_kv_heads,
+                head_dim,
+            } => {
+                let q = u128::from(num_heads * head_dim);
+                let kv = u128::from(num_kv_heads * head_dim);
+                if a.fused_qkv {
+                    let lin = self.new_linear(Some(LinearRole::Qkv), h, q + 2 * kv, a.qkv_bias);
+                    lp.linears.push((LinearRole::Qkv, lin));
+                } else {
+                    for (role, out) in
+                        [(LinearRole::Q, q), (LinearRole::K, kv), (LinearRole::V, kv)]
+                    {
+                        let lin = self.new_linear(Some(role), h, out, a.qkv_bias);
+                        lp.linears.push((role, lin));
+                    }
+                }
+                let lin = self.new_linear(Some(LinearRole::O), q, h, a.o_bias);
+                lp.linears.push((LinearRole::O, lin));
+                if let Some((scope, _)) = a.qk_norm {
+                    let (qn, kn) = match scope {
+                        QkNormScope::PerHead => (u128::from(head_dim), u128::from(head_dim)),
+                        QkNormScope::Full => (q, kv),
+                    };
+                    lp.qk_norms = Some((self.new_param(qn, true), self.new_param(kn, true)));
+                }
+            }
+            AttentionKind::Mla {
+                num_heads,
+                q_lora_rank,
+                kv_lora_rank,
+                qk_nope_head_dim,
+                qk_rope_head_dim,
+                v_head_dim,
+            } => {
+                let heads = u128::from(num_heads);
+                let qk = u128::from(qk_nope_head_dim + qk_rope_head_dim);
+                let kvr = u128::from(kv_lora_rank);
+                match q_lora_rank {
+                    Some(r) => {
+                        let r = u128::from(r);
+                        let qa = self.new_linear(Some(LinearRole::QA), h, r, a.qkv_bias);
+                        lp.linears.push((LinearRole::QA, qa));
+                        lp.mla_norms.push(self.new_param(r, true));
+                        let qb = self.new_linear(Some(LinearRole::QB), r, heads * qk, false);
+                        lp.linears.push((LinearRole::QB, qb));
+                    }
+                    None => {
+                        let q = self.new_linear(Some(LinearRole::Q), h, heads * qk, a.qkv_bias);
+                        lp.linears.push((LinearRole::Q, q));
+                    }
+                }
+                let kva = self.new_linear(
+                    Some(LinearRole::KvA),
+                    h,
+                    kvr + u128::from(qk_rope_head_dim),
+                    a.qkv_bias,
+                );
+                lp.linears.push((LinearRole::KvA, kva));
+                lp.mla_norms.push(self.new_param(kvr, true));
+                let kvb = self.new_linear(
+                    Some(LinearRole::KvB),
+                    kvr,
+                    heads * u128::from(qk_nope_head_dim + v_head_dim),
+                    false,
+                );
+                lp.linears.push((LinearRole::KvB, kvb));
+                let o = self.new_linear(
+                    Some(LinearRole::O),
+                    heads * u128::from(v_head_dim),
+                    h,
+                    a.o_bias,
+                );
+                lp.linears.push((LinearRole::O, o));
+            }
+        }
+        match &l.mlp {
+            Mlp::Dense(d) => {
+                let ls = self.mlp_params(d);
+                lp.linears.extend(ls);
+            }
+            Mlp::Moe(moe) => {
+                let e = u128::from(moe.num_experts);
+                lp.router = Some(self.new_linear(None, h, e, moe.router_bias));
+                let i = u128::from(moe.expert.intermediate);
+                // transformers 5 stores each expert kind as one 3-D parameter
+                // (`gate_up_proj` [E, 2I, H] and `down_proj` [E, H, I]).
+                let ins = if moe.expert.gated { 2 } else { 1 };
+                let gu = self.new_param(e * ins * i * h, true);
+                let down = self.new_param(e * i * h, true);
+                lp.experts = vec![gu, down];
+                if moe.expert.bias {
+                    lp.experts.push(self.new_param(e * (ins * i + h), true));
+                }
+                if moe.router_extra_params > 0 {
+                    self.new_param(u128::from(moe.router_extra_params), true);
+                }
+                if let Some(s) = &moe.shared {
+                    lp.shared = self.mlp_params(s);
+                }
+                if moe.shared_gate {
+                    lp.shared_gate = Some(self.new_linear(None, h, 1, false));
+                }
+            }
+        }
+        lp
+    }
+
+    fn mlp_params(&mut self, d: &DenseMlp) -> Vec<(LinearRole, LinearP)> {
+        let h = self.hidden;
+        let i = u128::from(d.intermediate);
+        let mut v = Vec::with_capacity(3);
+        if d.gated {
+            if d.fused_gate_up {
+                v.push((
+                    LinearRole::GateUp,
+                    self.new_linear(Some(LinearRole::GateUp), h, 2 * i, d.bias),
+                ));
+            } else {
+                v.push((
+                    LinearRole::Gate,
+                    self.new_linear(Some(LinearRole::Gate), h, i, d.bias),
+                ));
+                v.push((
+                    LinearRole::Up,
+                    self.new_linear(Some(LinearRole::Up), h, i, d.bias),
+                ));
+            }
+        } else {
+            v.push((
+                LinearRole::Up,
+                self.new_linear(Some(LinearRole::Up), h, i, d.bias),
+            ));
+        }
+        v.push((
+            LinearRole::Down,
+            self.new_linear(Some(LinearRole::Down), i, h, d.bias),
+        ));
+        v
+    }
+
+    // ------------------------------------------------------------------ tensor helpers
+
+    fn act(&mut self, bytes: u128, requires_grad: bool) -> TensorId {
+        self.t.alloc(bytes, Category::Activations, requires_grad)
+    }
+
+    fn rg(&self, x: TensorId) -> bool {
+        self.t.requires_grad(x)
+    }
+
+    fn trainable(&self, p: &P) -> bool {
+        self.t.requires_grad(p.id)
+    }
+
+    /// An elementwise op producing a new tensor: `saved` kept for backward, gradient flows to `inputs`.
+    fn op(
+        &mut self,
+        out_bytes: u128,
+        inputs: &[TensorId],
+        saved: &[TensorId],
+        params: &[TensorId],
+        temps: &[u128],
+    ) -> TensorId {
+        let rg =
+            inputs.iter().any(|&i| self.rg(i)) || params.iter().any(|&p| self.t.requires_grad(p));
+        let y = self.act(out_bytes, rg);
+        if rg {
+            let inputs: Vec<TensorId> = inputs.iter().copied().filter(|&i| self.rg(i)).collect();
+            self.t.record(Node {
+                saved: saved.to_vec(),
+                inputs,
+                params: params.to_vec(),
+                outputs: vec![y],
+                backward_temps: temps.to_vec(),
+                recompute: None,
+            });
+        }
+        y
+    }
+
+    /// A cast (`.to(dtype)`): new tensor, nothing saved; gradient cast back.
+    fn cast(&mut self, x: TensorId, out_bytes: u128) -> TensorId {
+        self.op(out_bytes, &[x], &[], &[], &[])
+    }
+
+    fn drop_(&mut self, x: TensorId) {
+        self.t.release(x);
+    }
+
+    // ------------------------------------------------------------------ layers
+
+    /// `nn.Linear` / `F.linear` on `rows` rows: output saved-input semantics of `mm`
+    /// (`tools/autograd/derivatives.yaml`: `mm` saves `self` when `mat2` needs grad and `mat2`
+    /// when `self` needs grad). Under autocast the weight is cast once per autocast region and
+    /// cached (`aten/src/ATen/autocast_mode.cpp`, `cached_cast`), the input is cast per call.
+    /// LoRA per peft `tuners/lora/layer.py` `Linear.forward`.
+    fn linear(&mut self, x: TensorId, x_size: u128, rows: u128, lin: LinearP) -> (TensorId, u128) {
+        let c = self.compute_size;
+        let w_tr = self.trainable(&lin.w);
+        let mut params = vec![lin.w.id];
+        if let Some(b) = lin.b {
+            params.push(b.id);
+        }
+        let y = if self.amp {
+            let wc = self.t.alloc(lin.w.numel * c, Category::Activations, false);
+            self.autocast_cache.push(wc);
+            let xc = if x_size != c {
+                self.cast(x, rows * lin.in_f * c)
+            } else {
+                x
+            };
+            let mut saved = vec![wc];
+            if w_tr {
+                saved.push(xc);
+            }
+            // bf16 gradient of the cast weight, converted to the fp32 `.grad`
+            let temps = if w_tr { vec![lin.w.numel * c] } else { vec![] };
+            let y = self.op(rows * lin.out_f * c, &[xc], &saved, &params, &temps);
+            if xc != x {
+                self.drop_(xc);
+            }
+            y
+        } else {
+            let saved: Vec<TensorId> = if w_tr { vec![x] } else { vec![] };
+            self.op(rows * lin.out_f * c, &[x], &saved, &params, &[])
+        };
+        let Some((a, b)) = lin.lora else {
+            return (y, c);
+        };
+        let s = self.adapter_size;
+        // x = _cast_input_dtype(x, lora_A.weight.dtype)
+        let xa = if x_size != s {
+            self.cast(x, rows * lin.in_f * s)
+        } else {
+            x
+        };
+        let ha = self.op(rows * a.numel / lin.in_f * s, &[xa], &[xa], &[a.id], &[]);
+        if xa != x {
+            self.drop_(xa);
+        }
+        let hb = self.op(rows * lin.out_f * s, &[ha], &[ha], &[b.id], &[]);
+        self.drop_(ha);
+        let scaled = self.op(rows * lin.out_f * s, &[hb], &[], &[], &[]);
+        self.drop_(hb);
+        let out_size = c.max(s);
+        let sum = self.op(rows * lin.out_f * out_size, &[y, scaled], &[], &[], &[]);
+        self.drop_(y);
+        self.drop_(scaled);
+        if out_size != c {
+            let r = self.cast(sum, rows * lin.out_f * c);
+            self.drop_(sum);
+            (r, c)
+        } else {
+            (sum, c)
+        }
+    }
+
+    /// A norm over `rows` rows of `dim`, input elements of `x_size` bytes. Returns (output, its size).
+    fn norm(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        rows: u128,
+        norm: &Norm,
+        p: (P, Option<P>),
+    ) -> (TensorId, u128) {
+        let dim = u128::from(norm.dim);
+        let n = rows * dim;
+        let mut params = vec![p.0.id];
+        if let Some(b) = p.1 {
+            params.push(b.id);
+        }
+        match norm.kind {
+            NormKind::LayerNorm => {
+                // torch.native_layer_norm saves input, mean and rstd (fp32 per row).
+                // Under autocast the op runs in fp32 (`autocast_mode.cpp` fp32 list).
+                let (xin, out_size) = if self.amp && x_size != 4 {
+                    (self.cast(x, n * 4), 4)
+                } else {
+                    (x, x_size)
+                };
+                let mean = self.act(rows * 4, false);
+                let rstd = self.act(rows * 4, false);
+                let y = self.op(n * out_size, &[xin], &[xin, mean, rstd], &params, &[]);
+                self.drop_(mean);
+                self.drop_(rstd);
+                if xin != x {
+                    self.drop_(xin);
+                }
+                (y, out_size)
+            }
+            NormKind::RmsNorm => {
+                // LlamaRMSNorm (transformers models/llama/modeling_llama.py):
+                //   h = x.to(float32); var = h.pow(2).mean(-1); h = h * rsqrt(var + eps)
+                //   return weight * h.to(input_dtype)
+                let x32 = if x_size != 4 { self.cast(x, n * 4) } else { x };
+                self.t.transient(n * 4, Category::Activations); // pow(2), freed after mean
+                let rs = self.op(rows * 4, &[x32], &[x32], &[], &[]);
+                let h32 = self.op(n * 4, &[x32, rs], &[x32, rs], &[], &[]);
+                let hd = if x_size != 4 {
+                    self.cast(h32, n * x_size)
+                } else {
+                    h32
+                };
+                // backward of the decomposed norm holds up to four fp32 row-sized temporaries
+                let y = self.op(n * x_size, &[hd], &[hd], &params, &[4 * n * 4]);
+                if hd != h32 {
+                    self.drop_(h32);
+                }
+                self.drop_(hd);
+                self.drop_(rs);
+                if x32 != x {
+                    self.drop_(x32);
+                }
+                (y, x_size)
+            }
+            NormKind::GemmaRmsNorm => {
+                // GemmaRMSNorm (models/gemma/modeling_gemma.py):
+                //   out = _norm(x.float()) * (1.0 + weight.float()); return out.type_as(x)
+                let x32 = if x_size != 4 { self.cast(x, n * 4) } else { x };
+                self.t.transient(n * 4, Category::Activations);
+                let rs = self.op(rows * 4, &[x32], &[x32], &[], &[]);
+                let h32 = self.op(n * 4, &[x32, rs], &[x32, rs], &[], &[]);
+                let out32 = self.op(n * 4, &[h32], &[h32], &params, &[4 * n * 4]);
+                self.drop_(h32);
+                self.drop_(rs);
+                if x32 != x {
+                    self.drop_(x32);
+                }
+                if x_size != 4 {
+                    let y = self.cast(out32, n * x_size);
+                    self.drop_(out32);
+                    (y, x_size)
+                } else {
+                    (out32, 4)
+                }
+            }
+        }
+    }
+
+    /// Training-mode dropout; p = 0 returns the input itself (`ATen/native/Dropout.cpp`).
+    fn dropout(&mut self, x: TensorId, bytes: u128, elem: u128, p: f64) -> TensorId {
+        if p <= 0.0 || !self.w.dropout {
+            return x;
+        }
+        let numel = bytes / elem.max(1);
+        let mask = match self.kernels {
+            // native_dropout: output + bool mask saved
+            Kernels::Cuda => self.act(numel, false),
+            // _dropout_impl: noise = empty_like(x).bernoulli_(); x * noise (noise saved)
+            Kernels::Cpu => self.act(bytes, false),
+        };
+        let y = self.op(bytes, &[x], &[mask], &[], &[]);
+        self.drop_(mask);
+        self.drop_(x);
+        y
+    }
+
+    /// Rotary embedding on a [rows, heads*dim] tensor, `rot` of each head's `dim` rotated
+    /// (`apply_rotary_pos_emb`, `rotate_half`): q*cos + rotate_half(q)*sin; nothing large saved.
+    fn rope(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        heads: u128,
+        dim: u128,
+        rot: u128,
+    ) -> (TensorId, u128) {
+        let rows = self.tokens;
+        // cos/sin are fp32 under autocast (computed outside autocast's matmul list): the result promotes
+        let out_size = if self.amp { 4 } else { x_size };
+        let full = rows * heads * dim;
+        let part = rows * heads * rot;
+        let (cos, sin) = self.rope_tables.unwrap_or((0, 0));
+        // transients: x*cos, neg half, cat, rotate*sin
+        let y = if rot == dim {
+            self.t.transient(
+                part * out_size * 2 + part * x_size / 2 + part * x_size,
+                Category::Activations,
+            );
+            self.op(
+                full * out_size,
+                &[x],
+                &[cos, sin],
+                &[],
+                &[3 * part * out_size],
+            )
+        } else {
+            // partial rotary: rotate the first `rot` dims, then cat with the pass-through part
+            let r = self.op(
+                part * out_size,
+                &[x],
+                &[cos, sin],
+                &[],
+                &[3 * part * out_size],
+            );
+            let y = self.op(full * out_size, &[r, x], &[], &[], &[]);
+            self.drop_(r);
+            y
+        };
+        (y, out_size)
+    }
+
+    fn attention(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        a: &Attention,
+        lp: &LayerParams,
+        ckpt: bool,
+    ) -> TensorId {
+        let rows = self.tokens;
+        let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
+        let c = self.compute_size;
+        let (heads, kv_heads, qk_dim, v_dim, rot, q, k, v, qs, ks) = match a.kind {
+            AttentionKind::Standard {
+                num_heads,
+                num_kv_heads,
+                head_dim,
+            } => {
+                let (heads, kvh, hd) = (
+                    u128::from(num_heads),
+                    u128::from(num_kv_heads),
+                    u128::from(head_dim),
+                );
+                let (q, k, v) = if let Some(qkv) = lin(LinearRole::Qkv) {
+                    let (y, _) = self.linear(x, x_size, rows, qkv);
+                    // q, k, v are views of the fused output; keep it alive through each view
+                    self.t.retain(y);
+                    self.t.retain(y);
+                    (y, y, y)
+                } else {
+                    let (q, _) =
+                        self.linear(x, x_size, rows, lin(LinearRole::Q).unwrap_or(lin_zero()));
+                    let (k, _) =
+                        self.linear(x, x_size, rows, lin(LinearRole::K).unwrap_or(lin_zero()));
+                    let (v, _) =
+                        self.linear(x, x_size, rows, lin(LinearRole::V).unwrap_or(lin_zero()));
+                    (q, k, v)
+                };
+                let rot = a.rotary_dim.map_or(0, u128::from);
+                (heads, kvh, hd, hd, rot, q, k, v, c, c)
+            }
+            AttentionKind::Mla {
+                num_heads,
+                q_lora_rank,
+                kv_lora_rank,
+                qk_nope_head_dim,
+                qk_rope_head_dim,
+                v_head_dim,
+            } => {
+                let heads = u128::from(num_heads);
+                let nope = u128::from(qk_nope_head_dim);
+                let ropd = u128::from(qk_rope_head_dim);
+                let kvr = u128::from(kv_lora_rank);
+                let mla_norm = |dim: u64| Norm {
+                    kind: NormKind::RmsNorm,
+                    dim,
+                    bias: false,
+                };
+                let q = match q_lora_rank {
+                    Some(r) => {
+                        let (qa, _) =
+                            self.linear(x, x_size, rows, lin(LinearRole::QA).unwrap_or(lin_zero()));
+                        let np = (lp.mla_norms[0], None);
+                        let (qn, _) = self.norm(qa, c, rows, &mla_norm(r), np);
+                        self.drop_(qa);
+                        let (qb, _) =
+                            self.linear(qn, c, rows, lin(LinearRole::QB).unwrap_or(lin_zero()));
+                        self.drop_(qn);
+                        qb
+                    }
+                    None => {
+                        self.linear(x, x_size, rows, lin(LinearRole::Q).unwrap_or(lin_zero()))
+                            .0
+                    }
+                };
+                let (kva, _) =
+                    self.linear(x, x_size, rows, lin(LinearRole::KvA).unwrap_or(lin_zero()));
+                // split: latent part normalised, rope part rotated and expanded to all heads
+                let np = (lp.mla_norms[lp.mla_norms.len() - 1], None);
+                let (kvn, _) = self.norm(kva, c, rows, &mla_norm(kv_lora_rank), np);
+                let (kvb, _) =
+                    self.linear(kvn, c, rows, lin(LinearRole::KvB).unwrap_or(lin_zero()));
+                self.drop_(kvn);
+                let _ = kvr;
+                // k = cat(k_nope, k_rope.expand(heads)), q = cat(q_nope, rope(q_rope)) (new tensors)
+                let (kr, _) = self.rope(kva, c, 1, ropd, ropd);
+                self.drop_(kva);
+                let (qr, _) = self.rope(q, c, heads, ropd, ropd);
+                let qf = self.op(rows * heads * (nope + ropd) * c, &[q, qr], &[], &[], &[]);
+                self.drop_(q);
+                self.drop_(qr);
+                let kf = self.op(rows * heads * (nope + ropd) * c, &[kvb, kr], &[], &[], &[]);
+                self.drop_(kr);
+                self.t.retain(kvb);
+                (
+                    heads,
+                    heads,
+                    nope + ropd,
+                    u128::from(v_head_dim),
+                    0,
+                    qf,
+                    kf,
+                    kvb,
+                    c,
+                    c,
+                )
+            }
+        };
+        // q/k norms (Qwen3, Gemma 3 per head; OLMo 2 over the whole projection)
+        let (mut q, mut k, mut qs, mut ks) = (q, k, qs, ks);
+        if let (Some((scope, kind)), Some((qn, kn))) = (a.qk_norm, lp.qk_norms) {
+            let (qrows, krows, qdim, kdim) = match scope {
+                QkNormScope::PerHead => {
+                    (rows * heads, rows * kv_heads, qk_dim as u64, qk_dim as u64)
+                }
+                QkNormScope::Full => (
+                    rows,
+                    rows,
+                    (heads * qk_dim) as u64,
+                    (kv_heads * qk_dim) as u64,
+                ),
+            };
+            let (q2, s2) = self.norm(
+                q,
+                qs,
+                qrows,
+                &Norm {
+                    kind,
+                    dim: qdim,
+                    bias: false,
+                },
+                (qn, None),
+            );
+            let (k2, s3) = self.norm(
+                k,
+                ks,
+                krows,
+                &Norm {
+                    kind,
+                    dim: kdim,
+                    bias: false,
+                },
+                (kn, None),
+            );
+            self.drop_(q);
+            self.drop_(k);
+            (q, k, qs, ks) = (q2, k2, s2, s3);
+        }
+        if rot > 0 {
+            let (q2, s2) = self.rope(q, qs, heads, qk_dim, rot);
+            let (k2, s3) = self.rope(k, ks, kv_heads, qk_dim, rot);
+            self.drop_(q);
+            self.drop_(k);
+            (q, k, qs, ks) = (q2, k2, s2, s3);
+        }
+        let mut vs = c;
+        // DynamicCache.update (transformers cache_utils.py) concatenates k/v into the cache,
+        // which the model output keeps; HF disables the cache under gradient checkpointing.
+        if !ckpt && !matches!(a.kind, AttentionKind::Mla { .. }) {
+            let cache_size = ks.max(vs);
+            let kc = self.op(rows * kv_heads * qk_dim * cache_size, &[k], &[], &[], &[]);
+            let vc = self.op(rows * kv_heads * v_dim * cache_size, &[v], &[], &[], &[]);
+            self.drop_(k);
+            self.drop_(v);
+            self.t.retain(kc);
+            self.t.retain(vc);
+            self.out_refs.push(kc);
+            self.out_refs.push(vc);
+            k = kc;
+            ks = cache_size;
+            vs = cache_size;
+            let _ = &mut k;
+            return self
+                .attention_core(q, qs, kc, ks, vc, vs, heads, kv_heads, qk_dim, v_dim, a, lp);
+        }
+        self.attention_core(q, qs, k, ks, v, vs, heads, kv_heads, qk_dim, v_dim, a, lp)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attention_core(
+        &mut self,
+        q: TensorId,
+        qs: u128,
+        k: TensorId,
+        ks: u128,
+        v: TensorId,
+        vs: u128,
+        heads: u128,
+        kv_heads: u128,
+        qk_dim: u128,
+        v_dim: u128,
+        a: &Attention,
+        lp: &LayerParams,
+    ) -> TensorId {
+        let (b, s) = (self.batch, self.seq);
+        let rows = self.tokens;
+        let c = self.compute_size;
+        let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
+        let out = match self.w.attention {
+            AttentionImpl::Sdpa | AttentionImpl::Flash => {
+                // flash kernel: saves q, k, v, output and logsumexp (fp32, B*H*S)
+                // (aten `_scaled_dot_product_flash_attention[_for_cpu]`, derivatives.yaml).
+                let (q2, k2, v2) = if self.amp {
+                    let q2 = if qs != c {
+                        self.cast(q, rows * heads * qk_dim * c)
+                    } else {
+                        q
+                    };
+                    let k2 = if ks != c {
+                        self.cast(k, rows * kv_heads * qk_dim * c)
+                    } else {
+                        k
+                    };
+                    let v2 = if vs != c {
+                        self.cast(v, rows * kv_heads * v_dim * c)
+                    } else {
+                        v
+                    };
+                    (q2, k2, v2)
+                } else {
+                    (q, k, v)
+                };
+                let lse = self.act(b * heads * s * 4, false);
+                let o = self.act(rows * heads * v_dim * c, true);
+                self.t.record(Node {
+                    saved: vec![q2, k2, v2, o, lse],
+                    inputs: vec![q2, k2, v2],
+                    outputs: vec![o],
+                    ..Node::default()
+                });
+                self.drop_(lse);
+                for (new, old) in [(q2, q), (k2, k), (v2, v)] {
+                    if new != old {
+                        self.drop_(new);
+                    }
+                }
+                o
+            }
+            AttentionImpl::Eager => {
+                // eager_attention_forward (models/llama/modeling_llama.py): repeat_kv copies
+                // k/v when kv_heads < heads; scores in the compute dtype; softmax in fp32;
+                // probabilities cast back and saved by the second matmul; output made contiguous.
+                let n_rep = heads / kv_heads.max(1);
+                let (kr, vr) = if n_rep > 1 {
+                    let kr = self.op(rows * heads * qk_dim * ks, &[k], &[], &[], &[]);
+                    let vr = self.op(rows * heads * v_dim * vs, &[v], &[], &[], &[]);
+                    (kr, vr)
+                } else {
+                    self.t.retain(k);
+                    self.t.retain(v);
+                    (k, v)
+                };
+                let x = b * heads * s * s;
+                let (qm, km) = if self.amp {
+                    (
+                        if qs != c {
+                            self.cast(q, rows * heads * qk_dim * c)
+                        } else {
+                            q
+                        },
+                        if ks != c {
+                            self.cast(kr, rows * heads * qk_dim * c)
+                        } else {
+                            kr
+                        },
+                    )
+                } else {
+                    (q, kr)
+                };
+                let scores = self.op(x * c, &[qm, km], &[qm, km], &[], &[]);
+                if qm != q {
+                    self.drop_(qm);
+                }
+                if km != kr {
+                    self.drop_(km);
+                }
+                let scaled = self.op(x * c, &[scores], &[], &[], &[]);
+                self.drop_(scores);
+                let mut cur = scaled;
+                if a.logit_softcap.is_some() {
+                    // Gemma 2: scores / cap; tanh (saves its output); * cap
+                    let d = self.op(x * c, &[cur], &[], &[], &[]);
+                    self.drop_(cur);
+                    let th = self.act(x * c, true);
+                    self.t.record(Node {
+                        saved: vec![th],
+                        inputs: vec![d],
+                        outputs: vec![th],
+                        ..Node::default()
+                    });
+                    self.drop_(d);
+                    let m = self.op(x * c, &[th], &[], &[], &[]);
+                    self.drop_(th);
+                    cur = m;
+                }
+                let masked = self.op(x * c, &[cur], &[], &[], &[]);
+                self.drop_(cur);
+                let f32in = if c != 4 {
+                    self.cast(masked, x * 4)
+                } else {
+                    masked
+                };
+                let probs32 = self.act(x * 4, true);
+                self.t.record(Node {
+                    saved: vec![probs32],
+                    inputs: vec![f32in],
+                    outputs: vec![probs32],
+                    ..Node::default()
+                });
+                if f32in != masked {
+                    self.drop_(f32in);
+                }
+                let probs = if c != 4 {
+                    self.cast(probs32, x * c)
+                } else {
+                    probs32
+                };
+                self.drop_(masked);
+                if probs != probs32 {
+                    self.drop_(probs32);
+                }
+                let probs = self.dropout(probs, x * c, c, self.model.dropout.attention);
+                let vm = if self.amp && vs != c {
+                    self.cast(vr, rows * heads * v_dim * c)
+                } else {
+                    vr
+                };
+                let o = self.op(
+                    rows * heads * v_dim * c,
+                    &[probs, vm],
+                    &[probs, vm],
+                    &[],
+                    &[],
+                );
+                if vm != vr {
+                    self.drop_(vm);
+                }
+                self.drop_(probs);
+                self.drop_(kr);
+                self.drop_(vr);
+                let oc = self.op(rows * heads * v_dim * c, &[o], &[], &[], &[]);
+                self.drop_(o);
+                oc
+            }
+        };
+        self.drop_(q);
+        self.drop_(k);
+        self.drop_(v);
+        let (y, _) = self.linear(out, c, rows, lin(LinearRole::O).unwrap_or(lin_zero()));
+        self.drop_(out);
+        y
+    }
+
+    fn activation(&mut self, x: TensorId, bytes: u128, act: Activation) -> TensorId {
+        match act {
+            // silu/gelu/relu: one op saving its input (relu saves its output)
+            Activation::Silu | Activation::Gelu | Activation::GeluTanh => {
+                self.op(bytes, &[x], &[x], &[], &[])
+            }
+            Activation::Relu => {
+                let y = self.act(bytes, self.rg(x));
+                if self.rg(x) {
+                    self.t.record(Node {
+                        saved: vec![y],
+                        inputs: vec![x],
+                        outputs: vec![y],
+                        ..Node::default()
+                    });
+                }
+                y
+            }
+            Activation::GeluNew => {
+                // 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3))) (transformers activations.py
+                // NewGELUActivation): saved x (pow), tanh output, 0.5*x and 1+tanh.
+                let p3 = self.op(bytes, &[x], &[x], &[], &[]);
+                let s1 = self.op(bytes, &[p3], &[], &[], &[]);
+                self.drop_(p3);
+                let s2 = self.op(bytes, &[x, s1], &[], &[], &[]);
+                self.drop_(s1);
+                let s3 = self.op(bytes, &[s2], &[], &[], &[]);
+                self.drop_(s2);
+                let th = self.act(bytes, true);
+                self.t.record(Node {
+                    saved: vec![th],
+                    inputs: vec![s3],
+                    outputs: vec![th],
+                    ..Node::default()
+                });
+                self.drop_(s3);
+                let one = self.op(bytes, &[th], &[], &[], &[]);
+                self.drop_(th);
+                let half = self.op(bytes, &[x], &[], &[], &[]);
+                let y = self.op(bytes, &[half, one], &[half, one], &[], &[]);
+                self.drop_(half);
+                self.drop_(one);
+                y
+            }
+        }
+    }
+
+    fn dense_mlp(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        rows: u128,
+        d: &DenseMlp,
+        linears: &[(LinearRole, LinearP)],
+    ) -> TensorId {
+        let c = self.compute_size;
+        let i = u128::from(d.intermediate);
+        let lin = |role: LinearRole| linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
+        let hidden_act = if d.gated {
+            let (g, u) = if let Some(gu) = lin(LinearRole::GateUp) {
+                let (y, _) = self.linear(x, x_size, rows, gu);
+                self.t.retain(y);
+                (y, y)
+            } else {
+                let (g, _) =
+                    self.linear(x, x_size, rows, lin(LinearRole::Gate).unwrap_or(lin_zero()));
+                let (u, _) =
+                    self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(lin_zero()));
+                (g, u)
+            };
+            let a = self.activation(g, rows * i * c, d.act);
+            self.drop_(g);
+            let m = self.op(rows * i * c, &[a, u], &[a, u], &[], &[]);
+            self.drop_(a);
+            self.drop_(u);
+            m
+        } else {
+            let (u, _) = self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(lin_zero()));
+            let a = self.activation(u, rows * i * c, d.act);
+            self.drop_(u);
+            self.dropout(a, rows * i * c, c, self.model.dropout.activation)
+        };
+        let (y, _) = self.linear(
+            hidden_act,
+            c,
+            rows,
+            lin(LinearRole::Down).unwrap_or(lin_zero()),
+        );
+        self.drop_(hidden_act);
+        y
+    }
+
+    /// Mixture of experts, transformers 5 (`MixtralSparseMoeBlock` and the shared `experts`
+    /// implementations): router logits, fp32 softmax, top-k; every token visits `top_k` experts,
+    /// so the expert activations sum to `tokens * top_k` rows of one expert MLP.
+    fn moe_mlp(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        lp: &LayerParams,
+        moe: &crate::model::MoeMlp,
+    ) -> TensorId {
+        let rows = self.tokens;
+        let c = self.compute_size;
+        let h = self.hidden;
+        let e = u128::from(moe.num_experts);
+        let k = u128::from(moe.top_k);
+        let router = lp.router.unwrap_or(lin_zero());
+        let (logits, _) = self.linear(x, x_size, rows, router);
+        let probs = self.op(rows * e * 4, &[logits], &[], &[], &[]);
+        self.drop_(logits);
+        let topw = self.op(rows * k * 4, &[probs], &[probs], &[], &[]);
+        self.drop_(probs);
+        // experts: gathered rows (tokens*k), gate/up, act, mul, down, weighted
+        let i = u128::from(moe.expert.intermediate);
+        let ins = if moe.expert.gated { 2 } else { 1 };
+        let ek = rows * k;
+        let gathered = self.op(ek * h * x_size, &[x], &[], &[], &[]);
+        let gu = self.op(
+            ek * ins * i * c,
+            &[gathered],
+            &[gathered],
+            &[lp.experts[0].id],
+            &[],
+        );
+        self.drop_(gathered);
+        let a = self.activation(gu, ek * i * c, moe.expert.act);
+        let m = if moe.expert.gated {
+            self.op(ek * i * c, &[a, gu], &[a, gu], &[], &[])
+        } else {
+            a
+        };
+        if moe.expert.gated {
+            self.drop_(a);
+        }
+        self.drop_(gu);
+        let down = self.op(ek * h * c, &[m], &[m], &[lp.experts[1].id], &[]);
+        self.drop_(m);
+        let weighted = self.op(ek * h * c, &[down, topw], &[down, topw], &[], &[]);
+        self.drop_(down);
+        self.drop_(topw);
+        let mut out = self.op(rows * h * c, &[weighted], &[], &[], &[]);
+        self.drop_(weighted);
+        if let Some(s) = &moe.shared {
+            let so = self.dense_mlp(x, x_size, rows, s, &lp.shared.clone());
+            let so = if let Some(g) = lp.shared_gate {
+                let (gl, _) = self.linear(x, x_size, rows, g);
+                let sg = self.op(rows * c, &[gl], &[], &[], &[]);
+                self.drop_(gl);
+                let y = self.op(rows * h * c, &[so, sg], &[so, sg], &[], &[]);
+                self.drop_(so);
+                self.drop_(sg);
+                y
+            } else {
+                so
+            };
+            let sum = self.op(rows * h * c, &[out, so], &[], &[], &[]);
+            self.drop_(out);
+            self.drop_(so);
+            out = sum;
+        }
+        out
+    }
+
+    /// One decoder layer; returns its output. `x` keeps its reference (the caller drops it).
+    fn layer(&mut self, idx: usize, x: TensorId, x_size: u128, ckpt: bool) -> TensorId {
+        let spec = self.model.layers[idx];
+        let lp = self.layers[idx].clone();
+        let rows = self.tokens;
+        let h = self.hidden;
+        let p_drop = self.model.dropout.residual;
+        let add = |b: &mut Self, a: TensorId, bb: TensorId, size: u128| {
+            b.op(rows * h * size, &[a, bb], &[], &[], &[])
+        };
+        let post = |b: &mut Self,
+                    y: TensorId,
+                    ys: u128,
+                    i: usize,
+                    spec_n: Option<Norm>|
+         -> (TensorId, u128) {
+            match (spec_n, lp.norms[i]) {
+                (Some(n), Some(p)) => {
+                    let (z, zs) = b.norm(y, ys, rows, &n, p);
+                    b.drop_(y);
+                    (z, zs)
+                }
+                _ => (y, ys),
+            }
+        };
+        // residual stream dtype: parameters' dtype (fp32 under autocast: fp32 + bf16 promotes)
+        let rs = if self.amp { 4 } else { x_size };
+        match spec.residual {
+            Residual::Sequential | Residual::PostNorm => {
+                let pre = spec.residual == Residual::Sequential;
+                let (n1, n1s) = match (pre, spec.attn_norm, lp.norms[0]) {
+                    (true, Some(n), Some(p)) => self.norm(x, x_size, rows, &n, p),
+                    _ => {
+                        self.t.retain(x);
+                        (x, x_size)
+                    }
+                };
+                let a = self.attention(n1, n1s, &spec.attention, &lp, ckpt);
+                self.drop_(n1);
+                let (a, _) = post(self, a, self.compute_size, 1, spec.attn_post_norm);
+                let a = self.dropout(a, rows * h * self.compute_size, self.compute_size, p_drop);
+                let mut hdn = add(self, x, a, rs);
+                self.drop_(a);
+                if !pre {
+                    (hdn, _) = post(self, hdn, rs, 0, spec.attn_norm);
+                }
+                let (n2, n2s) = match (pre, spec.mlp_norm, lp.norms[2]) {
+                    (true, Some(n), Some(p)) => self.norm(hdn, rs, rows, &n, p),
+                    _ => {
+                        self.t.retain(hdn);
+                        (hdn, rs)
+                    }
+                };
+                let m = match &spec.mlp {
+                    Mlp::Dense(d) => self.dense_mlp(n2, n2s, rows, d, &lp.linears),
+                    Mlp::Moe(moe) => self.moe_mlp(n2, n2s, &lp, moe),
+                };
+                self.drop_(n2);
+                let (m, _) = post(self, m, self.compute_size, 3, spec.mlp_post_norm);
+                let m = self.dropout(m, rows * h * self.compute_size, self.compute_size, p_drop);
+                let mut out = add(self, hdn, m, rs);
+                self.drop_(m);
+                self.drop_(hdn);
+                if !pre {
+                    (out, _) = post(self, out, rs, 2, spec.mlp_norm);
+                }
+                out
+            }
+            Residual::Parallel => {
+                let (n1, n1s) = match (spec.attn_norm, lp.norms[0]) {
+                    (Some(n), Some(p)) => self.norm(x, x_size, rows, &n, p),
+                    _ => {
+                        self.t.retain(x);
+                        (x, x_size)
+                    }
+                };
+                let (n2, n2s) = match (spec.mlp_norm, lp.norms[2]) {
+                    (Some(n), Some(p)) => self.norm(x, x_size, rows, &n, p),
+                    _ => {
+                        self.t.retain(n1);
+                        (n1, n1s)
+                    }
+                };
+                let a = self.attention(n1, n1s, &spec.attention, &lp, ckpt);
+                self.drop_(n1);
+                let m = match &spec.mlp {
+                    Mlp::Dense(d) => self.dense_mlp(n2, n2s, rows, d, &lp.linears),
+                    Mlp::Moe(moe) => self.moe_mlp(n2, n2s, &lp, moe),
+                };
+                self.drop_(n2);
+                let am = add(self, m, a, self.compute_size);
+                self.drop_(a);
+                self.drop_(m);
+                let am = self.dropout(am, rows * h * self.compute_size, self.compute_size, p_drop);
+                let out = add(self, am, x, rs);
+                self.drop_(am);
+                out
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ the step
+
+    fn embeddings(&mut self) -> (TensorId, u128) {
+        let rows = self.tokens;
+        let e = self.model.embeddings;
+        let s = self.param_size;
+        let dim = u128::from(e.dim);
+        // embedding backward: dense grad_weight (embedding_dense_backward)
+        let emb = self.op(rows * dim * s, &[], &[], &[self.embed.id], &[]);
+        let mut x = emb;
+        if e.projections {
+            // OPT project_in
+            let pin = LinearP {
+                w: P {
+                    id: self.embed.id,
+                    numel: 0,
+                },
+                b: None,
+                lora: None,
+                in_f: dim,
+                out_f: self.hidden,
+            };
+            let (y, _) = self.linear(x, s, rows, pin);
+            x = y;
+        }
+        if let Some(pos) = self.pos_embed {
+            let pe = self.op(self.seq * self.hidden * s, &[], &[], &[pos.id], &[]);
+            let y = self.op(rows * self.hidden * s, &[x, pe], &[], &[], &[]);
+            self.drop_(pe);
+            if x != emb {
+                self.drop_(x);
+            }
+            x = y;
+        }
+        if e.scaled {
+            // Gemma: hidden_states * normalizer (a new tensor)
+            let y = self.op(rows * self.hidden * s, &[x], &[], &[], &[]);
+            if x != emb {
+                self.drop_(x);
+            }
+            x = y;
+        }
+        x = self.dropout(x, rows * self.hidden * s, s, self.model.dropout.embed);
+        // `inputs_embeds` stays referenced by the model's forward until it returns
+        if x != emb {
+            self.out_refs.push(emb);
+        } else {
+            self.t.retain(emb);
+            self.out_refs.push(emb);
+        }
+        (x, s)
+    }
+
+    fn forward_and_loss(&mut self) {
+        let rows = self.tokens;
+        let ckpt = self.w.checkpointing;
+        self.t.set_phase(Phase::Forward);
+        let (mut x, xs) = self.embeddings();
+        // rotary cos/sin tables, [B, S, rotary_dim] in the compute dtype (fp32 under autocast)
+        if let Some(l) = self.model.layers.first() {
+            let dim = match l.attention.kind {
+                AttentionKind::Standard { .. } => l.attention.rotary_dim.map_or(0, u128::from),
+                AttentionKind::Mla {
+                    qk_rope_head_dim, ..
+                } => u128::from(qk_rope_head_dim),
+            };
+            if dim > 0 {
+                let sz = if self.amp { 4 } else { self.param_size };
+                let cos = self.act(rows * dim * sz, false);
+                let sin = self.act(rows * dim * sz, false);
+                self.rope_tables = Some((cos, sin));
+                self.out_refs.push(cos);
+                self.out_refs.push(sin);
+            }
+        }
+        let mut xsize = xs;
+        for i in 0..self.model.layers.len() {
+            let y = if ckpt {
+                self.t.recording = false;
+                let y = self.layer(i, x, xsize, true);
+                self.t.recording = true;
+                self.t.record(Node {
+                    saved: vec![x],
+                    inputs: vec![],
+                    outputs: vec![y],
+                    recompute: Some(i),
+                    ..Node::default()
+                });
+                y
+            } else {
+                self.layer(i, x, xsize, false)
+            };
+            self.drop_(x);
+            x = y;
+            xsize = if self.amp { 4 } else { xsize };
+        }
+        self.t.set_phase(Phase::Loss);
+        let (fx, fs) = match (self.model.head.final_norm, self.final_norm) {
+            (Some(n), Some(p)) => {
+                let r = self.norm(x, xsize, rows, &n, p);
+                self.drop_(x);
+                r
+            }
+            _ => (x, xsize),
+        };
+        let v = u128::from(self.model.embeddings.vocab_size);
+        let dim = u128::from(self.model.embeddings.dim);
+        let head_w = self.lm_head.unwrap_or(self.embed);
+        let head = LinearP {
+            w: P {
+                id: head_w.id,
+                numel: v * dim,
+            },
+            b: None,
+            lora: None,
+            in_f: dim,
+            out_f: v,
+        };
+        let c = self.compute_size;
+        let (mut logits, _) = self.linear(fx, fs, rows, head);
+        self.drop_(fx);
+        if self.model.head.logit_softcap.is_some() {
+            // Gemma 2: logits / cap; tanh; * cap (modeling_gemma2.py)
+            let d = self.op(rows * v * c, &[logits], &[], &[], &[]);
+            self.drop_(logits);
+            let th = self.act(rows * v * c, true);
+            self.t.record(Node {
+                saved: vec![th],
+                inputs: vec![d],
+                outputs: vec![th],
+                ..Node::default()
+            });
+            self.drop_(d);
+            logits = self.op(rows * v * c, &[th], &[], &[], &[]);
+            self.drop_(th);
+        }
+        self.t.retag(logits, Category::LossBuffers);
+        // ForCausalLMLoss (transformers loss/loss_utils.py): logits.float(), then
+        // cross_entropy = log_softmax (fp32 output saved) + nll_loss.
+        let lf = if c != 4 {
+            self.cast(logits, rows * v * 4)
+        } else {
+            logits
+        };
+        self.t.retag(lf, Category::LossBuffers);
+        let ls = self.act(rows * v * 4, true);
+        self.t.retag(ls, Category::LossBuffers);
+        self.t.record(Node {
+            saved: vec![ls],
+            inputs: vec![lf],
+            outputs: vec![ls],
+            ..Node::default()
+        });
+        if lf != logits {
+            self.drop_(lf);
+        }
+        let loss = self.act(4, true);
+        // nll_loss_backward materialises a full fp32 [tokens, vocab] gradient
+        self.t.record(Node {
+            inputs: vec![ls],
+            outputs: vec![loss],
+            ..Node::default()
+        });
+        self.drop_(ls);
+        // the training loop keeps only the loss: outputs (logits, cache) are dropped
+        self.drop_(logits);
+        for r in std::mem::take(&mut self.out_refs) {
+            self.drop_(r);
+        }
+        for r in std::mem::take(&mut self.autocast_cache) {
+            self.drop_(r);
+        }
+        self.t.set_phase(Phase::Backward);
+        self.t.seed_grad(loss);
+        self.backward();
+        self.drop_(loss);
+    }
+
+    fn backward(&mut self) {
+        while let Some(node) = self.t.tape.pop() {
+            if let Some(i) = node.recompute {
+                // non-reentrant checkpoint: the first unpack re-runs the layer's forward with
+                // saving on (torch/utils/checkpoint.py `_checkpoint_hook`), then backward goes on.
+                let x = node.saved[0];
+                let out = node.outputs[0];
+                self.t.tape.push(Node {
+                    saved: vec![x],
+                    ..Node::default()
+                });
+                let xsize = self.t.bytes(x) / (self.tokens * self.hidden).max(1);
+                let y = self.layer(i, x, xsize, true);
+                self.t.move_grad(out, y);
+                self.drop_(y);
+                continue;
+            }
+            self.t.backward_node(&node);
+        }
+    }
+
+    fn optimizer_step(&mut self) {
+        self.t.set_phase(Phase::Optimizer);
+        let sizes: Vec<u128> = self.trainable.iter().map(|p| self.t.bytes(p.id)).collect();
+        let total: u128 = sizes.iter().sum();
+        let largest = sizes.iter().copied().max().unwrap_or(0);
+        match self.w.optimizer {
+            // torch/optim/adam.py `_multi_tensor_adam`: exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs)
+            // is one parameter-sized list alive at once; everything else is in place.
+            Optimizer::Adamw => self.t.transient(total, Category::OptimizerTemporaries),
+            // `_single_tensor_adam`: denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+            // allocates sqrt and the division for one parameter at a time.
+            Optimizer::AdamwForloop => self
+                .t
+                .transient(2 * largest, Category::OptimizerTemporaries),
+            // fused kernel / in-place foreach updates / bitsandbytes kernels: no temporaries
+            Optimizer::AdamwFused
+            | Optimizer::Sgd
+            | Optimizer::SgdMomentum
+            | Optimizer::Adamw8bit => {}
+            // lion-pytorch `update_fn`: exp_avg.clone().mul_(b1).add(grad, ...) = two tensors per param
+            Optimizer::Lion => self
+                .t
+                .transient(2 * largest, Category::OptimizerTemporaries),
+            // torch/optim/_adafactor.py `_multi_tensor_adafactor`: the update
+            // grad * (row_var * col_var) rsqrt is materialised for all params at once
+            Optimizer::Adafactor => self.t.transient(2 * total, Category::OptimizerTemporaries),
+        }
+    }
+
+    /// Optimizer states that exist from the second step on.
+    fn optimizer_states(&mut self) {
+        let mut bytes: u128 = 0;
+        for p in &self.trainable {
+            let b = self.t.bytes(p.id);
+            let numel = p.numel;
+            bytes += match self.w.optimizer {
+                Optimizer::Adamw | Optimizer::AdamwFused | Optimizer::AdamwForloop => 2 * b,
+                // bitsandbytes optim/optimizer.py Optimizer2State.init_state: uint8 states with one
+                // fp32 absmax per 256-element block; tensors under min_8bit_size=4096 keep fp32 states
+                Optimizer::Adamw8bit => {
+                    if numel < 4096 {
+                        2 * numel * 4
+                    } else {
+                        2 * (numel + numel.div_ceil(256) * 4)
+                    }
+                }
+                Optimizer::Sgd => 0,
+                Optimizer::SgdMomentum | Optimizer::Lion => b,
+                // factored second moment: a row and a column vector for matrices
+                Optimizer::Adafactor => {
+                    b / numel.max(1) * numel.min(2 * (numel as f64).sqrt() as u128 + 1)
+                }
+            };
+        }
+        if bytes > 0 {
+            self.t.alloc(bytes, Category::OptimizerStates, false);
+        }
+    }
+
+    pub(crate) fn run(&mut self) {
+        self.build_params();
+        self.optimizer_states();
+        self.t.reset_peak();
+        let micro = self.w.grad_accum.min(2);
+        for _ in 0..micro {
+            self.forward_and_loss();
+        }
+        self.optimizer_step();
+        self.t.zero_grad();
+    }
+}
+
+fn lin_zero() -> LinearP {
+    LinearP {
+        w: P { id: 0, numel: 0 },
+        b: None,
+        lora: None,
+        in_f: 0,
+        out_f: 0,
+    }
+}

@@ -1,0 +1,413 @@
+//! The allocation timeline and a miniature autograd engine replaying PyTorch's.
+//!
+//! Semantics follow PyTorch's eager autograd (`torch/csrc/autograd/engine.cpp`):
+//! a forward op records a node holding its *saved tensors*; backward runs nodes in reverse
+//! creation order; a node's backward allocates the gradients of its inputs (a second gradient
+//! for the same tensor is summed out of place, `InputBuffer::accumulate`), then releases the
+//! gradient of its outputs and its saved tensors. A tensor's storage is freed when the last
+//! Python reference and the last saved reference are gone — exactly what a caching-allocator
+//! tracker (`torch.cuda.max_memory_allocated`, MemTracker) counts.
+
+use serde::Serialize;
+
+/// What a live byte is, for the breakdown at the peak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    /// Model parameters (frozen or trainable).
+    Weights,
+    /// Registered buffers (rotary tables, …).
+    Buffers,
+    /// `.grad` of trainable parameters.
+    Gradients,
+    /// Optimizer states (moments, step counters, master copies).
+    OptimizerStates,
+    /// Forward tensors: saved for backward or still referenced by the forward code.
+    Activations,
+    /// Logits, their fp32 upcast and the log-softmax of the loss.
+    LossBuffers,
+    /// Backward temporaries and gradients of activations.
+    Temporaries,
+    /// Temporaries of the optimizer step (e.g. foreach AdamW's `exp_avg_sq.sqrt()` list).
+    OptimizerTemporaries,
+}
+
+impl Category {
+    /// All categories in report order.
+    pub const ALL: [Category; 8] = [
+        Category::Weights,
+        Category::Buffers,
+        Category::Gradients,
+        Category::OptimizerStates,
+        Category::Activations,
+        Category::LossBuffers,
+        Category::Temporaries,
+        Category::OptimizerTemporaries,
+    ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Phase of the training step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Embeddings and decoder layers.
+    Forward,
+    /// Final norm, LM head and cross-entropy.
+    Loss,
+    /// `loss.backward()`.
+    Backward,
+    /// `optimizer.step()`.
+    Optimizer,
+}
+
+/// Index of a tensor in the timeline.
+pub type TensorId = usize;
+
+#[derive(Debug, Clone)]
+struct TensorRec {
+    bytes: u128,
+    category: Category,
+    refs: u32,
+    live: bool,
+    requires_grad: bool,
+    /// Gradient buffer of this activation during backward.
+    grad: Option<TensorId>,
+    /// For parameters: whether it is trainable, and its persistent `.grad`.
+    param: Option<ParamState>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ParamState {
+    trainable: bool,
+    grad: Option<TensorId>,
+    /// Bytes of the gradient (= parameter bytes; differs only for autocast casts).
+    grad_bytes: u128,
+}
+
+/// A recorded autograd node.
+#[derive(Debug, Clone, Default)]
+pub struct Node {
+    /// Tensors saved for backward (a reference each).
+    pub saved: Vec<TensorId>,
+    /// Activation inputs that need a gradient.
+    pub inputs: Vec<TensorId>,
+    /// Parameters whose gradient this node produces.
+    pub params: Vec<TensorId>,
+    /// Outputs whose gradient this node consumes.
+    pub outputs: Vec<TensorId>,
+    /// Transient bytes of the backward formula, allocated before the input gradients and
+    /// freed right after them.
+    pub backward_temps: Vec<u128>,
+    /// When set, this node stands for a checkpointed segment to recompute first.
+    pub recompute: Option<usize>,
+}
+
+/// The live-bytes timeline with its peak.
+#[derive(Debug, Clone)]
+pub struct Timeline {
+    tensors: Vec<TensorRec>,
+    live: u128,
+    by_category: [u128; 8],
+    peak: u128,
+    peak_by_category: [u128; 8],
+    peak_phase: Phase,
+    phase: Phase,
+    /// The autograd tape.
+    pub tape: Vec<Node>,
+    /// While false, forward ops record nothing (inside a checkpointed segment).
+    pub recording: bool,
+}
+
+impl Default for Timeline {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Timeline {
+    /// An empty timeline.
+    pub fn new() -> Self {
+        Timeline {
+            tensors: Vec::with_capacity(4096),
+            live: 0,
+            by_category: [0; 8],
+            peak: 0,
+            peak_by_category: [0; 8],
+            peak_phase: Phase::Forward,
+            phase: Phase::Forward,
+            tape: Vec::with_capacity(2048),
+            recording: true,
+        }
+    }
+
+    /// Sets the current phase.
+    pub fn set_phase(&mut self, phase: Phase) {
+        self.phase = phase;
+    }
+
+    /// Current phase.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    fn add_live(&mut self, bytes: u128, cat: Category) {
+        self.live += bytes;
+        self.by_category[cat.index()] += bytes;
+        if self.live > self.peak {
+            self.peak = self.live;
+            self.peak_by_category = self.by_category;
+            self.peak_phase = self.phase;
+        }
+    }
+
+    fn sub_live(&mut self, bytes: u128, cat: Category) {
+        self.live -= bytes;
+        self.by_category[cat.index()] -= bytes;
+    }
+
+    /// Allocates a tensor with one (Python) reference.
+    pub fn alloc(&mut self, bytes: u128, category: Category, requires_grad: bool) -> TensorId {
+        let id = self.tensors.len();
+        self.tensors.push(TensorRec {
+            bytes,
+            category,
+            refs: 1,
+            live: true,
+            requires_grad,
+            grad: None,
+            param: None,
+        });
+        self.add_live(bytes, category);
+        id
+    }
+
+    /// Allocates a parameter (never freed).
+    pub fn param(&mut self, bytes: u128, trainable: bool) -> TensorId {
+        let id = self.alloc(bytes, Category::Weights, trainable);
+        self.tensors[id].param = Some(ParamState {
+            trainable,
+            grad: None,
+            grad_bytes: bytes,
+        });
+        id
+    }
+
+    /// Sets the size of a parameter's gradient (fp32 master weights under autocast keep fp32 grads).
+    pub fn set_grad_bytes(&mut self, id: TensorId, bytes: u128) {
+        if let Some(p) = self.tensors[id].param.as_mut() {
+            p.grad_bytes = bytes;
+        }
+    }
+
+    /// Moves a live tensor to another category (e.g. logits to loss buffers).
+    pub fn retag(&mut self, id: TensorId, category: Category) {
+        let t = &self.tensors[id];
+        if t.live {
+            let (b, old) = (t.bytes, t.category);
+            self.by_category[old.index()] -= b;
+            self.by_category[category.index()] += b;
+        }
+        self.tensors[id].category = category;
+    }
+
+    /// Bytes of a tensor.
+    pub fn bytes(&self, id: TensorId) -> u128 {
+        self.tensors[id].bytes
+    }
+
+    /// Whether a tensor requires grad.
+    pub fn requires_grad(&self, id: TensorId) -> bool {
+        self.tensors[id].requires_grad
+    }
+
+    /// Adds a reference (a view kept by Python, a saved tensor).
+    pub fn retain(&mut self, id: TensorId) {
+        self.tensors[id].refs += 1;
+    }
+
+    /// Drops a reference; frees the storage at zero.
+    pub fn release(&mut self, id: TensorId) {
+        let t = &mut self.tensors[id];
+        debug_assert!(t.refs > 0, "double release of tensor {id}");
+        t.refs = t.refs.saturating_sub(1);
+        if t.refs == 0 && t.live {
+            t.live = false;
+            let (b, c) = (t.bytes, t.category);
+            self.sub_live(b, c);
+        }
+    }
+
+    /// Allocates and immediately frees `bytes` (a transient on top of what is live).
+    pub fn transient(&mut self, bytes: u128, category: Category) {
+        self.add_live(bytes, category);
+        self.sub_live(bytes, category);
+    }
+
+    /// Records a node: takes a reference on each saved tensor (only while recording).
+    pub fn record(&mut self, node: Node) {
+        if !self.recording {
+            return;
+        }
+        for &s in &node.saved {
+            self.retain(s);
+        }
+        self.tape.push(node);
+    }
+
+    fn grad_for_input(&mut self, x: TensorId) {
+        let bytes = self.tensors[x].bytes;
+        match self.tensors[x].grad {
+            None => {
+                let g = self.alloc(bytes, Category::Temporaries, false);
+                self.tensors[x].grad = Some(g);
+            }
+            Some(old) => {
+                // new gradient, then `old + new` out of place, then both released
+                let new = self.alloc(bytes, Category::Temporaries, false);
+                let sum = self.alloc(bytes, Category::Temporaries, false);
+                self.release(old);
+                self.release(new);
+                self.tensors[x].grad = Some(sum);
+            }
+        }
+    }
+
+    fn grad_for_param(&mut self, p: TensorId) {
+        let Some(state) = self.tensors[p].param else {
+            return;
+        };
+        if !state.trainable {
+            return;
+        }
+        match state.grad {
+            None => {
+                let g = self.alloc(state.grad_bytes, Category::Gradients, false);
+                if let Some(ps) = self.tensors[p].param.as_mut() {
+                    ps.grad = Some(g);
+                }
+            }
+            // AccumulateGrad: `param.grad += new` in place; the new gradient is transient.
+            Some(_) => self.transient(state.grad_bytes, Category::Temporaries),
+        }
+    }
+
+    /// Runs one node's backward (without recompute handling).
+    pub fn backward_node(&mut self, node: &Node) {
+        let temps: u128 = node.backward_temps.iter().sum();
+        self.add_live(temps, Category::Temporaries);
+        for &x in &node.inputs {
+            if self.tensors[x].requires_grad {
+                self.grad_for_input(x);
+            }
+        }
+        for &p in &node.params {
+            self.grad_for_param(p);
+        }
+        self.sub_live(temps, Category::Temporaries);
+        for &o in &node.outputs {
+            if let Some(g) = self.tensors[o].grad.take() {
+                self.release(g);
+            }
+        }
+        for &s in &node.saved {
+            self.release(s);
+        }
+    }
+
+    /// Moves the pending gradient of `from` onto `to` (a recomputed twin of the same value).
+    pub fn move_grad(&mut self, from: TensorId, to: TensorId) {
+        let g = self.tensors[from].grad.take();
+        self.tensors[to].grad = g;
+    }
+
+    /// Gives a loss tensor its seed gradient (`torch.ones_like(loss)`).
+    pub fn seed_grad(&mut self, loss: TensorId) {
+        let b = self.tensors[loss].bytes;
+        let g = self.alloc(b, Category::Temporaries, false);
+        self.tensors[loss].grad = Some(g);
+    }
+
+    /// Gradient tensor of a parameter, if it exists.
+    pub fn param_grad(&self, p: TensorId) -> Option<TensorId> {
+        self.tensors[p].param.and_then(|s| s.grad)
+    }
+
+    /// Drops every parameter's `.grad` (`zero_grad(set_to_none=True)`).
+    pub fn zero_grad(&mut self) {
+        for i in 0..self.tensors.len() {
+            if let Some(g) = self.tensors[i].param.as_mut().and_then(|s| s.grad.take()) {
+                self.release(g);
+            }
+        }
+    }
+
+    /// Live bytes now.
+    pub fn live(&self) -> u128 {
+        self.live
+    }
+
+    /// Peak live bytes so far.
+    pub fn peak(&self) -> u128 {
+        self.peak
+    }
+
+    /// Breakdown at the peak, in [`Category::ALL`] order.
+    pub fn peak_breakdown(&self) -> [u128; 8] {
+        self.peak_by_category
+    }
+
+    /// Phase in which the peak occurred.
+    pub fn peak_phase(&self) -> Phase {
+        self.peak_phase
+    }
+
+    /// Forgets the peak (steady-state measurement starts now).
+    pub fn reset_peak(&mut self) {
+        self.peak = self.live;
+        self.peak_by_category = self.by_category;
+        self.peak_phase = self.phase;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn saved_tensor_outlives_python_reference() {
+        let mut t = Timeline::new();
+        let w = t.param(100, true);
+        let x = t.alloc(10, Category::Activations, true);
+        let y = t.alloc(20, Category::Activations, true);
+        t.record(Node {
+            saved: vec![x],
+            inputs: vec![x],
+            params: vec![w],
+            outputs: vec![y],
+            ..Node::default()
+        });
+        t.release(x); // python drops x, autograd keeps it
+        assert_eq!(t.live(), 130);
+        t.seed_grad(y);
+        let node = t.tape.pop().unwrap();
+        t.backward_node(&node);
+        // x freed, y's grad freed, x's grad (10) and w's grad (100) remain, y still referenced
+        assert_eq!(t.live(), 100 + 20 + 10 + 100);
+        assert_eq!(t.peak(), 100 + 10 + 20 + 20 + 10 + 100);
+    }
+
+    #[test]
+    fn second_gradient_is_summed_out_of_place() {
+        let mut t = Timeline::new();
+        let x = t.alloc(8, Category::Activations, true);
+        t.grad_for_input(x);
+        let before = t.live();
+        t.grad_for_input(x);
+        assert_eq!(t.live(), before);
+        assert_eq!(t.peak(), before + 16);
+    }
+}
