@@ -183,10 +183,13 @@ impl Attention {
                 let o = heads * u128::from(v_head_dim) * h;
                 let mut p = q + kv + o;
                 if self.qkv_bias {
-                    // attention_bias=True adds biases to q_a/q_proj, kv_a_proj_with_mqa
+                    // attention_bias=True adds biases to q_a_proj and kv_a_proj_with_mqa only;
+                    // the plain q_proj (no q_lora_rank) and q_b/kv_b_proj are always bias=False
+                    // (transformers 5.23 `models/deepseek_v3/modeling_deepseek_v3.py`
+                    // DeepseekV3Attention.__init__).
                     p += match q_lora_rank {
                         Some(r) => u128::from(r),
-                        None => heads * qk_head,
+                        None => 0,
                     } + kvr
                         + u128::from(qk_rope_head_dim);
                 }

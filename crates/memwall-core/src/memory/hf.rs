@@ -26,6 +26,11 @@ pub enum Kernels {
 struct P {
     id: TensorId,
     numel: u128,
+    /// Size of the last dimension (1 for vectors): Adafactor factors matrices as
+    /// `row_var` (numel / cols elements) and `col_var` (`cols` elements per leading index).
+    cols: u128,
+    /// Size of the second-to-last dimension (0 for vectors).
+    rows: u128,
 }
 
 /// One linear layer's parameters and adapters.
@@ -60,6 +65,8 @@ pub(crate) struct Builder<'a> {
     layers: Vec<LayerParams>,
     embed: P,
     pos_embed: Option<P>,
+    /// OPT `project_in` / `project_out`
+    projections: Option<(LinearP, LinearP)>,
     final_norm: Option<(P, Option<P>)>,
     lm_head: Option<P>,
     /// tensors whose Python reference lives until the model outputs are dropped
@@ -123,8 +130,14 @@ impl<'a> Builder<'a> {
             tokens,
             hidden: u128::from(model.hidden_size),
             layers: Vec::new(),
-            embed: P { id: 0, numel: 0 },
+            embed: P {
+                id: 0,
+                numel: 0,
+                rows: 0,
+                cols: 1,
+            },
             pos_embed: None,
+            projections: None,
             final_norm: None,
             lm_head: None,
             out_refs: Vec::new(),
@@ -139,9 +152,19 @@ impl<'a> Builder<'a> {
     // ------------------------------------------------------------------ parameters
 
     fn new_param(&mut self, numel: u128, trainable_base: bool) -> P {
+        self.new_matrix(numel, 0, 1, trainable_base)
+    }
+
+    /// A parameter of shape [.., rows, cols] (`rows == 0` for a vector).
+    fn new_matrix(&mut self, numel: u128, rows: u128, cols: u128, trainable_base: bool) -> P {
         let trainable = trainable_base && self.w.lora.is_none();
         let id = self.t.param(numel * self.param_size, trainable);
-        let p = P { id, numel };
+        let p = P {
+            id,
+            numel,
+            rows,
+            cols,
+        };
         self.param_count += numel;
         if trainable {
             self.trainable.push(p);
@@ -150,9 +173,14 @@ impl<'a> Builder<'a> {
         p
     }
 
-    fn new_adapter(&mut self, numel: u128) -> P {
+    fn new_adapter(&mut self, numel: u128, rows: u128, cols: u128) -> P {
         let id = self.t.param(numel * self.adapter_size, true);
-        let p = P { id, numel };
+        let p = P {
+            id,
+            numel,
+            rows,
+            cols,
+        };
         self.param_count += numel;
         self.trainable.push(p);
         self.trainable_count += numel;
@@ -166,14 +194,15 @@ impl<'a> Builder<'a> {
         out_f: u128,
         bias: bool,
     ) -> LinearP {
-        let w = self.new_param(in_f * out_f, true);
+        // nn.Linear.weight is [out_features, in_features]
+        let w = self.new_matrix(in_f * out_f, out_f, in_f, true);
         let b = bias.then(|| self.new_param(out_f, true));
         let lora = match role {
             Some(r) if is_lora_target(self.model, self.w, r) => {
                 let rank = u128::from(self.w.lora.as_ref().map_or(0, |l| l.rank));
                 Some((
-                    self.new_adapter(rank * in_f),
-                    self.new_adapter(out_f * rank),
+                    self.new_adapter(rank * in_f, rank, in_f),
+                    self.new_adapter(out_f * rank, out_f, rank),
                 ))
             }
             _ => None,
@@ -197,17 +226,23 @@ impl<'a> Builder<'a> {
         let m = self.model;
         let h = self.hidden;
         let e = &m.embeddings;
-        self.embed = self.new_param(u128::from(e.vocab_size) * u128::from(e.dim), true);
+        let (v, dim) = (u128::from(e.vocab_size), u128::from(e.dim));
+        self.embed = self.new_matrix(v * dim, v, dim, true);
         self.pos_embed = e
             .learned_positions
-            .map(|p| self.new_param(u128::from(p) * h, true));
+            .map(|p| self.new_matrix(u128::from(p) * h, u128::from(p), h, true));
+        if e.projections {
+            let pin = self.new_linear(None, dim, h, false);
+            let pout = self.new_linear(None, h, dim, false);
+            self.projections = Some((pin, pout));
+        }
         for layer in &m.layers {
             let lp = self.layer_params(layer);
             self.layers.push(lp);
         }
         self.final_norm = m.head.final_norm.as_ref().map(|n| self.new_norm(n));
         if !m.head.tied {
-            self.lm_head = Some(self.new_param(u128::from(e.vocab_size) * u128::from(e.dim), true));
+            self.lm_head = Some(self.new_matrix(v * dim, v, dim, true));
             if m.head.bias {
                 self.new_param(u128::from(e.vocab_size), true);
             }
@@ -316,8 +351,8 @@ impl<'a> Builder<'a> {
                 // transformers 5 stores each expert kind as one 3-D parameter
                 // (`gate_up_proj` [E, 2I, H] and `down_proj` [E, H, I]).
                 let ins = if moe.expert.gated { 2 } else { 1 };
-                let gu = self.new_param(e * ins * i * h, true);
-                let down = self.new_param(e * i * h, true);
+                let gu = self.new_matrix(e * ins * i * h, ins * i, h, true);
+                let down = self.new_matrix(e * i * h, h, i, true);
                 lp.experts = vec![gu, down];
                 if moe.expert.bias {
                     lp.experts.push(self.new_param(e * (ins * i + h), true));
@@ -1261,18 +1296,10 @@ impl<'a> Builder<'a> {
         let mut x = emb;
         if e.projections {
             // OPT project_in
-            let pin = LinearP {
-                w: P {
-                    id: self.embed.id,
-                    numel: 0,
-                },
-                b: None,
-                lora: None,
-                in_f: dim,
-                out_f: self.hidden,
-            };
-            let (y, _) = self.linear(x, s, rows, pin);
-            x = y;
+            if let Some((pin, _)) = self.projections {
+                let (y, _) = self.linear(x, s, rows, pin);
+                x = y;
+            }
         }
         if let Some(pos) = self.pos_embed {
             let pe = self.op(self.seq * self.hidden * s, &[], &[], &[pos.id], &[]);
@@ -1354,13 +1381,21 @@ impl<'a> Builder<'a> {
             }
             _ => (x, xsize),
         };
+        let (fx, fs) = match self.projections {
+            Some((_, pout)) => {
+                let (y, ys) = self.linear(fx, fs, rows, pout);
+                self.drop_(fx);
+                (y, ys)
+            }
+            None => (fx, fs),
+        };
         let v = u128::from(self.model.embeddings.vocab_size);
         let dim = u128::from(self.model.embeddings.dim);
         let head_w = self.lm_head.unwrap_or(self.embed);
         let head = LinearP {
             w: P {
-                id: head_w.id,
                 numel: v * dim,
+                ..head_w
             },
             b: None,
             lora: None,
@@ -1471,9 +1506,9 @@ impl<'a> Builder<'a> {
             Optimizer::Lion => self
                 .t
                 .transient(2 * largest, Category::OptimizerTemporaries),
-            // torch/optim/_adafactor.py `_multi_tensor_adafactor`: the update
-            // grad * (row_var * col_var) rsqrt is materialised for all params at once
-            Optimizer::Adafactor => self.t.transient(2 * total, Category::OptimizerTemporaries),
+            // torch/optim/_adafactor.py `_multi_tensor_adafactor`: `var_estimates = [row_var @ col_var]`
+            // (or `variance.clone()` for vectors) is one parameter-sized list, updated in place
+            Optimizer::Adafactor => self.t.transient(total, Category::OptimizerTemporaries),
         }
     }
 
@@ -1522,7 +1557,12 @@ impl<'a> Builder<'a> {
 
 fn lin_zero() -> LinearP {
     LinearP {
-        w: P { id: 0, numel: 0 },
+        w: P {
+            id: 0,
+            numel: 0,
+            rows: 0,
+            cols: 1,
+        },
         b: None,
         lora: None,
         in_f: 0,
