@@ -449,6 +449,12 @@ impl<'a> Builder<'a> {
         self.op(out_bytes, &[x], &[], &[], &[])
     }
 
+    /// Another reference to the same tensor (a view).
+    fn retain_id(&mut self, x: TensorId) -> TensorId {
+        self.t.retain(x);
+        x
+    }
+
     fn drop_(&mut self, x: TensorId) {
         self.t.release(x);
     }
@@ -864,7 +870,83 @@ impl<'a> Builder<'a> {
         let rows = self.tokens;
         let c = self.compute_size;
         let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
+        let attn_dropout = if self.w.dropout {
+            self.model.dropout.attention
+        } else {
+            0.0
+        };
+        let cpu_math = self.kernels == Kernels::Cpu
+            && self.w.attention == AttentionImpl::Sdpa
+            && attn_dropout > 0.0;
         let out = match self.w.attention {
+            AttentionImpl::Sdpa if cpu_math => {
+                // On CPU, SDPA with dropout has no fused kernel and runs
+                // `_scaled_dot_product_attention_math` (aten/src/ATen/native/transformers/attention.cpp):
+                // bf16/fp16 q, k, v are upcast to fp32, q and k scaled, k^T made contiguous,
+                // scores and `_safe_softmax` in fp32, dropout noise of the same size, probs @ v,
+                // result cast back. Saved: scaled q, k^T copy, probs, noise, dropped probs, v.
+                let x = b * heads * s * s;
+                let w = 4;
+                let nq = rows * heads * qk_dim;
+                let nk = rows * kv_heads * qk_dim;
+                let nv = rows * kv_heads * v_dim;
+                let (q32, k32, v32) = (
+                    if qs != w {
+                        self.cast(q, nq * w)
+                    } else {
+                        self.retain_id(q)
+                    },
+                    if ks != w {
+                        self.cast(k, nk * w)
+                    } else {
+                        self.retain_id(k)
+                    },
+                    if vs != w {
+                        self.cast(v, nv * w)
+                    } else {
+                        self.retain_id(v)
+                    },
+                );
+                let qsc = self.op(nq * w, &[q32], &[], &[], &[]);
+                self.drop_(q32);
+                let ksc = self.op(nk * w, &[k32], &[], &[], &[]);
+                self.drop_(k32);
+                let kt = self.op(nk * w, &[ksc], &[], &[], &[]);
+                self.drop_(ksc);
+                let scores = self.op(x * w, &[qsc, kt], &[qsc, kt], &[], &[]);
+                self.drop_(qsc);
+                self.drop_(kt);
+                let masked = self.op(x * w, &[scores], &[], &[], &[]);
+                self.drop_(scores);
+                let probs = self.act(x * w, true);
+                self.t.record(Node {
+                    saved: vec![probs],
+                    inputs: vec![masked],
+                    outputs: vec![probs],
+                    ..Node::default()
+                });
+                self.drop_(masked);
+                let dropped = self.dropout(probs, x * w, w, attn_dropout);
+                let o32 = self.op(
+                    rows * heads * v_dim * w,
+                    &[dropped, v32],
+                    &[dropped, v32],
+                    &[],
+                    &[],
+                );
+                self.drop_(dropped);
+                self.drop_(v32);
+                let o = if c != w {
+                    self.cast(o32, rows * heads * v_dim * c)
+                } else {
+                    self.retain_id(o32)
+                };
+                self.drop_(o32);
+                // [B, H, S, D] -> [B, S, H*D] contiguous copy
+                let oc = self.op(rows * heads * v_dim * c, &[o], &[], &[], &[]);
+                self.drop_(o);
+                oc
+            }
             AttentionImpl::Sdpa | AttentionImpl::Flash => {
                 // flash kernel: saves q, k, v, output and logsumexp (fp32, B*H*S)
                 // (aten `_scaled_dot_product_flash_attention[_for_cpu]`, derivatives.yaml).
