@@ -37,6 +37,8 @@ struct P {
 #[derive(Debug, Clone, Copy)]
 struct LinearP {
     w: P,
+    /// Base weight stored as bitsandbytes NF4 (QLoRA).
+    nf4: bool,
     b: Option<P>,
     lora: Option<(P, P)>,
     in_f: u128,
@@ -195,6 +197,35 @@ impl<'a> Builder<'a> {
         bias: bool,
     ) -> LinearP {
         // nn.Linear.weight is [out_features, in_features]
+        let qlora = role.is_some() && self.w.lora.as_ref().is_some_and(|l| l.qlora);
+        if qlora {
+            // bitsandbytes Linear4bit: frozen NF4 weight; the bias stays in the compute dtype
+            let id = self.t.param(nf4_bytes(in_f * out_f), false);
+            self.param_count += in_f * out_f;
+            let w = P {
+                id,
+                numel: in_f * out_f,
+                rows: out_f,
+                cols: in_f,
+            };
+            let b = bias.then(|| self.new_param(out_f, true));
+            let rank = u128::from(self.w.lora.as_ref().map_or(0, |l| l.rank));
+            let lora = match role {
+                Some(r) if is_lora_target(self.model, self.w, r) => Some((
+                    self.new_adapter(rank * in_f, rank, in_f),
+                    self.new_adapter(out_f * rank, out_f, rank),
+                )),
+                _ => None,
+            };
+            return LinearP {
+                w,
+                nf4: true,
+                b,
+                lora,
+                in_f,
+                out_f,
+            };
+        }
         let w = self.new_matrix(in_f * out_f, out_f, in_f, true);
         let b = bias.then(|| self.new_param(out_f, true));
         let lora = match role {
@@ -208,6 +239,7 @@ impl<'a> Builder<'a> {
             _ => None,
         };
         LinearP {
+            nf4: false,
             w,
             b,
             lora,
@@ -473,7 +505,16 @@ impl<'a> Builder<'a> {
         if let Some(b) = lin.b {
             params.push(b.id);
         }
-        let y = if self.amp {
+        let y = if lin.nf4 {
+            // bitsandbytes MatMul4Bit (autograd/_functions.py) with the dequant + F.linear path of
+            // `gemm_4bit` for training-sized inputs (backends/cuda/ops.py): the weight is
+            // dequantised to the input dtype for the forward and again in backward; nothing of the
+            // frozen weight is saved.
+            let dq = lin.w.numel * x_size + lin.w.numel.div_ceil(NF4_BLOCK) * 4;
+            self.t
+                .transient(dq + rows * lin.out_f * x_size, Category::Activations);
+            self.op(rows * lin.out_f * x_size, &[x], &[], &params, &[dq])
+        } else if self.amp {
             let wc = self.t.alloc(lin.w.numel * c, Category::Activations, false);
             self.autocast_cache.push(wc);
             let xc = if x_size != c {
@@ -1475,6 +1516,7 @@ impl<'a> Builder<'a> {
         let dim = u128::from(self.model.embeddings.dim);
         let head_w = self.lm_head.unwrap_or(self.embed);
         let head = LinearP {
+            nf4: false,
             w: P {
                 numel: v * dim,
                 ..head_w
@@ -1637,8 +1679,21 @@ impl<'a> Builder<'a> {
     }
 }
 
+/// NF4 block size (bitsandbytes `quantize_4bit` default blocksize=64).
+const NF4_BLOCK: u128 = 64;
+
+/// Bytes of one NF4 weight with double quantisation (bitsandbytes functional.py `quantize_4bit`
+/// with `compress_statistics=True`): packed nibbles, one uint8 absmax per 64-block, those
+/// absmax quantised in blocks of 256 with an fp32 absmax each, an fp32 offset, and the
+/// 16-entry fp32 NF4 code of the QuantState.
+fn nf4_bytes(numel: u128) -> u128 {
+    let blocks = numel.div_ceil(NF4_BLOCK);
+    numel.div_ceil(2) + blocks + blocks.div_ceil(256) * 4 + 4 + 16 * 4
+}
+
 fn lin_zero() -> LinearP {
     LinearP {
+        nf4: false,
         w: P {
             id: 0,
             numel: 0,
