@@ -119,6 +119,11 @@ pub struct Attention {
     pub sliding_window: Option<u64>,
     /// Gemma 2 `attn_logit_softcapping`.
     pub logit_softcap: Option<f64>,
+    /// Eager attention computes the softmax in fp32 and casts the probabilities back
+    /// (`softmax(..., dtype=torch.float32).to(query.dtype)` in Llama's `eager_attention_forward`
+    /// and its copies); GPT-2 (`modeling_gpt2.py`) and Falcon (`modeling_falcon.py`) take the
+    /// softmax in the compute dtype.
+    pub eager_softmax_fp32: bool,
 }
 
 impl Attention {
@@ -527,6 +532,7 @@ pub(crate) mod tests {
                 rotary_dim: Some(128),
                 sliding_window: None,
                 logit_softcap: None,
+                eager_softmax_fp32: true,
             },
             mlp: Mlp::Dense(DenseMlp {
                 intermediate: 11008,

@@ -1,1 +1,142 @@
 //! Parsers for model files: Hugging Face `config.json` → [`memwall_core::ModelDesc`].
+//!
+//! Semantics follow transformers 5.23: each family's normaliser reads the keys its
+//! `configuration_*.py` class declares, applies that class's defaults to keys that are absent,
+//! and builds the modules its `modeling_*.py` instantiates (every rule cites its source).
+//! The only defaults applied are those config-class defaults, with one deliberate exception:
+//! a top-level config must state its core sizes (`vocab_size`, hidden size, layers, heads),
+//! because a saved config always does and the class default (a 7B-shaped model) would be
+//! silently wrong. Nested `text_config`s are saved as diffs against their class defaults,
+//! so there the defaults apply to every key.
+//!
+//! Sizes are bounded (see [`limits`]); anything missing, out of range or inconsistent is a
+//! [`FormatError`] naming the field, never a panic.
+
+mod error;
+mod families;
+mod raw;
+mod resolve;
+
+pub use error::FormatError;
+pub use resolve::limits;
+
+use memwall_core::ModelDesc;
+use serde_json::Value;
+
+/// Parses the text of a Hugging Face `config.json` into a fully resolved [`ModelDesc`].
+pub fn parse_hf_config(json: &str) -> Result<ModelDesc, FormatError> {
+    let value: Value = serde_json::from_str(json).map_err(|e| FormatError::Json {
+        line: e.line(),
+        column: e.column(),
+        message: e.to_string(),
+    })?;
+    let Value::Object(obj) = value else {
+        return Err(FormatError::WrongType {
+            field: "(root)".into(),
+            message: "expected a JSON object".into(),
+            hint: "config.json is one JSON object of `key: value` pairs".into(),
+        });
+    };
+    let raw = raw::HfConfig::from_object(&obj, "")?;
+    families::normalise(&raw)
+}
+
+/// The `model_type` values [`parse_hf_config`] accepts, sorted.
+pub fn supported_model_types() -> &'static [&'static str] {
+    families::SUPPORTED
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use memwall_core::model::{AttentionKind, LinearRole, Mlp};
+
+    fn parse(text: &str) -> ModelDesc {
+        match parse_hf_config(text) {
+            Ok(d) => d,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn gemma3_windows_follow_the_pattern() {
+        let d = parse(
+            r#"{"model_type":"gemma3_text","vocab_size":100,"hidden_size":64,"num_hidden_layers":12,"num_attention_heads":4,"num_key_value_heads":1,"head_dim":16,"sliding_window":512}"#,
+        );
+        let global: Vec<usize> = (0..12)
+            .filter(|&i| d.layers[i].attention.sliding_window.is_none())
+            .collect();
+        assert_eq!(global, vec![5, 11]);
+        assert_eq!(d.layers[0].attention.sliding_window, Some(512));
+        assert!(d.embeddings.scaled && d.head.tied);
+    }
+
+    #[test]
+    fn qwen2_windows_need_use_sliding_window() {
+        let base = r#""model_type":"qwen2","vocab_size":100,"hidden_size":64,"num_hidden_layers":4,"num_attention_heads":4,"num_key_value_heads":2,"sliding_window":32,"max_window_layers":2"#;
+        let off = parse(&format!("{{{base}}}"));
+        assert!(off
+            .layers
+            .iter()
+            .all(|l| l.attention.sliding_window.is_none()));
+        let on = parse(&format!("{{{base},\"use_sliding_window\":true}}"));
+        let w: Vec<_> = on
+            .layers
+            .iter()
+            .map(|l| l.attention.sliding_window)
+            .collect();
+        assert_eq!(w, vec![None, None, Some(32), Some(32)]);
+    }
+
+    #[test]
+    fn deepseek_first_layers_are_dense_and_names_follow_mla() {
+        let d = parse(
+            r#"{"model_type":"deepseek_v3","vocab_size":100,"hidden_size":64,"num_hidden_layers":4,"num_attention_heads":4,"first_k_dense_replace":2,"n_routed_experts":8,"n_group":2,"topk_group":1,"num_experts_per_tok":2,"q_lora_rank":null}"#,
+        );
+        let moe: Vec<bool> = d
+            .layers
+            .iter()
+            .map(|l| matches!(l.mlp, Mlp::Moe(_)))
+            .collect();
+        assert_eq!(moe, vec![false, false, true, true]);
+        assert!(matches!(
+            d.layers[0].attention.kind,
+            AttentionKind::Mla {
+                q_lora_rank: None,
+                ..
+            }
+        ));
+        assert!(d
+            .linear_names
+            .iter()
+            .any(|(r, n)| *r == LinearRole::Q && n == "q_proj"));
+        assert!(!d.linear_names.iter().any(|(r, _)| *r == LinearRole::QA));
+    }
+
+    #[test]
+    fn gpt2_defaults_n_inner_and_reads_aliases() {
+        let d = parse(
+            r#"{"model_type":"gpt2","vocab_size":100,"hidden_size":64,"num_hidden_layers":2,"n_head":4}"#,
+        );
+        let Mlp::Dense(m) = d.layers[0].mlp else {
+            panic!("dense")
+        };
+        assert_eq!(m.intermediate, 256);
+        assert_eq!(d.embeddings.learned_positions, Some(1024));
+        assert!((d.dropout.embed - 0.1).abs() < 1e-12);
+    }
+
+    #[test]
+    fn legacy_falcon_name_gets_a_specific_hint() {
+        let e = parse_hf_config(r#"{"model_type":"RefinedWeb"}"#).unwrap_err();
+        assert!(e.to_string().contains("legacy"), "{e}");
+    }
+
+    #[test]
+    fn supported_types_are_sorted() {
+        let t = supported_model_types();
+        assert!(t.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(t.len(), 19);
+    }
+}

@@ -15,9 +15,10 @@ use crate::workload::{AttentionImpl, Optimizer, Precision, TrainWorkload};
 /// Which device's kernels the simulation follows where CPU and CUDA differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernels {
-    /// CUDA: `native_dropout` keeps a 1-byte mask.
+    /// CUDA: `native_dropout` keeps a 1-byte mask; the caching allocator rounds blocks to 512 bytes.
     Cuda,
-    /// CPU (what the fake-tensor truth harness runs): dropout keeps a noise tensor of the input's dtype.
+    /// CPU (what the fake-tensor truth harness runs): dropout keeps a noise tensor of the input's
+    /// dtype, SDPA with dropout falls back to the math kernel, and sizes are not rounded.
     Cpu,
 }
 
@@ -117,7 +118,9 @@ impl<'a> Builder<'a> {
         let adapter_size = 4;
         let tokens = u128::from(w.batch) * u128::from(w.seq);
         let mut t = Timeline::new();
-        let _ = &mut t;
+        if kernels == Kernels::Cuda {
+            t.granularity = 512;
+        }
         Builder {
             t,
             model,
@@ -476,6 +479,19 @@ impl<'a> Builder<'a> {
         y
     }
 
+    /// `a * b` of two tensors: each operand is saved only if the other needs a gradient
+    /// (`tools/autograd/derivatives.yaml`, `mul.Tensor`).
+    fn mul(&mut self, a: TensorId, b: TensorId, out_bytes: u128) -> TensorId {
+        let mut saved = Vec::with_capacity(2);
+        if self.rg(b) {
+            saved.push(a);
+        }
+        if self.rg(a) {
+            saved.push(b);
+        }
+        self.op(out_bytes, &[a, b], &saved, &[], &[])
+    }
+
     /// A cast (`.to(dtype)`): new tensor, nothing saved; gradient cast back.
     fn cast(&mut self, x: TensorId, out_bytes: u128) -> TensorId {
         self.op(out_bytes, &[x], &[], &[], &[])
@@ -609,14 +625,18 @@ impl<'a> Builder<'a> {
                 let x32 = if x_size != 4 { self.cast(x, n * 4) } else { x };
                 self.t.transient(n * 4, Category::Activations); // pow(2), freed after mean
                 let rs = self.op(rows * 4, &[x32], &[x32], &[], &[]);
-                let h32 = self.op(n * 4, &[x32, rs], &[x32, rs], &[], &[]);
+                let h32 = self.mul(x32, rs, n * 4);
                 let hd = if x_size != 4 {
                     self.cast(h32, n * x_size)
                 } else {
                     h32
                 };
                 // backward of the decomposed norm holds up to four fp32 row-sized temporaries
-                let y = self.op(n * x_size, &[hd], &[hd], &params, &[4 * n * 4]);
+                // mul saves `hd` only for the weight's gradient (derivatives.yaml: mul saves `other`
+                // when `self` needs grad and `self` when `other` does)
+                let w_tr = self.trainable(&p.0);
+                let saved: &[TensorId] = if w_tr { &[hd] } else { &[] };
+                let y = self.op(n * x_size, &[hd], saved, &params, &[4 * n * 4]);
                 if hd != h32 {
                     self.drop_(h32);
                 }
@@ -633,8 +653,10 @@ impl<'a> Builder<'a> {
                 let x32 = if x_size != 4 { self.cast(x, n * 4) } else { x };
                 self.t.transient(n * 4, Category::Activations);
                 let rs = self.op(rows * 4, &[x32], &[x32], &[], &[]);
-                let h32 = self.op(n * 4, &[x32, rs], &[x32, rs], &[], &[]);
-                let out32 = self.op(n * 4, &[h32], &[h32], &params, &[4 * n * 4]);
+                let h32 = self.mul(x32, rs, n * 4);
+                let w_tr = self.trainable(&p.0);
+                let saved: &[TensorId] = if w_tr { &[h32] } else { &[] };
+                let out32 = self.op(n * 4, &[h32], saved, &params, &[4 * n * 4]);
                 self.drop_(h32);
                 self.drop_(rs);
                 if x32 != x {
@@ -954,7 +976,7 @@ impl<'a> Builder<'a> {
                 self.drop_(k32);
                 let kt = self.op(nk * w, &[ksc], &[], &[], &[]);
                 self.drop_(ksc);
-                let scores = self.op(x * w, &[qsc, kt], &[qsc, kt], &[], &[]);
+                let scores = self.mul(qsc, kt, x * w);
                 self.drop_(qsc);
                 self.drop_(kt);
                 let masked = self.op(x * w, &[scores], &[], &[], &[]);
@@ -1042,6 +1064,14 @@ impl<'a> Builder<'a> {
                     (k, v)
                 };
                 let x = b * heads * s * s;
+                // A query that is still a strided view of a fused qkv output (no rotary copy in
+                // between, GPT-2) is copied by matmul's reshape to [B*H, S, D].
+                let qcopy = a.fused_qkv && a.rotary_dim.is_none();
+                let q = if qcopy {
+                    self.op(rows * heads * qk_dim * qs, &[q], &[], &[], &[])
+                } else {
+                    q
+                };
                 let (qm, km) = if self.amp {
                     (
                         if qs != c {
@@ -1058,7 +1088,7 @@ impl<'a> Builder<'a> {
                 } else {
                     (q, kr)
                 };
-                let scores = self.op(x * c, &[qm, km], &[qm, km], &[], &[]);
+                let scores = self.mul(qm, km, x * c);
                 if qm != q {
                     self.drop_(qm);
                 }
@@ -1086,12 +1116,14 @@ impl<'a> Builder<'a> {
                 }
                 let masked = self.op(x * c, &[cur], &[], &[], &[]);
                 self.drop_(cur);
-                let f32in = if c != 4 {
-                    self.cast(masked, x * 4)
+                // softmax saves its output; llama-style upcasts to fp32 and casts back
+                let sm = if a.eager_softmax_fp32 { 4 } else { c };
+                let f32in = if c != sm {
+                    self.cast(masked, x * sm)
                 } else {
                     masked
                 };
-                let probs32 = self.act(x * 4, true);
+                let probs32 = self.act(x * sm, true);
                 self.t.record(Node {
                     saved: vec![probs32],
                     inputs: vec![f32in],
@@ -1101,7 +1133,7 @@ impl<'a> Builder<'a> {
                 if f32in != masked {
                     self.drop_(f32in);
                 }
-                let probs = if c != 4 {
+                let probs = if c != sm {
                     self.cast(probs32, x * c)
                 } else {
                     probs32
@@ -1131,6 +1163,9 @@ impl<'a> Builder<'a> {
                 self.drop_(vr);
                 let oc = self.op(rows * heads * v_dim * c, &[o], &[], &[], &[]);
                 self.drop_(o);
+                if qcopy {
+                    self.drop_(q);
+                }
                 oc
             }
         };
@@ -1181,7 +1216,7 @@ impl<'a> Builder<'a> {
                 let one = self.op(bytes, &[th], &[], &[], &[]);
                 self.drop_(th);
                 let half = self.op(bytes, &[x], &[], &[], &[]);
-                let y = self.op(bytes, &[half, one], &[half, one], &[], &[]);
+                let y = self.mul(half, one, bytes);
                 self.drop_(half);
                 self.drop_(one);
                 y
@@ -1214,7 +1249,7 @@ impl<'a> Builder<'a> {
             };
             let a = self.activation(g, rows * i * c, d.act);
             self.drop_(g);
-            let m = self.op(rows * i * c, &[a, u], &[a, u], &[], &[]);
+            let m = self.mul(a, u, rows * i * c);
             self.drop_(a);
             self.drop_(u);
             m
@@ -1270,7 +1305,7 @@ impl<'a> Builder<'a> {
         self.drop_(gathered);
         let a = self.activation(gu, ek * i * c, moe.expert.act);
         let m = if moe.expert.gated {
-            self.op(ek * i * c, &[a, gu], &[a, gu], &[], &[])
+            self.mul(a, gu, ek * i * c)
         } else {
             a
         };
@@ -1280,7 +1315,7 @@ impl<'a> Builder<'a> {
         self.drop_(gu);
         let down = self.op(ek * h * c, &[m], &[m], &[lp.experts[1].id], &[]);
         self.drop_(m);
-        let weighted = self.op(ek * h * c, &[down, topw], &[down, topw], &[], &[]);
+        let weighted = self.mul(down, topw, ek * h * c);
         self.drop_(down);
         self.drop_(topw);
         let mut out = self.op(rows * h * c, &[weighted], &[], &[], &[]);
@@ -1291,7 +1326,7 @@ impl<'a> Builder<'a> {
                 let (gl, _) = self.linear(x, x_size, rows, g);
                 let sg = self.op(rows * c, &[gl], &[], &[], &[]);
                 self.drop_(gl);
-                let y = self.op(rows * h * c, &[so, sg], &[so, sg], &[], &[]);
+                let y = self.mul(so, sg, rows * h * c);
                 self.drop_(so);
                 self.drop_(sg);
                 y
@@ -1495,7 +1530,6 @@ impl<'a> Builder<'a> {
             x = y;
             xsize = if self.amp { 4 } else { xsize };
         }
-        self.t.set_phase(Phase::Loss);
         let (fx, fs) = match (self.model.head.final_norm, self.final_norm) {
             (Some(n), Some(p)) => {
                 let r = self.norm(x, xsize, rows, &n, p);
@@ -1512,6 +1546,8 @@ impl<'a> Builder<'a> {
             }
             None => (fx, fs),
         };
+        // the loss phase starts at the LM head (the harness's lm_head forward pre-hook)
+        self.t.set_phase(Phase::Loss);
         let v = u128::from(self.model.embeddings.vocab_size);
         let dim = u128::from(self.model.embeddings.dim);
         let head_w = self.lm_head.unwrap_or(self.embed);
@@ -1655,9 +1691,16 @@ impl<'a> Builder<'a> {
                 }
                 Optimizer::Sgd => 0,
                 Optimizer::SgdMomentum | Optimizer::Lion => b,
-                // factored second moment: a row and a column vector for matrices
+                // torch/optim/_adafactor.py: matrices keep row_var [.., rows, 1] and
+                // col_var [.., 1, cols]; vectors keep a full `variance`
                 Optimizer::Adafactor => {
-                    b / numel.max(1) * numel.min(2 * (numel as f64).sqrt() as u128 + 1)
+                    let elem = b / numel.max(1);
+                    if p.rows == 0 {
+                        b
+                    } else {
+                        let lead = numel / (p.rows * p.cols).max(1);
+                        elem * lead * (p.rows + p.cols)
+                    }
                 }
             };
         }

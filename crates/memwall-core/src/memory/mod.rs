@@ -79,3 +79,112 @@ mod tests {
         assert_eq!(e.params_total, p);
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use crate::model::tests::llama2_7b;
+    use crate::workload::{AttentionImpl, Optimizer, Precision};
+    use proptest::prelude::*;
+
+    fn small_model(layers: usize, hidden: u64, vocab: u64) -> ModelDesc {
+        let mut m = llama2_7b();
+        m.layers.truncate(layers);
+        m.hidden_size = hidden;
+        m.embeddings.dim = hidden;
+        m.embeddings.vocab_size = vocab;
+        for l in &mut m.layers {
+            for n in [&mut l.attn_norm, &mut l.mlp_norm].into_iter().flatten() {
+                n.dim = hidden;
+            }
+            l.attention.kind = crate::model::AttentionKind::Standard {
+                num_heads: 4,
+                num_kv_heads: 2,
+                head_dim: hidden / 4,
+            };
+            l.attention.rotary_dim = Some(hidden / 4);
+        }
+        if let Some(n) = m.head.final_norm.as_mut() {
+            n.dim = hidden;
+        }
+        m
+    }
+
+    fn workload(
+        batch: u64,
+        seq: u64,
+        p: usize,
+        o: usize,
+        ckpt: bool,
+        eager: bool,
+    ) -> TrainWorkload {
+        let mut w = TrainWorkload::new(batch, seq);
+        w.precision = Precision::ALL[p % 5].0;
+        w.optimizer = Optimizer::ALL[o % 8].0;
+        w.checkpointing = ckpt;
+        w.attention = if eager {
+            AttentionImpl::Eager
+        } else {
+            AttentionImpl::Sdpa
+        };
+        w
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn more_batch_or_sequence_never_needs_less(
+            layers in 1usize..4, h in 1u64..5, v in 100u64..5000,
+            batch in 1u64..16, seq in 1u64..512, extra in 1u64..8,
+            p in 0usize..5, o in 0usize..8, ckpt: bool, eager: bool,
+        ) {
+            let m = small_model(layers, h * 64, v);
+            let base = simulate_train(&m, &workload(batch, seq, p, o, ckpt, eager), Kernels::Cuda).unwrap();
+            let more_b = simulate_train(&m, &workload(batch + extra, seq, p, o, ckpt, eager), Kernels::Cuda).unwrap();
+            let more_s = simulate_train(&m, &workload(batch, seq + extra, p, o, ckpt, eager), Kernels::Cuda).unwrap();
+            prop_assert!(more_b.peak_bytes >= base.peak_bytes);
+            prop_assert!(more_s.peak_bytes >= base.peak_bytes);
+        }
+
+        #[test]
+        fn breakdown_sums_to_peak_and_weights_are_counted(
+            layers in 1usize..4, batch in 1u64..8, seq in 1u64..256, p in 0usize..5, o in 0usize..8, ckpt: bool,
+        ) {
+            let m = small_model(layers, 256, 1000);
+            let e = simulate_train(&m, &workload(batch, seq, p, o, ckpt, false), Kernels::Cpu).unwrap();
+            let sum: u64 = e.at_peak.iter().map(|(_, b)| b).sum();
+            prop_assert_eq!(sum, e.peak_bytes);
+            let weights = e.at_peak.iter().find(|(c, _)| *c == Category::Weights).map(|x| x.1).unwrap();
+            let elem = if matches!(Precision::ALL[p % 5].0, Precision::Bf16 | Precision::Fp16) { 2 } else { 4 };
+            prop_assert_eq!(weights, e.params_total * elem);
+        }
+
+        #[test]
+        fn checkpointing_never_increases_activation_peak_for_long_sequences(
+            layers in 2usize..6, batch in 1u64..8, seq in 256u64..1024,
+        ) {
+            let m = small_model(layers, 256, 1000);
+            let off = simulate_train(&m, &workload(batch, seq, 0, 0, false, false), Kernels::Cuda).unwrap();
+            let on = simulate_train(&m, &workload(batch, seq, 0, 0, true, false), Kernels::Cuda).unwrap();
+            prop_assert!(on.peak_bytes <= off.peak_bytes);
+        }
+    }
+
+    #[test]
+    fn grad_accumulation_keeps_gradients_through_the_next_forward() {
+        let m = small_model(2, 256, 1000);
+        let mut w = workload(8, 512, 0, 6, false, false); // sgd: no optimizer-step temporaries
+        let one = simulate_train(&m, &w, Kernels::Cpu).unwrap();
+        w.grad_accum = 4;
+        let four = simulate_train(&m, &w, Kernels::Cpu).unwrap();
+        assert!(four.peak_bytes > one.peak_bytes);
+    }
+
+    #[test]
+    fn absurd_workloads_are_refused_not_overflowed() {
+        let m = llama2_7b();
+        let w = TrainWorkload::new(1 << 20, 1 << 30);
+        assert!(simulate_train(&m, &w, Kernels::Cuda).is_err());
+    }
+}

@@ -120,6 +120,9 @@ pub struct Timeline {
     pub tape: Vec<Node>,
     /// While false, forward ops record nothing (inside a checkpointed segment).
     pub recording: bool,
+    /// Allocation granularity: CUDA's caching allocator rounds every block up to 512 bytes
+    /// (`c10/cuda/CUDACachingAllocator.cpp`, `kMinBlockSize`, `round_size`); 1 = exact.
+    pub granularity: u128,
 }
 
 impl Default for Timeline {
@@ -141,6 +144,7 @@ impl Timeline {
             phase: Phase::Forward,
             tape: Vec::with_capacity(2048),
             recording: true,
+            granularity: 1,
         }
     }
 
@@ -171,6 +175,7 @@ impl Timeline {
 
     /// Allocates a tensor with one (Python) reference.
     pub fn alloc(&mut self, bytes: u128, category: Category, requires_grad: bool) -> TensorId {
+        let bytes = bytes.div_ceil(self.granularity) * self.granularity;
         let id = self.tensors.len();
         self.tensors.push(TensorRec {
             bytes,
@@ -243,6 +248,7 @@ impl Timeline {
 
     /// Allocates and immediately frees `bytes` (a transient on top of what is live).
     pub fn transient(&mut self, bytes: u128, category: Category) {
+        let bytes = bytes.div_ceil(self.granularity) * self.granularity;
         self.add_live(bytes, category);
         self.sub_live(bytes, category);
     }

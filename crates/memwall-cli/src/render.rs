@@ -1,0 +1,363 @@
+//! Reports: one serialisable value per command, rendered as a table or JSON.
+
+use crate::args::TrainSettings;
+use crate::model_source::ModelSource;
+use anyhow::{Context, Result};
+use memwall_core::gpu::{self, CUDA_CONTEXT_BYTES};
+use memwall_core::memory::{self, Category, Phase};
+use memwall_core::workload::TrainWorkload;
+use memwall_core::Bytes;
+use serde::Serialize;
+
+/// Model identity in reports.
+#[derive(Debug, Serialize)]
+pub struct ModelInfo {
+    /// Catalogue id or path.
+    pub label: String,
+    /// Hugging Face repo id when known.
+    pub hf_repo: Option<String>,
+    /// `model_type`.
+    pub model_type: String,
+    /// Where the config came from.
+    pub origin: String,
+    /// Decoder layers.
+    pub num_layers: usize,
+    /// All parameters.
+    pub params_total: u64,
+    /// Trainable parameters in this workload.
+    pub params_trainable: u64,
+}
+
+/// Fit on the chosen GPU.
+#[derive(Debug, Serialize)]
+pub struct GpuFit {
+    /// GPU id.
+    pub id: &'static str,
+    /// GPU name.
+    pub name: &'static str,
+    /// Device memory.
+    pub memory_bytes: u64,
+    /// CUDA context (outside PyTorch's allocator; documented default).
+    pub cuda_context_bytes: u64,
+    /// cuBLAS workspace (PyTorch default for this GPU).
+    pub cublas_workspace_bytes: u64,
+    /// peak + context + workspace.
+    pub required_bytes: u64,
+    /// Whether it fits.
+    pub fits: bool,
+    /// memory − required (negative when it does not fit).
+    pub headroom_bytes: i128,
+}
+
+/// `memwall train` result.
+#[derive(Debug, Serialize)]
+pub struct TrainReport {
+    /// The model.
+    pub model: ModelInfo,
+    /// The step as simulated.
+    pub workload: TrainWorkload,
+    /// Whose behaviour is simulated.
+    pub runtime_profile: &'static str,
+    /// Peak bytes of PyTorch's allocator during the steady-state step
+    /// (`torch.cuda.max_memory_allocated()`).
+    pub peak_bytes: u64,
+    /// Phase of the peak.
+    pub phase: Phase,
+    /// What is alive at the peak, in bytes by category.
+    pub at_peak: serde_json::Map<String, serde_json::Value>,
+    /// Fit on the GPU.
+    pub gpu: GpuFit,
+}
+
+fn category_name(c: Category) -> &'static str {
+    match c {
+        Category::Weights => "weights",
+        Category::Buffers => "buffers",
+        Category::Gradients => "gradients",
+        Category::OptimizerStates => "optimizer_states",
+        Category::Activations => "activations",
+        Category::LossBuffers => "logits_and_loss",
+        Category::Temporaries => "backward_temporaries",
+        Category::OptimizerTemporaries => "optimizer_temporaries",
+    }
+}
+
+/// Runs the simulation for `s`.
+pub fn train_report(s: &TrainSettings) -> Result<TrainReport> {
+    let est = memory::simulate_train(&s.model.desc, &s.workload, s.kernels)
+        .context("cannot simulate this step")?;
+    let at_peak = est
+        .at_peak
+        .iter()
+        .map(|(c, b)| (category_name(*c).to_owned(), serde_json::Value::from(*b)))
+        .collect();
+    let g = s.gpu;
+    let cublas = gpu::cublas_workspace_bytes(g);
+    let required = est
+        .peak_bytes
+        .saturating_add(CUDA_CONTEXT_BYTES)
+        .saturating_add(cublas);
+    Ok(TrainReport {
+        model: info(&s.model, est.params_trainable),
+        workload: s.workload.clone(),
+        runtime_profile: "hf",
+        peak_bytes: est.peak_bytes,
+        phase: est.phase,
+        at_peak,
+        gpu: GpuFit {
+            id: g.id,
+            name: g.name,
+            memory_bytes: g.memory_bytes,
+            cuda_context_bytes: CUDA_CONTEXT_BYTES,
+            cublas_workspace_bytes: cublas,
+            required_bytes: required,
+            fits: required <= g.memory_bytes,
+            headroom_bytes: i128::from(g.memory_bytes) - i128::from(required),
+        },
+    })
+}
+
+fn info(m: &ModelSource, trainable: u64) -> ModelInfo {
+    ModelInfo {
+        label: m.label.clone(),
+        hf_repo: m.hf_repo.clone(),
+        model_type: m.desc.model_type.clone(),
+        origin: m.origin.clone(),
+        num_layers: m.desc.num_layers(),
+        params_total: m.counts.total,
+        params_trainable: trainable,
+    }
+}
+
+/// Human-friendly parameter count.
+pub fn count(n: u64) -> String {
+    let f = n as f64;
+    if f >= 1e9 {
+        format!("{:.2}B", f / 1e9)
+    } else if f >= 1e6 {
+        format!("{:.1}M", f / 1e6)
+    } else {
+        n.to_string()
+    }
+}
+
+fn phase_name(p: Phase) -> &'static str {
+    match p {
+        Phase::Forward => "forward",
+        Phase::Loss => "loss (logits + cross-entropy)",
+        Phase::Backward => "backward",
+        Phase::Optimizer => "optimizer step",
+    }
+}
+
+/// Prints a train report.
+pub fn print_train(r: &TrainReport, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(r)?);
+        return Ok(());
+    }
+    let w = &r.workload;
+    println!(
+        "memwall train · {} ({}, {} layers, {} params, {} trainable)",
+        r.model.label,
+        r.model.model_type,
+        r.model.num_layers,
+        count(r.model.params_total),
+        count(r.model.params_trainable)
+    );
+    println!(
+        "  batch {} × seq {} · {} · {} · attention {} · checkpointing {} · grad-accum {}{}",
+        w.batch,
+        w.seq,
+        serde_json::to_value(w.precision)?.as_str().unwrap_or("?"),
+        serde_json::to_value(w.optimizer)?.as_str().unwrap_or("?"),
+        serde_json::to_value(w.attention)?.as_str().unwrap_or("?"),
+        if w.checkpointing { "on" } else { "off" },
+        w.grad_accum,
+        match &w.lora {
+            Some(l) => format!(
+                " · {} r={} on {}",
+                if l.qlora { "QLoRA" } else { "LoRA" },
+                l.rank,
+                l.targets.join(",")
+            ),
+            None => String::new(),
+        }
+    );
+    println!();
+    println!(
+        "peak {} during the {} (runtime profile: {})",
+        Bytes(r.peak_bytes),
+        phase_name(r.phase),
+        r.runtime_profile
+    );
+    for (k, v) in &r.at_peak {
+        let b = v.as_u64().unwrap_or(0);
+        if b == 0 {
+            continue;
+        }
+        let pct = 100.0 * b as f64 / r.peak_bytes.max(1) as f64;
+        println!("  {:<24}{:>12}  {:>5.1}%", k, Bytes(b).to_string(), pct);
+    }
+    let g = &r.gpu;
+    println!("outside PyTorch's allocator:");
+    println!(
+        "  {:<24}{:>12}  (documented default; driver-dependent)",
+        "cuda_context",
+        Bytes(g.cuda_context_bytes).to_string()
+    );
+    println!(
+        "  {:<24}{:>12}",
+        "cublas_workspace",
+        Bytes(g.cublas_workspace_bytes).to_string()
+    );
+    let verdict = if g.fits {
+        format!(
+            "fits, {} free",
+            Bytes(u64::try_from(g.headroom_bytes).unwrap_or(0))
+        )
+    } else {
+        format!(
+            "does NOT fit, short by {}",
+            Bytes(u64::try_from(-g.headroom_bytes).unwrap_or(0))
+        )
+    };
+    println!();
+    println!(
+        "on {} ({}): needs {} of {} — {}",
+        g.id,
+        g.name,
+        Bytes(g.required_bytes),
+        Bytes(g.memory_bytes),
+        verdict
+    );
+    Ok(())
+}
+
+#[derive(Debug, Serialize)]
+struct ModelRow<'a> {
+    id: &'a str,
+    hf_repo: &'a str,
+    model_type: String,
+    params_total: u64,
+    published_params: &'a str,
+    source: &'a str,
+}
+
+/// Prints the catalogue.
+pub fn print_models(json: bool) -> Result<()> {
+    let mut rows = Vec::new();
+    for e in memwall_catalog::models() {
+        let desc = e
+            .model()
+            .with_context(|| format!("catalogue entry {} does not parse", e.id))?;
+        let params_total = desc.param_counts()?.total;
+        rows.push(ModelRow {
+            id: &e.id,
+            hf_repo: &e.hf_repo,
+            model_type: desc.model_type.clone(),
+            params_total,
+            published_params: &e.published_params,
+            source: &e.source,
+        });
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    println!(
+        "{:<24} {:<42} {:<12} {:>9} {:>10}",
+        "id", "hf repo", "type", "params", "published"
+    );
+    for r in rows {
+        println!(
+            "{:<24} {:<42} {:<12} {:>9} {:>10}",
+            r.id,
+            r.hf_repo,
+            r.model_type,
+            count(r.params_total),
+            r.published_params
+        );
+    }
+    Ok(())
+}
+
+#[derive(Debug, Serialize)]
+struct Inspect<'a> {
+    model: ModelInfo,
+    checkpoint_dtype: Option<&'a str>,
+    params: memwall_core::model::ParamCounts,
+    bytes_by_dtype: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Prints exact parameter counts.
+pub fn print_inspect(m: &ModelSource, json: bool) -> Result<()> {
+    let c = m.counts;
+    let mut by_dtype = serde_json::Map::new();
+    for (name, size) in [("fp32", 4u64), ("bf16", 2), ("fp16", 2), ("int8", 1)] {
+        by_dtype.insert(
+            name.into(),
+            serde_json::Value::from(c.total.saturating_mul(size)),
+        );
+    }
+    let r = Inspect {
+        model: info(m, c.total),
+        checkpoint_dtype: m.checkpoint_dtype.as_deref(),
+        params: c,
+        bytes_by_dtype: by_dtype,
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    println!(
+        "{} ({}, {} layers) from {}",
+        m.label,
+        m.desc.model_type,
+        m.desc.num_layers(),
+        m.origin
+    );
+    println!("  {:<14}{:>16}", "embeddings", c.embeddings);
+    println!("  {:<14}{:>16}", "layers", c.layers);
+    println!("  {:<14}{:>16}", "final_norm", c.final_norm);
+    println!(
+        "  {:<14}{:>16}{}",
+        "lm_head",
+        c.lm_head,
+        if m.desc.head.tied {
+            "  (tied to embeddings)"
+        } else {
+            ""
+        }
+    );
+    println!("  {:<14}{:>16}  ({})", "total", c.total, count(c.total));
+    if let Some(d) = &m.checkpoint_dtype {
+        println!("checkpoint dtype: {d}");
+    }
+    for (k, v) in &r.bytes_by_dtype {
+        println!(
+            "  weights in {:<6}{:>12}",
+            k,
+            Bytes(v.as_u64().unwrap_or(0)).to_string()
+        );
+    }
+    Ok(())
+}
+
+/// Prints the GPU table.
+pub fn print_gpus(json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(gpu::GPUS)?);
+        return Ok(());
+    }
+    println!("{:<16} {:<28} {:>10}", "id", "name", "memory");
+    for g in gpu::GPUS {
+        println!(
+            "{:<16} {:<28} {:>10}",
+            g.id,
+            g.name,
+            Bytes(g.memory_bytes).to_string()
+        );
+    }
+    Ok(())
+}

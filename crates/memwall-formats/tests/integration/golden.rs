@@ -1,0 +1,79 @@
+//! Golden parameter counts: every family, counted by transformers 5.23 itself
+//! (`tests/golden/make_golden.py` writes `tests/golden/param_counts.json`).
+
+use memwall_formats::{parse_hf_config, supported_model_types};
+use serde::Deserialize;
+use std::collections::BTreeSet;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Golden {
+    transformers: String,
+    rows: Vec<Row>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Row {
+    file: String,
+    model_type: String,
+    embeddings: u64,
+    layers: u64,
+    final_norm: u64,
+    lm_head: u64,
+    total: u64,
+}
+
+fn golden() -> Golden {
+    let text =
+        std::fs::read_to_string(super::tests_dir().join("golden/param_counts.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn golden_counts_match_transformers_to_the_parameter() {
+    let g = golden();
+    assert_eq!(g.transformers, "5.23.0");
+    let mut failures = Vec::new();
+    for row in &g.rows {
+        let desc = match parse_hf_config(&super::config(&row.file)) {
+            Ok(d) => d,
+            Err(e) => {
+                failures.push(format!("{}: {e}", row.file));
+                continue;
+            }
+        };
+        assert_eq!(desc.model_type, row.model_type, "{}", row.file);
+        let c = desc.param_counts().unwrap();
+        let got = (c.embeddings, c.layers, c.final_norm, c.lm_head, c.total);
+        let want = (
+            row.embeddings,
+            row.layers,
+            row.final_norm,
+            row.lm_head,
+            row.total,
+        );
+        if got != want {
+            failures.push(format!(
+                "{}: (embeddings, layers, final_norm, lm_head, total) got {got:?}, transformers {want:?} (total off by {})",
+                row.file,
+                i128::from(c.total) - i128::from(row.total)
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn every_supported_family_has_a_golden_row() {
+    let covered: BTreeSet<String> = golden().rows.into_iter().map(|r| r.model_type).collect();
+    let missing: Vec<&str> = supported_model_types()
+        .iter()
+        .copied()
+        .filter(|t| !covered.contains(*t))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "families without a golden row: {missing:?}"
+    );
+}
