@@ -17,6 +17,9 @@ pub enum NormKind {
     /// `GemmaRMSNorm`: `(x.float() * rsqrt(...) * (1 + weight.float())).type_as(x)`
     /// (transformers `models/gemma/modeling_gemma.py`): the whole norm runs in fp32.
     GemmaRmsNorm,
+    /// `Olmo2RMSNorm`: `(weight * (x.float() * rsqrt(...))).to(dtype)`
+    /// (transformers `models/olmo2/modeling_olmo2.py`): the weight multiplies in fp32.
+    Olmo2RmsNorm,
     /// `torch.nn.LayerNorm`.
     LayerNorm,
 }

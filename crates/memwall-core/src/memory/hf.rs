@@ -80,6 +80,8 @@ pub(crate) struct Builder<'a> {
     rope_tables: Option<(TensorId, TensorId)>,
     /// every trainable parameter (for the optimizer)
     trainable: Vec<P>,
+    /// the current layer's query is laid out [B, H, S, D] (made by `cat`)
+    q_bhsd: bool,
     /// bytes of every trainable parameter's state dtype
     pub(crate) param_count: u128,
     pub(crate) trainable_count: u128,
@@ -149,6 +151,7 @@ impl<'a> Builder<'a> {
             autocast_cache: Vec::new(),
             rope_tables: None,
             trainable: Vec::new(),
+            q_bhsd: false,
             param_count: 0,
             trainable_count: 0,
         }
@@ -647,6 +650,29 @@ impl<'a> Builder<'a> {
                 }
                 (y, x_size)
             }
+            NormKind::Olmo2RmsNorm => {
+                // Olmo2RMSNorm (models/olmo2/modeling_olmo2.py):
+                //   h = x.float() * rsqrt(mean(x²)+eps); return (weight * h).to(input_dtype)
+                let x32 = if x_size != 4 { self.cast(x, n * 4) } else { x };
+                self.t.transient(n * 4, Category::Activations);
+                let rs = self.op(rows * 4, &[x32], &[x32], &[], &[]);
+                let h32 = self.mul(x32, rs, n * 4);
+                let w_tr = self.trainable(&p.0);
+                let saved: &[TensorId] = if w_tr { &[h32] } else { &[] };
+                let out32 = self.op(n * 4, &[h32], saved, &params, &[4 * n * 4]);
+                self.drop_(h32);
+                self.drop_(rs);
+                if x32 != x {
+                    self.drop_(x32);
+                }
+                if x_size != 4 {
+                    let y = self.cast(out32, n * x_size);
+                    self.drop_(out32);
+                    (y, x_size)
+                } else {
+                    (out32, 4)
+                }
+            }
             NormKind::GemmaRmsNorm => {
                 // GemmaRMSNorm (models/gemma/modeling_gemma.py):
                 //   out = _norm(x.float()) * (1.0 + weight.float()); return out.type_as(x)
@@ -883,6 +909,7 @@ impl<'a> Builder<'a> {
             self.drop_(k);
             (q, k, qs, ks) = (q2, k2, s2, s3);
         }
+        self.q_bhsd = matches!(a.kind, AttentionKind::Mla { .. }) || (rot > 0 && rot < qk_dim);
         if rot > 0 {
             let (q2, s2) = self.rope(q, qs, heads, qk_dim, rot);
             let (k2, s3) = self.rope(k, ks, kv_heads, qk_dim, rot);
@@ -1047,7 +1074,17 @@ impl<'a> Builder<'a> {
                         self.drop_(new);
                     }
                 }
-                o
+                // The kernel's output takes q's memory layout. A q made by `cat` (partial
+                // rotary, MLA) is laid out [B, H, S, D], so `transpose(1, 2).contiguous()` in
+                // `sdpa_attention_forward` (integrations/sdpa_attention.py) copies it; a q that
+                // is a transposed view of a projection is [B, S, H, D] already and is not copied.
+                if self.q_bhsd {
+                    let oc = self.op(rows * heads * v_dim * c, &[o], &[], &[], &[]);
+                    self.drop_(o);
+                    oc
+                } else {
+                    o
+                }
             }
             AttentionImpl::Eager => {
                 // eager_attention_forward (models/llama/modeling_llama.py): repeat_kv copies
@@ -1449,41 +1486,34 @@ impl<'a> Builder<'a> {
         let e = self.model.embeddings;
         let s = self.param_size;
         let dim = u128::from(e.dim);
+        let h = self.hidden;
         // embedding backward: dense grad_weight (embedding_dense_backward)
         let emb = self.op(rows * dim * s, &[], &[], &[self.embed.id], &[]);
+        // `inputs_embeds` stays referenced by the model's forward until it returns
+        self.t.retain(emb);
+        self.out_refs.push(emb);
         let mut x = emb;
-        if e.projections {
+        if let Some((pin, _)) = self.projections {
             // OPT project_in
-            if let Some((pin, _)) = self.projections {
-                let (y, _) = self.linear(x, s, rows, pin);
-                x = y;
-            }
+            let (y, _) = self.linear(x, s, rows, pin);
+            self.drop_(x);
+            x = y;
         }
         if let Some(pos) = self.pos_embed {
-            let pe = self.op(self.seq * self.hidden * s, &[], &[], &[pos.id], &[]);
-            let y = self.op(rows * self.hidden * s, &[x, pe], &[], &[], &[]);
+            let pe = self.op(self.seq * h * s, &[], &[], &[pos.id], &[]);
+            let y = self.op(rows * h * s, &[x, pe], &[], &[], &[]);
             self.drop_(pe);
-            if x != emb {
-                self.drop_(x);
-            }
+            self.drop_(x);
             x = y;
         }
         if e.scaled {
             // Gemma: hidden_states * normalizer (a new tensor)
-            let y = self.op(rows * self.hidden * s, &[x], &[], &[], &[]);
-            if x != emb {
-                self.drop_(x);
-            }
+            let y = self.op(rows * h * s, &[x], &[], &[], &[]);
+            self.drop_(x);
             x = y;
         }
-        x = self.dropout(x, rows * self.hidden * s, s, self.model.dropout.embed);
-        // `inputs_embeds` stays referenced by the model's forward until it returns
-        if x != emb {
-            self.out_refs.push(emb);
-        } else {
-            self.t.retain(emb);
-            self.out_refs.push(emb);
-        }
+        // dropout consumes x's reference and returns the tensor to continue with
+        x = self.dropout(x, rows * h * s, s, self.model.dropout.embed);
         (x, s)
     }
 

@@ -431,12 +431,14 @@ pub(crate) fn olmo2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError>
         attn: AttnOpts {
             qkv_bias: bias,
             o_bias: bias,
-            qk_norm: Some((QkNormScope::Full, NormKind::RmsNorm)),
+            qk_norm: Some((QkNormScope::Full, NormKind::Olmo2RmsNorm)),
             ..AttnOpts::rope(d.heads.head_dim)
         },
         // modeling_olmo2.py Olmo2DecoderLayer: only post_attention_layernorm and
         // post_feedforward_layernorm, applied to the sub-block outputs.
         placement: NormPlacement::PostOnly,
+        // modeling_olmo2.py Olmo2RMSNorm: `(self.weight * hidden_states).to(input_dtype)`
+        norm_kind: NormKind::Olmo2RmsNorm,
         ..Decoder::new(&d, llama_names(true))
     }
     .build(ctx, "olmo2", &d, |_| {
