@@ -999,6 +999,18 @@ impl<'a> Builder<'a> {
                 );
                 let qsc = self.op(nq * w, &[q32], &[], &[], &[]);
                 self.drop_(q32);
+                // grouped-query attention: the math kernel repeats k and v to every head
+                // (`repeat_interleave` under `enable_gqa`)
+                let (k32, v32) = if heads > kv_heads {
+                    let kr = self.op(rows * heads * qk_dim * w, &[k32], &[], &[], &[]);
+                    let vr = self.op(rows * heads * v_dim * w, &[v32], &[], &[], &[]);
+                    self.drop_(k32);
+                    self.drop_(v32);
+                    (kr, vr)
+                } else {
+                    (k32, v32)
+                };
+                let nk = rows * heads * qk_dim;
                 let ksc = self.op(nk * w, &[k32], &[], &[], &[]);
                 self.drop_(k32);
                 let kt = self.op(nk * w, &[ksc], &[], &[], &[]);
@@ -1061,14 +1073,28 @@ impl<'a> Builder<'a> {
                     (q, k, v)
                 };
                 let lse = self.act(b * heads * s * 4, false);
+                // A sliding-window layer shorter than the sequence gets an explicit boolean mask
+                // (transformers masking_utils `sliding_window_causal_mask`; a full causal layer
+                // uses `is_causal` and no mask). SDPA converts it to an additive float mask in
+                // the query's dtype per call (`convert_boolean_attn_mask`,
+                // aten/src/ATen/native/transformers/attention.cpp) and saves it for backward.
+                let mask = match a.sliding_window {
+                    Some(win) if u128::from(win) < s => Some(self.act(b * s * s * c, false)),
+                    _ => None,
+                };
                 let o = self.act(rows * heads * v_dim * c, true);
+                let mut saved = vec![q2, k2, v2, o, lse];
+                saved.extend(mask);
                 self.t.record(Node {
-                    saved: vec![q2, k2, v2, o, lse],
+                    saved,
                     inputs: vec![q2, k2, v2],
                     outputs: vec![o],
                     ..Node::default()
                 });
                 self.drop_(lse);
+                if let Some(m) = mask {
+                    self.drop_(m);
+                }
                 for (new, old) in [(q2, q), (k2, k), (v2, v)] {
                     if new != old {
                         self.drop_(new);
