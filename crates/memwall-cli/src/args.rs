@@ -99,7 +99,7 @@ pub enum AttentionArg {
 #[derive(Debug, Args)]
 pub struct TrainArgs {
     /// Catalogue id, Hugging Face repo id, path to a config.json or a model directory.
-    #[arg(long, short = 'm', default_value = "smollm2-135m")]
+    #[arg(long, short = 'm', default_value = "llama-3.1-8b")]
     pub model: String,
     /// Micro-batch size.
     #[arg(long, short = 'b', default_value_t = 1)]
@@ -190,12 +190,12 @@ impl TrainSettings {
                 if lora_targets.is_empty() {
                     bail!("--lora-rank needs --lora-targets (e.g. --lora-targets q_proj,v_proj)");
                 }
-                let known: Vec<&str> = model
-                    .desc
-                    .linear_names
-                    .iter()
-                    .map(|(_, n)| n.as_str())
-                    .collect();
+                let mut known: Vec<&str> = Vec::new();
+                for (_, n) in &model.desc.linear_names {
+                    if !known.contains(&n.as_str()) {
+                        known.push(n.as_str());
+                    }
+                }
                 for t in &lora_targets {
                     if !known.contains(&t.as_str()) {
                         bail!(

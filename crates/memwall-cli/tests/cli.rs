@@ -1,0 +1,266 @@
+//! CLI contract: exit codes, stdout and stderr snapshotted together; JSON output deserialised
+//! into strict structs so a schema change fails loudly.
+
+use serde::Deserialize;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn data(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// Runs memwall; returns "exit: N\n--- stdout\n…\n--- stderr\n…" with the data dir path normalised.
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_memwall"))
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("run memwall");
+    let norm = |b: &[u8]| {
+        String::from_utf8_lossy(b)
+            .replace(&data(""), "<data>/")
+            .replace(&repo().display().to_string(), "<repo>")
+    };
+    (
+        out.status.code().unwrap_or(-1),
+        norm(&out.stdout),
+        norm(&out.stderr),
+    )
+}
+
+fn transcript(args: &[&str]) -> String {
+    let (code, stdout, stderr) = run(args);
+    format!("exit: {code}\n--- stdout\n{stdout}--- stderr\n{stderr}")
+}
+
+#[test]
+fn train_table_for_a_catalogue_model() {
+    insta::assert_snapshot!(transcript(&[
+        "train",
+        "--model",
+        "llama-3.1-8b",
+        "--batch",
+        "4",
+        "--seq",
+        "2048"
+    ]));
+}
+
+#[test]
+fn train_lora_checkpointing_table() {
+    insta::assert_snapshot!(transcript(&[
+        "train",
+        "--model",
+        "qwen2.5-7b",
+        "--batch",
+        "8",
+        "--seq",
+        "4096",
+        "--checkpointing",
+        "--lora-rank",
+        "16",
+        "--lora-targets",
+        "q_proj,k_proj,v_proj,o_proj",
+        "--gpu",
+        "a100-80gb",
+    ]));
+}
+
+#[test]
+fn default_invocation_runs_on_the_embedded_default_model() {
+    let (code, stdout, _) = run(&["train"]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("llama-3.1-8b"), "{stdout}");
+}
+
+/// The documented JSON contract of `memwall train --json`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TrainJson {
+    model: serde_json::Value,
+    workload: serde_json::Value,
+    runtime_profile: String,
+    peak_bytes: u64,
+    phase: String,
+    at_peak: std::collections::BTreeMap<String, u64>,
+    gpu: GpuJson,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GpuJson {
+    id: String,
+    name: String,
+    memory_bytes: u64,
+    cuda_context_bytes: u64,
+    cublas_workspace_bytes: u64,
+    required_bytes: u64,
+    fits: bool,
+    headroom_bytes: i64,
+}
+
+#[test]
+fn train_json_contract_with_a_config_path() {
+    let (code, stdout, stderr) = run(&[
+        "train",
+        "--model",
+        "tests/truth/configs/qwen2.5-0.5b.json",
+        "--batch",
+        "2",
+        "--seq",
+        "1024",
+        "--precision",
+        "amp-bf16",
+        "--optimizer",
+        "adamw-fused",
+        "--attention",
+        "eager",
+        "--grad-accum",
+        "2",
+        "--gpu",
+        "l4-24gb",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let j: TrainJson = serde_json::from_str(&stdout).expect("strict JSON");
+    assert_eq!(j.runtime_profile, "hf");
+    assert_eq!(j.at_peak.values().sum::<u64>(), j.peak_bytes);
+    assert_eq!(
+        j.gpu.required_bytes,
+        j.peak_bytes + j.gpu.cuda_context_bytes + j.gpu.cublas_workspace_bytes
+    );
+    assert_eq!(j.gpu.fits, j.gpu.headroom_bytes >= 0);
+    assert_eq!(j.gpu.id, "l4-24gb");
+    assert!(!j.gpu.name.is_empty() && j.gpu.memory_bytes > 0);
+    assert!(["forward", "loss", "backward", "optimizer"].contains(&j.phase.as_str()));
+    assert_eq!(j.workload["grad_accum"], 2);
+    assert_eq!(j.model["model_type"], "qwen2");
+    // top-level peak_bytes is an integer in the raw text too
+    let raw: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert!(raw["peak_bytes"].is_u64());
+}
+
+#[test]
+fn qlora_needs_less_than_lora_which_needs_less_than_full() {
+    let peak = |extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--model",
+            "llama-3.1-8b",
+            "--batch",
+            "1",
+            "--seq",
+            "2048",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (code, stdout, stderr) = run(&args);
+        assert_eq!(code, 0, "{stderr}");
+        serde_json::from_str::<TrainJson>(&stdout)
+            .unwrap()
+            .peak_bytes
+    };
+    let full = peak(&[]);
+    let lora = peak(&["--lora-rank", "16", "--lora-targets", "q_proj,v_proj"]);
+    let qlora = peak(&[
+        "--lora-rank",
+        "16",
+        "--lora-targets",
+        "q_proj,v_proj",
+        "--qlora",
+    ]);
+    assert!(qlora < lora && lora < full, "{qlora} {lora} {full}");
+}
+
+#[test]
+fn malformed_and_inconsistent_inputs_exit_2_naming_the_field() {
+    for (file, needle) in [
+        ("truncated.json", "not valid JSON"),
+        ("heads.json", "`num_attention_heads`"),
+        ("kv_heads.json", "num_key_value_heads"),
+        ("unknown.json", "`model_type`"),
+        ("wrongtype.json", "`hidden_size`"),
+        ("absurd_layers.json", "num_hidden_layers"),
+    ] {
+        let (code, stdout, stderr) = run(&["train", "--model", &data(file)]);
+        assert_eq!(code, 2, "{file}: {stderr}");
+        assert!(stdout.is_empty(), "{file}");
+        assert!(stderr.contains(needle), "{file}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{file}: {stderr}");
+    }
+}
+
+#[test]
+fn bad_input_snapshots() {
+    insta::assert_snapshot!(
+        "heads_do_not_divide",
+        transcript(&["train", "--model", &data("heads.json")])
+    );
+    insta::assert_snapshot!(
+        "unknown_model_suggests",
+        transcript(&["train", "--model", "lama-3-8b"])
+    );
+    insta::assert_snapshot!("unknown_gpu", transcript(&["train", "--gpu", "h100"]));
+    insta::assert_snapshot!(
+        "lora_target_not_in_model",
+        transcript(&[
+            "train",
+            "--model",
+            "gpt2",
+            "--lora-rank",
+            "8",
+            "--lora-targets",
+            "q_proj"
+        ])
+    );
+    insta::assert_snapshot!("zero_batch", transcript(&["train", "--batch", "0"]));
+    insta::assert_snapshot!(
+        "missing_file",
+        transcript(&["train", "--model", "./nope/config.json"])
+    );
+}
+
+#[test]
+fn bad_flags_exit_2() {
+    let (code, _, stderr) = run(&["train", "--precision", "int3"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("--precision"), "{stderr}");
+}
+
+#[test]
+fn models_lists_the_catalogue() {
+    let (code, stdout, _) = run(&["models", "--json"]);
+    assert_eq!(code, 0);
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
+    assert!(rows.len() >= 30);
+    assert!(rows
+        .iter()
+        .all(|r| r["params_total"].as_u64().unwrap_or(0) > 0 && r["source"].as_str().is_some()));
+}
+
+#[test]
+fn inspect_prints_exact_counts() {
+    insta::assert_snapshot!(transcript(&["inspect", "gpt2"]));
+    let (code, stdout, _) = run(&["inspect", "llama-2-7b", "--json"]);
+    assert_eq!(code, 0);
+    let j: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(j["params"]["total"], 6_738_415_616u64);
+}
+
+#[test]
+fn gpus_json_lists_ids_and_bytes() {
+    let (code, stdout, _) = run(&["gpus", "--json"]);
+    assert_eq!(code, 0);
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
+    assert!(rows
+        .iter()
+        .any(|g| g["id"] == "h100-80gb" && g["memory_bytes"].is_u64()));
+}
