@@ -5,7 +5,7 @@
 //! What a helper allocates and what autograd saves was read from those sources and checked
 //! against allocation traces of the truth harness (`tools/truth/`).
 
-use super::timeline::{Category, Node, Phase, TensorId, Timeline};
+use super::timeline::{Category, Ids, Node, Phase, TensorId, Timeline};
 use crate::model::{
     Activation, Attention, AttentionKind, DenseMlp, LayerSpec, LinearRole, Mlp, ModelDesc, Norm,
     NormKind, QkNormScope, Residual,
@@ -469,13 +469,20 @@ impl<'a> Builder<'a> {
             inputs.iter().any(|&i| self.rg(i)) || params.iter().any(|&p| self.t.requires_grad(p));
         let y = self.act(out_bytes, rg);
         if rg {
-            let inputs: Vec<TensorId> = inputs.iter().copied().filter(|&i| self.rg(i)).collect();
+            let mut needing = [0; 6];
+            let mut n = 0;
+            for &i in inputs {
+                if self.rg(i) && n < 6 {
+                    needing[n] = i;
+                    n += 1;
+                }
+            }
             self.t.record(Node {
-                saved: saved.to_vec(),
-                inputs,
-                params: params.to_vec(),
-                outputs: vec![y],
-                backward_temps: temps.to_vec(),
+                saved: Ids::of(saved),
+                inputs: Ids::of(&needing[..n]),
+                params: Ids::of(params),
+                outputs: Ids::of(&[y]),
+                backward_temps: temps.iter().sum(),
                 recompute: None,
             });
         }
@@ -1022,9 +1029,9 @@ impl<'a> Builder<'a> {
                 self.drop_(scores);
                 let probs = self.act(x * w, true);
                 self.t.record(Node {
-                    saved: vec![probs],
-                    inputs: vec![masked],
-                    outputs: vec![probs],
+                    saved: Ids::of(&[probs]),
+                    inputs: Ids::of(&[masked]),
+                    outputs: Ids::of(&[probs]),
                     ..Node::default()
                 });
                 self.drop_(masked);
@@ -1086,9 +1093,9 @@ impl<'a> Builder<'a> {
                 let mut saved = vec![q2, k2, v2, o, lse];
                 saved.extend(mask);
                 self.t.record(Node {
-                    saved,
-                    inputs: vec![q2, k2, v2],
-                    outputs: vec![o],
+                    saved: Ids::of(&saved),
+                    inputs: Ids::of(&[q2, k2, v2]),
+                    outputs: Ids::of(&[o]),
                     ..Node::default()
                 });
                 self.drop_(lse);
@@ -1167,9 +1174,9 @@ impl<'a> Builder<'a> {
                     self.drop_(cur);
                     let th = self.act(x * c, true);
                     self.t.record(Node {
-                        saved: vec![th],
-                        inputs: vec![d],
-                        outputs: vec![th],
+                        saved: Ids::of(&[th]),
+                        inputs: Ids::of(&[d]),
+                        outputs: Ids::of(&[th]),
                         ..Node::default()
                     });
                     self.drop_(d);
@@ -1188,9 +1195,9 @@ impl<'a> Builder<'a> {
                 };
                 let probs32 = self.act(x * sm, true);
                 self.t.record(Node {
-                    saved: vec![probs32],
-                    inputs: vec![f32in],
-                    outputs: vec![probs32],
+                    saved: Ids::of(&[probs32]),
+                    inputs: Ids::of(&[f32in]),
+                    outputs: Ids::of(&[probs32]),
                     ..Node::default()
                 });
                 if f32in != masked {
@@ -1250,9 +1257,9 @@ impl<'a> Builder<'a> {
                 let y = self.act(bytes, self.rg(x));
                 if self.rg(x) {
                     self.t.record(Node {
-                        saved: vec![y],
-                        inputs: vec![x],
-                        outputs: vec![y],
+                        saved: Ids::of(&[y]),
+                        inputs: Ids::of(&[x]),
+                        outputs: Ids::of(&[y]),
                         ..Node::default()
                     });
                 }
@@ -1270,9 +1277,9 @@ impl<'a> Builder<'a> {
                 self.drop_(s2);
                 let th = self.act(bytes, true);
                 self.t.record(Node {
-                    saved: vec![th],
-                    inputs: vec![s3],
-                    outputs: vec![th],
+                    saved: Ids::of(&[th]),
+                    inputs: Ids::of(&[s3]),
+                    outputs: Ids::of(&[th]),
                     ..Node::default()
                 });
                 self.drop_(s3);
@@ -1406,8 +1413,22 @@ impl<'a> Builder<'a> {
 
     /// One decoder layer; returns its output. `x` keeps its reference (the caller drops it).
     fn layer(&mut self, idx: usize, x: TensorId, x_size: u128, ckpt: bool) -> TensorId {
+        // borrow the layer's parameter table without cloning it
+        let lp = std::mem::take(&mut self.layers[idx]);
+        let y = self.layer_with(idx, &lp, x, x_size, ckpt);
+        self.layers[idx] = lp;
+        y
+    }
+
+    fn layer_with(
+        &mut self,
+        idx: usize,
+        lp: &LayerParams,
+        x: TensorId,
+        x_size: u128,
+        ckpt: bool,
+    ) -> TensorId {
         let spec = self.model.layers[idx];
-        let lp = self.layers[idx].clone();
         let rows = self.tokens;
         let h = self.hidden;
         let p_drop = self.model.dropout.residual;
@@ -1572,9 +1593,9 @@ impl<'a> Builder<'a> {
                 let y = self.layer(i, x, xsize, true);
                 self.t.recording = true;
                 self.t.record(Node {
-                    saved: vec![x],
-                    inputs: vec![],
-                    outputs: vec![y],
+                    saved: Ids::of(&[x]),
+                    inputs: Ids::of(&[]),
+                    outputs: Ids::of(&[y]),
                     recompute: Some(i),
                     ..Node::default()
                 });
@@ -1627,9 +1648,9 @@ impl<'a> Builder<'a> {
             self.drop_(logits);
             let th = self.act(rows * v * c, true);
             self.t.record(Node {
-                saved: vec![th],
-                inputs: vec![d],
-                outputs: vec![th],
+                saved: Ids::of(&[th]),
+                inputs: Ids::of(&[d]),
+                outputs: Ids::of(&[th]),
                 ..Node::default()
             });
             self.drop_(d);
@@ -1648,9 +1669,9 @@ impl<'a> Builder<'a> {
         let ls = self.act(rows * v * 4, true);
         self.t.retag(ls, Category::LossBuffers);
         self.t.record(Node {
-            saved: vec![ls],
-            inputs: vec![lf],
-            outputs: vec![ls],
+            saved: Ids::of(&[ls]),
+            inputs: Ids::of(&[lf]),
+            outputs: Ids::of(&[ls]),
             ..Node::default()
         });
         if lf != logits {
@@ -1659,8 +1680,8 @@ impl<'a> Builder<'a> {
         let loss = self.act(4, true);
         // nll_loss_backward materialises a full fp32 [tokens, vocab] gradient
         self.t.record(Node {
-            inputs: vec![ls],
-            outputs: vec![loss],
+            inputs: Ids::of(&[ls]),
+            outputs: Ids::of(&[loss]),
             ..Node::default()
         });
         self.drop_(ls);
@@ -1683,10 +1704,10 @@ impl<'a> Builder<'a> {
             if let Some(i) = node.recompute {
                 // non-reentrant checkpoint: the first unpack re-runs the layer's forward with
                 // saving on (torch/utils/checkpoint.py `_checkpoint_hook`), then backward goes on.
-                let x = node.saved[0];
-                let out = node.outputs[0];
+                let x = node.saved.as_slice()[0];
+                let out = node.outputs.as_slice()[0];
                 self.t.tape.push(Node {
-                    saved: vec![x],
+                    saved: Ids::of(&[x]),
                     ..Node::default()
                 });
                 let xsize = self.t.bytes(x) / (self.tokens * self.hidden).max(1);

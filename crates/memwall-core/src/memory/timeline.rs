@@ -88,20 +88,45 @@ struct ParamState {
     grad_bytes: u128,
 }
 
+/// A short inline list of tensor ids (no heap allocation per node).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ids {
+    ids: [TensorId; 6],
+    len: u8,
+}
+
+impl Ids {
+    /// Copies up to six ids (autograd nodes here never hold more).
+    pub fn of(ids: &[TensorId]) -> Self {
+        debug_assert!(ids.len() <= 6, "a node holds at most six tensors");
+        let mut out = Ids::default();
+        for &id in ids.iter().take(6) {
+            out.ids[out.len as usize] = id;
+            out.len += 1;
+        }
+        out
+    }
+
+    /// The ids.
+    pub fn as_slice(&self) -> &[TensorId] {
+        &self.ids[..self.len as usize]
+    }
+}
+
 /// A recorded autograd node.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Node {
     /// Tensors saved for backward (a reference each).
-    pub saved: Vec<TensorId>,
+    pub saved: Ids,
     /// Activation inputs that need a gradient.
-    pub inputs: Vec<TensorId>,
+    pub inputs: Ids,
     /// Parameters whose gradient this node produces.
-    pub params: Vec<TensorId>,
+    pub params: Ids,
     /// Outputs whose gradient this node consumes.
-    pub outputs: Vec<TensorId>,
+    pub outputs: Ids,
     /// Transient bytes of the backward formula, allocated before the input gradients and
     /// freed right after them.
-    pub backward_temps: Vec<u128>,
+    pub backward_temps: u128,
     /// When set, this node stands for a checkpointed segment to recompute first.
     pub recompute: Option<usize>,
 }
@@ -258,7 +283,7 @@ impl Timeline {
         if !self.recording {
             return;
         }
-        for &s in &node.saved {
+        for &s in node.saved.as_slice() {
             self.retain(s);
         }
         self.tape.push(node);
@@ -303,23 +328,23 @@ impl Timeline {
 
     /// Runs one node's backward (without recompute handling).
     pub fn backward_node(&mut self, node: &Node) {
-        let temps: u128 = node.backward_temps.iter().sum();
+        let temps: u128 = node.backward_temps;
         self.add_live(temps, Category::Temporaries);
-        for &x in &node.inputs {
+        for &x in node.inputs.as_slice() {
             if self.tensors[x].requires_grad {
                 self.grad_for_input(x);
             }
         }
-        for &p in &node.params {
+        for &p in node.params.as_slice() {
             self.grad_for_param(p);
         }
         self.sub_live(temps, Category::Temporaries);
-        for &o in &node.outputs {
+        for &o in node.outputs.as_slice() {
             if let Some(g) = self.tensors[o].grad.take() {
                 self.release(g);
             }
         }
-        for &s in &node.saved {
+        for &s in node.saved.as_slice() {
             self.release(s);
         }
     }
@@ -390,10 +415,10 @@ mod tests {
         let x = t.alloc(10, Category::Activations, true);
         let y = t.alloc(20, Category::Activations, true);
         t.record(Node {
-            saved: vec![x],
-            inputs: vec![x],
-            params: vec![w],
-            outputs: vec![y],
+            saved: Ids::of(&[x]),
+            inputs: Ids::of(&[x]),
+            params: Ids::of(&[w]),
+            outputs: Ids::of(&[y]),
             ..Node::default()
         });
         t.release(x); // python drops x, autograd keeps it
