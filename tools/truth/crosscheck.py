@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Run a few small cases twice under MemTracker -- on REAL CPU tensors and on fake tensors
+(FakeTensorMode, CPU) -- and write tests/truth/crosscheck.jsonl with both numbers.
+
+Same code path as measure.py (measure.run_case), only the FakeTensorMode context differs.
+Usage: python tools/truth/crosscheck.py
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import measure  # noqa: E402
+
+OUT = measure.REPO / "tests/truth/crosscheck.jsonl"
+
+CASES = [
+    dict(id="xc-smollm135m-bf16-adamw", config="smollm-135m", batch=2, seq=128),
+    dict(id="xc-smollm135m-fp32-eager-ckpt", config="smollm-135m", batch=2, seq=128,
+         precision="fp32", attention="eager", checkpointing=True),
+    dict(id="xc-gpt2-bf16-dropout", config="gpt2", batch=2, seq=128),
+    dict(id="xc-qwen2-0.5b-ampbf16-lora", config="qwen2.5-0.5b", batch=1, seq=128,
+         precision="amp-bf16", lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "v_proj"]}),
+    dict(id="xc-pythia160m-bf16-sgdmom-ga2", config="pythia-160m", batch=2, seq=128,
+         precision="bf16", optimizer="sgd-momentum", grad_accum=2),
+]
+
+
+def main() -> None:
+    only = sys.argv[1] if len(sys.argv) > 1 else None  # optional id substring
+    rows = []
+    for spec in CASES:
+        if only and only not in spec["id"]:
+            continue
+        case = dict(measure.DEFAULTS)
+        case.update(spec)
+        t0 = time.time()
+        fake = measure.run_case(case, fake=True)
+        t1 = time.time()
+        real = measure.run_case(case, fake=False)
+        t2 = time.time()
+        fm, rm = fake["measured"], real["measured"]
+        row = {
+            "id": case["id"],
+            "case": {k: case[k] for k in measure.DEFAULTS} | {"config": fake["config"]},
+            "fake": {"peak_bytes": fm["peak_bytes"], "at_peak": fm["at_peak"], "phase": fm["phase"]},
+            "real": {"peak_bytes": rm["peak_bytes"], "at_peak": rm["at_peak"], "phase": rm["phase"]},
+            "diff_bytes": rm["peak_bytes"] - fm["peak_bytes"],
+            "diff_rel": (rm["peak_bytes"] - fm["peak_bytes"]) / fm["peak_bytes"],
+            "seconds": {"fake": round(t1 - t0, 1), "real": round(t2 - t1, 1)},
+            "versions": fake["versions"],
+        }
+        rows.append(row)
+        print(json.dumps({k: row[k] for k in ("id", "diff_bytes", "diff_rel", "seconds")}), flush=True)
+        write(rows)
+
+
+def write(new_rows: list[dict]) -> None:
+    """Merge into crosscheck.jsonl (replace same id), atomically, after every case."""
+    rows = {}
+    if OUT.exists():
+        for line in OUT.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                rows[r["id"]] = r
+    for r in new_rows:
+        rows[r["id"]] = r
+    fd, tmp = tempfile.mkstemp(dir=OUT.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        for k in sorted(rows):
+            f.write(json.dumps(rows[k]) + "\n")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, OUT)
+
+
+if __name__ == "__main__":
+    main()

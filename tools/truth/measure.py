@@ -1,0 +1,525 @@
+#!/usr/bin/env python3
+"""Measure the steady-state peak memory of one LLM training step with PyTorch's MemTracker
+on fake tensors (FakeTensorMode, CPU device).  See tools/truth/README.md for the semantics.
+
+Usage:
+  python tools/truth/measure.py                      # all cases of tools/truth/cases/train.toml
+  python tools/truth/measure.py --only llama         # cases whose id contains "llama"
+  python tools/truth/measure.py --debug ID           # per-module timeline of one case (not written)
+  python tools/truth/measure.py --jobs 2             # worker processes (default 2)
+
+The parent process never imports torch: every case runs in its own fresh worker subprocess
+(`--worker`), and the parent is the only writer of tests/truth/train.jsonl (atomic replace).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CASES = REPO / "tools/truth/cases/train.toml"
+OUT = REPO / "tests/truth/train.jsonl"
+CONFIG_DIR = REPO / "tests/truth/configs"
+
+DEFAULTS = {
+    "batch": 1,
+    "seq": 512,
+    "precision": "bf16",
+    "optimizer": "adamw",
+    "checkpointing": False,
+    "attention": "sdpa",
+    "lora": None,
+    "qlora": False,
+    "grad_accum": 1,
+    "dropout": "config",
+}
+PRECISIONS = {"bf16", "fp16", "fp32", "amp-bf16", "amp-fp16"}
+OPTIMIZERS = {"adamw", "adamw-fused", "adamw-forloop", "sgd", "sgd-momentum", "adafactor", "lion", "adamw-8bit"}
+LR = 1e-4
+
+
+def load_cases(path: Path = CASES) -> list[dict]:
+    with open(path, "rb") as f:
+        doc = tomllib.load(f)
+    cases = []
+    seen = set()
+    for c in doc.get("case", []):
+        case = dict(DEFAULTS)
+        case.update(c)
+        if case["id"] in seen:
+            raise SystemExit(f"duplicate case id {case['id']}")
+        seen.add(case["id"])
+        if case["precision"] not in PRECISIONS:
+            raise SystemExit(f"{case['id']}: bad precision {case['precision']}")
+        if case["optimizer"] not in OPTIMIZERS:
+            raise SystemExit(f"{case['id']}: bad optimizer {case['optimizer']}")
+        if case["attention"] not in ("sdpa", "eager"):
+            raise SystemExit(f"{case['id']}: bad attention {case['attention']}")
+        if case["dropout"] not in ("config", "off"):
+            raise SystemExit(f"{case['id']}: bad dropout {case['dropout']}")
+        if not (CONFIG_DIR / f"{case['config']}.json").exists():
+            raise SystemExit(f"{case['id']}: missing config {case['config']}")
+        cases.append(case)
+    return cases
+
+
+# ----------------------------------------------------------------------------------------------
+# worker side (imports torch)
+# ----------------------------------------------------------------------------------------------
+
+def _zero_dropout(d: dict) -> None:
+    """Set every dropout-probability field of a config dict (recursively into sub-configs) to 0."""
+    for k, v in list(d.items()):
+        if isinstance(v, dict):
+            _zero_dropout(v)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            kl = k.lower()
+            if ("dropout" in kl or "pdrop" in kl) and v != 0:
+                d[k] = 0.0
+
+
+def build_config(name: str, dropout: str):
+    from transformers import AutoConfig
+
+    with open(CONFIG_DIR / f"{name}.json") as f:
+        d = json.load(f)
+    if dropout == "off":
+        _zero_dropout(d)
+    model_type = d.pop("model_type")
+    if model_type == "gemma3":  # multimodal config: use the text part with Gemma3ForCausalLM
+        d = dict(d["text_config"])
+        model_type = "gemma3_text"
+        d.pop("model_type", None)
+    return AutoConfig.for_model(model_type, **d)
+
+
+def make_optimizer(name: str, params):
+    import torch
+
+    params = list(params)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=LR, foreach=True)
+    if name == "adamw-fused":
+        return torch.optim.AdamW(params, lr=LR, fused=True)
+    if name == "adamw-forloop":
+        return torch.optim.AdamW(params, lr=LR, foreach=False, fused=False)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=LR, momentum=0.0, foreach=True)
+    if name == "sgd-momentum":
+        return torch.optim.SGD(params, lr=LR, momentum=0.9, foreach=True)
+    if name == "adafactor":
+        return torch.optim.Adafactor(params, foreach=True)
+    if name == "lion":
+        from lion_pytorch import Lion
+
+        return Lion(params, lr=LR)
+    if name == "adamw-8bit":
+        import bitsandbytes as bnb
+
+        return bnb.optim.AdamW8bit(params, lr=LR)
+    raise ValueError(name)
+
+
+def versions(case: dict) -> dict:
+    import platform
+
+    import torch
+    import transformers
+
+    v = {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__}
+    try:
+        import peft
+
+        v["peft"] = peft.__version__
+    except ImportError:
+        pass
+    v["python"] = platform.python_version()
+    if case["optimizer"] == "lion":
+        from importlib.metadata import version
+
+        v["lion-pytorch"] = version("lion-pytorch")
+    return v
+
+
+class _fake_swap_workaround:
+    """peft moves/casts each new adapter with ``module.to(...)``; for FakeTensor parameters
+    ``nn.Module._apply`` always uses ``torch.utils.swap_tensors``, which refuses tensors that
+    have a weakref -- and FakeTensorMode's converter memo (a WeakValueDictionary) holds one on
+    freshly created fake parameters.  Dropping those memo entries first lets the swap proceed;
+    the memo only serves real->fake conversion, which we never do for these tensors.
+    Only active around ``get_peft_model``."""
+
+    def __enter__(self):
+        import torch
+        import torch.utils
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        self._orig = orig = torch.utils.swap_tensors
+
+        def swap(t1, t2):
+            for t in (t1, t2):
+                if isinstance(t, FakeTensor):
+                    memo = t.fake_mode.fake_tensor_converter.tensor_memo
+                    for k in [k for k, v in list(memo.items()) if v is t]:
+                        del memo[k]
+            return orig(t1, t2)
+
+        torch.utils.swap_tensors = swap
+        return self
+
+    def __exit__(self, *exc):
+        import torch.utils
+
+        torch.utils.swap_tensors = self._orig
+        return False
+
+
+def fast_mem_tracker_class():
+    """MemTracker with an O(active modules) ``_update_peak_stats``.
+
+    The stock implementation walks *every* tracked module (a WeakIdKeyDictionary, slow to
+    iterate) after *every* dispatched op, which made a 30-layer model take a minute and a
+    80-layer one hopeless.  This override does exactly the same updates, but only visits the
+    modules whose fqn is in ``_mod_tracker.parents`` (the only ones the original updates).
+    """
+    from copy import deepcopy
+
+    from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker, _MemRefType
+
+    class FastMemTracker(MemTracker):
+        def __init__(self) -> None:
+            super().__init__()
+            self._fqn_cache: dict[str, list] = {}
+            self._fqn_cache_len = -1
+
+        def _track_module_params_and_buffers(self, module, install_grad_hooks: bool = True):
+            # Same as upstream, except that grad hooks are only installed on parameters that
+            # require grad (upstream raises on frozen parameters, e.g. a LoRA base model).
+            def _grad_hook(grad):
+                self._update_and_maybe_create_winfos(grad, _MemRefType.GRAD)
+
+            param_memory = 0
+            for param in module.parameters():
+                winfos = self._update_and_maybe_create_winfos(param, _MemRefType.PARAM)
+                param_memory += sum(w.mem_consumed for w in winfos)
+                if param.grad is not None:
+                    self._update_and_maybe_create_winfos(param.grad, _MemRefType.GRAD)
+                if (
+                    param.requires_grad
+                    and self._param_to_grad_hook_handles.get(param, None) is None
+                    and install_grad_hooks
+                ):
+                    h1 = param.register_hook(_grad_hook)
+                    h2 = param.register_post_accumulate_grad_hook(lambda p: (_grad_hook(p.grad)))
+                    self._param_to_grad_hook_handles[param] = (h1, h2)
+            buffer_memory = 0
+            for buffer in module.buffers():
+                winfos = self._update_and_maybe_create_winfos(buffer, _MemRefType.BUFFER)
+                buffer_memory += sum(w.mem_consumed for w in winfos)
+            return (param_memory, buffer_memory)
+
+        def reset_mod_stats(self) -> None:
+            super().reset_mod_stats()
+            self._fqn_cache_len = -1
+
+        def _update_peak_stats(self, peak_state) -> None:
+            curr_snap = self._curr_mem_snap
+            n = len(self.memory_tracking)
+            if n != self._fqn_cache_len:
+                cache: dict[str, list] = {}
+                for ms in self.memory_tracking.values():
+                    cache.setdefault(ms.mod_fqn, []).append(ms)
+                self._fqn_cache = cache
+                self._fqn_cache_len = n
+            for fqn in self._mod_tracker.parents:
+                for mod_stats in self._fqn_cache.get(fqn, ()):
+                    if peak_state in mod_stats.snapshots:
+                        for dev, dev_snap in curr_snap.items():
+                            if mod_stats.local_peak.get(dev, 0) < dev_snap[_TOTAL_KEY]:
+                                mod_stats.local_peak[dev] = dev_snap[_TOTAL_KEY]
+                                # values are ints: a shallow copy equals upstream's deepcopy
+                                mod_stats.snapshots[peak_state][-1][dev] = dict(dev_snap)
+            for dev, dev_snap in curr_snap.items():
+                if self._peak_mem.get(dev, 0) < dev_snap[_TOTAL_KEY]:
+                    self._peak_mem[dev] = dev_snap[_TOTAL_KEY]
+                    self._peak_mem_snap[dev] = dict(dev_snap)
+
+    return FastMemTracker
+
+
+def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: bool = True) -> dict:
+    """Measure one case.  fake=False runs on real CPU tensors (tools/truth/crosscheck.py)."""
+    import contextlib
+    from copy import deepcopy
+
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from transformers import AutoModelForCausalLM
+
+    if case["qlora"]:
+        raise RuntimeError("qlora: bitsandbytes 4-bit layers cannot run on CPU fake tensors (see README)")
+
+    cfg = build_config(case["config"], case["dropout"])
+    prec = case["precision"]
+    model_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(prec, torch.float32)
+    amp_dtype = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(prec)
+    cpu = torch.device("cpu")
+
+    with (FakeTensorMode() if fake else contextlib.nullcontext()):
+        torch.set_default_dtype(model_dtype)
+        try:
+            # dtype passed explicitly: from_config otherwise honours a `torch_dtype`/`dtype` in the
+            # config (e.g. gemma-2's "float32") over the default dtype, silently changing precision
+            model = AutoModelForCausalLM.from_config(
+                cfg, attn_implementation=case["attention"], dtype=model_dtype
+            )
+        finally:
+            torch.set_default_dtype(torch.float32)
+        if case["checkpointing"]:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if case["lora"]:
+            from peft import LoraConfig, get_peft_model
+
+            lc = case["lora"]
+            r = int(lc["rank"])
+            lcfg = LoraConfig(
+                r=r,
+                lora_alpha=int(lc.get("alpha", 2 * r)),
+                target_modules=list(lc["targets"]),
+                lora_dropout=0.0,
+                bias="none",
+                task_type="CAUSAL_LM",
+            )
+            with _fake_swap_workaround():
+                model = get_peft_model(model, lcfg)  # peft defaults (autocast_adapter_dtype=True)
+        model.train()
+        lm_head = model.get_output_embeddings()
+        all_params = {id(p): p for p in model.parameters()}
+        params_total = sum(p.numel() for p in all_params.values())
+        trainable = [p for p in all_params.values() if p.requires_grad]
+        params_trainable = sum(p.numel() for p in trainable)
+        opt = make_optimizer(case["optimizer"], trainable)
+        ids = torch.randint(0, cfg.vocab_size, (case["batch"], case["seq"]))
+        n_acc = int(case["grad_accum"])
+
+        mt = MemTracker() if slow_tracker else fast_mem_tracker_class()()
+        mt.track_external(model, opt)
+
+        def running_peak() -> int:
+            return mt._peak_mem.get(cpu, 0)
+
+        marks: list[tuple[str, int]] = []  # (phase that just ended, running peak at its end)
+        step_state = {"in_model": False}
+
+        def lm_head_pre_hook(mod, args):
+            if step_state["in_model"]:
+                marks.append(("forward", running_peak()))
+
+        hook = lm_head.register_forward_pre_hook(lm_head_pre_hook)
+        first_step_peak = None
+        t0 = time.time()
+        with mt:
+            for it in range(2):
+                if it == 1:
+                    # steady state: forget module stats AND the running peak of the first step
+                    first_step_peak = running_peak()
+                    mt.reset_mod_stats()
+                    mt._peak_mem = {dev: snap["Total"] for dev, snap in mt._curr_mem_snap.items()}
+                    mt._peak_mem_snap = deepcopy(mt._curr_mem_snap)
+                    marks.clear()
+                    marks.append(("start", running_peak()))
+                for micro in range(n_acc):
+                    if micro > 0:
+                        # MemTracker refuses a second forward of a module without a reset; this
+                        # only clears the per-module timeline (--debug then shows the last
+                        # micro-batch), never the running peak.
+                        mt.reset_mod_stats()
+                    step_state["in_model"] = True
+                    with (torch.autocast("cpu", dtype=amp_dtype) if amp_dtype is not None else contextlib.nullcontext()):
+                        # like HF Trainer: only the loss is kept, the output object (logits) is dropped
+                        loss = model(input_ids=ids, labels=ids).loss
+                    step_state["in_model"] = False
+                    marks.append(("loss", running_peak()))
+                    if n_acc > 1:
+                        loss = loss / n_acc
+                    loss.backward()
+                    del loss
+                    marks.append(("backward", running_peak()))
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                marks.append(("optimizer", running_peak()))
+        elapsed = time.time() - t0
+        hook.remove()
+
+        peak_snap = mt.get_tracker_snapshot("peak").get(cpu)
+        if peak_snap is None:
+            raise RuntimeError(f"no cpu peak snapshot: {mt.get_tracker_snapshot('peak')}")
+        peak = peak_snap["Total"]
+        phase = None
+        for name, value in marks[1:]:
+            if value >= peak:
+                phase = name
+                break
+        at_peak = {}
+        for k, v in peak_snap.items():
+            if k == "Total":
+                continue
+            at_peak[k.value.lower() if hasattr(k, "value") else str(k).lower()] = int(v)
+        if sum(at_peak.values()) != peak:
+            raise RuntimeError("breakdown does not sum to total")
+
+        if debug:
+            from torch.distributed._tools.mem_tracker import _ModState
+
+            print(f"# case {case['id']}: steady-state peak {peak} B in {phase}; first-step peak {first_step_peak}")
+            print(f"# at_peak {at_peak}")
+            print(f"# phase marks (phase ended, running peak): {marks}")
+            states = [_ModState.PRE_FW, _ModState.POST_FW, _ModState.PEAK_FW, _ModState.PRE_BW, _ModState.POST_BW, _ModState.PEAK_BW]
+            for mod_stats in mt.memory_tracking.values():
+                parts = []
+                for st in states:
+                    snaps = mod_stats.snapshots.get(st, [])
+                    vals = [s.get(cpu, {}).get("Total", 0) for s in snaps]
+                    parts.append(f"{st.name}={','.join(str(v) for v in vals) or '-'}")
+                print(f"{mod_stats.mod_fqn}\t" + "\t".join(parts))
+
+    result = {k: case[k] for k in ("id",)}
+    result["kind"] = "train"
+    result["config"] = f"tests/truth/configs/{case['config']}.json"
+    result["model_type"] = cfg.model_type
+    for k in ("batch", "seq", "precision", "optimizer", "checkpointing", "attention", "lora", "qlora", "grad_accum", "dropout"):
+        result[k] = case[k]
+    if result["lora"] is not None:
+        lc = dict(result["lora"])
+        lc.setdefault("alpha", 2 * int(lc["rank"]))
+        result["lora"] = {"rank": int(lc["rank"]), "alpha": int(lc["alpha"]), "targets": list(lc["targets"])}
+    result["measured"] = {
+        "peak_bytes": int(peak),
+        "at_peak": at_peak,
+        "phase": phase,
+        "params_total": int(params_total),
+        "params_trainable": int(params_trainable),
+        "first_step_peak_bytes": int(first_step_peak),
+    }
+    result["versions"] = versions(case)
+    result["_seconds"] = round(elapsed, 1)
+    return result
+
+
+# ----------------------------------------------------------------------------------------------
+# parent side
+# ----------------------------------------------------------------------------------------------
+
+def read_existing() -> dict[str, dict]:
+    rows = {}
+    if OUT.exists():
+        for line in OUT.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                rows[row["id"]] = row
+    return rows
+
+
+def write_rows(rows: dict[str, dict]) -> None:
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=OUT.parent, prefix=".train.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        for k in sorted(rows):
+            f.write(json.dumps(rows[k], separators=(", ", ": ")) + "\n")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, OUT)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", help="run only cases whose id contains this substring")
+    ap.add_argument("--debug", help="print the per-module timeline of one case id")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--timeout", type=int, default=180, help="seconds per case before it is killed")
+    ap.add_argument("--cases", default=str(CASES))
+    ap.add_argument("--missing", action="store_true", help="run only cases not yet in train.jsonl")
+    ap.add_argument("--first", help="comma-separated ids to run before the others (scheduling only)")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.worker:
+        case = json.loads(args.worker)
+        res = run_case(case)
+        print("RESULT " + json.dumps(res))
+        return
+
+    cases = load_cases(Path(args.cases))
+    if args.debug:
+        case = next((c for c in cases if c["id"] == args.debug), None)
+        if case is None:
+            raise SystemExit(f"no case {args.debug}")
+        run_case(case, debug=True)
+        return
+
+    if args.only:
+        cases = [c for c in cases if args.only in c["id"]]
+    if args.missing:
+        have = read_existing()
+        cases = [c for c in cases if c["id"] not in have]
+    if args.first:
+        first = args.first.split(",")
+        cases.sort(key=lambda c: first.index(c["id"]) if c["id"] in first else len(first))
+    log = REPO / "tools/truth/measure.log"
+    pending = list(cases)
+    running: list[tuple[dict, subprocess.Popen, float, object]] = []
+    failures = []
+    while pending or running:
+        while pending and len(running) < args.jobs:
+            c = pending.pop(0)
+            out = tempfile.TemporaryFile("w+")
+            p = subprocess.Popen(
+                [sys.executable, __file__, "--worker", json.dumps(c)],
+                stdout=out, stderr=subprocess.STDOUT, text=True,
+            )
+            running.append((c, p, time.time(), out))
+        time.sleep(0.5)
+        for item in list(running):
+            c, p, t0, out = item
+            rc = p.poll()
+            dt = time.time() - t0
+            if rc is None and dt > args.timeout:
+                p.kill()
+                p.wait()
+                rc = "timeout"
+            if rc is None:
+                continue
+            running.remove(item)
+            out.seek(0)
+            text = out.read()
+            out.close()
+            res = None
+            for line in text.splitlines():
+                if line.startswith("RESULT "):
+                    res = json.loads(line[len("RESULT "):])
+            with open(log, "a") as lf:
+                if res is not None:
+                    secs = res.pop("_seconds")
+                    rows = read_existing()
+                    rows[res["id"]] = res
+                    write_rows(rows)
+                    msg = f"ok   {c['id']}: peak={res['measured']['peak_bytes']} phase={res['measured']['phase']} wall={dt:.1f}s tracked={secs}s"
+                else:
+                    tail = "\n".join(text.strip().splitlines()[-3:])
+                    msg = f"FAIL {c['id']} (rc={rc}, {dt:.1f}s): {tail}"
+                    failures.append(c["id"])
+                print(msg, flush=True)
+                lf.write(time.strftime("%H:%M:%S ") + msg + "\n")
+    if failures:
+        print(f"{len(failures)} failed: {failures}")
+
+
+if __name__ == "__main__":
+    main()
