@@ -256,6 +256,10 @@ pub struct MoeMlp {
     pub shared_gate: bool,
     /// Extra router parameters that are real `nn.Parameter`s (none in the supported families).
     pub router_extra_params: u64,
+    /// The router runs in fp32 and its routing weights stay fp32, so the weighted expert
+    /// outputs are fp32 too (DeepSeek-V3 `DeepseekV3TopkRouter`:
+    /// `F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))`, sigmoid).
+    pub router_fp32: bool,
 }
 
 impl MoeMlp {

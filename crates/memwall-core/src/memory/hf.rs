@@ -972,9 +972,12 @@ impl<'a> Builder<'a> {
         } else {
             0.0
         };
+        // The CPU flash kernel needs dropout 0 and equal q/k and v head dims (MLA has 192 vs
+        // 128); otherwise CPU SDPA runs the math kernel. On CUDA, flash or mem-efficient
+        // attention covers both.
         let cpu_math = self.kernels == Kernels::Cpu
             && self.w.attention == AttentionImpl::Sdpa
-            && attn_dropout > 0.0;
+            && (attn_dropout > 0.0 || qk_dim != v_dim);
         let out = match self.w.attention {
             AttentionImpl::Sdpa if cpu_math => {
                 // On CPU, SDPA with dropout has no fused kernel and runs
@@ -1339,9 +1342,11 @@ impl<'a> Builder<'a> {
         y
     }
 
-    /// Mixture of experts, transformers 5 (`MixtralSparseMoeBlock` and the shared `experts`
-    /// implementations): router logits, fp32 softmax, top-k; every token visits `top_k` experts,
-    /// so the expert activations sum to `tokens * top_k` rows of one expert MLP.
+    /// Mixture of experts, transformers 5 (`MixtralSparseMoeBlock` with the default
+    /// `experts_implementation="grouped_mm"`, `integrations/moe.py` `grouped_mm_experts_forward`):
+    /// router logits, fp32 softmax, top-k; the `tokens * top_k` (token, expert) rows are gathered
+    /// in expert order, run through grouped matmuls (gate_up, activation * up, down), weighted,
+    /// un-permuted and summed over k. Memory does not depend on the routing.
     fn moe_mlp(
         &mut self,
         x: TensorId,
@@ -1355,11 +1360,31 @@ impl<'a> Builder<'a> {
         let e = u128::from(moe.num_experts);
         let k = u128::from(moe.top_k);
         let router = lp.router.unwrap_or(lin_zero());
-        let (logits, _) = self.linear(x, x_size, rows, router);
-        let probs = self.op(rows * e * 4, &[logits], &[], &[], &[]);
-        self.drop_(logits);
-        let topw = self.op(rows * k * 4, &[probs], &[probs], &[], &[]);
-        self.drop_(probs);
+        let topw = if moe.router_fp32 {
+            // DeepSeek-V3: fp32 copies of the input and the router weight, fp32 logits,
+            // sigmoid scores (saved), biased scores for the group top-k, fp32 routing weights
+            let xf = self.cast(x, rows * h * 4);
+            let wf = self.t.alloc(e * h * 4, Category::Activations, false);
+            let logits = self.op(rows * e * 4, &[xf], &[xf, wf], &[router.w.id], &[]);
+            self.drop_(wf);
+            self.drop_(xf);
+            let scores = self.op(rows * e * 4, &[logits], &[], &[], &[]);
+            self.drop_(logits);
+            self.t.transient(rows * e * 4 * 2, Category::Activations);
+            let topw = self.op(rows * k * 4, &[scores], &[scores], &[], &[]);
+            self.drop_(scores);
+            topw
+        } else {
+            // softmax(router_logits, dtype=float) saved; top-k weights cast to the hidden dtype
+            let (logits, _) = self.linear(x, x_size, rows, router);
+            let probs = self.op(rows * e * 4, &[logits], &[], &[], &[]);
+            self.drop_(logits);
+            let topw = self.op(rows * k * 4, &[probs], &[probs], &[], &[]);
+            self.drop_(probs);
+            topw
+        };
+        // routing weights fp32 make the weighted expert outputs fp32 (type promotion)
+        let ws = if moe.router_fp32 { 4 } else { c };
         // experts: gathered rows (tokens*k), gate/up, act, mul, down, weighted
         let i = u128::from(moe.expert.intermediate);
         let ins = if moe.expert.gated { 2 } else { 1 };
@@ -1385,11 +1410,22 @@ impl<'a> Builder<'a> {
         self.drop_(gu);
         let down = self.op(ek * h * c, &[m], &[m], &[lp.experts[1].id], &[]);
         self.drop_(m);
-        let weighted = self.mul(down, topw, ek * h * c);
+        let weighted = self.mul(down, topw, ek * h * ws);
         self.drop_(down);
         self.drop_(topw);
-        let mut out = self.op(rows * h * c, &[weighted], &[], &[], &[]);
+        // `weighted_out[inv_perm]` (a gather, new tensor), then `.view(T, k, H).sum(1)`,
+        // then `.to(hidden_states.dtype)`
+        let unpermuted = self.op(ek * h * ws, &[weighted], &[], &[], &[]);
         self.drop_(weighted);
+        let summed = self.op(rows * h * ws, &[unpermuted], &[], &[], &[]);
+        self.drop_(unpermuted);
+        let mut out = if ws != c {
+            let y = self.cast(summed, rows * h * c);
+            self.drop_(summed);
+            y
+        } else {
+            summed
+        };
         if let Some(s) = &moe.shared {
             let so = self.dense_mlp(x, x_size, rows, s, &lp.shared.clone());
             let so = if let Some(g) = lp.shared_gate {

@@ -171,5 +171,7 @@ fn moe_block(raw: &HfConfig, ctx: &Ctx, d: &Dims) -> Result<MoeMlp, FormatError>
         shared: (shared_i > 0).then(|| gated(shared_i, d.act)),
         shared_gate: false,
         router_extra_params: 0,
+        // modeling_deepseek_v3.py DeepseekV3TopkRouter: fp32 linear + sigmoid, fp32 weights
+        router_fp32: true,
     })
 }

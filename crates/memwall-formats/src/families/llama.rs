@@ -134,6 +134,7 @@ fn moe(
         shared: None,
         shared_gate: false,
         router_extra_params: 0,
+        router_fp32: false,
     })
 }
 
