@@ -1,0 +1,51 @@
+//! Golden parameter counts: every config the truth harness counted with transformers
+//! (`tests/truth/params.jsonl`, written by `tools/truth/count_params.py` on the meta device) —
+//! all catalogue models and all truth configs — must be matched to the parameter, by component.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Row {
+    file: String,
+    model_type: String,
+    class: String,
+    params_total: u64,
+    by_name_prefix: BTreeMap<String, u64>,
+    #[serde(default)]
+    note: Option<String>,
+}
+
+#[test]
+fn every_counted_config_matches_transformers_exactly() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let text = std::fs::read_to_string(root.join("tests/truth/params.jsonl")).expect("params.jsonl");
+    let mut checked = 0;
+    let mut catalogue = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let row: Row = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        let path = root.join(&row.file);
+        let Ok(json) = std::fs::read_to_string(&path) else {
+            // a catalogue entry dropped since counting (e.g. falcon-40b's unloadable RefinedWeb config)
+            assert!(row.file.starts_with("data/models/"), "missing truth config {}", row.file);
+            continue;
+        };
+        let desc = memwall_formats::parse_hf_config(&json).unwrap_or_else(|e| panic!("{}: {e}", row.file));
+        let c = desc.param_counts().expect("counts");
+        assert_eq!(c.total, row.params_total, "{} ({}, {})", row.file, row.model_type, row.class);
+        let get = |k: &str| row.by_name_prefix.get(k).copied().unwrap_or(0);
+        assert_eq!(c.embeddings, get("embed"), "{}: embeddings", row.file);
+        assert_eq!(c.layers, get("layers"), "{}: layers", row.file);
+        assert_eq!(c.final_norm, get("final_norm"), "{}: final norm", row.file);
+        assert_eq!(c.lm_head, get("lm_head"), "{}: lm_head", row.file);
+        assert_eq!(get("other"), 0, "{}: unattributed parameters", row.file);
+        checked += 1;
+        if row.file.starts_with("data/models/") {
+            catalogue += 1;
+        }
+    }
+    assert!(checked >= 80, "{checked}");
+    assert_eq!(catalogue, memwall_catalog::models().len(), "every catalogue model has a transformers count");
+}
