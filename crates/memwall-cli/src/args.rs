@@ -183,7 +183,23 @@ impl TrainSettings {
         let model = model_source::load(&model)?;
         let gpu = gpu::find(&gpu).with_context(|| {
             let ids: Vec<&str> = gpu::GPUS.iter().map(|g| g.id).collect();
-            format!("unknown --gpu `{gpu}`; known: {}", ids.join(", "))
+            let wanted = gpu.to_ascii_lowercase();
+            let close: Vec<&str> = ids
+                .iter()
+                .copied()
+                .filter(|id| {
+                    id.contains(&wanted) || wanted.contains(id.split('-').next().unwrap_or(id))
+                })
+                .collect();
+            if close.is_empty() {
+                format!("unknown --gpu `{gpu}`; known: {}", ids.join(", "))
+            } else {
+                format!(
+                    "unknown --gpu `{gpu}` (did you mean: {}?); known: {}",
+                    close.join(", "),
+                    ids.join(", ")
+                )
+            }
         })?;
         let lora = match (lora_rank, qlora) {
             (Some(rank), _) => {

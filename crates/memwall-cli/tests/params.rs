@@ -21,7 +21,8 @@ struct Row {
 #[test]
 fn every_counted_config_matches_transformers_exactly() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let text = std::fs::read_to_string(root.join("tests/truth/params.jsonl")).expect("params.jsonl");
+    let text =
+        std::fs::read_to_string(root.join("tests/truth/params.jsonl")).expect("params.jsonl");
     let mut checked = 0;
     let mut catalogue = 0;
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -29,12 +30,21 @@ fn every_counted_config_matches_transformers_exactly() {
         let path = root.join(&row.file);
         let Ok(json) = std::fs::read_to_string(&path) else {
             // a catalogue entry dropped since counting (e.g. falcon-40b's unloadable RefinedWeb config)
-            assert!(row.file.starts_with("data/models/"), "missing truth config {}", row.file);
+            assert!(
+                row.file.starts_with("data/models/"),
+                "missing truth config {}",
+                row.file
+            );
             continue;
         };
-        let desc = memwall_formats::parse_hf_config(&json).unwrap_or_else(|e| panic!("{}: {e}", row.file));
+        let desc =
+            memwall_formats::parse_hf_config(&json).unwrap_or_else(|e| panic!("{}: {e}", row.file));
         let c = desc.param_counts().expect("counts");
-        assert_eq!(c.total, row.params_total, "{} ({}, {})", row.file, row.model_type, row.class);
+        assert_eq!(
+            c.total, row.params_total,
+            "{} ({}, {})",
+            row.file, row.model_type, row.class
+        );
         let get = |k: &str| row.by_name_prefix.get(k).copied().unwrap_or(0);
         assert_eq!(c.embeddings, get("embed"), "{}: embeddings", row.file);
         assert_eq!(c.layers, get("layers"), "{}: layers", row.file);
@@ -47,5 +57,9 @@ fn every_counted_config_matches_transformers_exactly() {
         }
     }
     assert!(checked >= 80, "{checked}");
-    assert_eq!(catalogue, memwall_catalog::models().len(), "every catalogue model has a transformers count");
+    assert_eq!(
+        catalogue,
+        memwall_catalog::models().len(),
+        "every catalogue model has a transformers count"
+    );
 }

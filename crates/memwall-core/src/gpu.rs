@@ -75,9 +75,9 @@ pub const GPUS: &[Gpu] = &[
     },
 ];
 
-/// Looks a GPU up by id.
+/// Looks a GPU up by id (case-insensitive).
 pub fn find(id: &str) -> Option<&'static Gpu> {
-    GPUS.iter().find(|g| g.id == id)
+    GPUS.iter().find(|g| g.id.eq_ignore_ascii_case(id))
 }
 
 #[cfg(test)]
