@@ -628,80 +628,46 @@ impl<'a> Builder<'a> {
                 }
                 (y, out_size)
             }
-            NormKind::RmsNorm => {
-                // LlamaRMSNorm (transformers models/llama/modeling_llama.py):
-                //   h = x.to(float32); var = h.pow(2).mean(-1); h = h * rsqrt(var + eps)
-                //   return weight * h.to(input_dtype)
+            NormKind::RmsNorm | NormKind::Olmo2RmsNorm | NormKind::GemmaRmsNorm => {
+                // Shared prefix of LlamaRMSNorm, Olmo2RMSNorm and GemmaRMSNorm (transformers
+                // models/{llama,olmo2,gemma}/modeling_*.py):
+                //   h = x.to(float32); h = h * rsqrt(h.pow(2).mean(-1) + eps)
                 let x32 = if x_size != 4 { self.cast(x, n * 4) } else { x };
                 self.t.transient(n * 4, Category::Activations); // pow(2), freed after mean
                 let rs = self.op(rows * 4, &[x32], &[x32], &[], &[]);
                 let h32 = self.mul(x32, rs, n * 4);
-                let hd = if x_size != 4 {
-                    self.cast(h32, n * x_size)
-                } else {
-                    h32
-                };
-                // backward of the decomposed norm holds up to four fp32 row-sized temporaries
-                // mul saves `hd` only for the weight's gradient (derivatives.yaml: mul saves `other`
-                // when `self` needs grad and `self` when `other` does)
+                // mul saves `h` only for the weight's gradient (derivatives.yaml: mul saves
+                // `other` when `self` needs grad and `self` when `other` does); the decomposed
+                // backward holds up to four fp32 row-sized temporaries
                 let w_tr = self.trainable(&p.0);
-                let saved: &[TensorId] = if w_tr { &[hd] } else { &[] };
-                let y = self.op(n * x_size, &[hd], saved, &params, &[4 * n * 4]);
-                if hd != h32 {
+                let temps = [4 * n * 4];
+                let y = if norm.kind == NormKind::RmsNorm && x_size != 4 {
+                    // Llama: `weight * h.to(input_dtype)`: the weight multiplies in the input dtype
+                    let hd = self.cast(h32, n * x_size);
                     self.drop_(h32);
-                }
-                self.drop_(hd);
+                    let saved: &[TensorId] = if w_tr { &[hd] } else { &[] };
+                    let y = self.op(n * x_size, &[hd], saved, &params, &temps);
+                    self.drop_(hd);
+                    y
+                } else {
+                    // Olmo2: `(weight * h).to(input_dtype)`; Gemma: `(h * (1 + weight.float())).type_as(x)`:
+                    // the weight multiplies in fp32, then one cast
+                    let saved: &[TensorId] = if w_tr { &[h32] } else { &[] };
+                    let y32 = self.op(n * 4, &[h32], saved, &params, &temps);
+                    self.drop_(h32);
+                    if x_size != 4 {
+                        let y = self.cast(y32, n * x_size);
+                        self.drop_(y32);
+                        y
+                    } else {
+                        y32
+                    }
+                };
                 self.drop_(rs);
                 if x32 != x {
                     self.drop_(x32);
                 }
                 (y, x_size)
-            }
-            NormKind::Olmo2RmsNorm => {
-                // Olmo2RMSNorm (models/olmo2/modeling_olmo2.py):
-                //   h = x.float() * rsqrt(mean(x²)+eps); return (weight * h).to(input_dtype)
-                let x32 = if x_size != 4 { self.cast(x, n * 4) } else { x };
-                self.t.transient(n * 4, Category::Activations);
-                let rs = self.op(rows * 4, &[x32], &[x32], &[], &[]);
-                let h32 = self.mul(x32, rs, n * 4);
-                let w_tr = self.trainable(&p.0);
-                let saved: &[TensorId] = if w_tr { &[h32] } else { &[] };
-                let out32 = self.op(n * 4, &[h32], saved, &params, &[4 * n * 4]);
-                self.drop_(h32);
-                self.drop_(rs);
-                if x32 != x {
-                    self.drop_(x32);
-                }
-                if x_size != 4 {
-                    let y = self.cast(out32, n * x_size);
-                    self.drop_(out32);
-                    (y, x_size)
-                } else {
-                    (out32, 4)
-                }
-            }
-            NormKind::GemmaRmsNorm => {
-                // GemmaRMSNorm (models/gemma/modeling_gemma.py):
-                //   out = _norm(x.float()) * (1.0 + weight.float()); return out.type_as(x)
-                let x32 = if x_size != 4 { self.cast(x, n * 4) } else { x };
-                self.t.transient(n * 4, Category::Activations);
-                let rs = self.op(rows * 4, &[x32], &[x32], &[], &[]);
-                let h32 = self.mul(x32, rs, n * 4);
-                let w_tr = self.trainable(&p.0);
-                let saved: &[TensorId] = if w_tr { &[h32] } else { &[] };
-                let out32 = self.op(n * 4, &[h32], saved, &params, &[4 * n * 4]);
-                self.drop_(h32);
-                self.drop_(rs);
-                if x32 != x {
-                    self.drop_(x32);
-                }
-                if x_size != 4 {
-                    let y = self.cast(out32, n * x_size);
-                    self.drop_(out32);
-                    (y, x_size)
-                } else {
-                    (out32, 4)
-                }
             }
         }
     }
