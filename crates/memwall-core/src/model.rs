@@ -139,31 +139,38 @@ impl Attention {
         }
     }
 
-    /// Parameters of the attention block, including q/k norms and MLA's internal norms.
-    pub fn params(&self, hidden: u64) -> u128 {
-        let h = u128::from(hidden);
+    /// The projections of the attention block, in forward order, with their shapes.
+    ///
+    /// MLA follows transformers `models/deepseek_v3/modeling_deepseek_v3.py`
+    /// (`DeepseekV3Attention.__init__`): `attention_bias` adds biases to `q_a_proj` and
+    /// `kv_a_proj_with_mqa` only; the plain `q_proj` (no `q_lora_rank`), `q_b_proj` and
+    /// `kv_b_proj` never have one.
+    pub fn linears(&self, hidden: u64) -> Vec<LinearShape> {
+        let l = |role, in_features, out_features, bias| LinearShape {
+            role,
+            in_features,
+            out_features,
+            bias,
+        };
         match self.kind {
             AttentionKind::Standard {
                 num_heads,
                 num_kv_heads,
                 head_dim,
             } => {
-                let q = u128::from(num_heads) * u128::from(head_dim);
-                let kv = u128::from(num_kv_heads) * u128::from(head_dim);
-                let mut p = h * (q + 2 * kv) + q * h;
-                if self.qkv_bias {
-                    p += q + 2 * kv;
-                }
-                if self.o_bias {
-                    p += h;
-                }
-                if let Some((scope, _)) = self.qk_norm {
-                    p += match scope {
-                        QkNormScope::PerHead => 2 * u128::from(head_dim),
-                        QkNormScope::Full => q + kv,
-                    };
-                }
-                p
+                let q = num_heads * head_dim;
+                let kv = num_kv_heads * head_dim;
+                let mut v = if self.fused_qkv {
+                    vec![l(LinearRole::Qkv, hidden, q + 2 * kv, self.qkv_bias)]
+                } else {
+                    vec![
+                        l(LinearRole::Q, hidden, q, self.qkv_bias),
+                        l(LinearRole::K, hidden, kv, self.qkv_bias),
+                        l(LinearRole::V, hidden, kv, self.qkv_bias),
+                    ]
+                };
+                v.push(l(LinearRole::O, q, hidden, self.o_bias));
+                v
             }
             AttentionKind::Mla {
                 num_heads,
@@ -173,40 +180,70 @@ impl Attention {
                 qk_rope_head_dim,
                 v_head_dim,
             } => {
-                let heads = u128::from(num_heads);
-                let qk_head = u128::from(qk_nope_head_dim + qk_rope_head_dim);
-                let kvr = u128::from(kv_lora_rank);
-                let q = match q_lora_rank {
-                    // q_a_proj + q_a_layernorm + q_b_proj
-                    Some(r) => {
-                        let r = u128::from(r);
-                        h * r + r + r * heads * qk_head
-                    }
-                    None => h * heads * qk_head,
+                let qk_head = qk_nope_head_dim + qk_rope_head_dim;
+                let mut v = match q_lora_rank {
+                    Some(r) => vec![
+                        l(LinearRole::QA, hidden, r, self.qkv_bias),
+                        l(LinearRole::QB, r, num_heads * qk_head, false),
+                    ],
+                    None => vec![l(LinearRole::Q, hidden, num_heads * qk_head, false)],
                 };
-                // kv_a_proj_with_mqa + kv_a_layernorm + kv_b_proj + o_proj
-                let kv = h * (kvr + u128::from(qk_rope_head_dim))
-                    + kvr
-                    + kvr * heads * u128::from(qk_nope_head_dim + v_head_dim);
-                let o = heads * u128::from(v_head_dim) * h;
-                let mut p = q + kv + o;
-                if self.qkv_bias {
-                    // attention_bias=True adds biases to q_a_proj and kv_a_proj_with_mqa only;
-                    // the plain q_proj (no q_lora_rank) and q_b/kv_b_proj are always bias=False
-                    // (transformers 5.23 `models/deepseek_v3/modeling_deepseek_v3.py`
-                    // DeepseekV3Attention.__init__).
-                    p += match q_lora_rank {
-                        Some(r) => u128::from(r),
-                        None => 0,
-                    } + kvr
-                        + u128::from(qk_rope_head_dim);
-                }
-                if self.o_bias {
-                    p += h;
-                }
-                p
+                v.push(l(
+                    LinearRole::KvA,
+                    hidden,
+                    kv_lora_rank + qk_rope_head_dim,
+                    self.qkv_bias,
+                ));
+                v.push(l(
+                    LinearRole::KvB,
+                    kv_lora_rank,
+                    num_heads * (qk_nope_head_dim + v_head_dim),
+                    false,
+                ));
+                v.push(l(
+                    LinearRole::O,
+                    num_heads * v_head_dim,
+                    hidden,
+                    self.o_bias,
+                ));
+                v
             }
         }
+    }
+
+    /// Norm weights inside the attention block: q/k norms, or MLA's `q_a_layernorm` and
+    /// `kv_a_layernorm` (RMSNorm, no bias).
+    pub fn norm_dims(&self) -> Vec<u64> {
+        match self.kind {
+            AttentionKind::Standard {
+                num_heads,
+                num_kv_heads,
+                head_dim,
+            } => match self.qk_norm {
+                Some((QkNormScope::PerHead, _)) => vec![head_dim, head_dim],
+                Some((QkNormScope::Full, _)) => vec![num_heads * head_dim, num_kv_heads * head_dim],
+                None => vec![],
+            },
+            AttentionKind::Mla {
+                q_lora_rank,
+                kv_lora_rank,
+                ..
+            } => q_lora_rank
+                .into_iter()
+                .chain(std::iter::once(kv_lora_rank))
+                .collect(),
+        }
+    }
+
+    /// Parameters of the attention block, including q/k norms and MLA's internal norms.
+    pub fn params(&self, hidden: u64) -> u128 {
+        let linears: u128 = self.linears(hidden).iter().map(LinearShape::params).sum();
+        linears
+            + self
+                .norm_dims()
+                .iter()
+                .map(|&d| u128::from(d))
+                .sum::<u128>()
     }
 }
 
@@ -226,16 +263,29 @@ pub struct DenseMlp {
 }
 
 impl DenseMlp {
+    /// The projections of this MLP in forward order (transformers names them per family).
+    pub fn linears(&self, hidden: u64) -> Vec<LinearShape> {
+        let l = |role, in_features, out_features| LinearShape {
+            role,
+            in_features,
+            out_features,
+            bias: self.bias,
+        };
+        let i = self.intermediate;
+        let mut v = if !self.gated {
+            vec![l(LinearRole::Up, hidden, i)]
+        } else if self.fused_gate_up {
+            vec![l(LinearRole::GateUp, hidden, 2 * i)]
+        } else {
+            vec![l(LinearRole::Gate, hidden, i), l(LinearRole::Up, hidden, i)]
+        };
+        v.push(l(LinearRole::Down, i, hidden));
+        v
+    }
+
     /// Parameters of this MLP.
     pub fn params(&self, hidden: u64) -> u128 {
-        let h = u128::from(hidden);
-        let i = u128::from(self.intermediate);
-        let ins = if self.gated { 2 } else { 1 };
-        let mut p = ins * h * i + i * h;
-        if self.bias {
-            p += ins * i + h;
-        }
-        p
+        self.linears(hidden).iter().map(LinearShape::params).sum()
     }
 }
 
@@ -412,6 +462,31 @@ pub struct ModelDesc {
     pub dropout: Dropout,
     /// The module names transformers gives each linear role (what `--lora-targets` names).
     pub linear_names: Vec<(LinearRole, String)>,
+}
+
+/// One linear layer of a decoder layer (`nn.Linear(in_features, out_features, bias)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LinearShape {
+    /// What it computes.
+    pub role: LinearRole,
+    /// Input features.
+    pub in_features: u64,
+    /// Output features.
+    pub out_features: u64,
+    /// Whether it has a bias.
+    pub bias: bool,
+}
+
+impl LinearShape {
+    /// Weight (+ bias) parameters.
+    pub fn params(&self) -> u128 {
+        let w = u128::from(self.in_features) * u128::from(self.out_features);
+        if self.bias {
+            w + u128::from(self.out_features)
+        } else {
+            w
+        }
+    }
 }
 
 /// The role of a linear layer inside a decoder layer, independent of family naming.

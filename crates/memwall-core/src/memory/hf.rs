@@ -299,82 +299,31 @@ impl<'a> Builder<'a> {
             }
         }
         let a = &l.attention;
+        // shapes come from the model description, the one place they are defined
+        for shape in a.linears(self.model.hidden_size) {
+            let lin = self.new_linear(
+                Some(shape.role),
+                u128::from(shape.in_features),
+                u128::from(shape.out_features),
+                shape.bias,
+            );
+            lp.linears.push((shape.role, lin));
+        }
+        let norm_dims = a.norm_dims();
         match a.kind {
-            AttentionKind::Standard {
-                num_heads,
-                num_kv_heads,
-                head_dim,
-            } => {
-                let q = u128::from(num_heads * head_dim);
-                let kv = u128::from(num_kv_heads * head_dim);
-                if a.fused_qkv {
-                    let lin = self.new_linear(Some(LinearRole::Qkv), h, q + 2 * kv, a.qkv_bias);
-                    lp.linears.push((LinearRole::Qkv, lin));
-                } else {
-                    for (role, out) in
-                        [(LinearRole::Q, q), (LinearRole::K, kv), (LinearRole::V, kv)]
-                    {
-                        let lin = self.new_linear(Some(role), h, out, a.qkv_bias);
-                        lp.linears.push((role, lin));
-                    }
-                }
-                let lin = self.new_linear(Some(LinearRole::O), q, h, a.o_bias);
-                lp.linears.push((LinearRole::O, lin));
-                if let Some((scope, _)) = a.qk_norm {
-                    let (qn, kn) = match scope {
-                        QkNormScope::PerHead => (u128::from(head_dim), u128::from(head_dim)),
-                        QkNormScope::Full => (q, kv),
-                    };
-                    lp.qk_norms = Some((self.new_param(qn, true), self.new_param(kn, true)));
+            AttentionKind::Standard { .. } => {
+                if let [q, k] = norm_dims[..] {
+                    lp.qk_norms = Some((
+                        self.new_param(u128::from(q), true),
+                        self.new_param(u128::from(k), true),
+                    ));
                 }
             }
-            AttentionKind::Mla {
-                num_heads,
-                q_lora_rank,
-                kv_lora_rank,
-                qk_nope_head_dim,
-                qk_rope_head_dim,
-                v_head_dim,
-            } => {
-                let heads = u128::from(num_heads);
-                let qk = u128::from(qk_nope_head_dim + qk_rope_head_dim);
-                let kvr = u128::from(kv_lora_rank);
-                match q_lora_rank {
-                    Some(r) => {
-                        let r = u128::from(r);
-                        let qa = self.new_linear(Some(LinearRole::QA), h, r, a.qkv_bias);
-                        lp.linears.push((LinearRole::QA, qa));
-                        lp.mla_norms.push(self.new_param(r, true));
-                        let qb = self.new_linear(Some(LinearRole::QB), r, heads * qk, false);
-                        lp.linears.push((LinearRole::QB, qb));
-                    }
-                    None => {
-                        let q = self.new_linear(Some(LinearRole::Q), h, heads * qk, a.qkv_bias);
-                        lp.linears.push((LinearRole::Q, q));
-                    }
+            AttentionKind::Mla { .. } => {
+                for d in norm_dims {
+                    let p = self.new_param(u128::from(d), true);
+                    lp.mla_norms.push(p);
                 }
-                let kva = self.new_linear(
-                    Some(LinearRole::KvA),
-                    h,
-                    kvr + u128::from(qk_rope_head_dim),
-                    a.qkv_bias,
-                );
-                lp.linears.push((LinearRole::KvA, kva));
-                lp.mla_norms.push(self.new_param(kvr, true));
-                let kvb = self.new_linear(
-                    Some(LinearRole::KvB),
-                    kvr,
-                    heads * u128::from(qk_nope_head_dim + v_head_dim),
-                    false,
-                );
-                lp.linears.push((LinearRole::KvB, kvb));
-                let o = self.new_linear(
-                    Some(LinearRole::O),
-                    heads * u128::from(v_head_dim),
-                    h,
-                    a.o_bias,
-                );
-                lp.linears.push((LinearRole::O, o));
             }
         }
         match &l.mlp {
@@ -410,36 +359,18 @@ impl<'a> Builder<'a> {
     }
 
     fn mlp_params(&mut self, d: &DenseMlp) -> Vec<(LinearRole, LinearP)> {
-        let h = self.hidden;
-        let i = u128::from(d.intermediate);
-        let mut v = Vec::with_capacity(3);
-        if d.gated {
-            if d.fused_gate_up {
-                v.push((
-                    LinearRole::GateUp,
-                    self.new_linear(Some(LinearRole::GateUp), h, 2 * i, d.bias),
-                ));
-            } else {
-                v.push((
-                    LinearRole::Gate,
-                    self.new_linear(Some(LinearRole::Gate), h, i, d.bias),
-                ));
-                v.push((
-                    LinearRole::Up,
-                    self.new_linear(Some(LinearRole::Up), h, i, d.bias),
-                ));
-            }
-        } else {
-            v.push((
-                LinearRole::Up,
-                self.new_linear(Some(LinearRole::Up), h, i, d.bias),
-            ));
-        }
-        v.push((
-            LinearRole::Down,
-            self.new_linear(Some(LinearRole::Down), i, h, d.bias),
-        ));
-        v
+        d.linears(self.model.hidden_size)
+            .into_iter()
+            .map(|shape| {
+                let lin = self.new_linear(
+                    Some(shape.role),
+                    u128::from(shape.in_features),
+                    u128::from(shape.out_features),
+                    shape.bias,
+                );
+                (shape.role, lin)
+            })
+            .collect()
     }
 
     // ------------------------------------------------------------------ tensor helpers
@@ -1714,6 +1645,12 @@ impl<'a> Builder<'a> {
                 });
                 let xsize = self.t.bytes(x) / (self.tokens * self.hidden).max(1);
                 let y = self.layer(i, x, xsize, true);
+                // the recompute runs in its own autocast region (checkpoint.py re-enters the
+                // saved autocast state); leaving it clears autocast's weight-cast cache
+                // (`torch.clear_autocast_cache` when the nesting drops to 0)
+                for r in std::mem::take(&mut self.autocast_cache) {
+                    self.drop_(r);
+                }
                 self.t.move_grad(out, y);
                 self.drop_(y);
                 continue;
