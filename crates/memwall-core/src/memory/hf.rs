@@ -1469,6 +1469,17 @@ impl<'a> Builder<'a> {
         let h = self.hidden;
         // embedding backward: dense grad_weight (embedding_dense_backward)
         let emb = self.op(rows * dim * s, &[], &[], &[self.embed.id], &[]);
+        // peft's PeftModel.__init__ calls `enable_input_require_grads()` when the model already
+        // has gradient checkpointing on (peft_model.py `prepare_model_for_gradient_checkpointing`):
+        // the frozen embedding's output becomes a leaf that requires grad, so layer 0 saves its
+        // activations and the leaf's gradient lives until the graph is freed after backward.
+        if self.w.lora.is_some() && self.w.checkpointing && !self.t.requires_grad(emb) {
+            self.t.set_requires_grad(emb, true);
+            self.t.record(Node {
+                outputs: Ids::of(&[emb]),
+                ..Node::default()
+            });
+        }
         // `inputs_embeds` stays referenced by the model's forward until it returns
         self.t.retain(emb);
         self.out_refs.push(emb);

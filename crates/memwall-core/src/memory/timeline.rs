@@ -244,6 +244,11 @@ impl Timeline {
         self.tensors[id].category = category;
     }
 
+    /// Marks a tensor as requiring grad (`tensor.requires_grad_(True)`).
+    pub fn set_requires_grad(&mut self, id: TensorId, requires_grad: bool) {
+        self.tensors[id].requires_grad = requires_grad;
+    }
+
     /// Bytes of a tensor.
     pub fn bytes(&self, id: TensorId) -> u128 {
         self.tensors[id].bytes
