@@ -273,6 +273,15 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
     amp_dtype = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(prec)
     cpu = torch.device("cpu")
 
+    # transformers' masking_utils.find_packed_sequence_indices treats any fake tensor as "tracing"
+    # (utils/import_utils.py is_tracing) and returns a packed-sequence mask, which makes
+    # create_causal_mask materialise a boolean [B,1,S,S] mask (and SDPA a float copy per layer)
+    # whenever there is no KV cache, i.e. under gradient checkpointing. On real unpacked inputs
+    # (position ids 0..S-1, all ours) it returns None and no mask exists, so we give it that answer.
+    import transformers.masking_utils as _mu
+
+    _mu.find_packed_sequence_indices = lambda position_ids: None
+
     with (FakeTensorMode() if fake else contextlib.nullcontext()):
         torch.set_default_dtype(model_dtype)
         try:

@@ -1536,8 +1536,14 @@ impl<'a> Builder<'a> {
                 self.t.recording = false;
                 let y = self.layer(i, x, xsize, true);
                 self.t.recording = true;
+                // the checkpoint keeps the layer's inputs for the recompute: the hidden state
+                // and the rotary cos/sin passed to every layer (torch/utils/checkpoint.py)
+                let mut kept = vec![x];
+                if let Some((cos, sin)) = self.rope_tables {
+                    kept.extend([cos, sin]);
+                }
                 self.t.record(Node {
-                    saved: Ids::of(&[x]),
+                    saved: Ids::of(&kept),
                     inputs: Ids::of(&[]),
                     outputs: Ids::of(&[y]),
                     recompute: Some(i),
@@ -1651,7 +1657,7 @@ impl<'a> Builder<'a> {
                 let x = node.saved.as_slice()[0];
                 let out = node.outputs.as_slice()[0];
                 self.t.tape.push(Node {
-                    saved: Ids::of(&[x]),
+                    saved: node.saved,
                     ..Node::default()
                 });
                 let xsize = self.t.bytes(x) / (self.tokens * self.hidden).max(1);
