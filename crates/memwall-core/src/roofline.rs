@@ -1,0 +1,652 @@
+//! Roofline analysis: FLOPs and minimum HBM traffic per op class, arithmetic intensity against
+//! the GPU's ridge point, and lower-bound times.
+//!
+//! Model (Williams, Waterman & Patterson, "Roofline: an insightful visual performance model",
+//! CACM 2009): an op takes at least `max(flops / peak_flops, bytes / memory_bandwidth)`; it is
+//! memory-bound when its intensity `flops / bytes` is below the ridge point
+//! `peak_flops / memory_bandwidth`.
+//!
+//! FLOP counts: a GEMM `[m×k]·[k×n]` is `2mkn` (one multiply and one add per MAC). Bytes are the
+//! minimum traffic: every operand read once and the result written once (perfect on-chip
+//! reuse), which is what makes the estimate a lower bound. Training counts backward as twice the
+//! forward GEMMs (grad of the input and of the weight; Kaplan et al. 2020, "Scaling laws",
+//! C ≈ 6N per token) and attention per FlashAttention (Dao 2022): `4·b·h·s²·d` forward,
+//! halved for causal masking, 2.5× that for backward.
+
+use crate::error::CoreError;
+use crate::model::{AttentionKind, LayerSpec, Mlp, ModelDesc, NormKind};
+use serde::Serialize;
+
+/// Which part of the workload is analysed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RooflinePhase {
+    /// One training step (forward + backward + optimizer update).
+    Train,
+    /// Prefill of `batch` prompts of `seq` tokens (logits for the last position only).
+    Prefill,
+    /// One decode step: `batch` sequences each adding one token to a context of `seq`.
+    Decode,
+}
+
+/// Numeric format the math runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MathDtype {
+    /// fp64.
+    Fp64,
+    /// fp32 (no tensor cores).
+    Fp32,
+    /// tf32 tensor cores.
+    Tf32,
+    /// bf16 tensor cores.
+    Bf16,
+    /// fp16 tensor cores.
+    Fp16,
+    /// fp8 tensor cores.
+    Fp8,
+    /// int8 tensor cores.
+    Int8,
+}
+
+impl MathDtype {
+    /// Bytes per element of tensors in this format.
+    pub fn bytes(self) -> f64 {
+        match self {
+            MathDtype::Fp64 => 8.0,
+            MathDtype::Fp32 | MathDtype::Tf32 => 4.0,
+            MathDtype::Bf16 | MathDtype::Fp16 => 2.0,
+            MathDtype::Fp8 | MathDtype::Int8 => 1.0,
+        }
+    }
+}
+
+/// The compute and bandwidth ceilings of one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Ceilings {
+    /// HBM/GDDR bandwidth in bytes/s.
+    pub memory_bandwidth_bytes_per_s: f64,
+    /// Dense peak FLOP/s by math format (no 2:4 sparsity).
+    pub peak_flops_per_s: Vec<(MathDtype, f64)>,
+    /// Interconnect bandwidth between GPUs (NVLink/xGMI), bytes/s, if any.
+    pub interconnect_bytes_per_s: Option<f64>,
+}
+
+impl Ceilings {
+    /// Peak FLOP/s for a format; elementwise math runs on the fp32 units.
+    pub fn peak(&self, dtype: MathDtype) -> Option<f64> {
+        self.peak_flops_per_s
+            .iter()
+            .find(|(d, _)| *d == dtype)
+            .map(|(_, f)| *f)
+    }
+
+    /// Ridge point in FLOP/byte for a format.
+    pub fn ridge(&self, dtype: MathDtype) -> Option<f64> {
+        self.peak(dtype)
+            .map(|p| p / self.memory_bandwidth_bytes_per_s)
+    }
+}
+
+/// What limits an op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Bound {
+    /// Intensity below the ridge point.
+    Memory,
+    /// Intensity at or above the ridge point.
+    Compute,
+    /// GPU-to-GPU traffic (tensor-parallel all-reduce).
+    Network,
+}
+
+/// One op class, summed over all layers.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OpCost {
+    /// Op class name (`attention.qkv_proj`, `mlp.down`, …).
+    pub name: String,
+    /// Whether it runs on tensor cores (GEMMs) or the fp32 vector units (elementwise).
+    pub tensor_core: bool,
+    /// FLOPs.
+    pub flops: f64,
+    /// Minimum bytes moved between HBM and the chip (or over the interconnect for `Network`).
+    pub bytes: f64,
+    /// flops / bytes.
+    pub intensity: f64,
+    /// What limits it.
+    pub bound: Bound,
+    /// Lower-bound time in seconds at the given efficiencies.
+    pub time_s: f64,
+}
+
+/// Settings of a roofline analysis.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RooflineWorkload {
+    /// Phase.
+    pub phase: RooflinePhase,
+    /// Sequences.
+    pub batch: u64,
+    /// Sequence length (train, prefill) or context length (decode).
+    pub seq: u64,
+    /// Format of the GEMMs.
+    pub dtype: MathDtype,
+    /// Bytes per element of weights as stored (2 for bf16; less for quantised weights).
+    pub weight_bytes: f64,
+    /// Bytes per element of the KV cache.
+    pub kv_bytes: f64,
+    /// Tensor-parallel degree (weights and heads split over `tp` GPUs; two all-reduces per layer).
+    pub tp: u64,
+    /// Fraction of peak FLOP/s achieved by GEMMs (model FLOPs utilisation); 1 = the roofline.
+    pub flops_efficiency: f64,
+    /// Fraction of peak bandwidth achieved.
+    pub bandwidth_efficiency: f64,
+}
+
+/// Result of a roofline analysis for one GPU (one tensor-parallel rank).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Roofline {
+    /// Ridge point of the GEMM format, FLOP/byte.
+    pub ridge_flops_per_byte: f64,
+    /// Op classes.
+    pub ops: Vec<OpCost>,
+    /// Sum of FLOPs.
+    pub total_flops: f64,
+    /// Sum of bytes over HBM.
+    pub total_bytes: f64,
+    /// Sum of per-op lower-bound times.
+    pub time_s: f64,
+    /// Tokens processed per second per GPU group (`batch·seq` for train/prefill, `batch` for decode).
+    pub tokens_per_s: f64,
+}
+
+struct Acc {
+    ops: Vec<OpCost>,
+}
+
+impl Acc {
+    fn add(&mut self, name: &str, tensor_core: bool, flops: f64, bytes: f64) {
+        if let Some(o) = self.ops.iter_mut().find(|o| o.name == name) {
+            o.flops += flops;
+            o.bytes += bytes;
+        } else {
+            self.ops.push(OpCost {
+                name: name.to_owned(),
+                tensor_core,
+                flops,
+                bytes,
+                intensity: 0.0,
+                bound: Bound::Memory,
+                time_s: 0.0,
+            });
+        }
+    }
+
+    /// A GEMM `[m×k]·[k×n]`: the weight `k×n` in `wb` bytes/element, activations in `ab`.
+    fn gemm(&mut self, name: &str, m: f64, k: f64, n: f64, ab: f64, wb: f64, train: bool) {
+        let flops = 2.0 * m * k * n;
+        let bytes = m * k * ab + k * n * wb + m * n * ab;
+        // backward: dX = dY·Wᵀ and dW = Xᵀ·dY, each as costly as the forward (reads dY, X or W)
+        let (f, b) = if train {
+            (3.0 * flops, 3.0 * bytes)
+        } else {
+            (flops, bytes)
+        };
+        self.add(name, true, f, b);
+    }
+
+    /// An elementwise op over `n` elements: `flops_per` FLOPs each, reading `reads` tensors and
+    /// writing one, `eb` bytes per element (backward ≈ twice the traffic and math).
+    fn elementwise(
+        &mut self,
+        name: &str,
+        n: f64,
+        flops_per: f64,
+        reads: f64,
+        eb: f64,
+        train: bool,
+    ) {
+        let flops = n * flops_per;
+        let bytes = n * eb * (reads + 1.0);
+        let (f, b) = if train {
+            (3.0 * flops, 3.0 * bytes)
+        } else {
+            (flops, bytes)
+        };
+        self.add(name, false, f, b);
+    }
+}
+
+/// FLOPs per element of a norm (square, sum, scale by rsqrt, weight; LayerNorm adds mean and bias).
+fn norm_flops(kind: NormKind) -> f64 {
+    match kind {
+        NormKind::LayerNorm => 7.0,
+        _ => 4.0,
+    }
+}
+
+/// Analyses `model` under `w` against `ceilings`.
+pub fn analyze(
+    model: &ModelDesc,
+    w: &RooflineWorkload,
+    ceilings: &Ceilings,
+) -> Result<Roofline, CoreError> {
+    if w.batch == 0 || w.seq == 0 {
+        return Err(CoreError::invalid(
+            "batch",
+            "batch and sequence length must be at least 1",
+        ));
+    }
+    if w.tp == 0 {
+        return Err(CoreError::invalid(
+            "tp",
+            "tensor parallelism must be at least 1",
+        ));
+    }
+    if !(w.flops_efficiency > 0.0 && w.flops_efficiency <= 1.0)
+        || !(w.bandwidth_efficiency > 0.0 && w.bandwidth_efficiency <= 1.0)
+    {
+        return Err(CoreError::invalid(
+            "efficiency",
+            "efficiencies must be in (0, 1]",
+        ));
+    }
+    let gemm_peak = ceilings.peak(w.dtype).ok_or_else(|| {
+        CoreError::invalid("dtype", format!("this GPU publishes no {:?} peak", w.dtype))
+    })?;
+    let vector_peak = ceilings.peak(MathDtype::Fp32).unwrap_or(gemm_peak);
+    let train = w.phase == RooflinePhase::Train;
+    let tp = w.tp as f64;
+    let b = w.batch as f64;
+    let s = w.seq as f64;
+    // rows through the per-token ops
+    let rows = match w.phase {
+        RooflinePhase::Decode => b,
+        _ => b * s,
+    };
+    let ab = w.dtype.bytes().max(2.0);
+    let wb = w.weight_bytes;
+    let h = model.hidden_size as f64;
+    let mut acc = Acc { ops: Vec::new() };
+
+    // embeddings: a gather of `rows` rows
+    acc.add(
+        "embedding",
+        false,
+        0.0,
+        rows * h * ab * if train { 2.0 } else { 1.0 },
+    );
+
+    for layer in &model.layers {
+        layer_ops(&mut acc, layer, w, rows, b, s, h, ab, wb, tp, train);
+        if w.tp > 1 {
+            // Megatron-style TP: one all-reduce after attention and one after the MLP (forward;
+            // two more in backward). Ring all-reduce moves 2(tp-1)/tp of the buffer per GPU.
+            let per = 2.0 * (tp - 1.0) / tp * rows * h * ab;
+            let n = if train { 4.0 } else { 2.0 };
+            acc.add("tensor_parallel.all_reduce", false, 0.0, n * per);
+        }
+    }
+    // final norm + LM head: prefill keeps the last position only (`logits_to_keep=1`)
+    if let Some(n) = model.head.final_norm {
+        acc.elementwise("norm", rows * h, norm_flops(n.kind), 1.0, ab, train);
+    }
+    let v = model.embeddings.vocab_size as f64;
+    let head_rows = match w.phase {
+        RooflinePhase::Prefill => b,
+        _ => rows,
+    };
+    acc.gemm(
+        "lm_head",
+        head_rows,
+        model.embeddings.dim as f64,
+        v / tp,
+        ab,
+        wb,
+        train,
+    );
+    if train {
+        // loss: fp32 upcast, log-softmax, NLL, and their backward over [rows, vocab]
+        acc.elementwise(
+            "loss.softmax_cross_entropy",
+            rows * v / tp,
+            5.0,
+            1.0,
+            4.0,
+            true,
+        );
+        // optimizer: AdamW reads param, grad, m, v and writes param, m, v (~12 FLOPs/param)
+        let p = model.param_counts()?.total as f64 / tp;
+        acc.add(
+            "optimizer.adamw_update",
+            false,
+            12.0 * p,
+            p * (4.0 + 3.0) * wb,
+        );
+    }
+
+    let ridge = gemm_peak / ceilings.memory_bandwidth_bytes_per_s;
+    let bw = ceilings.memory_bandwidth_bytes_per_s * w.bandwidth_efficiency;
+    let link = ceilings
+        .interconnect_bytes_per_s
+        .map(|l| l * w.bandwidth_efficiency);
+    let mut total_flops = 0.0;
+    let mut total_bytes = 0.0;
+    let mut time = 0.0;
+    for o in &mut acc.ops {
+        o.intensity = if o.bytes > 0.0 {
+            o.flops / o.bytes
+        } else {
+            f64::INFINITY
+        };
+        if o.name.starts_with("tensor_parallel") {
+            o.bound = Bound::Network;
+            o.intensity = 0.0;
+            o.time_s = match link {
+                Some(l) => o.bytes / l,
+                None => o.bytes / bw,
+            };
+        } else {
+            let peak = if o.tensor_core {
+                gemm_peak
+            } else {
+                vector_peak
+            } * w.flops_efficiency;
+            let op_ridge = if o.tensor_core {
+                ridge
+            } else {
+                vector_peak / ceilings.memory_bandwidth_bytes_per_s
+            };
+            o.bound = if o.intensity >= op_ridge {
+                Bound::Compute
+            } else {
+                Bound::Memory
+            };
+            o.time_s = (o.flops / peak).max(o.bytes / bw);
+            total_flops += o.flops;
+            total_bytes += o.bytes;
+        }
+        time += o.time_s;
+    }
+    let tokens = match w.phase {
+        RooflinePhase::Decode => b,
+        _ => b * s,
+    };
+    Ok(Roofline {
+        ridge_flops_per_byte: ridge,
+        ops: acc.ops,
+        total_flops,
+        total_bytes,
+        time_s: time,
+        tokens_per_s: if time > 0.0 { tokens / time } else { 0.0 },
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn layer_ops(
+    acc: &mut Acc,
+    layer: &LayerSpec,
+    w: &RooflineWorkload,
+    rows: f64,
+    b: f64,
+    s: f64,
+    h: f64,
+    ab: f64,
+    wb: f64,
+    tp: f64,
+    train: bool,
+) {
+    for n in [
+        layer.attn_norm,
+        layer.attn_post_norm,
+        layer.mlp_norm,
+        layer.mlp_post_norm,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        acc.elementwise("norm", rows * h, norm_flops(n.kind), 1.0, ab, train);
+    }
+    let a = &layer.attention;
+    for l in a.linears(h as u64) {
+        let name = match l.role {
+            crate::model::LinearRole::O => "attention.out_proj",
+            _ => "attention.qkv_proj",
+        };
+        // TP splits q/k/v column-wise and the output projection row-wise
+        let (k, n) = match l.role {
+            crate::model::LinearRole::O => (l.in_features as f64 / tp, l.out_features as f64),
+            _ => (l.in_features as f64, l.out_features as f64 / tp),
+        };
+        acc.gemm(name, rows, k, n, ab, wb, train);
+    }
+    let (heads, kv_heads, qk_dim, v_dim) = match a.kind {
+        AttentionKind::Standard {
+            num_heads,
+            num_kv_heads,
+            head_dim,
+        } => (
+            num_heads as f64,
+            num_kv_heads as f64,
+            head_dim as f64,
+            head_dim as f64,
+        ),
+        AttentionKind::Mla {
+            num_heads,
+            kv_lora_rank,
+            qk_nope_head_dim,
+            qk_rope_head_dim,
+            v_head_dim,
+            ..
+        } => {
+            // training/prefill materialise per-head k and v; decode reads the latent cache
+            let _ = kv_lora_rank;
+            (
+                num_heads as f64,
+                num_heads as f64,
+                (qk_nope_head_dim + qk_rope_head_dim) as f64,
+                v_head_dim as f64,
+            )
+        }
+    };
+    let heads = heads / tp;
+    let kv_heads = (kv_heads / tp).max(1.0);
+    // attention core (fused flash kernel): QKᵀ and PV
+    let (ctx, causal) = match w.phase {
+        RooflinePhase::Decode => (s, 1.0),
+        _ => {
+            let window = a.sliding_window.map_or(s, |win| (win as f64).min(s));
+            (window, if window < s { 1.0 } else { 0.5 })
+        }
+    };
+    let q_rows = rows;
+    let fwd_flops = 2.0 * q_rows * heads * ctx * (qk_dim + v_dim) * causal;
+    let kv_read = match w.phase {
+        // decode streams the whole KV cache of every sequence
+        RooflinePhase::Decode => b * s * kv_heads * (qk_dim + v_dim) * w.kv_bytes,
+        _ => rows * kv_heads * (qk_dim + v_dim) * ab,
+    };
+    let fwd_bytes = q_rows * heads * (qk_dim + v_dim) * ab + kv_read;
+    let (f, by) = if train {
+        (3.5 * fwd_flops, 3.0 * fwd_bytes)
+    } else {
+        (fwd_flops, fwd_bytes)
+    };
+    acc.add("attention.core", true, f, by);
+    let _ = b;
+    match &layer.mlp {
+        Mlp::Dense(d) => {
+            for l in d.linears(h as u64) {
+                let name = if l.role == crate::model::LinearRole::Down {
+                    "mlp.down"
+                } else {
+                    "mlp.up_gate"
+                };
+                let (k, n) = if l.role == crate::model::LinearRole::Down {
+                    (l.in_features as f64 / tp, l.out_features as f64)
+                } else {
+                    (l.in_features as f64, l.out_features as f64 / tp)
+                };
+                acc.gemm(name, rows, k, n, ab, wb, train);
+            }
+            let i = d.intermediate as f64 / tp;
+            acc.elementwise(
+                "mlp.activation",
+                rows * i,
+                if d.gated { 5.0 } else { 4.0 },
+                if d.gated { 2.0 } else { 1.0 },
+                ab,
+                train,
+            );
+        }
+        Mlp::Moe(m) => {
+            let e = m.num_experts as f64;
+            let k = m.top_k as f64;
+            acc.gemm("moe.router", rows, h, e, ab, wb, train);
+            // each token runs through top_k experts; weights of the experts actually hit are read
+            let hit = e.min(rows * k);
+            let i = m.expert.intermediate as f64 / tp;
+            let ins = if m.expert.gated { 2.0 } else { 1.0 };
+            let r = rows * k;
+            let flops = 2.0 * r * h * i * (ins + 1.0);
+            let bytes = hit * h * i * (ins + 1.0) * wb + r * (h + ins * i + i + h) * ab;
+            let (f, by) = if train {
+                (3.0 * flops, 3.0 * bytes)
+            } else {
+                (flops, bytes)
+            };
+            acc.add("moe.experts", true, f, by);
+            acc.elementwise("mlp.activation", r * i, 5.0, 2.0, ab, train);
+            if let Some(sh) = &m.shared {
+                for l in sh.linears(h as u64) {
+                    acc.gemm(
+                        "mlp.up_gate",
+                        rows,
+                        l.in_features as f64,
+                        l.out_features as f64 / tp,
+                        ab,
+                        wb,
+                        train,
+                    );
+                }
+            }
+        }
+    }
+    // two residual adds per layer
+    acc.elementwise("residual_add", 2.0 * rows * h, 1.0, 2.0, ab, train);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::tests::llama2_7b;
+
+    fn a100() -> Ceilings {
+        // NVIDIA A100 datasheet: 312 TFLOP/s dense bf16, 19.5 TFLOP/s fp32, 2.0 TB/s (80GB SXM: 2,039 GB/s)
+        Ceilings {
+            memory_bandwidth_bytes_per_s: 2.0e12,
+            peak_flops_per_s: vec![(MathDtype::Bf16, 312e12), (MathDtype::Fp32, 19.5e12)],
+            interconnect_bytes_per_s: Some(600e9),
+        }
+    }
+
+    fn h100() -> Ceilings {
+        // NVIDIA H100 SXM5 datasheet: 3.35 TB/s HBM3, 989.5 TFLOP/s dense bf16, 67 TFLOP/s fp32
+        Ceilings {
+            memory_bandwidth_bytes_per_s: 3.35e12,
+            peak_flops_per_s: vec![(MathDtype::Bf16, 989.5e12), (MathDtype::Fp32, 67e12)],
+            interconnect_bytes_per_s: Some(900e9),
+        }
+    }
+
+    fn w(phase: RooflinePhase, batch: u64, seq: u64) -> RooflineWorkload {
+        RooflineWorkload {
+            phase,
+            batch,
+            seq,
+            dtype: MathDtype::Bf16,
+            weight_bytes: 2.0,
+            kv_bytes: 2.0,
+            tp: 1,
+            flops_efficiency: 1.0,
+            bandwidth_efficiency: 1.0,
+        }
+    }
+
+    #[test]
+    fn a100_ridge_is_156() {
+        assert!((a100().ridge(MathDtype::Bf16).unwrap() - 156.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn seed_classification_table() {
+        // ReLU/add ~1 FLOP/byte or less, LayerNorm/softmax a few, a 4096³ GEMM ~1000s: on A100
+        // (ridge 156) the first two are memory-bound, the GEMM compute-bound.
+        let mut acc = Acc { ops: vec![] };
+        let n = 4096.0 * 4096.0;
+        acc.elementwise("relu", n, 1.0, 1.0, 2.0, false);
+        acc.elementwise("layernorm", n, 7.0, 1.0, 2.0, false);
+        acc.gemm("gemm", 4096.0, 4096.0, 4096.0, 2.0, 2.0, false);
+        let i = |name: &str| {
+            let o = acc.ops.iter().find(|o| o.name == name).unwrap();
+            o.flops / o.bytes
+        };
+        assert!(i("relu") <= 1.0);
+        assert!(i("layernorm") > 1.0 && i("layernorm") < 10.0);
+        assert!(i("gemm") > 1000.0 && i("gemm") < 3000.0, "{}", i("gemm"));
+        let ridge = a100().ridge(MathDtype::Bf16).unwrap();
+        assert!(i("relu") < ridge && i("layernorm") < ridge && i("gemm") > ridge);
+    }
+
+    #[test]
+    fn llama2_7b_decode_batch1_on_h100_is_bandwidth_bound_near_250_tokens_per_s() {
+        // anchor: 3.35 TB/s ÷ 13.5 GB of bf16 weights ≈ 248 tokens/s upper bound per sequence
+        let r = analyze(&llama2_7b(), &w(RooflinePhase::Decode, 1, 512), &h100()).unwrap();
+        let gemm_time: f64 = r
+            .ops
+            .iter()
+            .filter(|o| o.tensor_core)
+            .map(|o| o.time_s)
+            .sum();
+        assert!(r
+            .ops
+            .iter()
+            .filter(|o| o.tensor_core)
+            .all(|o| o.bound == Bound::Memory));
+        assert!(
+            r.tokens_per_s > 200.0 && r.tokens_per_s < 260.0,
+            "{}",
+            r.tokens_per_s
+        );
+        assert!(gemm_time > 0.0);
+    }
+
+    #[test]
+    fn large_training_gemms_are_compute_bound() {
+        let r = analyze(&llama2_7b(), &w(RooflinePhase::Train, 8, 4096), &h100()).unwrap();
+        let mlp = r.ops.iter().find(|o| o.name == "mlp.up_gate").unwrap();
+        assert_eq!(mlp.bound, Bound::Compute);
+        // 6·N·tokens is the textbook training FLOP count; ours adds attention, so it is above it
+        let six_n = 6.0 * 6.74e9 * 8.0 * 4096.0;
+        assert!(
+            r.total_flops > six_n && r.total_flops < 1.5 * six_n,
+            "{} vs {}",
+            r.total_flops,
+            six_n
+        );
+    }
+
+    #[test]
+    fn decode_turns_compute_bound_with_batch() {
+        let small = analyze(&llama2_7b(), &w(RooflinePhase::Decode, 1, 128), &h100()).unwrap();
+        let big = analyze(&llama2_7b(), &w(RooflinePhase::Decode, 1024, 128), &h100()).unwrap();
+        let up = |r: &Roofline| {
+            r.ops
+                .iter()
+                .find(|o| o.name == "mlp.up_gate")
+                .unwrap()
+                .bound
+        };
+        assert_eq!(up(&small), Bound::Memory);
+        assert_eq!(up(&big), Bound::Compute);
+    }
+}
