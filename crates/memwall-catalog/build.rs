@@ -12,6 +12,7 @@ fn main() {
     let index_path = data.join("index.toml");
     println!("cargo:rerun-if-changed={}", data.display());
     println!("cargo:rerun-if-changed={}", index_path.display());
+    embed_gpu_table();
 
     let text = std::fs::read_to_string(&index_path)
         .unwrap_or_else(|e| panic!("memwall-catalog: cannot read {}: {e}", index_path.display()));
@@ -111,4 +112,19 @@ fn main() {
     let out_path = PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default()).join("catalog.rs");
     std::fs::write(&out_path, out)
         .unwrap_or_else(|e| panic!("memwall-catalog: cannot write {}: {e}", out_path.display()));
+}
+
+/// Copies `data/gpus.toml` into OUT_DIR for `include_str!`. A missing file yields an empty table
+/// and a build warning; the crate's tests reject an empty or unsourced table.
+fn embed_gpu_table() {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/gpus.toml");
+    println!("cargo:rerun-if-changed={}", src.display());
+    let text = std::fs::read_to_string(&src).unwrap_or_else(|_| {
+        println!("cargo:warning=data/gpus.toml is missing: the GPU table is empty");
+        "gpu = []\n".to_owned()
+    });
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default()).join("gpus.toml");
+    if let Err(e) = std::fs::write(&out, text) {
+        panic!("cannot write {}: {e}", out.display());
+    }
 }

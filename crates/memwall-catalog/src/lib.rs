@@ -1,10 +1,13 @@
-//! Embedded catalogue of real model configs.
+//! Embedded catalogue of real model configs and GPU datasheets.
 //!
 //! `data/models/index.toml` lists verbatim Hugging Face `config.json` copies with their
 //! provenance; `build.rs` embeds them (checked at build time), so the binary needs no files.
 //! Look-ups accept the short id (`llama-3.1-8b`) or the Hugging Face repo
 //! (`meta-llama/Llama-3.1-8B`), case-insensitively.
 
+mod gpus;
+
+pub use gpus::{find_gpu, gpus, suggest_gpu, GpuTableError};
 use memwall_core::ModelDesc;
 use memwall_formats::FormatError;
 

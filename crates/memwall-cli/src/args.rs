@@ -3,8 +3,9 @@
 use crate::model_source::{self, ModelSource};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use memwall_core::gpu::{self, Gpu};
+use memwall_core::gpu::GpuSpec;
 use memwall_core::memory::Kernels;
+use memwall_core::roofline::{MathDtype, RooflinePhase, RooflineWorkload};
 use memwall_core::workload::{AttentionImpl, Lora, Optimizer, Precision, TrainWorkload};
 
 /// Exact peak GPU memory of LLM training steps, before you rent the GPU.
@@ -27,6 +28,161 @@ pub enum Command {
     Inspect(InspectArgs),
     /// List the GPUs `--gpu` accepts.
     Gpus(ListArgs),
+    /// Roofline of a training step, prefill or decode on a GPU: FLOPs, bytes, bound, time.
+    Roofline(RooflineArgs),
+}
+
+/// Phase as typed.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum PhaseArg {
+    /// One training step.
+    Train,
+    /// Prefill of the prompts.
+    Prefill,
+    /// One decode step at the given context.
+    Decode,
+}
+
+/// GEMM format as typed.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum DtypeArg {
+    /// fp32 (CUDA cores).
+    Fp32,
+    /// tf32 tensor cores.
+    Tf32,
+    /// bf16.
+    Bf16,
+    /// fp16.
+    Fp16,
+    /// fp8.
+    Fp8,
+    /// int8.
+    Int8,
+}
+
+/// `memwall roofline`.
+#[derive(Debug, Args)]
+pub struct RooflineArgs {
+    /// Catalogue id, Hugging Face repo id, path to a config.json or a model directory.
+    #[arg(long, short = 'm', default_value = "llama-3.1-8b")]
+    pub model: String,
+    /// GPU (see `memwall gpus`).
+    #[arg(long, default_value = "h100-sxm")]
+    pub gpu: String,
+    /// Phase to analyse.
+    #[arg(long, value_enum, default_value = "train")]
+    pub phase: PhaseArg,
+    /// Sequences.
+    #[arg(long, short = 'b', default_value_t = 1)]
+    pub batch: u64,
+    /// Sequence length (train, prefill) or context length (decode).
+    #[arg(long, short = 's', default_value_t = 2048)]
+    pub seq: u64,
+    /// Format of the matrix multiplications (weights stored in the same format).
+    #[arg(long, value_enum, default_value = "bf16")]
+    pub dtype: DtypeArg,
+    /// Tensor-parallel degree.
+    #[arg(long, default_value_t = 1)]
+    pub tp: u64,
+    /// Fraction of peak FLOP/s reached by GEMMs (1.0 = the roofline bound; 0.4–0.6 is typical MFU).
+    #[arg(long, default_value_t = 1.0)]
+    pub flops_efficiency: f64,
+    /// Fraction of peak memory bandwidth reached (1.0 = the roofline bound; ~0.8 is typical).
+    #[arg(long, default_value_t = 1.0)]
+    pub bandwidth_efficiency: f64,
+    /// Write the roofline plot as SVG to this path.
+    #[arg(long)]
+    pub svg: Option<std::path::PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Resolved `roofline` settings.
+#[derive(Debug)]
+pub struct RooflineSettings {
+    /// Model.
+    pub model: ModelSource,
+    /// GPU.
+    pub gpu: &'static GpuSpec,
+    /// Workload.
+    pub workload: RooflineWorkload,
+    /// SVG output path.
+    pub svg: Option<std::path::PathBuf>,
+    /// JSON output.
+    pub json: bool,
+}
+
+/// Looks a GPU up in the catalogue, with "did you mean".
+pub fn resolve_gpu(id: &str) -> Result<&'static GpuSpec> {
+    if let Some(g) = memwall_catalog::find_gpu(id) {
+        return Ok(g);
+    }
+    let all = memwall_catalog::gpus().context("the embedded GPU table is unreadable")?;
+    let ids: Vec<&str> = all.iter().map(|g| g.id.as_str()).collect();
+    let close = memwall_catalog::suggest_gpu(id);
+    if close.is_empty() {
+        bail!("unknown --gpu `{id}`; known: {}", ids.join(", "))
+    }
+    bail!(
+        "unknown --gpu `{id}` (did you mean: {}?); `memwall gpus` lists all {}",
+        close.join(", "),
+        ids.len()
+    )
+}
+
+impl RooflineSettings {
+    /// Resolves raw arguments.
+    pub fn resolve(a: RooflineArgs) -> Result<Self> {
+        let RooflineArgs {
+            model,
+            gpu,
+            phase,
+            batch,
+            seq,
+            dtype,
+            tp,
+            flops_efficiency,
+            bandwidth_efficiency,
+            svg,
+            json,
+        } = a;
+        let model = model_source::load(&model)?;
+        let gpu = resolve_gpu(&gpu)?;
+        let dtype = match dtype {
+            DtypeArg::Fp32 => MathDtype::Fp32,
+            DtypeArg::Tf32 => MathDtype::Tf32,
+            DtypeArg::Bf16 => MathDtype::Bf16,
+            DtypeArg::Fp16 => MathDtype::Fp16,
+            DtypeArg::Fp8 => MathDtype::Fp8,
+            DtypeArg::Int8 => MathDtype::Int8,
+        };
+        if batch == 0 || seq == 0 {
+            bail!("--batch and --seq must be at least 1");
+        }
+        let workload = RooflineWorkload {
+            phase: match phase {
+                PhaseArg::Train => RooflinePhase::Train,
+                PhaseArg::Prefill => RooflinePhase::Prefill,
+                PhaseArg::Decode => RooflinePhase::Decode,
+            },
+            batch,
+            seq,
+            dtype,
+            weight_bytes: dtype.bytes(),
+            kv_bytes: dtype.bytes().max(1.0),
+            tp,
+            flops_efficiency,
+            bandwidth_efficiency,
+        };
+        Ok(RooflineSettings {
+            model,
+            gpu,
+            workload,
+            svg,
+            json,
+        })
+    }
 }
 
 /// `--json` for listings.
@@ -135,7 +291,7 @@ pub struct TrainArgs {
     #[arg(long)]
     pub no_dropout: bool,
     /// GPU to check the fit against (see `memwall gpus`).
-    #[arg(long, default_value = "h100-80gb")]
+    #[arg(long, default_value = "h100-sxm")]
     pub gpu: String,
     /// Print JSON.
     #[arg(long)]
@@ -153,7 +309,7 @@ pub struct TrainSettings {
     /// The step.
     pub workload: TrainWorkload,
     /// GPU for the fit check.
-    pub gpu: &'static Gpu,
+    pub gpu: &'static GpuSpec,
     /// JSON output.
     pub json: bool,
     /// Kernel semantics to simulate.
@@ -181,26 +337,7 @@ impl TrainSettings {
             cpu_kernels,
         } = a;
         let model = model_source::load(&model)?;
-        let gpu = gpu::find(&gpu).with_context(|| {
-            let ids: Vec<&str> = gpu::GPUS.iter().map(|g| g.id).collect();
-            let wanted = gpu.to_ascii_lowercase();
-            let close: Vec<&str> = ids
-                .iter()
-                .copied()
-                .filter(|id| {
-                    id.contains(&wanted) || wanted.contains(id.split('-').next().unwrap_or(id))
-                })
-                .collect();
-            if close.is_empty() {
-                format!("unknown --gpu `{gpu}`; known: {}", ids.join(", "))
-            } else {
-                format!(
-                    "unknown --gpu `{gpu}` (did you mean: {}?); known: {}",
-                    close.join(", "),
-                    ids.join(", ")
-                )
-            }
-        })?;
+        let gpu = resolve_gpu(&gpu)?;
         let lora = match (lora_rank, qlora) {
             (Some(rank), _) => {
                 if lora_targets.is_empty() {

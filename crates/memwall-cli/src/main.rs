@@ -3,6 +3,7 @@
 mod args;
 mod model_source;
 mod render;
+mod svg;
 
 use anyhow::Result;
 use clap::Parser;
@@ -38,5 +39,9 @@ fn run(cli: args::Cli) -> Result<()> {
             render::print_inspect(&src, a.json)
         }
         args::Command::Gpus(a) => render::print_gpus(a.json),
+        args::Command::Roofline(a) => {
+            let settings = args::RooflineSettings::resolve(a)?;
+            render::roofline(&settings)
+        }
     }
 }

@@ -3,8 +3,9 @@
 use crate::args::TrainSettings;
 use crate::model_source::ModelSource;
 use anyhow::{Context, Result};
-use memwall_core::gpu::{self, CUDA_CONTEXT_BYTES};
+use memwall_core::gpu::CUDA_CONTEXT_BYTES;
 use memwall_core::memory::{self, Category, Phase};
+use memwall_core::roofline::{self, Bound};
 use memwall_core::workload::TrainWorkload;
 use memwall_core::Bytes;
 use serde::Serialize;
@@ -32,9 +33,9 @@ pub struct ModelInfo {
 #[derive(Debug, Serialize)]
 pub struct GpuFit {
     /// GPU id.
-    pub id: &'static str,
+    pub id: String,
     /// GPU name.
-    pub name: &'static str,
+    pub name: String,
     /// Device memory.
     pub memory_bytes: u64,
     /// CUDA context (outside PyTorch's allocator; documented default).
@@ -92,7 +93,7 @@ pub fn train_report(s: &TrainSettings) -> Result<TrainReport> {
         .map(|(c, b)| (category_name(*c).to_owned(), serde_json::Value::from(*b)))
         .collect();
     let g = s.gpu;
-    let cublas = gpu::cublas_workspace_bytes(g);
+    let cublas = g.cublas_workspace_bytes();
     let required = est
         .peak_bytes
         .saturating_add(CUDA_CONTEXT_BYTES)
@@ -105,8 +106,8 @@ pub fn train_report(s: &TrainSettings) -> Result<TrainReport> {
         phase: est.phase,
         at_peak,
         gpu: GpuFit {
-            id: g.id,
-            name: g.name,
+            id: g.id.clone(),
+            name: g.name.clone(),
             memory_bytes: g.memory_bytes,
             cuda_context_bytes: CUDA_CONTEXT_BYTES,
             cublas_workspace_bytes: cublas,
@@ -346,18 +347,132 @@ pub fn print_inspect(m: &ModelSource, json: bool) -> Result<()> {
 
 /// Prints the GPU table.
 pub fn print_gpus(json: bool) -> Result<()> {
+    let gpus = memwall_catalog::gpus().context("the embedded GPU table is unreadable")?;
     if json {
-        println!("{}", serde_json::to_string_pretty(gpu::GPUS)?);
+        println!("{}", serde_json::to_string_pretty(gpus)?);
         return Ok(());
     }
-    println!("{:<16} {:<28} {:>10}", "id", "name", "memory");
-    for g in gpu::GPUS {
+    println!(
+        "{:<16} {:<34} {:>10} {:>11} {:>12} {:>8}",
+        "id", "name", "memory", "bandwidth", "bf16 dense", "ridge"
+    );
+    for g in gpus {
+        let bf16 = g
+            .peak_flops_per_s
+            .iter()
+            .find(|(d, _)| *d == roofline::MathDtype::Bf16)
+            .map(|(_, f)| *f);
         println!(
-            "{:<16} {:<28} {:>10}",
+            "{:<16} {:<34} {:>10} {:>8.2} TB/s {:>12} {:>8}",
             g.id,
             g.name,
-            Bytes(g.memory_bytes).to_string()
+            Bytes(g.memory_bytes).to_string(),
+            g.memory_bandwidth_bytes_per_s / 1e12,
+            bf16.map_or("-".to_owned(), |f| format!("{:.0} TFLOP/s", f / 1e12)),
+            bf16.map_or("-".to_owned(), |f| format!(
+                "{:.0}",
+                f / g.memory_bandwidth_bytes_per_s
+            )),
         );
+    }
+    Ok(())
+}
+
+#[derive(Debug, Serialize)]
+struct RooflineReport<'a> {
+    model: ModelInfo,
+    gpu: &'a str,
+    workload: &'a roofline::RooflineWorkload,
+    #[serde(flatten)]
+    result: roofline::Roofline,
+}
+
+fn si(v: f64) -> String {
+    let (d, u) = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
+        .into_iter()
+        .find(|(d, _)| v >= *d)
+        .unwrap_or((1.0, ""));
+    format!("{:.2} {u}", v / d)
+}
+
+/// Runs and prints a roofline analysis (and writes the SVG when asked).
+pub fn roofline(s: &crate::args::RooflineSettings) -> Result<()> {
+    let ceil = s.gpu.ceilings();
+    let r = roofline::analyze(&s.model.desc, &s.workload, &ceil)
+        .context("cannot analyse this workload")?;
+    let phase = serde_json::to_value(s.workload.phase)?
+        .as_str()
+        .unwrap_or("?")
+        .to_owned();
+    if let Some(path) = &s.svg {
+        let title = format!(
+            "{} · {} · {} batch {} × {} on {}",
+            s.model.label,
+            phase,
+            serde_json::to_value(s.workload.dtype)?
+                .as_str()
+                .unwrap_or("?"),
+            s.workload.batch,
+            s.workload.seq,
+            s.gpu.name
+        );
+        std::fs::write(path, crate::svg::roofline_svg(&r, s.gpu, &title))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if s.json {
+        let rep = RooflineReport {
+            model: info(&s.model, 0),
+            gpu: &s.gpu.id,
+            workload: &s.workload,
+            result: r,
+        };
+        println!("{}", serde_json::to_string_pretty(&rep)?);
+        return Ok(());
+    }
+    println!(
+        "memwall roofline · {} · {} · batch {} × {} · tp {} on {} (ridge {:.0} FLOP/byte)",
+        s.model.label,
+        phase,
+        s.workload.batch,
+        s.workload.seq,
+        s.workload.tp,
+        s.gpu.name,
+        r.ridge_flops_per_byte
+    );
+    println!(
+        "{:<30} {:>12} {:>12} {:>10} {:>8} {:>11}",
+        "op", "FLOPs", "bytes", "FLOP/byte", "bound", "time"
+    );
+    for o in &r.ops {
+        let bound = match o.bound {
+            Bound::Memory => "memory",
+            Bound::Compute => "compute",
+            Bound::Network => "network",
+        };
+        println!(
+            "{:<30} {:>12} {:>11}B {:>10.1} {:>8} {:>9.3} ms",
+            o.name,
+            si(o.flops),
+            si(o.bytes),
+            o.intensity,
+            bound,
+            o.time_s * 1e3
+        );
+    }
+    println!(
+        "total {} FLOPs, {}B moved; lower bound {:.3} ms per {} → {:.0} tokens/s",
+        si(r.total_flops),
+        si(r.total_bytes),
+        r.time_s * 1e3,
+        if phase == "decode" {
+            "token step"
+        } else {
+            "step"
+        },
+        r.tokens_per_s
+    );
+    if let Some(p) = &s.svg {
+        println!("roofline plot written to {}", p.display());
     }
     Ok(())
 }

@@ -1,97 +1,97 @@
-//! A small table of GPUs for fit checks (the full catalogue with bandwidth and FLOP/s is separate).
+//! GPU specifications (the data itself is embedded by `memwall-catalog` from `data/gpus.toml`).
 
-use serde::Serialize;
+use crate::roofline::{Ceilings, MathDtype};
+use serde::{Serialize, Serializer};
 
-/// A GPU model, as far as capacity is concerned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Gpu {
-    /// Identifier users pass to `--gpu`.
-    pub id: &'static str,
-    /// Marketing name.
-    pub name: &'static str,
-    /// Device memory in bytes (nominal capacity of the HBM/GDDR stacks).
-    pub memory_bytes: u64,
-    /// Datasheet the capacity comes from.
-    pub source: &'static str,
+/// A GPU-to-GPU link.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Link {
+    /// NVLink generation, xGMI, ICI, …
+    pub kind: String,
+    /// Total bandwidth per GPU as the vendor publishes it, bytes/s.
+    pub bandwidth_bytes_per_s: f64,
 }
 
-const GIB: u64 = 1 << 30;
+/// The host link.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Pcie {
+    /// PCIe generation.
+    pub generation: u32,
+    /// Lanes.
+    pub lanes: u32,
+    /// Bandwidth per direction, bytes/s.
+    pub bandwidth_bytes_per_s: f64,
+}
+
+/// One GPU model, every figure from its datasheet (`sources`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GpuSpec {
+    /// Identifier users pass to `--gpu`.
+    pub id: String,
+    /// Marketing name.
+    pub name: String,
+    /// nvidia, amd, google, apple.
+    pub vendor: String,
+    /// Architecture (ampere, hopper, …).
+    pub architecture: String,
+    /// Device memory in bytes.
+    pub memory_bytes: u64,
+    /// HBM3, GDDR6X, …
+    pub memory_type: String,
+    /// Memory bandwidth, bytes/s.
+    pub memory_bandwidth_bytes_per_s: f64,
+    /// Last-level cache, bytes.
+    pub l2_bytes: Option<u64>,
+    /// Dense peak FLOP/s by math format (no 2:4 sparsity).
+    #[serde(serialize_with = "flops_as_object")]
+    pub peak_flops_per_s: Vec<(MathDtype, f64)>,
+    /// GPU-to-GPU link.
+    pub interconnect: Option<Link>,
+    /// Host link.
+    pub pcie: Option<Pcie>,
+    /// Board power, watts.
+    pub tdp_w: Option<u32>,
+    /// Datasheets and pages the figures come from.
+    pub sources: Vec<String>,
+}
+
+fn flops_as_object<S: Serializer>(v: &[(MathDtype, f64)], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut m = s.serialize_map(Some(v.len()))?;
+    for (d, f) in v {
+        m.serialize_entry(d, f)?;
+    }
+    m.end()
+}
+
+impl GpuSpec {
+    /// The roofline ceilings of this GPU.
+    pub fn ceilings(&self) -> Ceilings {
+        Ceilings {
+            memory_bandwidth_bytes_per_s: self.memory_bandwidth_bytes_per_s,
+            peak_flops_per_s: self.peak_flops_per_s.clone(),
+            interconnect_bytes_per_s: self.interconnect.as_ref().map(|l| l.bandwidth_bytes_per_s),
+        }
+    }
+
+    /// cuBLAS workspace PyTorch allocates per handle/stream through its caching allocator:
+    /// `CUBLAS_WORKSPACE_CONFIG` default ":4096:8" on Hopper and newer (8 × 4 MiB = 32 MiB) and
+    /// ":4096:2:16:8" elsewhere (2 × 4 MiB + 8 × 16 KiB ≈ 8.1 MiB) — PyTorch
+    /// `aten/src/ATen/cuda/CublasHandlePool.cpp`, `getChainedCublasWorkspaceSize`.
+    /// Non-NVIDIA devices report 0 here.
+    pub fn cublas_workspace_bytes(&self) -> u64 {
+        if self.vendor != "nvidia" {
+            return 0;
+        }
+        match self.architecture.as_str() {
+            "hopper" | "blackwell" => 32 << 20,
+            _ => (2 * 4096 + 8 * 16) << 10,
+        }
+    }
+}
 
 /// Memory that PyTorch's allocator never sees but the process holds: the CUDA context
 /// (driver state, kernels of torch/cuBLAS/cuDNN loaded lazily). Typical measured values
 /// are 300–600 MiB on Ampere/Hopper with CUDA 12 lazy loading (`CUDA_MODULE_LOADING=LAZY`,
 /// the default since CUDA 11.7); we report 500 MiB as a named line, never folded into the peak.
 pub const CUDA_CONTEXT_BYTES: u64 = 500 << 20;
-
-/// cuBLAS workspace PyTorch allocates per handle/stream through its caching allocator:
-/// `CUBLAS_WORKSPACE_CONFIG` default ":4096:8" on Hopper (8 × 4 MiB = 32 MiB) and
-/// ":4096:2:16:8" elsewhere (2 × 4 MiB + 8 × 16 KiB ≈ 8.1 MiB) — PyTorch
-/// `aten/src/ATen/cuda/CublasHandlePool.cpp`, `getChainedCublasWorkspaceSize`.
-pub fn cublas_workspace_bytes(gpu: &Gpu) -> u64 {
-    if gpu.id.starts_with("h100") || gpu.id.starts_with("h200") {
-        32 << 20
-    } else {
-        (2 * 4096 + 8 * 16) << 10
-    }
-}
-
-/// The GPUs known to `--gpu`, sorted by id.
-pub const GPUS: &[Gpu] = &[
-    Gpu {
-        id: "a100-40gb",
-        name: "NVIDIA A100 40GB",
-        memory_bytes: 40 * GIB,
-        source: "NVIDIA A100 Tensor Core GPU datasheet (2021)",
-    },
-    Gpu {
-        id: "a100-80gb",
-        name: "NVIDIA A100 80GB",
-        memory_bytes: 80 * GIB,
-        source: "NVIDIA A100 Tensor Core GPU datasheet (2021)",
-    },
-    Gpu {
-        id: "h100-80gb",
-        name: "NVIDIA H100 SXM5 80GB",
-        memory_bytes: 80 * GIB,
-        source: "NVIDIA H100 Tensor Core GPU datasheet (2023)",
-    },
-    Gpu {
-        id: "h200-141gb",
-        name: "NVIDIA H200 SXM 141GB",
-        memory_bytes: 141 * GIB,
-        source: "NVIDIA H200 Tensor Core GPU datasheet (2024)",
-    },
-    Gpu {
-        id: "l4-24gb",
-        name: "NVIDIA L4 24GB",
-        memory_bytes: 24 * GIB,
-        source: "NVIDIA L4 Tensor Core GPU datasheet (2023)",
-    },
-    Gpu {
-        id: "rtx-4090-24gb",
-        name: "NVIDIA GeForce RTX 4090",
-        memory_bytes: 24 * GIB,
-        source: "NVIDIA Ada Lovelace GPU architecture whitepaper v1.1",
-    },
-];
-
-/// Looks a GPU up by id (case-insensitive).
-pub fn find(id: &str) -> Option<&'static Gpu> {
-    GPUS.iter().find(|g| g.id.eq_ignore_ascii_case(id))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids_unique_sorted_sourced() {
-        for w in GPUS.windows(2) {
-            assert!(w[0].id < w[1].id, "{} !< {}", w[0].id, w[1].id);
-        }
-        assert!(GPUS
-            .iter()
-            .all(|g| g.memory_bytes > 0 && !g.source.is_empty()));
-        assert_eq!(find("h100-80gb").map(|g| g.memory_bytes), Some(80 * GIB));
-    }
-}

@@ -1287,10 +1287,13 @@ impl<'a> Builder<'a> {
         let ins = if moe.expert.gated { 2 } else { 1 };
         let ek = rows * k;
         let gathered = self.op(ek * h * x_size, &[x], &[], &[], &[]);
+        // a grouped matmul saves its input only for the (fused) expert weight's gradient
+        let experts_trainable = self.trainable(&lp.experts[0]);
+        let saved_g: &[TensorId] = if experts_trainable { &[gathered] } else { &[] };
         let gu = self.op(
             ek * ins * i * c,
             &[gathered],
-            &[gathered],
+            saved_g,
             &[lp.experts[0].id],
             &[],
         );
@@ -1305,7 +1308,8 @@ impl<'a> Builder<'a> {
             self.drop_(a);
         }
         self.drop_(gu);
-        let down = self.op(ek * h * c, &[m], &[m], &[lp.experts[1].id], &[]);
+        let saved_m: &[TensorId] = if experts_trainable { &[m] } else { &[] };
+        let down = self.op(ek * h * c, &[m], saved_m, &[lp.experts[1].id], &[]);
         self.drop_(m);
         let weighted = self.mul(down, topw, ek * h * ws);
         self.drop_(down);

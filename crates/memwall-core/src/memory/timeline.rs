@@ -86,6 +86,10 @@ struct ParamState {
     grad: Option<TensorId>,
     /// Bytes of the gradient (= parameter bytes; differs only for autocast casts).
     grad_bytes: u128,
+    /// Recorded nodes that will still send a gradient to this parameter in this backward.
+    uses: u32,
+    /// Gradients received so far, summed in AccumulateGrad's input buffer.
+    pending: Option<TensorId>,
 }
 
 /// A short inline list of tensor ids (no heap allocation per node).
@@ -222,6 +226,8 @@ impl Timeline {
             trainable,
             grad: None,
             grad_bytes: bytes,
+            uses: 0,
+            pending: None,
         });
         id
     }
@@ -291,6 +297,13 @@ impl Timeline {
         for &s in node.saved.as_slice() {
             self.retain(s);
         }
+        for &p in node.params.as_slice() {
+            if let Some(ps) = self.tensors[p].param.as_mut() {
+                if ps.trainable {
+                    ps.uses += 1;
+                }
+            }
+        }
         self.tape.push(node);
     }
 
@@ -312,6 +325,11 @@ impl Timeline {
         }
     }
 
+    /// A node's gradient for parameter `p`. Autograd sums the gradients a parameter receives in
+    /// its AccumulateGrad node's input buffer (out of place, `InputBuffer::accumulate`) and runs
+    /// AccumulateGrad once the last one arrived (`torch/csrc/autograd/engine.cpp`): a tied
+    /// embedding holds the LM head's gradient through the whole backward. AccumulateGrad then
+    /// steals the buffer as `.grad`, or adds it in place when `.grad` exists (accumulation).
     fn grad_for_param(&mut self, p: TensorId) {
         let Some(state) = self.tensors[p].param else {
             return;
@@ -319,15 +337,35 @@ impl Timeline {
         if !state.trainable {
             return;
         }
-        match state.grad {
-            None => {
-                let g = self.alloc(state.grad_bytes, Category::Gradients, false);
-                if let Some(ps) = self.tensors[p].param.as_mut() {
-                    ps.grad = Some(g);
+        let new = self.alloc(state.grad_bytes, Category::Temporaries, false);
+        let pending = match state.pending {
+            None => new,
+            Some(old) => {
+                let sum = self.alloc(state.grad_bytes, Category::Temporaries, false);
+                self.release(old);
+                self.release(new);
+                sum
+            }
+        };
+        let uses = state.uses.saturating_sub(1);
+        let (pending, grad) = if uses == 0 {
+            match state.grad {
+                None => {
+                    self.retag(pending, Category::Gradients);
+                    (None, Some(pending))
+                }
+                Some(g) => {
+                    self.release(pending);
+                    (None, Some(g))
                 }
             }
-            // AccumulateGrad: `param.grad += new` in place; the new gradient is transient.
-            Some(_) => self.transient(state.grad_bytes, Category::Temporaries),
+        } else {
+            (Some(pending), state.grad)
+        };
+        if let Some(ps) = self.tensors[p].param.as_mut() {
+            ps.uses = uses;
+            ps.pending = pending;
+            ps.grad = grad;
         }
     }
 
