@@ -124,10 +124,16 @@ pub fn find_gpu(id: &str) -> Option<&'static GpuSpec> {
 pub fn suggest_gpu(id: &str) -> Vec<&'static str> {
     let want = id.to_ascii_lowercase();
     let Ok(all) = gpus() else { return vec![] };
+    let by_substring: Vec<&str> = all
+        .iter()
+        .filter(|g| g.id.contains(&want) || want.contains(&g.id))
+        .map(|g| g.id.as_str())
+        .collect();
+    if !by_substring.is_empty() {
+        return by_substring;
+    }
     all.iter()
-        .filter(|g| {
-            g.id.contains(&want) || want.contains(&g.id) || crate::levenshtein(&g.id, &want) <= 3
-        })
+        .filter(|g| crate::levenshtein(&g.id, &want) <= 3)
         .map(|g| g.id.as_str())
         .take(5)
         .collect()

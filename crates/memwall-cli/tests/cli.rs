@@ -70,7 +70,7 @@ fn train_lora_checkpointing_table() {
         "--lora-targets",
         "q_proj,k_proj,v_proj,o_proj",
         "--gpu",
-        "a100-80gb",
+        "a100-80gb-sxm",
     ]));
 }
 
@@ -126,7 +126,7 @@ fn train_json_contract_with_a_config_path() {
         "--grad-accum",
         "2",
         "--gpu",
-        "l4-24gb",
+        "l4",
         "--json",
     ]);
     assert_eq!(code, 0, "{stderr}");
@@ -138,7 +138,7 @@ fn train_json_contract_with_a_config_path() {
         j.peak_bytes + j.gpu.cuda_context_bytes + j.gpu.cublas_workspace_bytes
     );
     assert_eq!(j.gpu.fits, j.gpu.headroom_bytes >= 0);
-    assert_eq!(j.gpu.id, "l4-24gb");
+    assert_eq!(j.gpu.id, "l4");
     assert!(!j.gpu.name.is_empty() && j.gpu.memory_bytes > 0);
     assert!(["forward", "loss", "backward", "optimizer"].contains(&j.phase.as_str()));
     assert_eq!(j.workload["grad_accum"], 2);
@@ -262,5 +262,5 @@ fn gpus_json_lists_ids_and_bytes() {
     let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
     assert!(rows
         .iter()
-        .any(|g| g["id"] == "h100-80gb" && g["memory_bytes"].is_u64()));
+        .any(|g| g["id"] == "h100-sxm" && g["memory_bytes"].is_u64()));
 }

@@ -82,6 +82,14 @@ pub(crate) struct Builder<'a> {
     trainable: Vec<P>,
     /// the current layer's query is laid out [B, H, S, D] (made by `cat`)
     q_bhsd: bool,
+    /// keys visible to the current forward (= `seq` in training; cache + new tokens in inference)
+    kv_len: u128,
+    /// index of the layer being built
+    cur_layer: usize,
+    /// inference: `torch.no_grad()` and a persistent DynamicCache
+    infer: bool,
+    /// inference: per layer, the cached (k, v) storages and the tokens the cache layer keeps
+    cache: Vec<Option<(TensorId, TensorId, u128)>>,
     /// bytes of every trainable parameter's state dtype
     pub(crate) param_count: u128,
     pub(crate) trainable_count: u128,
@@ -152,6 +160,10 @@ impl<'a> Builder<'a> {
             rope_tables: None,
             trainable: Vec::new(),
             q_bhsd: false,
+            kv_len: u128::from(w.seq),
+            cur_layer: 0,
+            infer: false,
+            cache: Vec::new(),
             param_count: 0,
             trainable_count: 0,
         }
@@ -822,6 +834,51 @@ impl<'a> Builder<'a> {
             (q, k, qs, ks) = (q2, k2, s2, s3);
         }
         let mut vs = c;
+        if self.infer {
+            // Inference with a DynamicCache (transformers cache_utils.py): `DynamicLayer.update`
+            // replaces the cache by `torch.cat([cache, new])` (new storage, the old one freed);
+            // `DynamicSlidingWindowLayer.update` does the same cat, returns the full states and
+            // keeps a *view* of the last `window - 1` tokens, so the concatenated storage stays
+            // alive until the next update. MLA caches the per-head k and v, not the latent.
+            let layer = self.cur_layer;
+            let prev = self.cache.get_mut(layer).and_then(Option::take);
+            let kept = prev.map_or(0, |(_, _, n)| n);
+            let q_len = self.seq;
+            let total = kept + q_len;
+            let kc = self.op(
+                self.batch * total * kv_heads * qk_dim * ks,
+                &[k],
+                &[],
+                &[],
+                &[],
+            );
+            let vc = self.op(
+                self.batch * total * kv_heads * v_dim * vs,
+                &[v],
+                &[],
+                &[],
+                &[],
+            );
+            if let Some((pk, pv, _)) = prev {
+                self.drop_(pk);
+                self.drop_(pv);
+            }
+            self.drop_(k);
+            self.drop_(v);
+            let keeps = match a.sliding_window {
+                Some(win) => total.min(u128::from(win).saturating_sub(1)),
+                None => total,
+            };
+            self.t.retain(kc);
+            self.t.retain(vc);
+            if let Some(slot) = self.cache.get_mut(layer) {
+                *slot = Some((kc, vc, keeps));
+            }
+            self.kv_len = total;
+            let y =
+                self.attention_core(q, qs, kc, ks, vc, vs, heads, kv_heads, qk_dim, v_dim, a, lp);
+            return y;
+        }
         // DynamicCache.update (transformers cache_utils.py) concatenates k/v into the cache,
         // which the model output keeps; HF disables the cache under gradient checkpointing.
         if !ckpt && !matches!(a.kind, AttentionKind::Mla { .. }) {
@@ -860,7 +917,7 @@ impl<'a> Builder<'a> {
         a: &Attention,
         lp: &LayerParams,
     ) -> TensorId {
-        let (b, s) = (self.batch, self.seq);
+        let (b, s, kv) = (self.batch, self.seq, self.kv_len);
         let rows = self.tokens;
         let c = self.compute_size;
         let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
@@ -882,7 +939,7 @@ impl<'a> Builder<'a> {
                 // bf16/fp16 q, k, v are upcast to fp32, q and k scaled, k^T made contiguous,
                 // scores and `_safe_softmax` in fp32, dropout noise of the same size, probs @ v,
                 // result cast back. Saved: scaled q, k^T copy, probs, noise, dropped probs, v.
-                let x = b * heads * s * s;
+                let x = b * heads * s * kv;
                 let w = 4;
                 let nq = rows * heads * qk_dim;
                 let nk = rows * kv_heads * qk_dim;
@@ -986,7 +1043,9 @@ impl<'a> Builder<'a> {
                 // the query's dtype per call (`convert_boolean_attn_mask`,
                 // aten/src/ATen/native/transformers/attention.cpp) and saves it for backward.
                 let mask = match a.sliding_window {
-                    Some(win) if u128::from(win) < s => Some(self.act(b * s * s * c, false)),
+                    Some(win) if u128::from(win) < kv && s > 1 => {
+                        Some(self.act(b * s * kv * c, false))
+                    }
                     _ => None,
                 };
                 let o = self.act(rows * heads * v_dim * c, true);
@@ -1033,7 +1092,7 @@ impl<'a> Builder<'a> {
                     self.t.retain(v);
                     (k, v)
                 };
-                let x = b * heads * s * s;
+                let x = b * heads * s * kv;
                 // A query that is still a strided view of a fused qkv output (no rotary copy in
                 // between, GPT-2) is copied by matmul's reshape to [B*H, S, D].
                 let qcopy = a.fused_qkv && a.rotary_dim.is_none();
@@ -1365,6 +1424,7 @@ impl<'a> Builder<'a> {
         x_size: u128,
         ckpt: bool,
     ) -> TensorId {
+        self.cur_layer = idx;
         let spec = self.model.layers[idx];
         let rows = self.tokens;
         let h = self.hidden;
