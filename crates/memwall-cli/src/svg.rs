@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 const W: f64 = 900.0;
 const H: f64 = 560.0;
 const LEFT: f64 = 80.0;
-const RIGHT: f64 = 220.0;
+const RIGHT: f64 = 330.0;
 const TOP: f64 = 50.0;
 const BOTTOM: f64 = 60.0;
 
@@ -94,11 +94,21 @@ pub fn roofline_svg(r: &Roofline, gpu: &GpuSpec, title: &str) -> String {
         r#"<text transform="translate(18,{:.1}) rotate(-90)" text-anchor="middle">attained FLOP/s</text>"#,
         (TOP + H - BOTTOM) / 2.0
     );
-    // compute ceilings and the bandwidth slope
+    // compute ceilings (formats with the same peak share one line) and the bandwidth slope
     let colors = [
         "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
     ];
-    for (i, (d, peak)) in gpu.peak_flops_per_s.iter().enumerate() {
+    let mut ceilings: Vec<(f64, Vec<&str>)> = Vec::new();
+    for (d, peak) in &gpu.peak_flops_per_s {
+        match ceilings
+            .iter_mut()
+            .find(|(p, _)| (p - peak).abs() <= 1e-6 * peak)
+        {
+            Some((_, names)) => names.push(dtype_name(*d)),
+            None => ceilings.push((*peak, vec![dtype_name(*d)])),
+        }
+    }
+    for (i, (peak, names)) in ceilings.iter().enumerate() {
         let ridge = peak / bw;
         let c = colors[i % colors.len()];
         let _ = writeln!(
@@ -114,7 +124,7 @@ pub fn roofline_svg(r: &Roofline, gpu: &GpuSpec, title: &str) -> String {
             r#"<text x="{:.1}" y="{:.1}" fill="{c}">{} {:.0} TFLOP/s (ridge {:.0})</text>"#,
             W - RIGHT + 6.0,
             py(*peak) + 4.0,
-            dtype_name(*d),
+            names.join("/"),
             peak / 1e12,
             ridge
         );
@@ -138,13 +148,18 @@ pub fn roofline_svg(r: &Roofline, gpu: &GpuSpec, title: &str) -> String {
         py(bw * xs * 8.0) - 8.0,
         bw / 1e12
     );
-    // ops
-    for (i, o) in r
+    // ops: numbered points, named in a legend on the right
+    let ops: Vec<_> = r
         .ops
         .iter()
         .filter(|o| o.bound != Bound::Network && o.flops > 0.0)
-        .enumerate()
-    {
+        .collect();
+    let legend_top = py(ceilings
+        .iter()
+        .map(|(p, _)| *p)
+        .fold(f64::INFINITY, f64::min))
+        + 30.0;
+    for (i, o) in ops.iter().enumerate() {
         let attained = o.flops / o.time_s.max(1e-300);
         let (x, y) = (px(o.intensity), py(attained));
         let fill = if o.bound == Bound::Memory {
@@ -154,15 +169,22 @@ pub fn roofline_svg(r: &Roofline, gpu: &GpuSpec, title: &str) -> String {
         };
         let _ = writeln!(
             s,
-            r#"<circle cx="{x:.1}" cy="{y:.1}" r="5" fill="{fill}" fill-opacity="0.8"/>"#
+            r#"<circle cx="{x:.1}" cy="{y:.1}" r="7" fill="{fill}" fill-opacity="0.75"/>"#
         );
-        let dy = if i % 2 == 0 { -8.0 } else { 14.0 };
         let _ = writeln!(
             s,
-            r#"<text x="{:.1}" y="{:.1}" font-size="10">{}</text>"#,
-            x + 7.0,
-            y + dy,
-            esc(&o.name)
+            r#"<text x="{x:.1}" y="{:.1}" font-size="9" fill="white" text-anchor="middle" font-weight="bold">{}</text>"#,
+            y + 3.0,
+            i + 1
+        );
+        let ly = legend_top + 15.0 * i as f64;
+        let _ = writeln!(
+            s,
+            r#"<text x="{:.1}" y="{ly:.1}" font-size="11"><tspan fill="{fill}" font-weight="bold">{}</tspan> {} — {:.1} FLOP/B</text>"#,
+            W - RIGHT + 10.0,
+            i + 1,
+            esc(&o.name),
+            o.intensity
         );
     }
     let _ = writeln!(
