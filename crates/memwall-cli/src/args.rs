@@ -299,6 +299,12 @@ pub struct TrainArgs {
     /// Simulate CPU kernels (as the fake-tensor truth harness runs them) instead of CUDA's.
     #[arg(long, hide = true)]
     pub cpu_kernels: bool,
+    /// Model FLOPs utilisation assumed for the step-time estimate (fraction of dense peak).
+    #[arg(long, default_value_t = 0.5)]
+    pub mfu: f64,
+    /// Fraction of peak memory bandwidth assumed for the step-time estimate.
+    #[arg(long, default_value_t = 0.8)]
+    pub bandwidth_efficiency: f64,
 }
 
 /// Fully resolved `train` settings.
@@ -314,6 +320,8 @@ pub struct TrainSettings {
     pub json: bool,
     /// Kernel semantics to simulate.
     pub kernels: Kernels,
+    /// Efficiencies for the step-time estimate: (FLOPs, bandwidth).
+    pub efficiency: (f64, f64),
 }
 
 impl TrainSettings {
@@ -335,7 +343,17 @@ impl TrainSettings {
             gpu,
             json,
             cpu_kernels,
+            mfu,
+            bandwidth_efficiency,
         } = a;
+        for (flag, v) in [
+            ("--mfu", mfu),
+            ("--bandwidth-efficiency", bandwidth_efficiency),
+        ] {
+            if !(v > 0.0 && v <= 1.0) {
+                bail!("{flag} must be in (0, 1], got {v}");
+            }
+        }
         let model = model_source::load(&model)?;
         let gpu = resolve_gpu(&gpu)?;
         let lora = match (lora_rank, qlora) {
@@ -414,6 +432,7 @@ impl TrainSettings {
             gpu,
             json,
             kernels,
+            efficiency: (mfu, bandwidth_efficiency),
         })
     }
 }

@@ -68,6 +68,57 @@ pub struct TrainReport {
     pub at_peak: serde_json::Map<String, serde_json::Value>,
     /// Fit on the GPU.
     pub gpu: GpuFit,
+    /// Step time on this GPU from the roofline (`memwall roofline` shows the per-op table).
+    pub speed: Speed,
+}
+
+/// Step-time estimate of a training step.
+#[derive(Debug, Serialize)]
+pub struct Speed {
+    /// Roofline lower bound: every op at peak FLOP/s or peak bandwidth.
+    pub lower_bound_step_s: f64,
+    /// At the assumed efficiencies.
+    pub estimated_step_s: f64,
+    /// Tokens per second per GPU at the assumed efficiencies (micro-batch tokens / step).
+    pub estimated_tokens_per_s: f64,
+    /// Assumed model FLOPs utilisation.
+    pub mfu: f64,
+    /// Assumed fraction of peak bandwidth.
+    pub bandwidth_efficiency: f64,
+}
+
+fn train_speed(s: &TrainSettings) -> Result<Speed> {
+    use memwall_core::workload::Precision;
+    let dtype = match s.workload.precision {
+        Precision::Bf16 | Precision::AmpBf16 => roofline::MathDtype::Bf16,
+        Precision::Fp16 | Precision::AmpFp16 => roofline::MathDtype::Fp16,
+        // PyTorch's default float32 matmul precision is "highest" (no TF32)
+        Precision::Fp32 => roofline::MathDtype::Fp32,
+    };
+    let mut w = roofline::RooflineWorkload {
+        phase: roofline::RooflinePhase::Train,
+        batch: s.workload.batch,
+        seq: s.workload.seq,
+        dtype,
+        weight_bytes: dtype.bytes(),
+        kv_bytes: dtype.bytes(),
+        tp: 1,
+        flops_efficiency: 1.0,
+        bandwidth_efficiency: 1.0,
+    };
+    let ceil = s.gpu.ceilings();
+    let bound =
+        roofline::analyze(&s.model.desc, &w, &ceil).context("cannot estimate the step time")?;
+    (w.flops_efficiency, w.bandwidth_efficiency) = s.efficiency;
+    let est =
+        roofline::analyze(&s.model.desc, &w, &ceil).context("cannot estimate the step time")?;
+    Ok(Speed {
+        lower_bound_step_s: bound.time_s,
+        estimated_step_s: est.time_s,
+        estimated_tokens_per_s: est.tokens_per_s,
+        mfu: s.efficiency.0,
+        bandwidth_efficiency: s.efficiency.1,
+    })
 }
 
 fn category_name(c: Category) -> &'static str {
@@ -115,6 +166,7 @@ pub fn train_report(s: &TrainSettings) -> Result<TrainReport> {
             fits: required <= g.memory_bytes,
             headroom_bytes: i128::from(g.memory_bytes) - i128::from(required),
         },
+        speed: train_speed(s)?,
     })
 }
 
@@ -224,6 +276,16 @@ pub fn print_train(r: &TrainReport, json: bool) -> Result<()> {
         )
     };
     println!();
+    let sp = &r.speed;
+    println!(
+        "speed on {}: ≥ {:.3} s per micro-step (roofline bound); ≈ {:.3} s at {:.0}% MFU and {:.0}% bandwidth → {:.0} tokens/s",
+        g.id,
+        sp.lower_bound_step_s,
+        sp.estimated_step_s,
+        sp.mfu * 100.0,
+        sp.bandwidth_efficiency * 100.0,
+        sp.estimated_tokens_per_s
+    );
     println!(
         "on {} ({}): needs {} of {} — {}",
         g.id,
@@ -385,6 +447,17 @@ struct RooflineReport<'a> {
     workload: &'a roofline::RooflineWorkload,
     #[serde(flatten)]
     result: roofline::Roofline,
+    /// Decode only: per-sequence and aggregate rates, and where decode stops being bandwidth-bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decode: Option<DecodeSpeed>,
+}
+
+#[derive(Debug, Serialize)]
+struct DecodeSpeed {
+    tokens_per_s_per_sequence: f64,
+    aggregate_tokens_per_s: f64,
+    /// Smallest batch at which the MLP GEMMs are compute-bound (None: not below 65536).
+    compute_bound_from_batch: Option<u64>,
 }
 
 fn si(v: f64) -> String {
@@ -419,12 +492,27 @@ pub fn roofline(s: &crate::args::RooflineSettings) -> Result<()> {
         std::fs::write(path, crate::svg::roofline_svg(&r, s.gpu, &title))
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
+    let decode = if s.workload.phase == roofline::RooflinePhase::Decode {
+        Some(DecodeSpeed {
+            tokens_per_s_per_sequence: r.tokens_per_s / s.workload.batch as f64,
+            aggregate_tokens_per_s: r.tokens_per_s,
+            compute_bound_from_batch: roofline::decode_compute_bound_batch(
+                &s.model.desc,
+                &s.workload,
+                &ceil,
+                1 << 16,
+            )?,
+        })
+    } else {
+        None
+    };
     if s.json {
         let rep = RooflineReport {
             model: info(&s.model, 0),
             gpu: &s.gpu.id,
             workload: &s.workload,
             result: r,
+            decode,
         };
         println!("{}", serde_json::to_string_pretty(&rep)?);
         return Ok(());
@@ -471,6 +559,17 @@ pub fn roofline(s: &crate::args::RooflineSettings) -> Result<()> {
         },
         r.tokens_per_s
     );
+    if let Some(d) = &decode {
+        println!(
+            "decode: {:.1} tokens/s per sequence, {:.0} tokens/s aggregate; {}",
+            d.tokens_per_s_per_sequence,
+            d.aggregate_tokens_per_s,
+            match d.compute_bound_from_batch {
+                Some(b) => format!("the weight GEMMs turn compute-bound from batch {b}"),
+                None => "memory-bound at every batch up to 65536".to_owned(),
+            }
+        );
+    }
     if let Some(p) = &s.svg {
         println!("roofline plot written to {}", p.display());
     }

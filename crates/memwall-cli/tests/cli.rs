@@ -92,6 +92,17 @@ struct TrainJson {
     phase: String,
     at_peak: std::collections::BTreeMap<String, u64>,
     gpu: GpuJson,
+    speed: SpeedJson,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpeedJson {
+    lower_bound_step_s: f64,
+    estimated_step_s: f64,
+    estimated_tokens_per_s: f64,
+    mfu: f64,
+    bandwidth_efficiency: f64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -143,6 +154,14 @@ fn train_json_contract_with_a_config_path() {
     assert!(["forward", "loss", "backward", "optimizer"].contains(&j.phase.as_str()));
     assert_eq!(j.workload["grad_accum"], 2);
     assert_eq!(j.model["model_type"], "qwen2");
+    assert!(
+        j.speed.estimated_step_s >= j.speed.lower_bound_step_s && j.speed.lower_bound_step_s > 0.0
+    );
+    assert!(
+        j.speed.estimated_tokens_per_s > 0.0
+            && j.speed.mfu == 0.5
+            && j.speed.bandwidth_efficiency == 0.8
+    );
     // top-level peak_bytes is an integer in the raw text too
     let raw: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert!(raw["peak_bytes"].is_u64());

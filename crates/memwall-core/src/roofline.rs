@@ -381,6 +381,44 @@ pub fn analyze(
     })
 }
 
+/// The smallest decode batch at which the weight GEMMs (projections, MLP) become
+/// compute-bound: below it, decode is limited by streaming the weights and KV cache.
+/// Found by bisection on [`analyze`] (intensity grows with batch); `None` if even
+/// `max_batch` stays memory-bound.
+pub fn decode_compute_bound_batch(
+    model: &ModelDesc,
+    w: &RooflineWorkload,
+    ceilings: &Ceilings,
+    max_batch: u64,
+) -> Result<Option<u64>, CoreError> {
+    let bound_at = |batch: u64| -> Result<bool, CoreError> {
+        let mut probe = w.clone();
+        probe.phase = RooflinePhase::Decode;
+        probe.batch = batch;
+        let r = analyze(model, &probe, ceilings)?;
+        Ok(r.ops
+            .iter()
+            .filter(|o| o.name.starts_with("mlp.up_gate"))
+            .all(|o| o.bound == Bound::Compute))
+    };
+    if !bound_at(max_batch)? {
+        return Ok(None);
+    }
+    let (mut lo, mut hi) = (1u64, max_batch);
+    if bound_at(lo)? {
+        return Ok(Some(1));
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if bound_at(mid)? {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Ok(Some(hi))
+}
+
 #[allow(clippy::too_many_arguments)]
 fn layer_ops(
     acc: &mut Acc,
@@ -633,6 +671,21 @@ mod tests {
             r.total_flops,
             six_n
         );
+    }
+
+    #[test]
+    fn decode_crossover_is_near_the_ridge_over_bytes_per_weight() {
+        // weights dominate decode traffic: intensity ≈ 2·batch / 2 bytes = batch FLOP/byte, so
+        // the GEMMs turn compute-bound near batch ≈ ridge (295 on H100 SXM bf16)
+        let b = decode_compute_bound_batch(
+            &llama2_7b(),
+            &w(RooflinePhase::Decode, 1, 128),
+            &h100(),
+            1 << 16,
+        )
+        .unwrap()
+        .unwrap();
+        assert!((250..=400).contains(&b), "{b}");
     }
 
     #[test]
