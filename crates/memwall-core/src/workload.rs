@@ -167,3 +167,83 @@ impl TrainWorkload {
         Ok(())
     }
 }
+
+/// Storage format of the weights for inference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WeightFormat {
+    /// bf16.
+    Bf16,
+    /// fp16.
+    Fp16,
+    /// fp32.
+    Fp32,
+}
+
+impl WeightFormat {
+    /// All values with their CLI names.
+    pub const ALL: [(WeightFormat, &'static str); 3] = [
+        (WeightFormat::Bf16, "bf16"),
+        (WeightFormat::Fp16, "fp16"),
+        (WeightFormat::Fp32, "fp32"),
+    ];
+}
+
+/// Element type of the KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KvDtype {
+    /// Same as the compute dtype (transformers' default DynamicCache).
+    Auto,
+    /// bf16.
+    Bf16,
+    /// fp16.
+    Fp16,
+    /// fp8 (1 byte).
+    Fp8,
+    /// int8 (1 byte).
+    Int8,
+}
+
+/// An inference workload: `model.generate`-style prefill + decode (runtime profile `hf`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InferWorkload {
+    /// Sequences decoded together.
+    pub batch: u64,
+    /// Prompt tokens per sequence.
+    pub prompt: u64,
+    /// New tokens generated per sequence (1 = prefill only).
+    pub new_tokens: u64,
+    /// Attention implementation.
+    pub attention: AttentionImpl,
+    /// Weight format.
+    pub weights: WeightFormat,
+    /// KV cache element type.
+    pub kv_dtype: KvDtype,
+}
+
+impl InferWorkload {
+    /// Checks ranges; returns the first offending field.
+    pub fn validate(&self) -> Result<(), CoreError> {
+        let check = |field: &'static str, v: u64, max: u64| {
+            if v == 0 || v > max {
+                Err(CoreError::invalid(
+                    field,
+                    format!("{v} is outside 1..={max}"),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        check("batch", self.batch, limits::MAX_BATCH)?;
+        check("prompt", self.prompt, limits::MAX_SEQ)?;
+        check("new_tokens", self.new_tokens, limits::MAX_SEQ)?;
+        if self.prompt + self.new_tokens > limits::MAX_SEQ {
+            return Err(CoreError::invalid(
+                "new_tokens",
+                "prompt + new tokens exceed the sequence limit",
+            ));
+        }
+        Ok(())
+    }
+}

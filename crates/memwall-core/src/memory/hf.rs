@@ -90,6 +90,8 @@ pub(crate) struct Builder<'a> {
     infer: bool,
     /// inference: per layer, the cached (k, v) storages and the tokens the cache layer keeps
     cache: Vec<Option<(TensorId, TensorId, u128)>>,
+    /// inference: bytes per cached element when the cache is stored in another dtype
+    pub(crate) kv_size: Option<u128>,
     /// bytes of every trainable parameter's state dtype
     pub(crate) param_count: u128,
     pub(crate) trainable_count: u128,
@@ -164,6 +166,7 @@ impl<'a> Builder<'a> {
             cur_layer: 0,
             infer: false,
             cache: Vec::new(),
+            kv_size: None,
             param_count: 0,
             trainable_count: 0,
         }
@@ -177,7 +180,7 @@ impl<'a> Builder<'a> {
 
     /// A parameter of shape [.., rows, cols] (`rows == 0` for a vector).
     fn new_matrix(&mut self, numel: u128, rows: u128, cols: u128, trainable_base: bool) -> P {
-        let trainable = trainable_base && self.w.lora.is_none();
+        let trainable = trainable_base && self.w.lora.is_none() && !self.infer;
         let id = self.t.param(numel * self.param_size, trainable);
         let p = P {
             id,
@@ -845,6 +848,11 @@ impl<'a> Builder<'a> {
             let kept = prev.map_or(0, |(_, _, n)| n);
             let q_len = self.seq;
             let total = kept + q_len;
+            // a cache in another dtype stores converted k/v (`--kv-dtype`)
+            let (ks, vs) = match self.kv_size {
+                Some(e) => (e, e),
+                None => (ks, vs),
+            };
             let kc = self.op(
                 self.batch * total * kv_heads * qk_dim * ks,
                 &[k],
@@ -1804,6 +1812,150 @@ impl<'a> Builder<'a> {
         if bytes > 0 {
             self.t.alloc(bytes, Category::OptimizerStates, false);
         }
+    }
+
+    /// One inference forward of `q_len` new tokens per sequence under `torch.no_grad()`
+    /// (nothing is saved), with logits for the last position only (`logits_to_keep=1`) and
+    /// `generate`'s fp32 copy of them (generation/utils.py `_sample`:
+    /// `outputs.logits[:, -1, :].to(copy=True, dtype=torch.float32)`). Returns the logits,
+    /// which the model output keeps alive until the next forward returns.
+    fn infer_forward(&mut self, q_len: u128) -> TensorId {
+        self.seq = q_len;
+        self.tokens = self.batch * q_len;
+        let rows = self.tokens;
+        let (mut x, xs) = self.embeddings();
+        if let Some(l) = self.model.layers.first() {
+            let dim = match l.attention.kind {
+                AttentionKind::Standard { .. } => l.attention.rotary_dim.map_or(0, u128::from),
+                AttentionKind::Mla {
+                    qk_rope_head_dim, ..
+                } => u128::from(qk_rope_head_dim),
+            };
+            if dim > 0 {
+                let cos = self.act(rows * dim * self.param_size, false);
+                let sin = self.act(rows * dim * self.param_size, false);
+                self.rope_tables = Some((cos, sin));
+                self.out_refs.push(cos);
+                self.out_refs.push(sin);
+            }
+        }
+        for i in 0..self.model.layers.len() {
+            let y = self.layer(i, x, xs, false);
+            self.drop_(x);
+            x = y;
+        }
+        let (fx, fs) = match (self.model.head.final_norm, self.final_norm) {
+            (Some(n), Some(p)) => {
+                let r = self.norm(x, xs, rows, &n, p);
+                self.drop_(x);
+                r
+            }
+            _ => (x, xs),
+        };
+        let (fx, fs) = match self.projections {
+            Some((_, pout)) => {
+                let (y, ys) = self.linear(fx, fs, rows, pout);
+                self.drop_(fx);
+                (y, ys)
+            }
+            None => (fx, fs),
+        };
+        // logits_to_keep=1: the LM head sees the last position of each sequence
+        let v = u128::from(self.model.embeddings.vocab_size);
+        let dim = u128::from(self.model.embeddings.dim);
+        let head_w = self.lm_head.unwrap_or(self.embed);
+        let head = LinearP {
+            w: P {
+                numel: v * dim,
+                ..head_w
+            },
+            nf4: false,
+            b: None,
+            lora: None,
+            in_f: dim,
+            out_f: v,
+        };
+        let c = self.compute_size;
+        let (mut logits, _) = self.linear(fx, fs, self.batch, head);
+        self.drop_(fx);
+        if self.model.head.logit_softcap.is_some() {
+            let d = self.op(self.batch * v * c, &[logits], &[], &[], &[]);
+            self.drop_(logits);
+            let th = self.op(self.batch * v * c, &[d], &[], &[], &[]);
+            self.drop_(d);
+            logits = self.op(self.batch * v * c, &[th], &[], &[], &[]);
+            self.drop_(th);
+        }
+        self.t.retag(logits, Category::LossBuffers);
+        for r in std::mem::take(&mut self.out_refs) {
+            self.drop_(r);
+        }
+        // generate: fp32 copy of the last logits, argmax, then the copy is dropped
+        self.t
+            .transient(self.batch * v * 4 + self.batch * 8, Category::LossBuffers);
+        logits
+    }
+
+    /// Prefill of `prompt` tokens, then `new_tokens - 1` decode steps (`generate` makes its
+    /// first new token from the prefill). Decode steps grow every full-attention cache by one
+    /// token, so the last step dominates all earlier ones; the first decode step is where
+    /// sliding-window caches shrink from the prompt's concatenation to the window. Those two
+    /// steps are simulated exactly and the caches in between are jumped over.
+    pub(crate) fn run_inference(&mut self, prompt: u128, new_tokens: u128) -> u128 {
+        self.infer = true;
+        self.build_params();
+        self.cache = vec![None; self.model.layers.len()];
+        self.t.reset_peak();
+        self.t.set_phase(Phase::Prefill);
+        let mut logits = self.infer_forward(prompt);
+        let prefill_peak = self.t.peak();
+        self.t.set_phase(Phase::Decode);
+        let steps = new_tokens.saturating_sub(1);
+        for step in 1..=steps {
+            if step == 2 && steps > 2 {
+                // jump: each full-attention layer cache now holds prompt + steps - 1 tokens
+                let before_last = prompt + steps - 1;
+                for i in 0..self.cache.len() {
+                    if let Some((k, v, kept)) = self.cache[i] {
+                        let full = self.model.layers[i].attention.sliding_window.is_none();
+                        if full && kept < before_last {
+                            let (kb, vb) = (self.t.bytes(k), self.t.bytes(v));
+                            let nk = self.t.alloc(
+                                kb / kept.max(1) * before_last,
+                                Category::Activations,
+                                false,
+                            );
+                            let nv = self.t.alloc(
+                                vb / kept.max(1) * before_last,
+                                Category::Activations,
+                                false,
+                            );
+                            self.drop_(k);
+                            self.drop_(v);
+                            self.cache[i] = Some((nk, nv, before_last));
+                        }
+                    }
+                }
+            }
+            if step >= 2 && step < steps {
+                continue;
+            }
+            let next = self.infer_forward(1);
+            // the previous output (and its logits) dies when `out` is reassigned
+            self.drop_(logits);
+            logits = next;
+        }
+        self.drop_(logits);
+        prefill_peak
+    }
+
+    /// Bytes held by the KV cache now.
+    pub(crate) fn kv_cache_bytes(&self) -> u128 {
+        self.cache
+            .iter()
+            .flatten()
+            .map(|(k, v, _)| self.t.bytes(*k) + self.t.bytes(*v))
+            .sum()
     }
 
     pub(crate) fn run(&mut self) {

@@ -6,6 +6,7 @@
 mod hf;
 pub mod timeline;
 
+pub use crate::workload::InferWorkload;
 pub use hf::Kernels;
 pub use timeline::{Category, Phase};
 
@@ -60,6 +61,78 @@ pub fn simulate_train(
         phase: t.peak_phase(),
         params_total: to_u64(b.param_count, "parameters")?,
         params_trainable: to_u64(b.trainable_count, "trainable parameters")?,
+    })
+}
+
+/// Result of simulating an inference run on one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InferEstimate {
+    /// Peak bytes PyTorch's allocator holds.
+    pub peak_bytes: u64,
+    /// What is alive at the peak, by category (sums to `peak_bytes`).
+    pub at_peak: Vec<(Category, u64)>,
+    /// Phase of the peak (prefill or decode).
+    pub phase: Phase,
+    /// All parameters.
+    pub params_total: u64,
+    /// Bytes of the weights.
+    pub weights_bytes: u64,
+    /// Bytes of the KV cache at its largest (after the last step).
+    pub kv_cache_bytes: u64,
+    /// Peak of the prefill alone.
+    pub prefill_peak_bytes: u64,
+}
+
+/// Simulates `generate`-style inference (runtime profile `hf`).
+pub fn simulate_infer(
+    model: &ModelDesc,
+    w: &crate::workload::InferWorkload,
+    kernels: Kernels,
+) -> Result<InferEstimate, CoreError> {
+    use crate::workload::{KvDtype, Optimizer, Precision, WeightFormat};
+    w.validate()?;
+    if model.layers.is_empty() {
+        return Err(CoreError::invalid(
+            "num_hidden_layers",
+            "the model has no layers",
+        ));
+    }
+    let precision = match w.weights {
+        WeightFormat::Bf16 => Precision::Bf16,
+        WeightFormat::Fp16 => Precision::Fp16,
+        WeightFormat::Fp32 => Precision::Fp32,
+    };
+    let mut tw = TrainWorkload::new(w.batch, w.prompt);
+    tw.precision = precision;
+    tw.optimizer = Optimizer::Sgd;
+    tw.attention = w.attention;
+    tw.dropout = false;
+    let mut b = hf::Builder::new(model, &tw, kernels);
+    b.kv_size = match w.kv_dtype {
+        KvDtype::Auto => None,
+        KvDtype::Bf16 | KvDtype::Fp16 => Some(2),
+        KvDtype::Fp8 | KvDtype::Int8 => Some(1),
+    };
+    let prefill_peak = b.run_inference(u128::from(w.prompt), u128::from(w.new_tokens));
+    let kv = b.kv_cache_bytes();
+    let t = &b.t;
+    let at_peak = Category::ALL
+        .iter()
+        .zip(t.peak_breakdown())
+        .map(|(c, v)| Ok((*c, to_u64(v, "breakdown")?)))
+        .collect::<Result<Vec<_>, CoreError>>()?;
+    let weights = at_peak
+        .iter()
+        .find(|(c, _)| *c == Category::Weights)
+        .map_or(0, |x| x.1);
+    Ok(InferEstimate {
+        peak_bytes: to_u64(t.peak(), "peak bytes")?,
+        at_peak,
+        phase: t.peak_phase(),
+        params_total: to_u64(b.param_count, "parameters")?,
+        weights_bytes: weights,
+        kv_cache_bytes: to_u64(kv, "kv cache bytes")?,
+        prefill_peak_bytes: to_u64(prefill_peak, "prefill peak")?,
     })
 }
 
@@ -186,5 +259,79 @@ mod properties {
         let m = llama2_7b();
         let w = TrainWorkload::new(1 << 20, 1 << 30);
         assert!(simulate_train(&m, &w, Kernels::Cuda).is_err());
+    }
+}
+
+#[cfg(test)]
+mod infer_tests {
+    use super::*;
+    use crate::model::tests::llama2_7b;
+    use crate::model::AttentionKind;
+    use crate::workload::{AttentionImpl, InferWorkload, KvDtype, WeightFormat};
+
+    fn w(batch: u64, prompt: u64, new_tokens: u64) -> InferWorkload {
+        InferWorkload {
+            batch,
+            prompt,
+            new_tokens,
+            attention: AttentionImpl::Sdpa,
+            weights: WeightFormat::Bf16,
+            kv_dtype: KvDtype::Auto,
+        }
+    }
+
+    #[test]
+    fn seed_llama2_7b_kv_cache_at_32_by_4096_is_68_7_gb() {
+        // 2 (k, v) · 32 layers · 32 heads · 128 · 4096 tokens · 32 sequences · 2 bytes
+        let e = simulate_infer(&llama2_7b(), &w(32, 4096, 1), Kernels::Cuda).unwrap();
+        assert_eq!(e.kv_cache_bytes, 2 * 32 * 32 * 128 * 4096 * 32 * 2);
+        assert_eq!(e.kv_cache_bytes, 68_719_476_736);
+    }
+
+    #[test]
+    fn seed_gqa_with_8_kv_heads_is_a_quarter() {
+        // Llama-3-8B shape: 8 KV heads → 17.2 GB for the same 32 × 4096 tokens
+        let mut m = llama2_7b();
+        for l in &mut m.layers {
+            l.attention.kind = AttentionKind::Standard {
+                num_heads: 32,
+                num_kv_heads: 8,
+                head_dim: 128,
+            };
+        }
+        let e = simulate_infer(&m, &w(32, 4096, 1), Kernels::Cuda).unwrap();
+        assert_eq!(e.kv_cache_bytes, 2 * 32 * 8 * 128 * 4096 * 32 * 2);
+        assert!((e.kv_cache_bytes as f64 / 1e9 - 17.2).abs() < 0.05);
+    }
+
+    #[test]
+    fn decode_grows_the_cache_and_the_peak() {
+        let m = llama2_7b();
+        let short = simulate_infer(&m, &w(8, 1024, 2), Kernels::Cuda).unwrap();
+        let long = simulate_infer(&m, &w(8, 1024, 512), Kernels::Cuda).unwrap();
+        assert!(long.kv_cache_bytes > short.kv_cache_bytes);
+        assert!(long.peak_bytes >= short.peak_bytes);
+        // prompt + 511 decode steps cached
+        assert_eq!(
+            long.kv_cache_bytes,
+            2 * 32 * 32 * 128 * (1024 + 511) * 8 * 2
+        );
+    }
+
+    #[test]
+    fn fp8_kv_halves_the_cache() {
+        let m = llama2_7b();
+        let mut a = w(4, 2048, 16);
+        let bf = simulate_infer(&m, &a, Kernels::Cuda).unwrap();
+        a.kv_dtype = KvDtype::Fp8;
+        let f8 = simulate_infer(&m, &a, Kernels::Cuda).unwrap();
+        assert_eq!(f8.kv_cache_bytes * 2, bf.kv_cache_bytes);
+    }
+
+    #[test]
+    fn weights_are_all_there() {
+        let e = simulate_infer(&llama2_7b(), &w(1, 128, 4), Kernels::Cpu).unwrap();
+        assert_eq!(e.weights_bytes, 6_738_415_616 * 2);
+        assert!(e.peak_bytes > e.weights_bytes);
     }
 }

@@ -62,6 +62,10 @@ pub enum Phase {
     Backward,
     /// `optimizer.step()`.
     Optimizer,
+    /// Inference: the prompt's forward.
+    Prefill,
+    /// Inference: one-token forwards with the KV cache.
+    Decode,
 }
 
 /// Index of a tensor in the timeline.
