@@ -30,6 +30,140 @@ pub enum Command {
     Gpus(ListArgs),
     /// Roofline of a training step, prefill or decode on a GPU: FLOPs, bytes, bound, time.
     Roofline(RooflineArgs),
+    /// Peak memory of `generate`-style inference (prefill + decode) on one GPU.
+    Infer(InferArgs),
+}
+
+/// Weight format as typed.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum WeightsArg {
+    /// bf16.
+    Bf16,
+    /// fp16.
+    Fp16,
+    /// fp32.
+    Fp32,
+}
+
+/// KV cache dtype as typed.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum KvDtypeArg {
+    /// The compute dtype.
+    Auto,
+    /// bf16.
+    Bf16,
+    /// fp16.
+    Fp16,
+    /// fp8.
+    Fp8,
+    /// int8.
+    Int8,
+}
+
+/// `memwall infer`.
+#[derive(Debug, Args)]
+pub struct InferArgs {
+    /// Catalogue id, Hugging Face repo id, path to a config.json or a model directory.
+    #[arg(long, short = 'm', default_value = "llama-3.1-8b")]
+    pub model: String,
+    /// Sequences generated together.
+    #[arg(long, short = 'b', default_value_t = 1)]
+    pub batch: u64,
+    /// Prompt tokens per sequence.
+    #[arg(long, default_value_t = 2048)]
+    pub prompt: u64,
+    /// New tokens per sequence.
+    #[arg(long, default_value_t = 256)]
+    pub new_tokens: u64,
+    /// Attention implementation.
+    #[arg(long, value_enum, default_value = "sdpa")]
+    pub attention: AttentionArg,
+    /// Weight format.
+    #[arg(long, value_enum, default_value = "bf16")]
+    pub weights: WeightsArg,
+    /// KV cache dtype.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub kv_dtype: KvDtypeArg,
+    /// GPU to check the fit against.
+    #[arg(long, default_value = "h100-sxm")]
+    pub gpu: String,
+    /// Simulate CPU kernels (as the fake-tensor truth harness runs them).
+    #[arg(long, hide = true)]
+    pub cpu_kernels: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Resolved `infer` settings.
+#[derive(Debug)]
+pub struct InferSettings {
+    /// Model.
+    pub model: ModelSource,
+    /// Workload.
+    pub workload: memwall_core::workload::InferWorkload,
+    /// GPU.
+    pub gpu: &'static GpuSpec,
+    /// Kernel semantics.
+    pub kernels: Kernels,
+    /// JSON output.
+    pub json: bool,
+}
+
+impl InferSettings {
+    /// Resolves raw arguments (every field destructured).
+    pub fn resolve(a: InferArgs) -> Result<Self> {
+        use memwall_core::workload::{InferWorkload, KvDtype, WeightFormat};
+        let InferArgs {
+            model,
+            batch,
+            prompt,
+            new_tokens,
+            attention,
+            weights,
+            kv_dtype,
+            gpu,
+            cpu_kernels,
+            json,
+        } = a;
+        let model = model_source::load(&model)?;
+        let gpu = resolve_gpu(&gpu)?;
+        let workload = InferWorkload {
+            batch,
+            prompt,
+            new_tokens,
+            attention: match attention {
+                AttentionArg::Sdpa => AttentionImpl::Sdpa,
+                AttentionArg::Eager => AttentionImpl::Eager,
+                AttentionArg::Flash => AttentionImpl::Flash,
+            },
+            weights: match weights {
+                WeightsArg::Bf16 => WeightFormat::Bf16,
+                WeightsArg::Fp16 => WeightFormat::Fp16,
+                WeightsArg::Fp32 => WeightFormat::Fp32,
+            },
+            kv_dtype: match kv_dtype {
+                KvDtypeArg::Auto => KvDtype::Auto,
+                KvDtypeArg::Bf16 => KvDtype::Bf16,
+                KvDtypeArg::Fp16 => KvDtype::Fp16,
+                KvDtypeArg::Fp8 => KvDtype::Fp8,
+                KvDtypeArg::Int8 => KvDtype::Int8,
+            },
+        };
+        workload.validate().context("invalid inference settings")?;
+        let kernels = if cpu_kernels {
+            Kernels::Cpu
+        } else {
+            Kernels::Cuda
+        };
+        Ok(InferSettings {
+            model,
+            workload,
+            gpu,
+            kernels,
+            json,
+        })
+    }
 }
 
 /// Phase as typed.

@@ -39,6 +39,10 @@ fn run(cli: args::Cli) -> Result<()> {
             render::print_inspect(&src, a.json)
         }
         args::Command::Gpus(a) => render::print_gpus(a.json),
+        args::Command::Infer(a) => {
+            let settings = args::InferSettings::resolve(a)?;
+            render::infer(&settings)
+        }
         args::Command::Roofline(a) => {
             let settings = args::RooflineSettings::resolve(a)?;
             render::roofline(&settings)

@@ -200,6 +200,8 @@ fn phase_name(p: Phase) -> &'static str {
         Phase::Loss => "loss (logits + cross-entropy)",
         Phase::Backward => "backward",
         Phase::Optimizer => "optimizer step",
+        Phase::Prefill => "prefill",
+        Phase::Decode => "decode",
     }
 }
 
@@ -573,5 +575,141 @@ pub fn roofline(s: &crate::args::RooflineSettings) -> Result<()> {
     if let Some(p) = &s.svg {
         println!("roofline plot written to {}", p.display());
     }
+    Ok(())
+}
+
+/// `memwall infer` result.
+#[derive(Debug, Serialize)]
+pub struct InferReport {
+    /// The model.
+    pub model: ModelInfo,
+    /// The run as simulated.
+    pub workload: memwall_core::workload::InferWorkload,
+    /// Whose behaviour is simulated.
+    pub runtime_profile: &'static str,
+    /// Peak bytes of PyTorch's allocator (`torch.cuda.max_memory_allocated()`).
+    pub peak_bytes: u64,
+    /// Phase of the peak (prefill or decode).
+    pub phase: Phase,
+    /// What is alive at the peak, in bytes by category.
+    pub at_peak: serde_json::Map<String, serde_json::Value>,
+    /// Bytes of the weights.
+    pub weights_bytes: u64,
+    /// KV cache at its largest (prompt + new tokens − 1 cached per sequence).
+    pub kv_cache_bytes: u64,
+    /// Peak of the prefill alone.
+    pub prefill_peak_bytes: u64,
+    /// Fit on the GPU.
+    pub gpu: GpuFit,
+}
+
+/// Runs and prints an inference estimate.
+pub fn infer(s: &crate::args::InferSettings) -> Result<()> {
+    let est = memory::simulate_infer(&s.model.desc, &s.workload, s.kernels)
+        .context("cannot simulate this run")?;
+    let g = s.gpu;
+    let cublas = g.cublas_workspace_bytes();
+    let required = est
+        .peak_bytes
+        .saturating_add(CUDA_CONTEXT_BYTES)
+        .saturating_add(cublas);
+    let at_peak = est
+        .at_peak
+        .iter()
+        .map(|(c, b)| {
+            let name = match c {
+                Category::Activations => "activations_and_kv_cache",
+                Category::LossBuffers => "logits",
+                other => category_name(*other),
+            };
+            (name.to_owned(), serde_json::Value::from(*b))
+        })
+        .collect();
+    let r = InferReport {
+        model: info(&s.model, 0),
+        workload: s.workload.clone(),
+        runtime_profile: "hf",
+        peak_bytes: est.peak_bytes,
+        phase: est.phase,
+        at_peak,
+        weights_bytes: est.weights_bytes,
+        kv_cache_bytes: est.kv_cache_bytes,
+        prefill_peak_bytes: est.prefill_peak_bytes,
+        gpu: GpuFit {
+            id: g.id.clone(),
+            name: g.name.clone(),
+            memory_bytes: g.memory_bytes,
+            cuda_context_bytes: CUDA_CONTEXT_BYTES,
+            cublas_workspace_bytes: cublas,
+            required_bytes: required,
+            fits: required <= g.memory_bytes,
+            headroom_bytes: i128::from(g.memory_bytes) - i128::from(required),
+        },
+    };
+    if s.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    let w = &r.workload;
+    println!(
+        "memwall infer · {} ({}, {} layers, {} params)",
+        r.model.label,
+        r.model.model_type,
+        r.model.num_layers,
+        count(r.model.params_total)
+    );
+    println!(
+        "  batch {} · prompt {} · {} new tokens · weights {} · kv {} · attention {}",
+        w.batch,
+        w.prompt,
+        w.new_tokens,
+        serde_json::to_value(w.weights)?.as_str().unwrap_or("?"),
+        serde_json::to_value(w.kv_dtype)?.as_str().unwrap_or("?"),
+        serde_json::to_value(w.attention)?.as_str().unwrap_or("?"),
+    );
+    println!();
+    let phase = match r.phase {
+        Phase::Prefill => "prefill",
+        Phase::Decode => "decode",
+        _ => "forward",
+    };
+    println!(
+        "peak {} during the {} (runtime profile: {})",
+        Bytes(r.peak_bytes),
+        phase,
+        r.runtime_profile
+    );
+    for (k, v) in &r.at_peak {
+        let b = v.as_u64().unwrap_or(0);
+        if b > 0 {
+            println!(
+                "  {:<26}{:>12}  {:>5.1}%",
+                k,
+                Bytes(b).to_string(),
+                100.0 * b as f64 / r.peak_bytes.max(1) as f64
+            );
+        }
+    }
+    println!(
+        "  {:<26}{:>12}  (at its largest)",
+        "kv_cache",
+        Bytes(r.kv_cache_bytes).to_string()
+    );
+    println!(
+        "  {:<26}{:>12}",
+        "prefill_peak",
+        Bytes(r.prefill_peak_bytes).to_string()
+    );
+    let gf = &r.gpu;
+    println!(
+        "on {} ({}): needs {} of {} (incl. {} CUDA context, {} cuBLAS workspace) — {}",
+        gf.id,
+        gf.name,
+        Bytes(gf.required_bytes),
+        Bytes(gf.memory_bytes),
+        Bytes(gf.cuda_context_bytes),
+        Bytes(gf.cublas_workspace_bytes),
+        if gf.fits { "fits" } else { "does NOT fit" }
+    );
     Ok(())
 }

@@ -1903,6 +1903,8 @@ impl<'a> Builder<'a> {
     /// steps are simulated exactly and the caches in between are jumped over.
     pub(crate) fn run_inference(&mut self, prompt: u128, new_tokens: u128) -> u128 {
         self.infer = true;
+        // torch.no_grad(): autograd records nothing, so nothing is saved
+        self.t.recording = false;
         self.build_params();
         self.cache = vec![None; self.model.layers.len()];
         self.t.reset_peak();
