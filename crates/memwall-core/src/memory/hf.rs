@@ -487,14 +487,19 @@ impl<'a> Builder<'a> {
                 .transient(dq + rows * lin.out_f * x_size, Category::Activations);
             self.op(rows * lin.out_f * x_size, &[x], &[], &params, &[dq])
         } else if self.amp {
+            // autocast caches the cast only for leaf tensors that require grad (`cached_cast`
+            // in aten/src/ATen/autocast_mode.cpp); a frozen weight is cast per call
             let wc = self.t.alloc(lin.w.numel * c, Category::Activations, false);
-            self.autocast_cache.push(wc);
             let xc = if x_size != c {
                 self.cast(x, rows * lin.in_f * c)
             } else {
                 x
             };
-            let mut saved = vec![wc];
+            // mm saves the cast weight for the input's gradient and the input for the weight's
+            let mut saved = Vec::with_capacity(2);
+            if self.rg(xc) {
+                saved.push(wc);
+            }
             if w_tr {
                 saved.push(xc);
             }
@@ -503,6 +508,11 @@ impl<'a> Builder<'a> {
             let y = self.op(rows * lin.out_f * c, &[xc], &saved, &params, &temps);
             if xc != x {
                 self.drop_(xc);
+            }
+            if w_tr {
+                self.autocast_cache.push(wc);
+            } else {
+                self.drop_(wc);
             }
             y
         } else {
@@ -519,11 +529,41 @@ impl<'a> Builder<'a> {
         } else {
             x
         };
-        let ha = self.op(rows * a.numel / lin.in_f * s, &[xa], &[xa], &[a.id], &[]);
-        if xa != x {
-            self.drop_(xa);
-        }
-        let hb = self.op(rows * lin.out_f * s, &[ha], &[ha], &[b.id], &[]);
+        let rank = a.numel / lin.in_f.max(1);
+        // Under autocast lora_A/lora_B are ordinary F.linear calls: their fp32 input and weights
+        // are cast to the autocast dtype and the adapter path runs in it; otherwise it runs in
+        // the adapters' fp32.
+        let (ha, hb, s) = if self.amp {
+            let la = LinearP {
+                w: a,
+                nf4: false,
+                b: None,
+                lora: None,
+                in_f: lin.in_f,
+                out_f: rank,
+            };
+            let lb = LinearP {
+                w: b,
+                nf4: false,
+                b: None,
+                lora: None,
+                in_f: rank,
+                out_f: lin.out_f,
+            };
+            let (ha, _) = self.linear(xa, s, rows, la);
+            if xa != x {
+                self.drop_(xa);
+            }
+            let (hb, _) = self.linear(ha, c, rows, lb);
+            (ha, hb, c)
+        } else {
+            let ha = self.op(rows * rank * s, &[xa], &[xa], &[a.id], &[]);
+            if xa != x {
+                self.drop_(xa);
+            }
+            let hb = self.op(rows * lin.out_f * s, &[ha], &[ha], &[b.id], &[]);
+            (ha, hb, s)
+        };
         self.drop_(ha);
         let scaled = self.op(rows * lin.out_f * s, &[hb], &[], &[], &[]);
         self.drop_(hb);
