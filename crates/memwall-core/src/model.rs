@@ -381,6 +381,10 @@ pub struct LayerSpec {
     pub attention: Attention,
     /// Feed-forward block.
     pub mlp: Mlp,
+    /// The attention output stays bound to a Python local until the layer returns, so it is
+    /// alive during the MLP (`GPT2Block.forward` keeps `attn_output`; Llama-style layers rebind
+    /// `hidden_states` and free it).
+    pub attn_output_outlives_mlp: bool,
 }
 
 impl LayerSpec {
@@ -616,6 +620,7 @@ pub(crate) mod tests {
                 logit_softcap: None,
                 eager_softmax_fp32: true,
             },
+            attn_output_outlives_mlp: false,
             mlp: Mlp::Dense(DenseMlp {
                 intermediate: 11008,
                 gated: true,

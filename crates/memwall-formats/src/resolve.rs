@@ -394,6 +394,7 @@ pub(crate) fn layer(norm: Norm, place: NormPlacement, attention: Attention, mlp:
         residual: Residual::Sequential,
         attention,
         mlp,
+        attn_output_outlives_mlp: false,
     }
 }
 

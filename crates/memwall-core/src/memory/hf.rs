@@ -1274,7 +1274,9 @@ impl<'a> Builder<'a> {
             }
             Activation::GeluNew => {
                 // 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3))) (transformers activations.py
-                // NewGELUActivation): saved x (pow), tanh output, 0.5*x and 1+tanh.
+                // NewGELUActivation): saved x (pow), tanh output, 0.5*x and 1+tanh. Python
+                // evaluates the left factor `0.5 * input` first, so it lives through the chain.
+                let half = self.op(bytes, &[x], &[], &[], &[]);
                 let p3 = self.op(bytes, &[x], &[x], &[], &[]);
                 let s1 = self.op(bytes, &[p3], &[], &[], &[]);
                 self.drop_(p3);
@@ -1292,7 +1294,6 @@ impl<'a> Builder<'a> {
                 self.drop_(s3);
                 let one = self.op(bytes, &[th], &[], &[], &[]);
                 self.drop_(th);
-                let half = self.op(bytes, &[x], &[], &[], &[]);
                 let y = self.mul(half, one, bytes);
                 self.drop_(half);
                 self.drop_(one);
@@ -1512,7 +1513,14 @@ impl<'a> Builder<'a> {
                 let (a, _) = post(self, a, self.compute_size, 1, spec.attn_post_norm);
                 let a = self.dropout(a, rows * h * self.compute_size, self.compute_size, p_drop);
                 let mut hdn = add(self, x, a, rs);
-                self.drop_(a);
+                let kept_attn = if spec.attn_output_outlives_mlp {
+                    Some(a)
+                } else {
+                    None
+                };
+                if kept_attn.is_none() {
+                    self.drop_(a);
+                }
                 if !pre {
                     (hdn, _) = post(self, hdn, rs, 0, spec.attn_norm);
                 }
@@ -1533,6 +1541,9 @@ impl<'a> Builder<'a> {
                 let mut out = add(self, hdn, m, rs);
                 self.drop_(m);
                 self.drop_(hdn);
+                if let Some(a) = kept_attn {
+                    self.drop_(a);
+                }
                 if !pre {
                     (out, _) = post(self, out, rs, 2, spec.mlp_norm);
                 }
@@ -1605,7 +1616,8 @@ impl<'a> Builder<'a> {
         if let Some(pos) = self.pos_embed {
             let pe = self.op(self.seq * h * s, &[], &[], &[pos.id], &[]);
             let y = self.op(rows * h * s, &[x, pe], &[], &[], &[]);
-            self.drop_(pe);
+            // `position_embeds` (gpt2) / `pos_embeds` (opt) is a local of the model's forward
+            self.out_refs.push(pe);
             self.drop_(x);
             x = y;
         }

@@ -28,6 +28,7 @@ fn ln_layer(
         residual,
         attention,
         mlp,
+        attn_output_outlives_mlp: false,
     }
 }
 
@@ -94,13 +95,17 @@ pub(crate) fn gpt2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> 
         ..AttnOpts::rope(head_dim)
     }
     .build(mha(num_heads, head_dim), None);
-    let layer = ln_layer(
-        hidden,
-        (true, true),
-        Residual::Sequential,
-        attention,
-        Mlp::Dense(plain(inner, true, act)),
-    );
+    let layer = LayerSpec {
+        // modeling_gpt2.py GPT2Block.forward: `attn_output` stays bound until the block returns
+        attn_output_outlives_mlp: true,
+        ..ln_layer(
+            hidden,
+            (true, true),
+            Residual::Sequential,
+            attention,
+            Mlp::Dense(plain(inner, true, act)),
+        )
+    };
     assemble(
         ctx,
         "gpt2",
