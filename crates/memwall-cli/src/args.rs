@@ -32,6 +32,76 @@ pub enum Command {
     Roofline(RooflineArgs),
     /// Peak memory of `generate`-style inference (prefill + decode) on one GPU.
     Infer(InferArgs),
+    /// KV-cache capacity of a vLLM deployment, following vLLM's own accounting.
+    Serve(ServeArgs),
+}
+
+/// `memwall serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Catalogue id, Hugging Face repo id, path to a config.json or a model directory.
+    #[arg(long, short = 'm', default_value = "llama-3.1-8b")]
+    pub model: String,
+    /// GPU.
+    #[arg(long, default_value = "h100-sxm")]
+    pub gpu: String,
+    /// `--tensor-parallel-size`.
+    #[arg(long, default_value_t = 1)]
+    pub tp: u64,
+    /// `--gpu-memory-utilization` (vLLM 0.33 default).
+    #[arg(long, default_value_t = 0.92)]
+    pub gpu_memory_utilization: f64,
+    /// `--kv-cache-dtype`.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub kv_cache_dtype: ServeKvArg,
+    /// `--block-size`.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: u64,
+    /// `--max-model-len` (default: the model's max_position_embeddings).
+    #[arg(long)]
+    pub max_model_len: Option<u64>,
+    /// `--max-num-batched-tokens` (default as `vllm serve`: 8192 on GPUs with ≥ 70 GiB other than A100, 16384 with ≥ 160 GiB, else 2048).
+    #[arg(long)]
+    pub max_num_batched_tokens: Option<u64>,
+    /// `--max-num-seqs` (default as `vllm serve`: 1024 where max-num-batched-tokens is 8192+, else 256).
+    #[arg(long)]
+    pub max_num_seqs: Option<u64>,
+    /// `--enforce-eager` (no CUDA graphs).
+    #[arg(long)]
+    pub enforce_eager: bool,
+    /// `--kv-cache-memory-bytes`: a fixed KV budget instead of the profiled one.
+    #[arg(long)]
+    pub kv_cache_memory_bytes: Option<u64>,
+    /// Measured non-torch memory growth, if you have it (vLLM logs it).
+    #[arg(long)]
+    pub non_torch_bytes: Option<u64>,
+    /// Measured profile-run activation peak, if you have it (vLLM logs it).
+    #[arg(long)]
+    pub activation_bytes: Option<u64>,
+    /// Measured CUDA-graph memory, if you have it (vLLM logs it).
+    #[arg(long)]
+    pub cuda_graph_bytes: Option<u64>,
+    /// Request lengths for the concurrency table and the fragmentation comparison.
+    #[arg(long, value_delimiter = ',', default_value = "2048,4096,8192,32768")]
+    pub request_lengths: Vec<u64>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// KV dtype for serving.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ServeKvArg {
+    /// The model dtype (bf16/fp16).
+    Auto,
+    /// fp8 (e4m3).
+    Fp8,
+    /// fp8 e4m3.
+    #[value(name = "fp8_e4m3")]
+    Fp8E4m3,
+    /// fp8 e5m2.
+    #[value(name = "fp8_e5m2")]
+    Fp8E5m2,
 }
 
 /// Weight format as typed.

@@ -39,6 +39,7 @@ fn run(cli: args::Cli) -> Result<()> {
             render::print_inspect(&src, a.json)
         }
         args::Command::Gpus(a) => render::print_gpus(a.json),
+        args::Command::Serve(a) => render::serve(a),
         args::Command::Infer(a) => {
             let settings = args::InferSettings::resolve(a)?;
             render::infer(&settings)

@@ -713,3 +713,237 @@ pub fn infer(s: &crate::args::InferSettings) -> Result<()> {
     );
     Ok(())
 }
+
+#[derive(Debug, Serialize)]
+struct ServeReport {
+    model: ModelInfo,
+    gpu: String,
+    runtime_profile: &'static str,
+    config: memwall_core::serve::ServeConfig,
+    /// Which inputs are memwall's estimates (vLLM measures them at start-up).
+    estimated_inputs: Vec<&'static str>,
+    #[serde(flatten)]
+    plan: memwall_core::serve::ServePlan,
+    max_concurrency: serde_json::Map<String, serde_json::Value>,
+    fragmentation: Vec<Fragmentation>,
+    vllm_serve_command: String,
+}
+
+#[derive(Debug, Serialize)]
+struct Fragmentation {
+    request_tokens: u64,
+    /// Fraction of a contiguous `max_model_len` reservation left unused by this request.
+    contiguous_waste: f64,
+    /// Fraction of its blocks a paged request leaves unused (only the last block is partial).
+    paged_waste: f64,
+}
+
+/// `memwall serve`: vLLM's KV capacity for a deployment.
+pub fn serve(a: crate::args::ServeArgs) -> Result<()> {
+    use crate::args::{ServeArgs, ServeKvArg};
+    use memwall_core::serve;
+    let ServeArgs {
+        model,
+        gpu,
+        tp,
+        gpu_memory_utilization,
+        kv_cache_dtype,
+        block_size,
+        max_model_len,
+        max_num_batched_tokens,
+        max_num_seqs,
+        enforce_eager,
+        kv_cache_memory_bytes,
+        non_torch_bytes,
+        activation_bytes,
+        cuda_graph_bytes,
+        request_lengths,
+        json,
+    } = a;
+    let src = crate::model_source::load(&model)?;
+    let g = crate::args::resolve_gpu(&gpu)?;
+    let m = &src.desc;
+    if tp == 0 {
+        anyhow::bail!("--tp must be at least 1");
+    }
+    // vLLM `vllm serve` defaults by device (docs/vllm-accounting.md §2)
+    let gib = g.memory_bytes >> 30;
+    let default_batched = if gib >= 160 {
+        16384
+    } else if gib >= 70 && !g.id.starts_with("a100") {
+        8192
+    } else {
+        2048
+    };
+    let batched = max_num_batched_tokens.unwrap_or(default_batched);
+    let seqs = max_num_seqs.unwrap_or(if batched >= 8192 { 1024 } else { 256 });
+    let dtype_bytes = 2u64;
+    let kv_bytes = match kv_cache_dtype {
+        ServeKvArg::Auto => dtype_bytes,
+        _ => 1,
+    };
+    let mut estimated = Vec::new();
+    let weights = serve::weights_bytes_per_rank(m, tp, dtype_bytes as f64)?;
+    estimated.push("weights_bytes_per_rank");
+    // profile-run activation peak: residual stream, q/k/v and MLP intermediates of one layer for
+    // the dummy batch, plus the sampler's fp32 logits for max_num_seqs sequences — an estimate
+    let activation = activation_bytes.unwrap_or_else(|| {
+        estimated.push("activation_peak_bytes");
+        let h = m.hidden_size;
+        let inter = m
+            .layers
+            .iter()
+            .map(|l| match &l.mlp {
+                memwall_core::model::Mlp::Dense(d) => d.intermediate * if d.gated { 2 } else { 1 },
+                memwall_core::model::Mlp::Moe(x) => x.expert.intermediate * 2 * x.top_k,
+            })
+            .max()
+            .unwrap_or(0)
+            / tp;
+        let v = m.embeddings.vocab_size.div_ceil(64) * 64 / tp;
+        batched * (4 * h + 2 * inter) * dtype_bytes + seqs * v * 4 * 2
+    });
+    let non_torch = non_torch_bytes.unwrap_or_else(|| {
+        estimated.push("non_torch_bytes");
+        if tp > 1 {
+            512 << 20
+        } else {
+            256 << 20
+        }
+    });
+    let graphs = if enforce_eager {
+        0
+    } else {
+        cuda_graph_bytes.unwrap_or_else(|| {
+            estimated.push("cuda_graph_bytes");
+            512 << 20
+        })
+    };
+    let cfg = serve::ServeConfig {
+        gpu_memory_bytes: g.memory_bytes,
+        tp,
+        gpu_memory_utilization,
+        kv_dtype_bytes: kv_bytes,
+        block_size,
+        max_model_len: max_model_len.unwrap_or(m.max_position_embeddings),
+        max_num_batched_tokens: batched,
+        kv_cache_memory_bytes,
+        weights_bytes_per_rank: weights,
+        non_torch_bytes: non_torch,
+        activation_peak_bytes: activation,
+        cuda_graph_bytes: graphs,
+    };
+    if kv_cache_memory_bytes.is_some() {
+        estimated.clear();
+    }
+    let plan = serve::plan(m, &cfg).context("cannot plan this deployment")?;
+    let mut conc = serde_json::Map::new();
+    let mut frag = Vec::new();
+    for &n in &request_lengths {
+        conc.insert(
+            n.to_string(),
+            serde_json::Value::from(plan.max_concurrency(&cfg, n)),
+        );
+        let reserved = cfg.max_model_len.max(n) as f64;
+        let blocks = n.div_ceil(block_size) * block_size;
+        frag.push(Fragmentation {
+            request_tokens: n,
+            contiguous_waste: 1.0 - n as f64 / reserved,
+            paged_waste: 1.0 - n as f64 / blocks as f64,
+        });
+    }
+    let max_len = if plan.fits_max_model_len {
+        cfg.max_model_len
+    } else {
+        plan.max_model_len_that_fits
+    };
+    let mut cmd = format!(
+        "vllm serve {} --tensor-parallel-size {tp} --gpu-memory-utilization {gpu_memory_utilization} --max-model-len {max_len}",
+        src.hf_repo.clone().unwrap_or_else(|| src.label.clone())
+    );
+    if kv_bytes == 1 {
+        cmd.push_str(" --kv-cache-dtype fp8");
+    }
+    if enforce_eager {
+        cmd.push_str(" --enforce-eager");
+    }
+    if block_size != 16 {
+        cmd.push_str(&format!(" --block-size {block_size}"));
+    }
+    let report = ServeReport {
+        model: info(&src, 0),
+        gpu: g.id.clone(),
+        runtime_profile: "vllm",
+        config: cfg.clone(),
+        estimated_inputs: estimated,
+        plan,
+        max_concurrency: conc,
+        fragmentation: frag,
+        vllm_serve_command: cmd,
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    let p = &report.plan;
+    println!(
+        "memwall serve · {} on {} × {} (tp {tp}) · runtime profile vllm (vLLM 0.33 accounting)",
+        report.model.label,
+        g.id,
+        tp,
+        tp = tp
+    );
+    println!(
+        "  requested {} × {} = {}; weights/rank {}; activations {}; non-torch {}; CUDA graphs {}",
+        Bytes(g.memory_bytes),
+        gpu_memory_utilization,
+        Bytes(p.requested_memory_bytes),
+        Bytes(cfg.weights_bytes_per_rank),
+        Bytes(cfg.activation_peak_bytes),
+        Bytes(cfg.non_torch_bytes),
+        Bytes(cfg.cuda_graph_bytes)
+    );
+    if !report.estimated_inputs.is_empty() {
+        println!(
+            "  (estimated by memwall, measured by vLLM at start-up: {})",
+            report.estimated_inputs.join(", ")
+        );
+    }
+    println!(
+        "KV cache: {} available → {} blocks of {} tokens ({} per block, {} KV heads/rank, {} group(s)) = {} tokens",
+        Bytes(p.available_kv_bytes),
+        p.num_gpu_blocks,
+        block_size,
+        Bytes(p.bytes_per_block),
+        p.num_kv_heads_per_rank,
+        p.groups.len(),
+        p.kv_tokens
+    );
+    for (n, c) in &report.max_concurrency {
+        println!(
+            "  max concurrency at {n:>6} tokens/request: {:.2}",
+            c.as_f64().unwrap_or(0.0)
+        );
+    }
+    if p.fits_max_model_len {
+        println!(
+            "max-model-len {} fits (largest that fits: {})",
+            cfg.max_model_len, p.max_model_len_that_fits
+        );
+    } else {
+        println!(
+            "max-model-len {} does NOT fit: vLLM would refuse to start; the largest that fits is {}",
+            cfg.max_model_len, p.max_model_len_that_fits
+        );
+    }
+    for f in &report.fragmentation {
+        println!(
+            "  {:>6}-token request: contiguous pre-allocation wastes {:.0}%, paged {:.1}%",
+            f.request_tokens,
+            f.contiguous_waste * 100.0,
+            f.paged_waste * 100.0
+        );
+    }
+    println!("{}", report.vllm_serve_command);
+    Ok(())
+}

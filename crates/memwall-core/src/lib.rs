@@ -9,6 +9,7 @@ pub mod gpu;
 pub mod memory;
 pub mod model;
 pub mod roofline;
+pub mod serve;
 pub mod units;
 pub mod workload;
 

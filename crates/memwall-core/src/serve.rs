@@ -1,0 +1,329 @@
+//! Runtime profile `vllm`: how many KV-cache blocks a vLLM deployment gets, following vLLM's
+//! own accounting (vLLM 0.33.0, commit 4ba787ec9; every step is cited in `docs/vllm-accounting.md`).
+//!
+//! ```text
+//! requested  = ceil(total_memory × gpu_memory_utilization)                    gpu_worker.py
+//! available  = kv_cache_memory_bytes, or requested − weights − non-torch growth
+//!              − activation peak of the profile run − CUDA-graph estimate        determine_available_memory
+//! page/layer = block_size × kv_heads_per_rank × (head_size + head_size_v) × dtype bytes
+//!              (full and sliding: k and v; MLA: one latent of kv_lora_rank + rope dims)   kv_cache_interface.py
+//! groups     = one group of all layers (uniform), or per attention type split into groups of
+//!              equal size (hybrid: Gemma 2/3)                                       kv_cache_planning.py
+//! bytes_per_block = max over groups (layers in group × page)
+//! num_gpu_blocks  = available // bytes_per_block      (block 0 is the null block)
+//! blocks_per_request(N) = Σ groups: full cdiv(N, B); sliding W: cdiv(min(W−1+2·max_num_batched_tokens, N), B) + 1
+//! ```
+
+use crate::error::CoreError;
+use crate::model::{AttentionKind, ModelDesc};
+use serde::Serialize;
+
+/// Inputs of a vLLM deployment (one tensor-parallel rank is computed; ranks are symmetric).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServeConfig {
+    /// Device memory as `cudaMemGetInfo` reports its total.
+    pub gpu_memory_bytes: u64,
+    /// `--tensor-parallel-size`.
+    pub tp: u64,
+    /// `--gpu-memory-utilization` (vLLM 0.33 default 0.92).
+    pub gpu_memory_utilization: f64,
+    /// Bytes per KV element (`--kv-cache-dtype auto` = the model dtype, fp8 = 1).
+    pub kv_dtype_bytes: u64,
+    /// `--block-size` (16).
+    pub block_size: u64,
+    /// `--max-model-len` (the model's maximum by default).
+    pub max_model_len: u64,
+    /// `--max-num-batched-tokens` (size of the profile run and of sliding-window reservations).
+    pub max_num_batched_tokens: u64,
+    /// `--kv-cache-memory-bytes`: replaces the profiled budget when set.
+    pub kv_cache_memory_bytes: Option<u64>,
+    /// Model weights held by one rank.
+    pub weights_bytes_per_rank: u64,
+    /// Memory growth outside PyTorch after vLLM's initial snapshot (measured by vLLM at start-up).
+    pub non_torch_bytes: u64,
+    /// Peak activation of the profile run (measured by vLLM at start-up).
+    pub activation_peak_bytes: u64,
+    /// CUDA-graph memory estimate (0 with `--enforce-eager`).
+    pub cuda_graph_bytes: u64,
+}
+
+/// One KV-cache group.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KvGroup {
+    /// `full` or `sliding`.
+    pub kind: &'static str,
+    /// Layers in the group (padding included for hybrid groups).
+    pub num_layers: u64,
+    /// Bytes of one layer's page (one block of `block_size` tokens).
+    pub page_size_bytes: u64,
+    /// Window of a sliding group.
+    pub sliding_window: Option<u64>,
+}
+
+/// vLLM's KV capacity for a deployment.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServePlan {
+    /// `ceil(total × utilization)`.
+    pub requested_memory_bytes: u64,
+    /// Memory left for the KV cache.
+    pub available_kv_bytes: u64,
+    /// KV heads each rank stores (1 for MLA; replicated when fewer heads than ranks).
+    pub num_kv_heads_per_rank: u64,
+    /// The layer groups.
+    pub groups: Vec<KvGroup>,
+    /// Bytes of one block across all layers of a group (the largest group).
+    pub bytes_per_block: u64,
+    /// `available // bytes_per_block` (includes the null block).
+    pub num_gpu_blocks: u64,
+    /// `num_gpu_blocks × block_size`.
+    pub kv_tokens: u64,
+    /// Whether one request of `max_model_len` tokens fits (else vLLM refuses to start).
+    pub fits_max_model_len: bool,
+    /// The largest `--max-model-len` that fits one request.
+    pub max_model_len_that_fits: u64,
+}
+
+fn to_u64(v: u128, what: &'static str) -> Result<u64, CoreError> {
+    u64::try_from(v).map_err(|_| CoreError::Overflow { what })
+}
+
+impl ServePlan {
+    /// Blocks one request of `tokens` tokens needs, summed over groups.
+    pub fn blocks_per_request(&self, cfg: &ServeConfig, tokens: u64) -> u64 {
+        let b = cfg.block_size.max(1);
+        self.groups
+            .iter()
+            .map(|g| match g.sliding_window {
+                Some(w) => {
+                    let span = (w.saturating_sub(1) + 2 * cfg.max_num_batched_tokens).min(tokens);
+                    span.div_ceil(b) + 1
+                }
+                None => tokens.div_ceil(b),
+            })
+            .sum()
+    }
+
+    /// vLLM's logged maximum concurrency for requests of `tokens` tokens.
+    pub fn max_concurrency(&self, cfg: &ServeConfig, tokens: u64) -> f64 {
+        let need = self.blocks_per_request(cfg, tokens).max(1);
+        self.num_gpu_blocks as f64 / need as f64
+    }
+}
+
+/// Computes vLLM's KV capacity for `model` under `cfg`.
+pub fn plan(model: &ModelDesc, cfg: &ServeConfig) -> Result<ServePlan, CoreError> {
+    if cfg.tp == 0 || cfg.block_size == 0 || cfg.kv_dtype_bytes == 0 || cfg.max_model_len == 0 {
+        return Err(CoreError::invalid(
+            "tp",
+            "tp, block size, kv dtype size and max model len must be positive",
+        ));
+    }
+    if !(cfg.gpu_memory_utilization > 0.0 && cfg.gpu_memory_utilization <= 1.0) {
+        return Err(CoreError::invalid(
+            "gpu_memory_utilization",
+            "must be in (0, 1]",
+        ));
+    }
+    let first = model
+        .layers
+        .first()
+        .ok_or_else(|| CoreError::invalid("num_hidden_layers", "no layers"))?;
+    // vLLM requires the attention heads to split evenly over the ranks
+    let heads = first.attention.num_heads();
+    if heads % cfg.tp != 0 {
+        return Err(CoreError::invalid(
+            "tp",
+            format!(
+                "{heads} attention heads are not divisible by tensor parallel size {}",
+                cfg.tp
+            ),
+        ));
+    }
+    let requested = (cfg.gpu_memory_bytes as f64 * cfg.gpu_memory_utilization).ceil() as u64;
+    let available = match cfg.kv_cache_memory_bytes {
+        Some(b) => b,
+        None => requested
+            .saturating_sub(cfg.weights_bytes_per_rank)
+            .saturating_sub(cfg.non_torch_bytes)
+            .saturating_sub(cfg.activation_peak_bytes)
+            .saturating_sub(cfg.cuda_graph_bytes),
+    };
+    // page sizes per layer; ModelConfig.get_num_kv_heads: 1 for MLA, else max(1, kv // tp)
+    let mut kv_heads_rank = 1;
+    let mut specs: Vec<(Option<u64>, u128)> = Vec::with_capacity(model.layers.len());
+    for l in &model.layers {
+        let (kvh, per_token_elems) = match l.attention.kind {
+            AttentionKind::Standard {
+                num_kv_heads,
+                head_dim,
+                ..
+            } => {
+                let kvh = (num_kv_heads / cfg.tp).max(1);
+                (kvh, 2 * u128::from(kvh) * u128::from(head_dim))
+            }
+            AttentionKind::Mla {
+                kv_lora_rank,
+                qk_rope_head_dim,
+                ..
+            } => (1, u128::from(kv_lora_rank) + u128::from(qk_rope_head_dim)),
+        };
+        kv_heads_rank = kvh;
+        let page = u128::from(cfg.block_size) * per_token_elems * u128::from(cfg.kv_dtype_bytes);
+        specs.push((l.attention.sliding_window, page));
+    }
+    // grouping (kv_cache_planning.py _get_kv_cache_groups_uniform_spec / _uniform_page_size)
+    let mut buckets: Vec<(Option<u64>, u128, u64)> = Vec::new();
+    for (w, page) in &specs {
+        match buckets.iter_mut().find(|(bw, bp, _)| bw == w && bp == page) {
+            Some(b) => b.2 += 1,
+            None => buckets.push((*w, *page, 1)),
+        }
+    }
+    let groups: Vec<KvGroup> = if buckets.len() == 1 {
+        let (w, page, n) = buckets[0];
+        vec![KvGroup {
+            kind: if w.is_some() { "sliding" } else { "full" },
+            num_layers: n,
+            page_size_bytes: to_u64(page, "page size")?,
+            sliding_window: w,
+        }]
+    } else {
+        let min = buckets.iter().map(|b| b.2).min().unwrap_or(1);
+        let max = buckets.iter().map(|b| b.2).max().unwrap_or(1);
+        let group_size = if (max as f64) < 1.5 * min as f64 {
+            max
+        } else {
+            min
+        };
+        let mut gs = Vec::new();
+        for (w, page, n) in buckets {
+            for _ in 0..n.div_ceil(group_size) {
+                gs.push(KvGroup {
+                    kind: if w.is_some() { "sliding" } else { "full" },
+                    num_layers: group_size,
+                    page_size_bytes: to_u64(page, "page size")?,
+                    sliding_window: w,
+                });
+            }
+        }
+        gs
+    };
+    let bytes_per_block = groups
+        .iter()
+        .map(|g| u128::from(g.num_layers) * u128::from(g.page_size_bytes))
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let bytes_per_block = to_u64(bytes_per_block, "bytes per block")?;
+    let num_gpu_blocks = available / bytes_per_block;
+    let mut plan = ServePlan {
+        requested_memory_bytes: requested,
+        available_kv_bytes: available,
+        num_kv_heads_per_rank: kv_heads_rank,
+        groups,
+        bytes_per_block,
+        num_gpu_blocks,
+        kv_tokens: num_gpu_blocks.saturating_mul(cfg.block_size),
+        fits_max_model_len: false,
+        max_model_len_that_fits: 0,
+    };
+    // the check reserves the null block: needed ≤ available − bytes_per_block
+    let check = available.saturating_sub(bytes_per_block);
+    let fits = |plan: &ServePlan, len: u64| -> bool {
+        u128::from(plan.blocks_per_request(cfg, len)) * u128::from(bytes_per_block)
+            <= u128::from(check)
+    };
+    plan.fits_max_model_len = check > 0 && fits(&plan, cfg.max_model_len);
+    // _estimate_max_model_len_from_groups: binary search over [1, max_model_len]
+    let (mut lo, mut hi) = (0u64, cfg.max_model_len);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if fits(&plan, mid) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    plan.max_model_len_that_fits = lo;
+    Ok(plan)
+}
+
+/// Weights one rank holds: layer weights split over ranks, the vocabulary-parallel embedding and
+/// LM head padded to a multiple of 64 rows (vLLM `VocabParallelEmbedding`, `pad_vocab_size`),
+/// norms replicated. An estimate: vLLM measures the real number when it loads the model.
+pub fn weights_bytes_per_rank(
+    model: &ModelDesc,
+    tp: u64,
+    bytes_per_param: f64,
+) -> Result<u64, CoreError> {
+    let c = model.param_counts()?;
+    let v = model.embeddings.vocab_size;
+    let v_pad = v.div_ceil(64) * 64;
+    let dim = model.embeddings.dim;
+    let embed_rows = |params: u64| {
+        if params == 0 {
+            0.0
+        } else {
+            (v_pad * dim) as f64 / tp as f64
+        }
+    };
+    let vocab_params = u128::from(v) * u128::from(dim);
+    let embed_other = u128::from(c.embeddings).saturating_sub(vocab_params) as f64;
+    let per_rank = embed_rows(c.embeddings)
+        + embed_other
+        + c.layers as f64 / tp as f64
+        + c.final_norm as f64
+        + embed_rows(c.lm_head);
+    Ok((per_rank * bytes_per_param).round() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::tests::llama2_7b;
+
+    fn cfg() -> ServeConfig {
+        ServeConfig {
+            gpu_memory_bytes: 80 << 30,
+            tp: 1,
+            gpu_memory_utilization: 0.92,
+            kv_dtype_bytes: 2,
+            block_size: 16,
+            max_model_len: 4096,
+            max_num_batched_tokens: 8192,
+            kv_cache_memory_bytes: None,
+            weights_bytes_per_rank: 13_476_831_232,
+            non_torch_bytes: 256 << 20,
+            activation_peak_bytes: 1 << 30,
+            cuda_graph_bytes: 512 << 20,
+        }
+    }
+
+    #[test]
+    fn llama2_7b_pages_are_16_tokens_of_k_and_v() {
+        let p = plan(&llama2_7b(), &cfg()).unwrap();
+        assert_eq!(p.groups.len(), 1);
+        assert_eq!(p.groups[0].page_size_bytes, 16 * 2 * 32 * 128 * 2);
+        assert_eq!(p.bytes_per_block, 32 * 16 * 2 * 32 * 128 * 2);
+        assert_eq!(p.num_gpu_blocks, p.available_kv_bytes / p.bytes_per_block);
+        assert!(p.fits_max_model_len);
+    }
+
+    #[test]
+    fn too_small_a_budget_refuses_and_estimates_a_max_len() {
+        let mut c = cfg();
+        c.kv_cache_memory_bytes = Some(1 << 30);
+        c.max_model_len = 1 << 20;
+        let p = plan(&llama2_7b(), &c).unwrap();
+        assert!(!p.fits_max_model_len);
+        // uniform full attention: E = block_size × (available // bytes_per_block − 1)
+        assert_eq!(p.max_model_len_that_fits, 16 * (p.num_gpu_blocks - 1));
+    }
+
+    #[test]
+    fn heads_must_divide_tp() {
+        let mut c = cfg();
+        c.tp = 3;
+        assert!(plan(&llama2_7b(), &c).is_err());
+    }
+}
