@@ -104,17 +104,6 @@ pub enum ServeKvArg {
     Fp8E5m2,
 }
 
-/// Weight format as typed.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum WeightsArg {
-    /// bf16.
-    Bf16,
-    /// fp16.
-    Fp16,
-    /// fp32.
-    Fp32,
-}
-
 /// KV cache dtype as typed.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum KvDtypeArg {
@@ -148,9 +137,10 @@ pub struct InferArgs {
     /// Attention implementation.
     #[arg(long, value_enum, default_value = "sdpa")]
     pub attention: AttentionArg,
-    /// Weight format.
-    #[arg(long, value_enum, default_value = "bf16")]
-    pub weights: WeightsArg,
+    /// Weight format: bf16, fp16, fp32, fp8, int8 (LLM.int8), nf4, nf4-dq, fp4, fp4-dq,
+    /// gptq-int4-g128, awq-int4-g128, gguf-q4_k_m, gguf-q5_k_m, gguf-q8_0, gguf-q6_k, gguf-q4_0, …
+    #[arg(long, default_value = "bf16")]
+    pub weights: String,
     /// KV cache dtype.
     #[arg(long, value_enum, default_value = "auto")]
     pub kv_dtype: KvDtypeArg,
@@ -207,11 +197,7 @@ impl InferSettings {
                 AttentionArg::Eager => AttentionImpl::Eager,
                 AttentionArg::Flash => AttentionImpl::Flash,
             },
-            weights: match weights {
-                WeightsArg::Bf16 => WeightFormat::Bf16,
-                WeightsArg::Fp16 => WeightFormat::Fp16,
-                WeightsArg::Fp32 => WeightFormat::Fp32,
-            },
+            weights: WeightFormat::parse(&weights).context("invalid --weights")?,
             kv_dtype: match kv_dtype {
                 KvDtypeArg::Auto => KvDtype::Auto,
                 KvDtypeArg::Bf16 => KvDtype::Bf16,

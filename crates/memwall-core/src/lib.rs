@@ -8,6 +8,7 @@ pub mod error;
 pub mod gpu;
 pub mod memory;
 pub mod model;
+pub mod quant;
 pub mod roofline;
 pub mod serve;
 pub mod units;

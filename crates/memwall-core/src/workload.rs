@@ -178,15 +178,112 @@ pub enum WeightFormat {
     Fp16,
     /// fp32.
     Fp32,
+    /// Block-wise fp8 (128×128 scales; transformers `FineGrainedFP8`).
+    Fp8,
+    /// bitsandbytes LLM.int8 (`load_in_8bit`).
+    Int8,
+    /// bitsandbytes 4-bit NF4 (`load_in_4bit`, `bnb_4bit_quant_type="nf4"`).
+    Nf4 {
+        /// `bnb_4bit_use_double_quant`.
+        double_quant: bool,
+    },
+    /// bitsandbytes 4-bit FP4.
+    Fp4 {
+        /// `bnb_4bit_use_double_quant`.
+        double_quant: bool,
+    },
+    /// GPTQ (AutoGPTQ layout, with `g_idx`).
+    Gptq {
+        /// Bits per weight.
+        bits: u32,
+        /// Group size.
+        group: u32,
+    },
+    /// AWQ (AutoAWQ GEMM layout).
+    Awq {
+        /// Group size.
+        group: u32,
+    },
+    /// A llama.cpp GGUF preset.
+    Gguf(crate::quant::GgufPreset),
 }
 
 impl WeightFormat {
-    /// All values with their CLI names.
+    /// The measurable formats with their CLI names.
     pub const ALL: [(WeightFormat, &'static str); 3] = [
         (WeightFormat::Bf16, "bf16"),
         (WeightFormat::Fp16, "fp16"),
         (WeightFormat::Fp32, "fp32"),
     ];
+
+    /// Parses a CLI name: bf16, fp16, fp32, fp8, int8, nf4, nf4-dq, fp4, fp4-dq,
+    /// gptq-int4-g128 (also int3/int8, any group), awq-int4-g128, gguf-q4_k_m, gguf-q5_k_m,
+    /// gguf-q8_0, gguf-q6_k, gguf-q5_k, gguf-q4_k, gguf-q4_0, gguf-q4_1, gguf-q5_0, gguf-q5_1,
+    /// gguf-q3_k, gguf-q2_k, gguf-f16.
+    pub fn parse(s: &str) -> Result<WeightFormat, CoreError> {
+        use crate::quant::{GgmlType, GgufPreset};
+        let s = s.to_ascii_lowercase();
+        let simple = match s.as_str() {
+            "bf16" => Some(WeightFormat::Bf16),
+            "fp16" | "f16" => Some(WeightFormat::Fp16),
+            "fp32" | "f32" => Some(WeightFormat::Fp32),
+            "fp8" => Some(WeightFormat::Fp8),
+            "int8" | "llm.int8" => Some(WeightFormat::Int8),
+            "nf4" => Some(WeightFormat::Nf4 {
+                double_quant: false,
+            }),
+            "nf4-dq" => Some(WeightFormat::Nf4 { double_quant: true }),
+            "fp4" => Some(WeightFormat::Fp4 {
+                double_quant: false,
+            }),
+            "fp4-dq" => Some(WeightFormat::Fp4 { double_quant: true }),
+            _ => None,
+        };
+        if let Some(f) = simple {
+            return Ok(f);
+        }
+        let grouped = |rest: &str| -> Option<(u32, u32)> {
+            let (bits, group) = rest.split_once("-g")?;
+            Some((bits.strip_prefix("int")?.parse().ok()?, group.parse().ok()?))
+        };
+        if let Some(rest) = s.strip_prefix("gptq-") {
+            if let Some((bits, group)) =
+                grouped(rest).filter(|(b, g)| [2, 3, 4, 8].contains(b) && *g > 0)
+            {
+                return Ok(WeightFormat::Gptq { bits, group });
+            }
+        }
+        if let Some(rest) = s.strip_prefix("awq-") {
+            if let Some((4, group)) = grouped(rest).filter(|(_, g)| *g > 0) {
+                return Ok(WeightFormat::Awq { group });
+            }
+        }
+        if let Some(rest) = s.strip_prefix("gguf-") {
+            let preset = match rest {
+                "q4_k_m" => Some(GgufPreset::Q4KM),
+                "q5_k_m" => Some(GgufPreset::Q5KM),
+                "f16" => Some(GgufPreset::Uniform(GgmlType::F16)),
+                "q8_0" => Some(GgufPreset::Uniform(GgmlType::Q8_0)),
+                "q6_k" => Some(GgufPreset::Uniform(GgmlType::Q6K)),
+                "q5_k" => Some(GgufPreset::Uniform(GgmlType::Q5K)),
+                "q4_k" => Some(GgufPreset::Uniform(GgmlType::Q4K)),
+                "q3_k" => Some(GgufPreset::Uniform(GgmlType::Q3K)),
+                "q2_k" => Some(GgufPreset::Uniform(GgmlType::Q2K)),
+                "q4_0" => Some(GgufPreset::Uniform(GgmlType::Q4_0)),
+                "q4_1" => Some(GgufPreset::Uniform(GgmlType::Q4_1)),
+                "q5_0" => Some(GgufPreset::Uniform(GgmlType::Q5_0)),
+                "q5_1" => Some(GgufPreset::Uniform(GgmlType::Q5_1)),
+                _ => None,
+            };
+            if let Some(p) = preset {
+                return Ok(WeightFormat::Gguf(p));
+            }
+        }
+        Err(CoreError::invalid(
+            "weights",
+            format!("unknown weight format `{s}` (bf16, fp16, fp32, fp8, int8, nf4, nf4-dq, fp4, fp4-dq, gptq-int4-g128, awq-int4-g128, gguf-q4_k_m, gguf-q8_0, …)"),
+        ))
+    }
 }
 
 /// Element type of the KV cache.

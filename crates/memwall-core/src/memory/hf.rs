@@ -40,6 +40,8 @@ struct LinearP {
     w: P,
     /// Base weight stored as bitsandbytes NF4 (QLoRA).
     nf4: bool,
+    /// Weight stored in a quantised inference format.
+    quantized: bool,
     b: Option<P>,
     lora: Option<(P, P)>,
     in_f: u128,
@@ -92,6 +94,8 @@ pub(crate) struct Builder<'a> {
     cache: Vec<Option<(TensorId, TensorId, u128)>>,
     /// inference: bytes per cached element when the cache is stored in another dtype
     pub(crate) kv_size: Option<u128>,
+    /// inference: storage format of the weights
+    pub(crate) wformat: crate::workload::WeightFormat,
     /// bytes of every trainable parameter's state dtype
     pub(crate) param_count: u128,
     pub(crate) trainable_count: u128,
@@ -167,6 +171,7 @@ impl<'a> Builder<'a> {
             infer: false,
             cache: Vec::new(),
             kv_size: None,
+            wformat: crate::workload::WeightFormat::Bf16,
             param_count: 0,
             trainable_count: 0,
         }
@@ -241,8 +246,36 @@ impl<'a> Builder<'a> {
             return LinearP {
                 w,
                 nf4: true,
+                quantized: true,
                 b,
                 lora,
+                in_f,
+                out_f,
+            };
+        }
+        if let (Some(r), Some(bytes)) = (role, self.quantized_linear_bytes(role, out_f, in_f)) {
+            // a quantised decoder linear (inference): frozen, stored in its format
+            let _ = r;
+            let id = self.t.param(bytes, false);
+            self.param_count += in_f * out_f;
+            let w = P {
+                id,
+                numel: in_f * out_f,
+                rows: out_f,
+                cols: in_f,
+            };
+            let b = bias.then(|| self.new_param(out_f, true));
+            let nf4 = matches!(
+                self.wformat,
+                crate::workload::WeightFormat::Nf4 { .. }
+                    | crate::workload::WeightFormat::Fp4 { .. }
+            );
+            return LinearP {
+                w,
+                nf4,
+                quantized: true,
+                b,
+                lora: None,
                 in_f,
                 out_f,
             };
@@ -261,6 +294,7 @@ impl<'a> Builder<'a> {
         };
         LinearP {
             nf4: false,
+            quantized: false,
             w,
             b,
             lora,
@@ -269,9 +303,90 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// Bytes of a decoder linear `out × in` in the inference weight format, `None` when it is
+    /// stored unquantised.
+    fn quantized_linear_bytes(
+        &self,
+        role: Option<LinearRole>,
+        out_f: u128,
+        in_f: u128,
+    ) -> Option<u128> {
+        use crate::quant::{self, TensorRole};
+        use crate::workload::WeightFormat as F;
+        if !self.infer || role.is_none() {
+            return None;
+        }
+        let numel = out_f * in_f;
+        Some(match self.wformat {
+            F::Bf16 | F::Fp16 | F::Fp32 => return None,
+            F::Fp8 => quant::fp8_block_bytes(out_f, in_f),
+            F::Int8 => quant::bnb_int8_bytes(out_f, in_f),
+            F::Nf4 { double_quant } | F::Fp4 { double_quant } => {
+                quant::bnb_4bit_bytes(numel, double_quant)
+            }
+            F::Gptq { bits, group } => {
+                quant::grouped_int_bytes(out_f, in_f, u128::from(bits), u128::from(group), true)
+            }
+            F::Awq { group } => quant::grouped_int_bytes(out_f, in_f, 4, u128::from(group), false),
+            F::Gguf(preset) => {
+                let tr = match role {
+                    Some(LinearRole::V) => TensorRole::AttnV,
+                    Some(LinearRole::K) => TensorRole::AttnK,
+                    Some(LinearRole::Qkv) => TensorRole::AttnQkv,
+                    Some(LinearRole::Down) => TensorRole::FfnDown,
+                    Some(LinearRole::Gate | LinearRole::Up | LinearRole::GateUp) => {
+                        TensorRole::FfnUpGate
+                    }
+                    _ => TensorRole::Attn,
+                };
+                let n_layers = self.model.layers.len() as u128;
+                let n_expert = self.model.layers.iter().find_map(|l| match &l.mlp {
+                    Mlp::Moe(m) => Some(u128::from(m.num_experts)),
+                    Mlp::Dense(_) => None,
+                });
+                // llama.cpp's LLM_TYPE_70B bump: 80-layer models of hidden 8192
+                let is_70b = n_layers == 80 && self.model.hidden_size == 8192;
+                let layer = self.layers.len() as u128;
+                preset
+                    .tensor_type(tr, layer, n_layers, in_f, n_expert.unwrap_or(1), is_70b)
+                    .bytes(out_f, in_f)
+            }
+        })
+    }
+
+    /// Bytes of a non-linear matrix (embeddings, LM head, fused experts) in GGUF, `None`
+    /// otherwise: bitsandbytes, GPTQ and AWQ keep them unquantised (bitsandbytes replaces
+    /// `nn.Linear` only and skips `lm_head`).
+    fn gguf_matrix_bytes(
+        &self,
+        role: crate::quant::TensorRole,
+        rows: u128,
+        cols: u128,
+    ) -> Option<u128> {
+        let crate::workload::WeightFormat::Gguf(preset) = self.wformat else {
+            return None;
+        };
+        if !self.infer {
+            return None;
+        }
+        let n = self.model.layers.len() as u128;
+        Some(
+            preset
+                .tensor_type(role, self.layers.len() as u128, n, cols, 1, false)
+                .bytes(rows, cols),
+        )
+    }
+
     fn new_norm(&mut self, n: &Norm) -> (P, Option<P>) {
         let w = self.new_param(u128::from(n.dim), true);
         let b = n.bias.then(|| self.new_param(u128::from(n.dim), true));
+        if self.infer && matches!(self.wformat, crate::workload::WeightFormat::Gguf(_)) {
+            // GGUF keeps 1-D tensors in fp32
+            self.t.resize_param(w.id, u128::from(n.dim) * 4);
+            if let Some(b) = b {
+                self.t.resize_param(b.id, u128::from(n.dim) * 4);
+            }
+        }
         (w, b)
     }
 
@@ -281,6 +396,9 @@ impl<'a> Builder<'a> {
         let e = &m.embeddings;
         let (v, dim) = (u128::from(e.vocab_size), u128::from(e.dim));
         self.embed = self.new_matrix(v * dim, v, dim, true);
+        if let Some(b) = self.gguf_matrix_bytes(crate::quant::TensorRole::TokenEmbd, v, dim) {
+            self.t.resize_param(self.embed.id, b);
+        }
         self.pos_embed = e
             .learned_positions
             .map(|p| self.new_matrix(u128::from(p) * h, u128::from(p), h, true));
@@ -296,6 +414,12 @@ impl<'a> Builder<'a> {
         self.final_norm = m.head.final_norm.as_ref().map(|n| self.new_norm(n));
         if !m.head.tied {
             self.lm_head = Some(self.new_matrix(v * dim, v, dim, true));
+            if let (Some(h), Some(b)) = (
+                self.lm_head,
+                self.gguf_matrix_bytes(crate::quant::TensorRole::Output, v, dim),
+            ) {
+                self.t.resize_param(h.id, b);
+            }
             if m.head.bias {
                 self.new_param(u128::from(e.vocab_size), true);
             }
@@ -355,6 +479,16 @@ impl<'a> Builder<'a> {
                 let ins = if moe.expert.gated { 2 } else { 1 };
                 let gu = self.new_matrix(e * ins * i * h, ins * i, h, true);
                 let down = self.new_matrix(e * i * h, h, i, true);
+                // GGUF quantises the stacked experts (ffn_gate/up/down_exps) per expert row
+                if let Some(b) =
+                    self.gguf_matrix_bytes(crate::quant::TensorRole::FfnUpGate, e * ins * i, h)
+                {
+                    self.t.resize_param(gu.id, b);
+                }
+                if let Some(b) = self.gguf_matrix_bytes(crate::quant::TensorRole::FfnDown, e * h, i)
+                {
+                    self.t.resize_param(down.id, b);
+                }
                 lp.experts = vec![gu, down];
                 if moe.expert.bias {
                     lp.experts.push(self.new_param(e * (ins * i + h), true));
@@ -477,7 +611,28 @@ impl<'a> Builder<'a> {
         if let Some(b) = lin.b {
             params.push(b.id);
         }
-        let y = if lin.nf4 {
+        let y = if lin.nf4 && rows == 1 {
+            // bnb `matmul_4bit` inference fast path: one token of one sequence runs `gemv_4bit`
+            // on the packed weight, nothing dequantised
+            self.op(rows * lin.out_f * x_size, &[x], &[], &params, &[])
+        } else if self.infer && self.wformat == crate::workload::WeightFormat::Int8 && lin.quantized
+        {
+            // bitsandbytes MatMul8bitLt: row-wise int8 activations with fp32 stats, an int32
+            // product, dequantised into the output (autograd/_functions.py)
+            self.t.transient(
+                rows * lin.in_f + rows * 4 + rows * lin.out_f * 4,
+                Category::Activations,
+            );
+            self.op(rows * lin.out_f * x_size, &[x], &[], &params, &[])
+        } else if self.infer && self.wformat == crate::workload::WeightFormat::Fp8 && lin.quantized
+        {
+            // FP8Linear: per-token-group (128) fp8 activations and their fp32 scales
+            self.t.transient(
+                rows * lin.in_f + rows * lin.in_f.div_ceil(128) * 4,
+                Category::Activations,
+            );
+            self.op(rows * lin.out_f * x_size, &[x], &[], &params, &[])
+        } else if lin.nf4 {
             // bitsandbytes MatMul4Bit (autograd/_functions.py) with the dequant + F.linear path of
             // `gemm_4bit` for training-sized inputs (backends/cuda/ops.py): the weight is
             // dequantised to the input dtype for the forward and again in backward; nothing of the
@@ -537,6 +692,7 @@ impl<'a> Builder<'a> {
             let la = LinearP {
                 w: a,
                 nf4: false,
+                quantized: false,
                 b: None,
                 lora: None,
                 in_f: lin.in_f,
@@ -545,6 +701,7 @@ impl<'a> Builder<'a> {
             let lb = LinearP {
                 w: b,
                 nf4: false,
+                quantized: false,
                 b: None,
                 lora: None,
                 in_f: rank,
@@ -1704,6 +1861,7 @@ impl<'a> Builder<'a> {
         let head_w = self.lm_head.unwrap_or(self.embed);
         let head = LinearP {
             nf4: false,
+            quantized: false,
             w: P {
                 numel: v * dim,
                 ..head_w
@@ -1922,6 +2080,7 @@ impl<'a> Builder<'a> {
                 ..head_w
             },
             nf4: false,
+            quantized: false,
             b: None,
             lora: None,
             in_f: dim,
@@ -2040,6 +2199,7 @@ fn nf4_bytes(numel: u128) -> u128 {
 fn lin_zero() -> LinearP {
     LinearP {
         nf4: false,
+        quantized: false,
         w: P {
             id: 0,
             numel: 0,

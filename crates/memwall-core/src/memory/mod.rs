@@ -98,9 +98,10 @@ pub fn simulate_infer(
         ));
     }
     let precision = match w.weights {
-        WeightFormat::Bf16 => Precision::Bf16,
         WeightFormat::Fp16 => Precision::Fp16,
         WeightFormat::Fp32 => Precision::Fp32,
+        // quantised formats compute in bf16 (bnb_4bit_compute_dtype / torch_dtype=bfloat16)
+        _ => Precision::Bf16,
     };
     let mut tw = TrainWorkload::new(w.batch, w.prompt);
     tw.precision = precision;
@@ -108,6 +109,7 @@ pub fn simulate_infer(
     tw.attention = w.attention;
     tw.dropout = false;
     let mut b = hf::Builder::new(model, &tw, kernels);
+    b.wformat = w.weights;
     b.kv_size = match w.kv_dtype {
         KvDtype::Auto => None,
         KvDtype::Bf16 | KvDtype::Fp16 => Some(2),
@@ -333,5 +335,63 @@ mod infer_tests {
         let e = simulate_infer(&llama2_7b(), &w(1, 128, 4), Kernels::Cpu).unwrap();
         assert_eq!(e.weights_bytes, 6_738_415_616 * 2);
         assert!(e.peak_bytes > e.weights_bytes);
+    }
+}
+
+#[cfg(test)]
+mod quantized_weights {
+    use super::*;
+    use crate::model::tests::llama2_7b;
+    use crate::workload::{AttentionImpl, InferWorkload, KvDtype, WeightFormat};
+
+    fn weights_gb(fmt: &str) -> f64 {
+        let w = InferWorkload {
+            batch: 1,
+            prompt: 16,
+            new_tokens: 1,
+            attention: AttentionImpl::Sdpa,
+            weights: WeightFormat::parse(fmt).unwrap(),
+            kv_dtype: KvDtype::Auto,
+        };
+        simulate_infer(&llama2_7b(), &w, Kernels::Cuda)
+            .unwrap()
+            .weights_bytes as f64
+            / 1e9
+    }
+
+    #[test]
+    fn gguf_sizes_match_published_llama2_7b_files() {
+        // TheBloke/Llama-2-7B-GGUF model card: Q4_0 3.83 GB, Q4_K_M 4.08 GB, Q8_0 7.16 GB
+        for (fmt, gb) in [
+            ("gguf-q4_0", 3.83),
+            ("gguf-q4_k_m", 4.08),
+            ("gguf-q8_0", 7.16),
+        ] {
+            let got = weights_gb(fmt);
+            assert!((got - gb).abs() / gb < 0.005, "{fmt}: {got} GB vs {gb}");
+        }
+    }
+
+    #[test]
+    fn four_bit_formats_are_about_a_quarter_of_bf16_plus_unquantised_embeddings() {
+        let bf16 = weights_gb("bf16");
+        for f in ["nf4", "nf4-dq", "gptq-int4-g128", "awq-int4-g128"] {
+            let q = weights_gb(f);
+            assert!(q > bf16 / 4.0 && q < bf16 / 3.0, "{f}: {q} vs {bf16}");
+        }
+        assert!(weights_gb("nf4-dq") < weights_gb("nf4"));
+        let int8 = weights_gb("int8");
+        assert!(int8 > bf16 / 2.0 && int8 < bf16 * 0.55, "{int8}");
+    }
+
+    #[test]
+    fn unknown_format_names_the_field() {
+        assert!(matches!(
+            WeightFormat::parse("q7"),
+            Err(CoreError::Invalid {
+                field: "weights",
+                ..
+            })
+        ));
     }
 }

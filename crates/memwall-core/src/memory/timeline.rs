@@ -236,6 +236,15 @@ impl Timeline {
         id
     }
 
+    /// Changes the stored size of a parameter (quantised storage); it must be live.
+    pub fn resize_param(&mut self, id: TensorId, bytes: u128) {
+        let old = self.tensors[id].bytes;
+        let cat = self.tensors[id].category;
+        self.sub_live(old, cat);
+        self.tensors[id].bytes = bytes;
+        self.add_live(bytes, cat);
+    }
+
     /// Sets the size of a parameter's gradient (fp32 master weights under autocast keep fp32 grads).
     pub fn set_grad_bytes(&mut self, id: TensorId, bytes: u128) {
         if let Some(p) = self.tensors[id].param.as_mut() {
