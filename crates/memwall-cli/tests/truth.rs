@@ -179,6 +179,9 @@ struct InferCase {
     new_tokens: u64,
     weights: String,
     attention: String,
+    /// transformers `experts_implementation` used for decode steps (MoE only)
+    #[serde(default)]
+    decode_experts: Option<String>,
     measured: InferMeasured,
     versions: BTreeMap<String, String>,
 }
@@ -193,6 +196,15 @@ struct InferMeasured {
     #[allow(dead_code)]
     final_bytes: u64,
     params_total: u64,
+    #[serde(default)]
+    #[allow(dead_code)]
+    after_prefill_bytes: Option<u64>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    cache_after_prefill_bytes: Option<u64>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    final_cache_bytes: Option<u64>,
 }
 
 fn infer_rows() -> Vec<Row> {
@@ -233,7 +245,7 @@ fn infer_rows() -> Vec<Row> {
             "{}: parameter count",
             c.id
         );
-        let _ = c.measured.prefill_peak_bytes;
+        let _ = (c.measured.prefill_peak_bytes, &c.decode_experts);
         let err = (e.peak_bytes as f64 - c.measured.peak_bytes as f64)
             / c.measured.peak_bytes as f64
             * 100.0;

@@ -88,6 +88,8 @@ pub(crate) struct Builder<'a> {
     kv_len: u128,
     /// index of the layer being built
     cur_layer: usize,
+    /// tensors bound to Python locals of the decoder layer, released when it returns
+    layer_locals: Vec<TensorId>,
     /// inference: `torch.no_grad()` and a persistent DynamicCache
     infer: bool,
     /// inference: per layer, the cached (k, v) storages and the tokens the cache layer keeps
@@ -168,6 +170,7 @@ impl<'a> Builder<'a> {
             q_bhsd: false,
             kv_len: u128::from(w.seq),
             cur_layer: 0,
+            layer_locals: Vec::new(),
             infer: false,
             cache: Vec::new(),
             kv_size: None,
@@ -1392,7 +1395,10 @@ impl<'a> Builder<'a> {
                 if vm != vr {
                     self.drop_(vm);
                 }
-                self.drop_(probs);
+                // eager attention returns the probabilities too; the decoder layer binds them to
+                // a local (`self_attn_weights` in GPT-2/OPT, `_` in Llama's
+                // `hidden_states, _ = self.self_attn(...)`) that lives until the layer returns
+                self.layer_locals.push(probs);
                 self.drop_(kr);
                 self.drop_(vr);
                 let oc = self.op(rows * heads * v_dim * c, &[o], &[], &[], &[]);
@@ -1619,6 +1625,9 @@ impl<'a> Builder<'a> {
         let lp = std::mem::take(&mut self.layers[idx]);
         let y = self.layer_with(idx, &lp, x, x_size, ckpt);
         self.layers[idx] = lp;
+        for t in std::mem::take(&mut self.layer_locals) {
+            self.drop_(t);
+        }
         y
     }
 
@@ -1812,6 +1821,7 @@ impl<'a> Builder<'a> {
             }
         }
         let mut xsize = xs;
+        let mask = self.eager_mask(self.seq, self.seq);
         for i in 0..self.model.layers.len() {
             let y = if ckpt {
                 self.t.recording = false;
@@ -1837,6 +1847,9 @@ impl<'a> Builder<'a> {
             self.drop_(x);
             x = y;
             xsize = if self.amp { 4 } else { xsize };
+        }
+        if let Some(m) = mask {
+            self.drop_(m);
         }
         let (fx, fs) = match (self.model.head.final_norm, self.final_norm) {
             (Some(n), Some(p)) => {
@@ -2024,6 +2037,16 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// Eager attention gets an additive causal mask `[B, 1, q, kv]` in the compute dtype, built
+    /// once per forward by transformers' `create_causal_mask` (masking_utils.py `eager_mask`)
+    /// and held by the model's forward until it returns; SDPA with a plain causal mask needs none.
+    fn eager_mask(&mut self, q_len: u128, kv_len: u128) -> Option<TensorId> {
+        if self.w.attention != AttentionImpl::Eager {
+            return None;
+        }
+        Some(self.act(self.batch * q_len * kv_len * self.compute_size, false))
+    }
+
     /// One inference forward of `q_len` new tokens per sequence under `torch.no_grad()`
     /// (nothing is saved), with logits for the last position only (`logits_to_keep=1`) and
     /// `generate`'s fp32 copy of them (generation/utils.py `_sample`:
@@ -2049,10 +2072,22 @@ impl<'a> Builder<'a> {
                 self.out_refs.push(sin);
             }
         }
+        let kv_total = q_len
+            + self
+                .cache
+                .iter()
+                .flatten()
+                .map(|(_, _, n)| *n)
+                .max()
+                .unwrap_or(0);
+        let mask = self.eager_mask(q_len, kv_total);
         for i in 0..self.model.layers.len() {
             let y = self.layer(i, x, xs, false);
             self.drop_(x);
             x = y;
+        }
+        if let Some(m) = mask {
+            self.drop_(m);
         }
         let (fx, fs) = match (self.model.head.final_norm, self.final_norm) {
             (Some(n), Some(p)) => {
