@@ -663,7 +663,7 @@ pub fn infer(s: &crate::args::InferSettings) -> Result<()> {
         w.batch,
         w.prompt,
         w.new_tokens,
-        serde_json::to_value(w.weights)?.as_str().unwrap_or("?"),
+        w.weights.name(),
         serde_json::to_value(w.kv_dtype)?.as_str().unwrap_or("?"),
         serde_json::to_value(w.attention)?.as_str().unwrap_or("?"),
     );

@@ -329,7 +329,8 @@ fn section_report(rows: &[Row], title: &str) -> String {
             .or_default()
             .push(r.error_pct.abs());
     }
-    let _ = writeln!(s, "## By category and family\n\n| group | cases | median abs error | worst abs error |\n|---|---:|---:|---:|");
+    let sub = "###";
+    let _ = writeln!(s, "{sub} By category and family\n\n| group | cases | median abs error | worst abs error |\n|---|---:|---:|---:|");
     for (k, v) in &by_cat {
         let worst = v.iter().copied().fold(0.0, f64::max);
         let _ = writeln!(
@@ -340,7 +341,7 @@ fn section_report(rows: &[Row], title: &str) -> String {
             worst
         );
     }
-    let _ = writeln!(s, "\n## Every case\n\n| case | measured bytes | estimated bytes | error | phase (measured / estimated) |\n|---|---:|---:|---:|---|");
+    let _ = writeln!(s, "\n{sub} Every case\n\n| case | measured bytes | estimated bytes | error | phase (measured / estimated) |\n|---|---:|---:|---:|---|");
     for r in rows {
         let _ = writeln!(
             s,

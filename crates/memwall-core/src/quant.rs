@@ -265,3 +265,34 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod names {
+    use crate::workload::WeightFormat;
+
+    #[test]
+    fn every_name_round_trips() {
+        for n in [
+            "bf16",
+            "fp16",
+            "fp32",
+            "fp8",
+            "int8",
+            "nf4",
+            "nf4-dq",
+            "fp4",
+            "fp4-dq",
+            "gptq-int4-g128",
+            "gptq-int3-g64",
+            "awq-int4-g128",
+            "gguf-q4_k_m",
+            "gguf-q5_k_m",
+            "gguf-q8_0",
+            "gguf-q6_k",
+            "gguf-q2_k",
+            "gguf-f16",
+        ] {
+            assert_eq!(WeightFormat::parse(n).unwrap().name(), n);
+        }
+    }
+}

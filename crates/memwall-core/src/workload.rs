@@ -216,6 +216,46 @@ impl WeightFormat {
         (WeightFormat::Fp32, "fp32"),
     ];
 
+    /// The CLI name of this format.
+    pub fn name(&self) -> String {
+        use crate::quant::{GgmlType as G, GgufPreset as P};
+        match self {
+            WeightFormat::Bf16 => "bf16".into(),
+            WeightFormat::Fp16 => "fp16".into(),
+            WeightFormat::Fp32 => "fp32".into(),
+            WeightFormat::Fp8 => "fp8".into(),
+            WeightFormat::Int8 => "int8".into(),
+            WeightFormat::Nf4 { double_quant } => {
+                if *double_quant { "nf4-dq" } else { "nf4" }.into()
+            }
+            WeightFormat::Fp4 { double_quant } => {
+                if *double_quant { "fp4-dq" } else { "fp4" }.into()
+            }
+            WeightFormat::Gptq { bits, group } => format!("gptq-int{bits}-g{group}"),
+            WeightFormat::Awq { group } => format!("awq-int4-g{group}"),
+            WeightFormat::Gguf(p) => format!(
+                "gguf-{}",
+                match p {
+                    P::Q4KM => "q4_k_m",
+                    P::Q5KM => "q5_k_m",
+                    P::Uniform(G::F32) => "f32",
+                    P::Uniform(G::F16) => "f16",
+                    P::Uniform(G::Bf16) => "bf16",
+                    P::Uniform(G::Q4_0) => "q4_0",
+                    P::Uniform(G::Q4_1) => "q4_1",
+                    P::Uniform(G::Q5_0) => "q5_0",
+                    P::Uniform(G::Q5_1) => "q5_1",
+                    P::Uniform(G::Q8_0) => "q8_0",
+                    P::Uniform(G::Q2K) => "q2_k",
+                    P::Uniform(G::Q3K) => "q3_k",
+                    P::Uniform(G::Q4K) => "q4_k",
+                    P::Uniform(G::Q5K) => "q5_k",
+                    P::Uniform(G::Q6K) => "q6_k",
+                }
+            ),
+        }
+    }
+
     /// Parses a CLI name: bf16, fp16, fp32, fp8, int8, nf4, nf4-dq, fp4, fp4-dq,
     /// gptq-int4-g128 (also int3/int8, any group), awq-int4-g128, gguf-q4_k_m, gguf-q5_k_m,
     /// gguf-q8_0, gguf-q6_k, gguf-q5_k, gguf-q4_k, gguf-q4_0, gguf-q4_1, gguf-q5_0, gguf-q5_1,
