@@ -82,7 +82,7 @@ fn parse() -> Result<Vec<GpuSpec>, GpuTableError> {
                     .ok_or_else(|| GpuTableError(format!("{}: unknown dtype `{k}`", g.id)))?;
                 flops.push((d, v));
             }
-            flops.sort_by(|a, b| a.0.cmp(&b.0));
+            flops.sort_by_key(|f| f.0);
             Ok(GpuSpec {
                 id: g.id,
                 name: g.name,

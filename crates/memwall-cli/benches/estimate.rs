@@ -1,4 +1,5 @@
 //! Speed of one estimate: `cargo bench -p memwall-cli`.
+#![allow(missing_docs)]
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use memwall_core::memory::{simulate_train, Kernels};

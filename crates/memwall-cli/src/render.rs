@@ -318,12 +318,12 @@ pub fn print_models(json: bool) -> Result<()> {
             .with_context(|| format!("catalogue entry {} does not parse", e.id))?;
         let params_total = desc.param_counts()?.total;
         rows.push(ModelRow {
-            id: &e.id,
-            hf_repo: &e.hf_repo,
+            id: e.id,
+            hf_repo: e.hf_repo,
             model_type: desc.model_type.clone(),
             params_total,
-            published_params: &e.published_params,
-            source: &e.source,
+            published_params: e.published_params,
+            source: e.source,
         });
     }
     if json {

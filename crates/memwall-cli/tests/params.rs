@@ -1,6 +1,7 @@
 //! Golden parameter counts: every config the truth harness counted with transformers
 //! (`tests/truth/params.jsonl`, written by `tools/truth/count_params.py` on the meta device) —
 //! all catalogue models and all truth configs — must be matched to the parameter, by component.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -15,6 +16,7 @@ struct Row {
     params_total: u64,
     by_name_prefix: BTreeMap<String, u64>,
     #[serde(default)]
+    #[allow(dead_code)]
     note: Option<String>,
 }
 

@@ -1,4 +1,5 @@
 //! Bandwidth contract and published anchors, computed from the embedded GPU catalogue.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde::Deserialize;
 use std::collections::BTreeMap;

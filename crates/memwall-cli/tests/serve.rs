@@ -1,5 +1,6 @@
 //! vLLM capacity accounting against cases worked by hand from vLLM 0.33.0's source
 //! (`tests/serve/vllm_expected.json`, `docs/vllm-accounting.md`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use memwall_core::serve::{plan, ServeConfig};
 use serde_json::Value;

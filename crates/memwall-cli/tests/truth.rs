@@ -2,6 +2,7 @@
 //! `tools/truth/measure.py` with PyTorch's MemTracker) must be within 3% of its measured peak,
 //! the median |error| within 1%, and `docs/accuracy.md` must be the report of exactly these
 //! numbers (regenerate with `MEMWALL_UPDATE_ACCURACY=1 cargo test --test truth`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use memwall_core::memory::{simulate_train, Kernels};
 use memwall_core::workload::{AttentionImpl, Lora, Optimizer, Precision, TrainWorkload};

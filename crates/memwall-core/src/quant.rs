@@ -62,7 +62,7 @@ impl GgmlType {
 
     /// llama.cpp's fallback when a row is not a multiple of the block (`llama-quant.cpp`).
     fn fallback(self, cols: u128) -> GgmlType {
-        if cols % self.block().1 == 0 {
+        if cols.is_multiple_of(self.block().1) {
             return self;
         }
         let t = match self {
@@ -72,7 +72,7 @@ impl GgmlType {
             GgmlType::Q6K => GgmlType::Q8_0,
             other => other,
         };
-        if cols % t.block().1 == 0 {
+        if cols.is_multiple_of(t.block().1) {
             t
         } else {
             GgmlType::F16

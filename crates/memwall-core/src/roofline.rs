@@ -182,6 +182,7 @@ impl Acc {
     }
 
     /// A GEMM `[m×k]·[k×n]`: the weight `k×n` in `wb` bytes/element, activations in `ab`.
+    #[allow(clippy::too_many_arguments)]
     fn gemm(&mut self, name: &str, m: f64, k: f64, n: f64, ab: f64, wb: f64, train: bool) {
         let flops = 2.0 * m * k * n;
         let bytes = m * k * ab + k * n * wb + m * n * ab;
@@ -242,9 +243,8 @@ pub fn analyze(
             "tensor parallelism must be at least 1",
         ));
     }
-    if !(w.flops_efficiency > 0.0 && w.flops_efficiency <= 1.0)
-        || !(w.bandwidth_efficiency > 0.0 && w.bandwidth_efficiency <= 1.0)
-    {
+    let in_unit = |v: f64| v > 0.0 && v <= 1.0;
+    if !in_unit(w.flops_efficiency) || !in_unit(w.bandwidth_efficiency) {
         return Err(CoreError::invalid(
             "efficiency",
             "efficiencies must be in (0, 1]",

@@ -1674,7 +1674,7 @@ impl<'a> Builder<'a> {
                         (x, x_size)
                     }
                 };
-                let a = self.attention(n1, n1s, &spec.attention, &lp, ckpt);
+                let a = self.attention(n1, n1s, &spec.attention, lp, ckpt);
                 self.drop_(n1);
                 let (a, _) = post(self, a, self.compute_size, 1, spec.attn_post_norm);
                 let a = self.dropout(a, rows * h * self.compute_size, self.compute_size, p_drop);
@@ -1699,7 +1699,7 @@ impl<'a> Builder<'a> {
                 };
                 let m = match &spec.mlp {
                     Mlp::Dense(d) => self.dense_mlp(n2, n2s, rows, d, &lp.linears),
-                    Mlp::Moe(moe) => self.moe_mlp(n2, n2s, &lp, moe),
+                    Mlp::Moe(moe) => self.moe_mlp(n2, n2s, lp, moe),
                 };
                 self.drop_(n2);
                 let (m, _) = post(self, m, self.compute_size, 3, spec.mlp_post_norm);
@@ -1730,11 +1730,11 @@ impl<'a> Builder<'a> {
                         (n1, n1s)
                     }
                 };
-                let a = self.attention(n1, n1s, &spec.attention, &lp, ckpt);
+                let a = self.attention(n1, n1s, &spec.attention, lp, ckpt);
                 self.drop_(n1);
                 let m = match &spec.mlp {
                     Mlp::Dense(d) => self.dense_mlp(n2, n2s, rows, d, &lp.linears),
-                    Mlp::Moe(moe) => self.moe_mlp(n2, n2s, &lp, moe),
+                    Mlp::Moe(moe) => self.moe_mlp(n2, n2s, lp, moe),
                 };
                 self.drop_(n2);
                 let am = add(self, m, a, self.compute_size);

@@ -1,4 +1,5 @@
 //! One malformed input per error class: the error names the field and carries a hint.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use memwall_formats::{parse_hf_config, FormatError};
 use serde_json::{json, Value};

@@ -1,4 +1,5 @@
 //! Property: parsing never panics, whatever is done to a real config.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use memwall_formats::parse_hf_config;
 use proptest::prelude::*;
