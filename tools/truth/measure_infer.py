@@ -305,7 +305,7 @@ def main() -> None:
     ap.add_argument("--only", help="run only cases whose id contains this substring")
     ap.add_argument("--debug", help="measure one case id and print details (not written)")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--timeout", type=int, default=240, help="seconds per case before it is killed")
+    ap.add_argument("--timeout", type=int, default=400, help="seconds per case before it is killed")
     ap.add_argument("--cases", default=str(CASES))
     ap.add_argument("--missing", action="store_true", help="run only cases not yet in infer.jsonl")
     ap.add_argument("--first", help="comma-separated ids to run before the others (scheduling only)")

@@ -147,6 +147,10 @@ pub struct InferArgs {
     /// GPU to check the fit against.
     #[arg(long, default_value = "h100-sxm")]
     pub gpu: String,
+    /// MoE decode with `grouped_mm` experts instead of the `batched_mm` that `generate`
+    /// switches to on GPUs (which copies each selected expert's weights).
+    #[arg(long)]
+    pub moe_grouped_decode: bool,
     /// Simulate CPU kernels (as the fake-tensor truth harness runs them).
     #[arg(long, hide = true)]
     pub cpu_kernels: bool,
@@ -183,6 +187,7 @@ impl InferSettings {
             weights,
             kv_dtype,
             gpu,
+            moe_grouped_decode,
             cpu_kernels,
             json,
         } = a;
@@ -205,6 +210,7 @@ impl InferSettings {
                 KvDtypeArg::Fp8 => KvDtype::Fp8,
                 KvDtypeArg::Int8 => KvDtype::Int8,
             },
+            moe_decode_batched: !moe_grouped_decode,
         };
         workload.validate().context("invalid inference settings")?;
         let kernels = if cpu_kernels {

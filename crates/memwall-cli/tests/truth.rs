@@ -238,6 +238,7 @@ fn infer_rows() -> Vec<Row> {
                 .unwrap_or_else(|| panic!("{}: weights {}", c.id, c.weights))
                 .0,
             kv_dtype: KvDtype::Auto,
+            moe_decode_batched: c.decode_experts.as_deref() != Some("grouped_mm"),
         };
         let e =
             simulate_infer(&desc, &w, Kernels::Cpu).unwrap_or_else(|err| panic!("{}: {err}", c.id));
@@ -246,7 +247,7 @@ fn infer_rows() -> Vec<Row> {
             "{}: parameter count",
             c.id
         );
-        let _ = (c.measured.prefill_peak_bytes, &c.decode_experts);
+        let _ = c.measured.prefill_peak_bytes;
         let err = (e.peak_bytes as f64 - c.measured.peak_bytes as f64)
             / c.measured.peak_bytes as f64
             * 100.0;

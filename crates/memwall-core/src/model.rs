@@ -127,6 +127,21 @@ pub struct Attention {
     /// and its copies); GPT-2 (`modeling_gpt2.py`) and Falcon (`modeling_falcon.py`) take the
     /// softmax in the compute dtype.
     pub eager_softmax_fp32: bool,
+    /// How the family's own eager attention code runs.
+    pub eager_style: EagerStyle,
+}
+
+/// Family-specific eager attention code paths that change what is alive when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EagerStyle {
+    /// transformers' shared `eager_attention_forward`: `repeat_kv` copies for GQA/MQA, a new
+    /// tensor for the scaled scores, the mask added into another.
+    Shared,
+    /// `FalconAttention.forward` (models/falcon/modeling_falcon.py): k/v broadcast by matmul
+    /// (transient expanded copies), scores scaled in place, `softmax(scores + mask)` while the
+    /// scores are still bound.
+    Falcon,
 }
 
 impl Attention {
@@ -619,6 +634,7 @@ pub(crate) mod tests {
                 sliding_window: None,
                 logit_softcap: None,
                 eager_softmax_fp32: true,
+                eager_style: EagerStyle::Shared,
             },
             attn_output_outlives_mlp: false,
             mlp: Mlp::Dense(DenseMlp {

@@ -357,6 +357,9 @@ pub struct InferWorkload {
     pub weights: WeightFormat,
     /// KV cache element type.
     pub kv_dtype: KvDtype,
+    /// MoE decode runs transformers' `batched_mm` experts (what `generate` switches to on a
+    /// GPU) rather than `grouped_mm`.
+    pub moe_decode_batched: bool,
 }
 
 impl InferWorkload {

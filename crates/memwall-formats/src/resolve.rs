@@ -4,8 +4,8 @@
 use crate::error::FormatError;
 use crate::raw::HfConfig;
 use memwall_core::model::{
-    Activation, Attention, AttentionKind, DenseMlp, Dropout, Embeddings, Head, LayerSpec,
-    LinearRole, Mlp, ModelDesc, Norm, NormKind, QkNormScope, Residual,
+    Activation, Attention, AttentionKind, DenseMlp, Dropout, EagerStyle, Embeddings, Head,
+    LayerSpec, LinearRole, Mlp, ModelDesc, Norm, NormKind, QkNormScope, Residual,
 };
 
 /// Upper bounds on sizes. They are far above any published model (the largest hidden size in
@@ -311,6 +311,7 @@ pub(crate) struct AttnOpts {
     pub rotary_dim: Option<u64>,
     pub logit_softcap: Option<f64>,
     pub eager_softmax_fp32: bool,
+    pub eager_style: EagerStyle,
 }
 
 impl AttnOpts {
@@ -324,6 +325,7 @@ impl AttnOpts {
             rotary_dim: Some(head_dim),
             logit_softcap: None,
             eager_softmax_fp32: true,
+            eager_style: EagerStyle::Shared,
         }
     }
 
@@ -342,6 +344,7 @@ impl AttnOpts {
             sliding_window,
             logit_softcap: self.logit_softcap,
             eager_softmax_fp32: self.eager_softmax_fp32,
+            eager_style: self.eager_style,
         }
     }
 }

@@ -98,6 +98,8 @@ pub(crate) struct Builder<'a> {
     pub(crate) kv_size: Option<u128>,
     /// inference: storage format of the weights
     pub(crate) wformat: crate::workload::WeightFormat,
+    /// inference: MoE decode uses `batched_mm` experts
+    pub(crate) moe_decode_batched: bool,
     /// bytes of every trainable parameter's state dtype
     pub(crate) param_count: u128,
     pub(crate) trainable_count: u128,
@@ -175,6 +177,7 @@ impl<'a> Builder<'a> {
             cache: Vec::new(),
             kv_size: None,
             wformat: crate::workload::WeightFormat::Bf16,
+            moe_decode_batched: true,
             param_count: 0,
             trainable_count: 0,
         }
@@ -959,6 +962,9 @@ impl<'a> Builder<'a> {
                     self.linear(x, x_size, rows, lin(LinearRole::KvA).unwrap_or(lin_zero()));
                 // split: latent part normalised, rope part rotated and expanded to all heads
                 let np = (lp.mla_norms[lp.mla_norms.len() - 1], None);
+                if self.infer {
+                    return self.mla_infer(a, lp, q, kva, np);
+                }
                 let (kvn, _) = self.norm(kva, c, rows, &mla_norm(kv_lora_rank), np);
                 let (kvb, _) =
                     self.linear(kvn, c, rows, lin(LinearRole::KvB).unwrap_or(lin_zero()));
@@ -973,7 +979,6 @@ impl<'a> Builder<'a> {
                 self.drop_(qr);
                 let kf = self.op(rows * heads * (nope + ropd) * c, &[kvb, kr], &[], &[], &[]);
                 self.drop_(kr);
-                self.t.retain(kvb);
                 (
                     heads,
                     heads,
@@ -1150,8 +1155,8 @@ impl<'a> Builder<'a> {
                 let x = b * heads * s * kv;
                 let w = 4;
                 let nq = rows * heads * qk_dim;
-                let nk = rows * kv_heads * qk_dim;
-                let nv = rows * kv_heads * v_dim;
+                let nk = b * kv * kv_heads * qk_dim;
+                let nv = b * kv * kv_heads * v_dim;
                 let (q32, k32, v32) = (
                     if qs != w {
                         self.cast(q, nq * w)
@@ -1169,22 +1174,21 @@ impl<'a> Builder<'a> {
                         self.retain_id(v)
                     },
                 );
+                // the fp32 casts are locals of the C++ math function: alive until it returns
                 let qsc = self.op(nq * w, &[q32], &[], &[], &[]);
-                self.drop_(q32);
                 // grouped-query attention: the math kernel repeats k and v to every head
                 // (`repeat_interleave` under `enable_gqa`)
                 let (k32, v32) = if heads > kv_heads {
-                    let kr = self.op(rows * heads * qk_dim * w, &[k32], &[], &[], &[]);
-                    let vr = self.op(rows * heads * v_dim * w, &[v32], &[], &[], &[]);
+                    let kr = self.op(b * kv * heads * qk_dim * w, &[k32], &[], &[], &[]);
+                    let vr = self.op(b * kv * heads * v_dim * w, &[v32], &[], &[], &[]);
                     self.drop_(k32);
                     self.drop_(v32);
                     (kr, vr)
                 } else {
                     (k32, v32)
                 };
-                let nk = rows * heads * qk_dim;
+                let nk = b * kv * heads * qk_dim;
                 let ksc = self.op(nk * w, &[k32], &[], &[], &[]);
-                self.drop_(k32);
                 let kt = self.op(nk * w, &[ksc], &[], &[], &[]);
                 self.drop_(ksc);
                 let scores = self.mul(qsc, kt, x * w);
@@ -1216,6 +1220,8 @@ impl<'a> Builder<'a> {
                     self.retain_id(o32)
                 };
                 self.drop_(o32);
+                self.drop_(q32);
+                self.drop_(k32);
                 // [B, H, S, D] -> [B, S, H*D] contiguous copy
                 let oc = self.op(rows * heads * v_dim * c, &[o], &[], &[], &[]);
                 self.drop_(o);
@@ -1291,9 +1297,13 @@ impl<'a> Builder<'a> {
                 // k/v when kv_heads < heads; scores in the compute dtype; softmax in fp32;
                 // probabilities cast back and saved by the second matmul; output made contiguous.
                 let n_rep = heads / kv_heads.max(1);
-                let (kr, vr) = if n_rep > 1 {
-                    let kr = self.op(rows * heads * qk_dim * ks, &[k], &[], &[], &[]);
-                    let vr = self.op(rows * heads * v_dim * vs, &[v], &[], &[], &[]);
+                // keys and values span the cache (kv tokens), queries the new rows
+                let kv_rows = b * kv;
+                let falcon = a.eager_style == crate::model::EagerStyle::Falcon;
+                let (kr, vr) = if n_rep > 1 && !falcon {
+                    // repeat_kv: expand + reshape copies kept through attention
+                    let kr = self.op(kv_rows * heads * qk_dim * ks, &[k], &[], &[], &[]);
+                    let vr = self.op(kv_rows * heads * v_dim * vs, &[v], &[], &[], &[]);
                     (kr, vr)
                 } else {
                     self.t.retain(k);
@@ -1325,6 +1335,17 @@ impl<'a> Builder<'a> {
                 } else {
                     (q, kr)
                 };
+                if falcon {
+                    // `query @ key.transpose(-1, -2)` broadcasts the shared k over the heads:
+                    // matmul materialises contiguous copies of q and the expanded k for bmm
+                    let copies = rows * heads * qk_dim * c
+                        + if n_rep > 1 {
+                            kv_rows * heads * qk_dim * c
+                        } else {
+                            0
+                        };
+                    self.t.transient(copies + x * c, Category::Activations);
+                }
                 let scores = self.mul(qm, km, x * c);
                 if qm != q {
                     self.drop_(qm);
@@ -1332,8 +1353,17 @@ impl<'a> Builder<'a> {
                 if km != kr {
                     self.drop_(km);
                 }
-                let scaled = self.op(x * c, &[scores], &[], &[], &[]);
-                self.drop_(scores);
+                // Falcon scales in place (`attention_scores /= sqrt(d)`) and keeps the scores
+                // bound until `softmax(scores + mask)` returns
+                let held_scores = if falcon { Some(scores) } else { None };
+                let scaled = if falcon {
+                    self.retain_id(scores)
+                } else {
+                    self.op(x * c, &[scores], &[], &[], &[])
+                };
+                if !falcon {
+                    self.drop_(scores);
+                }
                 let mut cur = scaled;
                 if a.logit_softcap.is_some() {
                     // Gemma 2: scores / cap; tanh (saves its output); * cap
@@ -1353,6 +1383,7 @@ impl<'a> Builder<'a> {
                 }
                 let masked = self.op(x * c, &[cur], &[], &[], &[]);
                 self.drop_(cur);
+
                 // softmax saves its output; llama-style upcasts to fp32 and casts back
                 let sm = if a.eager_softmax_fp32 { 4 } else { c };
                 let f32in = if c != sm {
@@ -1376,12 +1407,23 @@ impl<'a> Builder<'a> {
                     probs32
                 };
                 self.drop_(masked);
+                if let Some(sc) = held_scores {
+                    // rebinding `attention_scores` to the softmax frees the scores
+                    self.drop_(sc);
+                }
                 if probs != probs32 {
                     self.drop_(probs32);
                 }
                 let probs = self.dropout(probs, x * c, c, self.model.dropout.attention);
+                if falcon && n_rep > 1 {
+                    // `probs @ value` broadcasts the shared v: a transient expanded copy
+                    self.t.transient(
+                        kv_rows * heads * v_dim * c + rows * heads * v_dim * c,
+                        Category::Activations,
+                    );
+                }
                 let vm = if self.amp && vs != c {
-                    self.cast(vr, rows * heads * v_dim * c)
+                    self.cast(vr, kv_rows * heads * v_dim * c)
                 } else {
                     vr
                 };
@@ -1557,6 +1599,9 @@ impl<'a> Builder<'a> {
         let i = u128::from(moe.expert.intermediate);
         let ins = if moe.expert.gated { 2 } else { 1 };
         let ek = rows * k;
+        if self.infer && self.seq == 1 && self.moe_decode_batched {
+            return self.moe_batched_decode(x, x_size, lp, moe, topw);
+        }
         let gathered = self.op(ek * h * x_size, &[x], &[], &[], &[]);
         // a grouped matmul saves its input only for the (fused) expert weight's gradient
         let experts_trainable = self.trainable(&lp.experts[0]);
@@ -1568,7 +1613,6 @@ impl<'a> Builder<'a> {
             &[lp.experts[0].id],
             &[],
         );
-        self.drop_(gathered);
         let a = self.activation(gu, ek * i * c, moe.expert.act);
         let m = if moe.expert.gated {
             self.mul(a, gu, ek * i * c)
@@ -1583,7 +1627,6 @@ impl<'a> Builder<'a> {
         let down = self.op(ek * h * c, &[m], saved_m, &[lp.experts[1].id], &[]);
         self.drop_(m);
         let weighted = self.mul(down, topw, ek * h * ws);
-        self.drop_(down);
         self.drop_(topw);
         // `weighted_out[inv_perm]` (a gather, new tensor), then `.view(T, k, H).sum(1)`,
         // then `.to(hidden_states.dtype)`
@@ -1591,32 +1634,182 @@ impl<'a> Builder<'a> {
         self.drop_(weighted);
         let summed = self.op(rows * h * ws, &[unpermuted], &[], &[], &[]);
         self.drop_(unpermuted);
-        let mut out = if ws != c {
+        let out = if ws != c {
             let y = self.cast(summed, rows * h * c);
             self.drop_(summed);
             y
         } else {
             summed
         };
-        if let Some(s) = &moe.shared {
-            let so = self.dense_mlp(x, x_size, rows, s, &lp.shared.clone());
-            let so = if let Some(g) = lp.shared_gate {
-                let (gl, _) = self.linear(x, x_size, rows, g);
-                let sg = self.op(rows * c, &[gl], &[], &[], &[]);
-                self.drop_(gl);
-                let y = self.mul(so, sg, rows * h * c);
-                self.drop_(so);
-                self.drop_(sg);
-                y
-            } else {
-                so
-            };
-            let sum = self.op(rows * h * c, &[out, so], &[], &[], &[]);
-            self.drop_(out);
-            self.drop_(so);
-            out = sum;
+        // `selected_hidden_states_g` and the last `proj_out` stay bound until the experts
+        // function returns (integrations/moe.py `grouped_mm_experts_forward`)
+        self.drop_(gathered);
+        self.drop_(down);
+        self.shared_experts(x, x_size, lp, moe, out)
+    }
+
+    /// MLA at inference, transformers 5.23 `DeepseekV3Attention.forward`: the cache stores the
+    /// normalised latent `kv_nope` and the rotated `k_rot` (one "head" of kv_lora_rank + rope
+    /// dims); every step `expand_kv` runs `kv_b_proj` over all cached tokens and builds
+    /// per-head keys in a new tensor, values as a view of the projection.
+    fn mla_infer(
+        &mut self,
+        a: &Attention,
+        lp: &LayerParams,
+        q: TensorId,
+        kva: TensorId,
+        np: (P, Option<P>),
+    ) -> TensorId {
+        let AttentionKind::Mla {
+            num_heads,
+            kv_lora_rank,
+            qk_nope_head_dim,
+            qk_rope_head_dim,
+            v_head_dim,
+            ..
+        } = a.kind
+        else {
+            return q;
+        };
+        let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
+        let (b, rows, c) = (self.batch, self.tokens, self.compute_size);
+        let heads = u128::from(num_heads);
+        let (nope, ropd, vd, kvr) = (
+            u128::from(qk_nope_head_dim),
+            u128::from(qk_rope_head_dim),
+            u128::from(v_head_dim),
+            u128::from(kv_lora_rank),
+        );
+        let norm = Norm {
+            kind: NormKind::RmsNorm,
+            dim: kv_lora_rank,
+            bias: false,
+        };
+        let (kvn, _) = self.norm(kva, c, rows, &norm, np);
+        let (kr, _) = self.rope(kva, c, 1, ropd, ropd);
+        self.drop_(kva);
+        let layer = self.cur_layer;
+        let prev = self.cache.get_mut(layer).and_then(Option::take);
+        let total = prev.map_or(0, |(_, _, n)| n) + self.seq;
+        let kc = self.op(b * total * kvr * c, &[kvn], &[], &[], &[]);
+        let rc = self.op(b * total * ropd * c, &[kr], &[], &[], &[]);
+        if let Some((pk, pr, _)) = prev {
+            self.drop_(pk);
+            self.drop_(pr);
         }
-        out
+        self.drop_(kvn);
+        self.drop_(kr);
+        if let Some(slot) = self.cache.get_mut(layer) {
+            *slot = Some((kc, rc, total));
+        }
+        self.kv_len = total;
+        let (qr, _) = self.rope(q, c, heads, ropd, ropd);
+        let qf = self.op(rows * heads * (nope + ropd) * c, &[q, qr], &[], &[], &[]);
+        self.drop_(q);
+        self.drop_(qr);
+        // expand_kv over every cached token
+        let kv_rows = b * total;
+        let (kvb, _) = self.linear(kc, c, kv_rows, lin(LinearRole::KvB).unwrap_or(lin_zero()));
+        let kf = self.op(
+            kv_rows * heads * (nope + ropd) * c,
+            &[kvb, rc],
+            &[],
+            &[],
+            &[],
+        );
+        self.q_bhsd = true;
+        self.attention_core(qf, c, kf, c, kvb, c, heads, heads, nope + ropd, vd, a, lp)
+    }
+
+    /// MoE experts during decode: `generate` on a GPU switches `grouped_mm` to `batched_mm`
+    /// for the decode loop (generation/utils.py `_optimize_model_for_decode`), which gathers a
+    /// copy of each selected expert's weights per (token, expert) pair
+    /// (integrations/moe.py `batched_mm_experts_forward`). Python locals keep
+    /// `selected_hidden_states` and the last `proj_out` until the function returns; the down
+    /// weights are gathered before `selected_weights` is rebound, so both copies coexist.
+    fn moe_batched_decode(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        lp: &LayerParams,
+        moe: &crate::model::MoeMlp,
+        topw: TensorId,
+    ) -> TensorId {
+        let rows = self.tokens;
+        let c = self.compute_size;
+        let h = self.hidden;
+        let k = u128::from(moe.top_k);
+        let i = u128::from(moe.expert.intermediate);
+        let ins = if moe.expert.gated { 2 } else { 1 };
+        let ek = rows * k;
+        let ws = if moe.router_fp32 { 4 } else { c };
+        let sel_h = self.op(ek * h * x_size, &[x], &[], &[], &[]);
+        let w_gu = self.act(ek * ins * i * h * c, false);
+        let gu = self.op(
+            ek * ins * i * c,
+            &[sel_h, w_gu],
+            &[],
+            &[lp.experts[0].id],
+            &[],
+        );
+        let a = self.activation(gu, ek * i * c, moe.expert.act);
+        let m = if moe.expert.gated {
+            self.mul(a, gu, ek * i * c)
+        } else {
+            self.retain_id(a)
+        };
+        self.drop_(a);
+        self.drop_(gu);
+        let w_down = self.act(ek * i * h * c, false);
+        self.drop_(w_gu);
+        let down = self.op(ek * h * c, &[m, w_down], &[], &[lp.experts[1].id], &[]);
+        self.drop_(m);
+        let weighted = self.mul(down, topw, ek * h * ws);
+        self.drop_(topw);
+        let summed = self.op(rows * h * ws, &[weighted], &[], &[], &[]);
+        self.drop_(weighted);
+        let out = if ws != c {
+            let y = self.cast(summed, rows * h * c);
+            self.drop_(summed);
+            y
+        } else {
+            summed
+        };
+        for t in [sel_h, w_down, down] {
+            self.drop_(t);
+        }
+        self.shared_experts(x, x_size, lp, moe, out)
+    }
+
+    /// Adds the always-on shared expert (gated in Qwen2-MoE) to the routed output.
+    fn shared_experts(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        lp: &LayerParams,
+        moe: &crate::model::MoeMlp,
+        out: TensorId,
+    ) -> TensorId {
+        let Some(s) = &moe.shared else { return out };
+        let rows = self.tokens;
+        let c = self.compute_size;
+        let h = self.hidden;
+        let so = self.dense_mlp(x, x_size, rows, s, &lp.shared.clone());
+        let so = if let Some(g) = lp.shared_gate {
+            let (gl, _) = self.linear(x, x_size, rows, g);
+            let sg = self.op(rows * c, &[gl], &[], &[], &[]);
+            self.drop_(gl);
+            let y = self.mul(so, sg, rows * h * c);
+            self.drop_(so);
+            self.drop_(sg);
+            y
+        } else {
+            so
+        };
+        let sum = self.op(rows * h * c, &[out, so], &[], &[], &[]);
+        self.drop_(out);
+        self.drop_(so);
+        sum
     }
 
     /// One decoder layer; returns its output. `x` keeps its reference (the caller drops it).

@@ -110,6 +110,7 @@ pub fn simulate_infer(
     tw.dropout = false;
     let mut b = hf::Builder::new(model, &tw, kernels);
     b.wformat = w.weights;
+    b.moe_decode_batched = w.moe_decode_batched;
     b.kv_size = match w.kv_dtype {
         KvDtype::Auto => None,
         KvDtype::Bf16 | KvDtype::Fp16 => Some(2),
@@ -279,6 +280,7 @@ mod infer_tests {
             attention: AttentionImpl::Sdpa,
             weights: WeightFormat::Bf16,
             kv_dtype: KvDtype::Auto,
+            moe_decode_batched: true,
         }
     }
 
@@ -352,6 +354,7 @@ mod quantized_weights {
             attention: AttentionImpl::Sdpa,
             weights: WeightFormat::parse(fmt).unwrap(),
             kv_dtype: KvDtype::Auto,
+            moe_decode_batched: true,
         };
         simulate_infer(&llama2_7b(), &w, Kernels::Cuda)
             .unwrap()

@@ -8,7 +8,8 @@ use crate::resolve::{
     AttnOpts, Ctx, Heads, Parts,
 };
 use memwall_core::model::{
-    Attention, Dropout, Embeddings, LayerSpec, LinearRole, Mlp, ModelDesc, NormKind, Residual,
+    Attention, Dropout, EagerStyle, Embeddings, LayerSpec, LinearRole, Mlp, ModelDesc, NormKind,
+    Residual,
 };
 
 /// One LayerNorm-ed layer with the given wiring.
@@ -460,6 +461,8 @@ pub(crate) fn falcon(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError
         rotary_dim: rotary,
         // modeling_falcon.py: F.softmax(scores + mask, dtype=hidden_states.dtype)
         eager_softmax_fp32: false,
+        // modeling_falcon.py FalconAttention.forward: broadcast k/v, in-place scaling
+        eager_style: EagerStyle::Falcon,
         ..AttnOpts::rope(head_dim)
     }
     .build(
