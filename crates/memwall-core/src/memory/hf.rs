@@ -2329,10 +2329,26 @@ impl<'a> Builder<'a> {
         for r in std::mem::take(&mut self.out_refs) {
             self.drop_(r);
         }
-        // generate: fp32 copy of the last logits, argmax, then the copy is dropped
-        self.t
-            .transient(self.batch * v * 4 + self.batch * 8, Category::LossBuffers);
-        logits
+        // generate (generation/utils.py `_sample`): `next_token_logits = outputs.logits[:, -1, :]
+        // .to(copy=True, dtype=torch.float32)` stays bound until the next step replaces it; the
+        // model output is deleted before the next forward
+        let f32 = self
+            .t
+            .alloc(self.batch * v * 4, Category::LossBuffers, false);
+        self.drop_(logits);
+        f32
+    }
+
+    /// `generate`'s `input_ids` and all-ones attention mask (int64, rebuilt with `torch.cat`
+    /// each step, the old ones freed after the new exist).
+    fn grow_ids(&mut self, ids: Option<TensorId>, len: u128) -> TensorId {
+        let new = self
+            .t
+            .alloc(2 * self.batch * len * 8, Category::Activations, false);
+        if let Some(old) = ids {
+            self.drop_(old);
+        }
+        new
     }
 
     /// Prefill of `prompt` tokens, then `new_tokens - 1` decode steps (`generate` makes its
@@ -2348,6 +2364,7 @@ impl<'a> Builder<'a> {
         self.cache = vec![None; self.model.layers.len()];
         self.t.reset_peak();
         self.t.set_phase(Phase::Prefill);
+        let mut ids = self.grow_ids(None, prompt);
         let mut logits = self.infer_forward(prompt);
         let prefill_peak = self.t.peak();
         self.t.set_phase(Phase::Decode);
@@ -2381,12 +2398,15 @@ impl<'a> Builder<'a> {
             if step >= 2 && step < steps {
                 continue;
             }
+            let len = prompt + if step == steps { steps } else { step };
+            ids = self.grow_ids(Some(ids), len);
             let next = self.infer_forward(1);
-            // the previous output (and its logits) dies when `out` is reassigned
+            // the previous step's fp32 logits are rebound to the new ones
             self.drop_(logits);
             logits = next;
         }
         self.drop_(logits);
+        self.drop_(ids);
         prefill_peak
     }
 
