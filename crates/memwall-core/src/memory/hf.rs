@@ -90,6 +90,10 @@ pub(crate) struct Builder<'a> {
     cur_layer: usize,
     /// tensors bound to Python locals of the decoder layer, released when it returns
     layer_locals: Vec<TensorId>,
+    /// tensors bound to Python locals of the attention function, released when it returns
+    attn_locals: Vec<TensorId>,
+    /// the last block's returned extras, bound by the model's loop until the forward returns
+    block_outputs: Vec<TensorId>,
     /// inference: `torch.no_grad()` and a persistent DynamicCache
     infer: bool,
     /// inference: per layer, the cached (k, v) storages and the tokens the cache layer keeps
@@ -173,6 +177,8 @@ impl<'a> Builder<'a> {
             kv_len: u128::from(w.seq),
             cur_layer: 0,
             layer_locals: Vec::new(),
+            attn_locals: Vec::new(),
+            block_outputs: Vec::new(),
             infer: false,
             cache: Vec::new(),
             kv_size: None,
@@ -884,7 +890,24 @@ impl<'a> Builder<'a> {
         (y, out_size)
     }
 
+    /// The attention block. Tensors bound to locals of the attention function (the fused qkv
+    /// output: Falcon's `fused_qkv`, NeoX/Phi-3 `qkv`, GPT-2's query view) live until it returns.
     fn attention(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        a: &Attention,
+        lp: &LayerParams,
+        ckpt: bool,
+    ) -> TensorId {
+        let y = self.attention_inner(x, x_size, a, lp, ckpt);
+        for t in std::mem::take(&mut self.attn_locals) {
+            self.drop_(t);
+        }
+        y
+    }
+
+    fn attention_inner(
         &mut self,
         x: TensorId,
         x_size: u128,
@@ -908,9 +931,12 @@ impl<'a> Builder<'a> {
                 );
                 let (q, k, v) = if let Some(qkv) = lin(LinearRole::Qkv) {
                     let (y, _) = self.linear(x, x_size, rows, qkv);
-                    // q, k, v are views of the fused output; keep it alive through each view
+                    // q, k, v are views of the fused output; keep it alive through each view,
+                    // and through the attention function (a local)
                     self.t.retain(y);
                     self.t.retain(y);
+                    self.t.retain(y);
+                    self.attn_locals.push(y);
                     (y, y, y)
                 } else {
                     let (q, _) =
@@ -1818,8 +1844,17 @@ impl<'a> Builder<'a> {
         let lp = std::mem::take(&mut self.layers[idx]);
         let y = self.layer_with(idx, &lp, x, x_size, ckpt);
         self.layers[idx] = lp;
-        for t in std::mem::take(&mut self.layer_locals) {
-            self.drop_(t);
+        let locals = std::mem::take(&mut self.layer_locals);
+        if self.model.layers[idx].attention.eager_style == crate::model::EagerStyle::Falcon {
+            // FalconModel's loop binds the block's `(output, attn_weights)` to `outputs` until
+            // the next block returns (models/falcon/modeling_falcon.py FalconModel.forward)
+            for t in std::mem::replace(&mut self.block_outputs, locals) {
+                self.drop_(t);
+            }
+        } else {
+            for t in locals {
+                self.drop_(t);
+            }
         }
         y
     }
@@ -2043,6 +2078,9 @@ impl<'a> Builder<'a> {
         }
         if let Some(m) = mask {
             self.drop_(m);
+        }
+        for t in std::mem::take(&mut self.block_outputs) {
+            self.drop_(t);
         }
         let (fx, fs) = match (self.model.head.final_norm, self.final_norm) {
             (Some(n), Some(p)) => {
@@ -2282,6 +2320,9 @@ impl<'a> Builder<'a> {
         if let Some(m) = mask {
             self.drop_(m);
         }
+        for t in std::mem::take(&mut self.block_outputs) {
+            self.drop_(t);
+        }
         let (fx, fs) = match (self.model.head.final_norm, self.final_norm) {
             (Some(n), Some(p)) => {
                 let r = self.norm(x, xs, rows, &n, p);
@@ -2332,6 +2373,9 @@ impl<'a> Builder<'a> {
         // generate (generation/utils.py `_sample`): `next_token_logits = outputs.logits[:, -1, :]
         // .to(copy=True, dtype=torch.float32)` stays bound until the next step replaces it; the
         // model output is deleted before the next forward
+        for t in std::mem::take(&mut self.block_outputs) {
+            self.drop_(t);
+        }
         let f32 = self
             .t
             .alloc(self.batch * v * 4, Category::LossBuffers, false);
