@@ -268,6 +268,70 @@ fn infer_rows() -> Vec<Row> {
     out
 }
 
+/// Cases listed in `tests/truth/known_gaps.toml` with their reason.
+fn known_gaps() -> BTreeMap<String, String> {
+    let Ok(text) = std::fs::read_to_string(root().join("tests/truth/known_gaps.toml")) else {
+        return BTreeMap::new();
+    };
+    let v: toml::Value = text.parse().expect("known_gaps.toml parses");
+    v.get("gap")
+        .and_then(|g| g.as_array())
+        .map(|gaps| {
+            gaps.iter()
+                .map(|g| {
+                    let id = g
+                        .get("id")
+                        .and_then(|x| x.as_str())
+                        .unwrap_or_default()
+                        .to_owned();
+                    let reason = g
+                        .get("reason")
+                        .and_then(|x| x.as_str())
+                        .unwrap_or_default()
+                        .to_owned();
+                    (id, reason)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Asserts every case within 3% except listed known gaps, which must stay within 10% and
+/// must still be gaps (a fixed gap has to leave the list).
+fn check(rows: &[Row], what: &str) {
+    let gaps = known_gaps();
+    let mut bad = Vec::new();
+    for r in rows {
+        let err = r.error_pct.abs();
+        match gaps.get(&r.id) {
+            Some(_) if err > 10.0 => bad.push(format!(
+                "{} (known gap) drifted to {:+.2}%",
+                r.id, r.error_pct
+            )),
+            Some(_) if err <= 3.0 => bad.push(format!(
+                "{} is listed as a known gap but is within 3% now: remove it",
+                r.id
+            )),
+            Some(_) => {}
+            None if err > 3.0 => bad.push(format!(
+                "{}: {:+.2}% (measured {}, estimated {})",
+                r.id, r.error_pct, r.measured, r.estimated
+            )),
+            None => {}
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} {what} cases outside 3%:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+    if !rows.is_empty() {
+        let med = median(rows.iter().map(|r| r.error_pct.abs()).collect());
+        assert!(med <= 1.0, "median |error| {med:.3}% > 1%");
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -358,53 +422,22 @@ fn section_report(rows: &[Row], title: &str) -> String {
 fn every_training_case_within_three_percent() {
     let rows = rows();
     assert!(
-        rows.len() >= 20,
+        rows.len() >= 100,
         "expected the committed fixtures, found {}",
         rows.len()
     );
-    let bad: Vec<String> = rows
-        .iter()
-        .filter(|r| r.error_pct.abs() > 3.0)
-        .map(|r| {
-            format!(
-                "{}: {:+.2}% (measured {}, estimated {})",
-                r.id, r.error_pct, r.measured, r.estimated
-            )
-        })
-        .collect();
-    assert!(
-        bad.is_empty(),
-        "{} cases outside 3%:\n{}",
-        bad.len(),
-        bad.join("\n")
-    );
-    let med = median(rows.iter().map(|r| r.error_pct.abs()).collect());
-    assert!(med <= 1.0, "median |error| {med:.3}% > 1%");
+    check(&rows, "training");
 }
 
 #[test]
 fn every_inference_case_within_three_percent() {
     let rows = infer_rows();
-    let bad: Vec<String> = rows
-        .iter()
-        .filter(|r| r.error_pct.abs() > 3.0)
-        .map(|r| {
-            format!(
-                "{}: {:+.2}% (measured {}, estimated {})",
-                r.id, r.error_pct, r.measured, r.estimated
-            )
-        })
-        .collect();
     assert!(
-        bad.is_empty(),
-        "{} inference cases outside 3%:\n{}",
-        bad.len(),
-        bad.join("\n")
+        rows.len() >= 40,
+        "expected the committed fixtures, found {}",
+        rows.len()
     );
-    if !rows.is_empty() {
-        let med = median(rows.iter().map(|r| r.error_pct.abs()).collect());
-        assert!(med <= 1.0, "median |error| {med:.3}% > 1%");
-    }
+    check(&rows, "inference");
 }
 
 #[test]
