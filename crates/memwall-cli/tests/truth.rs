@@ -270,9 +270,8 @@ fn infer_rows() -> Vec<Row> {
 
 /// Cases listed in `tests/truth/known_gaps.toml` with their reason.
 fn known_gaps() -> BTreeMap<String, String> {
-    let Ok(text) = std::fs::read_to_string(root().join("tests/truth/known_gaps.toml")) else {
-        return BTreeMap::new();
-    };
+    let text = std::fs::read_to_string(root().join("tests/truth/known_gaps.toml"))
+        .expect("tests/truth/known_gaps.toml exists (it may hold no [[gap]] entries)");
     let v: toml::Value = text.parse().expect("known_gaps.toml parses");
     v.get("gap")
         .and_then(|g| g.as_array())
@@ -353,6 +352,21 @@ fn report(rows: &[Row], infer: &[Row]) -> String {
     if !infer.is_empty() {
         s.push('\n');
         s.push_str(&section_report(infer, "## Inference (prefill + decode)"));
+    }
+    let gaps = known_gaps();
+    if !gaps.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n## Known gaps\n\nListed in `tests/truth/known_gaps.toml`: excluded from the 3% bound, still held \
+             within 10%, and the test fails once one is back within 3%.\n"
+        );
+        for (id, reason) in &gaps {
+            let err = rows.iter().chain(infer).find(|r| &r.id == id).map_or_else(
+                || "not measured".to_owned(),
+                |r| format!("{:+.2}%", r.error_pct),
+            );
+            let _ = writeln!(s, "- `{id}` ({err}): {}", reason.replace('\n', " "));
+        }
     }
     s
 }
