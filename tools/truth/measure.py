@@ -427,24 +427,26 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
 # parent side
 # ----------------------------------------------------------------------------------------------
 
-def read_existing() -> dict[str, dict]:
+def read_existing(out: Path = OUT) -> dict[str, dict]:
+    """Rows of a fixture file (train.jsonl or infer.jsonl) keyed by case id."""
     rows = {}
-    if OUT.exists():
-        for line in OUT.read_text().splitlines():
+    if out.exists():
+        for line in out.read_text().splitlines():
             if line.strip():
                 row = json.loads(line)
                 rows[row["id"]] = row
     return rows
 
 
-def write_rows(rows: dict[str, dict]) -> None:
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=OUT.parent, prefix=".train.", suffix=".tmp")
+def write_rows(rows: dict[str, dict], out: Path = OUT) -> None:
+    """Atomically rewrites a fixture file, rows sorted by case id."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix="." + out.stem + ".", suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         for k in sorted(rows):
             f.write(json.dumps(rows[k], separators=(", ", ": ")) + "\n")
     os.chmod(tmp, 0o644)
-    os.replace(tmp, OUT)
+    os.replace(tmp, out)
 
 
 def main() -> None:

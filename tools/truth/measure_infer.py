@@ -27,7 +27,7 @@ import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import build_config, fast_mem_tracker_class  # noqa: E402  (torch imported lazily there)
+from measure import build_config, fast_mem_tracker_class, read_existing, write_rows  # noqa: E402  (torch imported lazily there)
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = REPO / "tools/truth/cases/infer.toml"
@@ -280,26 +280,6 @@ def run_case(case: dict, debug: bool = False) -> dict:
 # parent side
 # ----------------------------------------------------------------------------------------------
 
-def read_existing() -> dict[str, dict]:
-    rows = {}
-    if OUT.exists():
-        for line in OUT.read_text().splitlines():
-            if line.strip():
-                row = json.loads(line)
-                rows[row["id"]] = row
-    return rows
-
-
-def write_rows(rows: dict[str, dict]) -> None:
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=OUT.parent, prefix=".infer.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        for k in sorted(rows):
-            f.write(json.dumps(rows[k], separators=(", ", ": ")) + "\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, OUT)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", help="run only cases whose id contains this substring")
@@ -329,7 +309,7 @@ def main() -> None:
     if args.only:
         cases = [c for c in cases if args.only in c["id"]]
     if args.missing:
-        have = read_existing()
+        have = read_existing(OUT)
         cases = [c for c in cases if c["id"] not in have]
     if args.first:
         first = args.first.split(",")
@@ -369,9 +349,9 @@ def main() -> None:
             if True:
                 if res is not None:
                     secs = res.pop("_seconds")
-                    rows = read_existing()
+                    rows = read_existing(OUT)
                     rows[res["id"]] = res
-                    write_rows(rows)
+                    write_rows(rows, OUT)
                     m = res["measured"]
                     msg = (f"ok   {c['id']}: peak={m['peak_bytes']} phase={m['phase']} "
                            f"prefill_peak={m['prefill_peak_bytes']} final={m['final_bytes']} "
