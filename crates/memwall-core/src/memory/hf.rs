@@ -605,6 +605,58 @@ impl<'a> Builder<'a> {
         x
     }
 
+    /// After the last decoder layer: the causal mask and the kept block outputs go, then the
+    /// final norm and (OPT-350m style) the output projection run on the hidden states.
+    /// Shared by the training forward and the inference forward (same modeling code).
+    fn body_tail(
+        &mut self,
+        x: TensorId,
+        xsize: u128,
+        rows: u128,
+        mask: Option<TensorId>,
+    ) -> (TensorId, u128) {
+        if let Some(m) = mask {
+            self.drop_(m);
+        }
+        for t in std::mem::take(&mut self.block_outputs) {
+            self.drop_(t);
+        }
+        let (fx, fs) = match (self.model.head.final_norm, self.final_norm) {
+            (Some(n), Some(p)) => {
+                let r = self.norm(x, xsize, rows, &n, p);
+                self.drop_(x);
+                r
+            }
+            _ => (x, xsize),
+        };
+        match self.projections {
+            Some((_, pout)) => {
+                let (y, ys) = self.linear(fx, fs, rows, pout);
+                self.drop_(fx);
+                (y, ys)
+            }
+            None => (fx, fs),
+        }
+    }
+
+    /// The LM head as a linear layer: its own weight, or the tied input embedding.
+    fn lm_head_linear(&self) -> LinearP {
+        let v = u128::from(self.model.embeddings.vocab_size);
+        let dim = u128::from(self.model.embeddings.dim);
+        LinearP {
+            nf4: false,
+            quantized: false,
+            w: P {
+                numel: v * dim,
+                ..self.lm_head.unwrap_or(self.embed)
+            },
+            b: None,
+            lora: None,
+            in_f: dim,
+            out_f: v,
+        }
+    }
+
     fn drop_(&mut self, x: TensorId) {
         self.t.release(x);
     }
@@ -2076,45 +2128,11 @@ impl<'a> Builder<'a> {
             x = y;
             xsize = if self.amp { 4 } else { xsize };
         }
-        if let Some(m) = mask {
-            self.drop_(m);
-        }
-        for t in std::mem::take(&mut self.block_outputs) {
-            self.drop_(t);
-        }
-        let (fx, fs) = match (self.model.head.final_norm, self.final_norm) {
-            (Some(n), Some(p)) => {
-                let r = self.norm(x, xsize, rows, &n, p);
-                self.drop_(x);
-                r
-            }
-            _ => (x, xsize),
-        };
-        let (fx, fs) = match self.projections {
-            Some((_, pout)) => {
-                let (y, ys) = self.linear(fx, fs, rows, pout);
-                self.drop_(fx);
-                (y, ys)
-            }
-            None => (fx, fs),
-        };
+        let (fx, fs) = self.body_tail(x, xsize, rows, mask);
         // the loss phase starts at the LM head (the harness's lm_head forward pre-hook)
         self.t.set_phase(Phase::Loss);
         let v = u128::from(self.model.embeddings.vocab_size);
-        let dim = u128::from(self.model.embeddings.dim);
-        let head_w = self.lm_head.unwrap_or(self.embed);
-        let head = LinearP {
-            nf4: false,
-            quantized: false,
-            w: P {
-                numel: v * dim,
-                ..head_w
-            },
-            b: None,
-            lora: None,
-            in_f: dim,
-            out_f: v,
-        };
+        let head = self.lm_head_linear();
         let c = self.compute_size;
         let (mut logits, _) = self.linear(fx, fs, rows, head);
         self.drop_(fx);
@@ -2317,44 +2335,10 @@ impl<'a> Builder<'a> {
             self.drop_(x);
             x = y;
         }
-        if let Some(m) = mask {
-            self.drop_(m);
-        }
-        for t in std::mem::take(&mut self.block_outputs) {
-            self.drop_(t);
-        }
-        let (fx, fs) = match (self.model.head.final_norm, self.final_norm) {
-            (Some(n), Some(p)) => {
-                let r = self.norm(x, xs, rows, &n, p);
-                self.drop_(x);
-                r
-            }
-            _ => (x, xs),
-        };
-        let (fx, fs) = match self.projections {
-            Some((_, pout)) => {
-                let (y, ys) = self.linear(fx, fs, rows, pout);
-                self.drop_(fx);
-                (y, ys)
-            }
-            None => (fx, fs),
-        };
+        let (fx, fs) = self.body_tail(x, xs, rows, mask);
         // logits_to_keep=1: the LM head sees the last position of each sequence
         let v = u128::from(self.model.embeddings.vocab_size);
-        let dim = u128::from(self.model.embeddings.dim);
-        let head_w = self.lm_head.unwrap_or(self.embed);
-        let head = LinearP {
-            w: P {
-                numel: v * dim,
-                ..head_w
-            },
-            nf4: false,
-            quantized: false,
-            b: None,
-            lora: None,
-            in_f: dim,
-            out_f: v,
-        };
+        let head = self.lm_head_linear();
         let c = self.compute_size;
         let (mut logits, _) = self.linear(fx, fs, self.batch, head);
         self.drop_(fx);
