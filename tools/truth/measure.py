@@ -181,6 +181,68 @@ class _fake_swap_workaround:
         return False
 
 
+def patch_mod_tracker_leaf_leak() -> None:
+    """Stops ModTracker from keeping peft's embedding-output leaf (and its .grad) alive.
+
+    ModTracker registers ``torch.autograd.graph.register_multi_grad_hook(tensors, fn)`` (mode
+    "all") on every module input that requires grad.  That helper keeps the inputs' grad_fns
+    (or a leaf's AccumulateGrad) in the hook closure for the hook's whole life, and the hook is
+    stored on those very nodes: a cycle through C++ that gc cannot collect.  With a frozen base
+    (peft) the chain of kept nodes ends at the AccumulateGrad of the embedding output, which
+    peft makes a leaf requiring grad under checkpointing; so each micro-step's leaf and its
+    .grad (B*S*H elements each) stayed alive forever.  A plain PyTorch run frees them with the
+    graph.  Reproducer: tools/truth/probes/memtracker_leaf_leak.py.
+
+    The replacement below has the same semantics for a graph that is backwarded once (every
+    case here): the grad_fns are needed only to count, at the first hook call of a backward,
+    how many hooks the engine will run; they are dropped right after.
+    """
+    import torch
+    import torch.distributed._tools.mod_tracker as mod_tracker
+    from torch.autograd.graph import _get_grad_fn_or_grad_acc
+    from torch.utils.hooks import RemovableHandle
+
+    if getattr(mod_tracker, "_memwall_leaf_patch", False):
+        return
+    original = mod_tracker.register_multi_grad_hook
+
+    class _Handles:
+        def __init__(self, handles: list[RemovableHandle]) -> None:
+            self.handles = handles
+
+        def remove(self) -> None:
+            for h in self.handles:
+                h.remove()
+
+    def register_multi_grad_hook(tensors, fn, *, mode="all"):
+        if mode != "all":
+            return original(tensors, fn, mode=mode)
+        n = len(tensors)
+        state = {"grad_fns": [_get_grad_fn_or_grad_acc(t) for t in tensors], "expected": 0}
+        calls: dict[int, int] = {}
+        grads: dict[int, list] = {}
+
+        def hook_for(idx):
+            def hook(grad):
+                task = torch._C._current_graph_task_id()
+                seen = calls.get(task, 0)
+                calls[task] = seen + 1
+                if seen == 0 and state["grad_fns"] is not None:
+                    state["expected"] = sum(map(torch._C._will_engine_execute_node, state["grad_fns"]))
+                    state["grad_fns"] = None  # break the cycle (see the docstring)
+                grads.setdefault(task, [None] * n)[idx] = grad
+                if seen == state["expected"] - 1:
+                    del calls[task]
+                    fn(grads.pop(task))
+
+            return hook
+
+        return _Handles([t.register_hook(hook_for(i)) for i, t in enumerate(tensors)])
+
+    mod_tracker.register_multi_grad_hook = register_multi_grad_hook
+    mod_tracker._memwall_leaf_patch = True
+
+
 def fast_mem_tracker_class():
     """MemTracker with an O(active modules) ``_update_peak_stats``.
 
@@ -192,6 +254,8 @@ def fast_mem_tracker_class():
     from copy import deepcopy
 
     from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker, _MemRefType
+
+    patch_mod_tracker_leaf_leak()
 
     class FastMemTracker(MemTracker):
         def __init__(self) -> None:
@@ -262,6 +326,8 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
+
+    patch_mod_tracker_leaf_leak()
     from transformers import AutoModelForCausalLM
 
     if case["qlora"]:

@@ -1,14 +1,16 @@
 """Reproducer: MemTracker keeps every micro-step's embedding-output leaf (and its .grad) alive
 under peft + non-reentrant gradient checkpointing; plain PyTorch frees it after backward.
 
-    /path/to/truth-venv/bin/python tools/truth/probes/memtracker_leaf_leak.py          # plain: 0 alive
-    /path/to/truth-venv/bin/python tools/truth/probes/memtracker_leaf_leak.py --mt     # MemTracker: grows
+    $PY tools/truth/probes/memtracker_leaf_leak.py                    # plain PyTorch: 0 alive
+    $PY tools/truth/probes/memtracker_leaf_leak.py --mt --unpatched   # MemTracker as shipped: grows
+    $PY tools/truth/probes/memtracker_leaf_leak.py --mt               # with measure.py's patch: 0
 
 Real CPU tensors, a 2-layer Llama; needs only the harness venv.  peft's
 enable_input_require_grads makes the embedding output a leaf that requires grad; ModTracker
-(inside MemTracker) registers multi-grad hooks on module inputs that require grad.  Clearing
-that leaf's Python `_backward_hooks` after backward does NOT free it, so the holder is on the
-C++ side (not visible to gc.get_referrers).  See tests/truth/known_gaps.toml.
+(inside MemTracker) registers torch.autograd.graph.register_multi_grad_hook on module inputs,
+whose closure keeps the grad_fns it is attached to (a cycle through C++, invisible to gc); with a
+frozen base the kept chain of nodes ends at the leaf's AccumulateGrad, which holds the leaf.
+measure.patch_mod_tracker_leaf_leak() fixes it; see its docstring.
 """
 import contextlib
 import gc
@@ -21,7 +23,11 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch.distributed._tools.mod_tracker as mod_tracker  # noqa: E402
 from measure import fast_mem_tracker_class  # noqa: E402
+
+if "--unpatched" in sys.argv:
+    mod_tracker._memwall_leaf_patch = True  # makes measure's patch a no-op
 
 cfg = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
