@@ -1334,10 +1334,19 @@ impl<'a> Builder<'a> {
                 // uses `is_causal` and no mask). SDPA converts it to an additive float mask in
                 // the query's dtype per call (`convert_boolean_attn_mask`,
                 // aten/src/ATen/native/transformers/attention.cpp) and saves it for backward.
+                //
+                // Falcon always passes its materialised boolean causal mask to SDPA
+                // (models/falcon/modeling_falcon.py: `create_causal_mask(...,
+                // allow_is_causal_skip=False)`), decode steps included; the flash-attention-2
+                // path gets no 4-D mask. Converted the same way: `where(mask, 0, -inf)` makes a
+                // [B, 1, q, kv] tensor in the query's dtype for the duration of the call.
+                let falcon_mask = a.eager_style == crate::model::EagerStyle::Falcon
+                    && self.w.attention == AttentionImpl::Sdpa;
                 let mask = match a.sliding_window {
                     Some(win) if u128::from(win) < kv && s > 1 => {
                         Some(self.act(b * s * kv * c, false))
                     }
+                    _ if falcon_mask => Some(self.act(b * s * kv * c, false)),
                     _ => None,
                 };
                 let o = self.act(rows * heads * v_dim * c, true);
@@ -2101,7 +2110,7 @@ impl<'a> Builder<'a> {
             }
         }
         let mut xsize = xs;
-        let mask = self.eager_mask(self.seq, self.seq);
+        let mask = self.causal_mask(self.seq, self.seq);
         for i in 0..self.model.layers.len() {
             let y = if ckpt {
                 self.t.recording = false;
@@ -2286,14 +2295,29 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Eager attention gets an additive causal mask `[B, 1, q, kv]` in the compute dtype, built
-    /// once per forward by transformers' `create_causal_mask` (masking_utils.py `eager_mask`)
-    /// and held by the model's forward until it returns; SDPA with a plain causal mask needs none.
-    fn eager_mask(&mut self, q_len: u128, kv_len: u128) -> Option<TensorId> {
-        if self.w.attention != AttentionImpl::Eager {
-            return None;
+    /// The model-level causal mask, built once per forward by transformers' `create_causal_mask`
+    /// and held by the model's forward until it returns. Eager attention gets an additive mask
+    /// `[B, 1, q, kv]` in the compute dtype (masking_utils.py `eager_mask`). SDPA with a plain
+    /// causal mask needs none (`is_causal`), except in Falcon, which asks for it materialised
+    /// (`allow_is_causal_skip=False`, models/falcon/modeling_falcon.py): `sdpa_mask` builds a
+    /// boolean `[1, 1, q, kv]` by broadcasting the index comparison and only `expand`s it to the
+    /// batch (a view), since no padding mask is passed.
+    fn causal_mask(&mut self, q_len: u128, kv_len: u128) -> Option<TensorId> {
+        match self.w.attention {
+            AttentionImpl::Eager => {
+                Some(self.act(self.batch * q_len * kv_len * self.compute_size, false))
+            }
+            AttentionImpl::Sdpa
+                if self
+                    .model
+                    .layers
+                    .iter()
+                    .any(|l| l.attention.eager_style == crate::model::EagerStyle::Falcon) =>
+            {
+                Some(self.act(q_len * kv_len, false))
+            }
+            _ => None,
         }
-        Some(self.act(self.batch * q_len * kv_len * self.compute_size, false))
     }
 
     /// One inference forward of `q_len` new tokens per sequence under `torch.no_grad()`
@@ -2329,7 +2353,7 @@ impl<'a> Builder<'a> {
                 .map(|(_, _, n)| *n)
                 .max()
                 .unwrap_or(0);
-        let mask = self.eager_mask(q_len, kv_total);
+        let mask = self.causal_mask(q_len, kv_total);
         for i in 0..self.model.layers.len() {
             let y = self.layer(i, x, xs, false);
             self.drop_(x);
