@@ -2305,14 +2305,34 @@ impl<'a> Builder<'a> {
     fn causal_mask(&mut self, q_len: u128, kv_len: u128) -> Option<TensorId> {
         match self.w.attention {
             AttentionImpl::Eager => {
-                Some(self.act(self.batch * q_len * kv_len * self.compute_size, false))
+                // Models that mix sliding-window and full layers (Gemma 2/3) build one mask per
+                // layer type (`causal_mask_mapping` in modeling_gemma2.py / modeling_gemma3.py).
+                let sliding = |l: &crate::model::LayerSpec| {
+                    l.attention
+                        .sliding_window
+                        .is_some_and(|w| u128::from(w) < kv_len)
+                };
+                let masks = if q_len > 1
+                    && self.model.layers.iter().any(sliding)
+                    && self.model.layers.iter().any(|l| !sliding(l))
+                {
+                    2
+                } else {
+                    1
+                };
+                Some(self.act(
+                    masks * self.batch * q_len * kv_len * self.compute_size,
+                    false,
+                ))
             }
             AttentionImpl::Sdpa
-                if self
-                    .model
-                    .layers
-                    .iter()
-                    .any(|l| l.attention.eager_style == crate::model::EagerStyle::Falcon) =>
+                if self.model.layers.iter().any(|l| {
+                    l.attention.eager_style == crate::model::EagerStyle::Falcon
+                        || (q_len > 1
+                            && l.attention
+                                .sliding_window
+                                .is_some_and(|w| u128::from(w) < kv_len))
+                }) =>
             {
                 Some(self.act(q_len * kv_len, false))
             }
