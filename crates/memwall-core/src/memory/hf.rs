@@ -1266,11 +1266,13 @@ impl<'a> Builder<'a> {
                     (k32, v32)
                 };
                 let nk = b * kv * heads * qk_dim;
+                // `is_causal` becomes an additive [q, kv] bias in the upcast dtype
+                // (`convert_boolean_attn_mask` on a `tril` of ones), a local until return
+                let bias = (s > 1).then(|| self.act(s * kv * w, false));
                 let ksc = self.op(nk * w, &[k32], &[], &[], &[]);
                 let kt = self.op(nk * w, &[ksc], &[], &[], &[]);
                 self.drop_(ksc);
                 let scores = self.mul(qsc, kt, x * w);
-                self.drop_(qsc);
                 self.drop_(kt);
                 let masked = self.op(x * w, &[scores], &[], &[], &[]);
                 self.drop_(scores);
@@ -1298,6 +1300,12 @@ impl<'a> Builder<'a> {
                     self.retain_id(o32)
                 };
                 self.drop_(o32);
+                // the scaled query is a local of the C++ function too (`query = query_ *
+                // scaling_factor`); the scaled key is a temporary of the matmul call
+                self.drop_(qsc);
+                if let Some(m) = bias {
+                    self.drop_(m);
+                }
                 self.drop_(q32);
                 self.drop_(k32);
                 // [B, H, S, D] -> [B, S, H*D] contiguous copy
