@@ -1143,6 +1143,16 @@ impl<'a> Builder<'a> {
                 &[],
                 &[],
             );
+            // `DynamicLayer.update` rebinds `self.keys` before concatenating the values, so the
+            // old keys are gone by then; the sliding layer builds both full states first.
+            let prev = match (prev, a.sliding_window) {
+                (Some((pk, pv, n)), None) => {
+                    self.drop_(pk);
+                    Some((None, pv, n))
+                }
+                (Some((pk, pv, n)), Some(_)) => Some((Some(pk), pv, n)),
+                (None, _) => None,
+            };
             let vc = self.op(
                 self.batch * total * kv_heads * v_dim * vs,
                 &[v],
@@ -1151,7 +1161,9 @@ impl<'a> Builder<'a> {
                 &[],
             );
             if let Some((pk, pv, _)) = prev {
-                self.drop_(pk);
+                if let Some(pk) = pk {
+                    self.drop_(pk);
+                }
                 self.drop_(pv);
             }
             self.drop_(k);
