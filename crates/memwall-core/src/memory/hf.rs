@@ -1407,7 +1407,12 @@ impl<'a> Builder<'a> {
                 // keys and values span the cache (kv tokens), queries the new rows
                 let kv_rows = b * kv;
                 let falcon = a.eager_style == crate::model::EagerStyle::Falcon;
-                let (kr, vr) = if n_rep > 1 && !falcon {
+                // With a single kv head, `repeat_kv`'s `expand(...).reshape(...)` is a view (the
+                // expanded dim merges with the size-1 head dim). Under no_grad the copies that
+                // matmul then makes for bmm are temporaries of each matmul call; with autograd
+                // bmm saves them, which costs the same as keeping repeat_kv copies.
+                let mqa_view = self.infer && n_rep > 1 && kv_heads == 1 && !falcon;
+                let (kr, vr) = if n_rep > 1 && !falcon && !mqa_view {
                     // repeat_kv: expand + reshape copies kept through attention
                     let kr = self.op(kv_rows * heads * qk_dim * ks, &[k], &[], &[], &[]);
                     let vr = self.op(kv_rows * heads * v_dim * vs, &[v], &[], &[], &[]);
@@ -1452,6 +1457,10 @@ impl<'a> Builder<'a> {
                             0
                         };
                     self.t.transient(copies + x * c, Category::Activations);
+                }
+                if mqa_view {
+                    self.t
+                        .transient(kv_rows * heads * qk_dim * ks + x * c, Category::Activations);
                 }
                 let scores = self.mul(qm, km, x * c);
                 if qm != q {
@@ -1526,6 +1535,12 @@ impl<'a> Builder<'a> {
                     // `probs @ value` broadcasts the shared v: a transient expanded copy
                     self.t.transient(
                         kv_rows * heads * v_dim * c + rows * heads * v_dim * c,
+                        Category::Activations,
+                    );
+                }
+                if mqa_view {
+                    self.t.transient(
+                        kv_rows * heads * v_dim * vs + rows * heads * v_dim * c,
                         Category::Activations,
                     );
                 }
