@@ -594,6 +594,22 @@ impl<'a> Builder<'a> {
         self.op(out_bytes, &[a, b], &saved, &[], &[])
     }
 
+    /// An op that saves its own output for backward (softmax, log_softmax, tanh, relu:
+    /// `result` in `tools/autograd/derivatives.yaml`); gradient flows to `x`.
+    fn op_saving_output(&mut self, out_bytes: u128, x: TensorId) -> TensorId {
+        let rg = self.rg(x);
+        let y = self.act(out_bytes, rg);
+        if rg {
+            self.t.record(Node {
+                saved: Ids::of(&[y]),
+                inputs: Ids::of(&[x]),
+                outputs: Ids::of(&[y]),
+                ..Node::default()
+            });
+        }
+        y
+    }
+
     /// A cast (`.to(dtype)`): new tensor, nothing saved; gradient cast back.
     fn cast(&mut self, x: TensorId, out_bytes: u128) -> TensorId {
         self.op(out_bytes, &[x], &[], &[], &[])
@@ -1288,13 +1304,7 @@ impl<'a> Builder<'a> {
                 self.drop_(kt);
                 let masked = self.op(x * w, &[scores], &[], &[], &[]);
                 self.drop_(scores);
-                let probs = self.act(x * w, true);
-                self.t.record(Node {
-                    saved: Ids::of(&[probs]),
-                    inputs: Ids::of(&[masked]),
-                    outputs: Ids::of(&[probs]),
-                    ..Node::default()
-                });
+                let probs = self.op_saving_output(x * w, masked);
                 self.drop_(masked);
                 let dropped = self.dropout(probs, x * w, w, attn_dropout);
                 let o32 = self.op(
@@ -1485,13 +1495,7 @@ impl<'a> Builder<'a> {
                     // Gemma 2: scores / cap; tanh (saves its output); * cap
                     let d = self.op(x * c, &[cur], &[], &[], &[]);
                     self.drop_(cur);
-                    let th = self.act(x * c, true);
-                    self.t.record(Node {
-                        saved: Ids::of(&[th]),
-                        inputs: Ids::of(&[d]),
-                        outputs: Ids::of(&[th]),
-                        ..Node::default()
-                    });
+                    let th = self.op_saving_output(x * c, d);
                     self.drop_(d);
                     let m = self.op(x * c, &[th], &[], &[], &[]);
                     self.drop_(th);
@@ -1507,13 +1511,7 @@ impl<'a> Builder<'a> {
                 } else {
                     masked
                 };
-                let probs32 = self.act(x * sm, true);
-                self.t.record(Node {
-                    saved: Ids::of(&[probs32]),
-                    inputs: Ids::of(&[f32in]),
-                    outputs: Ids::of(&[probs32]),
-                    ..Node::default()
-                });
+                let probs32 = self.op_saving_output(x * sm, f32in);
                 if f32in != masked {
                     self.drop_(f32in);
                 }
@@ -1587,18 +1585,7 @@ impl<'a> Builder<'a> {
             Activation::Silu | Activation::Gelu | Activation::GeluTanh => {
                 self.op(bytes, &[x], &[x], &[], &[])
             }
-            Activation::Relu => {
-                let y = self.act(bytes, self.rg(x));
-                if self.rg(x) {
-                    self.t.record(Node {
-                        saved: Ids::of(&[y]),
-                        inputs: Ids::of(&[x]),
-                        outputs: Ids::of(&[y]),
-                        ..Node::default()
-                    });
-                }
-                y
-            }
+            Activation::Relu => self.op_saving_output(bytes, x),
             Activation::GeluNew => {
                 // 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3))) (transformers activations.py
                 // NewGELUActivation): saved x (pow), tanh output, 0.5*x and 1+tanh. Python
@@ -1611,13 +1598,7 @@ impl<'a> Builder<'a> {
                 self.drop_(s1);
                 let s3 = self.op(bytes, &[s2], &[], &[], &[]);
                 self.drop_(s2);
-                let th = self.act(bytes, true);
-                self.t.record(Node {
-                    saved: Ids::of(&[th]),
-                    inputs: Ids::of(&[s3]),
-                    outputs: Ids::of(&[th]),
-                    ..Node::default()
-                });
+                let th = self.op_saving_output(bytes, s3);
                 self.drop_(s3);
                 let one = self.op(bytes, &[th], &[], &[], &[]);
                 self.drop_(th);
@@ -2184,13 +2165,7 @@ impl<'a> Builder<'a> {
             // Gemma 2: logits / cap; tanh; * cap (modeling_gemma2.py)
             let d = self.op(rows * v * c, &[logits], &[], &[], &[]);
             self.drop_(logits);
-            let th = self.act(rows * v * c, true);
-            self.t.record(Node {
-                saved: Ids::of(&[th]),
-                inputs: Ids::of(&[d]),
-                outputs: Ids::of(&[th]),
-                ..Node::default()
-            });
+            let th = self.op_saving_output(rows * v * c, d);
             self.drop_(d);
             logits = self.op(rows * v * c, &[th], &[], &[], &[]);
             self.drop_(th);
