@@ -515,6 +515,66 @@ def write_rows(rows: dict[str, dict], out: Path = OUT) -> None:
     os.replace(tmp, out)
 
 
+def run_cases(script: Path, cases: list[dict], jobs: int, timeout: float, out: Path,
+              describe, log: Path | None = None) -> list[str]:
+    """Measures each case in a fresh ``script --worker CASE`` subprocess, ``jobs`` at a time.
+
+    The worker prints ``RESULT <json>``; this parent is the only writer of ``out`` (rewritten
+    atomically after every finished case).  ``describe(measured)`` adds case-specific fields to
+    the ok line; ok/FAIL lines go to stdout and, when given, are appended to ``log``.
+    Returns the ids that failed or timed out.
+    """
+    pending = list(cases)
+    running: list[tuple[dict, subprocess.Popen, float, object]] = []
+    failures = []
+    while pending or running:
+        while pending and len(running) < jobs:
+            c = pending.pop(0)
+            buf = tempfile.TemporaryFile("w+")
+            p = subprocess.Popen(
+                [sys.executable, str(script), "--worker", json.dumps(c)],
+                stdout=buf, stderr=subprocess.STDOUT, text=True,
+            )
+            running.append((c, p, time.time(), buf))
+        time.sleep(0.5)
+        for item in list(running):
+            c, p, t0, buf = item
+            rc = p.poll()
+            dt = time.time() - t0
+            if rc is None and dt > timeout:
+                p.kill()
+                p.wait()
+                rc = "timeout"
+            if rc is None:
+                continue
+            running.remove(item)
+            buf.seek(0)
+            text = buf.read()
+            buf.close()
+            res = None
+            for line in text.splitlines():
+                if line.startswith("RESULT "):
+                    res = json.loads(line[len("RESULT "):])
+            if res is not None:
+                secs = res.pop("_seconds")
+                rows = read_existing(out)
+                rows[res["id"]] = res
+                write_rows(rows, out)
+                m = res["measured"]
+                msg = (f"ok   {c['id']}: peak={m['peak_bytes']} {describe(m)} "
+                       f"wall={dt:.1f}s tracked={secs}s")
+            else:
+                tail = "\n".join(text.strip().splitlines()[-3:])
+                msg = f"FAIL {c['id']} (rc={rc}, {dt:.1f}s): {tail}"
+                failures.append(c["id"])
+            line = time.strftime("%H:%M:%S ") + msg
+            print(line, flush=True)
+            if log is not None:
+                with open(log, "a") as lf:
+                    lf.write(line + "\n")
+    return failures
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", help="run only cases whose id contains this substring")
@@ -549,54 +609,10 @@ def main() -> None:
     if args.first:
         first = args.first.split(",")
         cases.sort(key=lambda c: first.index(c["id"]) if c["id"] in first else len(first))
-    log = REPO / "tools/truth/measure.log"
-    pending = list(cases)
-    running: list[tuple[dict, subprocess.Popen, float, object]] = []
-    failures = []
-    while pending or running:
-        while pending and len(running) < args.jobs:
-            c = pending.pop(0)
-            out = tempfile.TemporaryFile("w+")
-            p = subprocess.Popen(
-                [sys.executable, __file__, "--worker", json.dumps(c)],
-                stdout=out, stderr=subprocess.STDOUT, text=True,
-            )
-            running.append((c, p, time.time(), out))
-        time.sleep(0.5)
-        for item in list(running):
-            c, p, t0, out = item
-            rc = p.poll()
-            dt = time.time() - t0
-            if rc is None and dt > args.timeout:
-                p.kill()
-                p.wait()
-                rc = "timeout"
-            if rc is None:
-                continue
-            running.remove(item)
-            out.seek(0)
-            text = out.read()
-            out.close()
-            res = None
-            for line in text.splitlines():
-                if line.startswith("RESULT "):
-                    res = json.loads(line[len("RESULT "):])
-            with open(log, "a") as lf:
-                if res is not None:
-                    secs = res.pop("_seconds")
-                    rows = read_existing()
-                    rows[res["id"]] = res
-                    write_rows(rows)
-                    msg = f"ok   {c['id']}: peak={res['measured']['peak_bytes']} phase={res['measured']['phase']} wall={dt:.1f}s tracked={secs}s"
-                else:
-                    tail = "\n".join(text.strip().splitlines()[-3:])
-                    msg = f"FAIL {c['id']} (rc={rc}, {dt:.1f}s): {tail}"
-                    failures.append(c["id"])
-                print(msg, flush=True)
-                lf.write(time.strftime("%H:%M:%S ") + msg + "\n")
+    failures = run_cases(Path(__file__), cases, args.jobs, args.timeout, OUT,
+                         lambda m: f"phase={m['phase']}", REPO / "tools/truth/measure.log")
     if failures:
         print(f"{len(failures)} failed: {failures}")
-
 
 if __name__ == "__main__":
     main()

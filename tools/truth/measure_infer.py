@@ -19,15 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import build_config, fast_mem_tracker_class, read_existing, write_rows  # noqa: E402  (torch imported lazily there)
+from measure import build_config, fast_mem_tracker_class, read_existing, run_cases  # noqa: E402  (torch imported lazily there)
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = REPO / "tools/truth/cases/infer.toml"
@@ -315,58 +313,13 @@ def main() -> None:
         first = args.first.split(",")
         cases.sort(key=lambda c: first.index(c["id"]) if c["id"] in first else len(first))
 
-    pending = list(cases)
-    running: list = []
-    failures = []
-    while pending or running:
-        while pending and len(running) < args.jobs:
-            c = pending.pop(0)
-            out = tempfile.TemporaryFile("w+")
-            p = subprocess.Popen(
-                [sys.executable, __file__, "--worker", json.dumps(c)],
-                stdout=out, stderr=subprocess.STDOUT, text=True,
-            )
-            running.append((c, p, time.time(), out))
-        time.sleep(0.5)
-        for item in list(running):
-            c, p, t0, out = item
-            rc = p.poll()
-            dt = time.time() - t0
-            if rc is None and dt > args.timeout:
-                p.kill()
-                p.wait()
-                rc = "timeout"
-            if rc is None:
-                continue
-            running.remove(item)
-            out.seek(0)
-            text = out.read()
-            out.close()
-            res = None
-            for line in text.splitlines():
-                if line.startswith("RESULT "):
-                    res = json.loads(line[len("RESULT "):])
-            if True:
-                if res is not None:
-                    secs = res.pop("_seconds")
-                    rows = read_existing(OUT)
-                    rows[res["id"]] = res
-                    write_rows(rows, OUT)
-                    m = res["measured"]
-                    msg = (f"ok   {c['id']}: peak={m['peak_bytes']} phase={m['phase']} "
-                           f"prefill_peak={m['prefill_peak_bytes']} final={m['final_bytes']} "
-                           f"wall={dt:.1f}s tracked={secs}s")
-                else:
-                    tail = "\n".join(text.strip().splitlines()[-3:])
-                    msg = f"FAIL {c['id']} (rc={rc}, {dt:.1f}s): {tail}"
-                    failures.append(c["id"])
-                print(time.strftime("%H:%M:%S ") + msg, flush=True)
-                if args.log:
-                    with open(args.log, "a") as lf:
-                        lf.write(time.strftime("%H:%M:%S ") + msg + "\n")
+    failures = run_cases(
+        Path(__file__), cases, args.jobs, args.timeout, OUT,
+        lambda m: f"phase={m['phase']} prefill_peak={m['prefill_peak_bytes']} final={m['final_bytes']}",
+        Path(args.log) if args.log else None,
+    )
     if failures:
         print(f"{len(failures)} failed: {failures}")
-
 
 if __name__ == "__main__":
     main()
