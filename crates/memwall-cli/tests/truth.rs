@@ -278,16 +278,13 @@ fn known_gaps() -> BTreeMap<String, String> {
         .map(|gaps| {
             gaps.iter()
                 .map(|g| {
-                    let id = g
-                        .get("id")
-                        .and_then(|x| x.as_str())
-                        .unwrap_or_default()
-                        .to_owned();
-                    let reason = g
-                        .get("reason")
-                        .and_then(|x| x.as_str())
-                        .unwrap_or_default()
-                        .to_owned();
+                    let field = |k: &str| {
+                        g.get(k)
+                            .and_then(|x| x.as_str())
+                            .unwrap_or_else(|| panic!("known_gaps.toml: a [[gap]] without `{k}`"))
+                            .to_owned()
+                    };
+                    let (id, reason) = (field("id"), field("reason"));
                     (id, reason)
                 })
                 .collect()
