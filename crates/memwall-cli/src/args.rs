@@ -4,6 +4,7 @@ use crate::model_source::{self, ModelSource};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use memwall_core::gpu::GpuSpec;
+use memwall_core::layout::{Layout, Offload, OffloadDevice, Schedule, Strategy};
 use memwall_core::memory::Kernels;
 use memwall_core::roofline::{MathDtype, RooflinePhase, RooflineWorkload};
 use memwall_core::workload::{AttentionImpl, Lora, Optimizer, Precision, TrainWorkload};
@@ -501,6 +502,99 @@ pub struct TrainArgs {
     /// Fraction of peak memory bandwidth assumed for the step-time estimate.
     #[arg(long, default_value_t = 0.8)]
     pub bandwidth_efficiency: f64,
+    /// GPUs in the cluster (reports every rank when > 1 or with --strategy).
+    #[arg(long, default_value_t = 1, help_heading = "Distributed")]
+    pub gpus: u64,
+    /// GPUs per node (host memory per node; HSDP shards within a node).
+    #[arg(long, default_value_t = 8, help_heading = "Distributed")]
+    pub gpus_per_node: u64,
+    /// Data-parallel sharding strategy (default ddp when --gpus > 1).
+    #[arg(long, value_enum, help_heading = "Distributed")]
+    pub strategy: Option<StrategyArg>,
+    /// Tensor-parallel degree (Megatron-LM).
+    #[arg(long, default_value_t = 1, help_heading = "Distributed")]
+    pub tp: u64,
+    /// Megatron sequence parallelism (with --tp > 1).
+    #[arg(long, help_heading = "Distributed")]
+    pub sequence_parallel: bool,
+    /// Pipeline-parallel degree (Megatron-LM).
+    #[arg(long, default_value_t = 1, help_heading = "Distributed")]
+    pub pp: u64,
+    /// Pipeline schedule.
+    #[arg(long, value_enum, default_value = "1f1b", help_heading = "Distributed")]
+    pub schedule: ScheduleArg,
+    /// Virtual stages per pipeline rank (--schedule interleaved).
+    #[arg(long, default_value_t = 1, help_heading = "Distributed")]
+    pub virtual_stages: u64,
+    /// Context-parallel degree (Megatron-LM).
+    #[arg(long, default_value_t = 1, help_heading = "Distributed")]
+    pub cp: u64,
+    /// Expert-parallel degree (Megatron-LM, MoE models).
+    #[arg(long, default_value_t = 1, help_heading = "Distributed")]
+    pub ep: u64,
+    /// Offload to host memory.
+    #[arg(long, value_enum, default_value = "none", help_heading = "Distributed")]
+    pub offload: OffloadArg,
+    /// Where offloaded bytes go.
+    #[arg(long, value_enum, default_value = "cpu", help_heading = "Distributed")]
+    pub offload_device: OffloadDeviceArg,
+    /// Global batch in sequences (= micro-batch × grad-accum × data-parallel ranks); checked,
+    /// or used to derive --grad-accum when that is left at 1.
+    #[arg(long, help_heading = "Distributed")]
+    pub global_batch: Option<u64>,
+}
+
+/// `--strategy`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum StrategyArg {
+    /// PyTorch DDP.
+    Ddp,
+    /// DeepSpeed ZeRO-1 (Megatron's distributed optimizer with --tp/--pp).
+    Zero1,
+    /// DeepSpeed ZeRO-2.
+    Zero2,
+    /// DeepSpeed ZeRO-3.
+    Zero3,
+    /// PyTorch FSDP2, reshard after forward.
+    FsdpFull,
+    /// PyTorch FSDP2, no reshard after forward.
+    FsdpGradOp,
+    /// PyTorch FSDP2 on a (nodes, gpus-per-node) mesh.
+    Hsdp,
+}
+
+/// `--schedule`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ScheduleArg {
+    /// 1F1B.
+    #[value(name = "1f1b")]
+    OneFOneB,
+    /// Interleaved 1F1B.
+    Interleaved,
+    /// GPipe.
+    Gpipe,
+}
+
+/// `--offload`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum OffloadArg {
+    /// Nothing.
+    None,
+    /// Optimizer states + master weights.
+    Optimizer,
+    /// Parameters (ZeRO-3).
+    Params,
+    /// Both.
+    Both,
+}
+
+/// `--offload-device`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum OffloadDeviceArg {
+    /// Pinned host memory.
+    Cpu,
+    /// NVMe (ZeRO-Infinity).
+    Nvme,
 }
 
 /// Fully resolved `train` settings.
@@ -518,6 +612,8 @@ pub struct TrainSettings {
     pub kernels: Kernels,
     /// Efficiencies for the step-time estimate: (FLOPs, bandwidth).
     pub efficiency: (f64, f64),
+    /// The cluster layout, when the job is distributed.
+    pub layout: Option<Layout>,
 }
 
 impl TrainSettings {
@@ -541,6 +637,19 @@ impl TrainSettings {
             cpu_kernels,
             mfu,
             bandwidth_efficiency,
+            gpus,
+            gpus_per_node,
+            strategy,
+            tp,
+            sequence_parallel,
+            pp,
+            schedule,
+            virtual_stages,
+            cp,
+            ep,
+            offload,
+            offload_device,
+            global_batch,
         } = a;
         for (flag, v) in [
             ("--mfu", mfu),
@@ -616,6 +725,70 @@ impl TrainSettings {
             grad_accum,
             dropout: !no_dropout,
         };
+        let distributed = gpus > 1
+            || strategy.is_some()
+            || tp > 1
+            || pp > 1
+            || cp > 1
+            || ep > 1
+            || !matches!(offload, OffloadArg::None);
+        let layout = if distributed {
+            let l = Layout {
+                gpus,
+                gpus_per_node,
+                strategy: match strategy.unwrap_or(StrategyArg::Ddp) {
+                    StrategyArg::Ddp => Strategy::Ddp,
+                    StrategyArg::Zero1 => Strategy::Zero1,
+                    StrategyArg::Zero2 => Strategy::Zero2,
+                    StrategyArg::Zero3 => Strategy::Zero3,
+                    StrategyArg::FsdpFull => Strategy::FsdpFull,
+                    StrategyArg::FsdpGradOp => Strategy::FsdpGradOp,
+                    StrategyArg::Hsdp => Strategy::Hsdp,
+                },
+                tp,
+                sequence_parallel,
+                pp,
+                schedule: match schedule {
+                    ScheduleArg::OneFOneB => Schedule::OneFOneB,
+                    ScheduleArg::Interleaved => Schedule::Interleaved,
+                    ScheduleArg::Gpipe => Schedule::Gpipe,
+                },
+                virtual_stages,
+                cp,
+                ep,
+                offload: match offload {
+                    OffloadArg::None => Offload::None,
+                    OffloadArg::Optimizer => Offload::Optimizer,
+                    OffloadArg::Params => Offload::Params,
+                    OffloadArg::Both => Offload::Both,
+                },
+                offload_device: match offload_device {
+                    OffloadDeviceArg::Cpu => OffloadDevice::Cpu,
+                    OffloadDeviceArg::Nvme => OffloadDevice::Nvme,
+                },
+            };
+            l.validate().context("invalid cluster layout")?;
+            Some(l)
+        } else {
+            if global_batch.is_some() {
+                bail!("--global-batch needs a cluster (--gpus N)");
+            }
+            None
+        };
+        let mut workload = workload;
+        if let (Some(g), Some(l)) = (global_batch, &layout) {
+            let per_step = batch.saturating_mul(l.dp());
+            if grad_accum == 1 && g % per_step == 0 && g >= per_step {
+                workload.grad_accum = g / per_step;
+            } else if g != per_step.saturating_mul(grad_accum) {
+                bail!(
+                    "--global-batch {g} ≠ micro-batch {batch} × grad-accum {grad_accum} × data-parallel ranks {} = {}\n\
+                     hint: the global batch must be a multiple of micro-batch × dp = {per_step}",
+                    l.dp(),
+                    per_step.saturating_mul(grad_accum)
+                );
+            }
+        }
         workload.validate().context("invalid training settings")?;
         let kernels = if cpu_kernels {
             Kernels::Cpu
@@ -629,6 +802,7 @@ impl TrainSettings {
             json,
             kernels,
             efficiency: (mfu, bandwidth_efficiency),
+            layout,
         })
     }
 }

@@ -4,6 +4,7 @@ use crate::args::TrainSettings;
 use crate::model_source::ModelSource;
 use anyhow::{Context, Result};
 use memwall_core::gpu::CUDA_CONTEXT_BYTES;
+use memwall_core::layout::Layout;
 use memwall_core::memory::{self, Category, Phase};
 use memwall_core::roofline::{self, Bound};
 use memwall_core::workload::TrainWorkload;
@@ -70,6 +71,78 @@ pub struct TrainReport {
     pub gpu: GpuFit,
     /// Step time on this GPU from the roofline (`memwall roofline` shows the per-op table).
     pub speed: Speed,
+    /// The cluster, when distributed: per-rank-group breakdowns, buffers, host memory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub distributed: Option<DistReport>,
+    /// Every rank's peak (distributed only); the top-level `peak_bytes` is the worst of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<Vec<RankRow>>,
+}
+
+/// One rank of a distributed job.
+#[derive(Debug, Serialize)]
+pub struct RankRow {
+    /// Global rank.
+    pub rank: u64,
+    /// Peak bytes of PyTorch's allocator on this rank.
+    pub peak_bytes: u64,
+    /// Host bytes this rank pins for offload.
+    pub host_bytes: u64,
+    /// Index into `distributed.groups`.
+    pub group: usize,
+}
+
+/// A group of identical ranks.
+#[derive(Debug, Serialize)]
+pub struct GroupRow {
+    /// Which ranks.
+    pub label: String,
+    /// How many.
+    pub count: usize,
+    /// Peak per rank.
+    pub peak_bytes: u64,
+    /// Phase of the peak.
+    pub phase: Phase,
+    /// Breakdown at the peak.
+    pub at_peak: serde_json::Map<String, serde_json::Value>,
+    /// Host bytes per rank.
+    pub host_bytes: u64,
+    /// peak + CUDA context + cuBLAS workspace fits the GPU.
+    pub fits: bool,
+}
+
+/// A layout that fits when the asked one does not.
+#[derive(Debug, Serialize)]
+pub struct Alternative {
+    /// What to change, as flags.
+    pub flags: String,
+    /// The worst rank's peak with that change.
+    pub peak_bytes: u64,
+    /// Host bytes per node it needs.
+    pub host_bytes_per_node: u64,
+}
+
+/// The distributed part of a train report.
+#[derive(Debug, Serialize)]
+pub struct DistReport {
+    /// The layout as resolved.
+    pub layout: memwall_core::layout::Layout,
+    /// Data-parallel degree.
+    pub dp: u64,
+    /// Sequences per optimizer step.
+    pub global_batch: u64,
+    /// Rank groups; `worst` indexes the worst.
+    pub groups: Vec<GroupRow>,
+    /// Index of the worst group.
+    pub worst: usize,
+    /// Host memory per node for offload.
+    pub host_bytes_per_node: u64,
+    /// NVMe bytes per rank (ZeRO-Infinity).
+    pub nvme_bytes_per_rank: u64,
+    /// Communication buffers of one rank, named.
+    pub comm_buffers: Vec<memory::CommBuffer>,
+    /// When the worst rank does not fit: the cheapest changes that do, cheapest first.
+    pub fits_with: Vec<Alternative>,
 }
 
 /// Step-time estimate of a training step.
@@ -131,11 +204,176 @@ fn category_name(c: Category) -> &'static str {
         Category::LossBuffers => "logits_and_loss",
         Category::Temporaries => "backward_temporaries",
         Category::OptimizerTemporaries => "optimizer_temporaries",
+        Category::CommBuffers => "communication_buffers",
     }
+}
+
+fn breakdown(at_peak: &[(Category, u64)]) -> serde_json::Map<String, serde_json::Value> {
+    at_peak
+        .iter()
+        .map(|(c, b)| (category_name(*c).to_owned(), serde_json::Value::from(*b)))
+        .collect()
+}
+
+fn gpu_fit(g: &memwall_core::gpu::GpuSpec, peak: u64) -> GpuFit {
+    let cublas = g.cublas_workspace_bytes();
+    let required = peak
+        .saturating_add(CUDA_CONTEXT_BYTES)
+        .saturating_add(cublas);
+    GpuFit {
+        id: g.id.clone(),
+        name: g.name.clone(),
+        memory_bytes: g.memory_bytes,
+        cuda_context_bytes: CUDA_CONTEXT_BYTES,
+        cublas_workspace_bytes: cublas,
+        required_bytes: required,
+        fits: required <= g.memory_bytes,
+        headroom_bytes: i128::from(g.memory_bytes) - i128::from(required),
+    }
+}
+
+/// Candidate fixes, cheapest first: sharding deeper, then recomputation, then offload.
+fn alternatives(s: &TrainSettings, layout: &Layout) -> Vec<Alternative> {
+    use memwall_core::layout::{Offload, Strategy};
+    let mut out = Vec::new();
+    let strategies: &[Strategy] = if layout.model_parallel() {
+        &[Strategy::Zero1]
+    } else {
+        &[
+            Strategy::Zero1,
+            Strategy::Zero2,
+            Strategy::FsdpGradOp,
+            Strategy::FsdpFull,
+            Strategy::Zero3,
+        ]
+    };
+    let mut candidates: Vec<(Layout, bool, String)> = Vec::new();
+    for ckpt in [false, true] {
+        for &st in strategies {
+            for off in [Offload::None, Offload::Optimizer, Offload::Both] {
+                if off == Offload::Both && st != Strategy::Zero3 && !st.is_fsdp() {
+                    continue;
+                }
+                if off == Offload::Optimizer && st.is_fsdp() {
+                    continue;
+                }
+                let mut l = layout.clone();
+                l.strategy = st;
+                l.offload = off;
+                if l.validate().is_err() {
+                    continue;
+                }
+                let mut flags = format!("--strategy {}", st.name());
+                if ckpt {
+                    flags.push_str(" --checkpointing");
+                }
+                if off != Offload::None {
+                    flags.push_str(match off {
+                        Offload::Optimizer => " --offload optimizer",
+                        _ => " --offload both",
+                    });
+                }
+                candidates.push((l, ckpt, flags));
+            }
+        }
+    }
+    for (l, ckpt, flags) in candidates {
+        if l == *layout && ckpt == s.workload.checkpointing {
+            continue;
+        }
+        let mut w = s.workload.clone();
+        w.checkpointing = w.checkpointing || ckpt;
+        let Ok(e) = memory::simulate_train_dist(&s.model.desc, &w, &l, s.kernels) else {
+            continue;
+        };
+        if gpu_fit(s.gpu, e.peak_bytes).fits {
+            out.push(Alternative {
+                flags,
+                peak_bytes: e.peak_bytes,
+                host_bytes_per_node: e.host_bytes_per_node,
+            });
+            if out.len() >= 3 {
+                break;
+            }
+        }
+    }
+    out
+}
+
+fn dist_report(s: &TrainSettings, layout: &Layout) -> Result<TrainReport> {
+    let e = memory::simulate_train_dist(&s.model.desc, &s.workload, layout, s.kernels)
+        .context("cannot simulate this distributed step")?;
+    let worst = &e.groups[e.worst];
+    let fit = gpu_fit(s.gpu, e.peak_bytes);
+    let mut ranks: Vec<RankRow> = Vec::new();
+    for (gi, g) in e.groups.iter().enumerate() {
+        for &r in &g.ranks {
+            ranks.push(RankRow {
+                rank: r,
+                peak_bytes: g.peak_bytes,
+                host_bytes: g.host_bytes,
+                group: gi,
+            });
+        }
+    }
+    ranks.sort_by_key(|r| r.rank);
+    let groups = e
+        .groups
+        .iter()
+        .map(|g| GroupRow {
+            label: g.label.clone(),
+            count: g.ranks.len(),
+            peak_bytes: g.peak_bytes,
+            phase: g.phase,
+            at_peak: breakdown(&g.at_peak),
+            host_bytes: g.host_bytes,
+            fits: gpu_fit(s.gpu, g.peak_bytes).fits,
+        })
+        .collect();
+    let fits_with = if fit.fits {
+        Vec::new()
+    } else {
+        alternatives(s, layout)
+    };
+    let trainable = s.model.counts.total;
+    Ok(TrainReport {
+        model: info(
+            &s.model,
+            if s.workload.lora.is_some() {
+                memory::simulate_train(&s.model.desc, &s.workload, s.kernels)
+                    .map(|x| x.params_trainable)
+                    .unwrap_or(trainable)
+            } else {
+                trainable
+            },
+        ),
+        workload: s.workload.clone(),
+        runtime_profile: e.profile,
+        peak_bytes: e.peak_bytes,
+        phase: worst.phase,
+        at_peak: breakdown(&worst.at_peak),
+        gpu: fit,
+        speed: train_speed(s)?,
+        distributed: Some(DistReport {
+            layout: layout.clone(),
+            dp: e.dp,
+            global_batch: e.global_batch,
+            groups,
+            worst: e.worst,
+            host_bytes_per_node: e.host_bytes_per_node,
+            nvme_bytes_per_rank: e.nvme_bytes_per_rank,
+            comm_buffers: e.comm_buffers,
+            fits_with,
+        }),
+        ranks: Some(ranks),
+    })
 }
 
 /// Runs the simulation for `s`.
 pub fn train_report(s: &TrainSettings) -> Result<TrainReport> {
+    if let Some(layout) = &s.layout {
+        return dist_report(s, layout);
+    }
     let est = memory::simulate_train(&s.model.desc, &s.workload, s.kernels)
         .context("cannot simulate this step")?;
     let at_peak = est
@@ -167,6 +405,8 @@ pub fn train_report(s: &TrainSettings) -> Result<TrainReport> {
             headroom_bytes: i128::from(g.memory_bytes) - i128::from(required),
         },
         speed: train_speed(s)?,
+        distributed: None,
+        ranks: None,
     })
 }
 
@@ -240,9 +480,17 @@ pub fn print_train(r: &TrainReport, json: bool) -> Result<()> {
         }
     );
     println!();
+    if let Some(d) = &r.distributed {
+        print_dist(d, r.runtime_profile);
+    }
     println!(
-        "peak {} during the {} (runtime profile: {})",
+        "peak {}{} during the {} (runtime profile: {})",
         Bytes(r.peak_bytes),
+        if r.distributed.is_some() {
+            " on the worst rank"
+        } else {
+            ""
+        },
         phase_name(r.phase),
         r.runtime_profile
     );
@@ -297,6 +545,101 @@ pub fn print_train(r: &TrainReport, json: bool) -> Result<()> {
         verdict
     );
     Ok(())
+}
+
+fn print_dist(d: &DistReport, profile: &str) {
+    let l = &d.layout;
+    let mut parts = vec![format!(
+        "{} GPUs ({} per node) · {} · dp {}",
+        l.gpus,
+        l.gpus_per_node,
+        l.strategy.name(),
+        d.dp
+    )];
+    if l.tp > 1 {
+        parts.push(format!(
+            "tp {}{}",
+            l.tp,
+            if l.sequence_parallel { " + sp" } else { "" }
+        ));
+    }
+    if l.pp > 1 {
+        parts.push(format!(
+            "pp {} ({}{})",
+            l.pp,
+            serde_json::to_value(l.schedule)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            if l.virtual_stages > 1 {
+                format!(", {} virtual stages", l.virtual_stages)
+            } else {
+                String::new()
+            }
+        ));
+    }
+    if l.cp > 1 {
+        parts.push(format!("cp {}", l.cp));
+    }
+    if l.ep > 1 {
+        parts.push(format!("ep {}", l.ep));
+    }
+    println!(
+        "cluster: {} · global batch {} · profile {profile}",
+        parts.join(" · "),
+        d.global_batch
+    );
+    println!(
+        "  {:<28}{:>12}  {:>10}  {:<10}  fits",
+        "ranks", "peak", "host", "phase"
+    );
+    for (i, g) in d.groups.iter().enumerate() {
+        println!(
+            "{} {:<28}{:>12}  {:>10}  {:<10}  {}",
+            if i == d.worst { "▶" } else { " " },
+            g.label,
+            Bytes(g.peak_bytes).to_string(),
+            Bytes(g.host_bytes).to_string(),
+            phase_name(g.phase).split(' ').next().unwrap_or(""),
+            if g.fits { "yes" } else { "NO" }
+        );
+    }
+    if !d.comm_buffers.is_empty() {
+        println!("communication buffers (per rank, inside the peak's accounting):");
+        for b in &d.comm_buffers {
+            println!("  {:>12}  {}", Bytes(b.bytes).to_string(), b.name);
+        }
+    }
+    if d.host_bytes_per_node > 0 {
+        println!(
+            "host memory for offload: {} per node{}",
+            Bytes(d.host_bytes_per_node),
+            if d.nvme_bytes_per_rank > 0 {
+                format!(
+                    " (swap buffers) + {} NVMe per rank",
+                    Bytes(d.nvme_bytes_per_rank)
+                )
+            } else {
+                " (pinned)".to_string()
+            }
+        );
+    }
+    if !d.fits_with.is_empty() {
+        println!("fits with:");
+        for a in &d.fits_with {
+            println!(
+                "  {:<48} worst rank {}{}",
+                a.flags,
+                Bytes(a.peak_bytes),
+                if a.host_bytes_per_node > 0 {
+                    format!(", host {} per node", Bytes(a.host_bytes_per_node))
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+    println!();
 }
 
 #[derive(Debug, Serialize)]

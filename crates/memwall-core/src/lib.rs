@@ -6,6 +6,7 @@
 pub mod dtype;
 pub mod error;
 pub mod gpu;
+pub mod layout;
 pub mod memory;
 pub mod model;
 pub mod quant;

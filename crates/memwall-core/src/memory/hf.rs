@@ -5,7 +5,9 @@
 //! What a helper allocates and what autograd saves was read from those sources and checked
 //! against allocation traces of the truth harness (`tools/truth/`).
 
-use super::timeline::{Category, Ids, Node, Phase, TensorId, Timeline};
+use super::timeline::{Category, Ids, Marker, Node, Phase, TensorId, Timeline};
+mod shard;
+
 use crate::model::{
     Activation, Attention, AttentionKind, DenseMlp, LayerSpec, LinearRole, Mlp, ModelDesc, Norm,
     NormKind, QkNormScope, Residual,
@@ -104,6 +106,15 @@ pub(crate) struct Builder<'a> {
     pub(crate) wformat: crate::workload::WeightFormat,
     /// inference: MoE decode uses `batched_mm` experts
     pub(crate) moe_decode_batched: bool,
+    /// data-parallel sharding simulated on this rank (FSDP2 / DeepSpeed ZeRO / DDP)
+    pub(crate) shard: Option<super::dist_types::ShardSim>,
+    /// the sharding state of each unit (0 = root, 1 + i = decoder layer i)
+    pub(crate) units: Vec<super::dist_types::Unit>,
+    cur_unit: usize,
+    /// FSDP2: the unit whose all-gather was issued ahead (backward prefetch), with its buffer
+    prefetched: Option<(usize, TensorId)>,
+    /// FSDP2: the reduce-scatter input kept alive until the next unit's post-backward
+    rs_in_flight: Option<TensorId>,
     /// bytes of every trainable parameter's state dtype
     pub(crate) param_count: u128,
     pub(crate) trainable_count: u128,
@@ -184,6 +195,11 @@ impl<'a> Builder<'a> {
             kv_size: None,
             wformat: crate::workload::WeightFormat::Bf16,
             moe_decode_batched: true,
+            shard: None,
+            units: Vec::new(),
+            cur_unit: 0,
+            prefetched: None,
+            rs_in_flight: None,
             param_count: 0,
             trainable_count: 0,
         }
@@ -205,6 +221,17 @@ impl<'a> Builder<'a> {
             rows,
             cols,
         };
+        // dim 0 of the tensor, the dimension FSDP2 and ZeRO-3 shard (vectors: numel; matrices
+        // [rows, cols]; stacked experts [E, rows, cols])
+        let lead = numel / (rows * cols).max(1);
+        let dim0 = if rows == 0 {
+            numel
+        } else if lead > 1 {
+            lead
+        } else {
+            rows
+        };
+        self.note_unit_param(id, numel, dim0, trainable);
         self.param_count += numel;
         if trainable {
             self.trainable.push(p);
@@ -215,6 +242,7 @@ impl<'a> Builder<'a> {
 
     fn new_adapter(&mut self, numel: u128, rows: u128, cols: u128) -> P {
         let id = self.t.param(numel * self.adapter_size, true);
+        self.note_unit_param(id, numel, rows.max(1), true);
         let p = P {
             id,
             numel,
@@ -419,10 +447,12 @@ impl<'a> Builder<'a> {
             let pout = self.new_linear(None, h, dim, false);
             self.projections = Some((pin, pout));
         }
-        for layer in &m.layers {
+        for (i, layer) in m.layers.iter().enumerate() {
+            self.cur_unit = i + 1;
             let lp = self.layer_params(layer);
             self.layers.push(lp);
         }
+        self.cur_unit = 0;
         self.final_norm = m.head.final_norm.as_ref().map(|n| self.new_norm(n));
         if !m.head.tied {
             self.lm_head = Some(self.new_matrix(v * dim, v, dim, true));
@@ -575,7 +605,7 @@ impl<'a> Builder<'a> {
                 params: Ids::of(params),
                 outputs: Ids::of(&[y]),
                 backward_temps: temps.iter().sum(),
-                recompute: None,
+                ..Node::default()
             });
         }
         y
@@ -2107,6 +2137,7 @@ impl<'a> Builder<'a> {
         let rows = self.tokens;
         let ckpt = self.w.checkpointing;
         self.t.set_phase(Phase::Forward);
+        self.unit_pre_forward(0);
         let (mut x, xs) = self.embeddings();
         // rotary cos/sin tables, [B, S, rotary_dim] in the compute dtype (fp32 under autocast)
         if let Some(l) = self.model.layers.first() {
@@ -2128,6 +2159,8 @@ impl<'a> Builder<'a> {
         let mut xsize = xs;
         let mask = self.causal_mask(self.seq, self.seq);
         for i in 0..self.model.layers.len() {
+            self.mark(Marker::PostBackward(i + 1));
+            self.unit_pre_forward(i + 1);
             let y = if ckpt {
                 self.t.recording = false;
                 let y = self.layer(i, x, xsize, true);
@@ -2149,6 +2182,8 @@ impl<'a> Builder<'a> {
             } else {
                 self.layer(i, x, xsize, false)
             };
+            self.unit_post_forward(i + 1);
+            self.mark(Marker::PreBackward(i + 1));
             self.drop_(x);
             x = y;
             xsize = if self.amp { 4 } else { xsize };
@@ -2208,12 +2243,18 @@ impl<'a> Builder<'a> {
         }
         self.t.set_phase(Phase::Backward);
         self.t.seed_grad(loss);
+        self.unit_pre_backward(0);
         self.backward();
+        self.finish_backward();
         self.drop_(loss);
     }
 
     fn backward(&mut self) {
         while let Some(node) = self.t.tape.pop() {
+            if let Some(m) = node.marker {
+                self.on_marker(m);
+                continue;
+            }
             if let Some(i) = node.recompute {
                 // non-reentrant checkpoint: the first unpack re-runs the layer's forward with
                 // saving on (torch/utils/checkpoint.py `_checkpoint_hook`), then backward goes on.
@@ -2241,6 +2282,10 @@ impl<'a> Builder<'a> {
 
     fn optimizer_step(&mut self) {
         self.t.set_phase(Phase::Optimizer);
+        if let Some(temps) = self.sharded_optimizer_temps() {
+            self.t.transient(temps, Category::OptimizerTemporaries);
+            return;
+        }
         let sizes: Vec<u128> = self.trainable.iter().map(|p| self.t.bytes(p.id)).collect();
         let total: u128 = sizes.iter().sum();
         let largest = sizes.iter().copied().max().unwrap_or(0);
@@ -2270,6 +2315,12 @@ impl<'a> Builder<'a> {
 
     /// Optimizer states that exist from the second step on.
     fn optimizer_states(&mut self) {
+        if let Some(bytes) = self.sharded_optimizer_states() {
+            if bytes > 0 {
+                self.t.alloc(bytes, Category::OptimizerStates, false);
+            }
+            return;
+        }
         let mut bytes: u128 = 0;
         for p in &self.trainable {
             let b = self.t.bytes(p.id);
@@ -2503,6 +2554,7 @@ impl<'a> Builder<'a> {
 
     pub(crate) fn run(&mut self) {
         self.build_params();
+        self.shard_setup();
         self.optimizer_states();
         self.t.reset_peak();
         let micro = self.w.grad_accum.min(2);
@@ -2511,6 +2563,7 @@ impl<'a> Builder<'a> {
         }
         self.optimizer_step();
         self.t.zero_grad();
+        self.shard_zero_grad();
     }
 }
 

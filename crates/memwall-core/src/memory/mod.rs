@@ -3,10 +3,14 @@
 //! The peak is the maximum of live bytes over the timeline, and the breakdown is taken at that
 //! instant — never a sum of per-component maxima.
 
+pub mod dist;
+mod dist_types;
 mod hf;
+mod megatron;
 pub mod timeline;
 
 pub use crate::workload::InferWorkload;
+pub use dist::{simulate_train_dist, CommBuffer, DistEstimate, RankGroup};
 pub use hf::Kernels;
 pub use timeline::{Category, Phase};
 

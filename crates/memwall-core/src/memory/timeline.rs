@@ -30,11 +30,14 @@ pub enum Category {
     Temporaries,
     /// Temporaries of the optimizer step (e.g. foreach AdamW's `exp_avg_sq.sqrt()` list).
     OptimizerTemporaries,
+    /// Communication buffers of data parallelism (FSDP all-gather / reduce-scatter buffers,
+    /// DDP and DeepSpeed gradient buckets).
+    CommBuffers,
 }
 
 impl Category {
     /// All categories in report order.
-    pub const ALL: [Category; 8] = [
+    pub const ALL: [Category; 9] = [
         Category::Weights,
         Category::Buffers,
         Category::Gradients,
@@ -43,6 +46,7 @@ impl Category {
         Category::LossBuffers,
         Category::Temporaries,
         Category::OptimizerTemporaries,
+        Category::CommBuffers,
     ];
 
     fn index(self) -> usize {
@@ -137,6 +141,17 @@ pub struct Node {
     pub backward_temps: u128,
     /// When set, this node stands for a checkpointed segment to recompute first.
     pub recompute: Option<usize>,
+    /// When set, this is not an op but a data-parallel hook point (FSDP/ZeRO unit boundary).
+    pub marker: Option<Marker>,
+}
+
+/// A hook point on the tape: backward reaches it like an op and the simulator runs the hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Marker {
+    /// Recorded where a unit's forward ends: its backward starts here (FSDP `pre_backward`).
+    PreBackward(usize),
+    /// Recorded where a unit's forward starts: its backward is done here (FSDP `post_backward`).
+    PostBackward(usize),
 }
 
 /// The live-bytes timeline with its peak.
@@ -144,9 +159,9 @@ pub struct Node {
 pub struct Timeline {
     tensors: Vec<TensorRec>,
     live: u128,
-    by_category: [u128; 8],
+    by_category: [u128; 9],
     peak: u128,
-    peak_by_category: [u128; 8],
+    peak_by_category: [u128; 9],
     peak_phase: Phase,
     phase: Phase,
     /// The autograd tape.
@@ -170,9 +185,9 @@ impl Timeline {
         Timeline {
             tensors: Vec::with_capacity(4096),
             live: 0,
-            by_category: [0; 8],
+            by_category: [0; 9],
             peak: 0,
-            peak_by_category: [0; 8],
+            peak_by_category: [0; 9],
             peak_phase: Phase::Forward,
             phase: Phase::Forward,
             tape: Vec::with_capacity(2048),
@@ -234,6 +249,34 @@ impl Timeline {
             pending: None,
         });
         id
+    }
+
+    /// Frees a parameter's storage while keeping its identity (FSDP/ZeRO-3 reshard).
+    pub fn evict_param(&mut self, id: TensorId) {
+        if self.tensors[id].live {
+            self.tensors[id].live = false;
+            let (b, c) = (self.tensors[id].bytes, self.tensors[id].category);
+            self.sub_live(b, c);
+        }
+    }
+
+    /// Re-materialises an evicted parameter (FSDP/ZeRO-3 all-gather copy-out).
+    pub fn restore_param(&mut self, id: TensorId) {
+        if !self.tensors[id].live {
+            self.tensors[id].live = true;
+            let (b, c) = (self.tensors[id].bytes, self.tensors[id].category);
+            self.add_live(b, c);
+        }
+    }
+
+    /// Whether a tensor's storage is allocated.
+    pub fn is_live(&self, id: TensorId) -> bool {
+        self.tensors[id].live
+    }
+
+    /// Takes a parameter's `.grad` away (the caller now owns its reference).
+    pub fn take_param_grad(&mut self, p: TensorId) -> Option<TensorId> {
+        self.tensors[p].param.as_mut().and_then(|s| s.grad.take())
     }
 
     /// Changes the stored size of a parameter (quantised storage); it must be live.
@@ -443,7 +486,7 @@ impl Timeline {
     }
 
     /// Breakdown at the peak, in [`Category::ALL`] order.
-    pub fn peak_breakdown(&self) -> [u128; 8] {
+    pub fn peak_breakdown(&self) -> [u128; 9] {
         self.peak_by_category
     }
 

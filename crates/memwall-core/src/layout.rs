@@ -1,0 +1,350 @@
+//! How a training job is laid out over GPUs: data-parallel sharding strategy, tensor / sequence /
+//! pipeline / context / expert parallelism and offload — validated into a [`Layout`].
+//!
+//! The degrees multiply as in Megatron-LM (`megatron/core/parallel_state.py`,
+//! `initialize_model_parallel`): `gpus = dp · tp · pp · cp`, and expert parallelism splits the
+//! data-parallel (× context-parallel) ranks of the MoE layers, so `ep` must divide `dp · cp`.
+
+use crate::error::CoreError;
+use serde::Serialize;
+
+/// Data-parallel sharding strategy (what each data-parallel rank keeps of the model states).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// PyTorch `DistributedDataParallel`: full replica plus gradient buckets.
+    Ddp,
+    /// DeepSpeed ZeRO stage 1: optimizer states (and fp32 master weights) partitioned.
+    Zero1,
+    /// DeepSpeed ZeRO stage 2: + gradients partitioned.
+    Zero2,
+    /// DeepSpeed ZeRO stage 3: + parameters partitioned, gathered per module.
+    Zero3,
+    /// PyTorch FSDP2 `fully_shard(reshard_after_forward=True)` (FULL_SHARD).
+    FsdpFull,
+    /// PyTorch FSDP2 `fully_shard(reshard_after_forward=False)` (SHARD_GRAD_OP).
+    FsdpGradOp,
+    /// PyTorch FSDP2 on a 2-D mesh (replicate across nodes, shard within a node).
+    Hsdp,
+}
+
+impl Strategy {
+    /// All strategies with their CLI names.
+    pub const ALL: [(Strategy, &'static str); 7] = [
+        (Strategy::Ddp, "ddp"),
+        (Strategy::Zero1, "zero1"),
+        (Strategy::Zero2, "zero2"),
+        (Strategy::Zero3, "zero3"),
+        (Strategy::FsdpFull, "fsdp-full"),
+        (Strategy::FsdpGradOp, "fsdp-grad-op"),
+        (Strategy::Hsdp, "hsdp"),
+    ];
+
+    /// The CLI name.
+    pub fn name(self) -> &'static str {
+        Strategy::ALL
+            .iter()
+            .find(|(s, _)| *s == self)
+            .map_or("?", |(_, n)| n)
+    }
+
+    /// Whether the strategy is one of PyTorch FSDP2's.
+    pub fn is_fsdp(self) -> bool {
+        matches!(
+            self,
+            Strategy::FsdpFull | Strategy::FsdpGradOp | Strategy::Hsdp
+        )
+    }
+}
+
+/// Pipeline schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Schedule {
+    /// One-forward-one-backward (PipeDream-flush), Megatron's default.
+    #[serde(rename = "1f1b")]
+    OneFOneB,
+    /// Megatron's interleaved 1F1B with virtual stages.
+    Interleaved,
+    /// GPipe: all forwards, then all backwards.
+    Gpipe,
+}
+
+/// What is offloaded to host memory (or NVMe).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Offload {
+    /// Nothing.
+    None,
+    /// Optimizer states and fp32 master weights (DeepSpeed `offload_optimizer`; FSDP2
+    /// `CPUOffloadPolicy` always moves parameters too).
+    Optimizer,
+    /// Parameters (DeepSpeed ZeRO-3 `offload_param`).
+    Params,
+    /// Both.
+    Both,
+}
+
+/// Where offloaded bytes go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OffloadDevice {
+    /// Pinned host memory.
+    Cpu,
+    /// NVMe (DeepSpeed ZeRO-Infinity): host memory holds only the swap buffers.
+    Nvme,
+}
+
+/// A validated layout of one training job over a cluster.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Layout {
+    /// Total GPUs.
+    pub gpus: u64,
+    /// GPUs per node (for host memory per node and HSDP's shard group).
+    pub gpus_per_node: u64,
+    /// Data-parallel sharding strategy.
+    pub strategy: Strategy,
+    /// Tensor-parallel degree.
+    pub tp: u64,
+    /// Megatron sequence parallelism (needs `tp > 1` to matter).
+    pub sequence_parallel: bool,
+    /// Pipeline-parallel degree.
+    pub pp: u64,
+    /// Pipeline schedule.
+    pub schedule: Schedule,
+    /// Virtual stages per pipeline rank (interleaved schedule).
+    pub virtual_stages: u64,
+    /// Context-parallel degree (sequence split across ranks in attention).
+    pub cp: u64,
+    /// Expert-parallel degree.
+    pub ep: u64,
+    /// Offload.
+    pub offload: Offload,
+    /// Offload target.
+    pub offload_device: OffloadDevice,
+}
+
+/// Largest accepted cluster.
+pub const MAX_GPUS: u64 = 1 << 20;
+
+impl Layout {
+    /// One GPU, nothing sharded.
+    pub fn single() -> Self {
+        Layout {
+            gpus: 1,
+            gpus_per_node: 1,
+            strategy: Strategy::Ddp,
+            tp: 1,
+            sequence_parallel: false,
+            pp: 1,
+            schedule: Schedule::OneFOneB,
+            virtual_stages: 1,
+            cp: 1,
+            ep: 1,
+            offload: Offload::None,
+            offload_device: OffloadDevice::Cpu,
+        }
+    }
+
+    /// Data-parallel degree: `gpus / (tp · pp · cp)`.
+    pub fn dp(&self) -> u64 {
+        self.gpus / (self.tp * self.pp * self.cp).max(1)
+    }
+
+    /// Whether the layout needs Megatron's model-parallel runtime (TP, PP, CP or EP > 1).
+    pub fn model_parallel(&self) -> bool {
+        self.tp > 1 || self.pp > 1 || self.cp > 1 || self.ep > 1
+    }
+
+    /// The size of the group that parameters/gradients/states are sharded over.
+    pub fn shard_group(&self) -> u64 {
+        match self.strategy {
+            Strategy::Hsdp => self.gpus_per_node.min(self.dp()),
+            _ => self.dp(),
+        }
+    }
+
+    /// Checks the degrees against each other and the cluster; the error names the flag.
+    pub fn validate(&self) -> Result<(), CoreError> {
+        let range = |field: &'static str, v: u64| {
+            if v == 0 || v > MAX_GPUS {
+                Err(CoreError::invalid(
+                    field,
+                    format!("{v} is outside 1..={MAX_GPUS}"),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        range("gpus", self.gpus)?;
+        range("gpus_per_node", self.gpus_per_node)?;
+        range("tp", self.tp)?;
+        range("pp", self.pp)?;
+        range("cp", self.cp)?;
+        range("ep", self.ep)?;
+        range("virtual_stages", self.virtual_stages)?;
+        let mp = self.tp * self.pp * self.cp;
+        if mp > MAX_GPUS || self.gpus % mp != 0 {
+            return Err(CoreError::invalid(
+                "gpus",
+                format!(
+                    "{} GPUs are not a multiple of tp·pp·cp = {}·{}·{} = {mp}",
+                    self.gpus, self.tp, self.pp, self.cp
+                ),
+            ));
+        }
+        if self.gpus > self.gpus_per_node && self.gpus % self.gpus_per_node != 0 {
+            return Err(CoreError::invalid(
+                "gpus_per_node",
+                format!(
+                    "{} GPUs do not fill whole nodes of {}",
+                    self.gpus, self.gpus_per_node
+                ),
+            ));
+        }
+        if (self.dp() * self.cp) % self.ep != 0 {
+            return Err(CoreError::invalid(
+                "ep",
+                format!(
+                    "expert parallelism {} must divide dp·cp = {}",
+                    self.ep,
+                    self.dp() * self.cp
+                ),
+            ));
+        }
+        if self.virtual_stages > 1 && self.schedule != Schedule::Interleaved {
+            return Err(CoreError::invalid(
+                "virtual_stages",
+                "virtual stages need --schedule interleaved",
+            ));
+        }
+        if self.schedule == Schedule::Interleaved && self.pp < 2 {
+            return Err(CoreError::invalid(
+                "schedule",
+                "the interleaved schedule needs --pp 2 or more",
+            ));
+        }
+        if self.model_parallel() && !matches!(self.strategy, Strategy::Ddp | Strategy::Zero1) {
+            return Err(CoreError::invalid(
+                "strategy",
+                format!(
+                    "tensor/pipeline/context/expert parallelism is modelled with Megatron-LM, whose data parallelism is \
+                     plain DDP or the distributed optimizer (= zero1); `{}` is not available there",
+                    self.strategy.name()
+                ),
+            ));
+        }
+        if self.strategy == Strategy::Hsdp
+            && (self.gpus_per_node >= self.gpus || self.gpus % self.gpus_per_node != 0)
+        {
+            return Err(CoreError::invalid(
+                "strategy",
+                "hsdp shards within a node and replicates across nodes: it needs --gpus to be a multiple (> 1) of --gpus-per-node",
+            ));
+        }
+        match (self.strategy, self.offload) {
+            (_, Offload::None) => {}
+            (Strategy::Zero1 | Strategy::Zero2, Offload::Optimizer) => {}
+            (Strategy::Zero3, _) => {}
+            (s, Offload::Optimizer | Offload::Both) if s.is_fsdp() => {}
+            (s, o) => {
+                return Err(CoreError::invalid(
+                    "offload",
+                    format!(
+                        "`{}` cannot offload {}: DeepSpeed offloads the optimizer from ZeRO-1/2 and parameters only with \
+                         ZeRO-3; FSDP2's CPUOffloadPolicy moves parameters, gradients and optimizer states together \
+                         (use --offload both)",
+                        s.name(),
+                        match o {
+                            Offload::Params => "parameters",
+                            _ => "this",
+                        }
+                    ),
+                ));
+            }
+        }
+        if self.offload_device == OffloadDevice::Nvme && self.strategy != Strategy::Zero3 {
+            return Err(CoreError::invalid(
+                "offload_device",
+                "NVMe offload is DeepSpeed ZeRO-Infinity, which needs zero3",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn l(gpus: u64, tp: u64, pp: u64) -> Layout {
+        Layout {
+            gpus,
+            gpus_per_node: 8,
+            tp,
+            pp,
+            ..Layout::single()
+        }
+    }
+
+    #[test]
+    fn degrees_must_divide_the_cluster() {
+        assert!(l(8, 2, 2).validate().is_ok());
+        assert_eq!(l(8, 2, 2).dp(), 2);
+        let e = l(8, 3, 1).validate().unwrap_err();
+        assert!(matches!(e, CoreError::Invalid { field: "gpus", .. }), "{e}");
+    }
+
+    #[test]
+    fn sharding_strategies_other_than_zero1_refuse_model_parallelism() {
+        let mut x = l(8, 2, 1);
+        x.strategy = Strategy::Zero3;
+        assert!(matches!(
+            x.validate(),
+            Err(CoreError::Invalid {
+                field: "strategy",
+                ..
+            })
+        ));
+        x.strategy = Strategy::Zero1;
+        assert!(x.validate().is_ok());
+    }
+
+    #[test]
+    fn expert_parallelism_must_divide_data_parallel_ranks() {
+        let mut x = l(8, 1, 1);
+        x.ep = 3;
+        assert!(matches!(
+            x.validate(),
+            Err(CoreError::Invalid { field: "ep", .. })
+        ));
+        x.ep = 4;
+        assert!(x.validate().is_ok());
+    }
+
+    #[test]
+    fn hsdp_needs_more_than_one_node() {
+        let mut x = l(8, 1, 1);
+        x.strategy = Strategy::Hsdp;
+        assert!(x.validate().is_err());
+        x.gpus = 16;
+        assert!(x.validate().is_ok());
+        assert_eq!(x.shard_group(), 8);
+    }
+
+    #[test]
+    fn parameter_offload_needs_zero3() {
+        let mut x = l(8, 1, 1);
+        x.strategy = Strategy::Zero2;
+        x.offload = Offload::Params;
+        assert!(matches!(
+            x.validate(),
+            Err(CoreError::Invalid {
+                field: "offload",
+                ..
+            })
+        ));
+        x.strategy = Strategy::Zero3;
+        assert!(x.validate().is_ok());
+    }
+}

@@ -1,0 +1,330 @@
+//! Distributed training: the memory of every rank of a cluster.
+//!
+//! Three runtime profiles:
+//! - `ddp` and `fsdp` (PyTorch DDP / FSDP2) and `deepspeed` (ZeRO-1/2/3): the rank replays the
+//!   same transformers step as [`super::simulate_train`], with the sharding hooks of
+//!   `hf/shard.rs` (sharded model states, all-gather and reduce-scatter buffers, buckets);
+//! - `megatron` (tensor / sequence / pipeline / context / expert parallelism): Megatron-LM's
+//!   own layers, so activations follow Korthikanti et al. 2022 and the model states
+//!   `megatron/training/theoretical_memory_usage.py` (see [`super::megatron`]).
+
+use super::dist_types::{ShardKind, ShardSim};
+use super::hf::Builder;
+use super::{to_u64, Category, Kernels, Phase};
+use crate::error::CoreError;
+use crate::layout::{Layout, Offload, OffloadDevice, Strategy};
+use crate::model::ModelDesc;
+use crate::workload::{Optimizer, Precision, TrainWorkload};
+use serde::Serialize;
+
+/// DeepSpeed `reduce_bucket_size` default (deepspeed/runtime/zero/config.py: 5e8 elements).
+pub const DEEPSPEED_REDUCE_BUCKET_ELEMS: u64 = 500_000_000;
+
+/// Ranks with the same memory, reported once.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RankGroup {
+    /// What the ranks are (e.g. "dp ranks 0-6", "pp stage 0").
+    pub label: String,
+    /// Global ranks in the group.
+    pub ranks: Vec<u64>,
+    /// Peak bytes of each rank of the group.
+    pub peak_bytes: u64,
+    /// What is alive at the peak, by category (sums to `peak_bytes`).
+    pub at_peak: Vec<(Category, u64)>,
+    /// Phase of the peak.
+    pub phase: Phase,
+    /// Host (pinned CPU) bytes each rank of the group needs for offload.
+    pub host_bytes: u64,
+}
+
+/// A named communication buffer and its bytes on one rank.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CommBuffer {
+    /// What it is, in the engine's words.
+    pub name: String,
+    /// Bytes per rank.
+    pub bytes: u64,
+}
+
+/// The memory of every rank.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DistEstimate {
+    /// Whose runtime is simulated: `ddp`, `fsdp`, `deepspeed` or `megatron`.
+    pub profile: &'static str,
+    /// Rank groups, in rank order.
+    pub groups: Vec<RankGroup>,
+    /// Index in `groups` of the worst rank.
+    pub worst: usize,
+    /// The worst rank's peak.
+    pub peak_bytes: u64,
+    /// Host bytes per node for offload (`gpus_per_node` ranks).
+    pub host_bytes_per_node: u64,
+    /// Bytes offloaded to NVMe per rank (DeepSpeed ZeRO-Infinity).
+    pub nvme_bytes_per_rank: u64,
+    /// Communication buffers of one rank.
+    pub comm_buffers: Vec<CommBuffer>,
+    /// Data-parallel degree.
+    pub dp: u64,
+    /// Sequences per optimizer step: micro-batch · accumulation · dp.
+    pub global_batch: u64,
+    /// All parameters.
+    pub params_total: u64,
+}
+
+/// Simulates every rank of a distributed training step.
+pub fn simulate_train_dist(
+    model: &ModelDesc,
+    w: &TrainWorkload,
+    layout: &Layout,
+    kernels: Kernels,
+) -> Result<DistEstimate, CoreError> {
+    w.validate()?;
+    layout.validate()?;
+    if model.layers.is_empty() {
+        return Err(CoreError::invalid(
+            "num_hidden_layers",
+            "the model has no layers",
+        ));
+    }
+    if layout.model_parallel() {
+        return super::megatron::simulate(model, w, layout);
+    }
+    let sharded = layout.strategy != Strategy::Ddp;
+    if sharded && matches!(w.optimizer, Optimizer::Adamw8bit | Optimizer::Adafactor) {
+        return Err(CoreError::invalid(
+            "optimizer",
+            "adamw-8bit and adafactor are not modelled with sharded optimizer states; use adamw or sgd",
+        ));
+    }
+    if sharded && w.lora.as_ref().is_some_and(|l| l.qlora) {
+        return Err(CoreError::invalid(
+            "qlora",
+            "QLoRA's 4-bit base with FSDP/ZeRO sharding is not modelled; use --strategy ddp",
+        ));
+    }
+    let dp = layout.dp();
+    let world = u128::from(layout.shard_group());
+    let (profile, kind) = match layout.strategy {
+        Strategy::Ddp => ("ddp", ShardKind::Ddp),
+        Strategy::FsdpFull | Strategy::Hsdp => (
+            "fsdp",
+            ShardKind::Fsdp2 {
+                reshard_after_forward: true,
+            },
+        ),
+        Strategy::FsdpGradOp => (
+            "fsdp",
+            ShardKind::Fsdp2 {
+                reshard_after_forward: false,
+            },
+        ),
+        Strategy::Zero1 => ("deepspeed", ShardKind::Zero { stage: 1 }),
+        Strategy::Zero2 => ("deepspeed", ShardKind::Zero { stage: 2 }),
+        Strategy::Zero3 => ("deepspeed", ShardKind::Zero { stage: 3 }),
+    };
+    // Precision per runtime. FSDP2: `amp-*` is MixedPrecisionPolicy(param_dtype=bf16/fp16,
+    // reduce_dtype=fp32) over an fp32 model, the FSDP2 idiom (no autocast). DeepSpeed: bf16 and
+    // fp16 keep an fp32 master partition (`bf16`/`fp16` config sections with ZeRO).
+    let mut rank_w = w.clone();
+    let (master_size, reduce_size, cast_params) = match (kind, w.precision) {
+        (ShardKind::Ddp, _) => (0, 0, false),
+        (ShardKind::Fsdp2 { .. }, Precision::AmpBf16 | Precision::AmpFp16) => {
+            rank_w.precision = if w.precision == Precision::AmpBf16 {
+                Precision::Bf16
+            } else {
+                Precision::Fp16
+            };
+            (4, 4, true)
+        }
+        (ShardKind::Fsdp2 { .. }, Precision::Bf16 | Precision::Fp16) => (2, 2, false),
+        (ShardKind::Fsdp2 { .. }, Precision::Fp32) => (4, 4, false),
+        (ShardKind::Zero { .. }, Precision::Fp32) => (4, 4, false),
+        (ShardKind::Zero { .. }, p) => {
+            rank_w.precision = if matches!(p, Precision::Fp16 | Precision::AmpFp16) {
+                Precision::Fp16
+            } else {
+                Precision::Bf16
+            };
+            (4, 2, false)
+        }
+    };
+    let offload_states = layout.offload != Offload::None;
+    let offload_params = match kind {
+        // FSDP2's CPUOffloadPolicy moves sharded parameters, gradients and states together
+        ShardKind::Fsdp2 { .. } => offload_states,
+        _ => matches!(layout.offload, Offload::Params | Offload::Both),
+    };
+    let offload_states = match kind {
+        ShardKind::Zero { .. } => matches!(layout.offload, Offload::Optimizer | Offload::Both),
+        _ => offload_states,
+    };
+    let run = |rank: u128| -> Result<RankRun, CoreError> {
+        let mut b = Builder::new(model, &rank_w, kernels);
+        b.shard = Some(ShardSim {
+            kind,
+            world,
+            rank,
+            master_size,
+            reduce_size,
+            cast_params,
+            offload_states,
+            offload_params,
+            bucket_elems: u128::from(DEEPSPEED_REDUCE_BUCKET_ELEMS),
+        });
+        b.run();
+        let host = b.offloaded_bytes();
+        let t = &b.t;
+        let at_peak = Category::ALL
+            .iter()
+            .zip(t.peak_breakdown())
+            .map(|(c, v)| Ok((*c, to_u64(v, "breakdown")?)))
+            .collect::<Result<Vec<_>, CoreError>>()?;
+        Ok(RankRun {
+            peak: to_u64(t.peak(), "peak bytes")?,
+            at_peak,
+            phase: t.peak_phase(),
+            host: to_u64(host, "host bytes")?,
+            params: to_u64(b.param_count, "parameters")?,
+            comm: b.comm_buffer_lines(),
+        })
+    };
+    // Ranks differ only through FSDP2's uneven tail chunks: rank 0 holds the largest.
+    let sharded_per_param = kind != ShardKind::Ddp;
+    let distinct: Vec<u128> = if !sharded_per_param || world == 1 {
+        vec![0]
+    } else if world <= 16 {
+        (0..world).collect()
+    } else {
+        vec![0, world - 1]
+    };
+    let mut runs: Vec<(u128, RankRun)> = Vec::new();
+    for r in distinct {
+        runs.push((r, run(r)?));
+    }
+    // Expand to global ranks: shard index r = global rank mod shard group (HSDP replicates
+    // shard groups across nodes; plain sharding has one group of all ranks).
+    let gpus = layout.gpus;
+    let shard_group = layout.shard_group();
+    let run_for = |r: u128| -> usize {
+        // ranks not simulated (large worlds) take rank 0's numbers: chunks never grow with rank
+        runs.iter().position(|(x, _)| *x == r).unwrap_or(0)
+    };
+    let mut groups: Vec<RankGroup> = Vec::new();
+    let mut index_of: Vec<(usize, usize)> = Vec::new(); // (run index, group index)
+    for g in 0..gpus {
+        let ri = run_for(u128::from(g % shard_group));
+        match index_of.iter().find(|(r, _)| *r == ri) {
+            Some(&(_, gi)) => groups[gi].ranks.push(g),
+            None => {
+                let rr = &runs[ri].1;
+                index_of.push((ri, groups.len()));
+                groups.push(RankGroup {
+                    label: String::new(),
+                    ranks: vec![g],
+                    peak_bytes: rr.peak,
+                    at_peak: rr.at_peak.clone(),
+                    phase: rr.phase,
+                    host_bytes: rr.host,
+                });
+            }
+        }
+    }
+    // merge groups with identical numbers
+    let mut merged: Vec<RankGroup> = Vec::new();
+    for g in groups {
+        match merged
+            .iter_mut()
+            .find(|m| m.peak_bytes == g.peak_bytes && m.host_bytes == g.host_bytes)
+        {
+            Some(m) => m.ranks.extend(g.ranks),
+            None => merged.push(g),
+        }
+    }
+    for g in &mut merged {
+        g.ranks.sort_unstable();
+        g.label = format!("ranks {}", compress_ranks(&g.ranks));
+    }
+    let worst = merged
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, g)| (g.peak_bytes, std::cmp::Reverse(*i)))
+        .map_or(0, |(i, _)| i);
+    let first = &runs[0].1;
+    let max_host = merged.iter().map(|g| g.host_bytes).max().unwrap_or(0);
+    let per_node = layout.gpus_per_node.min(gpus);
+    let (host_per_node, nvme) = match layout.offload_device {
+        OffloadDevice::Cpu => (max_host.saturating_mul(per_node), 0),
+        // ZeRO-Infinity: the offloaded bytes live on NVMe; the host keeps the swap buffers
+        OffloadDevice::Nvme => (
+            nvme_swap_buffer_bytes(layout).saturating_mul(per_node),
+            max_host,
+        ),
+    };
+    Ok(DistEstimate {
+        profile,
+        peak_bytes: merged[worst].peak_bytes,
+        worst,
+        groups: merged,
+        host_bytes_per_node: host_per_node,
+        nvme_bytes_per_rank: nvme,
+        comm_buffers: first.comm.clone(),
+        dp,
+        global_batch: w.batch.saturating_mul(w.grad_accum).saturating_mul(dp),
+        params_total: first.params,
+    })
+}
+
+struct RankRun {
+    peak: u64,
+    at_peak: Vec<(Category, u64)>,
+    phase: Phase,
+    host: u64,
+    params: u64,
+    comm: Vec<CommBuffer>,
+}
+
+/// Pinned host swap buffers of ZeRO-Infinity: `offload_param.buffer_count` (5) ×
+/// `buffer_size` (1e8 elements, fp16) and `offload_optimizer.buffer_count` (4) × the same
+/// size in fp32 (deepspeed/runtime/zero/offload_config.py defaults).
+fn nvme_swap_buffer_bytes(layout: &Layout) -> u64 {
+    let params = 5 * 100_000_000 * 2;
+    let optim = 4 * 100_000_000 * 4;
+    match layout.offload {
+        Offload::Params => params,
+        Offload::Optimizer => optim,
+        Offload::Both => params + optim,
+        Offload::None => 0,
+    }
+}
+
+/// "0-6, 8" style.
+pub(crate) fn compress_ranks(ranks: &[u64]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ranks.len() {
+        let start = ranks[i];
+        let mut end = start;
+        while i + 1 < ranks.len() && ranks[i + 1] == end + 1 {
+            i += 1;
+            end = ranks[i];
+        }
+        out.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    out.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_lists_are_compressed() {
+        assert_eq!(compress_ranks(&[0, 1, 2, 3, 5, 7, 8]), "0-3, 5, 7-8");
+        assert_eq!(compress_ranks(&[4]), "4");
+    }
+}

@@ -1,0 +1,553 @@
+//! Data-parallel sharding on one rank: the hooks FSDP2, DeepSpeed ZeRO and DDP run around the
+//! same transformers forward/backward the rest of the builder replays.
+//!
+//! FSDP2 follows `torch/distributed/fsdp/_fully_shard/` (torch 2.15): `_fsdp_param.py` (dim-0
+//! chunks padded to rank 0's chunk), `_fsdp_collectives.py` (`foreach_all_gather`,
+//! `foreach_all_gather_copy_out`, `foreach_reduce`) and `_fsdp_param_group.py` (`unshard`,
+//! `reshard`, `pre_backward` with its one-unit backward prefetch, `post_backward` keeping one
+//! reduce-scatter input in flight, `reduce_scatter_max_input_buffers = 1`).
+
+use super::Builder;
+use crate::memory::dist_types::{ShardKind, ShardParam, Unit};
+use crate::memory::timeline::{Category, Marker, Node, TensorId};
+
+impl Builder<'_> {
+    /// Files a new parameter under the unit being built (only when sharding is simulated).
+    pub(super) fn note_unit_param(
+        &mut self,
+        id: TensorId,
+        numel: u128,
+        dim0: u128,
+        trainable: bool,
+    ) {
+        if self.shard.is_none() {
+            return;
+        }
+        while self.units.len() <= self.cur_unit {
+            self.units.push(Unit::default());
+        }
+        self.units[self.cur_unit].params.push(ShardParam {
+            id,
+            numel,
+            dim0,
+            trainable,
+        });
+    }
+
+    fn kind(&self) -> Option<ShardKind> {
+        self.shard.map(|s| s.kind)
+    }
+
+    fn world(&self) -> u128 {
+        self.shard.map_or(1, |s| s.world.max(1))
+    }
+
+    /// Rows of dim 0 per rank: `torch.chunk(tensor, world_size, dim=0)` gives every rank
+    /// `ceil(dim0 / world)` rows except the tail; FSDP2 pads every rank's storage to that
+    /// (`_fsdp_param.py` `_init_sharded_param`, `padded_sharded_param_size`).
+    fn padded_shard_numel(&self, p: &ShardParam) -> u128 {
+        p.dim0.div_ceil(self.world()) * p.row()
+    }
+
+    /// This rank's unpadded chunk (what `zeros_like` of the sharded DTensor allocates).
+    fn local_numel(&self, p: &ShardParam) -> u128 {
+        let world = self.world();
+        let rank = self.shard.map_or(0, |s| s.rank);
+        let chunk = p.dim0.div_ceil(world);
+        chunk.min(p.dim0.saturating_sub(rank * chunk)) * p.row()
+    }
+
+    /// ZeRO-3 partitions every parameter's flattened storage into `ceil(numel / world)`
+    /// elements per rank (`deepspeed/runtime/zero/partition_parameters.py`, `_partition_param`).
+    fn zero3_partition_numel(&self, p: &ShardParam) -> u128 {
+        p.numel.div_ceil(self.world())
+    }
+
+    /// Trainable elements in this rank's partition: ZeRO-1/2 partition the flat fp16/bf16
+    /// group evenly (`stage_1_and_2.py`, `get_data_parallel_partitions`), ZeRO-3 per
+    /// parameter, FSDP2 per parameter chunk.
+    fn optimizer_partition(&self) -> Vec<u128> {
+        let Some(s) = self.shard else {
+            return Vec::new();
+        };
+        let trainable = self
+            .units
+            .iter()
+            .flat_map(|u| &u.params)
+            .filter(|p| p.trainable);
+        match s.kind {
+            ShardKind::Ddp => trainable.map(|p| p.numel).collect(),
+            ShardKind::Fsdp2 { .. } => trainable.map(|p| self.local_numel(p)).collect(),
+            ShardKind::Zero { stage: 3 } => {
+                trainable.map(|p| self.zero3_partition_numel(p)).collect()
+            }
+            ShardKind::Zero { .. } => {
+                let total: u128 = trainable.map(|p| p.numel).sum();
+                vec![total.div_ceil(self.world())]
+            }
+        }
+    }
+
+    /// Whether parameters are sharded and gathered per unit.
+    fn gathers(&self) -> bool {
+        matches!(
+            self.kind(),
+            Some(ShardKind::Fsdp2 { .. } | ShardKind::Zero { stage: 3 })
+        )
+    }
+
+    /// Allocates what sharding keeps for the whole run; called after the parameters exist.
+    pub(super) fn shard_setup(&mut self) {
+        let Some(s) = self.shard else { return };
+        while self.units.len() <= self.model.layers.len() {
+            self.units.push(Unit::default());
+        }
+        let ps = self.param_size;
+        match s.kind {
+            ShardKind::Ddp => {
+                // Reducer::initialize_buckets (torch/csrc/distributed/c10d/reducer.cpp): with
+                // gradient_as_bucket_view=False every gradient also has a slot in a flat bucket
+                // tensor of the gradient dtype, allocated when DDP is built.
+                let grads: u128 = self
+                    .units
+                    .iter()
+                    .flat_map(|u| &u.params)
+                    .filter(|p| p.trainable)
+                    .map(|p| p.numel * ps)
+                    .sum();
+                self.t.alloc(grads, Category::CommBuffers, false);
+            }
+            ShardKind::Fsdp2 { .. } => {
+                let mut sharded: u128 = 0;
+                for u in 0..self.units.len() {
+                    for p in self.units[u].params.clone() {
+                        let padded = self.padded_shard_numel(&p);
+                        sharded += padded * s.master_size;
+                        // the all-gather output per parameter is the padded unsharded size
+                        // (`FSDPParam.init_all_gather_outputs`); the gradient is unpadded
+                        self.t.resize_param(p.id, padded * self.world() * ps);
+                        self.t.set_grad_bytes(p.id, p.numel * ps);
+                        self.t.evict_param(p.id);
+                    }
+                }
+                if !s.offload_params {
+                    self.t.alloc(sharded, Category::Weights, false);
+                }
+            }
+            ShardKind::Zero { stage } => {
+                if stage == 3 {
+                    let mut partition: u128 = 0;
+                    let mut largest: u128 = 0;
+                    for p in self
+                        .units
+                        .iter()
+                        .flat_map(|u| &u.params)
+                        .copied()
+                        .collect::<Vec<_>>()
+                    {
+                        partition += self.zero3_partition_numel(&p) * ps;
+                        largest = largest.max(p.numel);
+                        self.t.evict_param(p.id);
+                    }
+                    if !s.offload_params {
+                        self.t.alloc(partition, Category::Weights, false);
+                    }
+                    // Parameters are gathered per submodule right before use and released
+                    // after it (`parameter_offload.py` pre/post-forward hooks), with up to
+                    // `stage3_prefetch_bucket_size` elements fetched ahead
+                    // (`partitioned_param_coordinator.py`): the window of gathered bytes is the
+                    // largest parameter plus the prefetch bucket.
+                    let window = (largest + ZERO3_PREFETCH_ELEMS) * ps;
+                    self.t.alloc(window, Category::Weights, false);
+                }
+                if stage >= 2 {
+                    // contiguous_gradients: the ipg bucket, `reduce_bucket_size` elements of
+                    // the gradient dtype, allocated once (`stage_1_and_2.py`
+                    // `ipg_buffer`, stage3.py `__ipg_bucket_flat_buffer`)
+                    self.t
+                        .alloc(s.bucket_elems * ps, Category::CommBuffers, false);
+                }
+            }
+        }
+    }
+
+    /// Records a hook point on the tape (FSDP2 and ZeRO-2/3 act per unit in backward).
+    pub(super) fn mark(&mut self, m: Marker) {
+        if matches!(
+            self.kind(),
+            Some(ShardKind::Fsdp2 { .. } | ShardKind::Zero { stage: 2 | 3 })
+        ) {
+            self.t.tape.push(Node {
+                marker: Some(m),
+                ..Node::default()
+            });
+        }
+    }
+
+    /// FSDP2 `pre_forward`: unshard the unit.
+    pub(super) fn unit_pre_forward(&mut self, u: usize) {
+        if matches!(self.kind(), Some(ShardKind::Fsdp2 { .. })) {
+            self.unshard(u);
+        }
+    }
+
+    /// FSDP2 `post_forward`: reshard unless `reshard_after_forward=False`; the root never
+    /// reshards after forward (`_fsdp_state.py` `_lazy_init` clears its post-forward mesh).
+    pub(super) fn unit_post_forward(&mut self, u: usize) {
+        if let Some(ShardKind::Fsdp2 {
+            reshard_after_forward: true,
+        }) = self.kind()
+        {
+            if u != 0 {
+                self.reshard(u);
+            }
+        }
+    }
+
+    /// Dispatches a marker popped from the tape during backward.
+    pub(super) fn on_marker(&mut self, m: Marker) {
+        match m {
+            Marker::PreBackward(u) => self.unit_pre_backward(u),
+            Marker::PostBackward(u) => self.unit_post_backward(u),
+        }
+    }
+
+    /// FSDP2 `pre_backward`: unshard, then prefetch the unit that ran forward before this one
+    /// (`_backward_prefetch`; for the root that is the last layer).
+    pub(super) fn unit_pre_backward(&mut self, u: usize) {
+        if !matches!(self.kind(), Some(ShardKind::Fsdp2 { .. })) {
+            return;
+        }
+        self.unshard(u);
+        let prev = if u == 0 { self.units.len() - 1 } else { u - 1 };
+        if prev != 0 && !self.units[prev].unsharded && self.prefetched.is_none() {
+            let ag = self.all_gather(prev);
+            self.prefetched = Some((prev, ag));
+        }
+    }
+
+    /// After a unit's backward: FSDP2 reshards and reduce-scatters its gradients; ZeRO-2/3
+    /// moves them into the rank's gradient partition through the ipg bucket.
+    pub(super) fn unit_post_backward(&mut self, u: usize) {
+        let Some(s) = self.shard else { return };
+        let params = self.units[u].params.clone();
+        let mut grads = Vec::new();
+        let mut padded_with_grad: u128 = 0;
+        for p in &params {
+            if let Some(g) = self.t.take_param_grad(p.id) {
+                grads.push(g);
+                padded_with_grad += self.padded_shard_numel(p);
+            }
+        }
+        match s.kind {
+            ShardKind::Fsdp2 { .. } => {
+                self.reshard(u);
+                if let Some(old) = self.rs_in_flight.take() {
+                    self.t.release(old);
+                }
+                if grads.is_empty() {
+                    return;
+                }
+                // foreach_reduce: reduce_scatter_input (padded unsharded, reduce dtype), the
+                // copy-in frees the autograd gradients, then reduce_output (one padded shard)
+                // backs the sharded gradients as views
+                let rs_in = self.t.alloc(
+                    padded_with_grad * self.world() * s.reduce_size,
+                    Category::CommBuffers,
+                    false,
+                );
+                for g in grads {
+                    self.t.release(g);
+                }
+                let rs_out =
+                    self.t
+                        .alloc(padded_with_grad * s.reduce_size, Category::Gradients, false);
+                if s.offload_states {
+                    // CPUOffloadPolicy: the sharded gradient is copied to the host
+                    self.t.release(rs_out);
+                } else if self.units[u].sharded_grad.is_some() {
+                    // accumulation: `sharded_param.grad += new_sharded_grad`
+                    self.t.release(rs_out);
+                } else {
+                    self.units[u].sharded_grad = Some(rs_out);
+                }
+                self.rs_in_flight = Some(rs_in);
+            }
+            ShardKind::Zero { .. } => {
+                for g in grads {
+                    self.t.release(g);
+                }
+                if self.units[0].sharded_grad.is_none() && !s.offload_states {
+                    // `grads_in_partition`: this rank's partition of the averaged gradients
+                    // in the gradient dtype (stage_1_and_2.py `copy_grads_in_partition`)
+                    let part: u128 = self.optimizer_partition().iter().sum();
+                    let g = self
+                        .t
+                        .alloc(part * self.param_size, Category::Gradients, false);
+                    self.units[0].sharded_grad = Some(g);
+                }
+            }
+            ShardKind::Ddp => {}
+        }
+    }
+
+    /// The end of backward (FSDP2's root post-backward final callback, `finalize_backward`).
+    pub(super) fn finish_backward(&mut self) {
+        if self.shard.is_none() {
+            return;
+        }
+        if !self.units.is_empty() {
+            self.unit_post_backward(0);
+        }
+        if let Some(g) = self.rs_in_flight.take() {
+            self.t.release(g);
+        }
+    }
+
+    /// `optimizer.zero_grad(set_to_none=True)` also drops the sharded gradients.
+    pub(super) fn shard_zero_grad(&mut self) {
+        for u in 0..self.units.len() {
+            if let Some(g) = self.units[u].sharded_grad.take() {
+                self.t.release(g);
+            }
+        }
+    }
+
+    /// Optimizer-state bytes on this rank, or `None` when not sharded.
+    pub(super) fn sharded_optimizer_states(&self) -> Option<u128> {
+        let s = self.shard?;
+        if s.kind == ShardKind::Ddp {
+            return None;
+        }
+        if s.offload_states {
+            return Some(0);
+        }
+        let part: u128 = self.optimizer_partition().iter().sum();
+        let per_elem = optimizer_state_elems(self.w.optimizer);
+        let master = match s.kind {
+            // DeepSpeed keeps an fp32 master partition next to the fp16/bf16 model
+            ShardKind::Zero { .. } if self.param_size != 4 => 4,
+            _ => 0,
+        };
+        Some(part * (per_elem * s.master_size + master))
+    }
+
+    /// Optimizer-step temporaries on this rank, or `None` when not sharded.
+    pub(super) fn sharded_optimizer_temps(&self) -> Option<u128> {
+        use crate::workload::Optimizer;
+        let s = self.shard?;
+        if s.kind == ShardKind::Ddp {
+            return None;
+        }
+        if s.offload_states {
+            return Some(0);
+        }
+        let part = self.optimizer_partition();
+        let total: u128 = part.iter().sum::<u128>() * s.master_size;
+        let largest = part.iter().copied().max().unwrap_or(0) * s.master_size;
+        Some(match s.kind {
+            // ZeRO builds the fp32 gradient of its partition for the step
+            // (stage_1_and_2.py `single_partition_of_fp32_groups[i].grad`; stage3.py
+            // `fp32_partitioned_groups_flat[i].grad`); DeepSpeed's FusedAdam has no temporaries
+            ShardKind::Zero { .. } => part.iter().sum::<u128>() * 4,
+            _ => match self.w.optimizer {
+                Optimizer::Adamw | Optimizer::Adafactor => total,
+                Optimizer::AdamwForloop | Optimizer::Lion => 2 * largest,
+                _ => 0,
+            },
+        })
+    }
+
+    /// Bytes this rank keeps on the host (offload): FSDP2 `CPUOffloadPolicy` keeps sharded
+    /// parameters, gradients and optimizer states there; DeepSpeed `offload_optimizer` keeps the
+    /// fp32 master partition, the optimizer states and the fp32 gradient partition
+    /// (`stage_1_and_2.py` with `cpu_offload`: `single_partition_of_fp32_groups`,
+    /// `averaged_gradients` on the host), `offload_param` the fp16/bf16 parameter partition.
+    pub(crate) fn offloaded_bytes(&self) -> u128 {
+        let Some(s) = self.shard else { return 0 };
+        let part: u128 = self.optimizer_partition().iter().sum();
+        let states = part * optimizer_state_elems(self.w.optimizer) * s.master_size;
+        match s.kind {
+            ShardKind::Ddp => 0,
+            ShardKind::Fsdp2 { .. } => {
+                if !s.offload_states {
+                    return 0;
+                }
+                let sharded: u128 = self
+                    .units
+                    .iter()
+                    .flat_map(|u| &u.params)
+                    .map(|p| self.padded_shard_numel(p) * s.master_size)
+                    .sum();
+                let grads: u128 = self
+                    .units
+                    .iter()
+                    .flat_map(|u| &u.params)
+                    .filter(|p| p.trainable)
+                    .map(|p| self.padded_shard_numel(p) * s.reduce_size)
+                    .sum();
+                sharded + grads + states
+            }
+            ShardKind::Zero { stage } => {
+                let mut host = 0;
+                if s.offload_states {
+                    host += states + part * 4 + part * 4;
+                }
+                if s.offload_params && stage == 3 {
+                    let params: u128 = self
+                        .units
+                        .iter()
+                        .flat_map(|u| &u.params)
+                        .map(|p| self.zero3_partition_numel(p))
+                        .sum();
+                    host += params * self.param_size;
+                }
+                host
+            }
+        }
+    }
+
+    /// The communication buffers of one rank, named as the engine names them.
+    pub(crate) fn comm_buffer_lines(&self) -> Vec<crate::memory::dist::CommBuffer> {
+        use crate::memory::dist::CommBuffer;
+        let Some(s) = self.shard else {
+            return Vec::new();
+        };
+        let ps = self.param_size;
+        let line = |name: &str, bytes: u128| CommBuffer {
+            name: name.to_string(),
+            bytes: u64::try_from(bytes).unwrap_or(u64::MAX),
+        };
+        match s.kind {
+            ShardKind::Ddp => {
+                let g: u128 = self
+                    .units
+                    .iter()
+                    .flat_map(|u| &u.params)
+                    .filter(|p| p.trainable)
+                    .map(|p| p.numel * ps)
+                    .sum();
+                vec![line(
+                    "DDP gradient buckets (gradient_as_bucket_view=False: a second copy of the gradients)",
+                    g,
+                )]
+            }
+            ShardKind::Fsdp2 { .. } => {
+                let largest = self
+                    .units
+                    .iter()
+                    .map(|u| {
+                        u.params
+                            .iter()
+                            .map(|p| self.padded_shard_numel(p))
+                            .sum::<u128>()
+                    })
+                    .max()
+                    .unwrap_or(0);
+                vec![
+                    line(
+                        "FSDP all-gather output, largest unit (one more in flight while backward prefetches)",
+                        largest * self.world() * ps,
+                    ),
+                    line(
+                        "FSDP reduce-scatter input, largest unit (one kept in flight)",
+                        largest * self.world() * s.reduce_size,
+                    ),
+                ]
+            }
+            ShardKind::Zero { stage } => {
+                let mut v = Vec::new();
+                if stage >= 2 {
+                    v.push(line(
+                        "ZeRO ipg gradient bucket (reduce_bucket_size = 5e8 elements)",
+                        s.bucket_elems * ps,
+                    ));
+                }
+                if stage == 3 {
+                    let largest = self
+                        .units
+                        .iter()
+                        .flat_map(|u| &u.params)
+                        .map(|p| p.numel)
+                        .max()
+                        .unwrap_or(0);
+                    v.push(line(
+                        "ZeRO-3 gathered parameters: largest parameter + stage3_prefetch_bucket_size (5e7)",
+                        (largest + ZERO3_PREFETCH_ELEMS) * ps,
+                    ));
+                }
+                v
+            }
+        }
+    }
+
+    fn all_gather(&mut self, u: usize) -> TensorId {
+        let s = self
+            .shard
+            .unwrap_or_else(|| unreachable!("all_gather without sharding"));
+        let shard: u128 = self.units[u]
+            .params
+            .iter()
+            .map(|p| self.padded_shard_numel(p))
+            .sum();
+        let ps = self.param_size;
+        // mixed precision (or a host-resident shard): `_get_param_all_gather_inputs` first
+        // copies the shards into one flat tensor of the parameter dtype
+        let staging = (s.cast_params || s.offload_params)
+            .then(|| self.t.alloc(shard * ps, Category::CommBuffers, false));
+        let ag = self
+            .t
+            .alloc(shard * self.world() * ps, Category::CommBuffers, false);
+        if let Some(t) = staging {
+            self.t.release(t);
+        }
+        ag
+    }
+
+    fn unshard(&mut self, u: usize) {
+        if !self.gathers() || self.units[u].unsharded {
+            return;
+        }
+        if !matches!(self.kind(), Some(ShardKind::Fsdp2 { .. })) {
+            return;
+        }
+        let ag = match self.prefetched.take() {
+            Some((v, ag)) if v == u => ag,
+            other => {
+                self.prefetched = other;
+                self.all_gather(u)
+            }
+        };
+        // foreach_all_gather_copy_out: per-parameter outputs, then the flat buffer goes
+        for p in self.units[u].params.clone() {
+            self.t.restore_param(p.id);
+        }
+        self.t.release(ag);
+        self.units[u].unsharded = true;
+    }
+
+    fn reshard(&mut self, u: usize) {
+        if !matches!(self.kind(), Some(ShardKind::Fsdp2 { .. })) {
+            return;
+        }
+        for p in self.units[u].params.clone() {
+            self.t.evict_param(p.id);
+        }
+        self.units[u].unsharded = false;
+    }
+}
+
+/// `stage3_prefetch_bucket_size` default (deepspeed/runtime/zero/config.py).
+pub(crate) const ZERO3_PREFETCH_ELEMS: u128 = 50_000_000;
+
+/// Optimizer state elements per parameter element.
+fn optimizer_state_elems(o: crate::workload::Optimizer) -> u128 {
+    use crate::workload::Optimizer;
+    match o {
+        Optimizer::Adamw | Optimizer::AdamwFused | Optimizer::AdamwForloop => 2,
+        Optimizer::SgdMomentum | Optimizer::Lion => 1,
+        Optimizer::Sgd => 0,
+        // refused with sharding in `dist::simulate_train_dist`
+        Optimizer::Adamw8bit | Optimizer::Adafactor => 2,
+    }
+}

@@ -1,0 +1,337 @@
+//! Runtime profile `megatron`: Megatron-LM with tensor (+ sequence), pipeline, context and
+//! expert parallelism. Megatron runs its own layers, not transformers', so this profile is
+//! the published mechanism, not a replay of a measured one:
+//!
+//! - model states: `megatron/training/theoretical_memory_usage.py`
+//!   (`compute_weight_and_optimizer_memory`): bf16 weights (2 B), fp32 main gradients (4 B),
+//!   fp32 master + Adam moments (12 B) — 18 B/parameter, or 6 + 12/dp with the distributed
+//!   optimizer (`--use-distributed-optimizer`, which is what `--strategy zero1` selects here);
+//!   stage 0 holds the word embeddings, the last stage the output layer (a copy of the
+//!   embeddings when they are tied and pp > 1);
+//! - activations per layer: Korthikanti et al. 2022, "Reducing Activation Recomputation in
+//!   Large Transformer Models" (arXiv 2205.05198), §4.1 and Table 2, generalised from
+//!   `34·sbh + 5·as²b` to grouped-query heads, gated MLPs, MoE top-k routing and dropout-free
+//!   configs (each saved tensor below names its term);
+//! - in-flight micro-batches per pipeline rank: `megatron/core/pipeline_parallel/schedules.py`
+//!   (1F1B warm-up `pp − rank − 1`, interleaved `2·(pp − rank − 1) + (v − 1)·pp`), GPipe all.
+//!
+//! Rank order follows Megatron's default `tp-cp-ep-dp-pp` (`parallel_state.py`): pipeline
+//! stage `k` is the contiguous block of ranks `[k·gpus/pp, (k+1)·gpus/pp)`.
+
+use super::dist::{compress_ranks, CommBuffer, DistEstimate, RankGroup};
+use super::{to_u64, Category, Phase};
+use crate::error::CoreError;
+use crate::layout::{Layout, Schedule, Strategy};
+use crate::model::{AttentionKind, LayerSpec, Mlp, ModelDesc};
+use crate::workload::{AttentionImpl, Optimizer, Precision, TrainWorkload};
+
+/// Saved activation bytes of one layer per token: (replicated unless sequence-parallel,
+/// split by tensor parallelism).
+fn layer_activation_per_token(
+    l: &LayerSpec,
+    model: &ModelDesc,
+    w: &TrainWorkload,
+    tokens_in_attention: u128,
+) -> (u128, u128) {
+    let h = u128::from(model.hidden_size);
+    let e = 2; // bf16 activations (Korthikanti's 2-byte accounting)
+    let dropout = model.dropout.residual > 0.0;
+    let attn_dropout = model.dropout.attention > 0.0;
+    // replicated without SP: the two norm inputs (4sbh), the QKV input (2sbh), the MLP input
+    // (2sbh), and the two 1-byte residual dropout masks (2sbh) when dropout is on
+    let mut replicated = 2 * e * h + e * h + e * h;
+    if dropout {
+        replicated += 2 * h;
+    }
+    let (q_width, kv_width, heads) = match l.attention.kind {
+        AttentionKind::Standard {
+            num_heads,
+            num_kv_heads,
+            head_dim,
+        } => (
+            u128::from(num_heads * head_dim),
+            u128::from(num_kv_heads * head_dim),
+            u128::from(num_heads),
+        ),
+        AttentionKind::Mla {
+            num_heads,
+            qk_nope_head_dim,
+            qk_rope_head_dim,
+            v_head_dim,
+            ..
+        } => (
+            u128::from(num_heads * (qk_nope_head_dim + qk_rope_head_dim)),
+            u128::from(num_heads * (qk_nope_head_dim + qk_rope_head_dim + v_head_dim)) / 2,
+            u128::from(num_heads),
+        ),
+    };
+    // split by TP: Q and K for QKᵀ (Korthikanti's 4sbh, GQA-sized K), V (2sbh), the output
+    // projection's input (2sbh)
+    let mut split = e * q_width + e * kv_width + e * kv_width + e * q_width;
+    match w.attention {
+        // flash/fused attention keeps the output (counted above as the projection input) and
+        // an fp32 logsumexp per head; the s² terms of Table 2 are gone (what selective
+        // recomputation achieves)
+        AttentionImpl::Sdpa | AttentionImpl::Flash => split += 4 * heads,
+        // unfused: softmax output (2as²b) [+ dropout mask as²b + dropout output 2as²b]
+        AttentionImpl::Eager => {
+            split += heads * tokens_in_attention * if attn_dropout { 5 } else { 2 };
+        }
+    }
+    let dense_mlp = |d: &crate::model::DenseMlp| -> u128 {
+        let f = u128::from(d.intermediate);
+        // fc1 output kept for the activation (GeLU input 8sbh for f = 4h; both halves for a
+        // gated unit) and the activation output as fc2's input (8sbh for f = 4h)
+        if d.gated {
+            e * 2 * f + e * f
+        } else {
+            e * f + e * f
+        }
+    };
+    split += match &l.mlp {
+        Mlp::Dense(d) => dense_mlp(d),
+        Mlp::Moe(m) => {
+            // each token's hidden state is dispatched to top-k experts: k copies of the expert
+            // input plus each expert's intermediates; router logits/probs in fp32
+            let k = u128::from(m.top_k);
+            k * (e * h + dense_mlp(&m.expert))
+                + 2 * 4 * u128::from(m.num_experts)
+                + m.shared.as_ref().map_or(0, |s| e * h + dense_mlp(s))
+        }
+    };
+    (replicated, split)
+}
+
+/// Every rank of a Megatron-LM job.
+pub(crate) fn simulate(
+    model: &ModelDesc,
+    w: &TrainWorkload,
+    layout: &Layout,
+) -> Result<DistEstimate, CoreError> {
+    if w.lora.is_some() {
+        return Err(CoreError::invalid(
+            "lora_rank",
+            "LoRA is not modelled with Megatron-LM's tensor/pipeline parallelism",
+        ));
+    }
+    let (p, t, c, ep) = (
+        u128::from(layout.pp),
+        u128::from(layout.tp),
+        u128::from(layout.cp),
+        u128::from(layout.ep),
+    );
+    let v = u128::from(layout.virtual_stages);
+    let n_layers = model.layers.len() as u128;
+    if n_layers % (p * v) != 0 {
+        return Err(CoreError::invalid(
+            "pp",
+            format!(
+                "{n_layers} layers do not split evenly into pp·virtual_stages = {} chunks",
+                p * v
+            ),
+        ));
+    }
+    if u128::from(w.seq) % c != 0 {
+        return Err(CoreError::invalid(
+            "cp",
+            format!("seq {} is not divisible by cp {c}", w.seq),
+        ));
+    }
+    for l in &model.layers {
+        let heads = u128::from(l.attention.num_heads());
+        if heads % t != 0 {
+            return Err(CoreError::invalid(
+                "tp",
+                format!("{heads} attention heads are not divisible by tp {t}"),
+            ));
+        }
+        if let Mlp::Moe(m) = &l.mlp {
+            if u128::from(m.num_experts) % ep != 0 {
+                return Err(CoreError::invalid(
+                    "ep",
+                    format!("{} experts are not divisible by ep {ep}", m.num_experts),
+                ));
+            }
+        }
+    }
+    if ep > 1 && !model.layers.iter().any(|l| matches!(l.mlp, Mlp::Moe(_))) {
+        return Err(CoreError::invalid(
+            "ep",
+            "expert parallelism needs a mixture-of-experts model",
+        ));
+    }
+    let dp = u128::from(layout.dp());
+    let sp = layout.sequence_parallel && t > 1;
+    let m = u128::from(w.grad_accum); // micro-batches per step per pipeline
+    let h = u128::from(model.hidden_size);
+    let vocab = u128::from(model.embeddings.vocab_size);
+    // tokens of one micro-batch on one rank: context parallelism splits the sequence
+    let tokens = u128::from(w.batch) * u128::from(w.seq) / c;
+    let seq_local = u128::from(w.seq) / c;
+
+    // bytes per parameter (theoretical_memory_usage.py): weights, main grads, optimizer
+    let (weight_b, grad_b, master_b) = match w.precision {
+        Precision::Fp32 => (4, 4, 0),
+        _ => (2, 4, 4),
+    };
+    let state_b = match w.optimizer {
+        Optimizer::Sgd => 0,
+        Optimizer::SgdMomentum | Optimizer::Lion => 4,
+        _ => 8,
+    };
+    let distributed_optimizer = layout.strategy == Strategy::Zero1;
+    let dense_shard = if distributed_optimizer { dp * c } else { 1 };
+    let expert_shard = if distributed_optimizer {
+        (dp * c / ep).max(1)
+    } else {
+        1
+    };
+
+    let layers_per_stage = n_layers / p;
+    let ckpt = w.checkpointing;
+    let mut groups = Vec::new();
+    let ranks_per_stage = u64::try_from(u128::from(layout.gpus) / p)
+        .map_err(|_| CoreError::Overflow { what: "ranks" })?;
+    for k in 0..p {
+        let first = k == 0;
+        let last = k == p - 1;
+        // parameters on this stage (per TP rank)
+        let (mut dense, mut replicated, mut experts): (u128, u128, u128) = (0, 0, 0);
+        let mut act_layer_max: u128 = 0;
+        let mut act_stage: u128 = 0;
+        for l in model
+            .layers
+            .iter()
+            .skip((k * layers_per_stage) as usize)
+            .take(layers_per_stage as usize)
+        {
+            let norms: u128 = [l.attn_norm, l.attn_post_norm, l.mlp_norm, l.mlp_post_norm]
+                .iter()
+                .flatten()
+                .map(|n| n.params())
+                .sum();
+            let moe_experts = match &l.mlp {
+                Mlp::Moe(mm) => u128::from(mm.num_experts) * mm.expert.params(model.hidden_size),
+                Mlp::Dense(_) => 0,
+            };
+            replicated += norms;
+            experts += moe_experts;
+            dense += l.params(model.hidden_size) - norms - moe_experts;
+            let (rep, split) = layer_activation_per_token(l, model, w, seq_local);
+            let per_layer = tokens * (if sp { rep / t } else { rep } + split / t);
+            act_layer_max = act_layer_max.max(per_layer);
+            // full recomputation keeps each layer's input only (2sbh, split under SP)
+            let stored = if ckpt {
+                tokens * 2 * h / if sp { t } else { 1 }
+            } else {
+                per_layer
+            };
+            act_stage += stored;
+        }
+        let embed = vocab * u128::from(model.embeddings.dim);
+        if first {
+            dense += embed
+                + model
+                    .embeddings
+                    .learned_positions
+                    .map_or(0, |pos| u128::from(pos) * h * t);
+        }
+        if last {
+            replicated += model.head.final_norm.map_or(0, |n| n.params());
+            if !model.head.tied || p > 1 {
+                dense += embed;
+            }
+        }
+        let params_rank = dense / t + replicated + experts / (t * ep);
+        let weights = params_rank * weight_b;
+        let grads = params_rank * grad_b;
+        let states = (dense / t + replicated).div_ceil(dense_shard) * (master_b + state_b)
+            + (experts / (t * ep)).div_ceil(expert_shard) * (master_b + state_b);
+        // in-flight micro-batches (chunks of layers_per_stage / v layers for interleaved)
+        let in_flight_layers = match layout.schedule {
+            Schedule::OneFOneB => (p - k).min(m) * layers_per_stage,
+            Schedule::Interleaved => {
+                let chunks = (2 * (p - k - 1) + (v - 1) * p + 1).min(m * v);
+                chunks * layers_per_stage / v
+            }
+            Schedule::Gpipe => m * layers_per_stage,
+        };
+        let in_flight_mb = match layout.schedule {
+            Schedule::OneFOneB => (p - k).min(m),
+            Schedule::Interleaved => (2 * (p - k - 1) + (v - 1) * p + 1).min(m * v).div_ceil(v),
+            Schedule::Gpipe => m,
+        };
+        let mut activations = act_stage / layers_per_stage.max(1) * in_flight_layers;
+        if ckpt {
+            // the layer being recomputed holds its full activations during its backward
+            activations += act_layer_max;
+        }
+        if first {
+            // input ids (int64) of every in-flight micro-batch, and the embedding dropout mask
+            activations += in_flight_mb * tokens * 8;
+            if model.dropout.embed > 0.0 {
+                activations += in_flight_mb * tokens * h / if sp { t } else { 1 };
+            }
+        }
+        let loss = if last {
+            // output-layer input (2sbh, split under SP), vocab-parallel logits in bf16 and the
+            // fp32 copy `vocab_parallel_cross_entropy` works on (2 + 4 bytes per logit)
+            tokens * 2 * h / if sp { t } else { 1 } + tokens * vocab / t * 6
+        } else {
+            0
+        };
+        let peak = weights + grads + states + activations + loss;
+        let at_peak = vec![
+            (Category::Weights, to_u64(weights, "weights")?),
+            (Category::Buffers, 0),
+            (Category::Gradients, to_u64(grads, "gradients")?),
+            (
+                Category::OptimizerStates,
+                to_u64(states, "optimizer states")?,
+            ),
+            (Category::Activations, to_u64(activations, "activations")?),
+            (Category::LossBuffers, to_u64(loss, "loss buffers")?),
+            (Category::Temporaries, 0),
+            (Category::OptimizerTemporaries, 0),
+            (Category::CommBuffers, 0),
+        ];
+        let k64 = u64::try_from(k).map_err(|_| CoreError::Overflow { what: "stage" })?;
+        let ranks: Vec<u64> = (k64 * ranks_per_stage..(k64 + 1) * ranks_per_stage).collect();
+        groups.push(RankGroup {
+            label: format!("pp stage {k} (ranks {})", compress_ranks(&ranks)),
+            ranks,
+            peak_bytes: to_u64(peak, "peak bytes")?,
+            at_peak,
+            phase: Phase::Backward,
+            host_bytes: 0,
+        });
+    }
+    let worst = groups
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, g)| (g.peak_bytes, std::cmp::Reverse(*i)))
+        .map_or(0, |(i, _)| i);
+    let params_total = model.param_counts()?.total;
+    let mut comm = Vec::new();
+    if !distributed_optimizer {
+        comm.push(CommBuffer {
+            name: "Megatron DDP: gradients are all-reduced in place in the fp32 main-grad buffer (counted as gradients)".into(),
+            bytes: 0,
+        });
+    }
+    Ok(DistEstimate {
+        profile: "megatron",
+        peak_bytes: groups[worst].peak_bytes,
+        worst,
+        groups,
+        host_bytes_per_node: 0,
+        nvme_bytes_per_rank: 0,
+        comm_buffers: comm,
+        dp: layout.dp(),
+        global_batch: w
+            .batch
+            .saturating_mul(w.grad_accum)
+            .saturating_mul(layout.dp()),
+        params_total,
+    })
+}
