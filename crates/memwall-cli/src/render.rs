@@ -107,6 +107,8 @@ pub struct GroupRow {
     pub at_peak: serde_json::Map<String, serde_json::Value>,
     /// Host bytes per rank.
     pub host_bytes: u64,
+    /// Model states (parameters, gradients, optimizer states) per rank.
+    pub model_state_bytes: u64,
     /// peak + CUDA context + cuBLAS workspace fits the GPU.
     pub fits: bool,
 }
@@ -327,6 +329,7 @@ fn dist_report(s: &TrainSettings, layout: &Layout) -> Result<TrainReport> {
             phase: g.phase,
             at_peak: breakdown(&g.at_peak),
             host_bytes: g.host_bytes,
+            model_state_bytes: g.model_state_bytes,
             fits: gpu_fit(s.gpu, g.peak_bytes).fits,
         })
         .collect();
@@ -590,15 +593,16 @@ fn print_dist(d: &DistReport, profile: &str) {
         d.global_batch
     );
     println!(
-        "  {:<28}{:>12}  {:>10}  {:<10}  fits",
-        "ranks", "peak", "host", "phase"
+        "  {:<28}{:>12}  {:>13}  {:>10}  {:<10}  fits",
+        "ranks", "peak", "model states", "host", "phase"
     );
     for (i, g) in d.groups.iter().enumerate() {
         println!(
-            "{} {:<28}{:>12}  {:>10}  {:<10}  {}",
+            "{} {:<28}{:>12}  {:>13}  {:>10}  {:<10}  {}",
             if i == d.worst { "▶" } else { " " },
             g.label,
             Bytes(g.peak_bytes).to_string(),
+            Bytes(g.model_state_bytes).to_string(),
             Bytes(g.host_bytes).to_string(),
             phase_name(g.phase).split(' ').next().unwrap_or(""),
             if g.fits { "yes" } else { "NO" }

@@ -35,6 +35,9 @@ pub struct RankGroup {
     pub phase: Phase,
     /// Host (pinned CPU) bytes each rank of the group needs for offload.
     pub host_bytes: u64,
+    /// Model states on each rank's GPU: its (share of the) parameters, gradients and
+    /// optimizer states with master weights.
+    pub model_state_bytes: u64,
 }
 
 /// A named communication buffer and its bytes on one rank.
@@ -173,6 +176,7 @@ pub fn simulate_train_dist(
         });
         b.run();
         let host = b.offloaded_bytes();
+        let states = b.model_state_bytes();
         let t = &b.t;
         let at_peak = Category::ALL
             .iter()
@@ -184,6 +188,7 @@ pub fn simulate_train_dist(
             at_peak,
             phase: t.peak_phase(),
             host: to_u64(host, "host bytes")?,
+            states: to_u64(states, "model states")?,
             params: to_u64(b.param_count, "parameters")?,
             comm: b.comm_buffer_lines(),
         })
@@ -225,6 +230,7 @@ pub fn simulate_train_dist(
                     at_peak: rr.at_peak.clone(),
                     phase: rr.phase,
                     host_bytes: rr.host,
+                    model_state_bytes: rr.states,
                 });
             }
         }
@@ -232,10 +238,11 @@ pub fn simulate_train_dist(
     // merge groups with identical numbers
     let mut merged: Vec<RankGroup> = Vec::new();
     for g in groups {
-        match merged
-            .iter_mut()
-            .find(|m| m.peak_bytes == g.peak_bytes && m.host_bytes == g.host_bytes)
-        {
+        match merged.iter_mut().find(|m| {
+            m.peak_bytes == g.peak_bytes
+                && m.host_bytes == g.host_bytes
+                && m.model_state_bytes == g.model_state_bytes
+        }) {
             Some(m) => m.ranks.extend(g.ranks),
             None => merged.push(g),
         }
@@ -279,6 +286,7 @@ struct RankRun {
     at_peak: Vec<(Category, u64)>,
     phase: Phase,
     host: u64,
+    states: u64,
     params: u64,
     comm: Vec<CommBuffer>,
 }

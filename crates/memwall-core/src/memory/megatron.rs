@@ -304,6 +304,7 @@ pub(crate) fn simulate(
             at_peak,
             phase: Phase::Backward,
             host_bytes: 0,
+            model_state_bytes: to_u64(weights + grads + states, "model states")?,
         });
     }
     let worst = groups

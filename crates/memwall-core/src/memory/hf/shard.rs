@@ -60,7 +60,11 @@ impl Builder<'_> {
     /// ZeRO-3 partitions every parameter's flattened storage into `ceil(numel / world)`
     /// elements per rank (`deepspeed/runtime/zero/partition_parameters.py`, `_partition_param`).
     fn zero3_partition_numel(&self, p: &ShardParam) -> u128 {
-        p.numel.div_ceil(self.world())
+        if p.numel <= ZERO3_PERSISTENCE_ELEMS {
+            p.numel
+        } else {
+            p.numel.div_ceil(self.world())
+        }
     }
 
     /// Trainable elements in this rank's partition: ZeRO-1/2 partition the flat fp16/bf16
@@ -145,6 +149,11 @@ impl Builder<'_> {
                         .copied()
                         .collect::<Vec<_>>()
                     {
+                        // parameters up to `stage3_param_persistence_threshold` (1e5 elements)
+                        // are never partitioned (`parameter_offload.py`): they stay whole
+                        if p.numel <= ZERO3_PERSISTENCE_ELEMS {
+                            continue;
+                        }
                         partition += self.zero3_partition_numel(&p) * ps;
                         largest = largest.max(p.numel);
                         self.t.evict_param(p.id);
@@ -349,6 +358,9 @@ impl Builder<'_> {
             // ZeRO builds the fp32 gradient of its partition for the step
             // (stage_1_and_2.py `single_partition_of_fp32_groups[i].grad`; stage3.py
             // `fp32_partitioned_groups_flat[i].grad`); DeepSpeed's FusedAdam has no temporaries
+            ShardKind::Zero { stage: 3 } => {
+                part.iter().sum::<u128>().min(ZERO3_SUB_GROUP_ELEMS) * 4
+            }
             ShardKind::Zero { .. } => part.iter().sum::<u128>() * 4,
             _ => match self.w.optimizer {
                 Optimizer::Adamw | Optimizer::Adafactor => total,
@@ -403,6 +415,61 @@ impl Builder<'_> {
                     host += params * self.param_size;
                 }
                 host
+            }
+        }
+    }
+
+    /// Model-state bytes this rank keeps on the GPU between steps and through the step:
+    /// its parameters (sharded where sharded), gradients (the rank's share of them once
+    /// reduced) and optimizer states (with master weights). Buffers and gathered copies are
+    /// not model states.
+    pub(crate) fn model_state_bytes(&self) -> u128 {
+        let Some(s) = self.shard else { return 0 };
+        let ps = self.param_size;
+        let all = || self.units.iter().flat_map(|u| &u.params);
+        let states = self.sharded_optimizer_states().unwrap_or(0);
+        match s.kind {
+            ShardKind::Ddp => {
+                let p: u128 = all().map(|p| p.numel * ps).sum();
+                let g: u128 = all().filter(|p| p.trainable).map(|p| p.numel * ps).sum();
+                let opt: u128 = all()
+                    .filter(|p| p.trainable)
+                    .map(|p| p.numel * ps * optimizer_state_elems(self.w.optimizer))
+                    .sum();
+                p + g + opt
+            }
+            ShardKind::Fsdp2 { .. } => {
+                if s.offload_states {
+                    return 0;
+                }
+                let p: u128 = all()
+                    .map(|p| self.padded_shard_numel(p) * s.master_size)
+                    .sum();
+                let g: u128 = all()
+                    .filter(|p| p.trainable)
+                    .map(|p| self.padded_shard_numel(p) * s.reduce_size)
+                    .sum();
+                p + g + states
+            }
+            ShardKind::Zero { stage } => {
+                let part: u128 = self.optimizer_partition().iter().sum();
+                let p: u128 = if stage == 3 {
+                    if s.offload_params {
+                        0
+                    } else {
+                        all().map(|p| self.zero3_partition_numel(p) * ps).sum()
+                    }
+                } else {
+                    all().map(|p| p.numel * ps).sum()
+                };
+                let g = if stage == 1 {
+                    all().filter(|p| p.trainable).map(|p| p.numel * ps).sum()
+                } else if s.offload_states {
+                    0
+                } else {
+                    part * ps
+                };
+                p + g + states
             }
         }
     }
@@ -539,6 +606,13 @@ impl Builder<'_> {
 
 /// `stage3_prefetch_bucket_size` default (deepspeed/runtime/zero/config.py).
 pub(crate) const ZERO3_PREFETCH_ELEMS: u128 = 50_000_000;
+
+/// `stage3_param_persistence_threshold` default (deepspeed/runtime/zero/config.py).
+pub(crate) const ZERO3_PERSISTENCE_ELEMS: u128 = 100_000;
+
+/// `sub_group_size` default (deepspeed/runtime/zero/config.py): ZeRO-3 steps the optimizer one
+/// sub-group of at most this many elements at a time, with an fp32 gradient copy of it.
+pub(crate) const ZERO3_SUB_GROUP_ELEMS: u128 = 1_000_000_000;
 
 /// Optimizer state elements per parameter element.
 fn optimizer_state_elems(o: crate::workload::Optimizer) -> u128 {
