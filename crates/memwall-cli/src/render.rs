@@ -249,9 +249,12 @@ fn alternatives(s: &TrainSettings, layout: &Layout) -> Vec<Alternative> {
             Strategy::Zero3,
         ]
     };
-    let mut candidates: Vec<(Layout, bool, String)> = Vec::new();
+    // cost of a change, cheapest first: more sharding costs communication (rank in
+    // `strategies`), recomputation ~1/3 more compute, offload host-device traffic (the
+    // parameters' every step more than the optimizer's)
+    let mut candidates: Vec<(u32, Layout, bool, String)> = Vec::new();
     for ckpt in [false, true] {
-        for &st in strategies {
+        for (rank, &st) in (0u32..).zip(strategies) {
             for off in [Offload::None, Offload::Optimizer, Offload::Both] {
                 if off == Offload::Both && st != Strategy::Zero3 && !st.is_fsdp() {
                     continue;
@@ -275,11 +278,19 @@ fn alternatives(s: &TrainSettings, layout: &Layout) -> Vec<Alternative> {
                         _ => " --offload both",
                     });
                 }
-                candidates.push((l, ckpt, flags));
+                let cost = rank
+                    + if ckpt { 3 } else { 0 }
+                    + match off {
+                        Offload::None => 0,
+                        Offload::Optimizer => 4,
+                        _ => 8,
+                    };
+                candidates.push((cost, l, ckpt, flags));
             }
         }
     }
-    for (l, ckpt, flags) in candidates {
+    candidates.sort_by_key(|c| c.0);
+    for (_, l, ckpt, flags) in candidates {
         if l == *layout && ckpt == s.workload.checkpointing {
             continue;
         }

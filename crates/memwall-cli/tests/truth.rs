@@ -268,6 +268,171 @@ fn infer_rows() -> Vec<Row> {
     out
 }
 
+/// One measured distributed case (`tests/truth/dist.jsonl`, `tools/truth/measure_dist.py`):
+/// rank 0 of a fake process group, FSDP2 / DDP on the same transformers step.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DistCase {
+    id: String,
+    kind: String,
+    config: String,
+    model_type: String,
+    strategy: String,
+    world_size: u64,
+    replicate: u64,
+    reshard_after_forward: bool,
+    mixed_precision: Option<BTreeMap<String, String>>,
+    batch: u64,
+    seq: u64,
+    precision: String,
+    optimizer: String,
+    checkpointing: bool,
+    attention: String,
+    grad_accum: u64,
+    measured: DistMeasured,
+    versions: BTreeMap<String, String>,
+    /// FSDP2 root `reshard_after_forward` (the harness records it; FSDP2 never reshards the root)
+    #[serde(default)]
+    root_reshard_after_forward: Option<bool>,
+    dropout: String,
+    /// DDP only
+    #[serde(default)]
+    gradient_as_bucket_view: Option<bool>,
+    #[serde(default)]
+    bucket_cap_mb: Option<u64>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    ddp_buckets: Option<serde_json::Value>,
+    /// FSDP2 unit sizes as the harness saw them
+    #[serde(default)]
+    #[allow(dead_code)]
+    fsdp_layout: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct DistMeasured {
+    peak_bytes: u64,
+    #[allow(dead_code)]
+    at_peak: BTreeMap<String, u64>,
+    phase: String,
+    params_total: u64,
+    #[serde(default)]
+    #[allow(dead_code)]
+    first_step_peak_bytes: Option<u64>,
+    /// the FSDP/DDP hook event after which the peak happened
+    #[serde(default)]
+    #[allow(dead_code)]
+    peak_after_event: Option<String>,
+}
+
+fn dist_rows() -> Vec<Row> {
+    use memwall_core::layout::{Layout, Strategy};
+    use memwall_core::memory::{simulate_train_dist_with, DistOptions};
+    let Ok(text) = std::fs::read_to_string(root().join("tests/truth/dist.jsonl")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let c: DistCase =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("bad fixture line: {e}\n{line}"));
+        assert_eq!(c.kind, "dist");
+        assert!(c.versions.contains_key("torch"));
+        assert_ne!(
+            c.gradient_as_bucket_view,
+            Some(true),
+            "{}: bucket views",
+            c.id
+        );
+        assert!(
+            c.bucket_cap_mb.is_none_or(|mb| mb == 25),
+            "{}: bucket size",
+            c.id
+        );
+        let json = std::fs::read_to_string(root().join(&c.config)).expect("read config");
+        let desc =
+            memwall_formats::parse_hf_config(&json).unwrap_or_else(|e| panic!("{}: {e}", c.id));
+        assert_eq!(desc.model_type, c.model_type, "{}", c.id);
+        let mut w = TrainWorkload::new(c.batch, c.seq);
+        w.optimizer = Optimizer::ALL
+            .iter()
+            .find(|(_, n)| *n == c.optimizer)
+            .unwrap_or_else(|| panic!("{}: optimizer {}", c.id, c.optimizer))
+            .0;
+        w.precision = match (c.precision.as_str(), &c.mixed_precision) {
+            // FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) on an fp32 model
+            ("fp32", Some(mp)) if mp.get("param_dtype").map(String::as_str) == Some("bf16") => {
+                Precision::AmpBf16
+            }
+            (p, None) => {
+                Precision::ALL
+                    .iter()
+                    .find(|(_, n)| *n == p)
+                    .unwrap_or_else(|| panic!("{}: precision {p}", c.id))
+                    .0
+            }
+            (p, mp) => panic!("{}: precision {p} with {mp:?} not mapped", c.id),
+        };
+        w.checkpointing = c.checkpointing;
+        w.grad_accum = c.grad_accum;
+        w.dropout = c.dropout == "config";
+        w.attention = match c.attention.as_str() {
+            "eager" => AttentionImpl::Eager,
+            _ => AttentionImpl::Sdpa,
+        };
+        let strategy = match (c.strategy.as_str(), c.reshard_after_forward) {
+            ("ddp", _) => Strategy::Ddp,
+            ("fsdp", true) => Strategy::FsdpFull,
+            ("fsdp", false) => Strategy::FsdpGradOp,
+            ("hsdp", _) => Strategy::Hsdp,
+            (s, _) => panic!("{}: strategy {s}", c.id),
+        };
+        let layout = Layout {
+            gpus: c.world_size,
+            gpus_per_node: c.world_size / c.replicate.max(1),
+            strategy,
+            ..Layout::single()
+        };
+        let e = simulate_train_dist_with(
+            &desc,
+            &w,
+            &layout,
+            Kernels::Cpu,
+            &DistOptions {
+                fsdp_root_reshard: c.root_reshard_after_forward.unwrap_or(false),
+            },
+        )
+        .unwrap_or_else(|err| panic!("{}: {err}", c.id));
+        assert_eq!(
+            e.params_total, c.measured.params_total,
+            "{}: parameters",
+            c.id
+        );
+        // the harness measures rank 0
+        let g = e
+            .groups
+            .iter()
+            .find(|g| g.ranks.contains(&0))
+            .expect("rank 0 is reported");
+        let err = (g.peak_bytes as f64 - c.measured.peak_bytes as f64)
+            / c.measured.peak_bytes as f64
+            * 100.0;
+        out.push(Row {
+            id: c.id.clone(),
+            model_type: c.model_type.clone(),
+            category: format!("{} world {}", c.strategy, c.world_size),
+            measured: c.measured.peak_bytes,
+            estimated: g.peak_bytes,
+            error_pct: err,
+            phase_measured: c.measured.phase.clone(),
+            phase_estimated: serde_json::to_value(g.phase)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+        });
+    }
+    out
+}
+
 /// Cases listed in `tests/truth/known_gaps.toml` with their reason.
 fn known_gaps() -> BTreeMap<String, String> {
     let text = std::fs::read_to_string(root().join("tests/truth/known_gaps.toml"))
@@ -341,7 +506,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-fn report(rows: &[Row], infer: &[Row]) -> String {
+fn report(rows: &[Row], infer: &[Row], dist: &[Row]) -> String {
     let mut s = section_report(
         rows,
         "# Accuracy against measured PyTorch peaks\n\n## Training steps",
@@ -349,6 +514,13 @@ fn report(rows: &[Row], infer: &[Row]) -> String {
     if !infer.is_empty() {
         s.push('\n');
         s.push_str(&section_report(infer, "## Inference (prefill + decode)"));
+    }
+    if !dist.is_empty() {
+        s.push('\n');
+        s.push_str(&section_report(
+            dist,
+            "## Distributed training, rank 0 (FSDP2 / DDP on a fake process group; `tests/truth/dist.jsonl`)",
+        ));
     }
     let gaps = known_gaps();
     if !gaps.is_empty() {
@@ -358,10 +530,15 @@ fn report(rows: &[Row], infer: &[Row]) -> String {
              within 10%, and the test fails once one is back within 3%.\n"
         );
         for (id, reason) in &gaps {
-            let err = rows.iter().chain(infer).find(|r| &r.id == id).map_or_else(
-                || "not measured".to_owned(),
-                |r| format!("{:+.2}%", r.error_pct),
-            );
+            let err = rows
+                .iter()
+                .chain(infer)
+                .chain(dist)
+                .find(|r| &r.id == id)
+                .map_or_else(
+                    || "not measured".to_owned(),
+                    |r| format!("{:+.2}%", r.error_pct),
+                );
             let _ = writeln!(s, "- `{id}` ({err}): {}", reason.replace('\n', " "));
         }
     }
@@ -452,8 +629,19 @@ fn every_inference_case_within_three_percent() {
 }
 
 #[test]
+fn every_distributed_case_within_three_percent() {
+    let rows = dist_rows();
+    assert!(
+        rows.len() >= 20,
+        "expected the committed distributed fixtures, found {}",
+        rows.len()
+    );
+    check(&rows, "distributed");
+}
+
+#[test]
 fn accuracy_report_is_current() {
-    let text = report(&rows(), &infer_rows());
+    let text = report(&rows(), &infer_rows(), &dist_rows());
     let path = root().join("docs/accuracy.md");
     if std::env::var_os("MEMWALL_UPDATE_ACCURACY").is_some() {
         std::fs::write(&path, &text).expect("write docs/accuracy.md");

@@ -74,12 +74,41 @@ pub struct DistEstimate {
     pub params_total: u64,
 }
 
-/// Simulates every rank of a distributed training step.
+/// Engine settings that are not part of the layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DistOptions {
+    /// FSDP2: the root module (embeddings, final norm, head) reshards after forward too. That
+    /// is what happens when `reshard_after_forward=True` is passed explicitly to the root's
+    /// `fully_shard` (accelerate's FSDP2 plugin does); with the default `None` the root stays
+    /// unsharded (`_fsdp_state.py` `_lazy_init`).
+    pub fsdp_root_reshard: bool,
+}
+
+impl Default for DistOptions {
+    fn default() -> Self {
+        DistOptions {
+            fsdp_root_reshard: true,
+        }
+    }
+}
+
+/// Simulates every rank of a distributed training step with default engine settings.
 pub fn simulate_train_dist(
     model: &ModelDesc,
     w: &TrainWorkload,
     layout: &Layout,
     kernels: Kernels,
+) -> Result<DistEstimate, CoreError> {
+    simulate_train_dist_with(model, w, layout, kernels, &DistOptions::default())
+}
+
+/// Simulates every rank of a distributed training step.
+pub fn simulate_train_dist_with(
+    model: &ModelDesc,
+    w: &TrainWorkload,
+    layout: &Layout,
+    kernels: Kernels,
+    opts: &DistOptions,
 ) -> Result<DistEstimate, CoreError> {
     w.validate()?;
     layout.validate()?;
@@ -113,12 +142,14 @@ pub fn simulate_train_dist(
             "fsdp",
             ShardKind::Fsdp2 {
                 reshard_after_forward: true,
+                root_reshard: opts.fsdp_root_reshard,
             },
         ),
         Strategy::FsdpGradOp => (
             "fsdp",
             ShardKind::Fsdp2 {
                 reshard_after_forward: false,
+                root_reshard: false,
             },
         ),
         Strategy::Zero1 => ("deepspeed", ShardKind::Zero { stage: 1 }),

@@ -11,6 +11,8 @@ pub(crate) enum ShardKind {
     Fsdp2 {
         /// `reshard_after_forward`.
         reshard_after_forward: bool,
+        /// The root unit reshards after forward too (see `DistOptions`).
+        root_reshard: bool,
     },
     /// DeepSpeed ZeRO (`deepspeed/runtime/zero/stage_1_and_2.py`, `stage3.py`).
     Zero {

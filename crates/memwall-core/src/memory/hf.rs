@@ -2242,6 +2242,8 @@ impl<'a> Builder<'a> {
             self.drop_(r);
         }
         self.t.set_phase(Phase::Backward);
+        // the model's forward (the root unit's) returns here, after the loss
+        self.unit_post_forward(0);
         self.t.seed_grad(loss);
         self.unit_pre_backward(0);
         self.backward();

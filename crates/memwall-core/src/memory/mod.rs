@@ -10,7 +10,9 @@ mod megatron;
 pub mod timeline;
 
 pub use crate::workload::InferWorkload;
-pub use dist::{simulate_train_dist, CommBuffer, DistEstimate, RankGroup};
+pub use dist::{
+    simulate_train_dist, simulate_train_dist_with, CommBuffer, DistEstimate, DistOptions, RankGroup,
+};
 pub use hf::Kernels;
 pub use timeline::{Category, Phase};
 

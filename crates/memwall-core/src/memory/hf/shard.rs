@@ -200,14 +200,16 @@ impl Builder<'_> {
         }
     }
 
-    /// FSDP2 `post_forward`: reshard unless `reshard_after_forward=False`; the root never
-    /// reshards after forward (`_fsdp_state.py` `_lazy_init` clears its post-forward mesh).
+    /// FSDP2 `post_forward`: reshard unless `reshard_after_forward=False`. The root reshards
+    /// only when that was passed explicitly (`_fsdp_state.py` `_lazy_init` clears its
+    /// post-forward mesh when it was left to the default); its forward ends with the loss.
     pub(super) fn unit_post_forward(&mut self, u: usize) {
         if let Some(ShardKind::Fsdp2 {
-            reshard_after_forward: true,
+            reshard_after_forward,
+            root_reshard,
         }) = self.kind()
         {
-            if u != 0 {
+            if (u != 0 && reshard_after_forward) || (u == 0 && root_reshard) {
                 self.reshard(u);
             }
         }
