@@ -114,5 +114,11 @@ pub fn hint_for(e: &anyhow::Error) -> Option<String> {
             "`memwall models` lists the catalogue; or pass a path to a config.json".into(),
         );
     }
+    if text.contains("invalid cluster layout") {
+        return Some(
+            "--gpus must equal dp × --tp × --pp × --cp (dp ≥ 1); --ep must divide dp × --cp; see docs/distributed.md"
+                .into(),
+        );
+    }
     None
 }

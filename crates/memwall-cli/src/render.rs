@@ -154,7 +154,9 @@ pub struct Speed {
     pub lower_bound_step_s: f64,
     /// At the assumed efficiencies.
     pub estimated_step_s: f64,
-    /// Tokens per second per GPU at the assumed efficiencies (micro-batch tokens / step).
+    /// Tokens per second per model replica (one GPU, or the tp·pp·cp GPUs of a Megatron
+    /// replica) at the assumed efficiencies; pipeline bubbles and data-parallel communication
+    /// are not included.
     pub estimated_tokens_per_s: f64,
     /// Assumed model FLOPs utilisation.
     pub mfu: f64,
@@ -177,7 +179,9 @@ fn train_speed(s: &TrainSettings) -> Result<Speed> {
         dtype,
         weight_bytes: dtype.bytes(),
         kv_bytes: dtype.bytes(),
-        tp: 1,
+        // Megatron layouts: one GPU runs its tensor-parallel share (with TP's all-reduces);
+        // pipeline and context parallelism divide the rest below
+        tp: s.layout.as_ref().map_or(1, |l| l.tp),
         flops_efficiency: 1.0,
         bandwidth_efficiency: 1.0,
     };
@@ -187,10 +191,13 @@ fn train_speed(s: &TrainSettings) -> Result<Speed> {
     (w.flops_efficiency, w.bandwidth_efficiency) = s.efficiency;
     let est =
         roofline::analyze(&s.model.desc, &w, &ceil).context("cannot estimate the step time")?;
+    // pipeline stages and context-parallel ranks each run 1/(pp·cp) of the micro-batch's work
+    // (no bubble, no communication beyond TP's: a lower bound)
+    let split = s.layout.as_ref().map_or(1.0, |l| (l.pp * l.cp) as f64);
     Ok(Speed {
-        lower_bound_step_s: bound.time_s,
-        estimated_step_s: est.time_s,
-        estimated_tokens_per_s: est.tokens_per_s,
+        lower_bound_step_s: bound.time_s / split,
+        estimated_step_s: est.time_s / split,
+        estimated_tokens_per_s: est.tokens_per_s * split,
         mfu: s.efficiency.0,
         bandwidth_efficiency: s.efficiency.1,
     })

@@ -284,3 +284,65 @@ fn gpus_json_lists_ids_and_bytes() {
         .iter()
         .any(|g| g["id"] == "h100-sxm" && g["memory_bytes"].is_u64()));
 }
+
+#[test]
+fn train_70b_on_eight_a100s_table() {
+    insta::assert_snapshot!(transcript(&[
+        "train",
+        "--model",
+        "llama-3.1-70b",
+        "--gpus",
+        "8",
+        "--gpu",
+        "a100-80gb-sxm",
+        "--seq",
+        "4096",
+    ]));
+}
+
+#[test]
+fn train_fsdp_uneven_shards_table() {
+    insta::assert_snapshot!(transcript(&[
+        "train",
+        "--model",
+        "qwen2.5-7b",
+        "--gpus",
+        "6",
+        "--strategy",
+        "fsdp-full",
+        "--precision",
+        "amp-bf16",
+        "--checkpointing",
+        "--batch",
+        "2",
+        "--seq",
+        "4096",
+    ]));
+}
+
+#[test]
+fn train_megatron_pipeline_table() {
+    insta::assert_snapshot!(transcript(&[
+        "train",
+        "--model",
+        "llama-3.1-70b",
+        "--gpus",
+        "64",
+        "--tp",
+        "8",
+        "--sequence-parallel",
+        "--pp",
+        "4",
+        "--strategy",
+        "zero1",
+        "--global-batch",
+        "64",
+        "--seq",
+        "4096",
+    ]));
+}
+
+#[test]
+fn layout_that_does_not_divide() {
+    insta::assert_snapshot!(transcript(&["train", "--gpus", "8", "--tp", "3"]));
+}

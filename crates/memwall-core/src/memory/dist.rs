@@ -224,18 +224,23 @@ pub fn simulate_train_dist_with(
             comm: b.comm_buffer_lines(),
         })
     };
-    // Ranks differ only through FSDP2's uneven tail chunks: rank 0 holds the largest.
+    // Ranks differ only through uneven tail chunks, and every parameter's chunk is
+    // non-increasing in the rank: if the first and the last rank keep the same model-state
+    // bytes, every parameter's chunk is the same on all ranks and one run stands for all.
+    // Otherwise every rank runs (up to 16; beyond, the others take rank 0's numbers, an upper
+    // bound since no rank holds more than rank 0).
     let sharded_per_param = kind != ShardKind::Ddp;
-    let distinct: Vec<u128> = if !sharded_per_param || world == 1 {
-        vec![0]
-    } else if world <= 16 {
-        (0..world).collect()
-    } else {
-        vec![0, world - 1]
-    };
-    let mut runs: Vec<(u128, RankRun)> = Vec::new();
-    for r in distinct {
-        runs.push((r, run(r)?));
+    let mut runs: Vec<(u128, RankRun)> = vec![(0, run(0)?)];
+    if sharded_per_param && world > 1 {
+        let last = run(world - 1)?;
+        if last.states != runs[0].1.states || last.host != runs[0].1.host {
+            if world <= 16 {
+                for r in 1..world - 1 {
+                    runs.push((r, run(r)?));
+                }
+            }
+            runs.push((world - 1, last));
+        }
     }
     // Expand to global ranks: shard index r = global rank mod shard group (HSDP replicates
     // shard groups across nodes; plain sharding has one group of all ranks).
@@ -280,7 +285,11 @@ pub fn simulate_train_dist_with(
     }
     for g in &mut merged {
         g.ranks.sort_unstable();
-        g.label = format!("ranks {}", compress_ranks(&g.ranks));
+        g.label = if g.ranks.len() == 1 {
+            format!("rank {}", g.ranks[0])
+        } else {
+            format!("ranks {}", compress_ranks(&g.ranks))
+        };
     }
     let worst = merged
         .iter()
