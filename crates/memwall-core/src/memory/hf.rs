@@ -2279,6 +2279,7 @@ impl<'a> Builder<'a> {
                 continue;
             }
             self.t.backward_node(&node);
+            self.after_backward_node(&node);
         }
     }
 

@@ -285,20 +285,49 @@ impl Builder<'_> {
                 self.rs_in_flight = Some(rs_in);
             }
             ShardKind::Zero { .. } => {
+                // gradients the per-node hook has not taken yet (none in practice)
+                let any = !grads.is_empty();
                 for g in grads {
                     self.t.release(g);
                 }
-                if self.units[0].sharded_grad.is_none() && !s.offload_states {
-                    // `grads_in_partition`: this rank's partition of the averaged gradients
-                    // in the gradient dtype (stage_1_and_2.py `copy_grads_in_partition`)
-                    let part: u128 = self.optimizer_partition().iter().sum();
-                    let g = self
-                        .t
-                        .alloc(part * self.param_size, Category::Gradients, false);
-                    self.units[0].sharded_grad = Some(g);
+                if any {
+                    self.ensure_zero_grad_partition();
                 }
             }
             ShardKind::Ddp => {}
+        }
+    }
+
+    /// ZeRO-2/3 reduce every gradient as soon as autograd has accumulated it: a hook per
+    /// parameter copies it into the ipg bucket and frees it (`stage_1_and_2.py`
+    /// `reduce_ready_partitions_and_remove_grads`, stage3.py `reduce_partition_and_remove_grads`).
+    pub(super) fn after_backward_node(&mut self, node: &Node) {
+        if !matches!(self.kind(), Some(ShardKind::Zero { stage: 2 | 3 })) {
+            return;
+        }
+        let mut any = false;
+        for &p in node.params.as_slice() {
+            if let Some(g) = self.t.take_param_grad(p) {
+                self.t.release(g);
+                any = true;
+            }
+        }
+        if any {
+            self.ensure_zero_grad_partition();
+        }
+    }
+
+    fn ensure_zero_grad_partition(&mut self) {
+        let Some(s) = self.shard else { return };
+        if self.units[0].sharded_grad.is_none() && !s.offload_states {
+            // `grads_in_partition`: this rank's partition of the averaged gradients in the
+            // gradient dtype (stage_1_and_2.py `copy_grads_in_partition`; stage3.py
+            // `grad_partitions_flat_buffer`)
+            let part: u128 = self.optimizer_partition().iter().sum();
+            let g = self
+                .t
+                .alloc(part * self.param_size, Category::Gradients, false);
+            self.units[0].sharded_grad = Some(g);
         }
     }
 
