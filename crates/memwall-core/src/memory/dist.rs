@@ -82,12 +82,15 @@ pub struct DistOptions {
     /// `fully_shard` (accelerate's FSDP2 plugin does); with the default `None` the root stays
     /// unsharded (`_fsdp_state.py` `_lazy_init`).
     pub fsdp_root_reshard: bool,
+    /// DDP `gradient_as_bucket_view` (PyTorch's default is `False`).
+    pub ddp_bucket_view: bool,
 }
 
 impl Default for DistOptions {
     fn default() -> Self {
         DistOptions {
             fsdp_root_reshard: true,
+            ddp_bucket_view: false,
         }
     }
 }
@@ -137,7 +140,12 @@ pub fn simulate_train_dist_with(
     let dp = layout.dp();
     let world = u128::from(layout.shard_group());
     let (profile, kind) = match layout.strategy {
-        Strategy::Ddp => ("ddp", ShardKind::Ddp),
+        Strategy::Ddp => (
+            "ddp",
+            ShardKind::Ddp {
+                bucket_view: opts.ddp_bucket_view,
+            },
+        ),
         Strategy::FsdpFull | Strategy::Hsdp => (
             "fsdp",
             ShardKind::Fsdp2 {
@@ -161,7 +169,7 @@ pub fn simulate_train_dist_with(
     // fp16 keep an fp32 master partition (`bf16`/`fp16` config sections with ZeRO).
     let mut rank_w = w.clone();
     let (master_size, reduce_size, cast_params) = match (kind, w.precision) {
-        (ShardKind::Ddp, _) => (0, 0, false),
+        (ShardKind::Ddp { .. }, _) => (0, 0, false),
         (ShardKind::Fsdp2 { .. }, Precision::AmpBf16 | Precision::AmpFp16) => {
             rank_w.precision = if w.precision == Precision::AmpBf16 {
                 Precision::Bf16
@@ -229,7 +237,7 @@ pub fn simulate_train_dist_with(
     // bytes, every parameter's chunk is the same on all ranks and one run stands for all.
     // Otherwise every rank runs (up to 16; beyond, the others take rank 0's numbers, an upper
     // bound since no rank holds more than rank 0).
-    let sharded_per_param = kind != ShardKind::Ddp;
+    let sharded_per_param = !matches!(kind, ShardKind::Ddp { .. });
     let mut runs: Vec<(u128, RankRun)> = vec![(0, run(0)?)];
     if sharded_per_param && world > 1 {
         let last = run(world - 1)?;

@@ -6,7 +6,10 @@ use super::timeline::TensorId;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ShardKind {
     /// PyTorch DDP: full replica, gradient buckets.
-    Ddp,
+    Ddp {
+        /// `gradient_as_bucket_view=True`: `.grad` are views into the buckets.
+        bucket_view: bool,
+    },
     /// PyTorch FSDP2 (`torch/distributed/fsdp/_fully_shard/`).
     Fsdp2 {
         /// `reshard_after_forward`.

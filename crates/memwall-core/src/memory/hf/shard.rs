@@ -80,7 +80,7 @@ impl Builder<'_> {
             .flat_map(|u| &u.params)
             .filter(|p| p.trainable);
         match s.kind {
-            ShardKind::Ddp => trainable.map(|p| p.numel).collect(),
+            ShardKind::Ddp { .. } => trainable.map(|p| p.numel).collect(),
             ShardKind::Fsdp2 { .. } => trainable.map(|p| self.local_numel(p)).collect(),
             ShardKind::Zero { stage: 3 } => {
                 trainable.map(|p| self.zero3_partition_numel(p)).collect()
@@ -108,10 +108,16 @@ impl Builder<'_> {
         }
         let ps = self.param_size;
         match s.kind {
-            ShardKind::Ddp => {
-                // Reducer::initialize_buckets (torch/csrc/distributed/c10d/reducer.cpp): with
-                // gradient_as_bucket_view=False every gradient also has a slot in a flat bucket
-                // tensor of the gradient dtype, allocated when DDP is built.
+            ShardKind::Ddp { .. } => {
+                // Reducer::initialize_buckets (torch/csrc/distributed/c10d/reducer.cpp): every
+                // gradient has a slot in a flat bucket tensor of the gradient dtype, allocated
+                // when DDP is built. With gradient_as_bucket_view=False it is a second copy of
+                // the gradients; with True it is where `.grad` lives (a gradient then).
+                let category = if matches!(s.kind, ShardKind::Ddp { bucket_view: true }) {
+                    Category::Gradients
+                } else {
+                    Category::CommBuffers
+                };
                 let grads: u128 = self
                     .units
                     .iter()
@@ -119,7 +125,7 @@ impl Builder<'_> {
                     .filter(|p| p.trainable)
                     .map(|p| p.numel * ps)
                     .sum();
-                self.t.alloc(grads, Category::CommBuffers, false);
+                self.t.alloc(grads, category, false);
             }
             ShardKind::Fsdp2 { .. } => {
                 let mut sharded: u128 = 0;
@@ -294,14 +300,26 @@ impl Builder<'_> {
                     self.ensure_zero_grad_partition();
                 }
             }
-            ShardKind::Ddp => {}
+            ShardKind::Ddp { .. } => {}
         }
     }
 
     /// ZeRO-2/3 reduce every gradient as soon as autograd has accumulated it: a hook per
     /// parameter copies it into the ipg bucket and frees it (`stage_1_and_2.py`
     /// `reduce_ready_partitions_and_remove_grads`, stage3.py `reduce_partition_and_remove_grads`).
+    /// DDP with `gradient_as_bucket_view=True` likewise: the reducer copies each ready
+    /// gradient into its bucket and points `.grad` at the bucket view
+    /// (`reducer.cpp` `mark_variable_ready_dense`), so the autograd tensor is freed at once.
     pub(super) fn after_backward_node(&mut self, node: &Node) {
+        let view = matches!(self.kind(), Some(ShardKind::Ddp { bucket_view: true }));
+        if view {
+            for &p in node.params.as_slice() {
+                if let Some(g) = self.t.take_param_grad(p) {
+                    self.t.release(g);
+                }
+            }
+            return;
+        }
         if !matches!(self.kind(), Some(ShardKind::Zero { stage: 2 | 3 })) {
             return;
         }
@@ -356,7 +374,7 @@ impl Builder<'_> {
     /// Optimizer-state bytes on this rank, or `None` when not sharded.
     pub(super) fn sharded_optimizer_states(&self) -> Option<u128> {
         let s = self.shard?;
-        if s.kind == ShardKind::Ddp {
+        if matches!(s.kind, ShardKind::Ddp { .. }) {
             return None;
         }
         if s.offload_states {
@@ -376,7 +394,7 @@ impl Builder<'_> {
     pub(super) fn sharded_optimizer_temps(&self) -> Option<u128> {
         use crate::workload::Optimizer;
         let s = self.shard?;
-        if s.kind == ShardKind::Ddp {
+        if matches!(s.kind, ShardKind::Ddp { .. }) {
             return None;
         }
         if s.offload_states {
@@ -411,7 +429,7 @@ impl Builder<'_> {
         let part: u128 = self.optimizer_partition().iter().sum();
         let states = part * optimizer_state_elems(self.w.optimizer) * s.master_size;
         match s.kind {
-            ShardKind::Ddp => 0,
+            ShardKind::Ddp { .. } => 0,
             ShardKind::Fsdp2 { .. } => {
                 if !s.offload_states {
                     return 0;
@@ -460,7 +478,7 @@ impl Builder<'_> {
         let all = || self.units.iter().flat_map(|u| &u.params);
         let states = self.sharded_optimizer_states().unwrap_or(0);
         match s.kind {
-            ShardKind::Ddp => {
+            ShardKind::Ddp { .. } => {
                 let p: u128 = all().map(|p| p.numel * ps).sum();
                 let g: u128 = all().filter(|p| p.trainable).map(|p| p.numel * ps).sum();
                 let opt: u128 = all()
@@ -517,7 +535,7 @@ impl Builder<'_> {
             bytes: u64::try_from(bytes).unwrap_or(u64::MAX),
         };
         match s.kind {
-            ShardKind::Ddp => {
+            ShardKind::Ddp { .. } => {
                 let g: u128 = self
                     .units
                     .iter()
