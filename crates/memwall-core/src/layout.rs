@@ -184,7 +184,7 @@ impl Layout {
         range("ep", self.ep)?;
         range("virtual_stages", self.virtual_stages)?;
         let mp = self.tp * self.pp * self.cp;
-        if mp > MAX_GPUS || self.gpus % mp != 0 {
+        if mp > MAX_GPUS || !self.gpus.is_multiple_of(mp) {
             return Err(CoreError::invalid(
                 "gpus",
                 format!(
@@ -193,7 +193,7 @@ impl Layout {
                 ),
             ));
         }
-        if self.gpus > self.gpus_per_node && self.gpus % self.gpus_per_node != 0 {
+        if self.gpus > self.gpus_per_node && !self.gpus.is_multiple_of(self.gpus_per_node) {
             return Err(CoreError::invalid(
                 "gpus_per_node",
                 format!(
@@ -202,7 +202,7 @@ impl Layout {
                 ),
             ));
         }
-        if (self.dp() * self.cp) % self.ep != 0 {
+        if !(self.dp() * self.cp).is_multiple_of(self.ep) {
             return Err(CoreError::invalid(
                 "ep",
                 format!(
@@ -235,7 +235,7 @@ impl Layout {
             ));
         }
         if self.strategy == Strategy::Hsdp
-            && (self.gpus_per_node >= self.gpus || self.gpus % self.gpus_per_node != 0)
+            && (self.gpus_per_node >= self.gpus || !self.gpus.is_multiple_of(self.gpus_per_node))
         {
             return Err(CoreError::invalid(
                 "strategy",

@@ -122,7 +122,7 @@ pub(crate) fn simulate(
     );
     let v = u128::from(layout.virtual_stages);
     let n_layers = model.layers.len() as u128;
-    if n_layers % (p * v) != 0 {
+    if !n_layers.is_multiple_of(p * v) {
         return Err(CoreError::invalid(
             "pp",
             format!(
