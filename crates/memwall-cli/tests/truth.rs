@@ -323,15 +323,27 @@ struct DistMeasured {
     #[serde(default)]
     #[allow(dead_code)]
     peak_after_event: Option<String>,
+    /// the peak within each phase of the steady step
+    phase_peaks: BTreeMap<String, u64>,
 }
 
-fn dist_rows() -> Vec<Row> {
+/// The peak within one phase of a distributed case: (case and phase, measured, estimated).
+struct PhaseRow {
+    id: String,
+    measured: u64,
+    estimated: u64,
+    error_pct: f64,
+}
+
+/// Every distributed case (its step peak on rank 0) and every phase's own peak.
+fn dist_rows() -> (Vec<Row>, Vec<PhaseRow>) {
     use memwall_core::layout::{Layout, Strategy};
     use memwall_core::memory::{simulate_train_dist_with, DistOptions};
     let Ok(text) = std::fs::read_to_string(root().join("tests/truth/dist.jsonl")) else {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     };
     let mut out = Vec::new();
+    let mut phases = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let c: DistCase =
             serde_json::from_str(line).unwrap_or_else(|e| panic!("bad fixture line: {e}\n{line}"));
@@ -413,6 +425,24 @@ fn dist_rows() -> Vec<Row> {
         let err = (g.peak_bytes as f64 - c.measured.peak_bytes as f64)
             / c.measured.peak_bytes as f64
             * 100.0;
+        // every phase's own peak, not only the step's: forward, loss, backward, optimizer
+        for (phase, est) in &g.phase_peaks {
+            let name = serde_json::to_value(phase)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            let measured = *c
+                .measured
+                .phase_peaks
+                .get(&name)
+                .unwrap_or_else(|| panic!("{}: no measured {name} peak", c.id));
+            phases.push(PhaseRow {
+                id: format!("{} {name}", c.id),
+                measured,
+                estimated: *est,
+                error_pct: (*est as f64 - measured as f64) / measured as f64 * 100.0,
+            });
+        }
         out.push(Row {
             id: c.id.clone(),
             model_type: c.model_type.clone(),
@@ -427,7 +457,7 @@ fn dist_rows() -> Vec<Row> {
                 .unwrap_or_default(),
         });
     }
-    out
+    (out, phases)
 }
 
 /// Cases listed in `tests/truth/known_gaps.toml` with their reason.
@@ -503,7 +533,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-fn report(rows: &[Row], infer: &[Row], dist: &[Row]) -> String {
+fn report(rows: &[Row], infer: &[Row], dist: &[Row], phases: &[PhaseRow]) -> String {
     let mut s = section_report(
         rows,
         "# Accuracy against measured PyTorch peaks\n\n## Training steps",
@@ -518,6 +548,20 @@ fn report(rows: &[Row], infer: &[Row], dist: &[Row]) -> String {
             dist,
             "## Distributed training, rank 0 (FSDP2 / DDP on a fake process group; `tests/truth/dist.jsonl`)",
         ));
+        let worst = phases
+            .iter()
+            .max_by(|a, b| a.error_pct.abs().total_cmp(&b.error_pct.abs()));
+        let _ = writeln!(
+            s,
+            "\n### Peak of every phase\n\nEach case's forward, loss, backward and optimizer phases, each against its own \
+             measured peak: {} phase peaks, median |error| {:.3}%, worst {}.\n",
+            phases.len(),
+            median(phases.iter().map(|p| p.error_pct.abs()).collect()),
+            worst.map_or("-".to_owned(), |w| format!(
+                "{:+.3}% ({}: measured {}, estimated {})",
+                w.error_pct, w.id, w.measured, w.estimated
+            ))
+        );
     }
     let gaps = known_gaps();
     if !gaps.is_empty() {
@@ -627,18 +671,36 @@ fn every_inference_case_within_three_percent() {
 
 #[test]
 fn every_distributed_case_within_three_percent() {
-    let rows = dist_rows();
+    let (rows, phases) = dist_rows();
     assert!(
         rows.len() >= 20,
         "expected the committed distributed fixtures, found {}",
         rows.len()
     );
     check(&rows, "distributed");
+    // and every phase's own peak, which exercises the forward all-gathers and the sharded
+    // optimizer step that the step peaks (all in backward) do not
+    let bad: Vec<String> = phases
+        .iter()
+        .filter(|p| p.error_pct.abs() > 3.0)
+        .map(|p| {
+            format!(
+                "{}: {:+.2}% (measured {}, estimated {})",
+                p.id, p.error_pct, p.measured, p.estimated
+            )
+        })
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "phase peaks outside 3%:\n{}",
+        bad.join("\n")
+    );
 }
 
 #[test]
 fn accuracy_report_is_current() {
-    let text = report(&rows(), &infer_rows(), &dist_rows());
+    let (dist, phases) = dist_rows();
+    let text = report(&rows(), &infer_rows(), &dist, &phases);
     let path = root().join("docs/accuracy.md");
     if std::env::var_os("MEMWALL_UPDATE_ACCURACY").is_some() {
         std::fs::write(&path, &text).expect("write docs/accuracy.md");

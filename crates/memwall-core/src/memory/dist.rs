@@ -38,6 +38,9 @@ pub struct RankGroup {
     /// Model states on each rank's GPU: its (share of the) parameters, gradients and
     /// optimizer states with master weights.
     pub model_state_bytes: u64,
+    /// Peak within each phase of the step (forward, loss, backward, optimizer); empty for the
+    /// formula-based `megatron` profile.
+    pub phase_peaks: Vec<(Phase, u64)>,
 }
 
 /// A named communication buffer and its bytes on one rank.
@@ -217,6 +220,15 @@ pub fn simulate_train_dist_with(
         let host = b.offloaded_bytes();
         let states = b.model_state_bytes();
         let t = &b.t;
+        let phase_peaks = [
+            Phase::Forward,
+            Phase::Loss,
+            Phase::Backward,
+            Phase::Optimizer,
+        ]
+        .iter()
+        .map(|p| Ok((*p, to_u64(t.phase_peak(*p), "phase peak")?)))
+        .collect::<Result<Vec<_>, CoreError>>()?;
         let at_peak = Category::ALL
             .iter()
             .zip(t.peak_breakdown())
@@ -228,6 +240,7 @@ pub fn simulate_train_dist_with(
             phase: t.peak_phase(),
             host: to_u64(host, "host bytes")?,
             states: to_u64(states, "model states")?,
+            phase_peaks,
             params: to_u64(b.param_count, "parameters")?,
             comm: b.comm_buffer_lines(),
         })
@@ -275,6 +288,7 @@ pub fn simulate_train_dist_with(
                     phase: rr.phase,
                     host_bytes: rr.host,
                     model_state_bytes: rr.states,
+                    phase_peaks: rr.phase_peaks.clone(),
                 });
             }
         }
@@ -335,6 +349,7 @@ struct RankRun {
     phase: Phase,
     host: u64,
     states: u64,
+    phase_peaks: Vec<(Phase, u64)>,
     params: u64,
     comm: Vec<CommBuffer>,
 }

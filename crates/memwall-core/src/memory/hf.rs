@@ -115,6 +115,8 @@ pub(crate) struct Builder<'a> {
     prefetched: Option<(usize, TensorId)>,
     /// FSDP2: the reduce-scatter input kept alive until the next unit's post-backward
     rs_in_flight: Option<TensorId>,
+    /// FSDP2: the forward all-gather output kept until the next unit's all-gather
+    ag_held: Option<TensorId>,
     /// bytes of every trainable parameter's state dtype
     pub(crate) param_count: u128,
     pub(crate) trainable_count: u128,
@@ -200,6 +202,7 @@ impl<'a> Builder<'a> {
             cur_unit: 0,
             prefetched: None,
             rs_in_flight: None,
+            ag_held: None,
             param_count: 0,
             trainable_count: 0,
         }
@@ -2241,9 +2244,9 @@ impl<'a> Builder<'a> {
         for r in std::mem::take(&mut self.autocast_cache) {
             self.drop_(r);
         }
-        self.t.set_phase(Phase::Backward);
         // the model's forward (the root unit's) returns here, after the loss
         self.unit_post_forward(0);
+        self.t.set_phase(Phase::Backward);
         self.t.seed_grad(loss);
         self.unit_pre_backward(0);
         self.backward();

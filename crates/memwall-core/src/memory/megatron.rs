@@ -305,6 +305,7 @@ pub(crate) fn simulate(
             phase: Phase::Backward,
             host_bytes: 0,
             model_state_bytes: to_u64(weights + grads + states, "model states")?,
+            phase_peaks: Vec::new(),
         });
     }
     let worst = groups

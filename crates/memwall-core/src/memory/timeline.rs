@@ -164,6 +164,8 @@ pub struct Timeline {
     peak_by_category: [u128; 9],
     peak_phase: Phase,
     phase: Phase,
+    /// Peak live bytes within each phase (indexed by `Phase as usize`) since the last reset.
+    phase_peaks: [u128; 6],
     /// The autograd tape.
     pub tape: Vec<Node>,
     /// While false, forward ops record nothing (inside a checkpointed segment).
@@ -190,6 +192,7 @@ impl Timeline {
             peak_by_category: [0; 9],
             peak_phase: Phase::Forward,
             phase: Phase::Forward,
+            phase_peaks: [0; 6],
             tape: Vec::with_capacity(2048),
             recording: true,
             granularity: 1,
@@ -199,6 +202,13 @@ impl Timeline {
     /// Sets the current phase.
     pub fn set_phase(&mut self, phase: Phase) {
         self.phase = phase;
+        let p = &mut self.phase_peaks[phase as usize];
+        *p = (*p).max(self.live);
+    }
+
+    /// Peak live bytes within `phase` since the last [`Timeline::reset_peak`].
+    pub fn phase_peak(&self, phase: Phase) -> u128 {
+        self.phase_peaks[phase as usize]
     }
 
     /// Current phase.
@@ -209,6 +219,8 @@ impl Timeline {
     fn add_live(&mut self, bytes: u128, cat: Category) {
         self.live += bytes;
         self.by_category[cat.index()] += bytes;
+        let p = &mut self.phase_peaks[self.phase as usize];
+        *p = (*p).max(self.live);
         if self.live > self.peak {
             self.peak = self.live;
             self.peak_by_category = self.by_category;
@@ -497,6 +509,8 @@ impl Timeline {
 
     /// Forgets the peak (steady-state measurement starts now).
     pub fn reset_peak(&mut self) {
+        self.phase_peaks = [0; 6];
+        self.phase_peaks[self.phase as usize] = self.live;
         self.peak = self.live;
         self.peak_by_category = self.by_category;
         self.peak_phase = self.phase;

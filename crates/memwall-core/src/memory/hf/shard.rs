@@ -199,17 +199,35 @@ impl Builder<'_> {
         }
     }
 
-    /// FSDP2 `pre_forward`: unshard the unit.
+    /// FSDP2 `pre_forward`: unshard the unit. In forward the all-gather output is not freed
+    /// after the copy-out: `FSDPCommContext.all_gather_state` keeps it until the next unit's
+    /// all-gather has been issued (so the copy-in cannot reuse it early), and the root's
+    /// post-forward drops the last one (`_fsdp_param_group.py` `wait_for_unshard`,
+    /// `_fsdp_state.py` `_root_post_forward`).
     pub(super) fn unit_pre_forward(&mut self, u: usize) {
-        if matches!(self.kind(), Some(ShardKind::Fsdp2 { .. })) {
-            self.unshard(u);
+        if !matches!(self.kind(), Some(ShardKind::Fsdp2 { .. })) || self.units[u].unsharded {
+            return;
         }
+        let ag = self.all_gather(u);
+        if let Some(old) = self.ag_held.take() {
+            self.t.release(old);
+        }
+        for p in self.units[u].params.clone() {
+            self.t.restore_param(p.id);
+        }
+        self.units[u].unsharded = true;
+        self.ag_held = Some(ag);
     }
 
     /// FSDP2 `post_forward`: reshard unless `reshard_after_forward=False`. The root reshards
     /// only when that was passed explicitly (`_fsdp_state.py` `_lazy_init` clears its
     /// post-forward mesh when it was left to the default); its forward ends with the loss.
     pub(super) fn unit_post_forward(&mut self, u: usize) {
+        if u == 0 {
+            if let Some(ag) = self.ag_held.take() {
+                self.t.release(ag);
+            }
+        }
         if let Some(ShardKind::Fsdp2 {
             reshard_after_forward,
             root_reshard,
