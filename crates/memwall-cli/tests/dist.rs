@@ -445,3 +445,55 @@ fn global_batch_is_checked_against_micro_batch_and_dp() {
     assert_eq!(v["workload"]["grad_accum"], 4);
     assert_eq!(v["distributed"]["global_batch"], 64);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Any layout either simulates, reporting every rank exactly once with the worst peak on
+    /// top, or is refused with an error — never a panic; and a valid one always simulates.
+    #[test]
+    fn any_layout_is_simulated_or_refused(
+        dp in 1u64..9, s in 0usize..7, tpi in 0usize..4, ppi in 0usize..4, cp in 1u64..3,
+        use_ep: bool, sched in 0usize..3, off in 0usize..4, sp: bool, ckpt: bool,
+    ) {
+        // mostly degrees that split 4 layers and 16 heads, sometimes ones that do not
+        let (tp, pp) = ([1u64, 2, 4, 3][tpi], [1u64, 2, 4, 3][ppi]);
+        let gpus = dp * tp * pp * cp;
+        let m = config("qwen1.5-moe-a2.7b-4l");
+        let mut w = TrainWorkload::new(1, 64);
+        w.checkpointing = ckpt;
+        w.grad_accum = 4;
+        let schedule = [Schedule::OneFOneB, Schedule::Interleaved, Schedule::Gpipe][sched];
+        let model_parallel = tp * pp * cp > 1 || use_ep;
+        let l = Layout {
+            gpus,
+            gpus_per_node: if gpus % 4 == 0 { 4 } else { gpus },
+            strategy: if model_parallel { [Strategy::Ddp, Strategy::Zero1][s % 2] } else { Strategy::ALL[s].0 },
+            tp,
+            sequence_parallel: sp,
+            pp,
+            schedule: if pp < 2 { Schedule::OneFOneB } else { schedule },
+            virtual_stages: if pp >= 2 && schedule == Schedule::Interleaved { 2 } else { 1 },
+            cp,
+            ep: if use_ep { [1u64, 2, 3, 4].into_iter().filter(|e| (dp * cp) % e == 0).max().unwrap_or(1) } else { 1 },
+            offload: [Offload::None, Offload::Optimizer, Offload::Params, Offload::Both][off],
+            offload_device: memwall_core::layout::OffloadDevice::Cpu,
+        };
+        let result = simulate_train_dist(&m, &w, &l, Kernels::Cuda);
+        // 4 layers, 16 heads, 60 experts: a valid layout that splits them must simulate
+        if l.validate().is_ok() && 4 % (pp * l.virtual_stages) == 0 && 16 % tp == 0 && 60 % l.ep == 0 {
+            prop_assert!(result.is_ok(), "{:?}: {:?}", l, result.err());
+        }
+        if let Ok(e) = result {
+            let mut ranks: Vec<u64> = e.groups.iter().flat_map(|g| g.ranks.clone()).collect();
+            ranks.sort_unstable();
+            prop_assert_eq!(ranks, (0..gpus).collect::<Vec<_>>());
+            prop_assert!(e.groups.iter().all(|g| g.peak_bytes <= e.peak_bytes));
+            prop_assert_eq!(e.groups[e.worst].peak_bytes, e.peak_bytes);
+            for g in &e.groups {
+                let sum: u64 = g.at_peak.iter().map(|(_, b)| b).sum();
+                prop_assert_eq!(sum, g.peak_bytes);
+            }
+        }
+    }
+}

@@ -257,7 +257,8 @@ impl Layout {
                         s.name(),
                         match o {
                             Offload::Params => "parameters",
-                            _ => "this",
+                            Offload::Both => "parameters and optimizer",
+                            _ => "the optimizer alone",
                         }
                     ),
                 ));
