@@ -402,12 +402,6 @@ pub fn train_report(s: &TrainSettings) -> Result<TrainReport> {
         .iter()
         .map(|(c, b)| (category_name(*c).to_owned(), serde_json::Value::from(*b)))
         .collect();
-    let g = s.gpu;
-    let cublas = g.cublas_workspace_bytes();
-    let required = est
-        .peak_bytes
-        .saturating_add(CUDA_CONTEXT_BYTES)
-        .saturating_add(cublas);
     Ok(TrainReport {
         model: info(&s.model, est.params_trainable),
         workload: s.workload.clone(),
@@ -415,16 +409,7 @@ pub fn train_report(s: &TrainSettings) -> Result<TrainReport> {
         peak_bytes: est.peak_bytes,
         phase: est.phase,
         at_peak,
-        gpu: GpuFit {
-            id: g.id.clone(),
-            name: g.name.clone(),
-            memory_bytes: g.memory_bytes,
-            cuda_context_bytes: CUDA_CONTEXT_BYTES,
-            cublas_workspace_bytes: cublas,
-            required_bytes: required,
-            fits: required <= g.memory_bytes,
-            headroom_bytes: i128::from(g.memory_bytes) - i128::from(required),
-        },
+        gpu: gpu_fit(s.gpu, est.peak_bytes),
         speed: train_speed(s)?,
         distributed: None,
         ranks: None,

@@ -321,7 +321,7 @@ fn bad_layouts_name_the_flag() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("`gpus`"), "{e}");
-    // 32 heads do not split over tp 8? they do; 32 layers over pp 3 do not
+    // 32 layers do not split over 3 pipeline stages
     let e = simulate_train_dist(
         &m,
         &w,

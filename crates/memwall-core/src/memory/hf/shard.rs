@@ -100,6 +100,16 @@ impl Builder<'_> {
         )
     }
 
+    /// Bytes of every trainable parameter's whole gradient in the parameter dtype.
+    fn full_gradient_bytes(&self) -> u128 {
+        self.units
+            .iter()
+            .flat_map(|u| &u.params)
+            .filter(|p| p.trainable)
+            .map(|p| p.numel * self.param_size)
+            .sum()
+    }
+
     /// Allocates what sharding keeps for the whole run; called after the parameters exist.
     pub(super) fn shard_setup(&mut self) {
         let Some(s) = self.shard else { return };
@@ -118,13 +128,7 @@ impl Builder<'_> {
                 } else {
                     Category::CommBuffers
                 };
-                let grads: u128 = self
-                    .units
-                    .iter()
-                    .flat_map(|u| &u.params)
-                    .filter(|p| p.trainable)
-                    .map(|p| p.numel * ps)
-                    .sum();
+                let grads = self.full_gradient_bytes();
                 self.t.alloc(grads, category, false);
             }
             ShardKind::Fsdp2 { .. } => {
@@ -498,7 +502,7 @@ impl Builder<'_> {
         match s.kind {
             ShardKind::Ddp { .. } => {
                 let p: u128 = all().map(|p| p.numel * ps).sum();
-                let g: u128 = all().filter(|p| p.trainable).map(|p| p.numel * ps).sum();
+                let g = self.full_gradient_bytes();
                 let opt: u128 = all()
                     .filter(|p| p.trainable)
                     .map(|p| p.numel * ps * optimizer_state_elems(self.w.optimizer))
@@ -530,7 +534,7 @@ impl Builder<'_> {
                     all().map(|p| p.numel * ps).sum()
                 };
                 let g = if stage == 1 {
-                    all().filter(|p| p.trainable).map(|p| p.numel * ps).sum()
+                    self.full_gradient_bytes()
                 } else if s.offload_states {
                     0
                 } else {
@@ -554,13 +558,7 @@ impl Builder<'_> {
         };
         match s.kind {
             ShardKind::Ddp { .. } => {
-                let g: u128 = self
-                    .units
-                    .iter()
-                    .flat_map(|u| &u.params)
-                    .filter(|p| p.trainable)
-                    .map(|p| p.numel * ps)
-                    .sum();
+                let g = self.full_gradient_bytes();
                 vec![line(
                     "DDP gradient buckets (gradient_as_bucket_view=False: a second copy of the gradients)",
                     g,
