@@ -129,6 +129,10 @@ pub struct Attention {
     pub eager_softmax_fp32: bool,
     /// How the family's own eager attention code runs.
     pub eager_style: EagerStyle,
+    /// The rotated q/k are rebuilt by `torch.cat([rotated, pass_through])` even when every
+    /// dimension rotates (modeling_phi3.py and modeling_gpt_neox.py `apply_rotary_pos_emb`):
+    /// they come out laid out `[B, H, S, D]` rather than as transposed projection views.
+    pub rope_concat: bool,
 }
 
 /// Family-specific eager attention code paths that change what is alive when.
@@ -635,6 +639,7 @@ pub(crate) mod tests {
                 logit_softcap: None,
                 eager_softmax_fp32: true,
                 eager_style: EagerStyle::Shared,
+                rope_concat: false,
             },
             attn_output_outlives_mlp: false,
             mlp: Mlp::Dense(DenseMlp {

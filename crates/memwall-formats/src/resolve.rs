@@ -312,6 +312,7 @@ pub(crate) struct AttnOpts {
     pub logit_softcap: Option<f64>,
     pub eager_softmax_fp32: bool,
     pub eager_style: EagerStyle,
+    pub rope_concat: bool,
 }
 
 impl AttnOpts {
@@ -326,6 +327,7 @@ impl AttnOpts {
             logit_softcap: None,
             eager_softmax_fp32: true,
             eager_style: EagerStyle::Shared,
+            rope_concat: false,
         }
     }
 
@@ -345,6 +347,7 @@ impl AttnOpts {
             logit_softcap: self.logit_softcap,
             eager_softmax_fp32: self.eager_softmax_fp32,
             eager_style: self.eager_style,
+            rope_concat: self.rope_concat,
         }
     }
 }

@@ -1160,7 +1160,8 @@ impl<'a> Builder<'a> {
             self.drop_(k);
             (q, k, qs, ks) = (q2, k2, s2, s3);
         }
-        self.q_bhsd = matches!(a.kind, AttentionKind::Mla { .. }) || (rot > 0 && rot < qk_dim);
+        self.q_bhsd = matches!(a.kind, AttentionKind::Mla { .. })
+            || (rot > 0 && (rot < qk_dim || a.rope_concat));
         if rot > 0 {
             let (q2, s2) = self.rope(q, qs, heads, qk_dim, rot);
             let (k2, s3) = self.rope(k, ks, kv_heads, qk_dim, rot);

@@ -202,6 +202,8 @@ pub(crate) fn gpt_neox(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatErr
         o_bias: bias,
         fused_qkv: true,
         rotary_dim: Some(rotary),
+        // modeling_gpt_neox.py apply_rotary_pos_emb: cat([q_embed, q_pass]) always
+        rope_concat: true,
         ..AttnOpts::rope(head_dim)
     }
     .build(mha(num_heads, head_dim), None);

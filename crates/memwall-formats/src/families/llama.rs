@@ -483,6 +483,8 @@ pub(crate) fn phi3(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> 
         attn: AttnOpts {
             fused_qkv: true,
             rotary_dim: Some(rotary),
+            // modeling_phi3.py apply_rotary_pos_emb: cat([q_rot·cos + rotate_half(q_rot)·sin, q_pass])
+            rope_concat: true,
             ..AttnOpts::rope(d.heads.head_dim)
         },
         windows: vec![w; d.num_layers()],
