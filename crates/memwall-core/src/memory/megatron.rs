@@ -18,7 +18,7 @@
 //! Rank order follows Megatron's default `tp-cp-ep-dp-pp` (`parallel_state.py`): pipeline
 //! stage `k` is the contiguous block of ranks `[k·gpus/pp, (k+1)·gpus/pp)`.
 
-use super::dist::{compress_ranks, CommBuffer, DistEstimate, RankGroup};
+use super::dist::{compress_ranks, DistEstimate, RankGroup};
 use super::{to_u64, Category, Phase};
 use crate::error::CoreError;
 use crate::layout::{Layout, Schedule, Strategy};
@@ -314,13 +314,6 @@ pub(crate) fn simulate(
         .max_by_key(|(i, g)| (g.peak_bytes, std::cmp::Reverse(*i)))
         .map_or(0, |(i, _)| i);
     let params_total = model.param_counts()?.total;
-    let mut comm = Vec::new();
-    if !distributed_optimizer {
-        comm.push(CommBuffer {
-            name: "Megatron DDP: gradients are all-reduced in place in the fp32 main-grad buffer (counted as gradients)".into(),
-            bytes: 0,
-        });
-    }
     Ok(DistEstimate {
         profile: "megatron",
         peak_bytes: groups[worst].peak_bytes,
@@ -328,7 +321,9 @@ pub(crate) fn simulate(
         groups,
         host_bytes_per_node: 0,
         nvme_bytes_per_rank: 0,
-        comm_buffers: comm,
+        // gradients are reduced in place in the fp32 main-grad buffer (counted as gradients)
+        // and the distributed optimizer gathers into the parameter buffer itself
+        comm_buffers: Vec::new(),
         dp: layout.dp(),
         global_batch: w
             .batch

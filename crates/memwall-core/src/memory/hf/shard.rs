@@ -92,14 +92,6 @@ impl Builder<'_> {
         }
     }
 
-    /// Whether parameters are sharded and gathered per unit.
-    fn gathers(&self) -> bool {
-        matches!(
-            self.kind(),
-            Some(ShardKind::Fsdp2 { .. } | ShardKind::Zero { stage: 3 })
-        )
-    }
-
     /// Bytes of every trainable parameter's whole gradient in the parameter dtype.
     fn full_gradient_bytes(&self) -> u128 {
         self.units
@@ -636,11 +628,10 @@ impl Builder<'_> {
         ag
     }
 
+    /// FSDP2 unshard outside forward (backward): a prefetched all-gather is copied out,
+    /// otherwise one is issued; the flat buffer is freed right after the copy-out.
     fn unshard(&mut self, u: usize) {
-        if !self.gathers() || self.units[u].unsharded {
-            return;
-        }
-        if !matches!(self.kind(), Some(ShardKind::Fsdp2 { .. })) {
+        if !matches!(self.kind(), Some(ShardKind::Fsdp2 { .. })) || self.units[u].unsharded {
             return;
         }
         let ag = match self.prefetched.take() {
