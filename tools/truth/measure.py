@@ -243,6 +243,38 @@ def patch_mod_tracker_leaf_leak() -> None:
     mod_tracker._memwall_leaf_patch = True
 
 
+def fast_update_peak_stats(tracker, peak_state) -> bool:
+    """MemTracker._update_peak_stats in O(active modules): the same updates as upstream, but only
+    on the modules whose fqn is in ``_mod_tracker.parents`` (the only ones upstream updates).
+    ``tracker`` caches its per-fqn module stats in ``_fqn_cache``/``_fqn_cache_len`` (reset by
+    its ``reset_mod_stats``).  Returns whether the running peak moved."""
+    from torch.distributed._tools.mem_tracker import _TOTAL_KEY
+
+    curr_snap = tracker._curr_mem_snap
+    n = len(tracker.memory_tracking)
+    if n != tracker._fqn_cache_len:
+        cache: dict[str, list] = {}
+        for ms in tracker.memory_tracking.values():
+            cache.setdefault(ms.mod_fqn, []).append(ms)
+        tracker._fqn_cache = cache
+        tracker._fqn_cache_len = n
+    for fqn in tracker._mod_tracker.parents:
+        for mod_stats in tracker._fqn_cache.get(fqn, ()):
+            if peak_state in mod_stats.snapshots:
+                for dev, dev_snap in curr_snap.items():
+                    if mod_stats.local_peak.get(dev, 0) < dev_snap[_TOTAL_KEY]:
+                        mod_stats.local_peak[dev] = dev_snap[_TOTAL_KEY]
+                        # values are ints: a shallow copy equals upstream's deepcopy
+                        mod_stats.snapshots[peak_state][-1][dev] = dict(dev_snap)
+    moved = False
+    for dev, dev_snap in curr_snap.items():
+        if tracker._peak_mem.get(dev, 0) < dev_snap[_TOTAL_KEY]:
+            tracker._peak_mem[dev] = dev_snap[_TOTAL_KEY]
+            tracker._peak_mem_snap[dev] = dict(dev_snap)
+            moved = True
+    return moved
+
+
 def fast_mem_tracker_class():
     """MemTracker with an O(active modules) ``_update_peak_stats``.
 
@@ -251,9 +283,7 @@ def fast_mem_tracker_class():
     80-layer one hopeless.  This override does exactly the same updates, but only visits the
     modules whose fqn is in ``_mod_tracker.parents`` (the only ones the original updates).
     """
-    from copy import deepcopy
-
-    from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker, _MemRefType
+    from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
 
     patch_mod_tracker_leaf_leak()
 
@@ -294,26 +324,7 @@ def fast_mem_tracker_class():
             self._fqn_cache_len = -1
 
         def _update_peak_stats(self, peak_state) -> None:
-            curr_snap = self._curr_mem_snap
-            n = len(self.memory_tracking)
-            if n != self._fqn_cache_len:
-                cache: dict[str, list] = {}
-                for ms in self.memory_tracking.values():
-                    cache.setdefault(ms.mod_fqn, []).append(ms)
-                self._fqn_cache = cache
-                self._fqn_cache_len = n
-            for fqn in self._mod_tracker.parents:
-                for mod_stats in self._fqn_cache.get(fqn, ()):
-                    if peak_state in mod_stats.snapshots:
-                        for dev, dev_snap in curr_snap.items():
-                            if mod_stats.local_peak.get(dev, 0) < dev_snap[_TOTAL_KEY]:
-                                mod_stats.local_peak[dev] = dev_snap[_TOTAL_KEY]
-                                # values are ints: a shallow copy equals upstream's deepcopy
-                                mod_stats.snapshots[peak_state][-1][dev] = dict(dev_snap)
-            for dev, dev_snap in curr_snap.items():
-                if self._peak_mem.get(dev, 0) < dev_snap[_TOTAL_KEY]:
-                    self._peak_mem[dev] = dev_snap[_TOTAL_KEY]
-                    self._peak_mem_snap[dev] = dict(dev_snap)
+            fast_update_peak_stats(self, peak_state)
 
     return FastMemTracker
 

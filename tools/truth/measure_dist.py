@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import (  # noqa: E402  (torch is imported lazily inside these)
     build_config,
     fast_mem_tracker_class,
+    fast_update_peak_stats,
     patch_mod_tracker_leaf_leak,
     read_existing,
     run_cases,
@@ -153,7 +154,7 @@ def fsdp_tracker_class():
     from functools import wraps
 
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-    from torch.distributed._tools.mem_tracker import _TOTAL_KEY, _UpdateType
+    from torch.distributed._tools.mem_tracker import _UpdateType
     from torch.utils.weak import weakref
 
     patch_mod_tracker_leaf_leak()
@@ -241,26 +242,8 @@ def fsdp_tracker_class():
             self._fqn_cache_len = -1
 
         def _update_peak_stats(self, peak_state) -> None:
-            curr_snap = self._curr_mem_snap
-            n = len(self.memory_tracking)
-            if n != self._fqn_cache_len:
-                cache: dict[str, list] = {}
-                for ms in self.memory_tracking.values():
-                    cache.setdefault(ms.mod_fqn, []).append(ms)
-                self._fqn_cache = cache
-                self._fqn_cache_len = n
-            for fqn in self._mod_tracker.parents:
-                for mod_stats in self._fqn_cache.get(fqn, ()):
-                    if peak_state in mod_stats.snapshots:
-                        for dev, dev_snap in curr_snap.items():
-                            if mod_stats.local_peak.get(dev, 0) < dev_snap[_TOTAL_KEY]:
-                                mod_stats.local_peak[dev] = dev_snap[_TOTAL_KEY]
-                                mod_stats.snapshots[peak_state][-1][dev] = dict(dev_snap)
-            for dev, dev_snap in curr_snap.items():
-                if self._peak_mem.get(dev, 0) < dev_snap[_TOTAL_KEY]:
-                    self._peak_mem[dev] = dev_snap[_TOTAL_KEY]
-                    self._peak_mem_snap[dev] = dict(dev_snap)
-                    self.peak_event = self.last_event
+            if fast_update_peak_stats(self, peak_state):
+                self.peak_event = self.last_event
 
     return DistMemTracker
 
