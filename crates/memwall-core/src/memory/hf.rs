@@ -1452,10 +1452,14 @@ impl<'a> Builder<'a> {
                 let kv_rows = b * kv;
                 let falcon = a.eager_style == crate::model::EagerStyle::Falcon;
                 // With a single kv head, `repeat_kv`'s `expand(...).reshape(...)` is a view (the
-                // expanded dim merges with the size-1 head dim). Under no_grad the copies that
-                // matmul then makes for bmm are temporaries of each matmul call; with autograd
-                // bmm saves them, which costs the same as keeping repeat_kv copies.
-                let mqa_view = self.infer && n_rep > 1 && kv_heads == 1 && !falcon;
+                // expanded dim merges with the size-1 head dim). Under no_grad the copies matmul
+                // then makes for bmm are temporaries of each call. With autograd, matmul's
+                // reshape to [B·H, ., .] (aten/src/ATen/native/LinearAlgebra.cpp `matmul`) is
+                // still a view when B = 1 — bmm saves the stride-0 views — but must copy when
+                // B > 1 (the stride-0 head dim cannot merge with the batch dim), and bmm saves
+                // those copies, which costs the same as keeping repeat_kv copies.
+                let mqa_view =
+                    n_rep > 1 && kv_heads == 1 && !falcon && (self.infer || self.batch == 1);
                 let (kr, vr) = if n_rep > 1 && !falcon && !mqa_view {
                     // repeat_kv: expand + reshape copies kept through attention
                     let kr = self.op(kv_rows * heads * qk_dim * ks, &[k], &[], &[], &[]);
