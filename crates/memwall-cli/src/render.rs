@@ -109,6 +109,8 @@ pub struct GroupRow {
     pub host_bytes: u64,
     /// Model states (parameters, gradients, optimizer states) per rank.
     pub model_state_bytes: u64,
+    /// Peak of each phase of the step (empty for the formula-based `megatron` profile).
+    pub phase_peaks: serde_json::Map<String, serde_json::Value>,
     /// peak + CUDA context + cuBLAS workspace fits the GPU.
     pub fits: bool,
 }
@@ -348,6 +350,16 @@ fn dist_report(s: &TrainSettings, layout: &Layout) -> Result<TrainReport> {
             at_peak: breakdown(&g.at_peak),
             host_bytes: g.host_bytes,
             model_state_bytes: g.model_state_bytes,
+            phase_peaks: g
+                .phase_peaks
+                .iter()
+                .map(|(p, b)| {
+                    (
+                        phase_name(*p).split(' ').next().unwrap_or("").to_owned(),
+                        serde_json::Value::from(*b),
+                    )
+                })
+                .collect(),
             fits: gpu_fit(s.gpu, g.peak_bytes).fits,
         })
         .collect();

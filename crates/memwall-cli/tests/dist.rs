@@ -385,6 +385,12 @@ fn json_reports_every_rank_and_the_worst_peak() {
         *peaks.iter().max().unwrap()
     );
     assert_eq!(v["runtime_profile"], "fsdp");
+    // each group reports its peak per phase; the step's peak is the largest of them
+    let g = &v["distributed"]["groups"][v["distributed"]["worst"].as_u64().unwrap() as usize];
+    let phases = g["phase_peaks"].as_object().unwrap();
+    assert_eq!(phases.len(), 4);
+    let max = phases.values().map(|x| x.as_u64().unwrap()).max().unwrap();
+    assert_eq!(max, v["peak_bytes"].as_u64().unwrap());
 }
 
 /// Seed 001's scenario: Llama-3.1-70B on 8×A100-80GB does not fit without sharding, and
