@@ -58,6 +58,7 @@ DEFAULTS = {
     "attention": "sdpa",
     "grad_accum": 1,
     "dropout": "config",
+    "lora": None,  # fsdp only: {rank, targets[, alpha]}, peft LoraConfig applied before sharding
     "gradient_as_bucket_view": False,  # ddp only
     "bucket_cap_mb": 25,  # ddp only (torch default)
 }
@@ -97,6 +98,8 @@ def load_cases(path: Path = CASES) -> list[dict]:
             raise SystemExit(f"{cid}: bad attention {case['attention']}")
         if case["dropout"] not in ("config", "off"):
             raise SystemExit(f"{cid}: bad dropout {case['dropout']}")
+        if case["lora"] is not None and case["strategy"] != "fsdp":
+            raise SystemExit(f"{cid}: lora is only implemented for fsdp")
         w, r = int(case["world_size"]), int(case["replicate"])
         if case["strategy"] == "hsdp":
             if r < 2 or w % r != 0 or w // r < 2:
@@ -121,7 +124,8 @@ def load_cases(path: Path = CASES) -> list[dict]:
 
 def decoder_layers(model):
     """The repeated decoder blocks, each of which becomes one FSDP unit."""
-    for path in ("model.layers", "transformer.h", "model.decoder.layers", "gpt_neox.layers"):
+    for path in ("model.layers", "transformer.h", "model.decoder.layers", "gpt_neox.layers",
+                 "base_model.model.model.layers"):
         obj = model
         try:
             for part in path.split("."):
@@ -316,6 +320,19 @@ def run_case(case: dict, debug: bool = False, fake: bool = True, debug_min_bytes
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation=case["attention"], dtype=model_dtype)
         if case["checkpointing"]:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if case["lora"]:
+            # as measure.py: peft defaults, adapters added before fully_shard (the FSDP + LoRA
+            # recipe); the frozen base is sharded too, only adapter grads are reduce-scattered
+            from peft import LoraConfig, get_peft_model
+
+            from measure import _fake_swap_workaround
+
+            lc = case["lora"]
+            r = int(lc["rank"])
+            lcfg = LoraConfig(r=r, lora_alpha=int(lc.get("alpha", 2 * r)), target_modules=list(lc["targets"]),
+                              lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
+            with _fake_swap_workaround():
+                model = get_peft_model(model, lcfg)
         all_params = {id(p): p for p in model.parameters()}
         params_total = sum(p.numel() for p in all_params.values())
         lm_head = model.get_output_embeddings()
@@ -404,7 +421,7 @@ def run_case(case: dict, debug: bool = False, fake: bool = True, debug_min_bytes
                 "total": {k: sum(u[k] for u in per_unit.values()) for k in ("numel", "padded_numel", "rank0_shard_numel")},
             }
         model.train()
-        opt = make_dist_optimizer(case["optimizer"], root.parameters())
+        opt = make_dist_optimizer(case["optimizer"], [p for p in root.parameters() if p.requires_grad])
         ids = torch.randint(0, cfg.vocab_size, (case["batch"], case["seq"]))
 
         if strategy == "ddp":
@@ -502,6 +519,10 @@ def run_case(case: dict, debug: bool = False, fake: bool = True, debug_min_bytes
               "mixed_precision", "batch", "seq", "precision", "optimizer", "checkpointing", "attention",
               "grad_accum", "dropout"):
         result[k] = case[k]
+    if case["lora"] is not None:
+        result["lora"] = {"rank": int(case["lora"]["rank"]),
+                          "alpha": float(case["lora"].get("alpha", 2 * int(case["lora"]["rank"]))),
+                          "targets": list(case["lora"]["targets"])}
     if strategy in ("fsdp", "hsdp"):
         result["reshard_after_forward"] = bool(case["reshard_after_forward"])
         result["root_reshard_after_forward"] = (result["reshard_after_forward"]

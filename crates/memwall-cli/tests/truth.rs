@@ -307,6 +307,9 @@ struct DistCase {
     #[serde(default)]
     #[allow(dead_code)]
     fsdp_layout: Option<serde_json::Value>,
+    /// peft LoRA applied before sharding
+    #[serde(default)]
+    lora: Option<LoraCase>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -381,6 +384,11 @@ fn dist_rows() -> (Vec<Row>, Vec<PhaseRow>) {
         w.checkpointing = c.checkpointing;
         w.grad_accum = c.grad_accum;
         w.dropout = c.dropout == "config";
+        w.lora = c.lora.as_ref().map(|l| Lora {
+            rank: l.rank,
+            targets: l.targets.clone(),
+            qlora: false,
+        });
         w.attention = match c.attention.as_str() {
             "eager" => AttentionImpl::Eager,
             _ => AttentionImpl::Sdpa,

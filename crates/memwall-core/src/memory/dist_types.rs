@@ -56,6 +56,8 @@ pub(crate) struct ShardParam {
     pub numel: u128,
     pub dim0: u128,
     pub trainable: bool,
+    /// Bytes per element as the model computes with it (LoRA adapters are fp32 under peft).
+    pub elem: u128,
 }
 
 impl ShardParam {

@@ -234,7 +234,7 @@ impl<'a> Builder<'a> {
         } else {
             rows
         };
-        self.note_unit_param(id, numel, dim0, trainable);
+        self.note_unit_param(id, numel, dim0, trainable, self.param_size);
         self.param_count += numel;
         if trainable {
             self.trainable.push(p);
@@ -245,7 +245,7 @@ impl<'a> Builder<'a> {
 
     fn new_adapter(&mut self, numel: u128, rows: u128, cols: u128) -> P {
         let id = self.t.param(numel * self.adapter_size, true);
-        self.note_unit_param(id, numel, rows.max(1), true);
+        self.note_unit_param(id, numel, rows.max(1), true, self.adapter_size);
         let p = P {
             id,
             numel,

@@ -19,6 +19,7 @@ impl Builder<'_> {
         numel: u128,
         dim0: u128,
         trainable: bool,
+        elem: u128,
     ) {
         if self.shard.is_none() {
             return;
@@ -31,6 +32,7 @@ impl Builder<'_> {
             numel,
             dim0,
             trainable,
+            elem,
         });
     }
 
@@ -92,6 +94,46 @@ impl Builder<'_> {
         }
     }
 
+    /// FSDP2: bytes per element of a parameter's shard — its original dtype, which under a
+    /// MixedPrecisionPolicy is the fp32 model's (`master_size`), and fp32 for LoRA adapters.
+    fn sharded_elem(&self, p: &ShardParam) -> u128 {
+        match self.shard {
+            Some(s) if s.cast_params => s.master_size.max(p.elem),
+            _ => p.elem,
+        }
+    }
+
+    /// FSDP2: bytes per element of a parameter's gradient in the reduce-scatter: the policy's
+    /// `reduce_dtype`, else the gradient's own dtype (`_fsdp_param_group.py` `_get_reduce_dtype`).
+    fn reduce_elem(&self, p: &ShardParam) -> u128 {
+        match self.shard {
+            Some(s) if s.cast_params => s.reduce_size,
+            _ => p.elem,
+        }
+    }
+
+    /// Bytes of each optimizer-visible tensor on this rank (one state tensor's size): FSDP2 per
+    /// sharded parameter in its own dtype, ZeRO per fp32 partition.
+    fn optimizer_partition_bytes(&self) -> Vec<u128> {
+        let Some(s) = self.shard else {
+            return Vec::new();
+        };
+        match s.kind {
+            ShardKind::Fsdp2 { .. } => self
+                .units
+                .iter()
+                .flat_map(|u| &u.params)
+                .filter(|p| p.trainable)
+                .map(|p| self.local_numel(p) * self.sharded_elem(p))
+                .collect(),
+            _ => self
+                .optimizer_partition()
+                .iter()
+                .map(|n| n * s.master_size)
+                .collect(),
+        }
+    }
+
     /// Bytes of every trainable parameter's whole gradient in the parameter dtype.
     fn full_gradient_bytes(&self) -> u128 {
         self.units
@@ -128,11 +170,11 @@ impl Builder<'_> {
                 for u in 0..self.units.len() {
                     for p in self.units[u].params.clone() {
                         let padded = self.padded_shard_numel(&p);
-                        sharded += padded * s.master_size;
+                        sharded += padded * self.sharded_elem(&p);
                         // the all-gather output per parameter is the padded unsharded size
                         // (`FSDPParam.init_all_gather_outputs`); the gradient is unpadded
-                        self.t.resize_param(p.id, padded * self.world() * ps);
-                        self.t.set_grad_bytes(p.id, p.numel * ps);
+                        self.t.resize_param(p.id, padded * self.world() * p.elem);
+                        self.t.set_grad_bytes(p.id, p.numel * p.elem);
                         self.t.evict_param(p.id);
                     }
                 }
@@ -263,11 +305,12 @@ impl Builder<'_> {
         let Some(s) = self.shard else { return };
         let params = self.units[u].params.clone();
         let mut grads = Vec::new();
-        let mut padded_with_grad: u128 = 0;
+        // bytes of one shard of the gradients being reduced
+        let mut shard_grad_bytes: u128 = 0;
         for p in &params {
             if let Some(g) = self.t.take_param_grad(p.id) {
                 grads.push(g);
-                padded_with_grad += self.padded_shard_numel(p);
+                shard_grad_bytes += self.padded_shard_numel(p) * self.reduce_elem(p);
             }
         }
         match s.kind {
@@ -283,16 +326,14 @@ impl Builder<'_> {
                 // copy-in frees the autograd gradients, then reduce_output (one padded shard)
                 // backs the sharded gradients as views
                 let rs_in = self.t.alloc(
-                    padded_with_grad * self.world() * s.reduce_size,
+                    shard_grad_bytes * self.world(),
                     Category::CommBuffers,
                     false,
                 );
                 for g in grads {
                     self.t.release(g);
                 }
-                let rs_out =
-                    self.t
-                        .alloc(padded_with_grad * s.reduce_size, Category::Gradients, false);
+                let rs_out = self.t.alloc(shard_grad_bytes, Category::Gradients, false);
                 if s.offload_states {
                     // CPUOffloadPolicy: the sharded gradient is copied to the host
                     self.t.release(rs_out);
@@ -395,13 +436,14 @@ impl Builder<'_> {
             return Some(0);
         }
         let part: u128 = self.optimizer_partition().iter().sum();
+        let state_bytes: u128 = self.optimizer_partition_bytes().iter().sum();
         let per_elem = optimizer_state_elems(self.w.optimizer);
         let master = match s.kind {
             // DeepSpeed keeps an fp32 master partition next to the fp16/bf16 model
-            ShardKind::Zero { .. } if self.param_size != 4 => 4,
+            ShardKind::Zero { .. } if self.param_size != 4 => 4 * part,
             _ => 0,
         };
-        Some(part * (per_elem * s.master_size + master))
+        Some(per_elem * state_bytes + master)
     }
 
     /// Optimizer-step temporaries on this rank, or `None` when not sharded.
@@ -415,8 +457,9 @@ impl Builder<'_> {
             return Some(0);
         }
         let part = self.optimizer_partition();
-        let total: u128 = part.iter().sum::<u128>() * s.master_size;
-        let largest = part.iter().copied().max().unwrap_or(0) * s.master_size;
+        let bytes = self.optimizer_partition_bytes();
+        let total: u128 = bytes.iter().sum();
+        let largest = bytes.iter().copied().max().unwrap_or(0);
         Some(match s.kind {
             // ZeRO builds the fp32 gradient of its partition for the step
             // (stage_1_and_2.py `single_partition_of_fp32_groups[i].grad`; stage3.py
@@ -445,23 +488,11 @@ impl Builder<'_> {
         match s.kind {
             ShardKind::Ddp { .. } => 0,
             ShardKind::Fsdp2 { .. } => {
-                if !s.offload_states {
-                    return 0;
+                if s.offload_states {
+                    self.fsdp_model_states()
+                } else {
+                    0
                 }
-                let sharded: u128 = self
-                    .units
-                    .iter()
-                    .flat_map(|u| &u.params)
-                    .map(|p| self.padded_shard_numel(p) * s.master_size)
-                    .sum();
-                let grads: u128 = self
-                    .units
-                    .iter()
-                    .flat_map(|u| &u.params)
-                    .filter(|p| p.trainable)
-                    .map(|p| self.padded_shard_numel(p) * s.reduce_size)
-                    .sum();
-                sharded + grads + states
             }
             ShardKind::Zero { stage } => {
                 let mut host = 0;
@@ -480,6 +511,22 @@ impl Builder<'_> {
                 host
             }
         }
+    }
+
+    /// FSDP2 model states of this rank: padded parameter shards, padded gradient shards (the
+    /// reduce-scatter outputs) and optimizer states.
+    fn fsdp_model_states(&self) -> u128 {
+        let all = || self.units.iter().flat_map(|u| &u.params);
+        let params: u128 = all()
+            .map(|p| self.padded_shard_numel(p) * self.sharded_elem(p))
+            .sum();
+        let grads: u128 = all()
+            .filter(|p| p.trainable)
+            .map(|p| self.padded_shard_numel(p) * self.reduce_elem(p))
+            .sum();
+        let states: u128 = self.optimizer_partition_bytes().iter().sum::<u128>()
+            * optimizer_state_elems(self.w.optimizer);
+        params + grads + states
     }
 
     /// Model-state bytes this rank keeps on the GPU between steps and through the step:
@@ -503,16 +550,10 @@ impl Builder<'_> {
             }
             ShardKind::Fsdp2 { .. } => {
                 if s.offload_states {
-                    return 0;
+                    0
+                } else {
+                    self.fsdp_model_states()
                 }
-                let p: u128 = all()
-                    .map(|p| self.padded_shard_numel(p) * s.master_size)
-                    .sum();
-                let g: u128 = all()
-                    .filter(|p| p.trainable)
-                    .map(|p| self.padded_shard_numel(p) * s.reduce_size)
-                    .sum();
-                p + g + states
             }
             ShardKind::Zero { stage } => {
                 let part: u128 = self.optimizer_partition().iter().sum();
@@ -557,25 +598,30 @@ impl Builder<'_> {
                 )]
             }
             ShardKind::Fsdp2 { .. } => {
-                let largest = self
-                    .units
-                    .iter()
-                    .map(|u| {
-                        u.params
-                            .iter()
-                            .map(|p| self.padded_shard_numel(p))
-                            .sum::<u128>()
-                    })
-                    .max()
-                    .unwrap_or(0);
+                let largest = |bytes: &dyn Fn(&ShardParam) -> u128| {
+                    self.units
+                        .iter()
+                        .map(|u| u.params.iter().map(bytes).sum::<u128>())
+                        .max()
+                        .unwrap_or(0)
+                        * self.world()
+                };
+                let gathered = largest(&|p| self.padded_shard_numel(p) * p.elem);
+                let reduced = largest(&|p| {
+                    if p.trainable {
+                        self.padded_shard_numel(p) * self.reduce_elem(p)
+                    } else {
+                        0
+                    }
+                });
                 vec![
                     line(
                         "FSDP all-gather output, largest unit (one more in flight while backward prefetches)",
-                        largest * self.world() * ps,
+                        gathered,
                     ),
                     line(
                         "FSDP reduce-scatter input, largest unit (one kept in flight)",
-                        largest * self.world() * s.reduce_size,
+                        reduced,
                     ),
                 ]
             }
@@ -606,22 +652,22 @@ impl Builder<'_> {
     }
 
     fn all_gather(&mut self, u: usize) -> TensorId {
-        let s = self
+        let (cast, offload) = self
             .shard
-            .unwrap_or_else(|| unreachable!("all_gather without sharding"));
+            .map_or((false, false), |s| (s.cast_params, s.offload_params));
+        // one padded shard of every parameter, in the dtype it is gathered in (mixed dtypes,
+        // e.g. fp32 LoRA adapters next to a bf16 base, are gathered as bytes)
         let shard: u128 = self.units[u]
             .params
             .iter()
-            .map(|p| self.padded_shard_numel(p))
+            .map(|p| self.padded_shard_numel(p) * p.elem)
             .sum();
-        let ps = self.param_size;
         // mixed precision (or a host-resident shard): `_get_param_all_gather_inputs` first
         // copies the shards into one flat tensor of the parameter dtype
-        let staging = (s.cast_params || s.offload_params)
-            .then(|| self.t.alloc(shard * ps, Category::CommBuffers, false));
+        let staging = (cast || offload).then(|| self.t.alloc(shard, Category::CommBuffers, false));
         let ag = self
             .t
-            .alloc(shard * self.world() * ps, Category::CommBuffers, false);
+            .alloc(shard * self.world(), Category::CommBuffers, false);
         if let Some(t) = staging {
             self.t.release(t);
         }
