@@ -1846,8 +1846,10 @@ impl<'a> Builder<'a> {
         self.kv_len = total;
         let (qr, _) = self.rope(q, c, heads, ropd, ropd);
         let qf = self.op(rows * heads * (nope + ropd) * c, &[q, qr], &[], &[], &[]);
-        self.drop_(q);
-        self.drop_(qr);
+        // `q_pass` (a view of the q_b_proj output) and the rotated `q_rot` stay bound as locals
+        // of DeepseekV3Attention.forward until it returns (modeling_deepseek_v3.py)
+        self.attn_locals.push(q);
+        self.attn_locals.push(qr);
         // expand_kv over every cached token
         let kv_rows = b * total;
         let (kvb, _) = self.linear(kc, c, kv_rows, lin(LinearRole::KvB).unwrap_or(lin_zero()));
