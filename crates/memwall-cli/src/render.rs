@@ -969,12 +969,6 @@ pub struct InferReport {
 pub fn infer(s: &crate::args::InferSettings) -> Result<()> {
     let est = memory::simulate_infer(&s.model.desc, &s.workload, s.kernels)
         .context("cannot simulate this run")?;
-    let g = s.gpu;
-    let cublas = g.cublas_workspace_bytes();
-    let required = est
-        .peak_bytes
-        .saturating_add(CUDA_CONTEXT_BYTES)
-        .saturating_add(cublas);
     let at_peak = est
         .at_peak
         .iter()
@@ -997,16 +991,7 @@ pub fn infer(s: &crate::args::InferSettings) -> Result<()> {
         weights_bytes: est.weights_bytes,
         kv_cache_bytes: est.kv_cache_bytes,
         prefill_peak_bytes: est.prefill_peak_bytes,
-        gpu: GpuFit {
-            id: g.id.clone(),
-            name: g.name.clone(),
-            memory_bytes: g.memory_bytes,
-            cuda_context_bytes: CUDA_CONTEXT_BYTES,
-            cublas_workspace_bytes: cublas,
-            required_bytes: required,
-            fits: required <= g.memory_bytes,
-            headroom_bytes: i128::from(g.memory_bytes) - i128::from(required),
-        },
+        gpu: gpu_fit(s.gpu, est.peak_bytes),
     };
     if s.json {
         println!("{}", serde_json::to_string_pretty(&r)?);

@@ -229,11 +229,7 @@ pub fn simulate_train_dist_with(
         .iter()
         .map(|p| Ok((*p, to_u64(t.phase_peak(*p), "phase peak")?)))
         .collect::<Result<Vec<_>, CoreError>>()?;
-        let at_peak = Category::ALL
-            .iter()
-            .zip(t.peak_breakdown())
-            .map(|(c, v)| Ok((*c, to_u64(v, "breakdown")?)))
-            .collect::<Result<Vec<_>, CoreError>>()?;
+        let at_peak = super::breakdown_at_peak(t)?;
         Ok(RankRun {
             peak: to_u64(t.peak(), "peak bytes")?,
             at_peak,

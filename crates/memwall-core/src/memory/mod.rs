@@ -40,6 +40,15 @@ fn to_u64(v: u128, what: &'static str) -> Result<u64, CoreError> {
     u64::try_from(v).map_err(|_| CoreError::Overflow { what })
 }
 
+/// What is alive at the timeline's peak, by category, in [`Category::ALL`] order.
+fn breakdown_at_peak(t: &timeline::Timeline) -> Result<Vec<(Category, u64)>, CoreError> {
+    Category::ALL
+        .iter()
+        .zip(t.peak_breakdown())
+        .map(|(c, v)| Ok((*c, to_u64(v, "breakdown")?)))
+        .collect()
+}
+
 /// Simulates a steady-state (second) training step, runtime profile `hf`.
 pub fn simulate_train(
     model: &ModelDesc,
@@ -56,11 +65,7 @@ pub fn simulate_train(
     let mut b = hf::Builder::new(model, w, kernels);
     b.run();
     let t = &b.t;
-    let at_peak = Category::ALL
-        .iter()
-        .zip(t.peak_breakdown())
-        .map(|(c, v)| Ok((*c, to_u64(v, "breakdown")?)))
-        .collect::<Result<Vec<_>, CoreError>>()?;
+    let at_peak = breakdown_at_peak(t)?;
     Ok(TrainEstimate {
         peak_bytes: to_u64(t.peak(), "peak bytes")?,
         at_peak,
@@ -125,11 +130,7 @@ pub fn simulate_infer(
     let prefill_peak = b.run_inference(u128::from(w.prompt), u128::from(w.new_tokens));
     let kv = b.kv_cache_bytes();
     let t = &b.t;
-    let at_peak = Category::ALL
-        .iter()
-        .zip(t.peak_breakdown())
-        .map(|(c, v)| Ok((*c, to_u64(v, "breakdown")?)))
-        .collect::<Result<Vec<_>, CoreError>>()?;
+    let at_peak = breakdown_at_peak(t)?;
     let weights = at_peak
         .iter()
         .find(|(c, _)| *c == Category::Weights)
