@@ -58,17 +58,35 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// The precision a fixture names.
+fn precision(id: &str, name: &str) -> Precision {
+    Precision::ALL
+        .iter()
+        .find(|(_, n)| *n == name)
+        .unwrap_or_else(|| panic!("{id}: unknown precision {name}"))
+        .0
+}
+
+/// The optimizer a fixture names.
+fn optimizer(id: &str, name: &str) -> Optimizer {
+    Optimizer::ALL
+        .iter()
+        .find(|(_, n)| *n == name)
+        .unwrap_or_else(|| panic!("{id}: unknown optimizer {name}"))
+        .0
+}
+
+/// A phase as the fixtures spell it.
+fn phase_name(p: memwall_core::memory::Phase) -> String {
+    serde_json::to_value(p)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
 fn workload(c: &Case) -> TrainWorkload {
-    let precision = Precision::ALL
-        .iter()
-        .find(|(_, n)| *n == c.precision)
-        .unwrap_or_else(|| panic!("{}: unknown precision {}", c.id, c.precision))
-        .0;
-    let optimizer = Optimizer::ALL
-        .iter()
-        .find(|(_, n)| *n == c.optimizer)
-        .unwrap_or_else(|| panic!("{}: unknown optimizer {}", c.id, c.optimizer))
-        .0;
+    let precision = precision(&c.id, &c.precision);
+    let optimizer = optimizer(&c.id, &c.optimizer);
     let attention = match c.attention.as_str() {
         "sdpa" => AttentionImpl::Sdpa,
         "eager" => AttentionImpl::Eager,
@@ -101,6 +119,28 @@ struct Row {
     error_pct: f64,
     phase_measured: String,
     phase_estimated: String,
+}
+
+impl Row {
+    fn new(
+        id: &str,
+        model_type: &str,
+        category: String,
+        (measured, estimated): (u64, u64),
+        phase_measured: &str,
+        phase_estimated: memwall_core::memory::Phase,
+    ) -> Row {
+        Row {
+            id: id.to_owned(),
+            model_type: model_type.to_owned(),
+            category,
+            measured,
+            estimated,
+            error_pct: (estimated as f64 - measured as f64) / measured as f64 * 100.0,
+            phase_measured: phase_measured.to_owned(),
+            phase_estimated: phase_name(phase_estimated),
+        }
+    }
 }
 
 fn category(c: &Case) -> String {
@@ -147,22 +187,14 @@ fn rows() -> Vec<Row> {
             "{}: trainable parameters",
             c.id
         );
-        let err = (e.peak_bytes as f64 - c.measured.peak_bytes as f64)
-            / c.measured.peak_bytes as f64
-            * 100.0;
-        out.push(Row {
-            id: c.id.clone(),
-            model_type: c.model_type.clone(),
-            category: category(&c),
-            measured: c.measured.peak_bytes,
-            estimated: e.peak_bytes,
-            error_pct: err,
-            phase_measured: c.measured.phase.clone(),
-            phase_estimated: serde_json::to_value(e.phase)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default(),
-        });
+        out.push(Row::new(
+            &c.id,
+            &c.model_type,
+            category(&c),
+            (c.measured.peak_bytes, e.peak_bytes),
+            &c.measured.phase,
+            e.phase,
+        ));
     }
     out
 }
@@ -248,22 +280,14 @@ fn infer_rows() -> Vec<Row> {
             c.id
         );
         let _ = c.measured.prefill_peak_bytes;
-        let err = (e.peak_bytes as f64 - c.measured.peak_bytes as f64)
-            / c.measured.peak_bytes as f64
-            * 100.0;
-        out.push(Row {
-            id: c.id.clone(),
-            model_type: c.model_type.clone(),
-            category: format!("inference {}", c.attention),
-            measured: c.measured.peak_bytes,
-            estimated: e.peak_bytes,
-            error_pct: err,
-            phase_measured: c.measured.phase.clone(),
-            phase_estimated: serde_json::to_value(e.phase)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default(),
-        });
+        out.push(Row::new(
+            &c.id,
+            &c.model_type,
+            format!("inference {}", c.attention),
+            (c.measured.peak_bytes, e.peak_bytes),
+            &c.measured.phase,
+            e.phase,
+        ));
     }
     out
 }
@@ -362,23 +386,13 @@ fn dist_rows() -> (Vec<Row>, Vec<PhaseRow>) {
             memwall_formats::parse_hf_config(&json).unwrap_or_else(|e| panic!("{}: {e}", c.id));
         assert_eq!(desc.model_type, c.model_type, "{}", c.id);
         let mut w = TrainWorkload::new(c.batch, c.seq);
-        w.optimizer = Optimizer::ALL
-            .iter()
-            .find(|(_, n)| *n == c.optimizer)
-            .unwrap_or_else(|| panic!("{}: optimizer {}", c.id, c.optimizer))
-            .0;
+        w.optimizer = optimizer(&c.id, &c.optimizer);
         w.precision = match (c.precision.as_str(), &c.mixed_precision) {
             // FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) on an fp32 model
             ("fp32", Some(mp)) if mp.get("param_dtype").map(String::as_str) == Some("bf16") => {
                 Precision::AmpBf16
             }
-            (p, None) => {
-                Precision::ALL
-                    .iter()
-                    .find(|(_, n)| *n == p)
-                    .unwrap_or_else(|| panic!("{}: precision {p}", c.id))
-                    .0
-            }
+            (p, None) => precision(&c.id, p),
             (p, mp) => panic!("{}: precision {p} with {mp:?} not mapped", c.id),
         };
         w.checkpointing = c.checkpointing;
@@ -430,15 +444,9 @@ fn dist_rows() -> (Vec<Row>, Vec<PhaseRow>) {
             .iter()
             .find(|g| g.ranks.contains(&0))
             .expect("rank 0 is reported");
-        let err = (g.peak_bytes as f64 - c.measured.peak_bytes as f64)
-            / c.measured.peak_bytes as f64
-            * 100.0;
         // every phase's own peak, not only the step's: forward, loss, backward, optimizer
         for (phase, est) in &g.phase_peaks {
-            let name = serde_json::to_value(phase)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default();
+            let name = phase_name(*phase);
             let measured = *c
                 .measured
                 .phase_peaks
@@ -451,19 +459,14 @@ fn dist_rows() -> (Vec<Row>, Vec<PhaseRow>) {
                 error_pct: (*est as f64 - measured as f64) / measured as f64 * 100.0,
             });
         }
-        out.push(Row {
-            id: c.id.clone(),
-            model_type: c.model_type.clone(),
-            category: format!("{} world {}", c.strategy, c.world_size),
-            measured: c.measured.peak_bytes,
-            estimated: g.peak_bytes,
-            error_pct: err,
-            phase_measured: c.measured.phase.clone(),
-            phase_estimated: serde_json::to_value(g.phase)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default(),
-        });
+        out.push(Row::new(
+            &c.id,
+            &c.model_type,
+            format!("{} world {}", c.strategy, c.world_size),
+            (c.measured.peak_bytes, g.peak_bytes),
+            &c.measured.phase,
+            g.phase,
+        ));
     }
     (out, phases)
 }
