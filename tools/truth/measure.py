@@ -45,17 +45,25 @@ OPTIMIZERS = {"adamw", "adamw-fused", "adamw-forloop", "sgd", "sgd-momentum", "a
 LR = 1e-4
 
 
-def load_cases(path: Path = CASES) -> list[dict]:
+def read_case_specs(path: Path, defaults: dict) -> list[dict]:
+    """The `[[case]]` tables of a cases file, each merged over `defaults`; ids must be unique.
+    Shared by measure.py, measure_infer.py and measure_dist.py, which validate the fields."""
     with open(path, "rb") as f:
         doc = tomllib.load(f)
-    cases = []
-    seen = set()
+    cases, seen = [], set()
     for c in doc.get("case", []):
-        case = dict(DEFAULTS)
+        case = dict(defaults)
         case.update(c)
         if case["id"] in seen:
             raise SystemExit(f"duplicate case id {case['id']}")
         seen.add(case["id"])
+        cases.append(case)
+    return cases
+
+
+def load_cases(path: Path = CASES) -> list[dict]:
+    cases = []
+    for case in read_case_specs(path, DEFAULTS):
         if case["precision"] not in PRECISIONS:
             raise SystemExit(f"{case['id']}: bad precision {case['precision']}")
         if case["optimizer"] not in OPTIMIZERS:

@@ -23,7 +23,6 @@ import json
 import os
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -32,6 +31,7 @@ from measure import (  # noqa: E402  (torch is imported lazily inside these)
     fast_mem_tracker_class,
     fast_update_peak_stats,
     patch_mod_tracker_leaf_leak,
+    read_case_specs,
     read_existing,
     run_cases,
     versions,
@@ -73,16 +73,9 @@ AT_PEAK_KEYS = ("sharded_param", "unsharded_param", "buffer", "sharded_grad", "u
 
 
 def load_cases(path: Path = CASES) -> list[dict]:
-    with open(path, "rb") as f:
-        doc = tomllib.load(f)
-    cases, seen = [], set()
-    for c in doc.get("case", []):
-        case = dict(DEFAULTS)
-        case.update(c)
+    cases = []
+    for case in read_case_specs(path, DEFAULTS):
         cid = case["id"]
-        if cid in seen:
-            raise SystemExit(f"duplicate case id {cid}")
-        seen.add(cid)
         unknown = set(case) - set(DEFAULTS) - {"id", "config"}
         if unknown:
             raise SystemExit(f"{cid}: unknown fields {sorted(unknown)}")

@@ -20,11 +20,10 @@ import argparse
 import json
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import build_config, fast_mem_tracker_class, read_existing, run_cases  # noqa: E402  (torch imported lazily there)
+from measure import build_config, fast_mem_tracker_class, read_case_specs, read_existing, run_cases  # noqa: E402  (torch imported lazily there)
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = REPO / "tools/truth/cases/infer.toml"
@@ -43,16 +42,9 @@ WEIGHTS = {"bf16", "fp16", "fp32"}
 
 
 def load_cases(path: Path = CASES) -> list[dict]:
-    with open(path, "rb") as f:
-        doc = tomllib.load(f)
-    cases, seen = [], set()
-    for c in doc.get("case", []):
-        case = dict(DEFAULTS)
-        case.update(c)
+    cases = []
+    for case in read_case_specs(path, DEFAULTS):
         cid = case["id"]
-        if cid in seen:
-            raise SystemExit(f"duplicate case id {cid}")
-        seen.add(cid)
         if case["weights"] not in WEIGHTS:
             raise SystemExit(f"{cid}: bad weights {case['weights']} (one of {sorted(WEIGHTS)})")
         if case["attention"] not in ("sdpa", "eager"):
