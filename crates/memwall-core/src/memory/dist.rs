@@ -267,55 +267,42 @@ pub fn simulate_train_dist_with(
         // ranks not simulated (large worlds) take rank 0's numbers: chunks never grow with rank
         runs.iter().position(|(x, _)| *x == r).unwrap_or(0)
     };
+    // runs with the same numbers form one group (ranks ascending, so no sort is needed)
     let mut groups: Vec<RankGroup> = Vec::new();
-    let mut index_of: Vec<(usize, usize)> = Vec::new(); // (run index, group index)
+    let mut group_of_run: Vec<usize> = Vec::with_capacity(runs.len());
+    for (_, rr) in &runs {
+        let same = groups.iter().position(|g| {
+            g.peak_bytes == rr.peak && g.host_bytes == rr.host && g.model_state_bytes == rr.states
+        });
+        group_of_run.push(same.unwrap_or(groups.len()));
+        if same.is_none() {
+            groups.push(RankGroup {
+                label: String::new(),
+                ranks: Vec::new(),
+                peak_bytes: rr.peak,
+                at_peak: rr.at_peak.clone(),
+                phase: rr.phase,
+                host_bytes: rr.host,
+                model_state_bytes: rr.states,
+                phase_peaks: rr.phase_peaks.clone(),
+            });
+        }
+    }
     for g in 0..gpus {
-        let ri = run_for(u128::from(g % shard_group));
-        match index_of.iter().find(|(r, _)| *r == ri) {
-            Some(&(_, gi)) => groups[gi].ranks.push(g),
-            None => {
-                let rr = &runs[ri].1;
-                index_of.push((ri, groups.len()));
-                groups.push(RankGroup {
-                    label: String::new(),
-                    ranks: vec![g],
-                    peak_bytes: rr.peak,
-                    at_peak: rr.at_peak.clone(),
-                    phase: rr.phase,
-                    host_bytes: rr.host,
-                    model_state_bytes: rr.states,
-                    phase_peaks: rr.phase_peaks.clone(),
-                });
-            }
-        }
+        groups[group_of_run[run_for(u128::from(g % shard_group))]]
+            .ranks
+            .push(g);
     }
-    // merge groups with identical numbers
-    let mut merged: Vec<RankGroup> = Vec::new();
-    for g in groups {
-        match merged.iter_mut().find(|m| {
-            m.peak_bytes == g.peak_bytes
-                && m.host_bytes == g.host_bytes
-                && m.model_state_bytes == g.model_state_bytes
-        }) {
-            Some(m) => m.ranks.extend(g.ranks),
-            None => merged.push(g),
-        }
-    }
-    for g in &mut merged {
-        g.ranks.sort_unstable();
+    for g in &mut groups {
         g.label = if g.ranks.len() == 1 {
             format!("rank {}", g.ranks[0])
         } else {
             format!("ranks {}", compress_ranks(&g.ranks))
         };
     }
-    let worst = merged
-        .iter()
-        .enumerate()
-        .max_by_key(|(i, g)| (g.peak_bytes, std::cmp::Reverse(*i)))
-        .map_or(0, |(i, _)| i);
+    let worst = worst_group(&groups);
     let first = &runs[0].1;
-    let max_host = merged.iter().map(|g| g.host_bytes).max().unwrap_or(0);
+    let max_host = groups.iter().map(|g| g.host_bytes).max().unwrap_or(0);
     let per_node = layout.gpus_per_node.min(gpus);
     let (host_per_node, nvme) = match layout.offload_device {
         OffloadDevice::Cpu => (max_host.saturating_mul(per_node), 0),
@@ -327,9 +314,9 @@ pub fn simulate_train_dist_with(
     };
     Ok(DistEstimate {
         profile,
-        peak_bytes: merged[worst].peak_bytes,
+        peak_bytes: groups[worst].peak_bytes,
         worst,
-        groups: merged,
+        groups,
         host_bytes_per_node: host_per_node,
         nvme_bytes_per_rank: nvme,
         comm_buffers: first.comm.clone(),
@@ -362,6 +349,15 @@ fn nvme_swap_buffer_bytes(layout: &Layout) -> u64 {
         Offload::Both => params + optim,
         Offload::None => 0,
     }
+}
+
+/// Index of the group with the highest peak (the first of equals).
+pub(crate) fn worst_group(groups: &[RankGroup]) -> usize {
+    groups
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, g)| (g.peak_bytes, std::cmp::Reverse(*i)))
+        .map_or(0, |(i, _)| i)
 }
 
 /// "0-6, 8" style.

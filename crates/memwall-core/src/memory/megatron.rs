@@ -18,7 +18,7 @@
 //! Rank order follows Megatron's default `tp-cp-ep-dp-pp` (`parallel_state.py`): pipeline
 //! stage `k` is the contiguous block of ranks `[k·gpus/pp, (k+1)·gpus/pp)`.
 
-use super::dist::{compress_ranks, DistEstimate, RankGroup};
+use super::dist::{compress_ranks, worst_group, DistEstimate, RankGroup};
 use super::{to_u64, Category, Phase};
 use crate::error::CoreError;
 use crate::layout::{Layout, Schedule, Strategy};
@@ -308,11 +308,7 @@ pub(crate) fn simulate(
             phase_peaks: Vec::new(),
         });
     }
-    let worst = groups
-        .iter()
-        .enumerate()
-        .max_by_key(|(i, g)| (g.peak_bytes, std::cmp::Reverse(*i)))
-        .map_or(0, |(i, _)| i);
+    let worst = worst_group(&groups);
     let params_total = model.param_counts()?.total;
     Ok(DistEstimate {
         profile: "megatron",
