@@ -1,6 +1,6 @@
 //! memwall-core: a pure model of the memory (and later the bandwidth) of LLM workloads.
 //!
-//! Data flows `ModelDesc` + `TrainWorkload` → [`memory::simulate_train`] → [`memory::Estimate`].
+//! Data flows `ModelDesc` + `TrainWorkload` → [`memory::simulate_train`] → [`memory::TrainEstimate`].
 //! Nothing in this crate does I/O, reads the environment or the clock.
 
 pub mod dtype;

@@ -206,8 +206,8 @@ pub fn bnb_int8_bytes(rows: u128, cols: u128) -> u128 {
 }
 
 /// Bytes of a GPTQ/AWQ weight `out × in` with `bits`-bit values in groups of `group` input
-/// channels (AutoGPTQ/AutoAWQ layouts): packed `qweight`, fp16 `scales` [in/g, out], packed
-/// `qzeros` [in/g, out], and for GPTQ the int32 `g_idx` [in].
+/// channels (AutoGPTQ/AutoAWQ layouts): packed `qweight`, fp16 `scales` `[in/g, out]`, packed
+/// `qzeros` `[in/g, out]`, and for GPTQ the int32 `g_idx` `[in]`.
 pub fn grouped_int_bytes(out_f: u128, in_f: u128, bits: u128, group: u128, g_idx: bool) -> u128 {
     let groups = in_f.div_ceil(group.max(1));
     let qweight = (out_f * in_f * bits).div_ceil(8);

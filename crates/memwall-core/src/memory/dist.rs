@@ -6,7 +6,7 @@
 //!   `hf/shard.rs` (sharded model states, all-gather and reduce-scatter buffers, buckets);
 //! - `megatron` (tensor / sequence / pipeline / context / expert parallelism): Megatron-LM's
 //!   own layers, so activations follow Korthikanti et al. 2022 and the model states
-//!   `megatron/training/theoretical_memory_usage.py` (see [`super::megatron`]).
+//!   `megatron/training/theoretical_memory_usage.py` (see `memory/megatron.rs`).
 
 use super::dist_types::{ShardKind, ShardSim};
 use super::hf::Builder;
