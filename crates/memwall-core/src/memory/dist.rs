@@ -204,8 +204,7 @@ pub fn simulate_train_dist_with(
         _ => offload_states,
     };
     let run = |rank: u128| -> Result<RankRun, CoreError> {
-        let mut b = Builder::new(model, &rank_w, kernels);
-        b.shard = Some(ShardSim {
+        let shard = ShardSim {
             kind,
             world,
             rank,
@@ -215,7 +214,8 @@ pub fn simulate_train_dist_with(
             offload_states,
             offload_params,
             bucket_elems: u128::from(DEEPSPEED_REDUCE_BUCKET_ELEMS),
-        });
+        };
+        let mut b = Builder::train(model, &rank_w, kernels, Some(shard));
         b.run();
         let host = b.offloaded_bytes();
         let states = b.model_state_bytes();

@@ -151,7 +151,7 @@ impl Builder<'_> {
                     self.linear(x, x_size, rows, lin(LinearRole::KvA).unwrap_or(lin_zero()));
                 // split: latent part normalised, rope part rotated and expanded to all heads
                 let np = (lp.mla_norms[lp.mla_norms.len() - 1], None);
-                if self.infer {
+                if self.mode.is_infer() {
                     return self.mla_infer(a, lp, q, kva, np);
                 }
                 let (kvn, _) = self.norm(kva, c, rows, &mla_norm(kv_lora_rank), np);
@@ -232,7 +232,7 @@ impl Builder<'_> {
             (q, k, qs, ks) = (q2, k2, s2, s3);
         }
         let mut vs = c;
-        if self.infer {
+        if self.mode.is_infer() {
             let (kc, ks, vc, vs) = self.cache_update((k, ks), (v, vs), kv_heads, qk_dim, v_dim, a);
             return self
                 .attention_core(q, qs, kc, ks, vc, vs, heads, kv_heads, qk_dim, v_dim, a, lp);
@@ -279,7 +279,7 @@ impl Builder<'_> {
         let rows = self.tokens;
         let c = self.compute_size;
         let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
-        let attn_dropout = if self.w.dropout {
+        let attn_dropout = if self.mode.dropout() {
             self.model.dropout.attention
         } else {
             0.0
@@ -288,9 +288,9 @@ impl Builder<'_> {
         // 128); otherwise CPU SDPA runs the math kernel. On CUDA, flash or mem-efficient
         // attention covers both.
         let cpu_math = self.kernels == Kernels::Cpu
-            && self.w.attention == AttentionImpl::Sdpa
+            && self.mode.attention() == AttentionImpl::Sdpa
             && (attn_dropout > 0.0 || qk_dim != v_dim);
-        let out = match self.w.attention {
+        let out = match self.mode.attention() {
             AttentionImpl::Sdpa if cpu_math => {
                 // On CPU, SDPA with dropout has no fused kernel and runs
                 // `_scaled_dot_product_attention_math` (aten/src/ATen/native/transformers/attention.cpp):
@@ -410,7 +410,7 @@ impl Builder<'_> {
                 // path gets no 4-D mask. Converted the same way: `where(mask, 0, -inf)` makes a
                 // [B, 1, q, kv] tensor in the query's dtype for the duration of the call.
                 let falcon_mask = a.eager_style == crate::model::EagerStyle::Falcon
-                    && self.w.attention == AttentionImpl::Sdpa;
+                    && self.mode.attention() == AttentionImpl::Sdpa;
                 let mask = match a.sliding_window {
                     Some(win) if u128::from(win) < kv && s > 1 => {
                         Some(self.act(b * s * kv * c, false))
@@ -463,8 +463,10 @@ impl Builder<'_> {
                 // still a view when B = 1 — bmm saves the stride-0 views — but must copy when
                 // B > 1 (the stride-0 head dim cannot merge with the batch dim), and bmm saves
                 // those copies, which costs the same as keeping repeat_kv copies.
-                let mqa_view =
-                    n_rep > 1 && kv_heads == 1 && !falcon && (self.infer || self.batch == 1);
+                let mqa_view = n_rep > 1
+                    && kv_heads == 1
+                    && !falcon
+                    && (self.mode.is_infer() || self.batch == 1);
                 let (kr, vr) = if n_rep > 1 && !falcon && !mqa_view {
                     // repeat_kv: expand + reshape copies kept through attention
                     let kr = self.op(kv_rows * heads * qk_dim * ks, &[k], &[], &[], &[]);
@@ -630,7 +632,7 @@ impl Builder<'_> {
     /// boolean `[1, 1, q, kv]` by broadcasting the index comparison and only `expand`s it to the
     /// batch (a view), since no padding mask is passed.
     pub(super) fn causal_mask(&mut self, q_len: u128, kv_len: u128) -> Option<TensorId> {
-        match self.w.attention {
+        match self.mode.attention() {
             AttentionImpl::Eager => {
                 // Models that mix sliding-window and full layers (Gemma 2/3) build one mask per
                 // layer type (`causal_mask_mapping` in modeling_gemma2.py / modeling_gemma3.py).

@@ -18,7 +18,7 @@ impl Builder<'_> {
         // has gradient checkpointing on (peft_model.py `prepare_model_for_gradient_checkpointing`):
         // the frozen embedding's output becomes a leaf that requires grad, so layer 0 saves its
         // activations and the leaf's gradient lives until the graph is freed after backward.
-        if self.w.lora.is_some() && self.w.checkpointing && !self.t.requires_grad(emb) {
+        if self.mode.lora().is_some() && self.mode.checkpointing() && !self.t.requires_grad(emb) {
             self.t.set_requires_grad(emb, true);
             self.t.record(Node {
                 outputs: Ids::of(&[emb]),

@@ -4,6 +4,7 @@
 use super::{lin_zero, Builder, LayerParams, P};
 use crate::memory::timeline::{Category, Phase, TensorId};
 use crate::model::{Attention, AttentionKind, LinearRole, Norm, NormKind};
+use crate::workload::KvDtype;
 
 impl Builder<'_> {
     /// One layer's KV-cache update at inference, with a DynamicCache (transformers
@@ -28,7 +29,7 @@ impl Builder<'_> {
         let q_len = self.seq;
         let total = kept + q_len;
         // a cache in another dtype stores converted k/v (`--kv-dtype`)
-        let (ks, vs) = match self.kv_size {
+        let (ks, vs) = match self.kv_elem_bytes() {
             Some(e) => (e, e),
             None => (ks, vs),
         };
@@ -223,6 +224,16 @@ impl Builder<'_> {
         f32
     }
 
+    /// Bytes per cached element when `--kv-dtype` stores the cache in another dtype than the
+    /// compute dtype; `None` for the compute dtype.
+    fn kv_elem_bytes(&self) -> Option<u128> {
+        match self.mode.infer()?.kv_dtype {
+            KvDtype::Auto => None,
+            KvDtype::Bf16 | KvDtype::Fp16 => Some(2),
+            KvDtype::Fp8 | KvDtype::Int8 => Some(1),
+        }
+    }
+
     /// `generate`'s `input_ids` and all-ones attention mask (int64, rebuilt with `torch.cat`
     /// each step, the old ones freed after the new exist).
     fn grow_ids(&mut self, ids: Option<TensorId>, len: u128) -> TensorId {
@@ -240,8 +251,10 @@ impl Builder<'_> {
     /// token, so the last step dominates all earlier ones; the first decode step is where
     /// sliding-window caches shrink from the prompt's concatenation to the window. Those two
     /// steps are simulated exactly and the caches in between are jumped over.
-    pub(crate) fn run_inference(&mut self, prompt: u128, new_tokens: u128) -> u128 {
-        self.infer = true;
+    /// Returns the peak of the prefill alone.
+    pub(crate) fn run_inference(&mut self) -> u128 {
+        let Some(w) = self.mode.infer() else { return 0 };
+        let (prompt, new_tokens) = (u128::from(w.prompt), u128::from(w.new_tokens));
         // torch.no_grad(): autograd records nothing, so nothing is saved
         self.t.recording = false;
         self.build_params();

@@ -128,7 +128,7 @@ impl Builder<'_> {
         let i = u128::from(moe.expert.intermediate);
         let ins = if moe.expert.gated { 2 } else { 1 };
         let ek = rows * k;
-        if self.infer && self.seq == 1 && self.moe_decode_batched {
+        if self.seq == 1 && self.mode.infer().is_some_and(|w| w.moe_decode_batched) {
             return self.moe_batched_decode(x, x_size, lp, moe, topw);
         }
         let gathered = self.op(ek * h * x_size, &[x], &[], &[], &[]);

@@ -1,5 +1,6 @@
 //! Runtime profile `hf`: one training step of PyTorch eager + transformers
-//! `AutoModelForCausalLM` with the loss computed inside the model, replayed op by op.
+//! `AutoModelForCausalLM` with the loss computed inside the model, or one `generate` run of the
+//! same model, replayed op by op.
 //!
 //! Each helper below mirrors a piece of transformers 5.x / PyTorch 2.x code and cites it.
 //! What a helper allocates and what autograd saves was read from those sources and checked
@@ -25,9 +26,10 @@ mod params;
 mod shard;
 mod train;
 
+use super::dist_types::{ShardSim, Unit};
 use super::timeline::{Category, Ids, Node, TensorId, Timeline};
 use crate::model::{LinearRole, ModelDesc};
-use crate::workload::{Precision, TrainWorkload};
+use crate::workload::{AttentionImpl, InferWorkload, Lora, Precision, TrainWorkload, WeightFormat};
 
 /// Which device's kernels the simulation follows where CPU and CUDA differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,11 +67,95 @@ struct LinearP {
     out_f: u128,
 }
 
-/// Sizes in elements for the tensors of one step.
+/// What the builder replays, with the workload that shapes it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Mode<'a> {
+    /// One steady-state training step (`train.rs`).
+    Train(&'a TrainWorkload),
+    /// `generate`-style inference under `torch.no_grad()` with a DynamicCache (`infer.rs`).
+    Infer(&'a InferWorkload),
+}
+
+impl<'a> Mode<'a> {
+    /// The training workload; `None` in inference.
+    fn train(self) -> Option<&'a TrainWorkload> {
+        match self {
+            Mode::Train(w) => Some(w),
+            Mode::Infer(_) => None,
+        }
+    }
+
+    /// The inference workload; `None` in training.
+    fn infer(self) -> Option<&'a InferWorkload> {
+        match self {
+            Mode::Train(_) => None,
+            Mode::Infer(w) => Some(w),
+        }
+    }
+
+    /// Inference: `torch.no_grad()`, nothing trainable, a DynamicCache.
+    fn is_infer(self) -> bool {
+        matches!(self, Mode::Infer(_))
+    }
+
+    /// The attention implementation the model was loaded with.
+    fn attention(self) -> AttentionImpl {
+        match self {
+            Mode::Train(w) => w.attention,
+            Mode::Infer(w) => w.attention,
+        }
+    }
+
+    /// Dropout is active: a training step with dropout on (`generate` runs the model in
+    /// `eval()` mode, where dropout is the identity).
+    fn dropout(self) -> bool {
+        self.train().is_some_and(|w| w.dropout)
+    }
+
+    /// HF gradient checkpointing (training only).
+    fn checkpointing(self) -> bool {
+        self.train().is_some_and(|w| w.checkpointing)
+    }
+
+    /// The LoRA / QLoRA adapters (training only).
+    fn lora(self) -> Option<&'a Lora> {
+        self.train().and_then(|w| w.lora.as_ref())
+    }
+
+    /// The storage format of the weights in inference; `None` in training.
+    fn weights(self) -> Option<WeightFormat> {
+        self.infer().map(|w| w.weights)
+    }
+}
+
+/// What only a training step has: the parameters the optimizer updates and, on a data-parallel
+/// rank, the sharding state. Empty in inference, where nothing requires grad.
+#[derive(Debug, Default)]
+struct TrainState {
+    /// every trainable parameter (for the optimizer)
+    trainable: Vec<P>,
+    /// elements of the trainable parameters
+    trainable_count: u128,
+    /// data-parallel sharding simulated on this rank (FSDP2 / DeepSpeed ZeRO / DDP)
+    shard: Option<ShardSim>,
+    /// the sharding state of each unit (0 = root, 1 + i = decoder layer i)
+    units: Vec<Unit>,
+    /// the unit whose parameters are being built
+    cur_unit: usize,
+    /// FSDP2: the unit whose all-gather was issued ahead (backward prefetch), with its buffer
+    prefetched: Option<(usize, TensorId)>,
+    /// FSDP2: the reduce-scatter input kept alive until the next unit's post-backward
+    rs_in_flight: Option<TensorId>,
+    /// FSDP2: the forward all-gather output kept until the next unit's all-gather
+    ag_held: Option<TensorId>,
+}
+
+/// The timeline of one training step or one inference run, built op by op.
 pub(crate) struct Builder<'a> {
     pub(crate) t: Timeline,
     model: &'a ModelDesc,
-    w: &'a TrainWorkload,
+    /// training step or inference run, with its workload
+    mode: Mode<'a>,
     kernels: Kernels,
     /// bytes per element of parameters
     param_size: u128,
@@ -80,6 +166,7 @@ pub(crate) struct Builder<'a> {
     /// bytes per element of LoRA adapters (peft upcasts bf16/fp16 adapters to fp32)
     adapter_size: u128,
     batch: u128,
+    /// tokens per sequence in the current forward (the prompt, then 1 per decode step)
     seq: u128,
     tokens: u128,
     hidden: u128,
@@ -91,14 +178,14 @@ pub(crate) struct Builder<'a> {
     projections: Option<(LinearP, LinearP)>,
     final_norm: Option<(P, Option<P>)>,
     lm_head: Option<P>,
+    /// all parameter elements
+    pub(crate) param_count: u128,
     /// tensors whose Python reference lives until the model outputs are dropped
     out_refs: Vec<TensorId>,
     /// autocast's weight-cast cache, cleared when the autocast region exits
     autocast_cache: Vec<TensorId>,
     /// rotary cos/sin (shared by all layers, saved by the rotary multiplications)
     rope_tables: Option<(TensorId, TensorId)>,
-    /// every trainable parameter (for the optimizer)
-    trainable: Vec<P>,
     /// the current layer's query is laid out [B, H, S, D] (made by `cat`)
     q_bhsd: bool,
     /// keys visible to the current forward (= `seq` in training; cache + new tokens in inference)
@@ -111,32 +198,13 @@ pub(crate) struct Builder<'a> {
     attn_locals: Vec<TensorId>,
     /// the last block's returned extras, bound by the model's loop until the forward returns
     block_outputs: Vec<TensorId>,
-    /// inference: `torch.no_grad()` and a persistent DynamicCache
-    infer: bool,
-    /// inference: per layer, the cached (k, v) storages and the tokens the cache layer keeps
+    /// training only: trainable parameters and sharding
+    train: TrainState,
+    /// inference only: per layer, the cached (k, v) storages and the tokens the cache layer keeps
     cache: Vec<Option<(TensorId, TensorId, u128)>>,
-    /// inference: bytes per cached element when the cache is stored in another dtype
-    pub(crate) kv_size: Option<u128>,
-    /// inference: storage format of the weights
-    pub(crate) wformat: crate::workload::WeightFormat,
-    /// inference: MoE decode uses `batched_mm` experts
-    pub(crate) moe_decode_batched: bool,
-    /// data-parallel sharding simulated on this rank (FSDP2 / DeepSpeed ZeRO / DDP)
-    pub(crate) shard: Option<super::dist_types::ShardSim>,
-    /// the sharding state of each unit (0 = root, 1 + i = decoder layer i)
-    pub(crate) units: Vec<super::dist_types::Unit>,
-    cur_unit: usize,
-    /// FSDP2: the unit whose all-gather was issued ahead (backward prefetch), with its buffer
-    prefetched: Option<(usize, TensorId)>,
-    /// FSDP2: the reduce-scatter input kept alive until the next unit's post-backward
-    rs_in_flight: Option<TensorId>,
-    /// FSDP2: the forward all-gather output kept until the next unit's all-gather
-    ag_held: Option<TensorId>,
-    /// bytes of every trainable parameter's state dtype
-    pub(crate) param_count: u128,
-    pub(crate) trainable_count: u128,
 }
 
+/// One decoder layer's parameters.
 #[derive(Debug, Clone, Default)]
 struct LayerParams {
     linears: Vec<(LinearRole, LinearP)>,
@@ -151,8 +219,38 @@ struct LayerParams {
 }
 
 impl<'a> Builder<'a> {
-    pub(crate) fn new(model: &'a ModelDesc, w: &'a TrainWorkload, kernels: Kernels) -> Self {
-        let (param_size, compute_size, amp) = match w.precision {
+    /// A training step of `w`, on a data-parallel rank when `shard` is given.
+    pub(crate) fn train(
+        model: &'a ModelDesc,
+        w: &'a TrainWorkload,
+        kernels: Kernels,
+        shard: Option<ShardSim>,
+    ) -> Self {
+        let mut b = Builder::new(model, Mode::Train(w), w.precision, w.batch, w.seq, kernels);
+        b.train.shard = shard;
+        b
+    }
+
+    /// A `generate` run of `w`.
+    pub(crate) fn infer(model: &'a ModelDesc, w: &'a InferWorkload, kernels: Kernels) -> Self {
+        let precision = match w.weights {
+            WeightFormat::Fp16 => Precision::Fp16,
+            WeightFormat::Fp32 => Precision::Fp32,
+            // quantised formats compute in bf16 (bnb_4bit_compute_dtype / torch_dtype=bfloat16)
+            _ => Precision::Bf16,
+        };
+        Builder::new(model, Mode::Infer(w), precision, w.batch, w.prompt, kernels)
+    }
+
+    fn new(
+        model: &'a ModelDesc,
+        mode: Mode<'a>,
+        precision: Precision,
+        batch: u64,
+        seq: u64,
+        kernels: Kernels,
+    ) -> Self {
+        let (param_size, compute_size, amp) = match precision {
             Precision::Bf16 | Precision::Fp16 => (2, 2, false),
             Precision::Fp32 => (4, 4, false),
             Precision::AmpBf16 | Precision::AmpFp16 => (4, 2, true),
@@ -160,7 +258,7 @@ impl<'a> Builder<'a> {
         // peft `_cast_adapter_dtype(autocast_adapter_dtype=True)` upcasts fp16/bf16 adapters to fp32
         // (peft `tuners/tuners_utils.py`).
         let adapter_size = 4;
-        let tokens = u128::from(w.batch) * u128::from(w.seq);
+        let tokens = u128::from(batch) * u128::from(seq);
         let mut t = Timeline::new();
         if kernels == Kernels::Cuda {
             t.granularity = 512;
@@ -168,14 +266,14 @@ impl<'a> Builder<'a> {
         Builder {
             t,
             model,
-            w,
+            mode,
             kernels,
             param_size,
             compute_size,
             amp,
             adapter_size,
-            batch: u128::from(w.batch),
-            seq: u128::from(w.seq),
+            batch: u128::from(batch),
+            seq: u128::from(seq),
             tokens,
             hidden: u128::from(model.hidden_size),
             layers: Vec::new(),
@@ -189,30 +287,24 @@ impl<'a> Builder<'a> {
             projections: None,
             final_norm: None,
             lm_head: None,
+            param_count: 0,
             out_refs: Vec::new(),
             autocast_cache: Vec::new(),
             rope_tables: None,
-            trainable: Vec::new(),
             q_bhsd: false,
-            kv_len: u128::from(w.seq),
+            kv_len: u128::from(seq),
             cur_layer: 0,
             layer_locals: Vec::new(),
             attn_locals: Vec::new(),
             block_outputs: Vec::new(),
-            infer: false,
+            train: TrainState::default(),
             cache: Vec::new(),
-            kv_size: None,
-            wformat: crate::workload::WeightFormat::Bf16,
-            moe_decode_batched: true,
-            shard: None,
-            units: Vec::new(),
-            cur_unit: 0,
-            prefetched: None,
-            rs_in_flight: None,
-            ag_held: None,
-            param_count: 0,
-            trainable_count: 0,
         }
+    }
+
+    /// Elements of the trainable parameters.
+    pub(crate) fn trainable_count(&self) -> u128 {
+        self.train.trainable_count
     }
 
     fn act(&mut self, bytes: u128, requires_grad: bool) -> TensorId {

@@ -5,6 +5,7 @@ use super::params::NF4_BLOCK;
 use super::{Builder, Kernels, LinearP, P};
 use crate::memory::timeline::{Category, TensorId};
 use crate::model::{Norm, NormKind};
+use crate::workload::WeightFormat;
 
 impl Builder<'_> {
     /// `nn.Linear` / `F.linear` on `rows` rows: output saved-input semantics of `mm`
@@ -29,8 +30,7 @@ impl Builder<'_> {
             // bnb `matmul_4bit` inference fast path: one token of one sequence runs `gemv_4bit`
             // on the packed weight, nothing dequantised
             self.op(rows * lin.out_f * x_size, &[x], &[], &params, &[])
-        } else if self.infer && self.wformat == crate::workload::WeightFormat::Int8 && lin.quantized
-        {
+        } else if self.mode.weights() == Some(WeightFormat::Int8) && lin.quantized {
             // bitsandbytes MatMul8bitLt: row-wise int8 activations with fp32 stats, an int32
             // product, dequantised into the output (autograd/_functions.py)
             self.t.transient(
@@ -38,8 +38,7 @@ impl Builder<'_> {
                 Category::Activations,
             );
             self.op(rows * lin.out_f * x_size, &[x], &[], &params, &[])
-        } else if self.infer && self.wformat == crate::workload::WeightFormat::Fp8 && lin.quantized
-        {
+        } else if self.mode.weights() == Some(WeightFormat::Fp8) && lin.quantized {
             // FP8Linear: per-token-group (128) fp8 activations and their fp32 scales
             self.t.transient(
                 rows * lin.in_f + rows * lin.in_f.div_ceil(128) * 4,
@@ -231,7 +230,7 @@ impl Builder<'_> {
 
     /// Training-mode dropout; p = 0 returns the input itself (`ATen/native/Dropout.cpp`).
     pub(super) fn dropout(&mut self, x: TensorId, bytes: u128, elem: u128, p: f64) -> TensorId {
-        if p <= 0.0 || !self.w.dropout {
+        if p <= 0.0 || !self.mode.dropout() {
             return x;
         }
         let numel = bytes / elem.max(1);

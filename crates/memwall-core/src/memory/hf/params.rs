@@ -3,10 +3,10 @@
 
 use super::{Builder, LayerParams, LinearP, P};
 use crate::model::{AttentionKind, DenseMlp, LayerSpec, LinearRole, Mlp, ModelDesc, Norm};
-use crate::workload::TrainWorkload;
+use crate::workload::{Lora, WeightFormat};
 
-fn is_lora_target(model: &ModelDesc, w: &TrainWorkload, role: LinearRole) -> bool {
-    let Some(l) = &w.lora else { return false };
+fn is_lora_target(model: &ModelDesc, lora: Option<&Lora>, role: LinearRole) -> bool {
+    let Some(l) = lora else { return false };
     model
         .linear_names
         .iter()
@@ -20,7 +20,7 @@ impl Builder<'_> {
 
     /// A parameter of shape [.., rows, cols] (`rows == 0` for a vector).
     fn new_matrix(&mut self, numel: u128, rows: u128, cols: u128, trainable_base: bool) -> P {
-        let trainable = trainable_base && self.w.lora.is_none() && !self.infer;
+        let trainable = trainable_base && self.mode.lora().is_none() && !self.mode.is_infer();
         let id = self.t.param(numel * self.param_size, trainable);
         let p = P {
             id,
@@ -41,8 +41,8 @@ impl Builder<'_> {
         self.note_unit_param(id, numel, dim0, trainable, self.param_size);
         self.param_count += numel;
         if trainable {
-            self.trainable.push(p);
-            self.trainable_count += numel;
+            self.train.trainable.push(p);
+            self.train.trainable_count += numel;
         }
         p
     }
@@ -57,8 +57,8 @@ impl Builder<'_> {
             cols,
         };
         self.param_count += numel;
-        self.trainable.push(p);
-        self.trainable_count += numel;
+        self.train.trainable.push(p);
+        self.train.trainable_count += numel;
         p
     }
 
@@ -70,7 +70,7 @@ impl Builder<'_> {
         bias: bool,
     ) -> LinearP {
         // nn.Linear.weight is [out_features, in_features]
-        let qlora = role.is_some() && self.w.lora.as_ref().is_some_and(|l| l.qlora);
+        let qlora = role.is_some() && self.mode.lora().is_some_and(|l| l.qlora);
         if qlora {
             // bitsandbytes Linear4bit: frozen NF4 weight; the bias stays in the compute dtype
             let id = self.t.param(nf4_bytes(in_f * out_f), false);
@@ -82,9 +82,9 @@ impl Builder<'_> {
                 cols: in_f,
             };
             let b = bias.then(|| self.new_param(out_f, true));
-            let rank = u128::from(self.w.lora.as_ref().map_or(0, |l| l.rank));
+            let rank = u128::from(self.mode.lora().map_or(0, |l| l.rank));
             let lora = match role {
-                Some(r) if is_lora_target(self.model, self.w, r) => Some((
+                Some(r) if is_lora_target(self.model, self.mode.lora(), r) => Some((
                     self.new_adapter(rank * in_f, rank, in_f),
                     self.new_adapter(out_f * rank, out_f, rank),
                 )),
@@ -113,9 +113,8 @@ impl Builder<'_> {
             };
             let b = bias.then(|| self.new_param(out_f, true));
             let nf4 = matches!(
-                self.wformat,
-                crate::workload::WeightFormat::Nf4 { .. }
-                    | crate::workload::WeightFormat::Fp4 { .. }
+                self.mode.weights(),
+                Some(WeightFormat::Nf4 { .. } | WeightFormat::Fp4 { .. })
             );
             return LinearP {
                 w,
@@ -130,8 +129,8 @@ impl Builder<'_> {
         let w = self.new_matrix(in_f * out_f, out_f, in_f, true);
         let b = bias.then(|| self.new_param(out_f, true));
         let lora = match role {
-            Some(r) if is_lora_target(self.model, self.w, r) => {
-                let rank = u128::from(self.w.lora.as_ref().map_or(0, |l| l.rank));
+            Some(r) if is_lora_target(self.model, self.mode.lora(), r) => {
+                let rank = u128::from(self.mode.lora().map_or(0, |l| l.rank));
                 Some((
                     self.new_adapter(rank * in_f, rank, in_f),
                     self.new_adapter(out_f * rank, out_f, rank),
@@ -160,11 +159,11 @@ impl Builder<'_> {
     ) -> Option<u128> {
         use crate::quant::{self, TensorRole};
         use crate::workload::WeightFormat as F;
-        if !self.infer || role.is_none() {
+        let (Some(format), Some(_)) = (self.mode.weights(), role) else {
             return None;
-        }
+        };
         let numel = out_f * in_f;
-        Some(match self.wformat {
+        Some(match format {
             F::Bf16 | F::Fp16 | F::Fp32 => return None,
             F::Fp8 => quant::fp8_block_bytes(out_f, in_f),
             F::Int8 => quant::bnb_int8_bytes(out_f, in_f),
@@ -210,12 +209,9 @@ impl Builder<'_> {
         rows: u128,
         cols: u128,
     ) -> Option<u128> {
-        let crate::workload::WeightFormat::Gguf(preset) = self.wformat else {
+        let Some(WeightFormat::Gguf(preset)) = self.mode.weights() else {
             return None;
         };
-        if !self.infer {
-            return None;
-        }
         let n = self.model.layers.len() as u128;
         Some(
             preset
@@ -227,7 +223,7 @@ impl Builder<'_> {
     fn new_norm(&mut self, n: &Norm) -> (P, Option<P>) {
         let w = self.new_param(u128::from(n.dim), true);
         let b = n.bias.then(|| self.new_param(u128::from(n.dim), true));
-        if self.infer && matches!(self.wformat, crate::workload::WeightFormat::Gguf(_)) {
+        if matches!(self.mode.weights(), Some(WeightFormat::Gguf(_))) {
             // GGUF keeps 1-D tensors in fp32
             self.t.resize_param(w.id, u128::from(n.dim) * 4);
             if let Some(b) = b {
@@ -255,11 +251,11 @@ impl Builder<'_> {
             self.projections = Some((pin, pout));
         }
         for (i, layer) in m.layers.iter().enumerate() {
-            self.cur_unit = i + 1;
+            self.train.cur_unit = i + 1;
             let lp = self.layer_params(layer);
             self.layers.push(lp);
         }
-        self.cur_unit = 0;
+        self.train.cur_unit = 0;
         self.final_norm = m.head.final_norm.as_ref().map(|n| self.new_norm(n));
         if !m.head.tied {
             self.lm_head = Some(self.new_matrix(v * dim, v, dim, true));

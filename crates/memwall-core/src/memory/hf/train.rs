@@ -9,7 +9,7 @@ use crate::workload::Optimizer;
 impl Builder<'_> {
     fn forward_and_loss(&mut self) {
         let rows = self.tokens;
-        let ckpt = self.w.checkpointing;
+        let ckpt = self.mode.checkpointing();
         self.t.set_phase(Phase::Forward);
         self.unit_pre_forward(0);
         let (mut x, xs) = self.embeddings();
@@ -158,15 +158,21 @@ impl Builder<'_> {
     }
 
     fn optimizer_step(&mut self) {
+        let Some(w) = self.mode.train() else { return };
         self.t.set_phase(Phase::Optimizer);
         if let Some(temps) = self.sharded_optimizer_temps() {
             self.t.transient(temps, Category::OptimizerTemporaries);
             return;
         }
-        let sizes: Vec<u128> = self.trainable.iter().map(|p| self.t.bytes(p.id)).collect();
+        let sizes: Vec<u128> = self
+            .train
+            .trainable
+            .iter()
+            .map(|p| self.t.bytes(p.id))
+            .collect();
         let total: u128 = sizes.iter().sum();
         let largest = sizes.iter().copied().max().unwrap_or(0);
-        match self.w.optimizer {
+        match w.optimizer {
             // torch/optim/adam.py `_multi_tensor_adam`: exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs)
             // is one parameter-sized list alive at once; everything else is in place.
             Optimizer::Adamw => self.t.transient(total, Category::OptimizerTemporaries),
@@ -192,6 +198,7 @@ impl Builder<'_> {
 
     /// Optimizer states that exist from the second step on.
     fn optimizer_states(&mut self) {
+        let Some(w) = self.mode.train() else { return };
         if let Some(bytes) = self.sharded_optimizer_states() {
             if bytes > 0 {
                 self.t.alloc(bytes, Category::OptimizerStates, false);
@@ -199,10 +206,10 @@ impl Builder<'_> {
             return;
         }
         let mut bytes: u128 = 0;
-        for p in &self.trainable {
+        for p in &self.train.trainable {
             let b = self.t.bytes(p.id);
             let numel = p.numel;
-            bytes += match self.w.optimizer {
+            bytes += match w.optimizer {
                 Optimizer::Adamw | Optimizer::AdamwFused | Optimizer::AdamwForloop => 2 * b,
                 // bitsandbytes optim/optimizer.py Optimizer2State.init_state: uint8 states with one
                 // fp32 absmax per 256-element block; tensors under min_8bit_size=4096 keep fp32 states
@@ -233,12 +240,17 @@ impl Builder<'_> {
         }
     }
 
+    /// One steady-state (second) training step: the parameters and the optimizer states (which
+    /// exist from the first step on), then up to two micro-batches of forward and backward (with
+    /// accumulation every micro-batch after the second repeats it), the optimizer step and
+    /// `zero_grad`.
     pub(crate) fn run(&mut self) {
+        let Some(w) = self.mode.train() else { return };
         self.build_params();
         self.shard_setup();
         self.optimizer_states();
         self.t.reset_peak();
-        let micro = self.w.grad_accum.min(2);
+        let micro = w.grad_accum.min(2);
         for _ in 0..micro {
             self.forward_and_loss();
         }
