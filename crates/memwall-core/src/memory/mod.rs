@@ -7,13 +7,13 @@ pub mod dist;
 mod dist_types;
 mod hf;
 mod megatron;
+mod ranks;
 pub mod timeline;
 
 pub use crate::workload::InferWorkload;
-pub use dist::{
-    simulate_train_dist, simulate_train_dist_with, CommBuffer, DistEstimate, DistOptions, RankGroup,
-};
+pub use dist::{simulate_train_dist, simulate_train_dist_with, DistOptions};
 pub use hf::Kernels;
+pub use ranks::{CommBuffer, DistEstimate, RankGroup};
 pub use timeline::{Category, Phase};
 
 use crate::error::CoreError;

@@ -597,8 +597,8 @@ impl Builder<'_> {
     }
 
     /// The communication buffers of one rank, named as the engine names them.
-    pub(crate) fn comm_buffer_lines(&self) -> Vec<crate::memory::dist::CommBuffer> {
-        use crate::memory::dist::CommBuffer;
+    pub(crate) fn comm_buffer_lines(&self) -> Vec<crate::memory::ranks::CommBuffer> {
+        use crate::memory::ranks::CommBuffer;
         let Some(s) = self.train.shard else {
             return Vec::new();
         };
