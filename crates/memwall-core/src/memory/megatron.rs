@@ -18,7 +18,7 @@
 //! Rank order follows Megatron's default `tp-cp-ep-dp-pp` (`parallel_state.py`): pipeline
 //! stage `k` is the contiguous block of ranks `[k·gpus/pp, (k+1)·gpus/pp)`.
 
-use super::dist::{compress_ranks, worst_group, DistEstimate, RankGroup};
+use super::ranks::{compress_ranks, worst_group, DistEstimate, RankGroup};
 use super::{to_u64, Category, Phase};
 use crate::error::CoreError;
 use crate::layout::{Layout, Schedule, Strategy};

@@ -7,13 +7,13 @@ pub mod dist;
 mod dist_types;
 mod hf;
 mod megatron;
+mod ranks;
 pub mod timeline;
 
 pub use crate::workload::InferWorkload;
-pub use dist::{
-    simulate_train_dist, simulate_train_dist_with, CommBuffer, DistEstimate, DistOptions, RankGroup,
-};
+pub use dist::{simulate_train_dist, simulate_train_dist_with, DistOptions};
 pub use hf::Kernels;
+pub use ranks::{CommBuffer, DistEstimate, RankGroup};
 pub use timeline::{Category, Phase};
 
 use crate::error::CoreError;
@@ -62,7 +62,7 @@ pub fn simulate_train(
             "the model has no layers",
         ));
     }
-    let mut b = hf::Builder::new(model, w, kernels);
+    let mut b = hf::Builder::train(model, w, kernels, None);
     b.run();
     let t = &b.t;
     let at_peak = breakdown_at_peak(t)?;
@@ -71,7 +71,7 @@ pub fn simulate_train(
         at_peak,
         phase: t.peak_phase(),
         params_total: to_u64(b.param_count, "parameters")?,
-        params_trainable: to_u64(b.trainable_count, "trainable parameters")?,
+        params_trainable: to_u64(b.trainable_count(), "trainable parameters")?,
     })
 }
 
@@ -100,7 +100,6 @@ pub fn simulate_infer(
     w: &crate::workload::InferWorkload,
     kernels: Kernels,
 ) -> Result<InferEstimate, CoreError> {
-    use crate::workload::{KvDtype, Optimizer, Precision, WeightFormat};
     w.validate()?;
     if model.layers.is_empty() {
         return Err(CoreError::invalid(
@@ -108,26 +107,8 @@ pub fn simulate_infer(
             "the model has no layers",
         ));
     }
-    let precision = match w.weights {
-        WeightFormat::Fp16 => Precision::Fp16,
-        WeightFormat::Fp32 => Precision::Fp32,
-        // quantised formats compute in bf16 (bnb_4bit_compute_dtype / torch_dtype=bfloat16)
-        _ => Precision::Bf16,
-    };
-    let mut tw = TrainWorkload::new(w.batch, w.prompt);
-    tw.precision = precision;
-    tw.optimizer = Optimizer::Sgd;
-    tw.attention = w.attention;
-    tw.dropout = false;
-    let mut b = hf::Builder::new(model, &tw, kernels);
-    b.wformat = w.weights;
-    b.moe_decode_batched = w.moe_decode_batched;
-    b.kv_size = match w.kv_dtype {
-        KvDtype::Auto => None,
-        KvDtype::Bf16 | KvDtype::Fp16 => Some(2),
-        KvDtype::Fp8 | KvDtype::Int8 => Some(1),
-    };
-    let prefill_peak = b.run_inference(u128::from(w.prompt), u128::from(w.new_tokens));
+    let mut b = hf::Builder::infer(model, w, kernels);
+    let prefill_peak = b.run_inference();
     let kv = b.kv_cache_bytes();
     let t = &b.t;
     let at_peak = breakdown_at_peak(t)?;

@@ -21,27 +21,29 @@ impl Builder<'_> {
         trainable: bool,
         elem: u128,
     ) {
-        if self.shard.is_none() {
+        if self.train.shard.is_none() {
             return;
         }
-        while self.units.len() <= self.cur_unit {
-            self.units.push(Unit::default());
+        while self.train.units.len() <= self.train.cur_unit {
+            self.train.units.push(Unit::default());
         }
-        self.units[self.cur_unit].params.push(ShardParam {
-            id,
-            numel,
-            dim0,
-            trainable,
-            elem,
-        });
+        self.train.units[self.train.cur_unit]
+            .params
+            .push(ShardParam {
+                id,
+                numel,
+                dim0,
+                trainable,
+                elem,
+            });
     }
 
     fn kind(&self) -> Option<ShardKind> {
-        self.shard.map(|s| s.kind)
+        self.train.shard.map(|s| s.kind)
     }
 
     fn world(&self) -> u128 {
-        self.shard.map_or(1, |s| s.world.max(1))
+        self.train.shard.map_or(1, |s| s.world.max(1))
     }
 
     /// Rows of dim 0 per rank: `torch.chunk(tensor, world_size, dim=0)` gives every rank
@@ -54,7 +56,7 @@ impl Builder<'_> {
     /// This rank's unpadded chunk (what `zeros_like` of the sharded DTensor allocates).
     fn local_numel(&self, p: &ShardParam) -> u128 {
         let world = self.world();
-        let rank = self.shard.map_or(0, |s| s.rank);
+        let rank = self.train.shard.map_or(0, |s| s.rank);
         let chunk = p.dim0.div_ceil(world);
         chunk.min(p.dim0.saturating_sub(rank * chunk)) * p.row()
     }
@@ -73,10 +75,11 @@ impl Builder<'_> {
     /// group evenly (`stage_1_and_2.py`, `get_data_parallel_partitions`), ZeRO-3 per
     /// parameter, FSDP2 per parameter chunk.
     fn optimizer_partition(&self) -> Vec<u128> {
-        let Some(s) = self.shard else {
+        let Some(s) = self.train.shard else {
             return Vec::new();
         };
         let trainable = self
+            .train
             .units
             .iter()
             .flat_map(|u| &u.params)
@@ -97,7 +100,7 @@ impl Builder<'_> {
     /// FSDP2: bytes per element of a parameter's shard — its original dtype, which under a
     /// MixedPrecisionPolicy is the fp32 model's (`master_size`), and fp32 for LoRA adapters.
     fn sharded_elem(&self, p: &ShardParam) -> u128 {
-        match self.shard {
+        match self.train.shard {
             Some(s) if s.cast_params => s.master_size.max(p.elem),
             _ => p.elem,
         }
@@ -106,7 +109,7 @@ impl Builder<'_> {
     /// FSDP2: bytes per element of a parameter's gradient in the reduce-scatter: the policy's
     /// `reduce_dtype`, else the gradient's own dtype (`_fsdp_param_group.py` `_get_reduce_dtype`).
     fn reduce_elem(&self, p: &ShardParam) -> u128 {
-        match self.shard {
+        match self.train.shard {
             Some(s) if s.cast_params => s.reduce_size,
             _ => p.elem,
         }
@@ -115,11 +118,12 @@ impl Builder<'_> {
     /// Bytes of each optimizer-visible tensor on this rank (one state tensor's size): FSDP2 per
     /// sharded parameter in its own dtype, ZeRO per fp32 partition.
     fn optimizer_partition_bytes(&self) -> Vec<u128> {
-        let Some(s) = self.shard else {
+        let Some(s) = self.train.shard else {
             return Vec::new();
         };
         match s.kind {
             ShardKind::Fsdp2 { .. } => self
+                .train
                 .units
                 .iter()
                 .flat_map(|u| &u.params)
@@ -136,7 +140,8 @@ impl Builder<'_> {
 
     /// Bytes of every trainable parameter's whole gradient in the parameter dtype.
     fn full_gradient_bytes(&self) -> u128 {
-        self.units
+        self.train
+            .units
             .iter()
             .flat_map(|u| &u.params)
             .filter(|p| p.trainable)
@@ -146,9 +151,9 @@ impl Builder<'_> {
 
     /// Allocates what sharding keeps for the whole run; called after the parameters exist.
     pub(super) fn shard_setup(&mut self) {
-        let Some(s) = self.shard else { return };
-        while self.units.len() <= self.model.layers.len() {
-            self.units.push(Unit::default());
+        let Some(s) = self.train.shard else { return };
+        while self.train.units.len() <= self.model.layers.len() {
+            self.train.units.push(Unit::default());
         }
         let ps = self.param_size;
         match s.kind {
@@ -167,8 +172,8 @@ impl Builder<'_> {
             }
             ShardKind::Fsdp2 { .. } => {
                 let mut sharded: u128 = 0;
-                for u in 0..self.units.len() {
-                    for p in self.units[u].params.clone() {
+                for u in 0..self.train.units.len() {
+                    for p in self.train.units[u].params.clone() {
                         let padded = self.padded_shard_numel(&p);
                         sharded += padded * self.sharded_elem(&p);
                         // the all-gather output per parameter is the padded unsharded size
@@ -187,6 +192,7 @@ impl Builder<'_> {
                     let mut partition: u128 = 0;
                     let mut largest: u128 = 0;
                     for p in self
+                        .train
                         .units
                         .iter()
                         .flat_map(|u| &u.params)
@@ -243,18 +249,18 @@ impl Builder<'_> {
     /// post-forward drops the last one (`_fsdp_param_group.py` `wait_for_unshard`,
     /// `_fsdp_state.py` `_root_post_forward`).
     pub(super) fn unit_pre_forward(&mut self, u: usize) {
-        if !matches!(self.kind(), Some(ShardKind::Fsdp2 { .. })) || self.units[u].unsharded {
+        if !matches!(self.kind(), Some(ShardKind::Fsdp2 { .. })) || self.train.units[u].unsharded {
             return;
         }
         let ag = self.all_gather(u);
-        if let Some(old) = self.ag_held.take() {
+        if let Some(old) = self.train.ag_held.take() {
             self.t.release(old);
         }
-        for p in self.units[u].params.clone() {
+        for p in self.train.units[u].params.clone() {
             self.t.restore_param(p.id);
         }
-        self.units[u].unsharded = true;
-        self.ag_held = Some(ag);
+        self.train.units[u].unsharded = true;
+        self.train.ag_held = Some(ag);
     }
 
     /// FSDP2 `post_forward`: reshard unless `reshard_after_forward=False`. The root reshards
@@ -262,7 +268,7 @@ impl Builder<'_> {
     /// post-forward mesh when it was left to the default); its forward ends with the loss.
     pub(super) fn unit_post_forward(&mut self, u: usize) {
         if u == 0 {
-            if let Some(ag) = self.ag_held.take() {
+            if let Some(ag) = self.train.ag_held.take() {
                 self.t.release(ag);
             }
         }
@@ -292,18 +298,22 @@ impl Builder<'_> {
             return;
         }
         self.unshard(u);
-        let prev = if u == 0 { self.units.len() - 1 } else { u - 1 };
-        if prev != 0 && !self.units[prev].unsharded && self.prefetched.is_none() {
+        let prev = if u == 0 {
+            self.train.units.len() - 1
+        } else {
+            u - 1
+        };
+        if prev != 0 && !self.train.units[prev].unsharded && self.train.prefetched.is_none() {
             let ag = self.all_gather(prev);
-            self.prefetched = Some((prev, ag));
+            self.train.prefetched = Some((prev, ag));
         }
     }
 
     /// After a unit's backward: FSDP2 reshards and reduce-scatters its gradients; ZeRO-2/3
     /// moves them into the rank's gradient partition through the ipg bucket.
     pub(super) fn unit_post_backward(&mut self, u: usize) {
-        let Some(s) = self.shard else { return };
-        let params = self.units[u].params.clone();
+        let Some(s) = self.train.shard else { return };
+        let params = self.train.units[u].params.clone();
         let mut grads = Vec::new();
         // bytes of one shard of the gradients being reduced
         let mut shard_grad_bytes: u128 = 0;
@@ -316,7 +326,7 @@ impl Builder<'_> {
         match s.kind {
             ShardKind::Fsdp2 { .. } => {
                 self.reshard(u);
-                if let Some(old) = self.rs_in_flight.take() {
+                if let Some(old) = self.train.rs_in_flight.take() {
                     self.t.release(old);
                 }
                 if grads.is_empty() {
@@ -337,13 +347,13 @@ impl Builder<'_> {
                 if s.offload_states {
                     // CPUOffloadPolicy: the sharded gradient is copied to the host
                     self.t.release(rs_out);
-                } else if self.units[u].sharded_grad.is_some() {
+                } else if self.train.units[u].sharded_grad.is_some() {
                     // accumulation: `sharded_param.grad += new_sharded_grad`
                     self.t.release(rs_out);
                 } else {
-                    self.units[u].sharded_grad = Some(rs_out);
+                    self.train.units[u].sharded_grad = Some(rs_out);
                 }
-                self.rs_in_flight = Some(rs_in);
+                self.train.rs_in_flight = Some(rs_in);
             }
             ShardKind::Zero { .. } => {
                 // gradients the per-node hook has not taken yet (none in practice)
@@ -391,8 +401,8 @@ impl Builder<'_> {
     }
 
     fn ensure_zero_grad_partition(&mut self) {
-        let Some(s) = self.shard else { return };
-        if self.units[0].sharded_grad.is_none() && !s.offload_states {
+        let Some(s) = self.train.shard else { return };
+        if self.train.units[0].sharded_grad.is_none() && !s.offload_states {
             // `grads_in_partition`: this rank's partition of the averaged gradients in the
             // gradient dtype (stage_1_and_2.py `copy_grads_in_partition`; stage3.py
             // `grad_partitions_flat_buffer`)
@@ -400,27 +410,27 @@ impl Builder<'_> {
             let g = self
                 .t
                 .alloc(part * self.param_size, Category::Gradients, false);
-            self.units[0].sharded_grad = Some(g);
+            self.train.units[0].sharded_grad = Some(g);
         }
     }
 
     /// The end of backward (FSDP2's root post-backward final callback, `finalize_backward`).
     pub(super) fn finish_backward(&mut self) {
-        if self.shard.is_none() {
+        if self.train.shard.is_none() {
             return;
         }
-        if !self.units.is_empty() {
+        if !self.train.units.is_empty() {
             self.unit_post_backward(0);
         }
-        if let Some(g) = self.rs_in_flight.take() {
+        if let Some(g) = self.train.rs_in_flight.take() {
             self.t.release(g);
         }
     }
 
     /// `optimizer.zero_grad(set_to_none=True)` also drops the sharded gradients.
     pub(super) fn shard_zero_grad(&mut self) {
-        for u in 0..self.units.len() {
-            if let Some(g) = self.units[u].sharded_grad.take() {
+        for u in 0..self.train.units.len() {
+            if let Some(g) = self.train.units[u].sharded_grad.take() {
                 self.t.release(g);
             }
         }
@@ -428,7 +438,8 @@ impl Builder<'_> {
 
     /// Optimizer-state bytes on this rank, or `None` when not sharded.
     pub(super) fn sharded_optimizer_states(&self) -> Option<u128> {
-        let s = self.shard?;
+        let s = self.train.shard?;
+        let w = self.mode.train()?;
         if matches!(s.kind, ShardKind::Ddp { .. }) {
             return None;
         }
@@ -437,7 +448,7 @@ impl Builder<'_> {
         }
         let part: u128 = self.optimizer_partition().iter().sum();
         let state_bytes: u128 = self.optimizer_partition_bytes().iter().sum();
-        let per_elem = optimizer_state_elems(self.w.optimizer);
+        let per_elem = optimizer_state_elems(w.optimizer);
         let master = match s.kind {
             // DeepSpeed keeps an fp32 master partition next to the fp16/bf16 model
             ShardKind::Zero { .. } if self.param_size != 4 => 4 * part,
@@ -449,7 +460,8 @@ impl Builder<'_> {
     /// Optimizer-step temporaries on this rank, or `None` when not sharded.
     pub(super) fn sharded_optimizer_temps(&self) -> Option<u128> {
         use crate::workload::Optimizer;
-        let s = self.shard?;
+        let s = self.train.shard?;
+        let w = self.mode.train()?;
         if matches!(s.kind, ShardKind::Ddp { .. }) {
             return None;
         }
@@ -468,7 +480,7 @@ impl Builder<'_> {
                 part.iter().sum::<u128>().min(ZERO3_SUB_GROUP_ELEMS) * 4
             }
             ShardKind::Zero { .. } => part.iter().sum::<u128>() * 4,
-            _ => match self.w.optimizer {
+            _ => match w.optimizer {
                 Optimizer::Adamw | Optimizer::Adafactor => total,
                 Optimizer::AdamwForloop | Optimizer::Lion => 2 * largest,
                 _ => 0,
@@ -482,9 +494,11 @@ impl Builder<'_> {
     /// (`stage_1_and_2.py` with `cpu_offload`: `single_partition_of_fp32_groups`,
     /// `averaged_gradients` on the host), `offload_param` the fp16/bf16 parameter partition.
     pub(crate) fn offloaded_bytes(&self) -> u128 {
-        let Some(s) = self.shard else { return 0 };
+        let (Some(s), Some(w)) = (self.train.shard, self.mode.train()) else {
+            return 0;
+        };
         let part: u128 = self.optimizer_partition().iter().sum();
-        let states = part * optimizer_state_elems(self.w.optimizer) * s.master_size;
+        let states = part * optimizer_state_elems(w.optimizer) * s.master_size;
         match s.kind {
             ShardKind::Ddp { .. } => 0,
             ShardKind::Fsdp2 { .. } => {
@@ -501,6 +515,7 @@ impl Builder<'_> {
                 }
                 if s.offload_params && stage == 3 {
                     let params: u128 = self
+                        .train
                         .units
                         .iter()
                         .flat_map(|u| &u.params)
@@ -516,7 +531,8 @@ impl Builder<'_> {
     /// FSDP2 model states of this rank: padded parameter shards, padded gradient shards (the
     /// reduce-scatter outputs) and optimizer states.
     fn fsdp_model_states(&self) -> u128 {
-        let all = || self.units.iter().flat_map(|u| &u.params);
+        let Some(w) = self.mode.train() else { return 0 };
+        let all = || self.train.units.iter().flat_map(|u| &u.params);
         let params: u128 = all()
             .map(|p| self.padded_shard_numel(p) * self.sharded_elem(p))
             .sum();
@@ -525,7 +541,7 @@ impl Builder<'_> {
             .map(|p| self.padded_shard_numel(p) * self.reduce_elem(p))
             .sum();
         let states: u128 = self.optimizer_partition_bytes().iter().sum::<u128>()
-            * optimizer_state_elems(self.w.optimizer);
+            * optimizer_state_elems(w.optimizer);
         params + grads + states
     }
 
@@ -534,9 +550,11 @@ impl Builder<'_> {
     /// reduced) and optimizer states (with master weights). Buffers and gathered copies are
     /// not model states.
     pub(crate) fn model_state_bytes(&self) -> u128 {
-        let Some(s) = self.shard else { return 0 };
+        let (Some(s), Some(w)) = (self.train.shard, self.mode.train()) else {
+            return 0;
+        };
         let ps = self.param_size;
-        let all = || self.units.iter().flat_map(|u| &u.params);
+        let all = || self.train.units.iter().flat_map(|u| &u.params);
         let states = self.sharded_optimizer_states().unwrap_or(0);
         match s.kind {
             ShardKind::Ddp { .. } => {
@@ -544,7 +562,7 @@ impl Builder<'_> {
                 let g = self.full_gradient_bytes();
                 let opt: u128 = all()
                     .filter(|p| p.trainable)
-                    .map(|p| p.numel * ps * optimizer_state_elems(self.w.optimizer))
+                    .map(|p| p.numel * ps * optimizer_state_elems(w.optimizer))
                     .sum();
                 p + g + opt
             }
@@ -579,9 +597,9 @@ impl Builder<'_> {
     }
 
     /// The communication buffers of one rank, named as the engine names them.
-    pub(crate) fn comm_buffer_lines(&self) -> Vec<crate::memory::dist::CommBuffer> {
-        use crate::memory::dist::CommBuffer;
-        let Some(s) = self.shard else {
+    pub(crate) fn comm_buffer_lines(&self) -> Vec<crate::memory::ranks::CommBuffer> {
+        use crate::memory::ranks::CommBuffer;
+        let Some(s) = self.train.shard else {
             return Vec::new();
         };
         let ps = self.param_size;
@@ -599,7 +617,8 @@ impl Builder<'_> {
             }
             ShardKind::Fsdp2 { .. } => {
                 let largest = |bytes: &dyn Fn(&ShardParam) -> u128| {
-                    self.units
+                    self.train
+                        .units
                         .iter()
                         .map(|u| u.params.iter().map(bytes).sum::<u128>())
                         .max()
@@ -635,6 +654,7 @@ impl Builder<'_> {
                 }
                 if stage == 3 {
                     let largest = self
+                        .train
                         .units
                         .iter()
                         .flat_map(|u| &u.params)
@@ -653,11 +673,12 @@ impl Builder<'_> {
 
     fn all_gather(&mut self, u: usize) -> TensorId {
         let (cast, offload) = self
+            .train
             .shard
             .map_or((false, false), |s| (s.cast_params, s.offload_params));
         // one padded shard of every parameter, in the dtype it is gathered in (mixed dtypes,
         // e.g. fp32 LoRA adapters next to a bf16 base, are gathered as bytes)
-        let shard: u128 = self.units[u]
+        let shard: u128 = self.train.units[u]
             .params
             .iter()
             .map(|p| self.padded_shard_numel(p) * p.elem)
@@ -677,32 +698,32 @@ impl Builder<'_> {
     /// FSDP2 unshard outside forward (backward): a prefetched all-gather is copied out,
     /// otherwise one is issued; the flat buffer is freed right after the copy-out.
     fn unshard(&mut self, u: usize) {
-        if !matches!(self.kind(), Some(ShardKind::Fsdp2 { .. })) || self.units[u].unsharded {
+        if !matches!(self.kind(), Some(ShardKind::Fsdp2 { .. })) || self.train.units[u].unsharded {
             return;
         }
-        let ag = match self.prefetched.take() {
+        let ag = match self.train.prefetched.take() {
             Some((v, ag)) if v == u => ag,
             other => {
-                self.prefetched = other;
+                self.train.prefetched = other;
                 self.all_gather(u)
             }
         };
         // foreach_all_gather_copy_out: per-parameter outputs, then the flat buffer goes
-        for p in self.units[u].params.clone() {
+        for p in self.train.units[u].params.clone() {
             self.t.restore_param(p.id);
         }
         self.t.release(ag);
-        self.units[u].unsharded = true;
+        self.train.units[u].unsharded = true;
     }
 
     fn reshard(&mut self, u: usize) {
         if !matches!(self.kind(), Some(ShardKind::Fsdp2 { .. })) {
             return;
         }
-        for p in self.units[u].params.clone() {
+        for p in self.train.units[u].params.clone() {
             self.t.evict_param(p.id);
         }
-        self.units[u].unsharded = false;
+        self.train.units[u].unsharded = false;
     }
 }
 

@@ -1,0 +1,671 @@
+//! The attention block: projections, q/k norms, rotary embedding, the training-time cache
+//! concatenation, the attention kernels (SDPA math, flash / efficient, eager) and the
+//! model-level causal mask.
+
+use super::{lin_zero, Builder, Kernels, LayerParams};
+use crate::memory::timeline::{Category, Ids, Node, TensorId};
+use crate::model::{Attention, AttentionKind, LinearRole, Norm, NormKind, QkNormScope};
+use crate::workload::AttentionImpl;
+
+impl Builder<'_> {
+    /// Rotary embedding on a [rows, heads*dim] tensor, `rot` of each head's `dim` rotated
+    /// (`apply_rotary_pos_emb`, `rotate_half`): q*cos + rotate_half(q)*sin; nothing large saved.
+    pub(super) fn rope(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        heads: u128,
+        dim: u128,
+        rot: u128,
+    ) -> (TensorId, u128) {
+        let rows = self.tokens;
+        // cos/sin are fp32 under autocast (computed outside autocast's matmul list): the result promotes
+        let out_size = if self.amp { 4 } else { x_size };
+        let full = rows * heads * dim;
+        let part = rows * heads * rot;
+        let (cos, sin) = self.rope_tables.unwrap_or((0, 0));
+        // transients: x*cos, neg half, cat, rotate*sin
+        let y = if rot == dim {
+            self.t.transient(
+                part * out_size * 2 + part * x_size / 2 + part * x_size,
+                Category::Activations,
+            );
+            self.op(
+                full * out_size,
+                &[x],
+                &[cos, sin],
+                &[],
+                &[3 * part * out_size],
+            )
+        } else {
+            // partial rotary: rotate the first `rot` dims, then cat with the pass-through part
+            let r = self.op(
+                part * out_size,
+                &[x],
+                &[cos, sin],
+                &[],
+                &[3 * part * out_size],
+            );
+            let y = self.op(full * out_size, &[r, x], &[], &[], &[]);
+            self.drop_(r);
+            y
+        };
+        (y, out_size)
+    }
+
+    /// The attention block. Tensors bound to locals of the attention function (the fused qkv
+    /// output: Falcon's `fused_qkv`, NeoX/Phi-3 `qkv`, GPT-2's query view) live until it returns.
+    pub(super) fn attention(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        a: &Attention,
+        lp: &LayerParams,
+        ckpt: bool,
+    ) -> TensorId {
+        let y = self.attention_inner(x, x_size, a, lp, ckpt);
+        for t in std::mem::take(&mut self.attn_locals) {
+            self.drop_(t);
+        }
+        y
+    }
+
+    fn attention_inner(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        a: &Attention,
+        lp: &LayerParams,
+        ckpt: bool,
+    ) -> TensorId {
+        let rows = self.tokens;
+        let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
+        let c = self.compute_size;
+        let (heads, kv_heads, qk_dim, v_dim, rot, q, k, v, qs, ks) = match a.kind {
+            AttentionKind::Standard {
+                num_heads,
+                num_kv_heads,
+                head_dim,
+            } => {
+                let (heads, kvh, hd) = (
+                    u128::from(num_heads),
+                    u128::from(num_kv_heads),
+                    u128::from(head_dim),
+                );
+                let (q, k, v) = if let Some(qkv) = lin(LinearRole::Qkv) {
+                    let (y, _) = self.linear(x, x_size, rows, qkv);
+                    // q, k, v are views of the fused output; keep it alive through each view,
+                    // and through the attention function (a local)
+                    self.t.retain(y);
+                    self.t.retain(y);
+                    self.t.retain(y);
+                    self.attn_locals.push(y);
+                    (y, y, y)
+                } else {
+                    let (q, _) =
+                        self.linear(x, x_size, rows, lin(LinearRole::Q).unwrap_or(lin_zero()));
+                    let (k, _) =
+                        self.linear(x, x_size, rows, lin(LinearRole::K).unwrap_or(lin_zero()));
+                    let (v, _) =
+                        self.linear(x, x_size, rows, lin(LinearRole::V).unwrap_or(lin_zero()));
+                    (q, k, v)
+                };
+                let rot = a.rotary_dim.map_or(0, u128::from);
+                (heads, kvh, hd, hd, rot, q, k, v, c, c)
+            }
+            AttentionKind::Mla {
+                num_heads,
+                q_lora_rank,
+                kv_lora_rank,
+                qk_nope_head_dim,
+                qk_rope_head_dim,
+                v_head_dim,
+            } => {
+                let heads = u128::from(num_heads);
+                let nope = u128::from(qk_nope_head_dim);
+                let ropd = u128::from(qk_rope_head_dim);
+                let kvr = u128::from(kv_lora_rank);
+                let mla_norm = |dim: u64| Norm {
+                    kind: NormKind::RmsNorm,
+                    dim,
+                    bias: false,
+                };
+                let q = match q_lora_rank {
+                    Some(r) => {
+                        let (qa, _) =
+                            self.linear(x, x_size, rows, lin(LinearRole::QA).unwrap_or(lin_zero()));
+                        let np = (lp.mla_norms[0], None);
+                        let (qn, _) = self.norm(qa, c, rows, &mla_norm(r), np);
+                        self.drop_(qa);
+                        let (qb, _) =
+                            self.linear(qn, c, rows, lin(LinearRole::QB).unwrap_or(lin_zero()));
+                        self.drop_(qn);
+                        qb
+                    }
+                    None => {
+                        self.linear(x, x_size, rows, lin(LinearRole::Q).unwrap_or(lin_zero()))
+                            .0
+                    }
+                };
+                let (kva, _) =
+                    self.linear(x, x_size, rows, lin(LinearRole::KvA).unwrap_or(lin_zero()));
+                // split: latent part normalised, rope part rotated and expanded to all heads
+                let np = (lp.mla_norms[lp.mla_norms.len() - 1], None);
+                if self.mode.is_infer() {
+                    return self.mla_infer(a, lp, q, kva, np);
+                }
+                let (kvn, _) = self.norm(kva, c, rows, &mla_norm(kv_lora_rank), np);
+                let (kvb, _) =
+                    self.linear(kvn, c, rows, lin(LinearRole::KvB).unwrap_or(lin_zero()));
+                self.drop_(kvn);
+                let _ = kvr;
+                // k = cat(k_nope, k_rope.expand(heads)), q = cat(q_nope, rope(q_rope)) (new tensors)
+                let (kr, _) = self.rope(kva, c, 1, ropd, ropd);
+                self.drop_(kva);
+                let (qr, _) = self.rope(q, c, heads, ropd, ropd);
+                let qf = self.op(rows * heads * (nope + ropd) * c, &[q, qr], &[], &[], &[]);
+                self.drop_(q);
+                self.drop_(qr);
+                let kf = self.op(rows * heads * (nope + ropd) * c, &[kvb, kr], &[], &[], &[]);
+                self.drop_(kr);
+                (
+                    heads,
+                    heads,
+                    nope + ropd,
+                    u128::from(v_head_dim),
+                    0,
+                    qf,
+                    kf,
+                    kvb,
+                    c,
+                    c,
+                )
+            }
+        };
+        // q/k norms (Qwen3, Gemma 3 per head; OLMo 2 over the whole projection)
+        let (mut q, mut k, mut qs, mut ks) = (q, k, qs, ks);
+        if let (Some((scope, kind)), Some((qn, kn))) = (a.qk_norm, lp.qk_norms) {
+            let (qrows, krows, qdim, kdim) = match scope {
+                QkNormScope::PerHead => {
+                    (rows * heads, rows * kv_heads, qk_dim as u64, qk_dim as u64)
+                }
+                QkNormScope::Full => (
+                    rows,
+                    rows,
+                    (heads * qk_dim) as u64,
+                    (kv_heads * qk_dim) as u64,
+                ),
+            };
+            let (q2, s2) = self.norm(
+                q,
+                qs,
+                qrows,
+                &Norm {
+                    kind,
+                    dim: qdim,
+                    bias: false,
+                },
+                (qn, None),
+            );
+            let (k2, s3) = self.norm(
+                k,
+                ks,
+                krows,
+                &Norm {
+                    kind,
+                    dim: kdim,
+                    bias: false,
+                },
+                (kn, None),
+            );
+            self.drop_(q);
+            self.drop_(k);
+            (q, k, qs, ks) = (q2, k2, s2, s3);
+        }
+        self.q_bhsd = matches!(a.kind, AttentionKind::Mla { .. })
+            || (rot > 0 && (rot < qk_dim || a.rope_concat));
+        if rot > 0 {
+            let (q2, s2) = self.rope(q, qs, heads, qk_dim, rot);
+            let (k2, s3) = self.rope(k, ks, kv_heads, qk_dim, rot);
+            self.drop_(q);
+            self.drop_(k);
+            (q, k, qs, ks) = (q2, k2, s2, s3);
+        }
+        let mut vs = c;
+        if self.mode.is_infer() {
+            let (kc, ks, vc, vs) = self.cache_update((k, ks), (v, vs), kv_heads, qk_dim, v_dim, a);
+            return self
+                .attention_core(q, qs, kc, ks, vc, vs, heads, kv_heads, qk_dim, v_dim, a, lp);
+        }
+        // DynamicCache.update (transformers cache_utils.py) concatenates k/v into the cache,
+        // which the model output keeps; HF disables the cache under gradient checkpointing.
+        if !ckpt && !matches!(a.kind, AttentionKind::Mla { .. }) {
+            let cache_size = ks.max(vs);
+            let kc = self.op(rows * kv_heads * qk_dim * cache_size, &[k], &[], &[], &[]);
+            let vc = self.op(rows * kv_heads * v_dim * cache_size, &[v], &[], &[], &[]);
+            self.drop_(k);
+            self.drop_(v);
+            self.t.retain(kc);
+            self.t.retain(vc);
+            self.out_refs.push(kc);
+            self.out_refs.push(vc);
+            k = kc;
+            ks = cache_size;
+            vs = cache_size;
+            let _ = &mut k;
+            return self
+                .attention_core(q, qs, kc, ks, vc, vs, heads, kv_heads, qk_dim, v_dim, a, lp);
+        }
+        self.attention_core(q, qs, k, ks, v, vs, heads, kv_heads, qk_dim, v_dim, a, lp)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn attention_core(
+        &mut self,
+        q: TensorId,
+        qs: u128,
+        k: TensorId,
+        ks: u128,
+        v: TensorId,
+        vs: u128,
+        heads: u128,
+        kv_heads: u128,
+        qk_dim: u128,
+        v_dim: u128,
+        a: &Attention,
+        lp: &LayerParams,
+    ) -> TensorId {
+        let (b, s, kv) = (self.batch, self.seq, self.kv_len);
+        let rows = self.tokens;
+        let c = self.compute_size;
+        let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
+        let attn_dropout = if self.mode.dropout() {
+            self.model.dropout.attention
+        } else {
+            0.0
+        };
+        // The CPU flash kernel needs dropout 0 and equal q/k and v head dims (MLA has 192 vs
+        // 128); otherwise CPU SDPA runs the math kernel. On CUDA, flash or mem-efficient
+        // attention covers both.
+        let cpu_math = self.kernels == Kernels::Cpu
+            && self.mode.attention() == AttentionImpl::Sdpa
+            && (attn_dropout > 0.0 || qk_dim != v_dim);
+        let out = match self.mode.attention() {
+            AttentionImpl::Sdpa if cpu_math => {
+                // On CPU, SDPA with dropout has no fused kernel and runs
+                // `_scaled_dot_product_attention_math` (aten/src/ATen/native/transformers/attention.cpp):
+                // bf16/fp16 q, k, v are upcast to fp32, q and k scaled, k^T made contiguous,
+                // scores and `_safe_softmax` in fp32, dropout noise of the same size, probs @ v,
+                // result cast back. Saved: scaled q, k^T copy, probs, noise, dropped probs, v.
+                let x = b * heads * s * kv;
+                let w = 4;
+                let nq = rows * heads * qk_dim;
+                let nk = b * kv * kv_heads * qk_dim;
+                let nv = b * kv * kv_heads * v_dim;
+                let (q32, k32, v32) = (
+                    if qs != w {
+                        self.cast(q, nq * w)
+                    } else {
+                        self.retain_id(q)
+                    },
+                    if ks != w {
+                        self.cast(k, nk * w)
+                    } else {
+                        self.retain_id(k)
+                    },
+                    if vs != w {
+                        self.cast(v, nv * w)
+                    } else {
+                        self.retain_id(v)
+                    },
+                );
+                // the fp32 casts are locals of the C++ math function: alive until it returns
+                let qsc = self.op(nq * w, &[q32], &[], &[], &[]);
+                // grouped-query attention: the math kernel repeats k and v to every head
+                // (`repeat_interleave` under `enable_gqa`)
+                let (k32, v32) = if heads > kv_heads {
+                    let kr = self.op(b * kv * heads * qk_dim * w, &[k32], &[], &[], &[]);
+                    let vr = self.op(b * kv * heads * v_dim * w, &[v32], &[], &[], &[]);
+                    self.drop_(k32);
+                    self.drop_(v32);
+                    (kr, vr)
+                } else {
+                    (k32, v32)
+                };
+                let nk = b * kv * heads * qk_dim;
+                // `is_causal` becomes an additive [q, kv] bias in the upcast dtype
+                // (`convert_boolean_attn_mask` on a `tril` of ones), a local until return
+                let bias = (s > 1).then(|| self.act(s * kv * w, false));
+                let ksc = self.op(nk * w, &[k32], &[], &[], &[]);
+                let kt = self.op(nk * w, &[ksc], &[], &[], &[]);
+                self.drop_(ksc);
+                let scores = self.mul(qsc, kt, x * w);
+                self.drop_(kt);
+                let masked = self.op(x * w, &[scores], &[], &[], &[]);
+                self.drop_(scores);
+                let probs = self.op_saving_output(x * w, masked);
+                self.drop_(masked);
+                let dropped = self.dropout(probs, x * w, w, attn_dropout);
+                let o32 = self.op(
+                    rows * heads * v_dim * w,
+                    &[dropped, v32],
+                    &[dropped, v32],
+                    &[],
+                    &[],
+                );
+                self.drop_(dropped);
+                self.drop_(v32);
+                let o = if c != w {
+                    self.cast(o32, rows * heads * v_dim * c)
+                } else {
+                    self.retain_id(o32)
+                };
+                self.drop_(o32);
+                // the scaled query is a local of the C++ function too (`query = query_ *
+                // scaling_factor`); the scaled key is a temporary of the matmul call
+                self.drop_(qsc);
+                if let Some(m) = bias {
+                    self.drop_(m);
+                }
+                self.drop_(q32);
+                self.drop_(k32);
+                // [B, H, S, D] -> [B, S, H*D] contiguous copy
+                let oc = self.op(rows * heads * v_dim * c, &[o], &[], &[], &[]);
+                self.drop_(o);
+                oc
+            }
+            AttentionImpl::Sdpa | AttentionImpl::Flash => {
+                // flash kernel: saves q, k, v, output and logsumexp (fp32, B*H*S)
+                // (aten `_scaled_dot_product_flash_attention[_for_cpu]`, derivatives.yaml).
+                let (q2, k2, v2) = if self.amp {
+                    let q2 = if qs != c {
+                        self.cast(q, rows * heads * qk_dim * c)
+                    } else {
+                        q
+                    };
+                    let k2 = if ks != c {
+                        self.cast(k, rows * kv_heads * qk_dim * c)
+                    } else {
+                        k
+                    };
+                    let v2 = if vs != c {
+                        self.cast(v, rows * kv_heads * v_dim * c)
+                    } else {
+                        v
+                    };
+                    (q2, k2, v2)
+                } else {
+                    (q, k, v)
+                };
+                let lse = self.act(b * heads * s * 4, false);
+                // A sliding-window layer shorter than the sequence gets an explicit boolean mask
+                // (transformers masking_utils `sliding_window_causal_mask`; a full causal layer
+                // uses `is_causal` and no mask). SDPA converts it to an additive float mask in
+                // the query's dtype per call (`convert_boolean_attn_mask`,
+                // aten/src/ATen/native/transformers/attention.cpp) and saves it for backward.
+                //
+                // Falcon always passes its materialised boolean causal mask to SDPA
+                // (models/falcon/modeling_falcon.py: `create_causal_mask(...,
+                // allow_is_causal_skip=False)`), decode steps included; the flash-attention-2
+                // path gets no 4-D mask. Converted the same way: `where(mask, 0, -inf)` makes a
+                // [B, 1, q, kv] tensor in the query's dtype for the duration of the call.
+                let falcon_mask = a.eager_style == crate::model::EagerStyle::Falcon
+                    && self.mode.attention() == AttentionImpl::Sdpa;
+                let mask = match a.sliding_window {
+                    Some(win) if u128::from(win) < kv && s > 1 => {
+                        Some(self.act(b * s * kv * c, false))
+                    }
+                    _ if falcon_mask => Some(self.act(b * s * kv * c, false)),
+                    _ => None,
+                };
+                let o = self.act(rows * heads * v_dim * c, true);
+                let mut saved = vec![q2, k2, v2, o, lse];
+                saved.extend(mask);
+                self.t.record(Node {
+                    saved: Ids::of(&saved),
+                    inputs: Ids::of(&[q2, k2, v2]),
+                    outputs: Ids::of(&[o]),
+                    ..Node::default()
+                });
+                self.drop_(lse);
+                if let Some(m) = mask {
+                    self.drop_(m);
+                }
+                for (new, old) in [(q2, q), (k2, k), (v2, v)] {
+                    if new != old {
+                        self.drop_(new);
+                    }
+                }
+                // The kernel's output takes q's memory layout. A q made by `cat` (partial
+                // rotary, MLA) is laid out [B, H, S, D], so `transpose(1, 2).contiguous()` in
+                // `sdpa_attention_forward` (integrations/sdpa_attention.py) copies it; a q that
+                // is a transposed view of a projection is [B, S, H, D] already and is not copied.
+                if self.q_bhsd {
+                    let oc = self.op(rows * heads * v_dim * c, &[o], &[], &[], &[]);
+                    self.drop_(o);
+                    oc
+                } else {
+                    o
+                }
+            }
+            AttentionImpl::Eager => {
+                // eager_attention_forward (models/llama/modeling_llama.py): repeat_kv copies
+                // k/v when kv_heads < heads; scores in the compute dtype; softmax in fp32;
+                // probabilities cast back and saved by the second matmul; output made contiguous.
+                let n_rep = heads / kv_heads.max(1);
+                // keys and values span the cache (kv tokens), queries the new rows
+                let kv_rows = b * kv;
+                let falcon = a.eager_style == crate::model::EagerStyle::Falcon;
+                // With a single kv head, `repeat_kv`'s `expand(...).reshape(...)` is a view (the
+                // expanded dim merges with the size-1 head dim). Under no_grad the copies matmul
+                // then makes for bmm are temporaries of each call. With autograd, matmul's
+                // reshape to [B·H, ., .] (aten/src/ATen/native/LinearAlgebra.cpp `matmul`) is
+                // still a view when B = 1 — bmm saves the stride-0 views — but must copy when
+                // B > 1 (the stride-0 head dim cannot merge with the batch dim), and bmm saves
+                // those copies, which costs the same as keeping repeat_kv copies.
+                let mqa_view = n_rep > 1
+                    && kv_heads == 1
+                    && !falcon
+                    && (self.mode.is_infer() || self.batch == 1);
+                let (kr, vr) = if n_rep > 1 && !falcon && !mqa_view {
+                    // repeat_kv: expand + reshape copies kept through attention
+                    let kr = self.op(kv_rows * heads * qk_dim * ks, &[k], &[], &[], &[]);
+                    let vr = self.op(kv_rows * heads * v_dim * vs, &[v], &[], &[], &[]);
+                    (kr, vr)
+                } else {
+                    self.t.retain(k);
+                    self.t.retain(v);
+                    (k, v)
+                };
+                let x = b * heads * s * kv;
+                // A query that is still a strided view of a fused qkv output (no rotary copy in
+                // between, GPT-2) is copied by matmul's reshape to [B*H, S, D].
+                let qcopy = a.fused_qkv && a.rotary_dim.is_none();
+                let q = if qcopy {
+                    self.op(rows * heads * qk_dim * qs, &[q], &[], &[], &[])
+                } else {
+                    q
+                };
+                let (qm, km) = if self.amp {
+                    (
+                        if qs != c {
+                            self.cast(q, rows * heads * qk_dim * c)
+                        } else {
+                            q
+                        },
+                        if ks != c {
+                            self.cast(kr, rows * heads * qk_dim * c)
+                        } else {
+                            kr
+                        },
+                    )
+                } else {
+                    (q, kr)
+                };
+                if falcon {
+                    // `query @ key.transpose(-1, -2)` broadcasts the shared k over the heads:
+                    // matmul materialises contiguous copies of q and the expanded k for bmm
+                    let copies = rows * heads * qk_dim * c
+                        + if n_rep > 1 {
+                            kv_rows * heads * qk_dim * c
+                        } else {
+                            0
+                        };
+                    self.t.transient(copies + x * c, Category::Activations);
+                }
+                if mqa_view {
+                    self.t
+                        .transient(kv_rows * heads * qk_dim * ks + x * c, Category::Activations);
+                }
+                let scores = self.mul(qm, km, x * c);
+                if qm != q {
+                    self.drop_(qm);
+                }
+                if km != kr {
+                    self.drop_(km);
+                }
+                // Falcon scales in place (`attention_scores /= sqrt(d)`) and keeps the scores
+                // bound until `softmax(scores + mask)` returns
+                let held_scores = if falcon { Some(scores) } else { None };
+                let scaled = if falcon {
+                    self.retain_id(scores)
+                } else {
+                    self.op(x * c, &[scores], &[], &[], &[])
+                };
+                if !falcon {
+                    self.drop_(scores);
+                }
+                let mut cur = scaled;
+                if a.logit_softcap.is_some() {
+                    // Gemma 2: scores / cap; tanh (saves its output); * cap
+                    let d = self.op(x * c, &[cur], &[], &[], &[]);
+                    self.drop_(cur);
+                    let th = self.op_saving_output(x * c, d);
+                    self.drop_(d);
+                    let m = self.op(x * c, &[th], &[], &[], &[]);
+                    self.drop_(th);
+                    cur = m;
+                }
+                let masked = self.op(x * c, &[cur], &[], &[], &[]);
+                self.drop_(cur);
+
+                // softmax saves its output; llama-style upcasts to fp32 and casts back
+                let sm = if a.eager_softmax_fp32 { 4 } else { c };
+                let f32in = if c != sm {
+                    self.cast(masked, x * sm)
+                } else {
+                    masked
+                };
+                let probs32 = self.op_saving_output(x * sm, f32in);
+                if f32in != masked {
+                    self.drop_(f32in);
+                }
+                let probs = if c != sm {
+                    self.cast(probs32, x * c)
+                } else {
+                    probs32
+                };
+                self.drop_(masked);
+                if let Some(sc) = held_scores {
+                    // rebinding `attention_scores` to the softmax frees the scores
+                    self.drop_(sc);
+                }
+                if probs != probs32 {
+                    self.drop_(probs32);
+                }
+                let probs = self.dropout(probs, x * c, c, self.model.dropout.attention);
+                if falcon && n_rep > 1 {
+                    // `probs @ value` broadcasts the shared v: a transient expanded copy
+                    self.t.transient(
+                        kv_rows * heads * v_dim * c + rows * heads * v_dim * c,
+                        Category::Activations,
+                    );
+                }
+                if mqa_view {
+                    self.t.transient(
+                        kv_rows * heads * v_dim * vs + rows * heads * v_dim * c,
+                        Category::Activations,
+                    );
+                }
+                let vm = if self.amp && vs != c {
+                    self.cast(vr, kv_rows * heads * v_dim * c)
+                } else {
+                    vr
+                };
+                let o = self.op(
+                    rows * heads * v_dim * c,
+                    &[probs, vm],
+                    &[probs, vm],
+                    &[],
+                    &[],
+                );
+                if vm != vr {
+                    self.drop_(vm);
+                }
+                // eager attention returns the probabilities too; the decoder layer binds them to
+                // a local (`self_attn_weights` in GPT-2/OPT, `_` in Llama's
+                // `hidden_states, _ = self.self_attn(...)`) that lives until the layer returns
+                self.layer_locals.push(probs);
+                self.drop_(kr);
+                self.drop_(vr);
+                let oc = self.op(rows * heads * v_dim * c, &[o], &[], &[], &[]);
+                self.drop_(o);
+                if qcopy {
+                    self.drop_(q);
+                }
+                oc
+            }
+        };
+        self.drop_(q);
+        self.drop_(k);
+        self.drop_(v);
+        let (y, _) = self.linear(out, c, rows, lin(LinearRole::O).unwrap_or(lin_zero()));
+        self.drop_(out);
+        y
+    }
+
+    /// The model-level causal mask, built once per forward by transformers' `create_causal_mask`
+    /// and held by the model's forward until it returns. Eager attention gets an additive mask
+    /// `[B, 1, q, kv]` in the compute dtype (masking_utils.py `eager_mask`). SDPA with a plain
+    /// causal mask needs none (`is_causal`), except in Falcon, which asks for it materialised
+    /// (`allow_is_causal_skip=False`, models/falcon/modeling_falcon.py): `sdpa_mask` builds a
+    /// boolean `[1, 1, q, kv]` by broadcasting the index comparison and only `expand`s it to the
+    /// batch (a view), since no padding mask is passed.
+    pub(super) fn causal_mask(&mut self, q_len: u128, kv_len: u128) -> Option<TensorId> {
+        match self.mode.attention() {
+            AttentionImpl::Eager => {
+                // Models that mix sliding-window and full layers (Gemma 2/3) build one mask per
+                // layer type (`causal_mask_mapping` in modeling_gemma2.py / modeling_gemma3.py).
+                let sliding = |l: &crate::model::LayerSpec| {
+                    l.attention
+                        .sliding_window
+                        .is_some_and(|w| u128::from(w) < kv_len)
+                };
+                let masks = if q_len > 1
+                    && self.model.layers.iter().any(sliding)
+                    && self.model.layers.iter().any(|l| !sliding(l))
+                {
+                    2
+                } else {
+                    1
+                };
+                Some(self.act(
+                    masks * self.batch * q_len * kv_len * self.compute_size,
+                    false,
+                ))
+            }
+            AttentionImpl::Sdpa
+                if self.model.layers.iter().any(|l| {
+                    l.attention.eager_style == crate::model::EagerStyle::Falcon
+                        || (q_len > 1
+                            && l.attention
+                                .sliding_window
+                                .is_some_and(|w| u128::from(w) < kv_len))
+                }) =>
+            {
+                Some(self.act(q_len * kv_len, false))
+            }
+            _ => None,
+        }
+    }
+}

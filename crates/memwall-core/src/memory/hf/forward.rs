@@ -1,0 +1,246 @@
+//! The model's forward shared by training and inference: embeddings, one decoder layer, and the
+//! tail between the last layer and the LM head.
+
+use super::{Builder, LayerParams, LinearP, P};
+use crate::memory::timeline::{Ids, Node, TensorId};
+use crate::model::{Mlp, Norm, Residual};
+
+impl Builder<'_> {
+    pub(super) fn embeddings(&mut self) -> (TensorId, u128) {
+        let rows = self.tokens;
+        let e = self.model.embeddings;
+        let s = self.param_size;
+        let dim = u128::from(e.dim);
+        let h = self.hidden;
+        // embedding backward: dense grad_weight (embedding_dense_backward)
+        let emb = self.op(rows * dim * s, &[], &[], &[self.embed.id], &[]);
+        // peft's PeftModel.__init__ calls `enable_input_require_grads()` when the model already
+        // has gradient checkpointing on (peft_model.py `prepare_model_for_gradient_checkpointing`):
+        // the frozen embedding's output becomes a leaf that requires grad, so layer 0 saves its
+        // activations and the leaf's gradient lives until the graph is freed after backward.
+        if self.mode.lora().is_some() && self.mode.checkpointing() && !self.t.requires_grad(emb) {
+            self.t.set_requires_grad(emb, true);
+            self.t.record(Node {
+                outputs: Ids::of(&[emb]),
+                ..Node::default()
+            });
+        }
+        // `inputs_embeds` stays referenced by the model's forward until it returns
+        self.t.retain(emb);
+        self.out_refs.push(emb);
+        let mut x = emb;
+        if let Some((pin, _)) = self.projections {
+            // OPT project_in
+            let (y, _) = self.linear(x, s, rows, pin);
+            self.drop_(x);
+            x = y;
+        }
+        if let Some(pos) = self.pos_embed {
+            let pe = self.op(self.seq * h * s, &[], &[], &[pos.id], &[]);
+            let y = self.op(rows * h * s, &[x, pe], &[], &[], &[]);
+            // `position_embeds` (gpt2) / `pos_embeds` (opt) is a local of the model's forward
+            self.out_refs.push(pe);
+            self.drop_(x);
+            x = y;
+        }
+        if e.scaled {
+            // Gemma: hidden_states * normalizer (a new tensor)
+            let y = self.op(rows * h * s, &[x], &[], &[], &[]);
+            self.drop_(x);
+            x = y;
+        }
+        // dropout consumes x's reference and returns the tensor to continue with
+        x = self.dropout(x, rows * h * s, s, self.model.dropout.embed);
+        (x, s)
+    }
+
+    /// One decoder layer; returns its output. `x` keeps its reference (the caller drops it).
+    pub(super) fn layer(&mut self, idx: usize, x: TensorId, x_size: u128, ckpt: bool) -> TensorId {
+        // borrow the layer's parameter table without cloning it
+        let lp = std::mem::take(&mut self.layers[idx]);
+        let y = self.layer_with(idx, &lp, x, x_size, ckpt);
+        self.layers[idx] = lp;
+        let locals = std::mem::take(&mut self.layer_locals);
+        if self.model.layers[idx].attention.eager_style == crate::model::EagerStyle::Falcon {
+            // FalconModel's loop binds the block's `(output, attn_weights)` to `outputs` until
+            // the next block returns (models/falcon/modeling_falcon.py FalconModel.forward)
+            for t in std::mem::replace(&mut self.block_outputs, locals) {
+                self.drop_(t);
+            }
+        } else {
+            for t in locals {
+                self.drop_(t);
+            }
+        }
+        y
+    }
+
+    fn layer_with(
+        &mut self,
+        idx: usize,
+        lp: &LayerParams,
+        x: TensorId,
+        x_size: u128,
+        ckpt: bool,
+    ) -> TensorId {
+        self.cur_layer = idx;
+        let spec = self.model.layers[idx];
+        let rows = self.tokens;
+        let h = self.hidden;
+        let p_drop = self.model.dropout.residual;
+        let add = |b: &mut Self, a: TensorId, bb: TensorId, size: u128| {
+            b.op(rows * h * size, &[a, bb], &[], &[], &[])
+        };
+        let post = |b: &mut Self,
+                    y: TensorId,
+                    ys: u128,
+                    i: usize,
+                    spec_n: Option<Norm>|
+         -> (TensorId, u128) {
+            match (spec_n, lp.norms[i]) {
+                (Some(n), Some(p)) => {
+                    let (z, zs) = b.norm(y, ys, rows, &n, p);
+                    b.drop_(y);
+                    (z, zs)
+                }
+                _ => (y, ys),
+            }
+        };
+        // residual stream dtype: parameters' dtype (fp32 under autocast: fp32 + bf16 promotes)
+        let rs = if self.amp { 4 } else { x_size };
+        match spec.residual {
+            Residual::Sequential | Residual::PostNorm => {
+                let pre = spec.residual == Residual::Sequential;
+                let (n1, n1s) = match (pre, spec.attn_norm, lp.norms[0]) {
+                    (true, Some(n), Some(p)) => self.norm(x, x_size, rows, &n, p),
+                    _ => {
+                        self.t.retain(x);
+                        (x, x_size)
+                    }
+                };
+                let a = self.attention(n1, n1s, &spec.attention, lp, ckpt);
+                self.drop_(n1);
+                let (a, _) = post(self, a, self.compute_size, 1, spec.attn_post_norm);
+                let a = self.dropout(a, rows * h * self.compute_size, self.compute_size, p_drop);
+                let mut hdn = add(self, x, a, rs);
+                let kept_attn = if spec.attn_output_outlives_mlp {
+                    Some(a)
+                } else {
+                    None
+                };
+                if kept_attn.is_none() {
+                    self.drop_(a);
+                }
+                if !pre {
+                    (hdn, _) = post(self, hdn, rs, 0, spec.attn_norm);
+                }
+                let (n2, n2s) = match (pre, spec.mlp_norm, lp.norms[2]) {
+                    (true, Some(n), Some(p)) => self.norm(hdn, rs, rows, &n, p),
+                    _ => {
+                        self.t.retain(hdn);
+                        (hdn, rs)
+                    }
+                };
+                let m = match &spec.mlp {
+                    Mlp::Dense(d) => self.dense_mlp(n2, n2s, rows, d, &lp.linears),
+                    Mlp::Moe(moe) => self.moe_mlp(n2, n2s, lp, moe),
+                };
+                self.drop_(n2);
+                let (m, _) = post(self, m, self.compute_size, 3, spec.mlp_post_norm);
+                let m = self.dropout(m, rows * h * self.compute_size, self.compute_size, p_drop);
+                let mut out = add(self, hdn, m, rs);
+                self.drop_(m);
+                self.drop_(hdn);
+                if let Some(a) = kept_attn {
+                    self.drop_(a);
+                }
+                if !pre {
+                    (out, _) = post(self, out, rs, 2, spec.mlp_norm);
+                }
+                out
+            }
+            Residual::Parallel => {
+                let (n1, n1s) = match (spec.attn_norm, lp.norms[0]) {
+                    (Some(n), Some(p)) => self.norm(x, x_size, rows, &n, p),
+                    _ => {
+                        self.t.retain(x);
+                        (x, x_size)
+                    }
+                };
+                let (n2, n2s) = match (spec.mlp_norm, lp.norms[2]) {
+                    (Some(n), Some(p)) => self.norm(x, x_size, rows, &n, p),
+                    _ => {
+                        self.t.retain(n1);
+                        (n1, n1s)
+                    }
+                };
+                let a = self.attention(n1, n1s, &spec.attention, lp, ckpt);
+                self.drop_(n1);
+                let m = match &spec.mlp {
+                    Mlp::Dense(d) => self.dense_mlp(n2, n2s, rows, d, &lp.linears),
+                    Mlp::Moe(moe) => self.moe_mlp(n2, n2s, lp, moe),
+                };
+                self.drop_(n2);
+                let am = add(self, m, a, self.compute_size);
+                self.drop_(a);
+                self.drop_(m);
+                let am = self.dropout(am, rows * h * self.compute_size, self.compute_size, p_drop);
+                let out = add(self, am, x, rs);
+                self.drop_(am);
+                out
+            }
+        }
+    }
+
+    /// After the last decoder layer: the causal mask and the kept block outputs go, then the
+    /// final norm and (OPT-350m style) the output projection run on the hidden states.
+    /// Shared by the training forward and the inference forward (same modeling code).
+    pub(super) fn body_tail(
+        &mut self,
+        x: TensorId,
+        xsize: u128,
+        rows: u128,
+        mask: Option<TensorId>,
+    ) -> (TensorId, u128) {
+        if let Some(m) = mask {
+            self.drop_(m);
+        }
+        for t in std::mem::take(&mut self.block_outputs) {
+            self.drop_(t);
+        }
+        let (fx, fs) = match (self.model.head.final_norm, self.final_norm) {
+            (Some(n), Some(p)) => {
+                let r = self.norm(x, xsize, rows, &n, p);
+                self.drop_(x);
+                r
+            }
+            _ => (x, xsize),
+        };
+        match self.projections {
+            Some((_, pout)) => {
+                let (y, ys) = self.linear(fx, fs, rows, pout);
+                self.drop_(fx);
+                (y, ys)
+            }
+            None => (fx, fs),
+        }
+    }
+
+    /// The LM head as a linear layer: its own weight, or the tied input embedding.
+    pub(super) fn lm_head_linear(&self) -> LinearP {
+        let v = u128::from(self.model.embeddings.vocab_size);
+        let dim = u128::from(self.model.embeddings.dim);
+        LinearP {
+            nf4: false,
+            quantized: false,
+            w: P {
+                numel: v * dim,
+                ..self.lm_head.unwrap_or(self.embed)
+            },
+            b: None,
+            lora: None,
+            in_f: dim,
+            out_f: v,
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! The MLP block: activations, dense (gated or not) MLPs and mixtures of experts.
+
+use super::{lin_zero, Builder, LayerParams, LinearP};
+use crate::memory::timeline::{Category, TensorId};
+use crate::model::{Activation, DenseMlp, LinearRole};
+
+impl Builder<'_> {
+    fn activation(&mut self, x: TensorId, bytes: u128, act: Activation) -> TensorId {
+        match act {
+            // silu/gelu/relu: one op saving its input (relu saves its output)
+            Activation::Silu | Activation::Gelu | Activation::GeluTanh => {
+                self.op(bytes, &[x], &[x], &[], &[])
+            }
+            Activation::Relu => self.op_saving_output(bytes, x),
+            Activation::GeluNew => {
+                // 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3))) (transformers activations.py
+                // NewGELUActivation): saved x (pow), tanh output, 0.5*x and 1+tanh. Python
+                // evaluates the left factor `0.5 * input` first, so it lives through the chain.
+                let half = self.op(bytes, &[x], &[], &[], &[]);
+                let p3 = self.op(bytes, &[x], &[x], &[], &[]);
+                let s1 = self.op(bytes, &[p3], &[], &[], &[]);
+                self.drop_(p3);
+                let s2 = self.op(bytes, &[x, s1], &[], &[], &[]);
+                self.drop_(s1);
+                let s3 = self.op(bytes, &[s2], &[], &[], &[]);
+                self.drop_(s2);
+                let th = self.op_saving_output(bytes, s3);
+                self.drop_(s3);
+                let one = self.op(bytes, &[th], &[], &[], &[]);
+                self.drop_(th);
+                let y = self.mul(half, one, bytes);
+                self.drop_(half);
+                self.drop_(one);
+                y
+            }
+        }
+    }
+
+    pub(super) fn dense_mlp(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        rows: u128,
+        d: &DenseMlp,
+        linears: &[(LinearRole, LinearP)],
+    ) -> TensorId {
+        let c = self.compute_size;
+        let i = u128::from(d.intermediate);
+        let lin = |role: LinearRole| linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
+        let hidden_act = if d.gated {
+            let (g, u) = if let Some(gu) = lin(LinearRole::GateUp) {
+                let (y, _) = self.linear(x, x_size, rows, gu);
+                self.t.retain(y);
+                (y, y)
+            } else {
+                let (g, _) =
+                    self.linear(x, x_size, rows, lin(LinearRole::Gate).unwrap_or(lin_zero()));
+                let (u, _) =
+                    self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(lin_zero()));
+                (g, u)
+            };
+            let a = self.activation(g, rows * i * c, d.act);
+            self.drop_(g);
+            let m = self.mul(a, u, rows * i * c);
+            self.drop_(a);
+            self.drop_(u);
+            m
+        } else {
+            let (u, _) = self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(lin_zero()));
+            let a = self.activation(u, rows * i * c, d.act);
+            self.drop_(u);
+            self.dropout(a, rows * i * c, c, self.model.dropout.activation)
+        };
+        let (y, _) = self.linear(
+            hidden_act,
+            c,
+            rows,
+            lin(LinearRole::Down).unwrap_or(lin_zero()),
+        );
+        self.drop_(hidden_act);
+        y
+    }
+
+    /// Mixture of experts, transformers 5 (`MixtralSparseMoeBlock` with the default
+    /// `experts_implementation="grouped_mm"`, `integrations/moe.py` `grouped_mm_experts_forward`):
+    /// router logits, fp32 softmax, top-k; the `tokens * top_k` (token, expert) rows are gathered
+    /// in expert order, run through grouped matmuls (gate_up, activation * up, down), weighted,
+    /// un-permuted and summed over k. Memory does not depend on the routing.
+    pub(super) fn moe_mlp(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        lp: &LayerParams,
+        moe: &crate::model::MoeMlp,
+    ) -> TensorId {
+        let rows = self.tokens;
+        let c = self.compute_size;
+        let h = self.hidden;
+        let e = u128::from(moe.num_experts);
+        let k = u128::from(moe.top_k);
+        let router = lp.router.unwrap_or(lin_zero());
+        let topw = if moe.router_fp32 {
+            // DeepSeek-V3: fp32 copies of the input and the router weight, fp32 logits,
+            // sigmoid scores (saved), biased scores for the group top-k, fp32 routing weights
+            let xf = self.cast(x, rows * h * 4);
+            let wf = self.t.alloc(e * h * 4, Category::Activations, false);
+            let logits = self.op(rows * e * 4, &[xf], &[xf, wf], &[router.w.id], &[]);
+            self.drop_(wf);
+            self.drop_(xf);
+            let scores = self.op(rows * e * 4, &[logits], &[], &[], &[]);
+            self.drop_(logits);
+            self.t.transient(rows * e * 4 * 2, Category::Activations);
+            let topw = self.op(rows * k * 4, &[scores], &[scores], &[], &[]);
+            self.drop_(scores);
+            topw
+        } else {
+            // softmax(router_logits, dtype=float) saved; top-k weights cast to the hidden dtype
+            let (logits, _) = self.linear(x, x_size, rows, router);
+            let probs = self.op(rows * e * 4, &[logits], &[], &[], &[]);
+            self.drop_(logits);
+            let topw = self.op(rows * k * 4, &[probs], &[probs], &[], &[]);
+            self.drop_(probs);
+            topw
+        };
+        // routing weights fp32 make the weighted expert outputs fp32 (type promotion)
+        let ws = if moe.router_fp32 { 4 } else { c };
+        // experts: gathered rows (tokens*k), gate/up, act, mul, down, weighted
+        let i = u128::from(moe.expert.intermediate);
+        let ins = if moe.expert.gated { 2 } else { 1 };
+        let ek = rows * k;
+        if self.seq == 1 && self.mode.infer().is_some_and(|w| w.moe_decode_batched) {
+            return self.moe_batched_decode(x, x_size, lp, moe, topw);
+        }
+        let gathered = self.op(ek * h * x_size, &[x], &[], &[], &[]);
+        // a grouped matmul saves its input only for the (fused) expert weight's gradient
+        let experts_trainable = self.trainable(&lp.experts[0]);
+        let saved_g: &[TensorId] = if experts_trainable { &[gathered] } else { &[] };
+        let gu = self.op(
+            ek * ins * i * c,
+            &[gathered],
+            saved_g,
+            &[lp.experts[0].id],
+            &[],
+        );
+        let a = self.activation(gu, ek * i * c, moe.expert.act);
+        let m = if moe.expert.gated {
+            self.mul(a, gu, ek * i * c)
+        } else {
+            a
+        };
+        if moe.expert.gated {
+            self.drop_(a);
+        }
+        self.drop_(gu);
+        let saved_m: &[TensorId] = if experts_trainable { &[m] } else { &[] };
+        let down = self.op(ek * h * c, &[m], saved_m, &[lp.experts[1].id], &[]);
+        self.drop_(m);
+        let weighted = self.mul(down, topw, ek * h * ws);
+        self.drop_(topw);
+        // `weighted_out[inv_perm]` (a gather, new tensor), then `.view(T, k, H).sum(1)`,
+        // then `.to(hidden_states.dtype)`
+        let unpermuted = self.op(ek * h * ws, &[weighted], &[], &[], &[]);
+        self.drop_(weighted);
+        let summed = self.op(rows * h * ws, &[unpermuted], &[], &[], &[]);
+        self.drop_(unpermuted);
+        let out = if ws != c {
+            let y = self.cast(summed, rows * h * c);
+            self.drop_(summed);
+            y
+        } else {
+            summed
+        };
+        // `selected_hidden_states_g` and the last `proj_out` stay bound until the experts
+        // function returns (integrations/moe.py `grouped_mm_experts_forward`)
+        self.drop_(gathered);
+        self.drop_(down);
+        self.shared_experts(x, x_size, lp, moe, out)
+    }
+
+    /// MoE experts during decode: `generate` on a GPU switches `grouped_mm` to `batched_mm`
+    /// for the decode loop (generation/utils.py `_optimize_model_for_decode`), which gathers a
+    /// copy of each selected expert's weights per (token, expert) pair
+    /// (integrations/moe.py `batched_mm_experts_forward`). Python locals keep
+    /// `selected_hidden_states` and the last `proj_out` until the function returns; the down
+    /// weights are gathered before `selected_weights` is rebound, so both copies coexist.
+    fn moe_batched_decode(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        lp: &LayerParams,
+        moe: &crate::model::MoeMlp,
+        topw: TensorId,
+    ) -> TensorId {
+        let rows = self.tokens;
+        let c = self.compute_size;
+        let h = self.hidden;
+        let k = u128::from(moe.top_k);
+        let i = u128::from(moe.expert.intermediate);
+        let ins = if moe.expert.gated { 2 } else { 1 };
+        let ek = rows * k;
+        let ws = if moe.router_fp32 { 4 } else { c };
+        let sel_h = self.op(ek * h * x_size, &[x], &[], &[], &[]);
+        let w_gu = self.act(ek * ins * i * h * c, false);
+        let gu = self.op(
+            ek * ins * i * c,
+            &[sel_h, w_gu],
+            &[],
+            &[lp.experts[0].id],
+            &[],
+        );
+        let a = self.activation(gu, ek * i * c, moe.expert.act);
+        let m = if moe.expert.gated {
+            self.mul(a, gu, ek * i * c)
+        } else {
+            self.retain_id(a)
+        };
+        self.drop_(a);
+        self.drop_(gu);
+        let w_down = self.act(ek * i * h * c, false);
+        self.drop_(w_gu);
+        let down = self.op(ek * h * c, &[m, w_down], &[], &[lp.experts[1].id], &[]);
+        self.drop_(m);
+        let weighted = self.mul(down, topw, ek * h * ws);
+        self.drop_(topw);
+        let summed = self.op(rows * h * ws, &[weighted], &[], &[], &[]);
+        self.drop_(weighted);
+        let out = if ws != c {
+            let y = self.cast(summed, rows * h * c);
+            self.drop_(summed);
+            y
+        } else {
+            summed
+        };
+        for t in [sel_h, w_down, down] {
+            self.drop_(t);
+        }
+        self.shared_experts(x, x_size, lp, moe, out)
+    }
+
+    /// Adds the always-on shared expert (gated in Qwen2-MoE) to the routed output.
+    fn shared_experts(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        lp: &LayerParams,
+        moe: &crate::model::MoeMlp,
+        out: TensorId,
+    ) -> TensorId {
+        let Some(s) = &moe.shared else { return out };
+        let rows = self.tokens;
+        let c = self.compute_size;
+        let h = self.hidden;
+        let so = self.dense_mlp(x, x_size, rows, s, &lp.shared.clone());
+        let so = if let Some(g) = lp.shared_gate {
+            let (gl, _) = self.linear(x, x_size, rows, g);
+            let sg = self.op(rows * c, &[gl], &[], &[], &[]);
+            self.drop_(gl);
+            let y = self.mul(so, sg, rows * h * c);
+            self.drop_(so);
+            self.drop_(sg);
+            y
+        } else {
+            so
+        };
+        let sum = self.op(rows * h * c, &[out, so], &[], &[], &[]);
+        self.drop_(out);
+        self.drop_(so);
+        sum
+    }
+}

@@ -1,0 +1,416 @@
+//! Runtime profile `hf`: one training step of PyTorch eager + transformers
+//! `AutoModelForCausalLM` with the loss computed inside the model, or one `generate` run of the
+//! same model, replayed op by op.
+//!
+//! Each helper below mirrors a piece of transformers 5.x / PyTorch 2.x code and cites it.
+//! What a helper allocates and what autograd saves was read from those sources and checked
+//! against allocation traces of the truth harness (`tools/truth/`).
+//!
+//! The builder is split by concern, one `impl Builder` block per file:
+//! - `mod.rs`: the builder's state and the autograd-aware op helpers every module uses;
+//! - `params.rs`: parameter construction (stored dtypes, quantised formats, LoRA adapters);
+//! - `modules.rs`: `nn.Linear`, the norms, dropout;
+//! - `attention.rs`: the attention block, its kernels and the causal mask;
+//! - `mlp.rs`: activations, dense MLPs and mixtures of experts;
+//! - `forward.rs`: embeddings, one decoder layer, the tail before the LM head;
+//! - `train.rs`: the training step (forward with loss, backward, optimizer);
+//! - `infer.rs`: `generate` (prefill, decode, the KV cache);
+//! - `shard.rs`: the data-parallel sharding hooks (FSDP2, ZeRO, DDP).
+
+mod attention;
+mod forward;
+mod infer;
+mod mlp;
+mod modules;
+mod params;
+mod shard;
+mod train;
+
+use super::dist_types::{ShardSim, Unit};
+use super::timeline::{Category, Ids, Node, TensorId, Timeline};
+use crate::model::{LinearRole, ModelDesc};
+use crate::workload::{AttentionImpl, InferWorkload, Lora, Precision, TrainWorkload, WeightFormat};
+
+/// Which device's kernels the simulation follows where CPU and CUDA differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernels {
+    /// CUDA: `native_dropout` keeps a 1-byte mask; the caching allocator rounds blocks to 512 bytes.
+    Cuda,
+    /// CPU (what the fake-tensor truth harness runs): dropout keeps a noise tensor of the input's
+    /// dtype, SDPA with dropout falls back to the math kernel, and sizes are not rounded.
+    Cpu,
+}
+
+/// A parameter tensor with its trainability.
+#[derive(Debug, Clone, Copy)]
+struct P {
+    id: TensorId,
+    numel: u128,
+    /// Size of the last dimension (1 for vectors): Adafactor factors matrices as
+    /// `row_var` (numel / cols elements) and `col_var` (`cols` elements per leading index).
+    cols: u128,
+    /// Size of the second-to-last dimension (0 for vectors).
+    rows: u128,
+}
+
+/// One linear layer's parameters and adapters.
+#[derive(Debug, Clone, Copy)]
+struct LinearP {
+    w: P,
+    /// Base weight stored as bitsandbytes NF4 (QLoRA).
+    nf4: bool,
+    /// Weight stored in a quantised inference format.
+    quantized: bool,
+    b: Option<P>,
+    lora: Option<(P, P)>,
+    in_f: u128,
+    out_f: u128,
+}
+
+/// What the builder replays, with the workload that shapes it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Mode<'a> {
+    /// One steady-state training step (`train.rs`).
+    Train(&'a TrainWorkload),
+    /// `generate`-style inference under `torch.no_grad()` with a DynamicCache (`infer.rs`).
+    Infer(&'a InferWorkload),
+}
+
+impl<'a> Mode<'a> {
+    /// The training workload; `None` in inference.
+    fn train(self) -> Option<&'a TrainWorkload> {
+        match self {
+            Mode::Train(w) => Some(w),
+            Mode::Infer(_) => None,
+        }
+    }
+
+    /// The inference workload; `None` in training.
+    fn infer(self) -> Option<&'a InferWorkload> {
+        match self {
+            Mode::Train(_) => None,
+            Mode::Infer(w) => Some(w),
+        }
+    }
+
+    /// Inference: `torch.no_grad()`, nothing trainable, a DynamicCache.
+    fn is_infer(self) -> bool {
+        matches!(self, Mode::Infer(_))
+    }
+
+    /// The attention implementation the model was loaded with.
+    fn attention(self) -> AttentionImpl {
+        match self {
+            Mode::Train(w) => w.attention,
+            Mode::Infer(w) => w.attention,
+        }
+    }
+
+    /// Dropout is active: a training step with dropout on (`generate` runs the model in
+    /// `eval()` mode, where dropout is the identity).
+    fn dropout(self) -> bool {
+        self.train().is_some_and(|w| w.dropout)
+    }
+
+    /// HF gradient checkpointing (training only).
+    fn checkpointing(self) -> bool {
+        self.train().is_some_and(|w| w.checkpointing)
+    }
+
+    /// The LoRA / QLoRA adapters (training only).
+    fn lora(self) -> Option<&'a Lora> {
+        self.train().and_then(|w| w.lora.as_ref())
+    }
+
+    /// The storage format of the weights in inference; `None` in training.
+    fn weights(self) -> Option<WeightFormat> {
+        self.infer().map(|w| w.weights)
+    }
+}
+
+/// What only a training step has: the parameters the optimizer updates and, on a data-parallel
+/// rank, the sharding state. Empty in inference, where nothing requires grad.
+#[derive(Debug, Default)]
+struct TrainState {
+    /// every trainable parameter (for the optimizer)
+    trainable: Vec<P>,
+    /// elements of the trainable parameters
+    trainable_count: u128,
+    /// data-parallel sharding simulated on this rank (FSDP2 / DeepSpeed ZeRO / DDP)
+    shard: Option<ShardSim>,
+    /// the sharding state of each unit (0 = root, 1 + i = decoder layer i)
+    units: Vec<Unit>,
+    /// the unit whose parameters are being built
+    cur_unit: usize,
+    /// FSDP2: the unit whose all-gather was issued ahead (backward prefetch), with its buffer
+    prefetched: Option<(usize, TensorId)>,
+    /// FSDP2: the reduce-scatter input kept alive until the next unit's post-backward
+    rs_in_flight: Option<TensorId>,
+    /// FSDP2: the forward all-gather output kept until the next unit's all-gather
+    ag_held: Option<TensorId>,
+}
+
+/// The timeline of one training step or one inference run, built op by op.
+pub(crate) struct Builder<'a> {
+    pub(crate) t: Timeline,
+    model: &'a ModelDesc,
+    /// training step or inference run, with its workload
+    mode: Mode<'a>,
+    kernels: Kernels,
+    /// bytes per element of parameters
+    param_size: u128,
+    /// bytes per element of matmul outputs (autocast dtype under AMP)
+    compute_size: u128,
+    /// autocast active (fp32 weights, low-precision matmuls)
+    amp: bool,
+    /// bytes per element of LoRA adapters (peft upcasts bf16/fp16 adapters to fp32)
+    adapter_size: u128,
+    batch: u128,
+    /// tokens per sequence in the current forward (the prompt, then 1 per decode step)
+    seq: u128,
+    tokens: u128,
+    hidden: u128,
+    /// Per layer: parameters by role, norms, experts.
+    layers: Vec<LayerParams>,
+    embed: P,
+    pos_embed: Option<P>,
+    /// OPT `project_in` / `project_out`
+    projections: Option<(LinearP, LinearP)>,
+    final_norm: Option<(P, Option<P>)>,
+    lm_head: Option<P>,
+    /// all parameter elements
+    pub(crate) param_count: u128,
+    /// tensors whose Python reference lives until the model outputs are dropped
+    out_refs: Vec<TensorId>,
+    /// autocast's weight-cast cache, cleared when the autocast region exits
+    autocast_cache: Vec<TensorId>,
+    /// rotary cos/sin (shared by all layers, saved by the rotary multiplications)
+    rope_tables: Option<(TensorId, TensorId)>,
+    /// the current layer's query is laid out [B, H, S, D] (made by `cat`)
+    q_bhsd: bool,
+    /// keys visible to the current forward (= `seq` in training; cache + new tokens in inference)
+    kv_len: u128,
+    /// index of the layer being built
+    cur_layer: usize,
+    /// tensors bound to Python locals of the decoder layer, released when it returns
+    layer_locals: Vec<TensorId>,
+    /// tensors bound to Python locals of the attention function, released when it returns
+    attn_locals: Vec<TensorId>,
+    /// the last block's returned extras, bound by the model's loop until the forward returns
+    block_outputs: Vec<TensorId>,
+    /// training only: trainable parameters and sharding
+    train: TrainState,
+    /// inference only: per layer, the cached (k, v) storages and the tokens the cache layer keeps
+    cache: Vec<Option<(TensorId, TensorId, u128)>>,
+}
+
+/// One decoder layer's parameters.
+#[derive(Debug, Clone, Default)]
+struct LayerParams {
+    linears: Vec<(LinearRole, LinearP)>,
+    norms: [Option<(P, Option<P>)>; 4],
+    qk_norms: Option<(P, P)>,
+    /// MoE: router, fused experts (all experts' weights of one kind in one parameter)
+    router: Option<LinearP>,
+    experts: Vec<P>,
+    shared: Vec<(LinearRole, LinearP)>,
+    shared_gate: Option<LinearP>,
+    mla_norms: Vec<P>,
+}
+
+impl<'a> Builder<'a> {
+    /// A training step of `w`, on a data-parallel rank when `shard` is given.
+    pub(crate) fn train(
+        model: &'a ModelDesc,
+        w: &'a TrainWorkload,
+        kernels: Kernels,
+        shard: Option<ShardSim>,
+    ) -> Self {
+        let mut b = Builder::new(model, Mode::Train(w), w.precision, w.batch, w.seq, kernels);
+        b.train.shard = shard;
+        b
+    }
+
+    /// A `generate` run of `w`.
+    pub(crate) fn infer(model: &'a ModelDesc, w: &'a InferWorkload, kernels: Kernels) -> Self {
+        let precision = match w.weights {
+            WeightFormat::Fp16 => Precision::Fp16,
+            WeightFormat::Fp32 => Precision::Fp32,
+            // quantised formats compute in bf16 (bnb_4bit_compute_dtype / torch_dtype=bfloat16)
+            _ => Precision::Bf16,
+        };
+        Builder::new(model, Mode::Infer(w), precision, w.batch, w.prompt, kernels)
+    }
+
+    fn new(
+        model: &'a ModelDesc,
+        mode: Mode<'a>,
+        precision: Precision,
+        batch: u64,
+        seq: u64,
+        kernels: Kernels,
+    ) -> Self {
+        let (param_size, compute_size, amp) = match precision {
+            Precision::Bf16 | Precision::Fp16 => (2, 2, false),
+            Precision::Fp32 => (4, 4, false),
+            Precision::AmpBf16 | Precision::AmpFp16 => (4, 2, true),
+        };
+        // peft `_cast_adapter_dtype(autocast_adapter_dtype=True)` upcasts fp16/bf16 adapters to fp32
+        // (peft `tuners/tuners_utils.py`).
+        let adapter_size = 4;
+        let tokens = u128::from(batch) * u128::from(seq);
+        let mut t = Timeline::new();
+        if kernels == Kernels::Cuda {
+            t.granularity = 512;
+        }
+        Builder {
+            t,
+            model,
+            mode,
+            kernels,
+            param_size,
+            compute_size,
+            amp,
+            adapter_size,
+            batch: u128::from(batch),
+            seq: u128::from(seq),
+            tokens,
+            hidden: u128::from(model.hidden_size),
+            layers: Vec::new(),
+            embed: P {
+                id: 0,
+                numel: 0,
+                rows: 0,
+                cols: 1,
+            },
+            pos_embed: None,
+            projections: None,
+            final_norm: None,
+            lm_head: None,
+            param_count: 0,
+            out_refs: Vec::new(),
+            autocast_cache: Vec::new(),
+            rope_tables: None,
+            q_bhsd: false,
+            kv_len: u128::from(seq),
+            cur_layer: 0,
+            layer_locals: Vec::new(),
+            attn_locals: Vec::new(),
+            block_outputs: Vec::new(),
+            train: TrainState::default(),
+            cache: Vec::new(),
+        }
+    }
+
+    /// Elements of the trainable parameters.
+    pub(crate) fn trainable_count(&self) -> u128 {
+        self.train.trainable_count
+    }
+
+    fn act(&mut self, bytes: u128, requires_grad: bool) -> TensorId {
+        self.t.alloc(bytes, Category::Activations, requires_grad)
+    }
+
+    fn rg(&self, x: TensorId) -> bool {
+        self.t.requires_grad(x)
+    }
+
+    fn trainable(&self, p: &P) -> bool {
+        self.t.requires_grad(p.id)
+    }
+
+    /// An elementwise op producing a new tensor: `saved` kept for backward, gradient flows to `inputs`.
+    fn op(
+        &mut self,
+        out_bytes: u128,
+        inputs: &[TensorId],
+        saved: &[TensorId],
+        params: &[TensorId],
+        temps: &[u128],
+    ) -> TensorId {
+        let rg =
+            inputs.iter().any(|&i| self.rg(i)) || params.iter().any(|&p| self.t.requires_grad(p));
+        let y = self.act(out_bytes, rg);
+        if rg {
+            let mut needing = [0; 6];
+            let mut n = 0;
+            for &i in inputs {
+                if self.rg(i) && n < 6 {
+                    needing[n] = i;
+                    n += 1;
+                }
+            }
+            self.t.record(Node {
+                saved: Ids::of(saved),
+                inputs: Ids::of(&needing[..n]),
+                params: Ids::of(params),
+                outputs: Ids::of(&[y]),
+                backward_temps: temps.iter().sum(),
+                ..Node::default()
+            });
+        }
+        y
+    }
+
+    /// `a * b` of two tensors: each operand is saved only if the other needs a gradient
+    /// (`tools/autograd/derivatives.yaml`, `mul.Tensor`).
+    fn mul(&mut self, a: TensorId, b: TensorId, out_bytes: u128) -> TensorId {
+        let mut saved = Vec::with_capacity(2);
+        if self.rg(b) {
+            saved.push(a);
+        }
+        if self.rg(a) {
+            saved.push(b);
+        }
+        self.op(out_bytes, &[a, b], &saved, &[], &[])
+    }
+
+    /// An op that saves its own output for backward (softmax, log_softmax, tanh, relu:
+    /// `result` in `tools/autograd/derivatives.yaml`); gradient flows to `x`.
+    fn op_saving_output(&mut self, out_bytes: u128, x: TensorId) -> TensorId {
+        let rg = self.rg(x);
+        let y = self.act(out_bytes, rg);
+        if rg {
+            self.t.record(Node {
+                saved: Ids::of(&[y]),
+                inputs: Ids::of(&[x]),
+                outputs: Ids::of(&[y]),
+                ..Node::default()
+            });
+        }
+        y
+    }
+
+    /// A cast (`.to(dtype)`): new tensor, nothing saved; gradient cast back.
+    fn cast(&mut self, x: TensorId, out_bytes: u128) -> TensorId {
+        self.op(out_bytes, &[x], &[], &[], &[])
+    }
+
+    /// Another reference to the same tensor (a view).
+    fn retain_id(&mut self, x: TensorId) -> TensorId {
+        self.t.retain(x);
+        x
+    }
+
+    fn drop_(&mut self, x: TensorId) {
+        self.t.release(x);
+    }
+}
+
+/// A stand-in for a linear the layer does not have (its role is absent from the table).
+fn lin_zero() -> LinearP {
+    LinearP {
+        nf4: false,
+        quantized: false,
+        w: P {
+            id: 0,
+            numel: 0,
+            rows: 0,
+            cols: 1,
+        },
+        b: None,
+        lora: None,
+        in_f: 0,
+        out_f: 0,
+    }
+}

@@ -1,0 +1,248 @@
+//! The building blocks every layer calls: `nn.Linear` (with autocast, bitsandbytes and LoRA),
+//! the norms and dropout.
+
+use super::params::NF4_BLOCK;
+use super::{Builder, Kernels, LinearP, P};
+use crate::memory::timeline::{Category, TensorId};
+use crate::model::{Norm, NormKind};
+use crate::workload::WeightFormat;
+
+impl Builder<'_> {
+    /// `nn.Linear` / `F.linear` on `rows` rows: output saved-input semantics of `mm`
+    /// (`tools/autograd/derivatives.yaml`: `mm` saves `self` when `mat2` needs grad and `mat2`
+    /// when `self` needs grad). Under autocast the weight is cast once per autocast region and
+    /// cached (`aten/src/ATen/autocast_mode.cpp`, `cached_cast`), the input is cast per call.
+    /// LoRA per peft `tuners/lora/layer.py` `Linear.forward`.
+    pub(super) fn linear(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        rows: u128,
+        lin: LinearP,
+    ) -> (TensorId, u128) {
+        let c = self.compute_size;
+        let w_tr = self.trainable(&lin.w);
+        let mut params = vec![lin.w.id];
+        if let Some(b) = lin.b {
+            params.push(b.id);
+        }
+        let y = if lin.nf4 && rows == 1 {
+            // bnb `matmul_4bit` inference fast path: one token of one sequence runs `gemv_4bit`
+            // on the packed weight, nothing dequantised
+            self.op(rows * lin.out_f * x_size, &[x], &[], &params, &[])
+        } else if self.mode.weights() == Some(WeightFormat::Int8) && lin.quantized {
+            // bitsandbytes MatMul8bitLt: row-wise int8 activations with fp32 stats, an int32
+            // product, dequantised into the output (autograd/_functions.py)
+            self.t.transient(
+                rows * lin.in_f + rows * 4 + rows * lin.out_f * 4,
+                Category::Activations,
+            );
+            self.op(rows * lin.out_f * x_size, &[x], &[], &params, &[])
+        } else if self.mode.weights() == Some(WeightFormat::Fp8) && lin.quantized {
+            // FP8Linear: per-token-group (128) fp8 activations and their fp32 scales
+            self.t.transient(
+                rows * lin.in_f + rows * lin.in_f.div_ceil(128) * 4,
+                Category::Activations,
+            );
+            self.op(rows * lin.out_f * x_size, &[x], &[], &params, &[])
+        } else if lin.nf4 {
+            // bitsandbytes MatMul4Bit (autograd/_functions.py) with the dequant + F.linear path of
+            // `gemm_4bit` for training-sized inputs (backends/cuda/ops.py): the weight is
+            // dequantised to the input dtype for the forward and again in backward; nothing of the
+            // frozen weight is saved.
+            let dq = lin.w.numel * x_size + lin.w.numel.div_ceil(NF4_BLOCK) * 4;
+            self.t
+                .transient(dq + rows * lin.out_f * x_size, Category::Activations);
+            self.op(rows * lin.out_f * x_size, &[x], &[], &params, &[dq])
+        } else if self.amp {
+            // autocast caches the cast only for leaf tensors that require grad (`cached_cast`
+            // in aten/src/ATen/autocast_mode.cpp); a frozen weight is cast per call
+            let wc = self.t.alloc(lin.w.numel * c, Category::Activations, false);
+            let xc = if x_size != c {
+                self.cast(x, rows * lin.in_f * c)
+            } else {
+                x
+            };
+            // mm saves the cast weight for the input's gradient and the input for the weight's
+            let mut saved = Vec::with_capacity(2);
+            if self.rg(xc) {
+                saved.push(wc);
+            }
+            if w_tr {
+                saved.push(xc);
+            }
+            // bf16 gradient of the cast weight, converted to the fp32 `.grad`
+            let temps = if w_tr { vec![lin.w.numel * c] } else { vec![] };
+            let y = self.op(rows * lin.out_f * c, &[xc], &saved, &params, &temps);
+            if xc != x {
+                self.drop_(xc);
+            }
+            if w_tr {
+                self.autocast_cache.push(wc);
+            } else {
+                self.drop_(wc);
+            }
+            y
+        } else {
+            let saved: Vec<TensorId> = if w_tr { vec![x] } else { vec![] };
+            self.op(rows * lin.out_f * c, &[x], &saved, &params, &[])
+        };
+        let Some((a, b)) = lin.lora else {
+            return (y, c);
+        };
+        let s = self.adapter_size;
+        // x = _cast_input_dtype(x, lora_A.weight.dtype)
+        let xa = if x_size != s {
+            self.cast(x, rows * lin.in_f * s)
+        } else {
+            x
+        };
+        let rank = a.numel / lin.in_f.max(1);
+        // Under autocast lora_A/lora_B are ordinary F.linear calls: their fp32 input and weights
+        // are cast to the autocast dtype and the adapter path runs in it; otherwise it runs in
+        // the adapters' fp32.
+        let (ha, hb, s) = if self.amp {
+            let la = LinearP {
+                w: a,
+                nf4: false,
+                quantized: false,
+                b: None,
+                lora: None,
+                in_f: lin.in_f,
+                out_f: rank,
+            };
+            let lb = LinearP {
+                w: b,
+                nf4: false,
+                quantized: false,
+                b: None,
+                lora: None,
+                in_f: rank,
+                out_f: lin.out_f,
+            };
+            let (ha, _) = self.linear(xa, s, rows, la);
+            if xa != x {
+                self.drop_(xa);
+            }
+            let (hb, _) = self.linear(ha, c, rows, lb);
+            (ha, hb, c)
+        } else {
+            let ha = self.op(rows * rank * s, &[xa], &[xa], &[a.id], &[]);
+            if xa != x {
+                self.drop_(xa);
+            }
+            let hb = self.op(rows * lin.out_f * s, &[ha], &[ha], &[b.id], &[]);
+            (ha, hb, s)
+        };
+        self.drop_(ha);
+        let scaled = self.op(rows * lin.out_f * s, &[hb], &[], &[], &[]);
+        self.drop_(hb);
+        let out_size = c.max(s);
+        let sum = self.op(rows * lin.out_f * out_size, &[y, scaled], &[], &[], &[]);
+        self.drop_(y);
+        self.drop_(scaled);
+        if out_size != c {
+            let r = self.cast(sum, rows * lin.out_f * c);
+            self.drop_(sum);
+            (r, c)
+        } else {
+            (sum, c)
+        }
+    }
+
+    /// A norm over `rows` rows of `dim`, input elements of `x_size` bytes. Returns (output, its size).
+    pub(super) fn norm(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        rows: u128,
+        norm: &Norm,
+        p: (P, Option<P>),
+    ) -> (TensorId, u128) {
+        let dim = u128::from(norm.dim);
+        let n = rows * dim;
+        let mut params = vec![p.0.id];
+        if let Some(b) = p.1 {
+            params.push(b.id);
+        }
+        match norm.kind {
+            NormKind::LayerNorm => {
+                // torch.native_layer_norm saves input, mean and rstd (fp32 per row).
+                // Under autocast the op runs in fp32 (`autocast_mode.cpp` fp32 list).
+                let (xin, out_size) = if self.amp && x_size != 4 {
+                    (self.cast(x, n * 4), 4)
+                } else {
+                    (x, x_size)
+                };
+                let mean = self.act(rows * 4, false);
+                let rstd = self.act(rows * 4, false);
+                let y = self.op(n * out_size, &[xin], &[xin, mean, rstd], &params, &[]);
+                self.drop_(mean);
+                self.drop_(rstd);
+                if xin != x {
+                    self.drop_(xin);
+                }
+                (y, out_size)
+            }
+            NormKind::RmsNorm | NormKind::Olmo2RmsNorm | NormKind::GemmaRmsNorm => {
+                // Shared prefix of LlamaRMSNorm, Olmo2RMSNorm and GemmaRMSNorm (transformers
+                // models/{llama,olmo2,gemma}/modeling_*.py):
+                //   h = x.to(float32); h = h * rsqrt(h.pow(2).mean(-1) + eps)
+                let x32 = if x_size != 4 { self.cast(x, n * 4) } else { x };
+                self.t.transient(n * 4, Category::Activations); // pow(2), freed after mean
+                let rs = self.op(rows * 4, &[x32], &[x32], &[], &[]);
+                let h32 = self.mul(x32, rs, n * 4);
+                // mul saves `h` only for the weight's gradient (derivatives.yaml: mul saves
+                // `other` when `self` needs grad and `self` when `other` does); the decomposed
+                // backward holds up to four fp32 row-sized temporaries
+                let w_tr = self.trainable(&p.0);
+                let temps = [4 * n * 4];
+                let y = if norm.kind == NormKind::RmsNorm && x_size != 4 {
+                    // Llama: `weight * h.to(input_dtype)`: the weight multiplies in the input dtype
+                    let hd = self.cast(h32, n * x_size);
+                    self.drop_(h32);
+                    let saved: &[TensorId] = if w_tr { &[hd] } else { &[] };
+                    let y = self.op(n * x_size, &[hd], saved, &params, &temps);
+                    self.drop_(hd);
+                    y
+                } else {
+                    // Olmo2: `(weight * h).to(input_dtype)`; Gemma: `(h * (1 + weight.float())).type_as(x)`:
+                    // the weight multiplies in fp32, then one cast
+                    let saved: &[TensorId] = if w_tr { &[h32] } else { &[] };
+                    let y32 = self.op(n * 4, &[h32], saved, &params, &temps);
+                    self.drop_(h32);
+                    if x_size != 4 {
+                        let y = self.cast(y32, n * x_size);
+                        self.drop_(y32);
+                        y
+                    } else {
+                        y32
+                    }
+                };
+                self.drop_(rs);
+                if x32 != x {
+                    self.drop_(x32);
+                }
+                (y, x_size)
+            }
+        }
+    }
+
+    /// Training-mode dropout; p = 0 returns the input itself (`ATen/native/Dropout.cpp`).
+    pub(super) fn dropout(&mut self, x: TensorId, bytes: u128, elem: u128, p: f64) -> TensorId {
+        if p <= 0.0 || !self.mode.dropout() {
+            return x;
+        }
+        let numel = bytes / elem.max(1);
+        let mask = match self.kernels {
+            // native_dropout: output + bool mask saved
+            Kernels::Cuda => self.act(numel, false),
+            // _dropout_impl: noise = empty_like(x).bernoulli_(); x * noise (noise saved)
+            Kernels::Cpu => self.act(bytes, false),
+        };
+        let y = self.op(bytes, &[x], &[mask], &[], &[]);
+        self.drop_(mask);
+        self.drop_(x);
+        y
+    }
+}

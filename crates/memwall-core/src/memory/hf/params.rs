@@ -1,0 +1,381 @@
+//! Parameter construction: every weight, bias, norm, adapter and expert stack the model
+//! allocates, in its stored dtype or inference format, filed under its sharding unit.
+
+use super::{Builder, LayerParams, LinearP, P};
+use crate::model::{AttentionKind, DenseMlp, LayerSpec, LinearRole, Mlp, ModelDesc, Norm};
+use crate::workload::{Lora, WeightFormat};
+
+fn is_lora_target(model: &ModelDesc, lora: Option<&Lora>, role: LinearRole) -> bool {
+    let Some(l) = lora else { return false };
+    model
+        .linear_names
+        .iter()
+        .any(|(r, name)| *r == role && l.targets.iter().any(|t| t == name))
+}
+
+impl Builder<'_> {
+    fn new_param(&mut self, numel: u128, trainable_base: bool) -> P {
+        self.new_matrix(numel, 0, 1, trainable_base)
+    }
+
+    /// A parameter of shape [.., rows, cols] (`rows == 0` for a vector).
+    fn new_matrix(&mut self, numel: u128, rows: u128, cols: u128, trainable_base: bool) -> P {
+        let trainable = trainable_base && self.mode.lora().is_none() && !self.mode.is_infer();
+        let id = self.t.param(numel * self.param_size, trainable);
+        let p = P {
+            id,
+            numel,
+            rows,
+            cols,
+        };
+        // dim 0 of the tensor, the dimension FSDP2 and ZeRO-3 shard (vectors: numel; matrices
+        // [rows, cols]; stacked experts [E, rows, cols])
+        let lead = numel / (rows * cols).max(1);
+        let dim0 = if rows == 0 {
+            numel
+        } else if lead > 1 {
+            lead
+        } else {
+            rows
+        };
+        self.note_unit_param(id, numel, dim0, trainable, self.param_size);
+        self.param_count += numel;
+        if trainable {
+            self.train.trainable.push(p);
+            self.train.trainable_count += numel;
+        }
+        p
+    }
+
+    fn new_adapter(&mut self, numel: u128, rows: u128, cols: u128) -> P {
+        let id = self.t.param(numel * self.adapter_size, true);
+        self.note_unit_param(id, numel, rows.max(1), true, self.adapter_size);
+        let p = P {
+            id,
+            numel,
+            rows,
+            cols,
+        };
+        self.param_count += numel;
+        self.train.trainable.push(p);
+        self.train.trainable_count += numel;
+        p
+    }
+
+    fn new_linear(
+        &mut self,
+        role: Option<LinearRole>,
+        in_f: u128,
+        out_f: u128,
+        bias: bool,
+    ) -> LinearP {
+        // nn.Linear.weight is [out_features, in_features]
+        let qlora = role.is_some() && self.mode.lora().is_some_and(|l| l.qlora);
+        if qlora {
+            // bitsandbytes Linear4bit: frozen NF4 weight; the bias stays in the compute dtype
+            let id = self.t.param(nf4_bytes(in_f * out_f), false);
+            self.param_count += in_f * out_f;
+            let w = P {
+                id,
+                numel: in_f * out_f,
+                rows: out_f,
+                cols: in_f,
+            };
+            let b = bias.then(|| self.new_param(out_f, true));
+            let rank = u128::from(self.mode.lora().map_or(0, |l| l.rank));
+            let lora = match role {
+                Some(r) if is_lora_target(self.model, self.mode.lora(), r) => Some((
+                    self.new_adapter(rank * in_f, rank, in_f),
+                    self.new_adapter(out_f * rank, out_f, rank),
+                )),
+                _ => None,
+            };
+            return LinearP {
+                w,
+                nf4: true,
+                quantized: true,
+                b,
+                lora,
+                in_f,
+                out_f,
+            };
+        }
+        if let (Some(r), Some(bytes)) = (role, self.quantized_linear_bytes(role, out_f, in_f)) {
+            // a quantised decoder linear (inference): frozen, stored in its format
+            let _ = r;
+            let id = self.t.param(bytes, false);
+            self.param_count += in_f * out_f;
+            let w = P {
+                id,
+                numel: in_f * out_f,
+                rows: out_f,
+                cols: in_f,
+            };
+            let b = bias.then(|| self.new_param(out_f, true));
+            let nf4 = matches!(
+                self.mode.weights(),
+                Some(WeightFormat::Nf4 { .. } | WeightFormat::Fp4 { .. })
+            );
+            return LinearP {
+                w,
+                nf4,
+                quantized: true,
+                b,
+                lora: None,
+                in_f,
+                out_f,
+            };
+        }
+        let w = self.new_matrix(in_f * out_f, out_f, in_f, true);
+        let b = bias.then(|| self.new_param(out_f, true));
+        let lora = match role {
+            Some(r) if is_lora_target(self.model, self.mode.lora(), r) => {
+                let rank = u128::from(self.mode.lora().map_or(0, |l| l.rank));
+                Some((
+                    self.new_adapter(rank * in_f, rank, in_f),
+                    self.new_adapter(out_f * rank, out_f, rank),
+                ))
+            }
+            _ => None,
+        };
+        LinearP {
+            nf4: false,
+            quantized: false,
+            w,
+            b,
+            lora,
+            in_f,
+            out_f,
+        }
+    }
+
+    /// Bytes of a decoder linear `out × in` in the inference weight format, `None` when it is
+    /// stored unquantised.
+    fn quantized_linear_bytes(
+        &self,
+        role: Option<LinearRole>,
+        out_f: u128,
+        in_f: u128,
+    ) -> Option<u128> {
+        use crate::quant::{self, TensorRole};
+        use crate::workload::WeightFormat as F;
+        let (Some(format), Some(_)) = (self.mode.weights(), role) else {
+            return None;
+        };
+        let numel = out_f * in_f;
+        Some(match format {
+            F::Bf16 | F::Fp16 | F::Fp32 => return None,
+            F::Fp8 => quant::fp8_block_bytes(out_f, in_f),
+            F::Int8 => quant::bnb_int8_bytes(out_f, in_f),
+            F::Nf4 { double_quant } | F::Fp4 { double_quant } => {
+                quant::bnb_4bit_bytes(numel, double_quant)
+            }
+            F::Gptq { bits, group } => {
+                quant::grouped_int_bytes(out_f, in_f, u128::from(bits), u128::from(group), true)
+            }
+            F::Awq { group } => quant::grouped_int_bytes(out_f, in_f, 4, u128::from(group), false),
+            F::Gguf(preset) => {
+                let tr = match role {
+                    Some(LinearRole::V) => TensorRole::AttnV,
+                    Some(LinearRole::K) => TensorRole::AttnK,
+                    Some(LinearRole::Qkv) => TensorRole::AttnQkv,
+                    Some(LinearRole::Down) => TensorRole::FfnDown,
+                    Some(LinearRole::Gate | LinearRole::Up | LinearRole::GateUp) => {
+                        TensorRole::FfnUpGate
+                    }
+                    _ => TensorRole::Attn,
+                };
+                let n_layers = self.model.layers.len() as u128;
+                let n_expert = self.model.layers.iter().find_map(|l| match &l.mlp {
+                    Mlp::Moe(m) => Some(u128::from(m.num_experts)),
+                    Mlp::Dense(_) => None,
+                });
+                // llama.cpp's LLM_TYPE_70B bump: 80-layer models of hidden 8192
+                let is_70b = n_layers == 80 && self.model.hidden_size == 8192;
+                let layer = self.layers.len() as u128;
+                preset
+                    .tensor_type(tr, layer, n_layers, in_f, n_expert.unwrap_or(1), is_70b)
+                    .bytes(out_f, in_f)
+            }
+        })
+    }
+
+    /// Bytes of a non-linear matrix (embeddings, LM head, fused experts) in GGUF, `None`
+    /// otherwise: bitsandbytes, GPTQ and AWQ keep them unquantised (bitsandbytes replaces
+    /// `nn.Linear` only and skips `lm_head`).
+    fn gguf_matrix_bytes(
+        &self,
+        role: crate::quant::TensorRole,
+        rows: u128,
+        cols: u128,
+    ) -> Option<u128> {
+        let Some(WeightFormat::Gguf(preset)) = self.mode.weights() else {
+            return None;
+        };
+        let n = self.model.layers.len() as u128;
+        Some(
+            preset
+                .tensor_type(role, self.layers.len() as u128, n, cols, 1, false)
+                .bytes(rows, cols),
+        )
+    }
+
+    fn new_norm(&mut self, n: &Norm) -> (P, Option<P>) {
+        let w = self.new_param(u128::from(n.dim), true);
+        let b = n.bias.then(|| self.new_param(u128::from(n.dim), true));
+        if matches!(self.mode.weights(), Some(WeightFormat::Gguf(_))) {
+            // GGUF keeps 1-D tensors in fp32
+            self.t.resize_param(w.id, u128::from(n.dim) * 4);
+            if let Some(b) = b {
+                self.t.resize_param(b.id, u128::from(n.dim) * 4);
+            }
+        }
+        (w, b)
+    }
+
+    pub(super) fn build_params(&mut self) {
+        let m = self.model;
+        let h = self.hidden;
+        let e = &m.embeddings;
+        let (v, dim) = (u128::from(e.vocab_size), u128::from(e.dim));
+        self.embed = self.new_matrix(v * dim, v, dim, true);
+        if let Some(b) = self.gguf_matrix_bytes(crate::quant::TensorRole::TokenEmbd, v, dim) {
+            self.t.resize_param(self.embed.id, b);
+        }
+        self.pos_embed = e
+            .learned_positions
+            .map(|p| self.new_matrix(u128::from(p) * h, u128::from(p), h, true));
+        if e.projections {
+            let pin = self.new_linear(None, dim, h, false);
+            let pout = self.new_linear(None, h, dim, false);
+            self.projections = Some((pin, pout));
+        }
+        for (i, layer) in m.layers.iter().enumerate() {
+            self.train.cur_unit = i + 1;
+            let lp = self.layer_params(layer);
+            self.layers.push(lp);
+        }
+        self.train.cur_unit = 0;
+        self.final_norm = m.head.final_norm.as_ref().map(|n| self.new_norm(n));
+        if !m.head.tied {
+            self.lm_head = Some(self.new_matrix(v * dim, v, dim, true));
+            if let (Some(h), Some(b)) = (
+                self.lm_head,
+                self.gguf_matrix_bytes(crate::quant::TensorRole::Output, v, dim),
+            ) {
+                self.t.resize_param(h.id, b);
+            }
+            if m.head.bias {
+                self.new_param(u128::from(e.vocab_size), true);
+            }
+        }
+    }
+
+    fn layer_params(&mut self, l: &LayerSpec) -> LayerParams {
+        let h = self.hidden;
+        let mut lp = LayerParams::default();
+        for (i, n) in [l.attn_norm, l.attn_post_norm, l.mlp_norm, l.mlp_post_norm]
+            .iter()
+            .enumerate()
+        {
+            if let Some(n) = n {
+                lp.norms[i] = Some(self.new_norm(n));
+            }
+        }
+        let a = &l.attention;
+        // shapes come from the model description, the one place they are defined
+        for shape in a.linears(self.model.hidden_size) {
+            let lin = self.new_linear(
+                Some(shape.role),
+                u128::from(shape.in_features),
+                u128::from(shape.out_features),
+                shape.bias,
+            );
+            lp.linears.push((shape.role, lin));
+        }
+        let norm_dims = a.norm_dims();
+        match a.kind {
+            AttentionKind::Standard { .. } => {
+                if let [q, k] = norm_dims[..] {
+                    lp.qk_norms = Some((
+                        self.new_param(u128::from(q), true),
+                        self.new_param(u128::from(k), true),
+                    ));
+                }
+            }
+            AttentionKind::Mla { .. } => {
+                for d in norm_dims {
+                    let p = self.new_param(u128::from(d), true);
+                    lp.mla_norms.push(p);
+                }
+            }
+        }
+        match &l.mlp {
+            Mlp::Dense(d) => {
+                let ls = self.mlp_params(d);
+                lp.linears.extend(ls);
+            }
+            Mlp::Moe(moe) => {
+                let e = u128::from(moe.num_experts);
+                lp.router = Some(self.new_linear(None, h, e, moe.router_bias));
+                let i = u128::from(moe.expert.intermediate);
+                // transformers 5 stores each expert kind as one 3-D parameter
+                // (`gate_up_proj` [E, 2I, H] and `down_proj` [E, H, I]).
+                let ins = if moe.expert.gated { 2 } else { 1 };
+                let gu = self.new_matrix(e * ins * i * h, ins * i, h, true);
+                let down = self.new_matrix(e * i * h, h, i, true);
+                // GGUF quantises the stacked experts (ffn_gate/up/down_exps) per expert row
+                if let Some(b) =
+                    self.gguf_matrix_bytes(crate::quant::TensorRole::FfnUpGate, e * ins * i, h)
+                {
+                    self.t.resize_param(gu.id, b);
+                }
+                if let Some(b) = self.gguf_matrix_bytes(crate::quant::TensorRole::FfnDown, e * h, i)
+                {
+                    self.t.resize_param(down.id, b);
+                }
+                lp.experts = vec![gu, down];
+                if moe.expert.bias {
+                    lp.experts.push(self.new_param(e * (ins * i + h), true));
+                }
+                if moe.router_extra_params > 0 {
+                    self.new_param(u128::from(moe.router_extra_params), true);
+                }
+                if let Some(s) = &moe.shared {
+                    lp.shared = self.mlp_params(s);
+                }
+                if moe.shared_gate {
+                    lp.shared_gate = Some(self.new_linear(None, h, 1, false));
+                }
+            }
+        }
+        lp
+    }
+
+    fn mlp_params(&mut self, d: &DenseMlp) -> Vec<(LinearRole, LinearP)> {
+        d.linears(self.model.hidden_size)
+            .into_iter()
+            .map(|shape| {
+                let lin = self.new_linear(
+                    Some(shape.role),
+                    u128::from(shape.in_features),
+                    u128::from(shape.out_features),
+                    shape.bias,
+                );
+                (shape.role, lin)
+            })
+            .collect()
+    }
+}
+
+/// NF4 block size (bitsandbytes `quantize_4bit` default blocksize=64).
+pub(super) const NF4_BLOCK: u128 = 64;
+
+/// Bytes of one NF4 weight with double quantisation (bitsandbytes functional.py `quantize_4bit`
+/// with `compress_statistics=True`): packed nibbles, one uint8 absmax per 64-block, those
+/// absmax quantised in blocks of 256 with an fp32 absmax each, an fp32 offset, and the
+/// 16-entry fp32 NF4 code of the QuantState.
+fn nf4_bytes(numel: u128) -> u128 {
+    let blocks = numel.div_ceil(NF4_BLOCK);
+    numel.div_ceil(2) + blocks + blocks.div_ceil(256) * 4 + 4 + 16 * 4
+}
