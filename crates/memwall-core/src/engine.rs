@@ -59,9 +59,10 @@ pub enum Engine {
 pub struct Rule<T: 'static> {
     /// The accepted values.
     pub allowed: &'static [T],
-    /// How the engine runs the accepted values and why it refuses the others, citing its
-    /// source.
+    /// How the engine runs the accepted values, citing its source.
     pub note: &'static str,
+    /// Why the other values are refused, citing the source (empty when none is).
+    pub refused: &'static str,
     /// What to do instead of a refused value.
     pub hint: &'static str,
 }
@@ -125,38 +126,54 @@ const YES: &[bool] = &[false, true];
 const NO: &[bool] = &[false];
 const FSDP_STRATEGIES: &[Strategy] = &[Strategy::FsdpFull, Strategy::FsdpGradOp, Strategy::Hsdp];
 
-const fn rule<T>(allowed: &'static [T], note: &'static str, hint: &'static str) -> Rule<T> {
+/// A rule that refuses some values.
+const fn rule<T>(
+    allowed: &'static [T],
+    note: &'static str,
+    refused: &'static str,
+    hint: &'static str,
+) -> Rule<T> {
     Rule {
         allowed,
         note,
+        refused,
         hint,
     }
 }
 
+/// A rule that accepts every value there is.
 const fn all<T>(allowed: &'static [T], note: &'static str) -> Rule<T> {
-    rule(allowed, note, "")
+    rule(allowed, note, "", "")
+}
+
+/// The strategies that resolve to this engine (any other resolves to another one).
+const fn own(strategies: &'static [Strategy], note: &'static str) -> Rule<Strategy> {
+    rule(
+        strategies,
+        note,
+        "another --strategy is another engine",
+        "let `Engine::resolve` pick the engine from the layout",
+    )
 }
 
 const NO_LAYOUT: Rule<Strategy> = rule(
     &[],
-    "one GPU: no data parallelism",
-    "the single-GPU step takes no cluster layout",
+    "",
+    "the single-GPU step has no data parallelism",
+    "pass no cluster layout for one GPU",
 );
 const CPU_ONLY: Rule<OffloadDevice> = rule(
     &[OffloadDevice::Cpu],
-    "NVMe offload is DeepSpeed ZeRO-Infinity, which partitions parameters: ZeRO-3 only \
-     (deepspeed/runtime/zero/offload_config.py, `offload_param`/`offload_optimizer` `device: nvme`)",
+    "pinned host memory",
+    "NVMe offload is DeepSpeed ZeRO-Infinity, which needs ZeRO-3 \
+     (deepspeed/runtime/zero/offload_config.py, `device: nvme`)",
     "use --strategy zero3 for --offload-device nvme",
-);
-const NO_OFFLOAD: Rule<Offload> = rule(
-    &[Offload::None],
-    "this engine keeps everything on the GPU",
-    "drop --offload",
 );
 const NO_QLORA_SHARDED: Rule<bool> = rule(
     NO,
-    "not modelled: QLoRA's 4-bit bitsandbytes base (`Params4bit`, packed in \
-     `bnb_4bit_quant_storage`) sharded by FSDP/ZeRO is not simulated",
+    "",
+    "not modelled: QLoRA's 4-bit bitsandbytes base (`Params4bit` in `bnb_4bit_quant_storage`) \
+     sharded by FSDP/ZeRO is not simulated",
     "use --strategy ddp for QLoRA",
 );
 const SHARDED_OPTIMIZERS_HINT: &str =
@@ -165,13 +182,13 @@ const ZERO_OPTIMIZERS: Rule<Optimizer> = rule(
     ELEMENTWISE_OPTIMIZERS,
     "adamw, adamw-fused and adamw-forloop step with DeepSpeed's FusedAdam (config \
      `optimizer.type = AdamW`, deepspeed/ops/adam/fused_adam.py: no temporaries) and lion with \
-     its FusedLion; sgd / sgd-momentum are a client torch SGD (element-wise states on the flat \
-     partition; DeepSpeed asks for `zero_allow_untested_optimizer: true`, \
-     deepspeed/runtime/zero/utils.py `ZERO_SUPPORTED_OPTIMIZERS`, DeepSpeed 0.19). adamw-8bit and \
-     adafactor are untested client optimizers to DeepSpeed too (engine.py \
-     `_do_optimizer_sanity_check` refuses them without that flag), and with it they step \
-     ZeRO's flat fp32 partitions (`single_partition_of_fp32_groups`: Adafactor unfactored, \
-     8-bit blocks per partition), which is not modelled yet",
+     its FusedLion; sgd / sgd-momentum are a client torch SGD, element-wise on the flat \
+     partition (DeepSpeed 0.19 wants `zero_allow_untested_optimizer: true` for it: \
+     deepspeed/runtime/zero/utils.py `ZERO_SUPPORTED_OPTIMIZERS`)",
+    "not modelled: DeepSpeed runs adamw-8bit and adafactor only as untested client optimizers \
+     (`zero_allow_untested_optimizer`, engine.py `_do_optimizer_sanity_check`), stepping ZeRO's \
+     flat fp32 partitions (Adafactor unfactored, 8-bit blocks per partition), which memwall \
+     does not account yet",
     SHARDED_OPTIMIZERS_HINT,
 );
 const ZERO_PRECISIONS: Rule<Precision> = all(
@@ -180,14 +197,20 @@ const ZERO_PRECISIONS: Rule<Precision> = all(
      16-bit model with an fp32 master partition (DeepSpeed refuses amp with ZeRO and points to \
      these modes: engine.py `_do_optimizer_sanity_check`); fp32 keeps no master copy",
 );
+const ZERO_LORA: Rule<bool> = all(
+    YES,
+    "only the adapters are trainable, so only they are partitioned",
+);
 const ZERO_SOURCE: &str = "the hf step with ZeRO's partitions, buckets and gathers \
      (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py, config.py; DeepSpeed 0.19)";
 const ZERO12_OFFLOAD: Rule<Offload> = rule(
     &[Offload::None, Offload::Optimizer],
-    "ZeRO-1/2 offload the optimizer (`offload_optimizer`); parameters are offloaded only by \
-     ZeRO-3 (`offload_param`, deepspeed/runtime/zero/offload_config.py)",
+    "`offload_optimizer`: fp32 master, states and fp32 gradient partition on the host",
+    "ZeRO-1/2 offload only the optimizer; parameters are offloaded by ZeRO-3 \
+     (`offload_param`, deepspeed/runtime/zero/offload_config.py)",
     "use --offload optimizer, or --strategy zero3 to offload parameters",
 );
+const SERVES: &str = "vLLM serves models; it does not train";
 
 /// Every engine's capabilities, indexed by [`Engine`] (one row each; ZeRO one per stage).
 pub const TABLE: [Capabilities; 8] = [
@@ -199,10 +222,18 @@ pub const TABLE: [Capabilities; 8] = [
                  transformers 5.23, peft 0.21)",
         strategies: NO_LAYOUT,
         optimizers: all(ALL_OPTIMIZERS, "every optimizer, measured (tests/truth/train.jsonl)"),
-        precisions: all(ALL_PRECISIONS, "model cast (bf16/fp16/fp32) or fp32 with autocast"),
+        precisions: all(
+            ALL_PRECISIONS,
+            "the model cast (bf16/fp16/fp32) or fp32 with autocast",
+        ),
         lora: all(YES, "peft LoRA, adapters upcast to fp32 (peft tuners_utils.py)"),
         qlora: all(YES, "peft over a bitsandbytes NF4 base with double quantisation"),
-        offload: rule(&[Offload::None], "one GPU: no offload", "offload needs --strategy zero*/fsdp-*"),
+        offload: rule(
+            &[Offload::None],
+            "",
+            "one GPU offloads nothing here",
+            "offload needs --strategy zero1/zero2/zero3 or fsdp-full/fsdp-grad-op/hsdp",
+        ),
         offload_devices: CPU_ONLY,
         grad_accum: all(YES, "gradients accumulate into `.grad` between micro-batches"),
     },
@@ -212,16 +243,18 @@ pub const TABLE: [Capabilities; 8] = [
         title: "PyTorch DDP",
         source: "the hf step plus DDP's gradient buckets (torch/csrc/distributed/c10d/reducer.cpp, \
                  torch 2.15; measured, tests/truth/dist.jsonl)",
-        strategies: all(&[Strategy::Ddp], "full replicas, gradients all-reduced in buckets"),
+        strategies: own(&[Strategy::Ddp], "full replicas, gradients all-reduced in buckets"),
         optimizers: all(
             ALL_OPTIMIZERS,
-            "DDP wraps the model, not the optimizer: every optimizer steps the full replica as on one GPU",
+            "DDP wraps the model, not the optimizer: every optimizer steps the full replica as \
+             on one GPU",
         ),
         precisions: all(ALL_PRECISIONS, "as on one GPU; buckets in the gradient dtype"),
-        lora: all(YES, "adapters are the only trainable parameters: only their gradients are bucketed"),
+        lora: all(YES, "only the adapters' gradients are bucketed"),
         qlora: all(YES, "the frozen 4-bit base is replicated like any frozen module"),
         offload: rule(
             &[Offload::None],
+            "",
             "DDP keeps the full replica and its optimizer on the GPU",
             "offload needs --strategy zero1/zero2/zero3 (optimizer) or fsdp-full/fsdp-grad-op/hsdp (both)",
         ),
@@ -234,13 +267,13 @@ pub const TABLE: [Capabilities; 8] = [
         title: "PyTorch FSDP2",
         source: "the hf step with FSDP2's hooks (torch/distributed/fsdp/_fully_shard/, torch 2.15; \
                  measured, tests/truth/dist.jsonl)",
-        strategies: all(FSDP_STRATEGIES, "fully_shard per decoder layer and on the root"),
+        strategies: own(FSDP_STRATEGIES, "fully_shard per decoder layer and on the root"),
         optimizers: rule(
             ELEMENTWISE_OPTIMIZERS,
             "the optimizer steps each parameter's dim-0 DTensor shard (`_fsdp_param.py`): \
-             element-wise optimizers are exact (foreach AdamW and SGD measured); adamw-8bit \
-             (bitsandbytes kernels on DTensor shards) and adafactor (row/column variances \
-             reduced over a dim-0-sharded matrix) are not modelled",
+             element-wise states are exact (foreach and for-loop AdamW, SGD measured)",
+            "not modelled: adamw-8bit (bitsandbytes kernels on DTensor shards) and adafactor \
+             (row/column variances of a dim-0-sharded matrix)",
             SHARDED_OPTIMIZERS_HINT,
         ),
         precisions: all(
@@ -249,13 +282,14 @@ pub const TABLE: [Capabilities; 8] = [
              `MixedPrecisionPolicy(param_dtype=bf16|fp16, reduce_dtype=fp32)`, FSDP2's mixed \
              precision (_fsdp_api.py; measured)",
         ),
-        lora: all(YES, "peft adapters added before fully_shard, fp32 shards (measured)"),
+        lora: all(YES, "peft adapters added before fully_shard keep fp32 shards (measured)"),
         qlora: NO_QLORA_SHARDED,
         offload: rule(
             &[Offload::None, Offload::Both],
-            "FSDP2's `CPUOffloadPolicy` moves sharded parameters, gradients and optimizer states \
-             to the host together (torch/distributed/fsdp/_fully_shard/_fsdp_api.py): there is \
-             no optimizer-only or parameter-only offload",
+            "`CPUOffloadPolicy`: sharded parameters, gradients and optimizer states on the host",
+            "FSDP2's `CPUOffloadPolicy` moves parameters, gradients and optimizer states together \
+             (torch/distributed/fsdp/_fully_shard/_fsdp_api.py): there is no optimizer-only or \
+             parameter-only offload",
             "use --offload both with FSDP2",
         ),
         offload_devices: CPU_ONLY,
@@ -269,10 +303,10 @@ pub const TABLE: [Capabilities; 8] = [
         name: "deepspeed",
         title: "DeepSpeed ZeRO-1",
         source: ZERO_SOURCE,
-        strategies: all(&[Strategy::Zero1], "optimizer states and fp32 master partitioned"),
+        strategies: own(&[Strategy::Zero1], "optimizer states and fp32 master partitioned"),
         optimizers: ZERO_OPTIMIZERS,
         precisions: ZERO_PRECISIONS,
-        lora: all(YES, "only the adapters are trainable: only they are partitioned"),
+        lora: ZERO_LORA,
         qlora: NO_QLORA_SHARDED,
         offload: ZERO12_OFFLOAD,
         offload_devices: CPU_ONLY,
@@ -283,10 +317,10 @@ pub const TABLE: [Capabilities; 8] = [
         name: "deepspeed",
         title: "DeepSpeed ZeRO-2",
         source: ZERO_SOURCE,
-        strategies: all(&[Strategy::Zero2], "+ gradients reduced into the rank's partition"),
+        strategies: own(&[Strategy::Zero2], "+ gradients reduced into the rank's partition"),
         optimizers: ZERO_OPTIMIZERS,
         precisions: ZERO_PRECISIONS,
-        lora: all(YES, "only the adapters are trainable: only they are partitioned"),
+        lora: ZERO_LORA,
         qlora: NO_QLORA_SHARDED,
         offload: ZERO12_OFFLOAD,
         offload_devices: CPU_ONLY,
@@ -297,13 +331,18 @@ pub const TABLE: [Capabilities; 8] = [
         name: "deepspeed",
         title: "DeepSpeed ZeRO-3",
         source: ZERO_SOURCE,
-        strategies: all(&[Strategy::Zero3], "+ parameters partitioned, gathered per module"),
+        strategies: own(&[Strategy::Zero3], "+ parameters partitioned, gathered per module"),
         optimizers: ZERO_OPTIMIZERS,
         precisions: ZERO_PRECISIONS,
-        lora: all(YES, "only the adapters are trainable: only they are partitioned"),
+        lora: ZERO_LORA,
         qlora: NO_QLORA_SHARDED,
         offload: all(
-            &[Offload::None, Offload::Optimizer, Offload::Params, Offload::Both],
+            &[
+                Offload::None,
+                Offload::Optimizer,
+                Offload::Params,
+                Offload::Both,
+            ],
             "`offload_optimizer` and `offload_param` (deepspeed/runtime/zero/offload_config.py)",
         ),
         offload_devices: all(
@@ -321,20 +360,22 @@ pub const TABLE: [Capabilities; 8] = [
                  (Megatron-LM core_v0.19.0; memory/megatron.rs)",
         strategies: rule(
             &[Strategy::Ddp, Strategy::Zero1],
-            "Megatron-LM's data parallelism is its DDP or the distributed optimizer \
-             (`--use-distributed-optimizer`, = zero1 here; megatron/core/distributed/, \
-             megatron/core/optimizer/distrib_optimizer.py); its FSDP modes are not modelled",
+            "Megatron's DDP (megatron/core/distributed/) or its distributed optimizer \
+             (`--use-distributed-optimizer`, = zero1 here; megatron/core/optimizer/distrib_optimizer.py)",
+            "Megatron-LM's data parallelism is its DDP or the distributed optimizer; its FSDP \
+             modes are not modelled",
             "with --tp/--pp/--cp/--ep > 1 use --strategy ddp or zero1",
         ),
         optimizers: rule(
             ELEMENTWISE_OPTIMIZERS,
-            "Megatron-LM's `--optimizer` is adam, sgd, muon, dist_muon, lion, soap or \
-             adaptive_muon (megatron/training/arguments.py, core_v0.19.0): adamw, adamw-fused and \
-             adamw-forloop all run its `adam` (TE/Apex FusedAdam, `decoupled_weight_decay=True` = \
-             AdamW; megatron/core/optimizer/__init__.py), sgd / sgd-momentum its `sgd` with \
-             `--sgd-momentum 0` / 0.9, lion its `lion` (emerging_optimizers Lion, one `exp_avg`; \
-             since core_v0.17.0); every state is fp32 next to fp32 main params. It has no \
-             8-bit AdamW and no Adafactor",
+            "adamw, adamw-fused and adamw-forloop all run Megatron's `adam` (TE/Apex FusedAdam, \
+             `decoupled_weight_decay=True` = AdamW; megatron/core/optimizer/__init__.py), sgd / \
+             sgd-momentum its `sgd` with `--sgd-momentum 0` / 0.9, lion its `lion` \
+             (emerging_optimizers Lion, one `exp_avg`; since core_v0.17.0); every state is fp32, \
+             next to fp32 main params",
+            "Megatron-LM's `--optimizer` is one of adam, sgd, lion, muon, dist_muon, soap, \
+             adaptive_muon (megatron/training/arguments.py, core_v0.19.0): it has no 8-bit \
+             AdamW and no Adafactor",
             "with --tp/--pp/--cp/--ep > 1 use adamw, sgd, sgd-momentum or lion",
         ),
         precisions: all(
@@ -346,17 +387,20 @@ pub const TABLE: [Capabilities; 8] = [
         ),
         lora: rule(
             NO,
+            "",
             "not modelled: Megatron-LM's training loop has no LoRA adapters (PEFT on Megatron \
              lives in NeMo / Megatron-Bridge)",
-            "LoRA is simulated without --tp/--pp/--cp/--ep (single GPU, ddp, fsdp-*, zero*)",
+            "LoRA is simulated without --tp/--pp/--cp/--ep (one GPU, ddp, fsdp-*, zero*)",
         ),
         qlora: rule(
             NO,
+            "",
             "not modelled: Megatron-LM has no 4-bit bitsandbytes base",
             "QLoRA is simulated on one GPU or with --strategy ddp",
         ),
         offload: rule(
             &[Offload::None],
+            "",
             "not modelled: Megatron's `--optimizer-cpu-offload` (HybridDeviceOptimizer, \
              megatron/core/optimizer/cpu_offloading/) is not simulated",
             "drop --offload, or offload with ZeRO/FSDP2 without --tp/--pp/--cp/--ep",
@@ -372,14 +416,14 @@ pub const TABLE: [Capabilities; 8] = [
         name: "vllm",
         title: "vLLM",
         source: "vLLM's KV-cache budget (serve.rs, vLLM 0.33)",
-        strategies: rule(&[], "vLLM serves; it does not train", "use memwall serve"),
-        optimizers: rule(&[], "vLLM serves; it does not train", "use memwall serve"),
-        precisions: rule(&[], "vLLM serves; it does not train", "use memwall serve"),
-        lora: rule(NO, "vLLM serves; it does not train", "use memwall serve"),
-        qlora: rule(NO, "vLLM serves; it does not train", "use memwall serve"),
-        offload: NO_OFFLOAD,
+        strategies: rule(&[], "", SERVES, "use memwall serve"),
+        optimizers: rule(&[], "", SERVES, "use memwall serve"),
+        precisions: rule(&[], "", SERVES, "use memwall serve"),
+        lora: rule(NO, "", SERVES, "use memwall serve"),
+        qlora: rule(NO, "", SERVES, "use memwall serve"),
+        offload: rule(&[Offload::None], "", SERVES, "use memwall serve"),
         offload_devices: CPU_ONLY,
-        grad_accum: rule(NO, "vLLM serves; it does not train", "use memwall serve"),
+        grad_accum: rule(NO, "", SERVES, "use memwall serve"),
     },
 ];
 
@@ -459,12 +503,7 @@ impl Engine {
             }
         }
         if w.grad_accum > 1 {
-            self.require(
-                &c.grad_accum,
-                true,
-                "grad_accum",
-                &w.grad_accum.to_string(),
-            )?;
+            self.require(&c.grad_accum, true, "grad_accum", &w.grad_accum.to_string())?;
         }
         Ok(())
     }
@@ -497,7 +536,7 @@ impl Engine {
                 field,
                 value: shown.to_string(),
                 engine: self.title(),
-                reason: rule.note,
+                reason: rule.refused,
                 hint: rule.hint,
             })
         }
@@ -566,7 +605,16 @@ mod tests {
         let names: Vec<&str> = Engine::ALL.iter().map(|e| e.name()).collect();
         assert_eq!(
             names,
-            ["hf", "ddp", "fsdp", "deepspeed", "deepspeed", "deepspeed", "megatron", "vllm"]
+            [
+                "hf",
+                "ddp",
+                "fsdp",
+                "deepspeed",
+                "deepspeed",
+                "deepspeed",
+                "megatron",
+                "vllm"
+            ]
         );
         assert_eq!(
             serde_json::to_string(&Engine::Zero(ZeroStage::Two)).unwrap(),
@@ -590,6 +638,47 @@ mod tests {
         for e in Engine::ALL {
             let c = e.capabilities();
             assert!(!c.source.is_empty());
+            // a rule that can refuse says why and what to do instead
+            let can_refuse = [
+                (
+                    c.optimizers.allowed.len() < Optimizer::ALL.len(),
+                    c.optimizers.refused,
+                    c.optimizers.hint,
+                ),
+                (
+                    c.precisions.allowed.len() < Precision::ALL.len(),
+                    c.precisions.refused,
+                    c.precisions.hint,
+                ),
+                (c.lora.allowed.len() < 2, c.lora.refused, c.lora.hint),
+                (c.qlora.allowed.len() < 2, c.qlora.refused, c.qlora.hint),
+                (
+                    c.grad_accum.allowed.len() < 2,
+                    c.grad_accum.refused,
+                    c.grad_accum.hint,
+                ),
+                (
+                    c.strategies.allowed.len() < Strategy::ALL.len(),
+                    c.strategies.refused,
+                    c.strategies.hint,
+                ),
+                (
+                    c.offload.allowed.len() < Offload::ALL.len(),
+                    c.offload.refused,
+                    c.offload.hint,
+                ),
+                (
+                    c.offload_devices.allowed.len() < OffloadDevice::ALL.len(),
+                    c.offload_devices.refused,
+                    c.offload_devices.hint,
+                ),
+            ];
+            for (i, (refuses, why, hint)) in can_refuse.into_iter().enumerate() {
+                assert!(
+                    !refuses || (!why.is_empty() && !hint.is_empty()),
+                    "{e:?} rule {i}"
+                );
+            }
             for (o, name) in Optimizer::ALL {
                 let mut w = TrainWorkload::new(1, 64);
                 w.optimizer = o;
@@ -608,7 +697,10 @@ mod tests {
                     else {
                         panic!("{err:?}")
                     };
-                    assert_eq!((*field, value.as_str(), *engine), ("optimizer", name, e.title()));
+                    assert_eq!(
+                        (*field, value.as_str(), *engine),
+                        ("optimizer", name, e.title())
+                    );
                     assert!(!hint.is_empty() && !reason.is_empty());
                     let msg = err.to_string();
                     assert!(msg.contains(name) && msg.contains(e.title()), "{msg}");
@@ -675,7 +767,13 @@ mod tests {
                     assert_eq!(r, Ok(e), "{e:?} {o}");
                 } else {
                     assert!(
-                        matches!(r, Err(CoreError::Unsupported { field: "optimizer", .. })),
+                        matches!(
+                            r,
+                            Err(CoreError::Unsupported {
+                                field: "optimizer",
+                                ..
+                            })
+                        ),
                         "{e:?} {o}: {r:?}"
                     );
                 }
@@ -709,7 +807,10 @@ mod tests {
                 assert!(
                     matches!(
                         simulate_train_dist(&m, &w, &mega, Kernels::Cpu),
-                        Err(CoreError::Unsupported { field: "optimizer", .. })
+                        Err(CoreError::Unsupported {
+                            field: "optimizer",
+                            ..
+                        })
                     ),
                     "{name}"
                 );

@@ -1,7 +1,7 @@
 //! User-facing names of the core's enums, each from one table.
 //!
 //! Every enum a user picks a value of (optimizer, precision, attention, strategy, …) is declared
-//! with [`named_enum!`]: one row per variant gives the variant, the name users type and read
+//! with the crate-private `named_enum!` macro: one row per variant gives the variant, the name users type and read
 //! (CLI values, JSON, fixtures) and a one-line help. From that table come `name()`, `help()`,
 //! `FromStr` (whose error names the field, the bad value and the accepted names), `Display`,
 //! serde's `Serialize`/`Deserialize` (as the name), `ALL` and `NAMES` — so no other crate has to
@@ -10,7 +10,7 @@
 
 use crate::error::CoreError;
 
-/// An enum whose values have user-facing names from one table (see [`named_enum!`]).
+/// An enum whose values have user-facing names from one table (declared with the `named_enum!` macro).
 pub trait Named: Copy + Eq + Sized + 'static {
     /// The field the value fills, as errors name it (`optimizer`, `precision`, …).
     const FIELD: &'static str;
@@ -140,8 +140,7 @@ mod tests {
     use crate::optimizer::Optimizer;
     use crate::workload::{AttentionImpl, KvDtype};
 
-    fn round_trips<T: Named + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned>()
-    {
+    fn round_trips<T: Named + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned>() {
         let mut seen = std::collections::HashSet::new();
         for &v in T::VALUES {
             assert!(seen.insert(v.name()), "duplicate name {}", v.name());
@@ -153,7 +152,10 @@ mod tests {
         }
         let e = parse_named::<T>("no-such-value").unwrap_err();
         let msg = e.to_string();
-        assert!(msg.contains(T::FIELD) && msg.contains("no-such-value"), "{msg}");
+        assert!(
+            msg.contains(T::FIELD) && msg.contains("no-such-value"),
+            "{msg}"
+        );
         assert!(T::VALUES.iter().all(|v| msg.contains(v.name())), "{msg}");
     }
 
@@ -193,7 +195,15 @@ mod tests {
         assert_eq!(KvDtype::NAMES, ["auto", "bf16", "fp16", "fp8", "int8"]);
         assert_eq!(
             Strategy::NAMES,
-            ["ddp", "zero1", "zero2", "zero3", "fsdp-full", "fsdp-grad-op", "hsdp"]
+            [
+                "ddp",
+                "zero1",
+                "zero2",
+                "zero3",
+                "fsdp-full",
+                "fsdp-grad-op",
+                "hsdp"
+            ]
         );
         assert_eq!(Schedule::NAMES, ["1f1b", "interleaved", "gpipe"]);
         assert_eq!(Offload::NAMES, ["none", "optimizer", "params", "both"]);

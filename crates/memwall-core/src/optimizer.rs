@@ -207,10 +207,7 @@ mod tests {
         // [E=8, 1408, 2048] bf16 experts: row_var 8·1408 + col_var 8·2048, 2 bytes each
         let numel = 8 * 1408 * 2048;
         let t = OptimTensor::param(numel, numel * 2, 1408, 2048);
-        assert_eq!(
-            Optimizer::Adafactor.state_bytes(t),
-            2 * 8 * (1408 + 2048)
-        );
+        assert_eq!(Optimizer::Adafactor.state_bytes(t), 2 * 8 * (1408 + 2048));
         assert_eq!(
             Optimizer::Adafactor.state_bytes(OptimTensor::flat(4096, 8192)),
             8192
@@ -241,7 +238,10 @@ mod tests {
     fn step_temporaries_follow_the_implementation() {
         let sizes = [10, 30, 20];
         assert_eq!(Optimizer::Adamw.step_temporary_bytes(&sizes), Some(60));
-        assert_eq!(Optimizer::AdamwForloop.step_temporary_bytes(&sizes), Some(60));
+        assert_eq!(
+            Optimizer::AdamwForloop.step_temporary_bytes(&sizes),
+            Some(60)
+        );
         assert_eq!(Optimizer::Lion.step_temporary_bytes(&[10, 40]), Some(80));
         assert_eq!(Optimizer::AdamwFused.step_temporary_bytes(&sizes), None);
         assert_eq!(Optimizer::Adamw8bit.step_temporary_bytes(&sizes), None);

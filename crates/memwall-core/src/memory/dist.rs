@@ -151,7 +151,10 @@ pub fn simulate_train_dist_with(
         Engine::Hf | Engine::Vllm => {
             return Err(CoreError::invalid(
                 "strategy",
-                format!("{} does not run a distributed training step", engine.title()),
+                format!(
+                    "{} does not run a distributed training step",
+                    engine.title()
+                ),
             ))
         }
     };

@@ -16,8 +16,8 @@ pub use dist::{
 pub use hf::Kernels;
 pub use timeline::{Category, Phase};
 
-use crate::error::CoreError;
 use crate::engine::Engine;
+use crate::error::CoreError;
 use crate::model::ModelDesc;
 use crate::workload::TrainWorkload;
 use serde::Serialize;
