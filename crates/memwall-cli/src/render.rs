@@ -381,7 +381,7 @@ fn dist_report(s: &TrainSettings, layout: &Layout) -> Result<TrainReport> {
             },
         ),
         workload: s.workload.clone(),
-        runtime_profile: e.profile,
+        runtime_profile: e.engine.name(),
         peak_bytes: e.peak_bytes,
         phase: worst.phase,
         at_peak: breakdown(&worst.at_peak),

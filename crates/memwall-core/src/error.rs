@@ -13,6 +13,21 @@ pub enum CoreError {
         /// Why it is refused.
         reason: String,
     },
+    /// A combination the engine that runs it does not support (its row of
+    /// `engine::TABLE`): refused by name, never approximated.
+    #[error("{engine} does not support {field} `{value}`: {reason}")]
+    Unsupported {
+        /// The field as the user wrote it (`optimizer`, `offload`, …).
+        field: &'static str,
+        /// The refused value, as the user spells it.
+        value: String,
+        /// The engine, in words (`DeepSpeed ZeRO-2`).
+        engine: &'static str,
+        /// Why, citing the engine's source.
+        reason: &'static str,
+        /// What to do instead.
+        hint: &'static str,
+    },
     /// An arithmetic result does not fit in 64 bits (absurd sizes).
     #[error("size overflow while computing {what}: the model or workload is absurdly large")]
     Overflow {

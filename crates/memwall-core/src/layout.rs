@@ -5,49 +5,31 @@
 //! `initialize_model_parallel`): `gpus = dp · tp · pp · cp`, and expert parallelism splits the
 //! data-parallel (× context-parallel) ranks of the MoE layers, so `ep` must divide `dp · cp`.
 
+use crate::engine::Engine;
 use crate::error::CoreError;
 use serde::Serialize;
 
-/// Data-parallel sharding strategy (what each data-parallel rank keeps of the model states).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Strategy {
-    /// PyTorch `DistributedDataParallel`: full replica plus gradient buckets.
-    Ddp,
-    /// DeepSpeed ZeRO stage 1: optimizer states (and fp32 master weights) partitioned.
-    Zero1,
-    /// DeepSpeed ZeRO stage 2: + gradients partitioned.
-    Zero2,
-    /// DeepSpeed ZeRO stage 3: + parameters partitioned, gathered per module.
-    Zero3,
-    /// PyTorch FSDP2 `fully_shard(reshard_after_forward=True)` (FULL_SHARD).
-    FsdpFull,
-    /// PyTorch FSDP2 `fully_shard(reshard_after_forward=False)` (SHARD_GRAD_OP).
-    FsdpGradOp,
-    /// PyTorch FSDP2 on a 2-D mesh (replicate across nodes, shard within a node).
-    Hsdp,
+crate::names::named_enum! {
+    /// Data-parallel sharding strategy (what each data-parallel rank keeps of the model states).
+    pub enum Strategy in "strategy" {
+        /// PyTorch `DistributedDataParallel`: full replica plus gradient buckets.
+        Ddp = "ddp": "PyTorch DDP",
+        /// DeepSpeed ZeRO stage 1: optimizer states (and fp32 master weights) partitioned.
+        Zero1 = "zero1": "DeepSpeed ZeRO-1 (Megatron's distributed optimizer with --tp/--pp)",
+        /// DeepSpeed ZeRO stage 2: + gradients partitioned.
+        Zero2 = "zero2": "DeepSpeed ZeRO-2",
+        /// DeepSpeed ZeRO stage 3: + parameters partitioned, gathered per module.
+        Zero3 = "zero3": "DeepSpeed ZeRO-3",
+        /// PyTorch FSDP2 `fully_shard(reshard_after_forward=True)` (FULL_SHARD).
+        FsdpFull = "fsdp-full": "PyTorch FSDP2, reshard after forward",
+        /// PyTorch FSDP2 `fully_shard(reshard_after_forward=False)` (SHARD_GRAD_OP).
+        FsdpGradOp = "fsdp-grad-op": "PyTorch FSDP2, no reshard after forward",
+        /// PyTorch FSDP2 on a 2-D mesh (replicate across nodes, shard within a node).
+        Hsdp = "hsdp": "PyTorch FSDP2 on a (nodes, gpus-per-node) mesh",
+    }
 }
 
 impl Strategy {
-    /// All strategies with their CLI names.
-    pub const ALL: [(Strategy, &'static str); 7] = [
-        (Strategy::Ddp, "ddp"),
-        (Strategy::Zero1, "zero1"),
-        (Strategy::Zero2, "zero2"),
-        (Strategy::Zero3, "zero3"),
-        (Strategy::FsdpFull, "fsdp-full"),
-        (Strategy::FsdpGradOp, "fsdp-grad-op"),
-        (Strategy::Hsdp, "hsdp"),
-    ];
-
-    /// The CLI name.
-    pub fn name(self) -> &'static str {
-        Strategy::ALL
-            .iter()
-            .find(|(s, _)| *s == self)
-            .map_or("?", |(_, n)| n)
-    }
-
     /// Whether the strategy is one of PyTorch FSDP2's.
     pub fn is_fsdp(self) -> bool {
         matches!(
@@ -57,42 +39,40 @@ impl Strategy {
     }
 }
 
-/// Pipeline schedule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Schedule {
-    /// One-forward-one-backward (PipeDream-flush), Megatron's default.
-    #[serde(rename = "1f1b")]
-    OneFOneB,
-    /// Megatron's interleaved 1F1B with virtual stages.
-    Interleaved,
-    /// GPipe: all forwards, then all backwards.
-    Gpipe,
+crate::names::named_enum! {
+    /// Pipeline schedule.
+    pub enum Schedule in "schedule" {
+        /// One-forward-one-backward (PipeDream-flush), Megatron's default.
+        OneFOneB = "1f1b": "1F1B",
+        /// Megatron's interleaved 1F1B with virtual stages.
+        Interleaved = "interleaved": "interleaved 1F1B",
+        /// GPipe: all forwards, then all backwards.
+        Gpipe = "gpipe": "GPipe",
+    }
 }
 
-/// What is offloaded to host memory (or NVMe).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Offload {
-    /// Nothing.
-    None,
-    /// Optimizer states and fp32 master weights (DeepSpeed `offload_optimizer`; FSDP2
-    /// `CPUOffloadPolicy` always moves parameters too).
-    Optimizer,
-    /// Parameters (DeepSpeed ZeRO-3 `offload_param`).
-    Params,
-    /// Both.
-    Both,
+crate::names::named_enum! {
+    /// What is offloaded to host memory (or NVMe).
+    pub enum Offload in "offload" {
+        /// Nothing.
+        None = "none": "nothing",
+        /// Optimizer states and fp32 master weights (DeepSpeed `offload_optimizer`).
+        Optimizer = "optimizer": "optimizer states + master weights",
+        /// Parameters (DeepSpeed ZeRO-3 `offload_param`).
+        Params = "params": "parameters (ZeRO-3)",
+        /// Both (FSDP2's `CPUOffloadPolicy` moves parameters, gradients and states together).
+        Both = "both": "both",
+    }
 }
 
-/// Where offloaded bytes go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum OffloadDevice {
-    /// Pinned host memory.
-    Cpu,
-    /// NVMe (DeepSpeed ZeRO-Infinity): host memory holds only the swap buffers.
-    Nvme,
+crate::names::named_enum! {
+    /// Where offloaded bytes go.
+    pub enum OffloadDevice in "offload_device" {
+        /// Pinned host memory.
+        Cpu = "cpu": "pinned host memory",
+        /// NVMe (DeepSpeed ZeRO-Infinity): host memory holds only the swap buffers.
+        Nvme = "nvme": "NVMe (ZeRO-Infinity)",
+    }
 }
 
 /// A validated layout of one training job over a cluster.
@@ -224,16 +204,6 @@ impl Layout {
                 "the interleaved schedule needs --pp 2 or more",
             ));
         }
-        if self.model_parallel() && !matches!(self.strategy, Strategy::Ddp | Strategy::Zero1) {
-            return Err(CoreError::invalid(
-                "strategy",
-                format!(
-                    "tensor/pipeline/context/expert parallelism is modelled with Megatron-LM, whose data parallelism is \
-                     plain DDP or the distributed optimizer (= zero1); `{}` is not available there",
-                    self.strategy.name()
-                ),
-            ));
-        }
         if self.strategy == Strategy::Hsdp
             && (self.gpus_per_node >= self.gpus || !self.gpus.is_multiple_of(self.gpus_per_node))
         {
@@ -242,35 +212,9 @@ impl Layout {
                 "hsdp shards within a node and replicates across nodes: it needs --gpus to be a multiple (> 1) of --gpus-per-node",
             ));
         }
-        match (self.strategy, self.offload) {
-            (_, Offload::None) => {}
-            (Strategy::Zero1 | Strategy::Zero2, Offload::Optimizer) => {}
-            (Strategy::Zero3, _) => {}
-            (s, Offload::Optimizer | Offload::Both) if s.is_fsdp() => {}
-            (s, o) => {
-                return Err(CoreError::invalid(
-                    "offload",
-                    format!(
-                        "`{}` cannot offload {}: DeepSpeed offloads the optimizer from ZeRO-1/2 and parameters only with \
-                         ZeRO-3; FSDP2's CPUOffloadPolicy moves parameters, gradients and optimizer states together \
-                         (use --offload both)",
-                        s.name(),
-                        match o {
-                            Offload::Params => "parameters",
-                            Offload::Both => "parameters and optimizer",
-                            _ => "the optimizer alone",
-                        }
-                    ),
-                ));
-            }
-        }
-        if self.offload_device == OffloadDevice::Nvme && self.strategy != Strategy::Zero3 {
-            return Err(CoreError::invalid(
-                "offload_device",
-                "NVMe offload is DeepSpeed ZeRO-Infinity, which needs zero3",
-            ));
-        }
-        Ok(())
+        // what the layout's engine runs: strategy (Megatron-LM's data parallelism), offload
+        // kinds and devices — one table, `engine::TABLE`
+        Engine::resolve(Some(self)).check_layout(self)
     }
 }
 
@@ -302,8 +246,9 @@ mod tests {
         x.strategy = Strategy::Zero3;
         assert!(matches!(
             x.validate(),
-            Err(CoreError::Invalid {
+            Err(CoreError::Unsupported {
                 field: "strategy",
+                engine: "Megatron-LM",
                 ..
             })
         ));
@@ -340,12 +285,45 @@ mod tests {
         x.offload = Offload::Params;
         assert!(matches!(
             x.validate(),
-            Err(CoreError::Invalid {
+            Err(CoreError::Unsupported {
                 field: "offload",
                 ..
             })
         ));
         x.strategy = Strategy::Zero3;
         assert!(x.validate().is_ok());
+    }
+
+    #[test]
+    fn fsdp_offloads_everything_or_nothing() {
+        // CPUOffloadPolicy moves parameters, gradients and states together: an optimizer-only
+        // offload used to be accepted and simulated as `both`
+        let mut x = l(8, 1, 1);
+        x.strategy = Strategy::FsdpFull;
+        x.offload = Offload::Optimizer;
+        assert!(matches!(
+            x.validate(),
+            Err(CoreError::Unsupported {
+                field: "offload",
+                ..
+            })
+        ));
+        x.offload = Offload::Both;
+        assert!(x.validate().is_ok());
+    }
+
+    #[test]
+    fn megatron_refuses_offload_it_does_not_simulate() {
+        let mut x = l(8, 2, 1);
+        x.strategy = Strategy::Zero1;
+        x.offload = Offload::Optimizer;
+        assert!(matches!(
+            x.validate(),
+            Err(CoreError::Unsupported {
+                field: "offload",
+                engine: "Megatron-LM",
+                ..
+            })
+        ));
     }
 }

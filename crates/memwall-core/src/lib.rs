@@ -1,21 +1,29 @@
 //! memwall-core: a pure model of the memory (and later the bandwidth) of LLM workloads.
 //!
-//! Data flows `ModelDesc` + `TrainWorkload` → [`memory::simulate_train`] → [`memory::TrainEstimate`].
+//! Data flows `ModelDesc` + `TrainWorkload` (+ `Layout`) → [`engine::Engine::resolve`] and its
+//! capability check → [`memory::simulate_train`] / [`memory::simulate_train_dist`] →
+//! [`memory::TrainEstimate`] / [`memory::DistEstimate`].
 //! Nothing in this crate does I/O, reads the environment or the clock.
 
 pub mod dtype;
+pub mod engine;
 pub mod error;
 pub mod gpu;
 pub mod layout;
 pub mod memory;
 pub mod model;
+pub mod names;
+pub mod optimizer;
 pub mod quant;
 pub mod roofline;
 pub mod serve;
 pub mod units;
 pub mod workload;
 
-pub use dtype::DType;
+pub use dtype::{DType, Precision};
+pub use engine::Engine;
 pub use error::CoreError;
 pub use model::ModelDesc;
+pub use names::Named;
+pub use optimizer::Optimizer;
 pub use units::Bytes;

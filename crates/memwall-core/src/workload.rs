@@ -3,79 +3,19 @@
 use crate::error::CoreError;
 use serde::Serialize;
 
-/// Numeric precision of the training step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Precision {
-    /// Model cast to bf16; grads and optimizer states bf16.
-    Bf16,
-    /// Model cast to fp16; grads and optimizer states fp16 (no master copy).
-    Fp16,
-    /// Everything fp32.
-    Fp32,
-    /// fp32 weights, `torch.autocast(dtype=bfloat16)` forward.
-    AmpBf16,
-    /// fp32 weights, `torch.autocast(dtype=float16)` forward.
-    AmpFp16,
-}
+pub use crate::dtype::Precision;
+pub use crate::optimizer::Optimizer;
 
-impl Precision {
-    /// All values with their CLI names.
-    pub const ALL: [(Precision, &'static str); 5] = [
-        (Precision::Bf16, "bf16"),
-        (Precision::Fp16, "fp16"),
-        (Precision::Fp32, "fp32"),
-        (Precision::AmpBf16, "amp-bf16"),
-        (Precision::AmpFp16, "amp-fp16"),
-    ];
-}
-
-/// Optimizer and its implementation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Optimizer {
-    /// `torch.optim.AdamW(foreach=True)`.
-    Adamw,
-    /// `torch.optim.AdamW(fused=True)`.
-    AdamwFused,
-    /// `torch.optim.AdamW(foreach=False)`.
-    AdamwForloop,
-    /// bitsandbytes `AdamW8bit` (blockwise-quantised states).
-    Adamw8bit,
-    /// `torch.optim.SGD(momentum=0, foreach=True)`.
-    Sgd,
-    /// `torch.optim.SGD(momentum=0.9, foreach=True)`.
-    SgdMomentum,
-    /// `torch.optim.Adafactor(foreach=True)`.
-    Adafactor,
-    /// lion-pytorch `Lion`.
-    Lion,
-}
-
-impl Optimizer {
-    /// All values with their CLI names.
-    pub const ALL: [(Optimizer, &'static str); 8] = [
-        (Optimizer::Adamw, "adamw"),
-        (Optimizer::AdamwFused, "adamw-fused"),
-        (Optimizer::AdamwForloop, "adamw-forloop"),
-        (Optimizer::Adamw8bit, "adamw-8bit"),
-        (Optimizer::Sgd, "sgd"),
-        (Optimizer::SgdMomentum, "sgd-momentum"),
-        (Optimizer::Adafactor, "adafactor"),
-        (Optimizer::Lion, "lion"),
-    ];
-}
-
-/// Attention implementation (transformers `attn_implementation`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AttentionImpl {
-    /// `torch.nn.functional.scaled_dot_product_attention` (flash/efficient kernels: saves output + logsumexp).
-    Sdpa,
-    /// transformers `eager_attention_forward`: materialises the probabilities.
-    Eager,
-    /// `flash_attention_2`: saves q, k, v, output and logsumexp like SDPA's flash kernel.
-    Flash,
+crate::names::named_enum! {
+    /// Attention implementation (transformers `attn_implementation`).
+    pub enum AttentionImpl in "attention" {
+        /// `torch.nn.functional.scaled_dot_product_attention` (flash/efficient kernels: saves output + logsumexp).
+        Sdpa = "sdpa": "torch SDPA (flash/efficient kernels)",
+        /// transformers `eager_attention_forward`: materialises the probabilities.
+        Eager = "eager": "transformers eager attention (materialises probabilities)",
+        /// `flash_attention_2`: saves q, k, v, output and logsumexp like SDPA's flash kernel.
+        Flash = "flash": "flash_attention_2",
+    }
 }
 
 /// LoRA adapters (peft semantics).
@@ -89,7 +29,7 @@ pub struct Lora {
     pub qlora: bool,
 }
 
-/// A training step to simulate (runtime profile `hf`).
+/// A training step to simulate (on whichever engine `engine::Engine::resolve` picks).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TrainWorkload {
     /// Micro-batch size.
@@ -326,20 +266,20 @@ impl WeightFormat {
     }
 }
 
-/// Element type of the KV cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KvDtype {
-    /// Same as the compute dtype (transformers' default DynamicCache).
-    Auto,
-    /// bf16.
-    Bf16,
-    /// fp16.
-    Fp16,
-    /// fp8 (1 byte).
-    Fp8,
-    /// int8 (1 byte).
-    Int8,
+crate::names::named_enum! {
+    /// Element type of the KV cache.
+    pub enum KvDtype in "kv_dtype" {
+        /// Same as the compute dtype (transformers' default DynamicCache).
+        Auto = "auto": "the compute dtype",
+        /// bf16.
+        Bf16 = "bf16": "bf16",
+        /// fp16.
+        Fp16 = "fp16": "fp16",
+        /// fp8 (1 byte).
+        Fp8 = "fp8": "fp8",
+        /// int8 (1 byte).
+        Int8 = "int8": "int8",
+    }
 }
 
 /// An inference workload: `model.generate`-style prefill + decode (runtime profile `hf`).

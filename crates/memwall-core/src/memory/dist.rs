@@ -1,22 +1,25 @@
 //! Distributed training: the memory of every rank of a cluster.
 //!
-//! Three runtime profiles:
-//! - `ddp` and `fsdp` (PyTorch DDP / FSDP2) and `deepspeed` (ZeRO-1/2/3): the rank replays the
-//!   same transformers step as [`super::simulate_train`], with the sharding hooks of
-//!   `hf/shard.rs` (sharded model states, all-gather and reduce-scatter buffers, buckets);
-//! - `megatron` (tensor / sequence / pipeline / context / expert parallelism): Megatron-LM's
-//!   own layers, so activations follow Korthikanti et al. 2022 and the model states
-//!   `megatron/training/theoretical_memory_usage.py` (see `memory/megatron.rs`).
+//! The engine is resolved once from the layout ([`Engine::resolve`]) and the combination checked
+//! against its capability row ([`Engine::check`]) before anything is simulated:
+//! - [`Engine::Ddp`], [`Engine::Fsdp2`] and [`Engine::Zero`] (PyTorch DDP / FSDP2, DeepSpeed
+//!   ZeRO-1/2/3): the rank replays the same transformers step as [`super::simulate_train`], with
+//!   the sharding hooks of `hf/shard.rs` (sharded model states, all-gather and reduce-scatter
+//!   buffers, buckets);
+//! - [`Engine::Megatron`] (tensor / sequence / pipeline / context / expert parallelism):
+//!   Megatron-LM's own layers, so activations follow Korthikanti et al. 2022 and the model
+//!   states `megatron/training/theoretical_memory_usage.py` (see `memory/megatron.rs`).
 
 use super::dist_types::{ShardKind, ShardSim};
 use super::hf::Builder;
 use super::ranks::{compress_ranks, worst_group};
 pub use super::ranks::{CommBuffer, DistEstimate, RankGroup};
 use super::{to_u64, Category, Kernels, Phase};
+use crate::engine::Engine;
 use crate::error::CoreError;
 use crate::layout::{Layout, Offload, OffloadDevice, Strategy};
 use crate::model::ModelDesc;
-use crate::workload::{Optimizer, Precision, TrainWorkload};
+use crate::workload::{Precision, TrainWorkload};
 
 /// DeepSpeed `reduce_bucket_size` default (deepspeed/runtime/zero/config.py: 5e8 elements).
 pub const DEEPSPEED_REDUCE_BUCKET_ELEMS: u64 = 500_000_000;
@@ -68,49 +71,38 @@ pub fn simulate_train_dist_with(
             "the model has no layers",
         ));
     }
-    if layout.model_parallel() {
-        return super::megatron::simulate(model, w, layout);
-    }
-    let sharded = layout.strategy != Strategy::Ddp;
-    if sharded && matches!(w.optimizer, Optimizer::Adamw8bit | Optimizer::Adafactor) {
-        return Err(CoreError::invalid(
-            "optimizer",
-            "adamw-8bit and adafactor are not modelled with sharded optimizer states; use adamw or sgd",
-        ));
-    }
-    if sharded && w.lora.as_ref().is_some_and(|l| l.qlora) {
-        return Err(CoreError::invalid(
-            "qlora",
-            "QLoRA's 4-bit base with FSDP/ZeRO sharding is not modelled; use --strategy ddp",
-        ));
-    }
+    // the one place a distributed step is checked: anything the engine does not run is refused
+    // here, by name (engine::TABLE)
+    let engine = Engine::resolve(Some(layout));
+    engine.check(w, Some(layout))?;
+    let kind = match engine {
+        Engine::Megatron => return super::megatron::simulate(model, w, layout),
+        Engine::Ddp => ShardKind::Ddp {
+            bucket_view: opts.ddp_bucket_view,
+        },
+        Engine::Fsdp2 if layout.strategy == Strategy::FsdpGradOp => ShardKind::Fsdp2 {
+            reshard_after_forward: false,
+            root_reshard: false,
+        },
+        Engine::Fsdp2 => ShardKind::Fsdp2 {
+            reshard_after_forward: true,
+            root_reshard: opts.fsdp_root_reshard,
+        },
+        Engine::Zero(stage) => ShardKind::Zero {
+            stage: stage.number(),
+        },
+        Engine::Hf | Engine::Vllm => {
+            return Err(CoreError::invalid(
+                "strategy",
+                format!(
+                    "{} does not run a distributed training step",
+                    engine.title()
+                ),
+            ))
+        }
+    };
     let dp = layout.dp();
     let world = u128::from(layout.shard_group());
-    let (profile, kind) = match layout.strategy {
-        Strategy::Ddp => (
-            "ddp",
-            ShardKind::Ddp {
-                bucket_view: opts.ddp_bucket_view,
-            },
-        ),
-        Strategy::FsdpFull | Strategy::Hsdp => (
-            "fsdp",
-            ShardKind::Fsdp2 {
-                reshard_after_forward: true,
-                root_reshard: opts.fsdp_root_reshard,
-            },
-        ),
-        Strategy::FsdpGradOp => (
-            "fsdp",
-            ShardKind::Fsdp2 {
-                reshard_after_forward: false,
-                root_reshard: false,
-            },
-        ),
-        Strategy::Zero1 => ("deepspeed", ShardKind::Zero { stage: 1 }),
-        Strategy::Zero2 => ("deepspeed", ShardKind::Zero { stage: 2 }),
-        Strategy::Zero3 => ("deepspeed", ShardKind::Zero { stage: 3 }),
-    };
     // Precision per runtime. FSDP2: `amp-*` is MixedPrecisionPolicy(param_dtype=bf16/fp16,
     // reduce_dtype=fp32) over an fp32 model, the FSDP2 idiom (no autocast). DeepSpeed: bf16 and
     // fp16 keep an fp32 master partition (`bf16`/`fp16` config sections with ZeRO).
@@ -129,11 +121,7 @@ pub fn simulate_train_dist_with(
         (ShardKind::Fsdp2 { .. }, Precision::Fp32) => (4, 4, false),
         (ShardKind::Zero { .. }, Precision::Fp32) => (4, 4, false),
         (ShardKind::Zero { .. }, p) => {
-            rank_w.precision = if matches!(p, Precision::Fp16 | Precision::AmpFp16) {
-                Precision::Fp16
-            } else {
-                Precision::Bf16
-            };
+            rank_w.precision = p.half();
             (4, 2, false)
         }
     };
@@ -257,7 +245,7 @@ pub fn simulate_train_dist_with(
         ),
     };
     Ok(DistEstimate {
-        profile,
+        engine,
         peak_bytes: groups[worst].peak_bytes,
         worst,
         groups,

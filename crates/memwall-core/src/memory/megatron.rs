@@ -1,11 +1,15 @@
-//! Runtime profile `megatron`: Megatron-LM with tensor (+ sequence), pipeline, context and
+//! [`Engine::Megatron`]: Megatron-LM with tensor (+ sequence), pipeline, context and
 //! expert parallelism. Megatron runs its own layers, not transformers', so this profile is
 //! the published mechanism, not a replay of a measured one:
 //!
 //! - model states: `megatron/training/theoretical_memory_usage.py`
 //!   (`compute_weight_and_optimizer_memory`): bf16 weights (2 B), fp32 main gradients (4 B),
-//!   fp32 master + Adam moments (12 B) — 18 B/parameter, or 6 + 12/dp with the distributed
-//!   optimizer (`--use-distributed-optimizer`, which is what `--strategy zero1` selects here);
+//!   fp32 master (4 B) and the optimizer's fp32 states — Adam's two moments (8 B), so
+//!   18 B/parameter, or 6 + 12/dp with the distributed optimizer (`--use-distributed-optimizer`,
+//!   which is what `--strategy zero1` selects here). The states come from
+//!   [`crate::optimizer::Optimizer::state_bytes`] over fp32 main parameters, the same
+//!   accounting as ZeRO's fp32 partitions; the optimizers Megatron-LM has not got are refused
+//!   by its capability row before this runs (`engine::TABLE`);
 //!   stage 0 holds the word embeddings, the last stage the output layer (a copy of the
 //!   embeddings when they are tied and pp > 1);
 //! - activations per layer: Korthikanti et al. 2022, "Reducing Activation Recomputation in
@@ -20,10 +24,11 @@
 
 use super::ranks::{compress_ranks, worst_group, DistEstimate, RankGroup};
 use super::{to_u64, Category, Phase};
+use crate::engine::Engine;
 use crate::error::CoreError;
 use crate::layout::{Layout, Schedule, Strategy};
 use crate::model::{AttentionKind, LayerSpec, Mlp, ModelDesc};
-use crate::workload::{AttentionImpl, Optimizer, Precision, TrainWorkload};
+use crate::workload::{AttentionImpl, Precision, TrainWorkload};
 
 /// Saved activation bytes of one layer per token: (replicated unless sequence-parallel,
 /// split by tensor parallelism).
@@ -102,18 +107,13 @@ fn layer_activation_per_token(
     (replicated, split)
 }
 
-/// Every rank of a Megatron-LM job.
+/// Every rank of a Megatron-LM job (the caller has checked the workload against
+/// [`Engine::Megatron`]'s capabilities).
 pub(crate) fn simulate(
     model: &ModelDesc,
     w: &TrainWorkload,
     layout: &Layout,
 ) -> Result<DistEstimate, CoreError> {
-    if w.lora.is_some() {
-        return Err(CoreError::invalid(
-            "lora_rank",
-            "LoRA is not modelled with Megatron-LM's tensor/pipeline parallelism",
-        ));
-    }
     let (p, t, c, ep) = (
         u128::from(layout.pp),
         u128::from(layout.tp),
@@ -169,16 +169,15 @@ pub(crate) fn simulate(
     let tokens = u128::from(w.batch) * u128::from(w.seq) / c;
     let seq_local = u128::from(w.seq) / c;
 
-    // bytes per parameter (theoretical_memory_usage.py): weights, main grads, optimizer
+    // bytes per parameter (theoretical_memory_usage.py): weights, main grads, fp32 master
+    // (`--bf16`/`--fp16`; none in fp32, where the weights are the main params)
     let (weight_b, grad_b, master_b) = match w.precision {
         Precision::Fp32 => (4, 4, 0),
         _ => (2, 4, 4),
     };
-    let state_b = match w.optimizer {
-        Optimizer::Sgd => 0,
-        Optimizer::SgdMomentum | Optimizer::Lion => 4,
-        _ => 8,
-    };
+    // master + the optimizer's fp32 states of `n` main-parameter elements (one flat shard
+    // per rank with the distributed optimizer, `distrib_optimizer.py`)
+    let main_param_states = |n: u128| n * master_b + w.optimizer.flat_state_bytes(n, 4);
     let distributed_optimizer = layout.strategy == Strategy::Zero1;
     let dense_shard = if distributed_optimizer { dp * c } else { 1 };
     let expert_shard = if distributed_optimizer {
@@ -245,8 +244,8 @@ pub(crate) fn simulate(
         let params_rank = dense / t + replicated + experts / (t * ep);
         let weights = params_rank * weight_b;
         let grads = params_rank * grad_b;
-        let states = (dense / t + replicated).div_ceil(dense_shard) * (master_b + state_b)
-            + (experts / (t * ep)).div_ceil(expert_shard) * (master_b + state_b);
+        let states = main_param_states((dense / t + replicated).div_ceil(dense_shard))
+            + main_param_states((experts / (t * ep)).div_ceil(expert_shard));
         // in-flight micro-batches (chunks of layers_per_stage / v layers for interleaved)
         let in_flight_layers = match layout.schedule {
             Schedule::OneFOneB => (p - k).min(m) * layers_per_stage,
@@ -311,7 +310,7 @@ pub(crate) fn simulate(
     let worst = worst_group(&groups);
     let params_total = model.param_counts()?.total;
     Ok(DistEstimate {
-        profile: "megatron",
+        engine: Engine::Megatron,
         peak_bytes: groups[worst].peak_bytes,
         worst,
         groups,

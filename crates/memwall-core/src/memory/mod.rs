@@ -16,6 +16,7 @@ pub use hf::Kernels;
 pub use ranks::{CommBuffer, DistEstimate, RankGroup};
 pub use timeline::{Category, Phase};
 
+use crate::engine::Engine;
 use crate::error::CoreError;
 use crate::model::ModelDesc;
 use crate::workload::TrainWorkload;
@@ -24,6 +25,8 @@ use serde::Serialize;
 /// Result of simulating one steady-state training step on one GPU.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TrainEstimate {
+    /// Whose runtime is simulated ([`Engine::Hf`]; its `name()` is the runtime profile).
+    pub engine: Engine,
     /// Peak bytes PyTorch's allocator holds during the step.
     pub peak_bytes: u64,
     /// What is alive at the peak, by category (sums to `peak_bytes`).
@@ -49,13 +52,15 @@ fn breakdown_at_peak(t: &timeline::Timeline) -> Result<Vec<(Category, u64)>, Cor
         .collect()
 }
 
-/// Simulates a steady-state (second) training step, runtime profile `hf`.
+/// Simulates a steady-state (second) training step on one GPU ([`Engine::Hf`]).
 pub fn simulate_train(
     model: &ModelDesc,
     w: &TrainWorkload,
     kernels: Kernels,
 ) -> Result<TrainEstimate, CoreError> {
     w.validate()?;
+    let engine = Engine::resolve(None);
+    engine.check(w, None)?;
     if model.layers.is_empty() {
         return Err(CoreError::invalid(
             "num_hidden_layers",
@@ -67,6 +72,7 @@ pub fn simulate_train(
     let t = &b.t;
     let at_peak = breakdown_at_peak(t)?;
     Ok(TrainEstimate {
+        engine,
         peak_bytes: to_u64(t.peak(), "peak bytes")?,
         at_peak,
         phase: t.peak_phase(),
@@ -78,6 +84,8 @@ pub fn simulate_train(
 /// Result of simulating an inference run on one GPU.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct InferEstimate {
+    /// Whose runtime is simulated ([`Engine::Hf`]: transformers' `generate`).
+    pub engine: Engine,
     /// Peak bytes PyTorch's allocator holds.
     pub peak_bytes: u64,
     /// What is alive at the peak, by category (sums to `peak_bytes`).
@@ -94,7 +102,7 @@ pub struct InferEstimate {
     pub prefill_peak_bytes: u64,
 }
 
-/// Simulates `generate`-style inference (runtime profile `hf`).
+/// Simulates `generate`-style inference on one GPU ([`Engine::Hf`]).
 pub fn simulate_infer(
     model: &ModelDesc,
     w: &crate::workload::InferWorkload,
@@ -117,6 +125,7 @@ pub fn simulate_infer(
         .find(|(c, _)| *c == Category::Weights)
         .map_or(0, |x| x.1);
     Ok(InferEstimate {
+        engine: Engine::Hf,
         peak_bytes: to_u64(t.peak(), "peak bytes")?,
         at_peak,
         phase: t.peak_phase(),

@@ -40,8 +40,9 @@ pub struct CommBuffer {
 /// The memory of every rank.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DistEstimate {
-    /// Whose runtime is simulated: `ddp`, `fsdp`, `deepspeed` or `megatron`.
-    pub profile: &'static str,
+    /// Whose runtime is simulated (its `name()` is the runtime profile: `ddp`, `fsdp`,
+    /// `deepspeed` or `megatron`).
+    pub engine: crate::engine::Engine,
     /// Rank groups, in rank order.
     pub groups: Vec<RankGroup>,
     /// Index in `groups` of the worst rank.
