@@ -3,6 +3,7 @@
 //! Data flows `ModelDesc` + `TrainWorkload` → [`memory::simulate_train`] → [`memory::TrainEstimate`].
 //! Nothing in this crate does I/O, reads the environment or the clock.
 
+pub mod advice;
 pub mod dtype;
 pub mod error;
 pub mod gpu;
@@ -12,6 +13,7 @@ pub mod model;
 pub mod quant;
 pub mod roofline;
 pub mod serve;
+pub mod speed;
 pub mod units;
 pub mod workload;
 
