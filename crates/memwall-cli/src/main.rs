@@ -21,12 +21,13 @@ fn main() -> ExitCode {
             if let Some(o) = e.downcast_ref::<output::OutputError>() {
                 return o.finish();
             }
-            eprintln!("error: {e}");
+            // never `eprintln!`: it panics when stderr is closed
+            output::stderr_line(format_args!("error: {e}"));
             for cause in e.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
+                output::stderr_line(format_args!("  caused by: {cause}"));
             }
             if let Some(h) = model_source::hint_for(&e) {
-                eprintln!("hint: {h}");
+                output::stderr_line(format_args!("hint: {h}"));
             }
             ExitCode::from(2)
         }

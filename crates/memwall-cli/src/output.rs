@@ -102,9 +102,7 @@ pub fn stderr_line(line: fmt::Arguments<'_>) {
 
 /// Runs `f` with the locked, buffered stdout and flushes it; write failures come back as
 /// [`OutputError::Stdout`].
-pub fn with_stdout<T>(
-    f: impl FnOnce(&mut dyn Write) -> anyhow::Result<T>,
-) -> anyhow::Result<T> {
+pub fn with_stdout<T>(f: impl FnOnce(&mut dyn Write) -> anyhow::Result<T>) -> anyhow::Result<T> {
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     let value = f(&mut out)?;

@@ -82,9 +82,11 @@ fn cost(strategy_rank: u32, checkpointing: bool, offload: Offload) -> u32 {
         }
 }
 
-/// Up to `max` layouts near `layout` whose worst rank fits `gpu`, cheapest first (see [`cost`]):
-/// deeper sharding, then recomputation, then offload. The asked layout itself is skipped; a
-/// candidate the layout rules refuse or the simulation cannot run is skipped too.
+/// Up to `max` layouts near `layout` whose worst rank fits `gpu`, cheapest first: deeper
+/// sharding, then recomputation, then offload (relative costs: one step along ZeRO-1 < ZeRO-2 <
+/// FSDP without reshard < FSDP < ZeRO-3 per unit, checkpointing 3, optimizer offload 4,
+/// parameter offload 8). The asked layout itself is skipped; a candidate the layout rules
+/// refuse or the simulation cannot run is skipped too.
 pub fn fitting_alternatives(
     model: &ModelDesc,
     workload: &TrainWorkload,
@@ -112,8 +114,7 @@ pub fn fitting_alternatives(
             for offload in [Offload::None, Offload::Optimizer, Offload::Both] {
                 // parameter offload needs parameter sharding (ZeRO-3, FSDP); FSDP2's
                 // CPUOffloadPolicy moves parameters, gradients and states together
-                if offload == Offload::Both && strategy != Strategy::Zero3 && !strategy.is_fsdp()
-                {
+                if offload == Offload::Both && strategy != Strategy::Zero3 && !strategy.is_fsdp() {
                     continue;
                 }
                 if offload == Offload::Optimizer && strategy.is_fsdp() {

@@ -93,7 +93,11 @@ impl Report for ModelsReport {
         for r in &self.models {
             t.push(vec![
                 format!("`{}`", r.id),
-                format!("[{}](https://huggingface.co/{})", md_text(r.hf_repo), r.hf_repo),
+                format!(
+                    "[{}](https://huggingface.co/{})",
+                    md_text(r.hf_repo),
+                    r.hf_repo
+                ),
                 r.model_type.clone(),
                 count(r.params_total),
                 r.published_params.to_owned(),

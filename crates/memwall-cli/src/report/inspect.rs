@@ -117,7 +117,7 @@ impl Report for InspectReport {
         let mut t = Table::new(&[
             ("component", Align::Left),
             ("params", Align::Right),
-            ("", Align::Left),
+            ("note", Align::Left),
         ]);
         for (name, n) in self.components() {
             let note = match name {

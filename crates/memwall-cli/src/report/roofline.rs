@@ -150,7 +150,7 @@ fn op_row(o: &OpCost, csv: bool) -> Vec<String> {
     } else {
         vec![
             format!("`{}`", o.name),
-            si(o.flops),
+            si(o.flops).trim_end().to_owned(),
             format!("{}B", si(o.bytes)),
             format!("{:.1}", o.intensity),
             bound_name(o.bound).to_owned(),

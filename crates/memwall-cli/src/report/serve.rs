@@ -36,8 +36,8 @@ pub struct ServeReport {
 
 /// Plans the deployment of `s`.
 pub fn build(s: &ServeSettings) -> Result<ServeReport> {
-    let resolved = serve::resolve(&s.model.desc, s.gpu, &s.request)
-        .context("cannot plan this deployment")?;
+    let resolved =
+        serve::resolve(&s.model.desc, s.gpu, &s.request).context("cannot plan this deployment")?;
     let cfg = resolved.config;
     let plan = serve::plan(&s.model.desc, &cfg).context("cannot plan this deployment")?;
     let mut conc: Vec<(String, f64)> = Vec::new();

@@ -77,7 +77,12 @@ pub fn category_name(c: Category) -> &'static str {
 
 /// A breakdown at a peak, named as the train report names categories.
 pub fn breakdown(at_peak: &[(Category, u64)]) -> NamedBytes {
-    Entries(at_peak.iter().map(|(c, b)| (category_name(*c), *b)).collect())
+    Entries(
+        at_peak
+            .iter()
+            .map(|(c, b)| (category_name(*c), *b))
+            .collect(),
+    )
 }
 
 /// The name a unit-like enum serialises to (`"bf16"`, `"sdpa"`), or `?`.

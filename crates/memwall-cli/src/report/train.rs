@@ -1,7 +1,9 @@
 //! `memwall train`: peak memory of a training step, on one GPU or every rank of a cluster.
 
 use super::table::{md_text, Align, Table};
-use super::text::{breakdown, count, percent, phase_name, phase_word, serde_name, Entries, NamedBytes};
+use super::text::{
+    breakdown, count, percent, phase_name, phase_word, serde_name, Entries, NamedBytes,
+};
 use super::{markdown_fit, ModelInfo, Report};
 use crate::args::TrainSettings;
 use anyhow::{Context, Result};
