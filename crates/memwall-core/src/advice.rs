@@ -157,3 +157,79 @@ pub fn fitting_alternatives(
     }
     out
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::model::tests::llama2_7b;
+    use crate::roofline::MathDtype;
+
+    /// An NVIDIA GPU with `gib` GiB (H100-like figures otherwise).
+    pub(crate) fn gpu(id: &str, gib: u64, architecture: &str) -> GpuSpec {
+        GpuSpec {
+            id: id.into(),
+            name: id.to_uppercase(),
+            vendor: "nvidia".into(),
+            architecture: architecture.into(),
+            memory_bytes: gib << 30,
+            memory_type: "HBM3".into(),
+            memory_bandwidth_bytes_per_s: 3.35e12,
+            l2_bytes: None,
+            peak_flops_per_s: vec![(MathDtype::Bf16, 989e12), (MathDtype::Fp32, 67e12)],
+            interconnect: None,
+            pcie: None,
+            tdp_w: None,
+            sources: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn fit_adds_context_and_workspace_to_the_peak() {
+        let g = gpu("h100", 80, "hopper");
+        let f = GpuFit::new(&g, 10 << 30);
+        assert_eq!(
+            f.required_bytes,
+            (10 << 30) + CUDA_CONTEXT_BYTES + (32 << 20)
+        );
+        assert!(f.fits);
+        assert_eq!(
+            f.headroom_bytes,
+            i128::from(g.memory_bytes) - i128::from(f.required_bytes)
+        );
+        let f = GpuFit::new(&g, g.memory_bytes);
+        assert!(!f.fits && f.headroom_bytes < 0);
+        // saturates rather than overflows
+        assert_eq!(GpuFit::new(&g, u64::MAX).required_bytes, u64::MAX);
+    }
+
+    #[test]
+    fn alternatives_fit_are_cheapest_first_and_change_something() {
+        let model = llama2_7b();
+        let w = TrainWorkload::new(1, 2048);
+        let mut layout = Layout::single();
+        layout.gpus = 8;
+        layout.gpus_per_node = 8;
+        let g = gpu("l4", 24, "ada");
+        let asked = memory::simulate_train_dist(&model, &w, &layout, Kernels::Cuda).unwrap();
+        assert!(!GpuFit::new(&g, asked.peak_bytes).fits);
+        let alts = fitting_alternatives(&model, &w, &layout, Kernels::Cuda, &g, 3);
+        assert!(!alts.is_empty() && alts.len() <= 3);
+        let strategies = [
+            Strategy::Zero1,
+            Strategy::Zero2,
+            Strategy::FsdpGradOp,
+            Strategy::FsdpFull,
+            Strategy::Zero3,
+        ];
+        let costs: Vec<u32> = alts
+            .iter()
+            .map(|a| {
+                assert!(GpuFit::new(&g, a.peak_bytes).fits);
+                let rank = strategies.iter().position(|s| *s == a.strategy).unwrap();
+                cost(rank as u32, a.checkpointing, a.offload)
+            })
+            .collect();
+        assert!(costs.windows(2).all(|c| c[0] <= c[1]), "{costs:?}");
+        assert!(fitting_alternatives(&model, &w, &layout, Kernels::Cuda, &g, 0).is_empty());
+    }
+}

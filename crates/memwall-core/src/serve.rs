@@ -529,3 +529,96 @@ mod tests {
         assert!(plan(&llama2_7b(), &c).is_err());
     }
 }
+
+#[cfg(test)]
+mod default_tests {
+    use super::*;
+    use crate::advice::tests::gpu;
+    use crate::model::tests::llama2_7b;
+
+    fn request() -> ServeRequest {
+        ServeRequest {
+            tp: 1,
+            gpu_memory_utilization: 0.92,
+            kv_dtype_bytes: 2,
+            dtype_bytes: 2,
+            block_size: 16,
+            max_model_len: None,
+            max_num_batched_tokens: None,
+            max_num_seqs: None,
+            enforce_eager: false,
+            kv_cache_memory_bytes: None,
+            non_torch_bytes: None,
+            activation_bytes: None,
+            cuda_graph_bytes: None,
+        }
+    }
+
+    #[test]
+    fn vllm_batch_defaults_follow_device_memory() {
+        let h100 = gpu("h100-sxm", 80, "hopper");
+        let a100 = gpu("a100-80gb-sxm", 80, "ampere");
+        let h200 = gpu("h200", 141, "hopper");
+        let b200 = gpu("b200", 180, "blackwell");
+        let l4 = gpu("l4", 24, "ada");
+        assert_eq!(default_max_num_batched_tokens(&h100), 8192);
+        assert_eq!(default_max_num_batched_tokens(&a100), 2048);
+        assert_eq!(default_max_num_batched_tokens(&h200), 8192);
+        assert_eq!(default_max_num_batched_tokens(&b200), 16384);
+        assert_eq!(default_max_num_batched_tokens(&l4), 2048);
+        assert_eq!(default_max_num_seqs(8192), 1024);
+        assert_eq!(default_max_num_seqs(2048), 256);
+    }
+
+    #[test]
+    fn activation_estimate_is_one_layer_of_the_dummy_batch_plus_sampler_logits() {
+        // Llama-2-7B: hidden 4096, gated MLP 2 × 11008, vocab 32000 (a multiple of 64)
+        let m = llama2_7b();
+        let b = estimate_activation_peak_bytes(&m, 1, 8192, 1024, 2);
+        assert_eq!(b, 8192 * (4 * 4096 + 2 * 2 * 11008) * 2 + 1024 * 32000 * 8);
+        // absurd inputs saturate instead of overflowing
+        assert_eq!(
+            estimate_activation_peak_bytes(&m, 1, u64::MAX, u64::MAX, 2),
+            u64::MAX
+        );
+    }
+
+    #[test]
+    fn resolve_lists_what_it_estimated_unless_the_budget_is_fixed() {
+        let (m, g) = (llama2_7b(), gpu("h100-sxm", 80, "hopper"));
+        let r = resolve(&m, &g, &request()).unwrap();
+        assert_eq!(
+            r.estimated_inputs,
+            [
+                "weights_bytes_per_rank",
+                "activation_peak_bytes",
+                "non_torch_bytes",
+                "cuda_graph_bytes"
+            ]
+        );
+        assert_eq!(r.config.max_num_batched_tokens, 8192);
+        assert_eq!(r.max_num_seqs, 1024);
+        assert_eq!(r.config.max_model_len, m.max_position_embeddings);
+        assert_eq!(r.config.cuda_graph_bytes, CUDA_GRAPH_BYTES_ESTIMATE);
+        let mut q = request();
+        (q.enforce_eager, q.activation_bytes, q.non_torch_bytes) = (true, Some(1), Some(2));
+        let r = resolve(&m, &g, &q).unwrap();
+        assert_eq!(r.estimated_inputs, ["weights_bytes_per_rank"]);
+        assert_eq!(r.config.cuda_graph_bytes, 0);
+        q.kv_cache_memory_bytes = Some(1 << 30);
+        assert!(resolve(&m, &g, &q).unwrap().estimated_inputs.is_empty());
+        q.tp = 0;
+        assert!(resolve(&m, &g, &q).is_err());
+    }
+
+    #[test]
+    fn paged_waste_is_only_the_last_block() {
+        let cfg = resolve(&llama2_7b(), &gpu("h100-sxm", 80, "hopper"), &request())
+            .unwrap()
+            .config;
+        let f = fragmentation(&cfg, 1000);
+        assert_eq!(f.request_tokens, 1000);
+        assert!((f.contiguous_waste - (1.0 - 1000.0 / 4096.0)).abs() < 1e-12);
+        assert!((f.paged_waste - (1.0 - 1000.0 / 1008.0)).abs() < 1e-12);
+    }
+}

@@ -117,3 +117,55 @@ pub fn decode_speed(
         )?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::advice::tests::gpu;
+    use crate::model::tests::llama2_7b;
+
+    const EFF: Efficiency = Efficiency {
+        flops: 0.5,
+        bandwidth: 0.8,
+    };
+
+    #[test]
+    fn the_estimate_is_slower_than_the_bound() {
+        let s = train_speed(
+            &llama2_7b(),
+            &TrainWorkload::new(2, 1024),
+            None,
+            &gpu("h100", 80, "hopper"),
+            EFF,
+        )
+        .unwrap();
+        assert!(s.lower_bound_step_s > 0.0 && s.estimated_step_s > s.lower_bound_step_s);
+        assert_eq!((s.mfu, s.bandwidth_efficiency), (0.5, 0.8));
+        let tokens = 2.0 * 1024.0;
+        assert!((s.estimated_tokens_per_s * s.estimated_step_s / tokens - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn pipeline_and_context_parallelism_split_the_work() {
+        let (m, w, g) = (
+            llama2_7b(),
+            TrainWorkload::new(2, 1024),
+            gpu("h100", 80, "hopper"),
+        );
+        let one = train_speed(&m, &w, None, &g, EFF).unwrap();
+        let mut l = Layout::single();
+        (l.gpus, l.pp, l.cp) = (4, 2, 2);
+        let split = train_speed(&m, &w, Some(&l), &g, EFF).unwrap();
+        assert!((split.estimated_step_s * 4.0 / one.estimated_step_s - 1.0).abs() < 1e-9);
+        assert!(
+            (split.estimated_tokens_per_s / 4.0 / one.estimated_tokens_per_s - 1.0).abs() < 1e-9
+        );
+    }
+
+    #[test]
+    fn precision_picks_the_gemm_format() {
+        assert_eq!(train_math_dtype(Precision::AmpBf16), MathDtype::Bf16);
+        assert_eq!(train_math_dtype(Precision::Fp16), MathDtype::Fp16);
+        assert_eq!(train_math_dtype(Precision::Fp32), MathDtype::Fp32);
+    }
+}

@@ -151,3 +151,65 @@ fn markdown_fit(w: &mut dyn Write, g: &memwall_core::advice::GpuFit) -> io::Resu
         Bytes(g.cublas_workspace_bytes),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::OutputError;
+
+    /// A writer whose every write fails with `kind`.
+    struct Failing(io::ErrorKind);
+
+    impl Write for Failing {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Err(self.0.into())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Err(self.0.into())
+        }
+    }
+
+    #[test]
+    fn a_failed_write_is_an_output_error_in_every_format() {
+        let models = catalog::models().unwrap();
+        for format in [Format::Table, Format::Json, Format::Markdown, Format::Csv] {
+            for kind in [io::ErrorKind::BrokenPipe, io::ErrorKind::StorageFull] {
+                let e = emit(&models, format, &mut Failing(kind)).unwrap_err();
+                let o = e.downcast_ref::<OutputError>().expect("an OutputError");
+                assert_eq!(o.is_closed_pipe(), kind == io::ErrorKind::BrokenPipe);
+            }
+        }
+    }
+
+    #[test]
+    fn csv_is_refused_before_anything_is_written() {
+        let src = crate::model_source::load("gpt2").unwrap();
+        let inspect = inspect::build(&src);
+        let mut out = Vec::new();
+        emit(&inspect, Format::Csv, &mut out).unwrap();
+        assert!(out.starts_with(b"component,params\n"));
+        // a report without a table: an ordinary (user) error, and no bytes
+        struct NoTable;
+        impl Serialize for NoTable {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_unit()
+            }
+        }
+        impl Report for NoTable {
+            fn command(&self) -> &'static str {
+                "none"
+            }
+            fn write_table(&self, _: &mut dyn Write) -> io::Result<()> {
+                Ok(())
+            }
+            fn write_markdown(&self, _: &mut dyn Write) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut out = Vec::new();
+        let e = emit(&NoTable, Format::Csv, &mut out).unwrap_err();
+        assert!(e.downcast_ref::<OutputError>().is_none());
+        assert!(e.to_string().contains("--format csv") && e.to_string().contains("hint:"));
+        assert!(out.is_empty());
+    }
+}
