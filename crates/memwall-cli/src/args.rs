@@ -1,6 +1,7 @@
 //! Command-line arguments and their resolution into settings.
 
 use crate::model_source::{self, ModelSource};
+use crate::report::Format;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use memwall_core::gpu::GpuSpec;
@@ -85,9 +86,9 @@ pub struct ServeArgs {
     /// Request lengths for the concurrency table and the fragmentation comparison.
     #[arg(long, value_delimiter = ',', default_value = "2048,4096,8192,32768")]
     pub request_lengths: Vec<u64>,
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
+    /// Output format.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// KV dtype for serving.
@@ -155,9 +156,9 @@ pub struct InferArgs {
     /// Simulate CPU kernels (as the fake-tensor truth harness runs them).
     #[arg(long, hide = true)]
     pub cpu_kernels: bool,
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
+    /// Output format.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// Resolved `infer` settings.
@@ -171,8 +172,8 @@ pub struct InferSettings {
     pub gpu: &'static GpuSpec,
     /// Kernel semantics.
     pub kernels: Kernels,
-    /// JSON output.
-    pub json: bool,
+    /// Output format.
+    pub format: Format,
 }
 
 impl InferSettings {
@@ -190,8 +191,9 @@ impl InferSettings {
             gpu,
             moe_grouped_decode,
             cpu_kernels,
-            json,
+            output,
         } = a;
+        let format = output.resolve()?;
         let model = model_source::load(&model)?;
         let gpu = resolve_gpu(&gpu)?;
         let workload = InferWorkload {
@@ -224,7 +226,7 @@ impl InferSettings {
             workload,
             gpu,
             kernels,
-            json,
+            format,
         })
     }
 }
@@ -290,9 +292,9 @@ pub struct RooflineArgs {
     /// Write the roofline plot as SVG to this path.
     #[arg(long)]
     pub svg: Option<std::path::PathBuf>,
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
+    /// Output format.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// Resolved `roofline` settings.
@@ -306,8 +308,8 @@ pub struct RooflineSettings {
     pub workload: RooflineWorkload,
     /// SVG output path.
     pub svg: Option<std::path::PathBuf>,
-    /// JSON output.
-    pub json: bool,
+    /// Output format.
+    pub format: Format,
 }
 
 /// Looks a GPU up in the catalogue, with "did you mean".
@@ -342,8 +344,9 @@ impl RooflineSettings {
             flops_efficiency,
             bandwidth_efficiency,
             svg,
-            json,
+            output,
         } = a;
+        let format = output.resolve()?;
         let model = model_source::load(&model)?;
         let gpu = resolve_gpu(&gpu)?;
         let dtype = match dtype {
@@ -377,17 +380,17 @@ impl RooflineSettings {
             gpu,
             workload,
             svg,
-            json,
+            format,
         })
     }
 }
 
-/// `--json` for listings.
+/// Arguments of the listings (`models`, `gpus`).
 #[derive(Debug, Args)]
 pub struct ListArgs {
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    /// Output format.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// `memwall inspect`.
@@ -395,9 +398,9 @@ pub struct ListArgs {
 pub struct InspectArgs {
     /// Catalogue id, Hugging Face repo id, path to a config.json or a model directory.
     pub model: String,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    /// Output format.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// Precision as typed.
@@ -490,9 +493,9 @@ pub struct TrainArgs {
     /// GPU to check the fit against (see `memwall gpus`).
     #[arg(long, default_value = "h100-sxm")]
     pub gpu: String,
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
+    /// Output format.
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// Simulate CPU kernels (as the fake-tensor truth harness runs them) instead of CUDA's.
     #[arg(long, hide = true)]
     pub cpu_kernels: bool,
@@ -606,8 +609,8 @@ pub struct TrainSettings {
     pub workload: TrainWorkload,
     /// GPU for the fit check.
     pub gpu: &'static GpuSpec,
-    /// JSON output.
-    pub json: bool,
+    /// Output format.
+    pub format: Format,
     /// Kernel semantics to simulate.
     pub kernels: Kernels,
     /// Efficiencies for the step-time estimate: (FLOPs, bandwidth).
@@ -633,7 +636,7 @@ impl TrainSettings {
             grad_accum,
             no_dropout,
             gpu,
-            json,
+            output,
             cpu_kernels,
             mfu,
             bandwidth_efficiency,
@@ -651,6 +654,7 @@ impl TrainSettings {
             offload_device,
             global_batch,
         } = a;
+        let format = output.resolve()?;
         for (flag, v) in [
             ("--mfu", mfu),
             ("--bandwidth-efficiency", bandwidth_efficiency),
@@ -799,10 +803,111 @@ impl TrainSettings {
             model,
             workload,
             gpu,
-            json,
+            format,
             kernels,
             efficiency: (mfu, bandwidth_efficiency),
             layout,
+        })
+    }
+}
+
+/// `--format` and its `--json` alias, on every subcommand.
+#[derive(Debug, Args)]
+pub struct OutputArgs {
+    /// Output format (csv only for tabular reports: models, gpus, inspect, serve, roofline,
+    /// and train with --gpus N).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<Format>,
+    /// Print JSON (same as --format json).
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl OutputArgs {
+    /// The format asked for; `--json` with another `--format` is an error, not a choice.
+    pub fn resolve(self) -> Result<Format> {
+        let OutputArgs { format, json } = self;
+        match (format, json) {
+            (Some(f), true) if f != Format::Json => bail!(
+                "--json and --format {} ask for two formats\n\
+                 hint: --json is short for --format json; pass one of them",
+                f.name()
+            ),
+            (Some(f), _) => Ok(f),
+            (None, true) => Ok(Format::Json),
+            (None, false) => Ok(Format::Table),
+        }
+    }
+}
+
+/// Resolved `serve` settings.
+#[derive(Debug)]
+pub struct ServeSettings {
+    /// Model.
+    pub model: ModelSource,
+    /// GPU.
+    pub gpu: &'static GpuSpec,
+    /// The deployment as asked (unset flags take vLLM's defaults in core).
+    pub request: memwall_core::serve::ServeRequest,
+    /// Request lengths for the concurrency table and the fragmentation comparison.
+    pub request_lengths: Vec<u64>,
+    /// Output format.
+    pub format: Format,
+}
+
+impl ServeSettings {
+    /// Resolves raw arguments (every field destructured).
+    pub fn resolve(a: ServeArgs) -> Result<Self> {
+        let ServeArgs {
+            model,
+            gpu,
+            tp,
+            gpu_memory_utilization,
+            kv_cache_dtype,
+            block_size,
+            max_model_len,
+            max_num_batched_tokens,
+            max_num_seqs,
+            enforce_eager,
+            kv_cache_memory_bytes,
+            non_torch_bytes,
+            activation_bytes,
+            cuda_graph_bytes,
+            request_lengths,
+            output,
+        } = a;
+        let format = output.resolve()?;
+        let model = model_source::load(&model)?;
+        let gpu = resolve_gpu(&gpu)?;
+        if tp == 0 {
+            bail!("--tp must be at least 1");
+        }
+        // checkpoints in bf16/fp16; `--kv-cache-dtype auto` stores the KV cache in that dtype
+        let dtype_bytes = 2;
+        let request = memwall_core::serve::ServeRequest {
+            tp,
+            gpu_memory_utilization,
+            kv_dtype_bytes: match kv_cache_dtype {
+                ServeKvArg::Auto => dtype_bytes,
+                ServeKvArg::Fp8 | ServeKvArg::Fp8E4m3 | ServeKvArg::Fp8E5m2 => 1,
+            },
+            dtype_bytes,
+            block_size,
+            max_model_len,
+            max_num_batched_tokens,
+            max_num_seqs,
+            enforce_eager,
+            kv_cache_memory_bytes,
+            non_torch_bytes,
+            activation_bytes,
+            cuda_graph_bytes,
+        };
+        Ok(ServeSettings {
+            model,
+            gpu,
+            request,
+            request_lengths,
+            format,
         })
     }
 }

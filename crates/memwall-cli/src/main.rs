@@ -2,51 +2,73 @@
 
 mod args;
 mod model_source;
-mod render;
+mod output;
+mod report;
 mod svg;
 
 use anyhow::Result;
 use clap::Parser;
+use report::emit;
+use std::io::Write;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = args::Cli::parse();
-    match run(cli) {
+    match output::with_stdout(|out| run(cli, out)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            // a failed write (stdout or a named file): one line, or nothing for a closed pipe
+            if let Some(o) = e.downcast_ref::<output::OutputError>() {
+                return o.finish();
+            }
+            // never `eprintln!`: it panics when stderr is closed
+            output::stderr_line(format_args!("error: {e}"));
             for cause in e.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
+                output::stderr_line(format_args!("  caused by: {cause}"));
             }
             if let Some(h) = model_source::hint_for(&e) {
-                eprintln!("hint: {h}");
+                output::stderr_line(format_args!("hint: {h}"));
             }
             ExitCode::from(2)
         }
     }
 }
 
-fn run(cli: args::Cli) -> Result<()> {
+fn run(cli: args::Cli, out: &mut dyn Write) -> Result<()> {
     match cli.command {
         args::Command::Train(a) => {
-            let settings = args::TrainSettings::resolve(a)?;
-            let report = render::train_report(&settings)?;
-            render::print_train(&report, settings.json)
+            let s = args::TrainSettings::resolve(a)?;
+            emit(&report::train::build(&s)?, s.format, out)
         }
-        args::Command::Models(a) => render::print_models(a.json),
+        args::Command::Models(a) => {
+            let format = a.output.resolve()?;
+            emit(&report::catalog::models()?, format, out)
+        }
         args::Command::Inspect(a) => {
+            let format = a.output.resolve()?;
             let src = model_source::load(&a.model)?;
-            render::print_inspect(&src, a.json)
+            emit(&report::inspect::build(&src), format, out)
         }
-        args::Command::Gpus(a) => render::print_gpus(a.json),
-        args::Command::Serve(a) => render::serve(a),
+        args::Command::Gpus(a) => {
+            let format = a.output.resolve()?;
+            emit(&report::catalog::gpus()?, format, out)
+        }
+        args::Command::Serve(a) => {
+            let s = args::ServeSettings::resolve(a)?;
+            emit(&report::serve::build(&s)?, s.format, out)
+        }
         args::Command::Infer(a) => {
-            let settings = args::InferSettings::resolve(a)?;
-            render::infer(&settings)
+            let s = args::InferSettings::resolve(a)?;
+            emit(&report::infer::build(&s)?, s.format, out)
         }
         args::Command::Roofline(a) => {
-            let settings = args::RooflineSettings::resolve(a)?;
-            render::roofline(&settings)
+            let s = args::RooflineSettings::resolve(a)?;
+            let r = report::roofline::build(&s)?;
+            if let Some(path) = &s.svg {
+                let plot = svg::roofline_svg(&r.result, s.gpu, &r.svg_title());
+                output::write_file("--svg", "the roofline plot", path, plot.as_bytes())?;
+            }
+            emit(&r, s.format, out)
         }
     }
 }

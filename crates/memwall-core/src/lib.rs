@@ -5,6 +5,7 @@
 //! [`memory::TrainEstimate`] / [`memory::DistEstimate`].
 //! Nothing in this crate does I/O, reads the environment or the clock.
 
+pub mod advice;
 pub mod dtype;
 pub mod engine;
 pub mod error;
@@ -17,6 +18,7 @@ pub mod optimizer;
 pub mod quant;
 pub mod roofline;
 pub mod serve;
+pub mod speed;
 pub mod units;
 pub mod workload;
 

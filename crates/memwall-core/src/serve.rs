@@ -15,7 +15,8 @@
 //! ```
 
 use crate::error::CoreError;
-use crate::model::{AttentionKind, ModelDesc};
+use crate::gpu::GpuSpec;
+use crate::model::{AttentionKind, Mlp, ModelDesc};
 use serde::Serialize;
 
 /// Inputs of a vLLM deployment (one tensor-parallel rank is computed; ranks are symmetric).
@@ -277,6 +278,207 @@ pub fn weights_bytes_per_rank(
     Ok((per_rank * bytes_per_param).round() as u64)
 }
 
+/// `--max-num-batched-tokens` default of `vllm serve` on `gpu` (vLLM 0.33
+/// `EngineArgs.get_batch_defaults`, arg_utils.py l.2940–3039; docs/vllm-accounting.md, inputs
+/// table): 16384 from 160 GiB of device memory, 8192 from 70 GiB except on A100s, else 2048.
+pub fn default_max_num_batched_tokens(gpu: &GpuSpec) -> u64 {
+    let gib = gpu.memory_bytes >> 30;
+    if gib >= 160 {
+        16384
+    } else if gib >= 70 && !gpu.id.starts_with("a100") {
+        8192
+    } else {
+        2048
+    }
+}
+
+/// `--max-num-seqs` default of `vllm serve` (same source as
+/// [`default_max_num_batched_tokens`]): 1024 on the devices whose batched-token default is
+/// 8192 or more, else 256. vLLM picks both from the device; memwall keys this one on the
+/// batched-token count, which agrees with vLLM unless `--max-num-batched-tokens` is given.
+pub fn default_max_num_seqs(max_num_batched_tokens: u64) -> u64 {
+    if max_num_batched_tokens >= 8192 {
+        1024
+    } else {
+        256
+    }
+}
+
+/// memwall's estimate of the profile run's activation peak, which vLLM measures at start-up:
+/// the residual stream, q/k/v and MLP intermediates of one layer for the dummy batch of
+/// `max_num_batched_tokens` tokens, plus the sampler's fp32 logits (and their softmax) for
+/// `max_num_seqs` sequences over the 64-padded vocabulary shard.
+pub fn estimate_activation_peak_bytes(
+    model: &ModelDesc,
+    tp: u64,
+    max_num_batched_tokens: u64,
+    max_num_seqs: u64,
+    dtype_bytes: u64,
+) -> u64 {
+    let tp = tp.max(1);
+    let h = model.hidden_size;
+    let inter = model
+        .layers
+        .iter()
+        .map(|l| match &l.mlp {
+            Mlp::Dense(d) => d.intermediate * if d.gated { 2 } else { 1 },
+            Mlp::Moe(x) => x.expert.intermediate * 2 * x.top_k,
+        })
+        .max()
+        .unwrap_or(0)
+        / tp;
+    let vocab = model.embeddings.vocab_size.div_ceil(64) * 64 / tp;
+    let per_token = (4 * h).saturating_add(2 * inter);
+    max_num_batched_tokens
+        .saturating_mul(per_token)
+        .saturating_mul(dtype_bytes)
+        .saturating_add(max_num_seqs.saturating_mul(vocab).saturating_mul(4 * 2))
+}
+
+/// memwall's estimate of the memory growth outside PyTorch during vLLM's start-up (NCCL
+/// buffers with tensor parallelism, cuBLAS/cuDNN handles), which vLLM measures: 512 MiB with
+/// `tp > 1`, else 256 MiB.
+pub fn estimate_non_torch_bytes(tp: u64) -> u64 {
+    if tp > 1 {
+        512 << 20
+    } else {
+        256 << 20
+    }
+}
+
+/// memwall's estimate of the CUDA-graph memory vLLM captures (0 with `--enforce-eager`).
+pub const CUDA_GRAPH_BYTES_ESTIMATE: u64 = 512 << 20;
+
+/// A deployment as asked: the flags of `vllm serve`, unset ones taking vLLM's defaults, and
+/// start-up measurements when the user has them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServeRequest {
+    /// `--tensor-parallel-size`.
+    pub tp: u64,
+    /// `--gpu-memory-utilization`.
+    pub gpu_memory_utilization: f64,
+    /// Bytes per KV element (`--kv-cache-dtype`).
+    pub kv_dtype_bytes: u64,
+    /// Bytes per weight element of the checkpoint.
+    pub dtype_bytes: u64,
+    /// `--block-size`.
+    pub block_size: u64,
+    /// `--max-model-len` (default: the model's `max_position_embeddings`).
+    pub max_model_len: Option<u64>,
+    /// `--max-num-batched-tokens` (default: [`default_max_num_batched_tokens`]).
+    pub max_num_batched_tokens: Option<u64>,
+    /// `--max-num-seqs` (default: [`default_max_num_seqs`]).
+    pub max_num_seqs: Option<u64>,
+    /// `--enforce-eager`.
+    pub enforce_eager: bool,
+    /// `--kv-cache-memory-bytes`.
+    pub kv_cache_memory_bytes: Option<u64>,
+    /// Measured non-torch growth (default: [`estimate_non_torch_bytes`]).
+    pub non_torch_bytes: Option<u64>,
+    /// Measured profile-run activation peak (default: [`estimate_activation_peak_bytes`]).
+    pub activation_bytes: Option<u64>,
+    /// Measured CUDA-graph memory (default: [`CUDA_GRAPH_BYTES_ESTIMATE`]).
+    pub cuda_graph_bytes: Option<u64>,
+}
+
+/// A [`ServeConfig`] with vLLM's defaults and memwall's estimates filled in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResolvedServe {
+    /// The configuration [`plan`] takes.
+    pub config: ServeConfig,
+    /// `--max-num-seqs` as resolved.
+    pub max_num_seqs: u64,
+    /// Which inputs of `config` are memwall's estimates rather than given or fixed by
+    /// `--kv-cache-memory-bytes` (vLLM measures them at start-up), in `config` field order.
+    pub estimated_inputs: Vec<&'static str>,
+}
+
+/// Fills `request` in for `model` on `gpu`: vLLM's defaults for unset flags, memwall's
+/// estimates for what vLLM measures at start-up. With `--kv-cache-memory-bytes` the budget is
+/// fixed and no estimate matters, so none is listed.
+pub fn resolve(
+    model: &ModelDesc,
+    gpu: &GpuSpec,
+    request: &ServeRequest,
+) -> Result<ResolvedServe, CoreError> {
+    let tp = request.tp;
+    if tp == 0 {
+        return Err(CoreError::invalid("tp", "must be at least 1"));
+    }
+    let batched = request
+        .max_num_batched_tokens
+        .unwrap_or_else(|| default_max_num_batched_tokens(gpu));
+    let seqs = request
+        .max_num_seqs
+        .unwrap_or_else(|| default_max_num_seqs(batched));
+    let mut estimated = vec!["weights_bytes_per_rank"];
+    let weights = weights_bytes_per_rank(model, tp, request.dtype_bytes as f64)?;
+    let activation = request.activation_bytes.unwrap_or_else(|| {
+        estimated.push("activation_peak_bytes");
+        estimate_activation_peak_bytes(model, tp, batched, seqs, request.dtype_bytes)
+    });
+    let non_torch = request.non_torch_bytes.unwrap_or_else(|| {
+        estimated.push("non_torch_bytes");
+        estimate_non_torch_bytes(tp)
+    });
+    let graphs = if request.enforce_eager {
+        0
+    } else {
+        request.cuda_graph_bytes.unwrap_or_else(|| {
+            estimated.push("cuda_graph_bytes");
+            CUDA_GRAPH_BYTES_ESTIMATE
+        })
+    };
+    if request.kv_cache_memory_bytes.is_some() {
+        estimated.clear();
+    }
+    Ok(ResolvedServe {
+        config: ServeConfig {
+            gpu_memory_bytes: gpu.memory_bytes,
+            tp,
+            gpu_memory_utilization: request.gpu_memory_utilization,
+            kv_dtype_bytes: request.kv_dtype_bytes,
+            block_size: request.block_size,
+            max_model_len: request
+                .max_model_len
+                .unwrap_or(model.max_position_embeddings),
+            max_num_batched_tokens: batched,
+            kv_cache_memory_bytes: request.kv_cache_memory_bytes,
+            weights_bytes_per_rank: weights,
+            non_torch_bytes: non_torch,
+            activation_peak_bytes: activation,
+            cuda_graph_bytes: graphs,
+        },
+        max_num_seqs: seqs,
+        estimated_inputs: estimated,
+    })
+}
+
+/// Memory a request of `request_tokens` tokens leaves unused, contiguous versus paged.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fragmentation {
+    /// Tokens of the request.
+    pub request_tokens: u64,
+    /// Fraction of a contiguous `max_model_len` reservation left unused by this request.
+    pub contiguous_waste: f64,
+    /// Fraction of its blocks a paged request leaves unused (only the last block is partial).
+    pub paged_waste: f64,
+}
+
+/// Waste of a request of `request_tokens` tokens under `cfg`: a contiguous cache reserves
+/// `max_model_len` per request (as before PagedAttention, Kwon et al. 2023 §3), a paged one
+/// whole blocks of `block_size`.
+pub fn fragmentation(cfg: &ServeConfig, request_tokens: u64) -> Fragmentation {
+    let n = request_tokens;
+    let reserved = cfg.max_model_len.max(n) as f64;
+    let blocks = n.div_ceil(cfg.block_size.max(1)) * cfg.block_size.max(1);
+    Fragmentation {
+        request_tokens: n,
+        contiguous_waste: 1.0 - n as f64 / reserved,
+        paged_waste: 1.0 - n as f64 / blocks as f64,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,5 +527,98 @@ mod tests {
         let mut c = cfg();
         c.tp = 3;
         assert!(plan(&llama2_7b(), &c).is_err());
+    }
+}
+
+#[cfg(test)]
+mod default_tests {
+    use super::*;
+    use crate::advice::tests::gpu;
+    use crate::model::tests::llama2_7b;
+
+    fn request() -> ServeRequest {
+        ServeRequest {
+            tp: 1,
+            gpu_memory_utilization: 0.92,
+            kv_dtype_bytes: 2,
+            dtype_bytes: 2,
+            block_size: 16,
+            max_model_len: None,
+            max_num_batched_tokens: None,
+            max_num_seqs: None,
+            enforce_eager: false,
+            kv_cache_memory_bytes: None,
+            non_torch_bytes: None,
+            activation_bytes: None,
+            cuda_graph_bytes: None,
+        }
+    }
+
+    #[test]
+    fn vllm_batch_defaults_follow_device_memory() {
+        let h100 = gpu("h100-sxm", 80, "hopper");
+        let a100 = gpu("a100-80gb-sxm", 80, "ampere");
+        let h200 = gpu("h200", 141, "hopper");
+        let b200 = gpu("b200", 180, "blackwell");
+        let l4 = gpu("l4", 24, "ada");
+        assert_eq!(default_max_num_batched_tokens(&h100), 8192);
+        assert_eq!(default_max_num_batched_tokens(&a100), 2048);
+        assert_eq!(default_max_num_batched_tokens(&h200), 8192);
+        assert_eq!(default_max_num_batched_tokens(&b200), 16384);
+        assert_eq!(default_max_num_batched_tokens(&l4), 2048);
+        assert_eq!(default_max_num_seqs(8192), 1024);
+        assert_eq!(default_max_num_seqs(2048), 256);
+    }
+
+    #[test]
+    fn activation_estimate_is_one_layer_of_the_dummy_batch_plus_sampler_logits() {
+        // Llama-2-7B: hidden 4096, gated MLP 2 × 11008, vocab 32000 (a multiple of 64)
+        let m = llama2_7b();
+        let b = estimate_activation_peak_bytes(&m, 1, 8192, 1024, 2);
+        assert_eq!(b, 8192 * (4 * 4096 + 2 * 2 * 11008) * 2 + 1024 * 32000 * 8);
+        // absurd inputs saturate instead of overflowing
+        assert_eq!(
+            estimate_activation_peak_bytes(&m, 1, u64::MAX, u64::MAX, 2),
+            u64::MAX
+        );
+    }
+
+    #[test]
+    fn resolve_lists_what_it_estimated_unless_the_budget_is_fixed() {
+        let (m, g) = (llama2_7b(), gpu("h100-sxm", 80, "hopper"));
+        let r = resolve(&m, &g, &request()).unwrap();
+        assert_eq!(
+            r.estimated_inputs,
+            [
+                "weights_bytes_per_rank",
+                "activation_peak_bytes",
+                "non_torch_bytes",
+                "cuda_graph_bytes"
+            ]
+        );
+        assert_eq!(r.config.max_num_batched_tokens, 8192);
+        assert_eq!(r.max_num_seqs, 1024);
+        assert_eq!(r.config.max_model_len, m.max_position_embeddings);
+        assert_eq!(r.config.cuda_graph_bytes, CUDA_GRAPH_BYTES_ESTIMATE);
+        let mut q = request();
+        (q.enforce_eager, q.activation_bytes, q.non_torch_bytes) = (true, Some(1), Some(2));
+        let r = resolve(&m, &g, &q).unwrap();
+        assert_eq!(r.estimated_inputs, ["weights_bytes_per_rank"]);
+        assert_eq!(r.config.cuda_graph_bytes, 0);
+        q.kv_cache_memory_bytes = Some(1 << 30);
+        assert!(resolve(&m, &g, &q).unwrap().estimated_inputs.is_empty());
+        q.tp = 0;
+        assert!(resolve(&m, &g, &q).is_err());
+    }
+
+    #[test]
+    fn paged_waste_is_only_the_last_block() {
+        let cfg = resolve(&llama2_7b(), &gpu("h100-sxm", 80, "hopper"), &request())
+            .unwrap()
+            .config;
+        let f = fragmentation(&cfg, 1000);
+        assert_eq!(f.request_tokens, 1000);
+        assert!((f.contiguous_waste - (1.0 - 1000.0 / 4096.0)).abs() < 1e-12);
+        assert!((f.paged_waste - (1.0 - 1000.0 / 1008.0)).abs() < 1e-12);
     }
 }

@@ -1,0 +1,215 @@
+//! Reports: one typed, serialisable value per command, and the renderers over it.
+//!
+//! Each command builds its report from resolved settings by calling core (`build` in each
+//! submodule); the renderers only format. In the manner of hyperfine's exporters, every output
+//! format is one function over the same value writing to any [`Write`]: JSON is the report's
+//! `Serialize`, the table (the default) and Markdown are [`Report`] methods, and CSV is the
+//! report's [`Table`] where it has one.
+
+pub mod catalog;
+pub mod infer;
+pub mod inspect;
+pub mod roofline;
+pub mod serve;
+pub mod table;
+pub mod text;
+pub mod train;
+
+use crate::model_source::ModelSource;
+use anyhow::{bail, Result};
+use serde::Serialize;
+use std::io::{self, Write};
+pub use table::Table;
+
+/// Output format of a report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Aligned text for a terminal.
+    Table,
+    /// Pretty-printed JSON: the report's documented schema.
+    Json,
+    /// GitHub-flavoured Markdown.
+    Markdown,
+    /// Comma-separated values (only reports that are a table).
+    Csv,
+}
+
+impl Format {
+    /// The name `--format` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Table => "table",
+            Format::Json => "json",
+            Format::Markdown => "markdown",
+            Format::Csv => "csv",
+        }
+    }
+}
+
+/// A command's result, renderable in every [`Format`].
+pub trait Report: Serialize {
+    /// The command that produced it (`train`), for messages.
+    fn command(&self) -> &'static str;
+
+    /// Writes the aligned text table.
+    fn write_table(&self, w: &mut dyn Write) -> io::Result<()>;
+
+    /// Writes GitHub-flavoured Markdown.
+    fn write_markdown(&self, w: &mut dyn Write) -> io::Result<()>;
+
+    /// The report as one table, when it is tabular (CSV writes it); `None` refuses CSV.
+    fn csv_table(&self) -> Option<Table> {
+        None
+    }
+
+    /// Which reports CSV is for, said when this one refuses it.
+    fn csv_hint(&self) -> &'static str {
+        "CSV is for the tabular reports: models, gpus, inspect, serve, roofline and a \
+         distributed train (--gpus N)"
+    }
+}
+
+/// Writes `report` to `w` in `format`. A write failure comes back as
+/// [`crate::output::OutputError`]; a format the report cannot take is an ordinary error.
+pub fn emit<R: Report>(report: &R, format: Format, w: &mut dyn Write) -> Result<()> {
+    let written = match format {
+        Format::Json => {
+            let text = serde_json::to_string_pretty(report)?;
+            writeln!(w, "{text}")
+        }
+        Format::Table => report.write_table(w),
+        Format::Markdown => report.write_markdown(w),
+        Format::Csv => match report.csv_table() {
+            Some(t) => t.write_csv(w),
+            None => bail!(
+                "`memwall {}` has no table to write as CSV (--format csv)\nhint: use --format \
+                 table, json or markdown; {}",
+                report.command(),
+                report.csv_hint()
+            ),
+        },
+    };
+    written.map_err(|e| crate::output::OutputError::Stdout(e).into())
+}
+
+/// Model identity in reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelInfo {
+    /// Catalogue id or path.
+    pub label: String,
+    /// Hugging Face repo id when known.
+    pub hf_repo: Option<String>,
+    /// `model_type`.
+    pub model_type: String,
+    /// Where the config came from.
+    pub origin: String,
+    /// Decoder layers.
+    pub num_layers: usize,
+    /// All parameters.
+    pub params_total: u64,
+    /// Trainable parameters in this workload.
+    pub params_trainable: u64,
+}
+
+impl ModelInfo {
+    /// The identity of `m`, with `trainable` parameters in this workload.
+    pub fn new(m: &ModelSource, trainable: u64) -> Self {
+        ModelInfo {
+            label: m.label.clone(),
+            hf_repo: m.hf_repo.clone(),
+            model_type: m.desc.model_type.clone(),
+            origin: m.origin.clone(),
+            num_layers: m.desc.num_layers(),
+            params_total: m.counts.total,
+            params_trainable: trainable,
+        }
+    }
+}
+
+/// The fit line every memory report ends with, in Markdown.
+fn markdown_fit(w: &mut dyn Write, g: &memwall_core::advice::GpuFit) -> io::Result<()> {
+    use memwall_core::Bytes;
+    let verdict = if g.fits {
+        format!(
+            "**fits**, {} free",
+            Bytes(u64::try_from(g.headroom_bytes).unwrap_or(0))
+        )
+    } else {
+        format!(
+            "**does NOT fit**, short by {}",
+            Bytes(u64::try_from(-g.headroom_bytes).unwrap_or(0))
+        )
+    };
+    writeln!(
+        w,
+        "On **{}** ({}): needs {} of {} (incl. {} CUDA context, {} cuBLAS workspace) — {verdict}.",
+        table::md_text(&g.id),
+        table::md_text(&g.name),
+        Bytes(g.required_bytes),
+        Bytes(g.memory_bytes),
+        Bytes(g.cuda_context_bytes),
+        Bytes(g.cublas_workspace_bytes),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::OutputError;
+
+    /// A writer whose every write fails with `kind`.
+    struct Failing(io::ErrorKind);
+
+    impl Write for Failing {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Err(self.0.into())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Err(self.0.into())
+        }
+    }
+
+    #[test]
+    fn a_failed_write_is_an_output_error_in_every_format() {
+        let models = catalog::models().unwrap();
+        for format in [Format::Table, Format::Json, Format::Markdown, Format::Csv] {
+            for kind in [io::ErrorKind::BrokenPipe, io::ErrorKind::StorageFull] {
+                let e = emit(&models, format, &mut Failing(kind)).unwrap_err();
+                let o = e.downcast_ref::<OutputError>().expect("an OutputError");
+                assert_eq!(o.is_closed_pipe(), kind == io::ErrorKind::BrokenPipe);
+            }
+        }
+    }
+
+    #[test]
+    fn csv_is_refused_before_anything_is_written() {
+        let src = crate::model_source::load("gpt2").unwrap();
+        let inspect = inspect::build(&src);
+        let mut out = Vec::new();
+        emit(&inspect, Format::Csv, &mut out).unwrap();
+        assert!(out.starts_with(b"component,params\n"));
+        // a report without a table: an ordinary (user) error, and no bytes
+        struct NoTable;
+        impl Serialize for NoTable {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_unit()
+            }
+        }
+        impl Report for NoTable {
+            fn command(&self) -> &'static str {
+                "none"
+            }
+            fn write_table(&self, _: &mut dyn Write) -> io::Result<()> {
+                Ok(())
+            }
+            fn write_markdown(&self, _: &mut dyn Write) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut out = Vec::new();
+        let e = emit(&NoTable, Format::Csv, &mut out).unwrap_err();
+        assert!(e.downcast_ref::<OutputError>().is_none());
+        assert!(e.to_string().contains("--format csv") && e.to_string().contains("hint:"));
+        assert!(out.is_empty());
+    }
+}

@@ -1,0 +1,243 @@
+//! `memwall serve`: KV-cache capacity of a vLLM deployment, following vLLM's own accounting.
+
+use super::table::{md_text, Align, Table};
+use super::text::Entries;
+use super::{ModelInfo, Report};
+use crate::args::ServeSettings;
+use anyhow::{Context, Result};
+use memwall_core::serve::{self, Fragmentation, ServeConfig, ServePlan};
+use memwall_core::Bytes;
+use serde::Serialize;
+use std::io::{self, Write};
+
+/// `memwall serve` result.
+#[derive(Debug, Serialize)]
+pub struct ServeReport {
+    /// The model.
+    pub model: ModelInfo,
+    /// GPU id.
+    pub gpu: String,
+    /// Whose behaviour is simulated (`vllm`).
+    pub runtime_profile: &'static str,
+    /// The deployment as resolved (defaults and estimates filled in).
+    pub config: ServeConfig,
+    /// Which inputs are memwall's estimates (vLLM measures them at start-up).
+    pub estimated_inputs: Vec<&'static str>,
+    /// vLLM's KV capacity.
+    #[serde(flatten)]
+    pub plan: ServePlan,
+    /// vLLM's logged maximum concurrency by request length (tokens).
+    pub max_concurrency: Entries<String, f64>,
+    /// Contiguous versus paged waste by request length.
+    pub fragmentation: Vec<Fragmentation>,
+    /// The `vllm serve` command line of this deployment (with a max-model-len that fits).
+    pub vllm_serve_command: String,
+}
+
+/// Plans the deployment of `s`.
+pub fn build(s: &ServeSettings) -> Result<ServeReport> {
+    let resolved =
+        serve::resolve(&s.model.desc, s.gpu, &s.request).context("cannot plan this deployment")?;
+    let cfg = resolved.config;
+    let plan = serve::plan(&s.model.desc, &cfg).context("cannot plan this deployment")?;
+    let mut conc: Vec<(String, f64)> = Vec::new();
+    let mut frag = Vec::new();
+    for &n in &s.request_lengths {
+        let key = n.to_string();
+        let c = plan.max_concurrency(&cfg, n);
+        // a length asked twice is one entry of the object
+        match conc.iter_mut().find(|(k, _)| *k == key) {
+            Some(e) => e.1 = c,
+            None => conc.push((key, c)),
+        }
+        frag.push(serve::fragmentation(&cfg, n));
+    }
+    let max_len = if plan.fits_max_model_len {
+        cfg.max_model_len
+    } else {
+        plan.max_model_len_that_fits
+    };
+    let mut cmd = format!(
+        "vllm serve {} --tensor-parallel-size {} --gpu-memory-utilization {} --max-model-len {max_len}",
+        s.model.hf_repo.clone().unwrap_or_else(|| s.model.label.clone()),
+        cfg.tp,
+        cfg.gpu_memory_utilization,
+    );
+    if cfg.kv_dtype_bytes == 1 {
+        cmd.push_str(" --kv-cache-dtype fp8");
+    }
+    if s.request.enforce_eager {
+        cmd.push_str(" --enforce-eager");
+    }
+    if cfg.block_size != 16 {
+        cmd.push_str(&format!(" --block-size {}", cfg.block_size));
+    }
+    Ok(ServeReport {
+        model: ModelInfo::new(&s.model, 0),
+        gpu: s.gpu.id.clone(),
+        runtime_profile: "vllm",
+        config: cfg,
+        estimated_inputs: resolved.estimated_inputs,
+        plan,
+        max_concurrency: Entries(conc),
+        fragmentation: frag,
+        vllm_serve_command: cmd,
+    })
+}
+
+impl ServeReport {
+    fn memory_line(&self) -> String {
+        let (cfg, p) = (&self.config, &self.plan);
+        format!(
+            "requested {} × {} = {}; weights/rank {}; activations {}; non-torch {}; CUDA graphs {}",
+            Bytes(cfg.gpu_memory_bytes),
+            cfg.gpu_memory_utilization,
+            Bytes(p.requested_memory_bytes),
+            Bytes(cfg.weights_bytes_per_rank),
+            Bytes(cfg.activation_peak_bytes),
+            Bytes(cfg.non_torch_bytes),
+            Bytes(cfg.cuda_graph_bytes)
+        )
+    }
+
+    fn kv_line(&self) -> String {
+        let p = &self.plan;
+        format!(
+            "{} available → {} blocks of {} tokens ({} per block, {} KV heads/rank, {} group(s)) = {} tokens",
+            Bytes(p.available_kv_bytes),
+            p.num_gpu_blocks,
+            self.config.block_size,
+            Bytes(p.bytes_per_block),
+            p.num_kv_heads_per_rank,
+            p.groups.len(),
+            p.kv_tokens
+        )
+    }
+
+    fn max_len_line(&self) -> String {
+        let (cfg, p) = (&self.config, &self.plan);
+        if p.fits_max_model_len {
+            format!(
+                "max-model-len {} fits (largest that fits: {})",
+                cfg.max_model_len, p.max_model_len_that_fits
+            )
+        } else {
+            format!(
+                "max-model-len {} does NOT fit: vLLM would refuse to start; the largest that fits is {}",
+                cfg.max_model_len, p.max_model_len_that_fits
+            )
+        }
+    }
+
+    fn heading(&self) -> String {
+        format!(
+            "{} on {} × {} (tp {}) · runtime profile vllm (vLLM 0.33 accounting)",
+            self.model.label, self.gpu, self.config.tp, self.config.tp
+        )
+    }
+}
+
+impl Report for ServeReport {
+    fn command(&self) -> &'static str {
+        "serve"
+    }
+
+    fn write_table(&self, w: &mut dyn Write) -> io::Result<()> {
+        writeln!(w, "memwall serve · {}", self.heading())?;
+        writeln!(w, "  {}", self.memory_line())?;
+        if !self.estimated_inputs.is_empty() {
+            writeln!(
+                w,
+                "  (estimated by memwall, measured by vLLM at start-up: {})",
+                self.estimated_inputs.join(", ")
+            )?;
+        }
+        writeln!(w, "KV cache: {}", self.kv_line())?;
+        for (n, c) in &self.max_concurrency.0 {
+            writeln!(w, "  max concurrency at {n:>6} tokens/request: {c:.2}")?;
+        }
+        writeln!(w, "{}", self.max_len_line())?;
+        for f in &self.fragmentation {
+            writeln!(
+                w,
+                "  {:>6}-token request: contiguous pre-allocation wastes {:.0}%, paged {:.1}%",
+                f.request_tokens,
+                f.contiguous_waste * 100.0,
+                f.paged_waste * 100.0
+            )?;
+        }
+        writeln!(w, "{}", self.vllm_serve_command)
+    }
+
+    fn write_markdown(&self, w: &mut dyn Write) -> io::Result<()> {
+        writeln!(w, "# memwall serve · {}", md_text(&self.heading()))?;
+        writeln!(w)?;
+        writeln!(w, "{}.", md_text(&self.memory_line()))?;
+        if !self.estimated_inputs.is_empty() {
+            writeln!(
+                w,
+                "Estimated by memwall, measured by vLLM at start-up: {}.",
+                self.estimated_inputs
+                    .iter()
+                    .map(|e| format!("`{e}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )?;
+        }
+        writeln!(w)?;
+        writeln!(w, "**KV cache**: {}.", md_text(&self.kv_line()))?;
+        writeln!(w)?;
+        writeln!(w, "{}.", md_text(&self.max_len_line()))?;
+        writeln!(w)?;
+        let mut t = Table::new(&[
+            ("request tokens", Align::Right),
+            ("max concurrency", Align::Right),
+            ("contiguous waste", Align::Right),
+            ("paged waste", Align::Right),
+        ]);
+        for f in &self.fragmentation {
+            let c = self.concurrency_at(f.request_tokens);
+            t.push(vec![
+                f.request_tokens.to_string(),
+                format!("{c:.2}"),
+                format!("{:.0}%", f.contiguous_waste * 100.0),
+                format!("{:.1}%", f.paged_waste * 100.0),
+            ]);
+        }
+        t.write_markdown(w)?;
+        writeln!(w)?;
+        writeln!(w, "```sh")?;
+        writeln!(w, "{}", self.vllm_serve_command)?;
+        writeln!(w, "```")
+    }
+
+    fn csv_table(&self) -> Option<Table> {
+        let mut t = Table::new(&[
+            ("request_tokens", Align::Right),
+            ("max_concurrency", Align::Right),
+            ("contiguous_waste", Align::Right),
+            ("paged_waste", Align::Right),
+        ]);
+        for f in &self.fragmentation {
+            t.push(vec![
+                f.request_tokens.to_string(),
+                self.concurrency_at(f.request_tokens).to_string(),
+                f.contiguous_waste.to_string(),
+                f.paged_waste.to_string(),
+            ]);
+        }
+        Some(t)
+    }
+}
+
+impl ServeReport {
+    /// The maximum concurrency of requests of `tokens` tokens.
+    fn concurrency_at(&self, tokens: u64) -> f64 {
+        let key = tokens.to_string();
+        self.max_concurrency
+            .0
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map_or(0.0, |(_, c)| *c)
+    }
+}
