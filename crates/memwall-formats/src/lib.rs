@@ -16,8 +16,9 @@ mod error;
 mod families;
 mod raw;
 mod resolve;
+pub mod safetensors;
 
-pub use error::FormatError;
+pub use error::{FileFormat, FormatError, HeaderProblem};
 pub use resolve::limits;
 
 use memwall_core::ModelDesc;
