@@ -14,11 +14,17 @@
 
 mod error;
 mod families;
+pub mod gguf;
+mod gguf_model;
 mod raw;
 mod resolve;
 pub mod safetensors;
 
 pub use error::{FileFormat, FormatError, HeaderProblem};
+pub use gguf_model::{
+    gguf_shards_to_hf_config, gguf_shards_to_model, gguf_to_hf_config, gguf_to_model,
+    SUPPORTED_ARCHITECTURES as SUPPORTED_GGUF_ARCHITECTURES,
+};
 pub use resolve::limits;
 
 use memwall_core::ModelDesc;
