@@ -825,9 +825,7 @@ fn read_scalar(
             };
             GgufValue::String(GgufStr { len, text })
         }
-        GgufType::Array => {
-            return Err(bad_value(key, "nested arrays are not supported".into()))
-        }
+        GgufType::Array => return Err(bad_value(key, "nested arrays are not supported".into())),
     })
 }
 
@@ -865,7 +863,9 @@ fn read_tensor_info(r: &mut Reader, i: u64) -> Result<GgufTensor, FormatError> {
     let tensor_type = GgufTensorType::from_id(type_id).ok_or_else(|| {
         bad_tensor(
             &name,
-            format!("has ggml type id {type_id}, which is unknown or no longer allowed in GGUF files"),
+            format!(
+                "has ggml type id {type_id}, which is unknown or no longer allowed in GGUF files"
+            ),
         )
     })?;
     let (block, type_size) = tensor_type.block();
@@ -882,7 +882,10 @@ fn read_tensor_info(r: &mut Reader, i: u64) -> Result<GgufTensor, FormatError> {
     }
     // ggml_nbytes for a block type: type_size × numel / block (the row divides exactly)
     let bytes = (numel / block).checked_mul(type_size).ok_or_else(|| {
-        bad_tensor(&name, format!("shape {dims:?} × {} overflows 64 bits", tensor_type.name()))
+        bad_tensor(
+            &name,
+            format!("shape {dims:?} × {} overflows 64 bits", tensor_type.name()),
+        )
     })?;
     let offset = r.u64(&|| format!("the offset of tensor `{name}`"))?;
     Ok(GgufTensor {

@@ -121,7 +121,8 @@ impl Hparams<'_> {
                 Some([_, ..]) => Err(FormatError::Unsupported {
                     field: key,
                     value: "per-layer values".into(),
-                    reason: "layers of different sizes are not modelled for this architecture".into(),
+                    reason: "layers of different sizes are not modelled for this architecture"
+                        .into(),
                     hint: "use the model's config.json instead".into(),
                 }),
                 _ => Err(wrong(&key, "a non-negative integer")),
@@ -142,10 +143,7 @@ impl Hparams<'_> {
         let key = self.key(suffix);
         match self.header.get(&key) {
             None => Ok(None),
-            Some(v) => v
-                .as_f64()
-                .map(Some)
-                .ok_or_else(|| wrong(&key, "a number")),
+            Some(v) => v.as_f64().map(Some).ok_or_else(|| wrong(&key, "a number")),
         }
     }
 
@@ -179,7 +177,8 @@ impl Hparams<'_> {
             None => Err(FormatError::MissingField {
                 field: self.key("vocab_size"),
                 model_type: self.model_type(),
-                hint: "the file has neither token_embd.weight, a vocab_size key nor a token list".into(),
+                hint: "the file has neither token_embd.weight, a vocab_size key nor a token list"
+                    .into(),
             }),
         }
     }
@@ -203,7 +202,10 @@ impl Hparams<'_> {
             .saturating_sub(self.uint("nextn_predict_layers")?.unwrap_or(0));
         let vocab = self.vocab()?;
         c.insert("vocab_size".into(), json!(vocab));
-        c.insert("tie_word_embeddings".into(), json!(!self.has("output.weight")));
+        c.insert(
+            "tie_word_embeddings".into(),
+            json!(!self.has("output.weight")),
+        );
         if let Some(ctx) = self.uint("context_length")? {
             c.insert("max_position_embeddings".into(), json!(ctx));
         }
@@ -231,7 +233,10 @@ impl Hparams<'_> {
             c.insert("hidden_size".into(), json!(hidden));
             c.insert("num_hidden_layers".into(), json!(layers));
             c.insert("num_attention_heads".into(), json!(heads));
-            c.insert("num_key_value_heads".into(), json!(kv_heads.unwrap_or(heads)));
+            c.insert(
+                "num_key_value_heads".into(),
+                json!(kv_heads.unwrap_or(heads)),
+            );
             if let Some(f) = ffn {
                 c.insert("intermediate_size".into(), json!(f));
             }
@@ -318,7 +323,14 @@ impl Hparams<'_> {
                 if let Some(w) = sliding {
                     c.insert("sliding_window".into(), json!(w));
                 }
-                self.partial_rotary(&mut c, "partial_rotary_factor", rope_dims, hidden, heads, head_dim)?;
+                self.partial_rotary(
+                    &mut c,
+                    "partial_rotary_factor",
+                    rope_dims,
+                    hidden,
+                    heads,
+                    head_dim,
+                )?;
             }
             "starcoder2" => {
                 standard(&mut c, "starcoder2");
@@ -356,7 +368,9 @@ impl Hparams<'_> {
                 return Err(FormatError::Unsupported {
                     field: "general.architecture".into(),
                     value: format!("\"{other}\""),
-                    reason: "memwall has no mapping from this GGUF architecture to a model description".into(),
+                    reason:
+                        "memwall has no mapping from this GGUF architecture to a model description"
+                            .into(),
                     hint: format!(
                         "supported GGUF architectures: {}; or pass the model's config.json",
                         SUPPORTED_ARCHITECTURES.join(", ")
@@ -379,7 +393,7 @@ impl Hparams<'_> {
         heads: u64,
         head_dim: Option<u64>,
     ) -> Result<(), FormatError> {
-        let head = head_dim.unwrap_or(if heads == 0 { 0 } else { hidden / heads });
+        let head = head_dim.unwrap_or(hidden.checked_div(heads).unwrap_or(0));
         if let Some(r) = rope_dims.filter(|&r| head > 0 && r != head) {
             // sizes are bounded far below 2^52, so the ratio is exact enough for `int()`.
             c.insert(field.into(), json!(r as f64 / head as f64));
@@ -399,7 +413,13 @@ impl Hparams<'_> {
                 .iter()
                 .map(|b| {
                     b.as_bool()
-                        .map(|s| if s { "sliding_attention" } else { "full_attention" })
+                        .map(|s| {
+                            if s {
+                                "sliding_attention"
+                            } else {
+                                "full_attention"
+                            }
+                        })
                         .ok_or_else(|| wrong(&key, "an array of booleans"))
                 })
                 .collect::<Result<Vec<_>, _>>()
@@ -496,8 +516,14 @@ impl Hparams<'_> {
         if let Some(f) = ffn {
             c.insert("intermediate_size".into(), json!(f));
         }
-        c.insert("q_lora_rank".into(), json!(self.uint("attention.q_lora_rank")?));
-        c.insert("kv_lora_rank".into(), json!(self.required("attention.kv_lora_rank")?));
+        c.insert(
+            "q_lora_rank".into(),
+            json!(self.uint("attention.q_lora_rank")?),
+        );
+        c.insert(
+            "kv_lora_rank".into(),
+            json!(self.required("attention.kv_lora_rank")?),
+        );
         c.insert("qk_rope_head_dim".into(), json!(rope));
         c.insert("qk_nope_head_dim".into(), json!(nope));
         c.insert("v_head_dim".into(), json!(v_head));
@@ -505,7 +531,10 @@ impl Hparams<'_> {
             "first_k_dense_replace".into(),
             json!(self.uint("leading_dense_block_count")?.unwrap_or(0)),
         );
-        c.insert("n_routed_experts".into(), json!(self.required("expert_count")?));
+        c.insert(
+            "n_routed_experts".into(),
+            json!(self.required("expert_count")?),
+        );
         c.insert(
             "n_shared_experts".into(),
             json!(self.uint("expert_shared_count")?.unwrap_or(0)),

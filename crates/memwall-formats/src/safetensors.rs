@@ -135,7 +135,11 @@ impl SafetensorsHeader {
 pub fn prefix_len(first_bytes: &[u8], file_len: u64) -> Result<u64, FormatError> {
     let Some(len_bytes) = first_bytes.get(..8) else {
         if file_len < LENGTH_BYTES {
-            return Err(truncated("the 8-byte header length", LENGTH_BYTES, file_len));
+            return Err(truncated(
+                "the 8-byte header length",
+                LENGTH_BYTES,
+                file_len,
+            ));
         }
         return Err(FormatError::NeedMoreBytes {
             format: ST,
@@ -234,7 +238,9 @@ fn validate(
         };
         let (s, e) = (t.data_offsets.0 as u64, t.data_offsets.1 as u64);
         if e < s {
-            return Err(bad(format!("data_offsets [{s}, {e}] end before they begin")));
+            return Err(bad(format!(
+                "data_offsets [{s}, {e}] end before they begin"
+            )));
         }
         if s != expected_start {
             return Err(bad(if s < expected_start {
@@ -506,7 +512,8 @@ fn safe_relative_path(p: &str) -> bool {
         && !p.starts_with('\\')
         && !p.contains('\0')
         && !p.contains(':')
-        && p.split(['/', '\\']).all(|c| !c.is_empty() && c != ".." && c != ".")
+        && p.split(['/', '\\'])
+            .all(|c| !c.is_empty() && c != ".." && c != ".")
 }
 
 /// A JSON object read as ordered `(key, value)` pairs, repeated keys kept (so they can be
@@ -551,7 +558,10 @@ pub fn check_shards(
     let mut given: BTreeMap<&str, &SafetensorsHeader> = BTreeMap::new();
     for (name, h) in shards {
         if given.insert(name, h).is_some() {
-            return Err(bad(format!("shard {name:?} was given twice"), "weight_map".into()));
+            return Err(bad(
+                format!("shard {name:?} was given twice"),
+                "weight_map".into(),
+            ));
         }
     }
     for shard in index.shards() {
