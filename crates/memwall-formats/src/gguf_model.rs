@@ -286,6 +286,8 @@ impl Hparams<'_> {
                 c.insert("decoder_sparse_step".into(), json!(1));
                 c.insert("mlp_only_layers".into(), json!(self.dense_layers(layers)));
                 if self.arch == "qwen2moe" {
+                    // configuration_qwen2_moe.py qkv_bias (default True): the bias tensors
+                    c.insert("qkv_bias".into(), json!(attn_bias));
                     // Qwen2MoeModel writes expert_shared_feed_forward_length; older files
                     // only have the shared expert's tensors.
                     let shared = match self.uint("expert_shared_feed_forward_length")? {
@@ -510,6 +512,9 @@ impl Hparams<'_> {
             }
         })?;
         c.insert("model_type".into(), json!("deepseek_v3"));
+        // attention_bias puts biases on q_a_proj and kv_a_proj_with_mqa (modeling_deepseek_v3.py)
+        let bias = self.has("blk.0.attn_kv_a_mqa.bias") || self.has("blk.0.attn_q_a.bias");
+        c.insert("attention_bias".into(), json!(bias));
         c.insert("hidden_size".into(), json!(hidden));
         c.insert("num_hidden_layers".into(), json!(layers));
         c.insert("num_attention_heads".into(), json!(heads));
