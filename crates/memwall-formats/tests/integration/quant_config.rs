@@ -128,10 +128,14 @@ fn bitsandbytes_variants() {
     let q = qc(json!({"quant_method":"bitsandbytes","load_in_4bit":true}));
     assert_eq!(name(&q).as_deref(), Some("fp4"));
     let q = qc(json!({"quant_method":"bitsandbytes","load_in_8bit":true,
-        "llm_int8_skip_modules":["mlp"]}));
+        "llm_int8_skip_modules":["mlp", "model.layers.1.self_attn"]}));
     assert_eq!(name(&q).as_deref(), Some("int8"));
-    assert!(!q.is_quantized("model.layers.0.mlp.down_proj", ModuleKind::Linear) == false);
+    // should_convert_module (transformers 5): a bare parent name matches only modules whose
+    // name ends with it, a dotted prefix matches everything under it
+    assert!(q.is_quantized("model.layers.0.mlp.down_proj", ModuleKind::Linear));
+    assert!(!q.is_quantized("model.layers.0.mlp", ModuleKind::Linear));
     assert!(q.is_quantized("model.layers.0.self_attn.q_proj", ModuleKind::Linear));
+    assert!(!q.is_quantized("model.layers.1.self_attn.q_proj", ModuleKind::Linear));
     let e = qc_err(json!({"quant_method":"bitsandbytes","load_in_4bit":true,"load_in_8bit":true}));
     assert!(matches!(e, FormatError::Inconsistent { .. }));
     let e = qc_err(
