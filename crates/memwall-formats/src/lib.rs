@@ -21,6 +21,7 @@ mod error;
 mod families;
 pub mod gguf;
 mod gguf_model;
+pub mod hub;
 pub mod quant_config;
 mod raw;
 mod resolve;

@@ -6,6 +6,7 @@ mod errors;
 mod gguf;
 mod golden;
 mod headers_never_panic;
+mod hub;
 mod never_panics;
 mod quant_config;
 mod safetensors;
