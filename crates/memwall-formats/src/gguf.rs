@@ -1,7 +1,8 @@
 //! The header of a GGUF file (versions 2 and 3), read without touching tensor data.
 //!
-//! Layout: ggml `docs/gguf.md` (ggml-org/ggml, the GGUF v3 specification). Checks follow the
-//! reference reader, ggml `src/gguf.cpp` (`gguf_init_from_reader`): magic `GGUF`; version 2
+//! Layout: ggml `docs/gguf.md` (ggml-org/ggml at 01f0d4d, the GGUF v3 specification). Checks
+//! follow the reference reader, ggml `src/gguf.cpp` at 1312dff (`gguf_init_from_reader`):
+//! magic `GGUF`; version 2
 //! or 3 (v1 used 32-bit lengths and is refused there too); no repeated key; no nested
 //! arrays; `general.alignment` a `u32` power of two of at most 1 MiB (default 32); tensor
 //! names shorter than `GGML_MAX_NAME` (64) and unique; at most `GGML_MAX_DIMS` (4)
