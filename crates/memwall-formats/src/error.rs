@@ -1,7 +1,117 @@
-//! Errors of the config parsers. Every message names the offending field (as written in
-//! `config.json`, nested fields as `text_config.hidden_size`) and ends with a `hint:` line.
+//! Errors of the parsers. Every config message names the offending field (as written in
+//! `config.json`, nested fields as `text_config.hidden_size`); every header message names the
+//! file format and, where there is one, the tensor or key. All end with a `hint:` line.
 
 use thiserror::Error;
+
+/// The binary or index formats whose headers memwall reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileFormat {
+    /// A `.safetensors` file.
+    Safetensors,
+    /// A `model.safetensors.index.json`.
+    SafetensorsIndex,
+    /// A `.gguf` file.
+    Gguf,
+}
+
+impl std::fmt::Display for FileFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FileFormat::Safetensors => "safetensors",
+            FileFormat::SafetensorsIndex => "safetensors index",
+            FileFormat::Gguf => "GGUF",
+        })
+    }
+}
+
+/// What is wrong with a safetensors or GGUF header (one variant per class of defect, so
+/// tests and callers can tell them apart).
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum HeaderProblem {
+    /// The file ends before something the header declares.
+    #[error("{what} needs bytes up to offset {needed}, but the file has only {file_len} bytes")]
+    Truncated {
+        /// What was being read.
+        what: String,
+        /// The end offset it needs.
+        needed: u64,
+        /// The real file length.
+        file_len: u64,
+    },
+    /// The file has bytes after the last tensor (the safetensors crate refuses these).
+    #[error("the tensors end at byte {data_end}, but the file has {file_len} bytes")]
+    TrailingBytes {
+        /// End of the last tensor's data.
+        data_end: u64,
+        /// The real file length.
+        file_len: u64,
+    },
+    /// A declared size or count is above memwall's (or the format's) limit.
+    #[error("{what} is {value}, above the limit of {max}")]
+    TooLarge {
+        /// What was declared.
+        what: String,
+        /// The declared value.
+        value: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// Text that must be UTF-8 is not.
+    #[error("{what} is not valid UTF-8 (byte offset {offset})")]
+    InvalidUtf8 {
+        /// What was being read.
+        what: String,
+        /// File offset of the first invalid byte.
+        offset: u64,
+    },
+    /// A JSON header or index is malformed or has the wrong shape.
+    #[error("invalid JSON: {message}")]
+    Json {
+        /// serde_json's description, with line and column.
+        message: String,
+    },
+    /// Two tensors (or keys) share a name.
+    #[error("{what} `{name}` appears twice")]
+    Duplicate {
+        /// "tensor" or "key".
+        what: String,
+        /// The repeated name.
+        name: String,
+    },
+    /// One tensor's entry is inconsistent (size, offsets, dtype, rank).
+    #[error("tensor `{tensor}`: {reason}")]
+    Tensor {
+        /// Tensor name.
+        tensor: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A metadata key has a value of the wrong type or an invalid value.
+    #[error("key `{key}`: {reason}")]
+    Value {
+        /// Metadata key.
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The file does not start with the format's magic bytes.
+    #[error("the file starts with {found:?}, not the magic {expected:?}")]
+    BadMagic {
+        /// The first bytes found.
+        found: String,
+        /// The magic expected.
+        expected: String,
+    },
+    /// A format version this reader does not know.
+    #[error("version {version} is not supported (supported: {supported})")]
+    Version {
+        /// The version found.
+        version: u64,
+        /// Supported versions.
+        supported: String,
+    },
+}
 
 /// Why a `config.json` could not be turned into a [`memwall_core::ModelDesc`].
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -69,6 +179,28 @@ pub enum FormatError {
         /// What to do.
         hint: String,
     },
+    /// A safetensors or GGUF header (or a safetensors index) is malformed or hostile.
+    #[error("{format} header: {problem}\nhint: {hint}")]
+    Header {
+        /// Which format.
+        format: FileFormat,
+        /// What is wrong.
+        problem: HeaderProblem,
+        /// What to do.
+        hint: String,
+    },
+    /// The bytes passed in end inside the header while the file goes on: read at least
+    /// `needed` bytes from the start of the file and parse again. (The readers take a prefix
+    /// so they never touch tensor data; the caller decides how much to read.)
+    #[error("{format} header continues past the first {have} bytes; at least {needed} bytes are needed\nhint: read at least {needed} bytes from the start of the file and parse again")]
+    NeedMoreBytes {
+        /// Which format.
+        format: FileFormat,
+        /// Bytes that were passed in.
+        have: u64,
+        /// Bytes to pass in next time (a lower bound).
+        needed: u64,
+    },
     /// A value transformers accepts but memwall cannot describe (or transformers cannot run).
     #[error("field `{field}` = {value} is not supported: {reason}\nhint: {hint}")]
     Unsupported {
@@ -94,7 +226,21 @@ impl FormatError {
             FormatError::MissingModelType | FormatError::UnknownModelType { .. } => {
                 Some("model_type")
             }
-            FormatError::Json { .. } | FormatError::Inconsistent { .. } => None,
+            FormatError::Json { .. }
+            | FormatError::Inconsistent { .. }
+            | FormatError::Header { .. }
+            | FormatError::NeedMoreBytes { .. } => None,
+        }
+    }
+}
+
+impl FormatError {
+    /// A [`FormatError::Header`] with the given parts.
+    pub(crate) fn header(format: FileFormat, problem: HeaderProblem, hint: &str) -> FormatError {
+        FormatError::Header {
+            format,
+            problem,
+            hint: hint.to_string(),
         }
     }
 }

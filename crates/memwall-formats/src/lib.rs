@@ -1,4 +1,8 @@
-//! Parsers for model files: Hugging Face `config.json` → [`memwall_core::ModelDesc`].
+//! Parsers for model files: Hugging Face `config.json` → [`memwall_core::ModelDesc`]; its
+//! `quantization_config` ([`quant_config`]); safetensors and GGUF headers
+//! ([`safetensors`], [`gguf`]) with exact tensor bytes ([`checkpoint`]); GGUF hyper-parameters
+//! → the same description ([`gguf_to_model`]). Everything here is pure: the binary reads the
+//! files and passes bytes in.
 //!
 //! Semantics follow transformers 5.23: each family's normaliser reads the keys its
 //! `configuration_*.py` class declares, applies that class's defaults to keys that are absent,
@@ -12,12 +16,23 @@
 //! Sizes are bounded (see [`limits`]); anything missing, out of range or inconsistent is a
 //! [`FormatError`] naming the field, never a panic.
 
+pub mod checkpoint;
 mod error;
 mod families;
+pub mod gguf;
+mod gguf_model;
+pub mod hub;
+pub mod quant_config;
 mod raw;
 mod resolve;
+pub mod safetensors;
 
-pub use error::FormatError;
+pub use error::{FileFormat, FormatError, HeaderProblem};
+pub use gguf_model::{
+    gguf_shards_to_hf_config, gguf_shards_to_model, gguf_to_hf_config, gguf_to_model,
+    SUPPORTED_ARCHITECTURES as SUPPORTED_GGUF_ARCHITECTURES,
+};
+pub use quant_config::{parse_quantization_config, QuantConfig, QuantMethod};
 pub use resolve::limits;
 
 use memwall_core::ModelDesc;
