@@ -1,6 +1,7 @@
 //! `memwall`: will this LLM training run fit, and what is alive at the peak.
 
 mod args;
+mod error;
 mod model_source;
 mod render;
 mod svg;
@@ -10,16 +11,16 @@ use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = args::Cli::parse();
+    let cli = match args::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return ExitCode::from(error::clap_error(&e)),
+    };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
-            for cause in e.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
-            }
-            if let Some(h) = model_source::hint_for(&e) {
-                eprintln!("hint: {h}");
+            // `error: …`, each cause, then the `hint: …` attached where the error was made
+            for line in error::report(&e) {
+                eprintln!("{line}");
             }
             ExitCode::from(2)
         }
@@ -39,7 +40,10 @@ fn run(cli: args::Cli) -> Result<()> {
             render::print_inspect(&src, a.json)
         }
         args::Command::Gpus(a) => render::print_gpus(a.json),
-        args::Command::Serve(a) => render::serve(a),
+        args::Command::Serve(a) => {
+            a.validate()?;
+            render::serve(a)
+        }
         args::Command::Infer(a) => {
             let settings = args::InferSettings::resolve(a)?;
             render::infer(&settings)

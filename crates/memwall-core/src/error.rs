@@ -70,6 +70,20 @@ impl CoreError {
         }
     }
 
+    /// A refusal of a setting that has no value to show (a switch that was turned on).
+    pub fn refused(
+        field: &'static str,
+        reason: impl Into<String>,
+        hint: impl Into<String>,
+    ) -> Self {
+        CoreError::Invalid {
+            field,
+            value: None,
+            reason: reason.into(),
+            hint: Some(hint.into()),
+        }
+    }
+
     /// `field` = `value` outside `min..=max`.
     pub fn out_of_range(field: &'static str, value: u64, min: u64, max: u64) -> Self {
         CoreError::invalid_value(

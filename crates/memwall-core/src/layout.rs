@@ -207,7 +207,7 @@ impl Layout {
                 "gpus",
                 self.gpus,
                 format!(
-                    "not a multiple of `tp`·`pp`·`cp` = {}·{}·{} = {mp}",
+                    "not a multiple of `tp` × `pp` × `cp` = {} × {} × {} = {mp}",
                     self.tp, self.pp, self.cp
                 ),
                 format!(
@@ -235,9 +235,8 @@ impl Layout {
             ));
         }
         if self.sequence_parallel && self.tp < 2 {
-            return Err(CoreError::invalid_value(
+            return Err(CoreError::refused(
                 "sequence_parallel",
-                "on",
                 "sequence parallelism splits along the tensor-parallel group, and `tp` is 1",
                 "set `tp` to 2 or more, or drop `sequence_parallel`",
             ));

@@ -156,17 +156,24 @@ pub struct RooflineWorkload {
 }
 
 impl RooflineWorkload {
-    /// Checks every field against the shared limits ([`crate::workload::limits`]) and the
-    /// model: tensor parallelism splits each layer's attention heads, so `tp` must divide them
-    /// (Megatron-LM `megatron/core/transformer/attention.py` divides `num_attention_heads` by
-    /// the tensor-parallel size; vLLM refuses the same).
-    pub fn validate(&self, model: &ModelDesc) -> Result<(), CoreError> {
+    /// The checks of [`RooflineWorkload::validate`] that need no model: every count and
+    /// fraction against the shared limits.
+    pub fn validate_numbers(&self) -> Result<(), CoreError> {
         use crate::workload::limits::{count, fraction, MAX_BATCH, MAX_SEQ};
         count("batch", self.batch, MAX_BATCH)?;
         count("seq", self.seq, MAX_SEQ)?;
         count("tp", self.tp, crate::layout::MAX_GPUS)?;
         fraction("flops_efficiency", self.flops_efficiency)?;
         fraction("bandwidth_efficiency", self.bandwidth_efficiency)?;
+        Ok(())
+    }
+
+    /// Checks every field against the shared limits ([`crate::workload::limits`]) and the
+    /// model: tensor parallelism splits each layer's attention heads, so `tp` must divide them
+    /// (Megatron-LM `megatron/core/transformer/attention.py` divides `num_attention_heads` by
+    /// the tensor-parallel size; vLLM refuses the same).
+    pub fn validate(&self, model: &ModelDesc) -> Result<(), CoreError> {
+        self.validate_numbers()?;
         for layer in &model.layers {
             let heads = layer.attention.num_heads();
             if heads % self.tp != 0 {

@@ -154,9 +154,10 @@ pub mod limits {
         if (MIN_FRACTION..=MAX_FRACTION).contains(&value) {
             Ok(value)
         } else {
+            // `{:?}` writes 5e-324 as such, not as 324 digits
             Err(CoreError::invalid_value(
                 field,
-                value,
+                format!("{value:?}"),
                 format!("must be in [{MIN_FRACTION}, {MAX_FRACTION}]"),
                 format!(
                     "`{field}` is a fraction of the peak: 1 is the bound itself, 0.4–0.8 is typical; values below {MIN_FRACTION} are refused"
