@@ -817,12 +817,13 @@ impl TrainSettings {
         }
         // a layout-only setting makes the job a layout, so that a setting that does nothing
         // on one GPU (sequence parallelism, a schedule, NVMe) is refused rather than ignored
-        let distributed = gpus > 1
+        count("gpus_per_node", gpus_per_node, memwall_core::layout::MAX_GPUS)?;
+        let distributed = gpus != 1
             || strategy.is_some()
-            || tp > 1
-            || pp > 1
-            || cp > 1
-            || ep > 1
+            || tp != 1
+            || pp != 1
+            || cp != 1
+            || ep != 1
             || !matches!(offload, OffloadArg::None)
             || sequence_parallel
             || !matches!(schedule, ScheduleArg::OneFOneB)

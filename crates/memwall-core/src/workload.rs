@@ -159,9 +159,14 @@ pub mod limits {
                 field,
                 format!("{value:?}"),
                 format!("must be in [{MIN_FRACTION}, {MAX_FRACTION}]"),
-                format!(
-                    "`{field}` is a fraction of the peak: 1 is the bound itself, 0.4–0.8 is typical; values below {MIN_FRACTION} are refused"
-                ),
+                match field {
+                    "gpu_memory_utilization" => format!(
+                        "`{field}` is the share of the GPU's memory vLLM may take: between {MIN_FRACTION} and {MAX_FRACTION} (vLLM's default is 0.92)"
+                    ),
+                    _ => format!(
+                        "`{field}` is a fraction of the peak between {MIN_FRACTION} and {MAX_FRACTION}: 1 is the roofline bound itself, 0.4–0.8 is typical"
+                    ),
+                },
             ))
         }
     }
