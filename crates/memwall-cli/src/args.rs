@@ -3,13 +3,13 @@
 use crate::error::UserError;
 use crate::model_source::{self, ModelSource};
 use anyhow::{Context, Result};
-use memwall_core::error::untrusted;
-use memwall_core::workload::limits::{self, count, fraction};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use memwall_core::error::untrusted;
 use memwall_core::gpu::GpuSpec;
 use memwall_core::layout::{Layout, Offload, OffloadDevice, Schedule, Strategy};
 use memwall_core::memory::Kernels;
 use memwall_core::roofline::{MathDtype, RooflinePhase, RooflineWorkload};
+use memwall_core::workload::limits::{self, count, fraction};
 use memwall_core::workload::{AttentionImpl, Lora, Optimizer, Precision, TrainWorkload};
 
 /// Exact peak GPU memory of LLM training steps, before you rent the GPU.
@@ -432,12 +432,18 @@ pub fn resolve_gpu(id: &str) -> Result<&'static GpuSpec> {
     let reason = if close.is_empty() {
         "not a GPU of the catalogue".to_owned()
     } else {
-        format!("not a GPU of the catalogue (did you mean: {}?)", close.join(", "))
+        format!(
+            "not a GPU of the catalogue (did you mean: {}?)",
+            close.join(", ")
+        )
     };
     let hint = if close.is_empty() {
         format!("known GPUs: {}", ids.join(", "))
     } else {
-        format!("`memwall gpus` lists all {} with their memory and peaks", ids.len())
+        format!(
+            "`memwall gpus` lists all {} with their memory and peaks",
+            ids.len()
+        )
     };
     Err(UserError::flag("--gpu", id, reason, hint).into())
 }
@@ -817,7 +823,11 @@ impl TrainSettings {
         }
         // a layout-only setting makes the job a layout, so that a setting that does nothing
         // on one GPU (sequence parallelism, a schedule, NVMe) is refused rather than ignored
-        count("gpus_per_node", gpus_per_node, memwall_core::layout::MAX_GPUS)?;
+        count(
+            "gpus_per_node",
+            gpus_per_node,
+            memwall_core::layout::MAX_GPUS,
+        )?;
         let distributed = gpus != 1
             || strategy.is_some()
             || tp != 1

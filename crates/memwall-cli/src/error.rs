@@ -92,7 +92,10 @@ pub const FLAGS: &[(&str, &str)] = &[
 
 /// The flag of a core field, or `None` for a field of the model's config.
 pub fn flag_of(field: &str) -> Option<&'static str> {
-    FLAGS.iter().find(|(f, _)| *f == field).map(|(_, flag)| *flag)
+    FLAGS
+        .iter()
+        .find(|(f, _)| *f == field)
+        .map(|(_, flag)| *flag)
 }
 
 /// How a field is named to the user: its flag, or "model field `field`".

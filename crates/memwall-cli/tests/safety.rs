@@ -103,7 +103,10 @@ fn serve_zero_request_length_is_refused_not_nan() {
     // the smallest accepted length prints a finite waste
     let (code, stdout, stderr) = run(&["serve", "-m", "gpt2", "--request-lengths", "1,16"]);
     assert_eq!(code, 0, "{stderr}");
-    assert!(!stdout.contains("NaN") && !stdout.contains("inf"), "{stdout}");
+    assert!(
+        !stdout.contains("NaN") && !stdout.contains("inf"),
+        "{stdout}"
+    );
     assert!(stdout.contains("1-token request"), "{stdout}");
 }
 
@@ -114,7 +117,10 @@ fn train_subnormal_mfu_is_refused_not_infinite() {
     // the smallest accepted efficiency gives a finite time
     let (code, stdout, stderr) = run(&["train", "-m", "gpt2", "--mfu", "0.01"]);
     assert_eq!(code, 0, "{stderr}");
-    assert!(!stdout.contains("inf s") && !stdout.contains("NaN"), "{stdout}");
+    assert!(
+        !stdout.contains("inf s") && !stdout.contains("NaN"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -133,7 +139,10 @@ fn roofline_tiny_efficiency_is_refused_not_a_300_digit_time() {
 
 #[test]
 fn roofline_tp_must_divide_the_heads() {
-    let e = refused_naming(&["roofline", "--tp", "7"], &["--tp 7", "32 attention heads"]);
+    let e = refused_naming(
+        &["roofline", "--tp", "7"],
+        &["--tp 7", "32 attention heads"],
+    );
     assert!(hint(&e).contains("1, 2, 4, 8, 16, 32"), "{e}");
 }
 
@@ -181,7 +190,15 @@ fn a_schedule_needs_a_pipeline() {
     assert!(hint(&e).contains("--pp"), "{e}");
     refused_naming(&["train", "--schedule", "gpipe"], &["--schedule gpipe"]);
     refused_naming(
-        &["train", "--gpus", "2", "--pp", "2", "--schedule", "interleaved"],
+        &[
+            "train",
+            "--gpus",
+            "2",
+            "--pp",
+            "2",
+            "--schedule",
+            "interleaved",
+        ],
         &["--virtual-stages 1"],
     );
 }
@@ -252,7 +269,10 @@ fn serve_ignored_flags_are_refused_or_warned() {
     ]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.starts_with("warning: --max-num-seqs 8"), "{stderr}");
-    refused_naming(&["infer", "--moe-grouped-decode"], &["--moe-grouped-decode"]);
+    refused_naming(
+        &["infer", "--moe-grouped-decode"],
+        &["--moe-grouped-decode"],
+    );
 }
 
 // ---- reproductions: errors name the right field, with a fitting hint -------------------------
@@ -293,11 +313,25 @@ fn layout_hints_fit_the_problem() {
 
 #[test]
 fn lora_and_gpu_errors_have_hints() {
-    refused_naming(&["train", "--lora-rank", "8"], &["--lora-rank 8", "--lora-targets"]);
-    refused_naming(&["train", "--lora-targets", "q_proj"], &["--lora-targets q_proj"]);
+    refused_naming(
+        &["train", "--lora-rank", "8"],
+        &["--lora-rank 8", "--lora-targets"],
+    );
+    refused_naming(
+        &["train", "--lora-targets", "q_proj"],
+        &["--lora-targets q_proj"],
+    );
     refused_naming(&["train", "--qlora"], &["--qlora", "--lora-rank"]);
     let e = refused_naming(
-        &["train", "-m", "gpt2", "--lora-rank", "8", "--lora-targets", "q_proj"],
+        &[
+            "train",
+            "-m",
+            "gpt2",
+            "--lora-rank",
+            "8",
+            "--lora-targets",
+            "q_proj",
+        ],
         &["--lora-targets `q_proj`"],
     );
     assert!(hint(&e).contains("c_attn"), "{e}");
@@ -312,7 +346,13 @@ fn overflow_and_range_errors_name_the_field() {
         &["--gpus 18446744073709551615"],
     );
     refused_naming(
-        &["train", "--lora-rank", "18446744073709551615", "--lora-targets", "q_proj"],
+        &[
+            "train",
+            "--lora-rank",
+            "18446744073709551615",
+            "--lora-targets",
+            "q_proj",
+        ],
         &["--lora-rank 18446744073709551615"],
     );
     refused_naming(
@@ -391,7 +431,15 @@ fn every_exit_2_path_prints_one_hint() {
         &["train", "--lora-rank", "0", "--lora-targets", "q_proj"],
         &["train", "--global-batch", "8"],
         &["train", "--gpus", "2", "--global-batch", "3"],
-        &["train", "--gpus", "2", "--grad-accum", "2", "--global-batch", "2"],
+        &[
+            "train",
+            "--gpus",
+            "2",
+            "--grad-accum",
+            "2",
+            "--global-batch",
+            "2",
+        ],
         &["train", "--gpus", "0"],
         &["train", "--gpus", "8", "--gpus-per-node", "0"],
         &["train", "--gpus", "8", "--tp", "0"],
@@ -400,12 +448,67 @@ fn every_exit_2_path_prints_one_hint() {
         &["train", "--gpus", "8", "--ep", "0"],
         &["train", "--gpus", "8", "--virtual-stages", "0"],
         &["train", "--gpus", "8", "--tp", "2", "--strategy", "zero3"],
-        &["train", "--gpus", "8", "--strategy", "ddp", "--offload", "optimizer"],
-        &["train", "--gpus", "8", "--strategy", "fsdp-full", "--offload", "params"],
-        &["train", "--gpus", "8", "--strategy", "zero2", "--offload-device", "nvme", "--offload", "optimizer"],
-        &["train", "--gpus", "2", "--strategy", "zero3", "--optimizer", "adafactor"],
-        &["train", "--gpus", "2", "--strategy", "zero3", "--lora-rank", "8", "--lora-targets", "q_proj", "--qlora"],
-        &["train", "--gpus", "2", "--tp", "2", "--lora-rank", "8", "--lora-targets", "q_proj"],
+        &[
+            "train",
+            "--gpus",
+            "8",
+            "--strategy",
+            "ddp",
+            "--offload",
+            "optimizer",
+        ],
+        &[
+            "train",
+            "--gpus",
+            "8",
+            "--strategy",
+            "fsdp-full",
+            "--offload",
+            "params",
+        ],
+        &[
+            "train",
+            "--gpus",
+            "8",
+            "--strategy",
+            "zero2",
+            "--offload-device",
+            "nvme",
+            "--offload",
+            "optimizer",
+        ],
+        &[
+            "train",
+            "--gpus",
+            "2",
+            "--strategy",
+            "zero3",
+            "--optimizer",
+            "adafactor",
+        ],
+        &[
+            "train",
+            "--gpus",
+            "2",
+            "--strategy",
+            "zero3",
+            "--lora-rank",
+            "8",
+            "--lora-targets",
+            "q_proj",
+            "--qlora",
+        ],
+        &[
+            "train",
+            "--gpus",
+            "2",
+            "--tp",
+            "2",
+            "--lora-rank",
+            "8",
+            "--lora-targets",
+            "q_proj",
+        ],
         &["train", "--gpus", "3", "--pp", "3"],
         &["train", "--gpus", "2", "--cp", "2", "-s", "7"],
         &["train", "--gpus", "16", "--tp", "16", "-m", "gpt2"],
@@ -429,8 +532,20 @@ fn every_exit_2_path_prints_one_hint() {
         &["serve", "--gpu-memory-utilization", "1.5"],
         &["serve", "--block-size", "18446744073709551615"],
         &["serve", "--max-model-len", "18446744073709551615"],
-        &["serve", "--kv-cache-memory-bytes", "1", "--non-torch-bytes", "1"],
-        &["serve", "--kv-cache-memory-bytes", "1", "--cuda-graph-bytes", "1"],
+        &[
+            "serve",
+            "--kv-cache-memory-bytes",
+            "1",
+            "--non-torch-bytes",
+            "1",
+        ],
+        &[
+            "serve",
+            "--kv-cache-memory-bytes",
+            "1",
+            "--cuda-graph-bytes",
+            "1",
+        ],
         &["serve", "--non-torch-bytes", "18446744073709551615"],
         &["serve", "--activation-bytes", "18446744073709551615"],
         &["serve", "--cuda-graph-bytes", "18446744073709551615"],
@@ -469,7 +584,10 @@ fn a_fifo_is_refused_without_blocking() {
         eprintln!("mkfifo unavailable; skipped");
         return;
     }
-    refused_naming(&["inspect", path_str(&fifo)], &["FIFO", "not a regular file"]);
+    refused_naming(
+        &["inspect", path_str(&fifo)],
+        &["FIFO", "not a regular file"],
+    );
     let _ = std::fs::remove_file(&fifo);
 }
 
@@ -532,7 +650,12 @@ fn a_16_mib_adversarial_config_stays_small() {
     std::fs::write(&path, &text).unwrap();
     drop(text);
     let out = Command::new("/usr/bin/time")
-        .args(["-f", "maxrss_kib=%M", env!("CARGO_BIN_EXE_memwall"), "inspect"])
+        .args([
+            "-f",
+            "maxrss_kib=%M",
+            env!("CARGO_BIN_EXE_memwall"),
+            "inspect",
+        ])
         .arg(&path)
         .output();
     match out {
@@ -572,7 +695,13 @@ fn untrusted_text_is_escaped_and_cut() {
     assert!(e.len() < 4000, "{} bytes", e.len());
     let e = refused(&["train", "--gpu", &long]);
     assert!(e.len() < 4000, "{} bytes", e.len());
-    let e = refused(&["train", "--lora-rank", "8", "--lora-targets", &format!("q\u{1b}[2J{long}")]);
+    let e = refused(&[
+        "train",
+        "--lora-rank",
+        "8",
+        "--lora-targets",
+        &format!("q\u{1b}[2J{long}"),
+    ]);
     assert!(e.len() < 4000 && !e.contains('\u{1b}'), "{} bytes", e.len());
     let e = refused(&["infer", "--weights", &format!("\u{1b}[2J{long}")]);
     assert!(e.len() < 4000 && !e.contains('\u{1b}'), "{} bytes", e.len());
@@ -648,7 +777,10 @@ fn never_panics(args: &[String]) -> Result<(), TestCaseError> {
         2 => {
             let last = stderr.lines().last().unwrap_or("");
             // warnings about ignored flags may come first
-            let first = stderr.lines().find(|l| !l.starts_with("warning: ")).unwrap_or("");
+            let first = stderr
+                .lines()
+                .find(|l| !l.starts_with("warning: "))
+                .unwrap_or("");
             prop_assert!(first.starts_with("error: "), "{a:?}: {stderr}");
             prop_assert!(last.starts_with("hint: "), "{a:?}: {stderr}");
         }

@@ -160,8 +160,7 @@ pub const MAX_SHOWN_CHARS: usize = 200;
 /// cut with a note of how much was left out. Every message that echoes such text uses this.
 pub fn untrusted(text: &str) -> String {
     let mut out = String::new();
-    let mut shown = 0usize;
-    for (i, c) in text.char_indices() {
+    for (shown, (i, c)) in text.char_indices().enumerate() {
         if shown == MAX_SHOWN_CHARS {
             let rest = text.len() - i;
             out.push_str(&format!("… ({rest} more bytes)"));
@@ -172,7 +171,6 @@ pub fn untrusted(text: &str) -> String {
         } else {
             out.push(c);
         }
-        shown += 1;
     }
     out
 }

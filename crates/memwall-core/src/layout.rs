@@ -219,7 +219,10 @@ impl Layout {
             return Err(CoreError::invalid_value(
                 "gpus_per_node",
                 self.gpus_per_node,
-                format!("{} GPUs do not fill whole nodes of {}", self.gpus, self.gpus_per_node),
+                format!(
+                    "{} GPUs do not fill whole nodes of {}",
+                    self.gpus, self.gpus_per_node
+                ),
                 "a cluster is whole nodes: make `gpus` a multiple of `gpus_per_node`",
             ));
         }
@@ -353,7 +356,10 @@ impl Layout {
                     "sequence parallelism splits the sequence over `tp` = {} ranks",
                     self.tp
                 ),
-                format!("use a `seq` that is a multiple of {}, or drop `sequence_parallel`", self.tp),
+                format!(
+                    "use a `seq` that is a multiple of {}, or drop `sequence_parallel`",
+                    self.tp
+                ),
             ));
         }
         Ok(())

@@ -184,7 +184,9 @@ impl RooflineWorkload {
                 return Err(CoreError::invalid_value(
                     "tp",
                     self.tp,
-                    format!("{heads} attention heads are not divisible by the tensor-parallel degree"),
+                    format!(
+                        "{heads} attention heads are not divisible by the tensor-parallel degree"
+                    ),
                     format!("pick a `tp` that divides {heads}: {}", fits.join(", ")),
                 ));
             }
@@ -661,9 +663,18 @@ mod tests {
         assert_eq!(field(|x| x.seq = 1 << 40), Some("seq"));
         assert_eq!(field(|x| x.tp = 7), Some("tp"));
         assert_eq!(field(|x| x.tp = 0), Some("tp"));
-        assert_eq!(field(|x| x.flops_efficiency = 1e-300), Some("flops_efficiency"));
-        assert_eq!(field(|x| x.flops_efficiency = f64::NAN), Some("flops_efficiency"));
-        assert_eq!(field(|x| x.bandwidth_efficiency = 2.0), Some("bandwidth_efficiency"));
+        assert_eq!(
+            field(|x| x.flops_efficiency = 1e-300),
+            Some("flops_efficiency")
+        );
+        assert_eq!(
+            field(|x| x.flops_efficiency = f64::NAN),
+            Some("flops_efficiency")
+        );
+        assert_eq!(
+            field(|x| x.bandwidth_efficiency = 2.0),
+            Some("bandwidth_efficiency")
+        );
         assert_eq!(field(|x| x.dtype = MathDtype::Fp8), Some("dtype"));
         // the smallest accepted efficiency keeps the time finite
         let mut x = w(RooflinePhase::Train, 1, 128);

@@ -119,7 +119,10 @@ impl ServeConfig {
         }
         fraction("gpu_memory_utilization", self.gpu_memory_utilization)?;
         for (field, bytes) in [
-            ("kv_cache_memory_bytes", self.kv_cache_memory_bytes.unwrap_or(0)),
+            (
+                "kv_cache_memory_bytes",
+                self.kv_cache_memory_bytes.unwrap_or(0),
+            ),
             ("non_torch_bytes", self.non_torch_bytes),
             ("activation_peak_bytes", self.activation_peak_bytes),
             ("cuda_graph_bytes", self.cuda_graph_bytes),
@@ -397,7 +400,10 @@ mod tests {
             field(|c| c.max_num_batched_tokens = u64::MAX),
             Some("max_num_batched_tokens")
         );
-        assert_eq!(field(|c| c.max_num_batched_tokens = 0), Some("max_num_batched_tokens"));
+        assert_eq!(
+            field(|c| c.max_num_batched_tokens = 0),
+            Some("max_num_batched_tokens")
+        );
         assert_eq!(
             field(|c| c.gpu_memory_utilization = 1e-300),
             Some("gpu_memory_utilization")

@@ -420,10 +420,7 @@ impl InferWorkload {
                     self.new_tokens,
                     limits::MAX_SEQ
                 ),
-                format!(
-                    "keep `prompt` + `new_tokens` at most {}",
-                    limits::MAX_SEQ
-                ),
+                format!("keep `prompt` + `new_tokens` at most {}", limits::MAX_SEQ),
             ));
         }
         Ok(())
