@@ -3,6 +3,7 @@
 
 mod errors;
 mod golden;
+mod limits;
 mod never_panics;
 
 use std::path::PathBuf;
