@@ -101,7 +101,7 @@ impl ServeArgs {
     pub fn validate(&self) -> Result<()> {
         let ServeArgs {
             model: _,
-            gpu: _,
+            gpu,
             tp,
             gpu_memory_utilization,
             kv_cache_dtype: _,
@@ -131,6 +131,27 @@ impl ServeArgs {
         }
         for &n in request_lengths {
             count("request_lengths", n, limits::MAX_CONTEXT)?;
+        }
+        // measured byte counts are parts of one GPU's memory
+        let gpu = resolve_gpu(gpu)?;
+        for (flag, given) in [
+            ("--kv-cache-memory-bytes", kv_cache_memory_bytes),
+            ("--non-torch-bytes", non_torch_bytes),
+            ("--activation-bytes", activation_bytes),
+            ("--cuda-graph-bytes", cuda_graph_bytes),
+        ] {
+            if let Some(v) = given.filter(|&v| v > gpu.memory_bytes) {
+                return Err(UserError::flag(
+                    flag,
+                    v,
+                    format!("more than the {} bytes of one {}", gpu.memory_bytes, gpu.id),
+                    format!(
+                        "{flag} is a part of one GPU's memory: give the bytes vLLM reports, at most {}",
+                        gpu.memory_bytes
+                    ),
+                )
+                .into());
+            }
         }
         if kv_cache_memory_bytes.is_some() {
             for (flag, given) in [

@@ -710,6 +710,110 @@ fn untrusted_text_is_escaped_and_cut() {
     assert!(!e.contains('\u{1b}'), "{e:?}");
 }
 
+#[test]
+fn the_largest_accepted_model_with_the_largest_inputs_never_panics() {
+    let m = largest();
+    let m = m.as_str();
+    for args in [
+        &["inspect", m][..],
+        &[
+            "serve",
+            "-m",
+            m,
+            "--max-num-batched-tokens",
+            "16777216",
+            "--max-num-seqs",
+            "65536",
+            "--request-lengths",
+            "67108864,1",
+            "--block-size",
+            "67108864",
+        ][..],
+        &[
+            "serve",
+            "-m",
+            m,
+            "--block-size",
+            "1",
+            "--kv-cache-memory-bytes",
+            "85899345920",
+            "--tp",
+            "16384",
+        ][..],
+        &["train", "-m", m, "-b", "65536", "-s", "4194304"][..],
+        &[
+            "train",
+            "-m",
+            m,
+            "-b",
+            "65536",
+            "-s",
+            "4194304",
+            "--gpus",
+            "1048576",
+            "--tp",
+            "16384",
+            "--pp",
+            "64",
+            "--grad-accum",
+            "65536",
+        ][..],
+        &[
+            "train",
+            "-m",
+            m,
+            "-b",
+            "65536",
+            "-s",
+            "4194304",
+            "--gpus",
+            "1048576",
+            "--strategy",
+            "zero3",
+            "--offload",
+            "both",
+            "--offload-device",
+            "nvme",
+            "--gpus-per-node",
+            "1048576",
+            "--global-batch",
+            "68719476736",
+        ][..],
+        &[
+            "infer",
+            "-m",
+            m,
+            "-b",
+            "65536",
+            "--prompt",
+            "4194303",
+            "--new-tokens",
+            "1",
+        ][..],
+        &[
+            "roofline", "-m", m, "-b", "65536", "-s", "4194304", "--phase", "decode",
+        ][..],
+        &[
+            "roofline",
+            "-m",
+            m,
+            "-b",
+            "65536",
+            "-s",
+            "4194304",
+            "--tp",
+            "16384",
+            "--flops-efficiency",
+            "0.01",
+            "--bandwidth-efficiency",
+            "0.01",
+        ][..],
+    ] {
+        let owned: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        never_panics(&owned).unwrap();
+    }
+}
+
 // ---- random argument vectors never panic --------------------------------------------------
 
 const VALUES: &[&str] = &[
@@ -789,7 +893,25 @@ fn never_panics(args: &[String]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-const MODELS: &[&str] = &["gpt2", "smollm2-135m-instruct", "qwen1.5-moe-a2.7b-chat"];
+/// A MoE model at every size limit of the config parser (one layer, so that its parameter
+/// count fits in 64 bits): the largest sizes any input can bring.
+fn largest() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/largest.json")
+        .display()
+        .to_string()
+}
+
+fn model(i: usize) -> String {
+    match i {
+        0 => "gpt2".into(),
+        1 => "smollm2-135m-instruct".into(),
+        2 => "qwen1.5-moe-a2.7b-chat".into(),
+        _ => largest(),
+    }
+}
+
+const MODELS: usize = 4;
 
 const TRAIN_FLAGS: &[&str] = &[
     "-b",
@@ -842,22 +964,22 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
     #[test]
-    fn train_never_panics(m in 0..MODELS.len(), chosen in pairs(TRAIN_FLAGS), on in prop::collection::vec(any::<bool>(), TRAIN_SWITCHES.len())) {
-        never_panics(&argv("train", MODELS[m], TRAIN_FLAGS, &chosen, TRAIN_SWITCHES, &on))?;
+    fn train_never_panics(m in 0..MODELS, chosen in pairs(TRAIN_FLAGS), on in prop::collection::vec(any::<bool>(), TRAIN_SWITCHES.len())) {
+        never_panics(&argv("train", &model(m), TRAIN_FLAGS, &chosen, TRAIN_SWITCHES, &on))?;
     }
 
     #[test]
-    fn infer_never_panics(m in 0..MODELS.len(), chosen in pairs(INFER_FLAGS), on in prop::collection::vec(any::<bool>(), INFER_SWITCHES.len())) {
-        never_panics(&argv("infer", MODELS[m], INFER_FLAGS, &chosen, INFER_SWITCHES, &on))?;
+    fn infer_never_panics(m in 0..MODELS, chosen in pairs(INFER_FLAGS), on in prop::collection::vec(any::<bool>(), INFER_SWITCHES.len())) {
+        never_panics(&argv("infer", &model(m), INFER_FLAGS, &chosen, INFER_SWITCHES, &on))?;
     }
 
     #[test]
-    fn roofline_never_panics(m in 0..MODELS.len(), chosen in pairs(ROOFLINE_FLAGS), on in prop::collection::vec(any::<bool>(), ROOFLINE_SWITCHES.len())) {
-        never_panics(&argv("roofline", MODELS[m], ROOFLINE_FLAGS, &chosen, ROOFLINE_SWITCHES, &on))?;
+    fn roofline_never_panics(m in 0..MODELS, chosen in pairs(ROOFLINE_FLAGS), on in prop::collection::vec(any::<bool>(), ROOFLINE_SWITCHES.len())) {
+        never_panics(&argv("roofline", &model(m), ROOFLINE_FLAGS, &chosen, ROOFLINE_SWITCHES, &on))?;
     }
 
     #[test]
-    fn serve_never_panics(m in 0..MODELS.len(), chosen in pairs(SERVE_FLAGS), on in prop::collection::vec(any::<bool>(), SERVE_SWITCHES.len())) {
-        never_panics(&argv("serve", MODELS[m], SERVE_FLAGS, &chosen, SERVE_SWITCHES, &on))?;
+    fn serve_never_panics(m in 0..MODELS, chosen in pairs(SERVE_FLAGS), on in prop::collection::vec(any::<bool>(), SERVE_SWITCHES.len())) {
+        never_panics(&argv("serve", &model(m), SERVE_FLAGS, &chosen, SERVE_SWITCHES, &on))?;
     }
 }

@@ -96,8 +96,10 @@ fn block_bytes(v: u128, cfg: &ServeConfig) -> Result<u64, CoreError> {
 }
 
 impl ServeConfig {
-    /// Checks every field against the shared limits ([`crate::workload::limits`]) and the GPU:
-    /// the error names the field, its value and what to do.
+    /// Checks every count and fraction against the shared limits
+    /// ([`crate::workload::limits`]): the error names the field, its value and what to do.
+    /// Byte counts need no check: they are subtracted with saturation, so an estimate larger
+    /// than the GPU leaves no KV cache (and the plan says it does not fit).
     pub fn validate(&self) -> Result<(), CoreError> {
         use crate::layout::MAX_GPUS;
         use crate::workload::limits::{count, fraction, MAX_BATCHED_TOKENS, MAX_CONTEXT};
@@ -118,27 +120,6 @@ impl ServeConfig {
             ));
         }
         fraction("gpu_memory_utilization", self.gpu_memory_utilization)?;
-        for (field, bytes) in [
-            (
-                "kv_cache_memory_bytes",
-                self.kv_cache_memory_bytes.unwrap_or(0),
-            ),
-            ("non_torch_bytes", self.non_torch_bytes),
-            ("activation_peak_bytes", self.activation_peak_bytes),
-            ("cuda_graph_bytes", self.cuda_graph_bytes),
-        ] {
-            if bytes > self.gpu_memory_bytes {
-                return Err(CoreError::invalid_value(
-                    field,
-                    bytes,
-                    format!(
-                        "more than the GPU's {} bytes",
-                        self.gpu_memory_bytes
-                    ),
-                    format!("`{field}` is a part of one GPU's memory: give the bytes vLLM reports, at most {}", self.gpu_memory_bytes),
-                ));
-            }
-        }
         Ok(())
     }
 }
@@ -411,10 +392,6 @@ mod tests {
         assert_eq!(
             field(|c| c.gpu_memory_utilization = f64::NAN),
             Some("gpu_memory_utilization")
-        );
-        assert_eq!(
-            field(|c| c.kv_cache_memory_bytes = Some(u64::MAX)),
-            Some("kv_cache_memory_bytes")
         );
         assert_eq!(field(|c| c.max_model_len = u64::MAX), Some("max_model_len"));
     }

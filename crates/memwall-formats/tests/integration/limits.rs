@@ -101,16 +101,27 @@ fn text_from_the_config_is_escaped_and_cut() {
     let mut v = llama();
     v["model_type"] = json!(hostile);
     let shown = parse_hf_config(&v.to_string()).unwrap_err().to_string();
-    assert!(!shown.contains('\u{1b}') && !shown.contains('\u{7}'), "{shown:?}");
+    assert!(
+        !shown.contains('\u{1b}') && !shown.contains('\u{7}'),
+        "{shown:?}"
+    );
     assert!(shown.len() < 2000, "{} bytes", shown.len());
     let mut v = llama();
     v["hidden_act"] = json!(format!("\u{1b}[2J{}", "B".repeat(1 << 20)));
     let shown = parse_hf_config(&v.to_string()).unwrap_err().to_string();
-    assert!(!shown.contains('\u{1b}') && shown.len() < 2000, "{} bytes", shown.len());
+    assert!(
+        !shown.contains('\u{1b}') && shown.len() < 2000,
+        "{} bytes",
+        shown.len()
+    );
     let mut v = llama();
     v["num_hidden_layers"] = json!(format!("\u{1b}[2J{}", "C".repeat(1 << 20)));
     let shown = parse_hf_config(&v.to_string()).unwrap_err().to_string();
-    assert!(!shown.contains('\u{1b}') && shown.len() < 2000, "{} bytes", shown.len());
+    assert!(
+        !shown.contains('\u{1b}') && shown.len() < 2000,
+        "{} bytes",
+        shown.len()
+    );
 }
 
 #[test]
@@ -118,5 +129,8 @@ fn message_and_hint_are_separate() {
     let e = parse_hf_config(r#"{"vocab_size": 1}"#).unwrap_err();
     assert!(!e.message().contains("hint:"));
     assert!(!e.hint().is_empty());
-    assert_eq!(e.to_string(), format!("{}\nhint: {}", e.message(), e.hint()));
+    assert_eq!(
+        e.to_string(),
+        format!("{}\nhint: {}", e.message(), e.hint())
+    );
 }
