@@ -165,7 +165,8 @@ pub fn report(e: &anyhow::Error) -> Vec<String> {
         } else if let Some(f) = cause.downcast_ref::<FormatError>() {
             (f.message(), Some(f.hint()))
         } else {
-            (cause.to_string(), None)
+            // text from elsewhere (I/O errors, contexts naming paths): made safe to show
+            (untrusted(&cause.to_string()), None)
         };
         // the innermost hint is the most specific
         if h.is_some() {
