@@ -605,6 +605,8 @@ fn a_symlink_to_a_device_is_refused_after_following_it() {
     let _ = std::fs::remove_file(&dangling);
     std::os::unix::fs::symlink(scratch("nothing-here"), &dangling).unwrap();
     refused_naming(&["inspect", path_str(&dangling)], &["symbolic link"]);
+    let _ = std::fs::remove_file(&link);
+    let _ = std::fs::remove_file(&dangling);
 }
 
 #[test]
@@ -631,6 +633,9 @@ fn a_file_over_the_limit_is_refused_whatever_its_content() {
     let dir = scratch("emptydir");
     std::fs::create_dir_all(&dir).unwrap();
     refused_naming(&["inspect", path_str(&dir)], &["has no config.json"]);
+    let _ = std::fs::remove_file(&big);
+    let _ = std::fs::remove_file(&bad);
+    let _ = std::fs::remove_dir(&dir);
 }
 
 /// A 16 MiB config of one unknown key holding `[0,0,…]`: refused quickly, and (where
@@ -688,6 +693,7 @@ fn untrusted_text_is_escaped_and_cut() {
     .unwrap();
     let e = refused_naming(&["inspect", path_str(&path)], &["\\u{1b}[31mRED"]);
     assert!(!e.contains('\u{1b}') && !e.contains('\u{7}'), "{e:?}");
+    let _ = std::fs::remove_file(&path);
     assert!(e.len() < 4000, "{} bytes", e.len());
     // a 131 KB --model
     let long = "x".repeat(131_000);
