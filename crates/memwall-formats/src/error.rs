@@ -1,7 +1,12 @@
 //! Errors of the parsers. Every config message names the offending field (as written in
 //! `config.json`, nested fields as `text_config.hidden_size`); every header message names the
 //! file format and, where there is one, the tensor or key. All end with a `hint:` line.
+//! Text taken from the config (values, keys, serde's messages that quote them) is shown through
+//! [`memwall_core::error::untrusted`]: escaped and cut, so a hostile config cannot drive the
+//! terminal or flood it.
 
+use memwall_core::error::untrusted;
+use std::fmt;
 use thiserror::Error;
 
 /// The binary or index formats whose headers memwall reads.
@@ -117,7 +122,6 @@ pub enum HeaderProblem {
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum FormatError {
     /// The text is not JSON at all.
-    #[error("config.json is not valid JSON (line {line}, column {column}): {message}\nhint: pass the `config.json` of a Hugging Face model repository, unmodified")]
     Json {
         /// 1-based line of the syntax error.
         line: usize,
@@ -127,10 +131,8 @@ pub enum FormatError {
         message: String,
     },
     /// No `model_type` key.
-    #[error("config.json has no `model_type`\nhint: every transformers config.json names its architecture in `model_type` (e.g. \"llama\"); add it, or check that this is a model config and not a tokenizer or generation config")]
     MissingModelType,
     /// `model_type` names a family memwall does not know.
-    #[error("unknown `model_type` \"{model_type}\"\nhint: supported model types: {supported}")]
     UnknownModelType {
         /// The value found.
         model_type: String,
@@ -138,7 +140,6 @@ pub enum FormatError {
         supported: String,
     },
     /// A field every real config of this family has is absent.
-    #[error("missing required field `{field}` (model_type \"{model_type}\")\nhint: {hint}")]
     MissingField {
         /// Field name.
         field: String,
@@ -148,7 +149,6 @@ pub enum FormatError {
         hint: String,
     },
     /// A field has a JSON type transformers would reject.
-    #[error("field `{field}` has the wrong type: {message}\nhint: {hint}")]
     WrongType {
         /// Field name.
         field: String,
@@ -158,7 +158,6 @@ pub enum FormatError {
         hint: String,
     },
     /// A size or probability is zero, negative or absurdly large.
-    #[error("field `{field}` = {value} is out of range: {reason}\nhint: {hint}")]
     OutOfRange {
         /// Field name.
         field: String,
@@ -170,7 +169,6 @@ pub enum FormatError {
         hint: String,
     },
     /// Two or more fields contradict each other.
-    #[error("inconsistent fields {fields}: {reason}\nhint: {hint}")]
     Inconsistent {
         /// The fields involved, e.g. "`hidden_size`, `num_attention_heads`".
         fields: String,
@@ -180,7 +178,6 @@ pub enum FormatError {
         hint: String,
     },
     /// A safetensors or GGUF header (or a safetensors index) is malformed or hostile.
-    #[error("{format} header: {problem}\nhint: {hint}")]
     Header {
         /// Which format.
         format: FileFormat,
@@ -192,7 +189,6 @@ pub enum FormatError {
     /// The bytes passed in end inside the header while the file goes on: read at least
     /// `needed` bytes from the start of the file and parse again. (The readers take a prefix
     /// so they never touch tensor data; the caller decides how much to read.)
-    #[error("{format} header continues past the first {have} bytes; at least {needed} bytes are needed\nhint: read at least {needed} bytes from the start of the file and parse again")]
     NeedMoreBytes {
         /// Which format.
         format: FileFormat,
@@ -202,7 +198,6 @@ pub enum FormatError {
         needed: u64,
     },
     /// A value transformers accepts but memwall cannot describe (or transformers cannot run).
-    #[error("field `{field}` = {value} is not supported: {reason}\nhint: {hint}")]
     Unsupported {
         /// Field name.
         field: String,
@@ -215,7 +210,97 @@ pub enum FormatError {
     },
 }
 
+impl fmt::Display for FormatError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}\nhint: {}", self.message(), self.hint())
+    }
+}
+
 impl FormatError {
+    /// The message without its hint, with text from the config made safe to show.
+    pub fn message(&self) -> String {
+        let u = |s: &str| untrusted(s);
+        match self {
+            FormatError::Json {
+                line,
+                column,
+                message,
+            } => format!(
+                "config.json is not valid JSON (line {line}, column {column}): {}",
+                u(message)
+            ),
+            FormatError::MissingModelType => "config.json has no `model_type`".into(),
+            FormatError::UnknownModelType { model_type, .. } => {
+                format!("unknown `model_type` \"{}\"", u(model_type))
+            }
+            FormatError::MissingField {
+                field, model_type, ..
+            } => format!(
+                "missing required field `{}` (model_type \"{}\")",
+                u(field),
+                u(model_type)
+            ),
+            FormatError::WrongType { field, message, .. } => {
+                format!("field `{}` has the wrong type: {}", u(field), u(message))
+            }
+            FormatError::OutOfRange {
+                field,
+                value,
+                reason,
+                ..
+            } => format!(
+                "field `{}` = {} is out of range: {reason}",
+                u(field),
+                u(value)
+            ),
+            FormatError::Inconsistent { fields, reason, .. } => {
+                format!("inconsistent fields {fields}: {}", u(reason))
+            }
+            FormatError::Header {
+                format, problem, ..
+            } => format!("{format} header: {}", u(&problem.to_string())),
+            FormatError::NeedMoreBytes {
+                format,
+                have,
+                needed,
+            } => format!(
+                "{format} header continues past the first {have} bytes; at least {needed} bytes are needed"
+            ),
+            FormatError::Unsupported {
+                field,
+                value,
+                reason,
+                ..
+            } => format!(
+                "field `{}` = {} is not supported: {reason}",
+                u(field),
+                u(value)
+            ),
+        }
+    }
+
+    /// What to do about it.
+    pub fn hint(&self) -> String {
+        match self {
+            FormatError::Json { .. } => {
+                "pass the `config.json` of a Hugging Face model repository, unmodified".into()
+            }
+            FormatError::MissingModelType => "every transformers config.json names its architecture in `model_type` (e.g. \"llama\"); add it, or check that this is a model config and not a tokenizer or generation config".into(),
+            FormatError::UnknownModelType { supported, .. } => {
+                format!("supported model types: {supported}")
+            }
+            FormatError::NeedMoreBytes { needed, .. } => {
+                format!("read at least {needed} bytes from the start of the file and parse again")
+            }
+            FormatError::MissingField { hint, .. }
+            | FormatError::Header { hint, .. }
+            | FormatError::WrongType { hint, .. }
+            | FormatError::OutOfRange { hint, .. }
+            | FormatError::Inconsistent { hint, .. }
+            | FormatError::Unsupported { hint, .. } => hint.clone(),
+        }
+    }
+
     /// The field this error is about, when it is about one field.
     pub fn field(&self) -> Option<&str> {
         match self {
@@ -233,7 +318,6 @@ impl FormatError {
         }
     }
 }
-
 impl FormatError {
     /// A [`FormatError::Header`] with the given parts.
     pub(crate) fn header(format: FileFormat, problem: HeaderProblem, hint: &str) -> FormatError {

@@ -45,10 +45,11 @@ pub fn gguf_to_model(header: &GgufHeader) -> Result<ModelDesc, FormatError> {
 /// from the first split (`split.no = 0`, else the first given), tensor names from all.
 pub fn gguf_shards_to_model(shards: &[GgufHeader]) -> Result<ModelDesc, FormatError> {
     let config = gguf_shards_to_hf_config(shards)?;
-    let Value::Object(obj) = config else {
+    if !matches!(config, Value::Object(_)) {
         return Err(FormatError::MissingModelType);
-    };
-    families::normalise(&HfConfig::from_object(&obj, "")?)
+    }
+    // through the same parser as a config.json (the built config is small: a few KiB)
+    families::normalise(&HfConfig::from_json(&config.to_string(), "")?)
 }
 
 /// The Hugging Face `config.json` equivalent to a GGUF header (what [`gguf_to_model`]

@@ -7,6 +7,7 @@ mod gguf;
 mod golden;
 mod headers_never_panic;
 mod hub;
+mod limits;
 mod never_panics;
 mod quant_config;
 mod safetensors;
