@@ -4,6 +4,7 @@
 //! Nothing in this crate does I/O, reads the environment or the clock.
 
 pub mod dtype;
+pub mod emit;
 pub mod error;
 pub mod gpu;
 pub mod layout;
