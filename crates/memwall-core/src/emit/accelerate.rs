@@ -66,7 +66,7 @@ pub(super) fn emit(spec: &LaunchSpec) -> Result<Vec<EmittedFile>, EmitError> {
             }
             "no"
         }
-        // accelerate's DeepSpeedPlugin.set_mixed_precision: must agree with ds_config.json
+        // ds_config.json's bf16/fp16 section decides (not written here)
         "DEEPSPEED" => amp_name(w.precision),
         // DDP / one GPU: accelerate's mixed precision is autocast over the model's weights
         _ => match w.precision {
@@ -125,7 +125,11 @@ pub(super) fn emit(spec: &LaunchSpec) -> Result<Vec<EmittedFile>, EmitError> {
         }
         _ => {}
     }
-    root.insert("mixed_precision".into(), json!(mixed_precision));
+    // with deepspeed_config_file, accelerate refuses its own mixed_precision key
+    // (utils/dataclasses.py DeepSpeedPlugin._deepspeed_config_checks): ds_config.json decides
+    if distributed_type != "DEEPSPEED" {
+        root.insert("mixed_precision".into(), json!(mixed_precision));
+    }
     root.insert("num_machines".into(), json!(spec.num_nodes()));
     root.insert("num_processes".into(), json!(l.gpus));
     root.insert("machine_rank".into(), json!(0));

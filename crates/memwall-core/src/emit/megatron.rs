@@ -207,6 +207,8 @@ pub(super) fn emit(spec: &LaunchSpec) -> Result<Vec<EmittedFile>, EmitError> {
     let mut sh = String::from("#!/usr/bin/env bash\n");
     sh.push_str(&hash_comment(&lines));
     sh.push_str("set -euo pipefail\n");
+    // Megatron-LM asserts it with tensor or context parallelism (arguments.py validate_args)
+    sh.push_str("export CUDA_DEVICE_MAX_CONNECTIONS=1\n");
     sh.push_str(&shell::array("MEGATRON_ARGS", &a));
     sh.push_str(&format!(
         "exec {} {}/pretrain_gpt.py \"${{MEGATRON_ARGS[@]}}\" \"$@\"\n",
