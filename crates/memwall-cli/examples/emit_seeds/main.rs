@@ -51,7 +51,10 @@ fn main() -> anyhow::Result<()> {
             for f in &files {
                 std::fs::write(dir.join(&f.name), &f.contents)?;
             }
-            kinds.insert(kind.name().into(), files.iter().map(|f| f.name.clone()).collect());
+            kinds.insert(
+                kind.name().into(),
+                files.iter().map(|f| f.name.clone()).collect(),
+            );
         }
         manifest.insert(
             seed.id.into(),
@@ -61,7 +64,10 @@ fn main() -> anyhow::Result<()> {
     for seed in seeds::serve_seeds() {
         let (m, _) = seeds::model("llama-3.1-70b")?;
         let plan = memwall_core::serve::plan(&m, &seed.config)?;
-        let estimate = format!("{} KV-cache tokens per rank budget, {} blocks", plan.kv_tokens, plan.num_gpu_blocks);
+        let estimate = format!(
+            "{} KV-cache tokens per rank budget, {} blocks",
+            plan.kv_tokens, plan.num_gpu_blocks
+        );
         let spec = seeds::serve_spec(&seed, &estimate);
         let dir = out.join(seed.id).join(EmitKind::Vllm.name());
         std::fs::create_dir_all(&dir)?;

@@ -141,19 +141,27 @@ pub fn model(id: &str) -> anyhow::Result<(ModelDesc, &'static str)> {
 /// The launch spec of a training seed, with `estimate` in its header.
 pub fn launch_spec(seed: &TrainSeed, estimate: &str) -> anyhow::Result<LaunchSpec> {
     let (m, repo) = model(seed.model)?;
-    Ok(LaunchSpec::from_train(&m, &seed.workload, seed.layout.as_ref())?
-        .with_model_id(repo)
-        .with_provenance(Provenance {
-            command: seed.command.to_string(),
-            estimate: estimate.to_string(),
-        }))
+    Ok(
+        LaunchSpec::from_train(&m, &seed.workload, seed.layout.as_ref())?
+            .with_model_id(repo)
+            .with_provenance(Provenance {
+                command: seed.command.to_string(),
+                estimate: estimate.to_string(),
+            }),
+    )
 }
 
 /// The launch spec of a serving seed.
 pub fn serve_spec(seed: &ServeSeed, estimate: &str) -> ServeLaunchSpec {
-    ServeLaunchSpec::from_serve(seed.repo, &seed.config, VllmKvCacheDtype::Auto, seed.max_num_seqs, false)
-        .with_provenance(Provenance {
-            command: seed.command.to_string(),
-            estimate: estimate.to_string(),
-        })
+    ServeLaunchSpec::from_serve(
+        seed.repo,
+        &seed.config,
+        VllmKvCacheDtype::Auto,
+        seed.max_num_seqs,
+        false,
+    )
+    .with_provenance(Provenance {
+        command: seed.command.to_string(),
+        estimate: estimate.to_string(),
+    })
 }

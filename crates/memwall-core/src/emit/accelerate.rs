@@ -17,7 +17,10 @@
 //! it is refused. The cast precisions run with `mixed_precision: "no"` on a model loaded in
 //! that dtype. With DDP or one GPU, `amp-*` is accelerate's autocast (`mixed_precision: bf16`).
 
-use super::{deepspeed, hash_comment, header_lines, hf_script_notes, json_file, yaml, EmitError, EmittedFile, LaunchSpec};
+use super::{
+    deepspeed, hash_comment, header_lines, hf_script_notes, json_file, yaml, EmitError,
+    EmittedFile, LaunchSpec,
+};
 use crate::layout::{Offload, Strategy};
 use crate::workload::Precision;
 use serde_json::{json, Map, Value};
@@ -94,7 +97,10 @@ pub(super) fn emit(spec: &LaunchSpec) -> Result<Vec<EmittedFile>, EmitError> {
                 "fsdp_reshard_after_forward".into(),
                 json!(strategy != Strategy::FsdpGradOp),
             );
-            f.insert("fsdp_auto_wrap_policy".into(), json!("TRANSFORMER_BASED_WRAP"));
+            f.insert(
+                "fsdp_auto_wrap_policy".into(),
+                json!("TRANSFORMER_BASED_WRAP"),
+            );
             f.insert("fsdp_transformer_layer_cls_to_wrap".into(), json!(class));
             // CPUOffloadPolicy: sharded parameters, gradients and optimizer states on the host
             f.insert(
@@ -102,7 +108,10 @@ pub(super) fn emit(spec: &LaunchSpec) -> Result<Vec<EmittedFile>, EmitError> {
                 json!(l.offload != Offload::None),
             );
             // non-reentrant checkpoint_wrapper around every decoder layer
-            f.insert("fsdp_activation_checkpointing".into(), json!(w.checkpointing));
+            f.insert(
+                "fsdp_activation_checkpointing".into(),
+                json!(w.checkpointing),
+            );
             checkpointing_in_config = true;
             root.insert("fsdp_config".into(), Value::Object(f));
             if strategy == Strategy::Hsdp {
@@ -134,7 +143,10 @@ pub(super) fn emit(spec: &LaunchSpec) -> Result<Vec<EmittedFile>, EmitError> {
     root.insert("num_processes".into(), json!(l.gpus));
     root.insert("machine_rank".into(), json!(0));
 
-    let mut lines = header_lines(&spec.provenance, "accelerate (config file keys of accelerate 1.15.0)");
+    let mut lines = header_lines(
+        &spec.provenance,
+        "accelerate (config file keys of accelerate 1.15.0)",
+    );
     lines.push(String::new());
     let launch = if spec.num_nodes() > 1 {
         "accelerate launch --config_file accelerate_config.yaml --machine_rank $NODE_RANK --main_process_ip $MASTER_ADDR --main_process_port 29500 train.py"

@@ -8,7 +8,10 @@
 //! `deepspeed/runtime/zero/offload_config.py` (`device`, `nvme_path`, `buffer_count` (5 for
 //! parameters, 4 for the optimizer), `buffer_size` (1e8), `pin_memory` (true)).
 
-use super::{hash_comment, header_lines, hf_script_notes, json_file, shell, EmitError, EmittedFile, LaunchSpec};
+use super::{
+    hash_comment, header_lines, hf_script_notes, json_file, shell, EmitError, EmittedFile,
+    LaunchSpec,
+};
 use crate::layout::{Offload, OffloadDevice, Strategy};
 use crate::workload::{Optimizer, Precision};
 use serde_json::{json, Map, Value};
@@ -72,7 +75,10 @@ pub(super) fn config(spec: &LaunchSpec, kind: &'static str) -> Result<Value, Emi
     }
     zero.insert("reduce_bucket_size".into(), json!(c.reduce_bucket_elems));
     if stage == 3 {
-        zero.insert("stage3_prefetch_bucket_size".into(), json!(c.zero3_prefetch_elems));
+        zero.insert(
+            "stage3_prefetch_bucket_size".into(),
+            json!(c.zero3_prefetch_elems),
+        );
         zero.insert(
             "stage3_param_persistence_threshold".into(),
             json!(c.zero3_persistence_elems),
@@ -154,7 +160,10 @@ fn client_optimizer(o: Optimizer) -> &'static str {
 
 pub(super) fn emit(spec: &LaunchSpec) -> Result<Vec<EmittedFile>, EmitError> {
     let cfg = config(spec, "deepspeed")?;
-    let mut lines = header_lines(&spec.provenance, "DeepSpeed ZeRO (ds_config.json; keys of deepspeed 0.19.8)");
+    let mut lines = header_lines(
+        &spec.provenance,
+        "DeepSpeed ZeRO (ds_config.json; keys of deepspeed 0.19.8)",
+    );
     lines.push(String::new());
     lines.extend(hf_script_notes(spec, false));
     if cfg.get("optimizer").is_none() {
@@ -164,14 +173,19 @@ pub(super) fn emit(spec: &LaunchSpec) -> Result<Vec<EmittedFile>, EmitError> {
         ));
     }
     if spec.layout.offload_device == OffloadDevice::Nvme && spec.layout.offload != Offload::None {
-        lines.push(format!("  point nvme_path ({NVME_PATH}) at a local NVMe mount"));
+        lines.push(format!(
+            "  point nvme_path ({NVME_PATH}) at a local NVMe mount"
+        ));
     }
     let mut sh = String::from("#!/usr/bin/env bash\n");
     sh.push_str(&hash_comment(&lines));
     sh.push_str("set -euo pipefail\n");
     let mut cmd = format!("exec deepspeed --num_nodes {}", spec.num_nodes());
     if spec.num_nodes() > 1 {
-        cmd.push_str(&format!(" --hostfile {}", shell::var("HOSTFILE", "hostfile")));
+        cmd.push_str(&format!(
+            " --hostfile {}",
+            shell::var("HOSTFILE", "hostfile")
+        ));
     }
     cmd.push_str(&format!(
         " --num_gpus {} {} --deepspeed ds_config.json \"$@\"\n",

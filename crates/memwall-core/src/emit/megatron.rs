@@ -65,13 +65,15 @@ pub(super) fn args(spec: &LaunchSpec) -> Result<Args, EmitError> {
     }
     if s.mixed_moe {
         return refuse(
-            "the model mixes dense and MoE layers, which memwall does not map to --moe-layer-freq".to_string(),
+            "the model mixes dense and MoE layers, which memwall does not map to --moe-layer-freq"
+                .to_string(),
             "write --moe-layer-freq by hand from the model config",
         );
     }
     if s.gated && s.activation != Activation::Silu {
         return refuse(
-            "a gated MLP with a non-SiLU activation has no Megatron-LM flag (only --swiglu)".to_string(),
+            "a gated MLP with a non-SiLU activation has no Megatron-LM flag (only --swiglu)"
+                .to_string(),
             "plan this model with FSDP2 or ZeRO instead",
         );
     }
@@ -89,7 +91,10 @@ pub(super) fn args(spec: &LaunchSpec) -> Result<Args, EmitError> {
             return refuse(
                 format!(
                     "Megatron-LM's --optimizer is adam or sgd; `{}` is not available",
-                    Optimizer::ALL.iter().find(|(x, _)| *x == o).map_or("?", |(_, n)| n)
+                    Optimizer::ALL
+                        .iter()
+                        .find(|(x, _)| *x == o)
+                        .map_or("?", |(_, n)| n)
                 ),
                 "plan with --optimizer adamw or sgd",
             )
@@ -111,13 +116,25 @@ pub(super) fn args(spec: &LaunchSpec) -> Result<Args, EmitError> {
     }
     push(&mut a, "--kv-channels", head_dim);
     push(&mut a, "--seq-length", w.seq);
-    push(&mut a, "--max-position-embeddings", s.max_position_embeddings.max(w.seq));
+    push(
+        &mut a,
+        "--max-position-embeddings",
+        s.max_position_embeddings.max(w.seq),
+    );
     push(
         &mut a,
         "--position-embedding-type",
-        if s.learned_positions { "learned_absolute" } else { "rope" },
+        if s.learned_positions {
+            "learned_absolute"
+        } else {
+            "rope"
+        },
     );
-    push(&mut a, "--normalization", if s.rms_norm { "RMSNorm" } else { "LayerNorm" });
+    push(
+        &mut a,
+        "--normalization",
+        if s.rms_norm { "RMSNorm" } else { "LayerNorm" },
+    );
     if s.gated {
         switch(&mut a, "--swiglu");
     }
@@ -152,7 +169,11 @@ pub(super) fn args(spec: &LaunchSpec) -> Result<Args, EmitError> {
     }
     push(&mut a, "--pipeline-model-parallel-size", l.pp);
     if l.schedule == Schedule::Interleaved && l.virtual_stages > 1 {
-        push(&mut a, "--num-virtual-stages-per-pipeline-rank", l.virtual_stages);
+        push(
+            &mut a,
+            "--num-virtual-stages-per-pipeline-rank",
+            l.virtual_stages,
+        );
     }
     push(&mut a, "--context-parallel-size", l.cp);
     push(&mut a, "--expert-model-parallel-size", l.ep);
@@ -196,9 +217,15 @@ pub(super) fn emit(spec: &LaunchSpec) -> Result<Vec<EmittedFile>, EmitError> {
         "Megatron-LM pretrain_gpt.py (arguments of megatron-core 0.19.2 megatron/training/arguments.py)",
     );
     lines.push(String::new());
-    lines.push("Add what memwall does not decide: data (--data-path or --mock-data), --lr, --train-iters,".to_string());
+    lines.push(
+        "Add what memwall does not decide: data (--data-path or --mock-data), --lr, --train-iters,"
+            .to_string(),
+    );
     lines.push("checkpoint paths. Architecture flags that do not change memory (rotary base, norm epsilon)".to_string());
-    lines.push("come from your checkpoint converter. The vocabulary comes from the tokenizer; memwall".to_string());
+    lines.push(
+        "come from your checkpoint converter. The vocabulary comes from the tokenizer; memwall"
+            .to_string(),
+    );
     lines.push(format!("counted {} rows.", spec.shape.vocab_size));
     lines.push(format!(
         "Run on every node (NODE_RANK 0..{}); MEGATRON_LM is your Megatron-LM checkout.",

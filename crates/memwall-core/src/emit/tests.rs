@@ -117,8 +117,14 @@ fn engines_refuse_configurations_they_would_not_run_as_estimated() {
         })
     };
     let fsdp = layout(Strategy::FsdpFull, 8);
-    assert_eq!(code(EmitKind::Megatron, &fsdp, &w), Some("emit-unsupported"));
-    assert_eq!(code(EmitKind::Deepspeed, &fsdp, &w), Some("emit-unsupported"));
+    assert_eq!(
+        code(EmitKind::Megatron, &fsdp, &w),
+        Some("emit-unsupported")
+    );
+    assert_eq!(
+        code(EmitKind::Deepspeed, &fsdp, &w),
+        Some("emit-unsupported")
+    );
     assert_eq!(code(EmitKind::Accelerate, &fsdp, &w), None);
     assert_eq!(code(EmitKind::Trainer, &fsdp, &w), None);
     assert_eq!(code(EmitKind::Vllm, &fsdp, &w), Some("emit-wrong-command"));
@@ -126,23 +132,41 @@ fn engines_refuse_configurations_they_would_not_run_as_estimated() {
         precision: Precision::AmpBf16,
         ..w.clone()
     };
-    assert_eq!(code(EmitKind::Accelerate, &fsdp, &amp), Some("emit-unsupported"));
+    assert_eq!(
+        code(EmitKind::Accelerate, &fsdp, &amp),
+        Some("emit-unsupported")
+    );
     let mut mega = layout(Strategy::Zero1, 16);
     mega.tp = 8;
     mega.pp = 2;
     assert_eq!(code(EmitKind::Megatron, &mega, &w), None);
-    assert_eq!(code(EmitKind::Deepspeed, &mega, &w), Some("emit-unsupported"));
-    assert_eq!(code(EmitKind::Accelerate, &mega, &w), Some("emit-unsupported"));
-    assert_eq!(code(EmitKind::Torchtitan, &mega, &w), Some("emit-unsupported"));
+    assert_eq!(
+        code(EmitKind::Deepspeed, &mega, &w),
+        Some("emit-unsupported")
+    );
+    assert_eq!(
+        code(EmitKind::Accelerate, &mega, &w),
+        Some("emit-unsupported")
+    );
+    assert_eq!(
+        code(EmitKind::Torchtitan, &mega, &w),
+        Some("emit-unsupported")
+    );
     mega.schedule = Schedule::Gpipe;
-    assert_eq!(code(EmitKind::Megatron, &mega, &w), Some("emit-unsupported"));
+    assert_eq!(
+        code(EmitKind::Megatron, &mega, &w),
+        Some("emit-unsupported")
+    );
     let mut offload_sgd = layout(Strategy::Zero3, 8);
     offload_sgd.offload = Offload::Optimizer;
     let sgd = TrainWorkload {
         optimizer: Optimizer::Sgd,
         ..w.clone()
     };
-    assert_eq!(code(EmitKind::Deepspeed, &offload_sgd, &sgd), Some("emit-unsupported"));
+    assert_eq!(
+        code(EmitKind::Deepspeed, &offload_sgd, &sgd),
+        Some("emit-unsupported")
+    );
     let forloop = TrainWorkload {
         optimizer: Optimizer::AdamwForloop,
         ..w.clone()
@@ -191,7 +215,10 @@ fn qlora_writes_peft_and_bitsandbytes_configs() {
     let files = emit(EmitKind::Trainer, &spec(&Layout::single(), &w)).unwrap();
     let lora: serde_json::Value = serde_json::from_str(file(&files, "lora_config.json")).unwrap();
     assert_eq!(lora["r"], 16);
-    assert_eq!(lora["target_modules"], serde_json::json!(["q_proj", "v_proj"]));
+    assert_eq!(
+        lora["target_modules"],
+        serde_json::json!(["q_proj", "v_proj"])
+    );
     let bnb: serde_json::Value = serde_json::from_str(file(&files, "bnb_config.json")).unwrap();
     assert_eq!(bnb["bnb_4bit_quant_type"], "nf4");
     assert_eq!(bnb["bnb_4bit_use_double_quant"], true);
@@ -203,7 +230,10 @@ fn kinds_round_trip_their_names() {
         assert_eq!(EmitKind::parse(n).unwrap(), k);
         assert_eq!(k.name(), n);
     }
-    assert_eq!(EmitKind::parse("nope").unwrap_err().code(), "emit-unknown-kind");
+    assert_eq!(
+        EmitKind::parse("nope").unwrap_err().code(),
+        "emit-unknown-kind"
+    );
 }
 
 #[test]

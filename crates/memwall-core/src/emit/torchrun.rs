@@ -2,7 +2,9 @@
 //! `torch/distributed/run.py`: `--nnodes`, `--nproc-per-node`, `--node-rank`,
 //! `--rdzv-backend`, `--rdzv-endpoint`, `--standalone`).
 
-use super::{hash_comment, header_lines, hf_script_notes, shell, EmitError, EmittedFile, LaunchSpec};
+use super::{
+    hash_comment, header_lines, hf_script_notes, shell, EmitError, EmittedFile, LaunchSpec,
+};
 
 /// `torchrun …` for `spec`'s nodes and processes (without the script).
 pub(super) fn command(spec: &LaunchSpec) -> String {
@@ -33,7 +35,10 @@ pub(super) fn emit(spec: &LaunchSpec) -> Result<Vec<EmittedFile>, EmitError> {
     ));
     lines.push(String::new());
     if spec.is_megatron() {
-        lines.push("TRAIN_SCRIPT is Megatron-LM's pretrain_gpt.py with the arguments of --emit megatron.".to_string());
+        lines.push(
+            "TRAIN_SCRIPT is Megatron-LM's pretrain_gpt.py with the arguments of --emit megatron."
+                .to_string(),
+        );
     } else {
         lines.extend(hf_script_notes(spec, false));
     }

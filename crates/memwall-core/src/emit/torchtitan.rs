@@ -38,7 +38,9 @@ fn push(a: &mut Args, flag: &str, value: impl ToString) {
 }
 
 /// `(module, config, overrides, activation-checkpoint subcommand)`.
-pub(super) fn args(spec: &LaunchSpec) -> Result<(&'static str, &'static str, Args, &'static str), EmitError> {
+pub(super) fn args(
+    spec: &LaunchSpec,
+) -> Result<(&'static str, &'static str, Args, &'static str), EmitError> {
     let l = &spec.layout;
     let w = &spec.workload;
     let s = &spec.shape;
@@ -98,7 +100,14 @@ pub(super) fn args(spec: &LaunchSpec) -> Result<(&'static str, &'static str, Arg
         }
     };
     let mut a: Args = Vec::new();
-    push(&mut a, "--hf-assets-path", format!("./assets/hf/{}", spec.model_id.rsplit('/').next().unwrap_or(&spec.model_id)));
+    push(
+        &mut a,
+        "--hf-assets-path",
+        format!(
+            "./assets/hf/{}",
+            spec.model_id.rsplit('/').next().unwrap_or(&spec.model_id)
+        ),
+    );
     push(&mut a, "--training.local-batch-size", w.batch);
     push(&mut a, "--training.global-batch-size", spec.global_batch());
     push(&mut a, "--training.seq-len", w.seq);
@@ -118,12 +127,20 @@ pub(super) fn args(spec: &LaunchSpec) -> Result<(&'static str, &'static str, Arg
         Strategy::Hsdp => (l.gpus / l.shard_group().max(1), l.shard_group()),
         _ => (1, l.gpus),
     };
-    push(&mut a, "--parallelism.data-parallel-replicate-degree", replicate);
+    push(
+        &mut a,
+        "--parallelism.data-parallel-replicate-degree",
+        replicate,
+    );
     push(&mut a, "--parallelism.data-parallel-shard-degree", shard);
     push(
         &mut a,
         "--parallelism.fsdp-reshard-after-forward",
-        if spec.strategy() == Strategy::FsdpGradOp { "never" } else { "always" },
+        if spec.strategy() == Strategy::FsdpGradOp {
+            "never"
+        } else {
+            "always"
+        },
     );
     push(&mut a, "--parallelism.tensor-parallel-degree", 1);
     push(&mut a, "--parallelism.pipeline-parallel-degree", 1);
@@ -145,7 +162,10 @@ pub(super) fn emit(spec: &LaunchSpec) -> Result<Vec<EmittedFile>, EmitError> {
         "torchtitan 0.3.0 (config_registry + CLI overrides; torchtitan/config/configs.py)",
     );
     lines.push(String::new());
-    lines.push("torchtitan runs its own model implementation, not transformers': memwall's estimate is of".to_string());
+    lines.push(
+        "torchtitan runs its own model implementation, not transformers': memwall's estimate is of"
+            .to_string(),
+    );
     lines.push("the transformers model under the same FSDP2 layout. Download the HF assets to --hf-assets-path.".to_string());
     let mut sh = String::from("#!/usr/bin/env bash\n");
     sh.push_str(&hash_comment(&lines));

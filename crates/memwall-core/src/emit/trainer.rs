@@ -67,7 +67,10 @@ pub(super) fn emit(spec: &LaunchSpec) -> Result<Vec<EmittedFile>, EmitError> {
     let w = &spec.workload;
     let l = &spec.layout;
     let strategy = spec.strategy();
-    let zero = matches!(strategy, Strategy::Zero1 | Strategy::Zero2 | Strategy::Zero3);
+    let zero = matches!(
+        strategy,
+        Strategy::Zero1 | Strategy::Zero2 | Strategy::Zero3
+    );
     let fsdp = strategy.is_fsdp();
     if strategy == Strategy::Hsdp {
         return Err(EmitError::unsupported(
@@ -200,13 +203,15 @@ pub(super) fn emit(spec: &LaunchSpec) -> Result<Vec<EmittedFile>, EmitError> {
                 .to_string(),
         );
     }
-    lines.push("  Trainer(model, TrainingArguments(output_dir=…, **training_args), train_dataset=…)".to_string());
-    lines.push(format!(
-        "  with sequences of {} tokens (no padding)",
-        w.seq
-    ));
+    lines.push(
+        "  Trainer(model, TrainingArguments(output_dir=…, **training_args), train_dataset=…)"
+            .to_string(),
+    );
+    lines.push(format!("  with sequences of {} tokens (no padding)", w.seq));
     if offloaded_optimizer {
-        lines.push("  (the optimizer is DeepSpeed's CPU optimizer named in ds_config.json)".to_string());
+        lines.push(
+            "  (the optimizer is DeepSpeed's CPU optimizer named in ds_config.json)".to_string(),
+        );
     }
     let mut sh = String::from("#!/usr/bin/env bash\n");
     sh.push_str(&hash_comment(&lines));

@@ -57,7 +57,10 @@ pub(super) fn flags(spec: &ServeLaunchSpec) -> Result<Vec<(&'static str, Value)>
 
 pub(super) fn emit(spec: &ServeLaunchSpec) -> Result<Vec<EmittedFile>, EmitError> {
     let f = flags(spec)?;
-    let lines = header_lines(&spec.provenance, "vLLM 0.33.0 (vllm serve; vllm/engine/arg_utils.py)");
+    let lines = header_lines(
+        &spec.provenance,
+        "vLLM 0.33.0 (vllm serve; vllm/engine/arg_utils.py)",
+    );
     let mut sh = String::from("#!/usr/bin/env bash\n");
     sh.push_str(&hash_comment(&lines));
     sh.push_str("set -euo pipefail\n");

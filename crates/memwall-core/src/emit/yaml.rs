@@ -19,8 +19,7 @@ pub(super) fn to_yaml(value: &Value) -> String {
 
 fn key(k: &str) -> String {
     let plain = !k.is_empty()
-        && k
-            .chars()
+        && k.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.');
     if plain {
         k.to_string()
