@@ -7,6 +7,7 @@
 
 pub mod advice;
 pub mod dtype;
+pub mod emit;
 pub mod engine;
 pub mod error;
 pub mod gpu;
