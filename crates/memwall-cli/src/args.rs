@@ -1,13 +1,16 @@
 //! Command-line arguments and their resolution into settings.
 
+use crate::error::UserError;
 use crate::model_source::{self, ModelSource};
 use crate::report::Format;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use memwall_core::error::untrusted;
 use memwall_core::gpu::GpuSpec;
 use memwall_core::layout::{Layout, Offload, OffloadDevice, Schedule, Strategy};
 use memwall_core::memory::Kernels;
 use memwall_core::roofline::{MathDtype, RooflinePhase, RooflineWorkload};
+use memwall_core::workload::limits::{self, count, fraction};
 use memwall_core::workload::{AttentionImpl, Lora, Optimizer, Precision, TrainWorkload};
 
 /// Exact peak GPU memory of LLM training steps, before you rent the GPU.
@@ -89,6 +92,109 @@ pub struct ServeArgs {
     /// Output format.
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+impl ServeArgs {
+    /// Checks every flag against the shared limits before the deployment is planned (the
+    /// planner computes with them), and refuses flags that would be silently ignored. The
+    /// model-dependent checks (`--tp` against the heads, byte counts against the GPU) are the
+    /// core planner's. Every field is destructured, so a new flag must be considered here.
+    pub fn validate(&self) -> Result<()> {
+        let ServeArgs {
+            model: _,
+            gpu,
+            tp,
+            gpu_memory_utilization,
+            kv_cache_dtype: _,
+            block_size,
+            max_model_len,
+            max_num_batched_tokens,
+            max_num_seqs,
+            enforce_eager,
+            kv_cache_memory_bytes,
+            non_torch_bytes,
+            activation_bytes,
+            cuda_graph_bytes,
+            request_lengths,
+            output: _,
+        } = self;
+        count("tp", *tp, memwall_core::layout::MAX_GPUS)?;
+        fraction("gpu_memory_utilization", *gpu_memory_utilization)?;
+        count("block_size", *block_size, limits::MAX_CONTEXT)?;
+        if let Some(v) = max_model_len {
+            count("max_model_len", *v, limits::MAX_CONTEXT)?;
+        }
+        if let Some(v) = max_num_batched_tokens {
+            count("max_num_batched_tokens", *v, limits::MAX_BATCHED_TOKENS)?;
+        }
+        if let Some(v) = max_num_seqs {
+            count("max_num_seqs", *v, limits::MAX_BATCH)?;
+        }
+        for &n in request_lengths {
+            count("request_lengths", n, limits::MAX_CONTEXT)?;
+        }
+        // measured byte counts are parts of one GPU's memory
+        let gpu = resolve_gpu(gpu)?;
+        for (flag, given) in [
+            ("--kv-cache-memory-bytes", kv_cache_memory_bytes),
+            ("--non-torch-bytes", non_torch_bytes),
+            ("--activation-bytes", activation_bytes),
+            ("--cuda-graph-bytes", cuda_graph_bytes),
+        ] {
+            if let Some(v) = given.filter(|&v| v > gpu.memory_bytes) {
+                return Err(UserError::flag(
+                    flag,
+                    v,
+                    format!("more than the {} bytes of one {}", gpu.memory_bytes, gpu.id),
+                    format!(
+                        "{flag} is a part of one GPU's memory: give the bytes vLLM reports, at most {}",
+                        gpu.memory_bytes
+                    ),
+                )
+                .into());
+            }
+        }
+        if kv_cache_memory_bytes.is_some() {
+            for (flag, given) in [
+                ("--non-torch-bytes", non_torch_bytes),
+                ("--activation-bytes", activation_bytes),
+                ("--cuda-graph-bytes", cuda_graph_bytes),
+            ] {
+                if let Some(v) = given {
+                    return Err(UserError::flag(
+                        flag,
+                        v,
+                        "it would be ignored: --kv-cache-memory-bytes fixes the KV budget, so nothing is subtracted from the GPU's memory",
+                        format!("drop {flag}, or drop --kv-cache-memory-bytes to have the budget profiled"),
+                    )
+                    .into());
+                }
+            }
+        }
+        if let (true, Some(v)) = (enforce_eager, cuda_graph_bytes) {
+            return Err(UserError::flag(
+                "--cuda-graph-bytes",
+                v,
+                "it would be ignored: --enforce-eager captures no CUDA graphs",
+                "drop one of --cuda-graph-bytes and --enforce-eager",
+            )
+            .into());
+        }
+        if let Some(v) = max_num_seqs {
+            if activation_bytes.is_some() || kv_cache_memory_bytes.is_some() {
+                // a real vLLM flag (the scheduler's limit): warned about, not refused
+                eprintln!(
+                    "warning: --max-num-seqs {v} only shapes memwall's estimate of the profile-run activations, which --{} replaces; it does not change this report",
+                    if activation_bytes.is_some() {
+                        "activation-bytes"
+                    } else {
+                        "kv-cache-memory-bytes"
+                    }
+                );
+            }
+        }
+        Ok(())
+    }
 }
 
 /// KV dtype for serving.
@@ -194,8 +300,29 @@ impl InferSettings {
             output,
         } = a;
         let format = output.resolve()?;
+        // numbers first: they need neither the model nor the GPU
+        count("batch", batch, limits::MAX_BATCH)?;
+        count("prompt", prompt, limits::MAX_SEQ)?;
+        count("new_tokens", new_tokens, limits::MAX_SEQ)?;
+        let weights = WeightFormat::parse(&weights)?;
         let model = model_source::load(&model)?;
         let gpu = resolve_gpu(&gpu)?;
+        if moe_grouped_decode
+            && !model
+                .desc
+                .layers
+                .iter()
+                .any(|l| matches!(l.mlp, memwall_core::model::Mlp::Moe(_)))
+        {
+            return Err(UserError::new(
+                format!(
+                    "--moe-grouped-decode has no effect: {} ({}) has no mixture-of-experts layers",
+                    model.label, model.desc.model_type
+                ),
+                "drop --moe-grouped-decode; it chooses how MoE experts run during decode",
+            )
+            .into());
+        }
         let workload = InferWorkload {
             batch,
             prompt,
@@ -205,7 +332,7 @@ impl InferSettings {
                 AttentionArg::Eager => AttentionImpl::Eager,
                 AttentionArg::Flash => AttentionImpl::Flash,
             },
-            weights: WeightFormat::parse(&weights).context("invalid --weights")?,
+            weights,
             kv_dtype: match kv_dtype {
                 KvDtypeArg::Auto => KvDtype::Auto,
                 KvDtypeArg::Bf16 => KvDtype::Bf16,
@@ -215,7 +342,7 @@ impl InferSettings {
             },
             moe_decode_batched: !moe_grouped_decode,
         };
-        workload.validate().context("invalid inference settings")?;
+        workload.validate()?;
         let kernels = if cpu_kernels {
             Kernels::Cpu
         } else {
@@ -319,15 +446,29 @@ pub fn resolve_gpu(id: &str) -> Result<&'static GpuSpec> {
     }
     let all = memwall_catalog::gpus().context("the embedded GPU table is unreadable")?;
     let ids: Vec<&str> = all.iter().map(|g| g.id.as_str()).collect();
-    let close = memwall_catalog::suggest_gpu(id);
-    if close.is_empty() {
-        bail!("unknown --gpu `{id}`; known: {}", ids.join(", "))
-    }
-    bail!(
-        "unknown --gpu `{id}` (did you mean: {}?); `memwall gpus` lists all {}",
-        close.join(", "),
-        ids.len()
-    )
+    // no GPU id is long: a long value is not worth comparing
+    let close = if id.chars().count() <= 64 {
+        memwall_catalog::suggest_gpu(id)
+    } else {
+        Vec::new()
+    };
+    let reason = if close.is_empty() {
+        "not a GPU of the catalogue".to_owned()
+    } else {
+        format!(
+            "not a GPU of the catalogue (did you mean: {}?)",
+            close.join(", ")
+        )
+    };
+    let hint = if close.is_empty() {
+        format!("known GPUs: {}", ids.join(", "))
+    } else {
+        format!(
+            "`memwall gpus` lists all {} with their memory and peaks",
+            ids.len()
+        )
+    };
+    Err(UserError::flag("--gpu", id, reason, hint).into())
 }
 
 impl RooflineSettings {
@@ -347,8 +488,6 @@ impl RooflineSettings {
             output,
         } = a;
         let format = output.resolve()?;
-        let model = model_source::load(&model)?;
-        let gpu = resolve_gpu(&gpu)?;
         let dtype = match dtype {
             DtypeArg::Fp32 => MathDtype::Fp32,
             DtypeArg::Tf32 => MathDtype::Tf32,
@@ -357,9 +496,6 @@ impl RooflineSettings {
             DtypeArg::Fp8 => MathDtype::Fp8,
             DtypeArg::Int8 => MathDtype::Int8,
         };
-        if batch == 0 || seq == 0 {
-            bail!("--batch and --seq must be at least 1");
-        }
         let workload = RooflineWorkload {
             phase: match phase {
                 PhaseArg::Train => RooflinePhase::Train,
@@ -375,6 +511,11 @@ impl RooflineSettings {
             flops_efficiency,
             bandwidth_efficiency,
         };
+        // the bounds that need no model first, then the model (`tp` must divide its heads)
+        workload.validate_numbers()?;
+        let model = model_source::load(&model)?;
+        let gpu = resolve_gpu(&gpu)?;
+        workload.validate(&model.desc)?;
         Ok(RooflineSettings {
             model,
             gpu,
@@ -600,6 +741,47 @@ pub enum OffloadDeviceArg {
     Nvme,
 }
 
+/// The gradient accumulation that makes `global` = micro-batch × accumulation × dp: derived
+/// when `grad_accum` is left at 1, else checked. Inputs are already bounded; the arithmetic is
+/// checked all the same.
+fn grad_accum_for_global_batch(global: u64, batch: u64, grad_accum: u64, dp: u64) -> Result<u64> {
+    use memwall_core::error::checked_mul;
+    let per_step = checked_mul("batch", batch, dp)?;
+    let mismatch = |product: u64| {
+        UserError::flag(
+            "--global-batch",
+            global,
+            format!(
+                "≠ micro-batch {batch} × grad-accum {grad_accum} × data-parallel ranks {dp} = {product}"
+            ),
+            format!(
+                "the global batch must be a positive multiple of micro-batch × dp = {per_step}; leave --grad-accum at 1 to derive it"
+            ),
+        )
+    };
+    if grad_accum == 1 && global >= per_step && global.is_multiple_of(per_step) {
+        let derived = global / per_step;
+        if derived > limits::MAX_GRAD_ACCUM {
+            return Err(UserError::flag(
+                "--global-batch",
+                global,
+                format!(
+                    "needs {derived} accumulation steps of {per_step} sequences, more than the {} accepted",
+                    limits::MAX_GRAD_ACCUM
+                ),
+                "raise --batch/-b or --gpus, or lower --global-batch",
+            )
+            .into());
+        }
+        return Ok(derived);
+    }
+    let product = checked_mul("grad_accum", per_step, grad_accum)?;
+    if global != product {
+        return Err(mismatch(product).into());
+    }
+    Ok(grad_accum)
+}
+
 /// Fully resolved `train` settings.
 #[derive(Debug)]
 pub struct TrainSettings {
@@ -655,87 +837,33 @@ impl TrainSettings {
             global_batch,
         } = a;
         let format = output.resolve()?;
-        for (flag, v) in [
-            ("--mfu", mfu),
-            ("--bandwidth-efficiency", bandwidth_efficiency),
-        ] {
-            if !(v > 0.0 && v <= 1.0) {
-                bail!("{flag} must be in (0, 1], got {v}");
-            }
+        // numbers first (shared bounds from the core): they need neither the model nor the GPU
+        fraction("mfu", mfu)?;
+        fraction("bandwidth_efficiency", bandwidth_efficiency)?;
+        count("batch", batch, limits::MAX_BATCH)?;
+        count("seq", seq, limits::MAX_SEQ)?;
+        count("grad_accum", grad_accum, limits::MAX_GRAD_ACCUM)?;
+        if let Some(rank) = lora_rank {
+            count("lora_rank", rank, limits::MAX_LORA_RANK)?;
         }
-        let model = model_source::load(&model)?;
-        let gpu = resolve_gpu(&gpu)?;
-        let lora = match (lora_rank, qlora) {
-            (Some(rank), _) => {
-                if lora_targets.is_empty() {
-                    bail!("--lora-rank needs --lora-targets (e.g. --lora-targets q_proj,v_proj)");
-                }
-                let mut known: Vec<&str> = Vec::new();
-                for (_, n) in &model.desc.linear_names {
-                    if !known.contains(&n.as_str()) {
-                        known.push(n.as_str());
-                    }
-                }
-                for t in &lora_targets {
-                    if !known.contains(&t.as_str()) {
-                        bail!(
-                            "--lora-targets: `{t}` is not a linear layer of this {} model; its linear layers are: {}",
-                            model.desc.model_type,
-                            known.join(", ")
-                        );
-                    }
-                }
-                Some(Lora {
-                    rank,
-                    targets: lora_targets,
-                    qlora,
-                })
-            }
-            (None, true) => bail!("--qlora needs --lora-rank and --lora-targets"),
-            (None, false) => {
-                if !lora_targets.is_empty() {
-                    bail!("--lora-targets needs --lora-rank");
-                }
-                None
-            }
-        };
-        let workload = TrainWorkload {
-            batch,
-            seq,
-            precision: match precision {
-                PrecisionArg::Bf16 => Precision::Bf16,
-                PrecisionArg::Fp16 => Precision::Fp16,
-                PrecisionArg::Fp32 => Precision::Fp32,
-                PrecisionArg::AmpBf16 => Precision::AmpBf16,
-                PrecisionArg::AmpFp16 => Precision::AmpFp16,
-            },
-            optimizer: match optimizer {
-                OptimizerArg::Adamw => Optimizer::Adamw,
-                OptimizerArg::AdamwFused => Optimizer::AdamwFused,
-                OptimizerArg::AdamwForloop => Optimizer::AdamwForloop,
-                OptimizerArg::Adamw8bit => Optimizer::Adamw8bit,
-                OptimizerArg::Sgd => Optimizer::Sgd,
-                OptimizerArg::SgdMomentum => Optimizer::SgdMomentum,
-                OptimizerArg::Adafactor => Optimizer::Adafactor,
-                OptimizerArg::Lion => Optimizer::Lion,
-            },
-            checkpointing,
-            attention: match attention {
-                AttentionArg::Sdpa => AttentionImpl::Sdpa,
-                AttentionArg::Eager => AttentionImpl::Eager,
-                AttentionArg::Flash => AttentionImpl::Flash,
-            },
-            lora,
-            grad_accum,
-            dropout: !no_dropout,
-        };
-        let distributed = gpus > 1
+        // a layout-only setting makes the job a layout, so that a setting that does nothing
+        // on one GPU (sequence parallelism, a schedule, NVMe) is refused rather than ignored
+        count(
+            "gpus_per_node",
+            gpus_per_node,
+            memwall_core::layout::MAX_GPUS,
+        )?;
+        let distributed = gpus != 1
             || strategy.is_some()
-            || tp > 1
-            || pp > 1
-            || cp > 1
-            || ep > 1
-            || !matches!(offload, OffloadArg::None);
+            || tp != 1
+            || pp != 1
+            || cp != 1
+            || ep != 1
+            || !matches!(offload, OffloadArg::None)
+            || sequence_parallel
+            || !matches!(schedule, ScheduleArg::OneFOneB)
+            || virtual_stages != 1
+            || matches!(offload_device, OffloadDeviceArg::Nvme);
         let layout = if distributed {
             let l = Layout {
                 gpus,
@@ -771,29 +899,116 @@ impl TrainSettings {
                     OffloadDeviceArg::Nvme => OffloadDevice::Nvme,
                 },
             };
-            l.validate().context("invalid cluster layout")?;
+            l.validate()?;
             Some(l)
         } else {
-            if global_batch.is_some() {
-                bail!("--global-batch needs a cluster (--gpus N)");
+            if let Some(g) = global_batch {
+                return Err(UserError::flag(
+                    "--global-batch",
+                    g,
+                    "a global batch is counted over data-parallel ranks, and this job runs on one GPU",
+                    "on one GPU use --batch/-b and --grad-accum; or give the cluster with --gpus N",
+                )
+                .into());
             }
             None
         };
-        let mut workload = workload;
-        if let (Some(g), Some(l)) = (global_batch, &layout) {
-            let per_step = batch.saturating_mul(l.dp());
-            if grad_accum == 1 && g % per_step == 0 && g >= per_step {
-                workload.grad_accum = g / per_step;
-            } else if g != per_step.saturating_mul(grad_accum) {
-                bail!(
-                    "--global-batch {g} ≠ micro-batch {batch} × grad-accum {grad_accum} × data-parallel ranks {} = {}\n\
-                     hint: the global batch must be a multiple of micro-batch × dp = {per_step}",
-                    l.dp(),
-                    per_step.saturating_mul(grad_accum)
-                );
+        let model = model_source::load(&model)?;
+        let gpu = resolve_gpu(&gpu)?;
+        let lora = match (lora_rank, qlora) {
+            (Some(rank), _) => {
+                if lora_targets.is_empty() {
+                    return Err(UserError::flag(
+                        "--lora-rank",
+                        rank,
+                        "LoRA needs target modules, and --lora-targets is empty",
+                        "add --lora-targets with the linear layers to adapt, e.g. --lora-targets q_proj,v_proj",
+                    )
+                    .into());
+                }
+                let mut known: Vec<&str> = Vec::new();
+                for (_, n) in &model.desc.linear_names {
+                    if !known.contains(&n.as_str()) {
+                        known.push(n.as_str());
+                    }
+                }
+                for t in &lora_targets {
+                    if !known.contains(&t.as_str()) {
+                        return Err(UserError::flag(
+                            "--lora-targets",
+                            format!("`{}`", untrusted(t)),
+                            format!(
+                                "not a linear layer of this {} model",
+                                model.desc.model_type
+                            ),
+                            format!("pick from its linear layers: {}", known.join(", ")),
+                        )
+                        .into());
+                    }
+                }
+                Some(Lora {
+                    rank,
+                    targets: lora_targets,
+                    qlora,
+                })
             }
+            (None, true) => {
+                return Err(UserError::new(
+                    "invalid --qlora: QLoRA trains LoRA adapters, and --lora-rank is not given",
+                    "add --lora-rank R and --lora-targets (e.g. --lora-rank 16 --lora-targets q_proj,v_proj)",
+                )
+                .into())
+            }
+            (None, false) => {
+                if !lora_targets.is_empty() {
+                    return Err(UserError::flag(
+                        "--lora-targets",
+                        lora_targets.join(","),
+                        "LoRA targets need an adapter rank, and --lora-rank is not given",
+                        "add --lora-rank R (e.g. 16), or drop --lora-targets",
+                    )
+                    .into());
+                }
+                None
+            }
+        };
+        let mut workload = TrainWorkload {
+            batch,
+            seq,
+            precision: match precision {
+                PrecisionArg::Bf16 => Precision::Bf16,
+                PrecisionArg::Fp16 => Precision::Fp16,
+                PrecisionArg::Fp32 => Precision::Fp32,
+                PrecisionArg::AmpBf16 => Precision::AmpBf16,
+                PrecisionArg::AmpFp16 => Precision::AmpFp16,
+            },
+            optimizer: match optimizer {
+                OptimizerArg::Adamw => Optimizer::Adamw,
+                OptimizerArg::AdamwFused => Optimizer::AdamwFused,
+                OptimizerArg::AdamwForloop => Optimizer::AdamwForloop,
+                OptimizerArg::Adamw8bit => Optimizer::Adamw8bit,
+                OptimizerArg::Sgd => Optimizer::Sgd,
+                OptimizerArg::SgdMomentum => Optimizer::SgdMomentum,
+                OptimizerArg::Adafactor => Optimizer::Adafactor,
+                OptimizerArg::Lion => Optimizer::Lion,
+            },
+            checkpointing,
+            attention: match attention {
+                AttentionArg::Sdpa => AttentionImpl::Sdpa,
+                AttentionArg::Eager => AttentionImpl::Eager,
+                AttentionArg::Flash => AttentionImpl::Flash,
+            },
+            lora,
+            grad_accum,
+            dropout: !no_dropout,
+        };
+        workload.validate()?;
+        if let Some(l) = &layout {
+            l.validate_with(&workload)?;
         }
-        workload.validate().context("invalid training settings")?;
+        if let (Some(g), Some(l)) = (global_batch, &layout) {
+            workload.grad_accum = grad_accum_for_global_batch(g, batch, grad_accum, l.dp())?;
+        }
         let kernels = if cpu_kernels {
             Kernels::Cpu
         } else {
@@ -828,11 +1043,11 @@ impl OutputArgs {
     pub fn resolve(self) -> Result<Format> {
         let OutputArgs { format, json } = self;
         match (format, json) {
-            (Some(f), true) if f != Format::Json => bail!(
-                "--json and --format {} ask for two formats\n\
-                 hint: --json is short for --format json; pass one of them",
-                f.name()
-            ),
+            (Some(f), true) if f != Format::Json => Err(crate::error::UserError::new(
+                format!("--json and --format {} ask for two formats", f.name()),
+                "--json is short for --format json; pass one of them",
+            )
+            .into()),
             (Some(f), _) => Ok(f),
             (None, true) => Ok(Format::Json),
             (None, false) => Ok(Format::Table),

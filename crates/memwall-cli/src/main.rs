@@ -1,6 +1,7 @@
 //! `memwall`: will this LLM training run fit, and what is alive at the peak.
 
 mod args;
+mod error;
 mod model_source;
 mod output;
 mod report;
@@ -13,7 +14,10 @@ use std::io::Write;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = args::Cli::parse();
+    let cli = match args::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return ExitCode::from(error::clap_error(&e)),
+    };
     match output::with_stdout(|out| run(cli, out)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -21,13 +25,10 @@ fn main() -> ExitCode {
             if let Some(o) = e.downcast_ref::<output::OutputError>() {
                 return o.finish();
             }
+            // `error: …`, each cause, then the `hint: …` attached where the error was made;
             // never `eprintln!`: it panics when stderr is closed
-            output::stderr_line(format_args!("error: {e}"));
-            for cause in e.chain().skip(1) {
-                output::stderr_line(format_args!("  caused by: {cause}"));
-            }
-            if let Some(h) = model_source::hint_for(&e) {
-                output::stderr_line(format_args!("hint: {h}"));
+            for line in error::report(&e) {
+                output::stderr_line(format_args!("{line}"));
             }
             ExitCode::from(2)
         }
@@ -54,6 +55,7 @@ fn run(cli: args::Cli, out: &mut dyn Write) -> Result<()> {
             emit(&report::catalog::gpus()?, format, out)
         }
         args::Command::Serve(a) => {
+            a.validate()?;
             let s = args::ServeSettings::resolve(a)?;
             emit(&report::serve::build(&s)?, s.format, out)
         }
