@@ -644,8 +644,8 @@ mod tests {
 #[cfg(test)]
 mod monotone {
     use super::{Kernels, Layout, Optimizer, Precision, TrainWorkload};
-    use crate::plan::test_model;
     use crate::layout::Strategy as S;
+    use crate::plan::test_model;
     use proptest::prelude::*;
 
     proptest! {
