@@ -325,9 +325,9 @@ impl InferSettings {
             batch,
             prompt,
             new_tokens,
-            attention: attention,
+            attention,
             weights,
-            kv_dtype: kv_dtype,
+            kv_dtype,
             moe_decode_batched: !moe_grouped_decode,
         };
         workload.validate()?;
@@ -759,12 +759,12 @@ impl TrainSettings {
                 tp,
                 sequence_parallel,
                 pp,
-                schedule: schedule,
+                schedule,
                 virtual_stages,
                 cp,
                 ep,
-                offload: offload,
-                offload_device: offload_device,
+                offload,
+                offload_device,
             };
             l.validate()?;
             Some(l)
@@ -842,10 +842,10 @@ impl TrainSettings {
         let mut workload = TrainWorkload {
             batch,
             seq,
-            precision: precision,
-            optimizer: optimizer,
+            precision,
+            optimizer,
             checkpointing,
-            attention: attention,
+            attention,
             lora,
             grad_accum,
             dropout: !no_dropout,

@@ -75,7 +75,7 @@ pub struct Doctor {
 fn diagnose(m: &Memory, fit: Fit) -> Diagnosis {
     let mut largest: Vec<(Category, u64)> =
         m.at_peak.iter().copied().filter(|(_, b)| *b > 0).collect();
-    largest.sort_by(|a, b| b.1.cmp(&a.1));
+    largest.sort_by_key(|e| std::cmp::Reverse(e.1));
     largest.truncate(3);
     Diagnosis {
         phase: m.phase,
@@ -137,7 +137,10 @@ pub fn train(
         let mut b = s.w.batch;
         while b > 1 {
             // the largest divisor of the batch below b keeps micro-batch × accumulation equal
-            b = (1..b).rev().find(|d| s.w.batch % d == 0).unwrap_or(1);
+            b = (1..b)
+                .rev()
+                .find(|d| s.w.batch.is_multiple_of(*d))
+                .unwrap_or(1);
             let mut w = s.w.clone();
             w.batch = b;
             w.grad_accum = global / b;

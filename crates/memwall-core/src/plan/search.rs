@@ -149,7 +149,7 @@ pub struct PlanResult {
 fn divisors(n: u64) -> Vec<u64> {
     let mut d: Vec<u64> = (1..=n.min(1 << 20))
         .take_while(|i| i * i <= n)
-        .filter(|i| n % i == 0)
+        .filter(|i| n.is_multiple_of(*i))
         .flat_map(|i| [i, n / i])
         .collect();
     d.sort_unstable();
@@ -201,7 +201,7 @@ fn layouts(model: &ModelDesc, r: &PlanRequest) -> Vec<Option<Layout>> {
         Strategy::FsdpFull,
         Strategy::FsdpGradOp,
     ];
-    if r.gpus > r.gpus_per_node && r.gpus % r.gpus_per_node == 0 {
+    if r.gpus > r.gpus_per_node && r.gpus.is_multiple_of(r.gpus_per_node) {
         strategies.push(Strategy::Hsdp);
     }
     for &strategy in &strategies {
@@ -233,12 +233,12 @@ fn layouts(model: &ModelDesc, r: &PlanRequest) -> Vec<Option<Layout>> {
         for &pp in &pps {
             for &cp in &cps {
                 let mp = tp * pp * cp;
-                if mp == 1 || r.gpus % mp != 0 {
+                if mp == 1 || !r.gpus.is_multiple_of(mp) {
                     continue;
                 }
                 for &ep in &eps {
                     let mut schedules = vec![(Schedule::OneFOneB, 1)];
-                    if pp > 1 && (layers / pp) % 2 == 0 {
+                    if pp > 1 && (layers / pp).is_multiple_of(2) {
                         schedules.push((Schedule::Interleaved, 2));
                     }
                     for (schedule, virtual_stages) in schedules {
@@ -372,7 +372,7 @@ pub fn search(model: &ModelDesc, gpu: &GpuSpec, r: &PlanRequest) -> Result<PlanR
     let mut found: Vec<Plan> = Vec::new();
     for layout in &layouts {
         let dp = layout.as_ref().map_or(1, Layout::dp);
-        if r.global_batch % dp != 0 {
+        if !r.global_batch.is_multiple_of(dp) {
             continue;
         }
         let per_rank = r.global_batch / dp;
