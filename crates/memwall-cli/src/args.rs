@@ -9,9 +9,22 @@ use memwall_core::error::untrusted;
 use memwall_core::gpu::GpuSpec;
 use memwall_core::layout::{Layout, Offload, OffloadDevice, Schedule, Strategy};
 use memwall_core::memory::Kernels;
+use memwall_core::names::{parse_named, Named};
 use memwall_core::roofline::{MathDtype, RooflinePhase, RooflineWorkload};
 use memwall_core::workload::limits::{self, count, fraction};
-use memwall_core::workload::{AttentionImpl, Lora, Optimizer, Precision, TrainWorkload};
+use memwall_core::workload::{AttentionImpl, KvDtype, Lora, Optimizer, Precision, TrainWorkload};
+
+/// The value parser of a core enum: its accepted names and their help come from the enum's one
+/// table (`memwall_core::names`), so no CLI enum mirrors a core enum by hand.
+fn named<T: Named + Send + Sync>() -> impl clap::builder::TypedValueParser<Value = T> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(
+        T::VALUES
+            .iter()
+            .map(|v| PossibleValue::new(v.name()).help(v.help())),
+    )
+    .try_map(|s| parse_named::<T>(&s))
+}
 
 /// Exact peak GPU memory of LLM training steps, before you rent the GPU.
 #[derive(Debug, Parser)]
@@ -212,21 +225,6 @@ pub enum ServeKvArg {
     Fp8E5m2,
 }
 
-/// KV cache dtype as typed.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum KvDtypeArg {
-    /// The compute dtype.
-    Auto,
-    /// bf16.
-    Bf16,
-    /// fp16.
-    Fp16,
-    /// fp8.
-    Fp8,
-    /// int8.
-    Int8,
-}
-
 /// `memwall infer`.
 #[derive(Debug, Args)]
 pub struct InferArgs {
@@ -243,15 +241,15 @@ pub struct InferArgs {
     #[arg(long, default_value_t = 256)]
     pub new_tokens: u64,
     /// Attention implementation.
-    #[arg(long, value_enum, default_value = "sdpa")]
-    pub attention: AttentionArg,
+    #[arg(long, value_parser = named::<AttentionImpl>(), default_value = "sdpa")]
+    pub attention: AttentionImpl,
     /// Weight format: bf16, fp16, fp32, fp8, int8 (LLM.int8), nf4, nf4-dq, fp4, fp4-dq,
     /// gptq-int4-g128, awq-int4-g128, gguf-q4_k_m, gguf-q5_k_m, gguf-q8_0, gguf-q6_k, gguf-q4_0, …
     #[arg(long, default_value = "bf16")]
     pub weights: String,
     /// KV cache dtype.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub kv_dtype: KvDtypeArg,
+    #[arg(long, value_parser = named::<KvDtype>(), default_value = "auto")]
+    pub kv_dtype: KvDtype,
     /// GPU to check the fit against.
     #[arg(long, default_value = "h100-sxm")]
     pub gpu: String,
@@ -285,7 +283,7 @@ pub struct InferSettings {
 impl InferSettings {
     /// Resolves raw arguments (every field destructured).
     pub fn resolve(a: InferArgs) -> Result<Self> {
-        use memwall_core::workload::{InferWorkload, KvDtype, WeightFormat};
+        use memwall_core::workload::{InferWorkload, WeightFormat};
         let InferArgs {
             model,
             batch,
@@ -327,19 +325,9 @@ impl InferSettings {
             batch,
             prompt,
             new_tokens,
-            attention: match attention {
-                AttentionArg::Sdpa => AttentionImpl::Sdpa,
-                AttentionArg::Eager => AttentionImpl::Eager,
-                AttentionArg::Flash => AttentionImpl::Flash,
-            },
+            attention,
             weights,
-            kv_dtype: match kv_dtype {
-                KvDtypeArg::Auto => KvDtype::Auto,
-                KvDtypeArg::Bf16 => KvDtype::Bf16,
-                KvDtypeArg::Fp16 => KvDtype::Fp16,
-                KvDtypeArg::Fp8 => KvDtype::Fp8,
-                KvDtypeArg::Int8 => KvDtype::Int8,
-            },
+            kv_dtype,
             moe_decode_batched: !moe_grouped_decode,
         };
         workload.validate()?;
@@ -544,54 +532,6 @@ pub struct InspectArgs {
     pub output: OutputArgs,
 }
 
-/// Precision as typed.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum PrecisionArg {
-    /// Model in bf16.
-    Bf16,
-    /// Model in fp16.
-    Fp16,
-    /// Model in fp32.
-    Fp32,
-    /// fp32 weights with bf16 autocast.
-    AmpBf16,
-    /// fp32 weights with fp16 autocast.
-    AmpFp16,
-}
-
-/// Optimizer as typed.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum OptimizerArg {
-    /// torch AdamW, foreach (PyTorch's GPU default).
-    Adamw,
-    /// torch AdamW, fused=True.
-    AdamwFused,
-    /// torch AdamW, foreach=False.
-    AdamwForloop,
-    /// bitsandbytes AdamW8bit.
-    #[value(name = "adamw-8bit")]
-    Adamw8bit,
-    /// torch SGD without momentum.
-    Sgd,
-    /// torch SGD with momentum 0.9.
-    SgdMomentum,
-    /// torch Adafactor.
-    Adafactor,
-    /// Lion (lion-pytorch).
-    Lion,
-}
-
-/// Attention implementation as typed.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum AttentionArg {
-    /// torch SDPA (flash/efficient kernels).
-    Sdpa,
-    /// transformers eager attention (materialises probabilities).
-    Eager,
-    /// flash_attention_2.
-    Flash,
-}
-
 /// `memwall train`.
 #[derive(Debug, Args)]
 pub struct TrainArgs {
@@ -605,17 +545,17 @@ pub struct TrainArgs {
     #[arg(long, short = 's', default_value_t = 2048)]
     pub seq: u64,
     /// Precision.
-    #[arg(long, value_enum, default_value = "bf16")]
-    pub precision: PrecisionArg,
+    #[arg(long, value_parser = named::<Precision>(), default_value = "bf16")]
+    pub precision: Precision,
     /// Optimizer.
-    #[arg(long, value_enum, default_value = "adamw")]
-    pub optimizer: OptimizerArg,
+    #[arg(long, value_parser = named::<Optimizer>(), default_value = "adamw")]
+    pub optimizer: Optimizer,
     /// HF activation checkpointing per decoder layer (non-reentrant).
     #[arg(long)]
     pub checkpointing: bool,
     /// Attention implementation.
-    #[arg(long, value_enum, default_value = "sdpa")]
-    pub attention: AttentionArg,
+    #[arg(long, value_parser = named::<AttentionImpl>(), default_value = "sdpa")]
+    pub attention: AttentionImpl,
     /// LoRA rank (frozen base, trainable adapters).
     #[arg(long)]
     pub lora_rank: Option<u64>,
@@ -653,8 +593,8 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 8, help_heading = "Distributed")]
     pub gpus_per_node: u64,
     /// Data-parallel sharding strategy (default ddp when --gpus > 1).
-    #[arg(long, value_enum, help_heading = "Distributed")]
-    pub strategy: Option<StrategyArg>,
+    #[arg(long, value_parser = named::<Strategy>(), help_heading = "Distributed")]
+    pub strategy: Option<Strategy>,
     /// Tensor-parallel degree (Megatron-LM).
     #[arg(long, default_value_t = 1, help_heading = "Distributed")]
     pub tp: u64,
@@ -665,8 +605,8 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 1, help_heading = "Distributed")]
     pub pp: u64,
     /// Pipeline schedule.
-    #[arg(long, value_enum, default_value = "1f1b", help_heading = "Distributed")]
-    pub schedule: ScheduleArg,
+    #[arg(long, value_parser = named::<Schedule>(), default_value = "1f1b", help_heading = "Distributed")]
+    pub schedule: Schedule,
     /// Virtual stages per pipeline rank (--schedule interleaved).
     #[arg(long, default_value_t = 1, help_heading = "Distributed")]
     pub virtual_stages: u64,
@@ -677,68 +617,15 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 1, help_heading = "Distributed")]
     pub ep: u64,
     /// Offload to host memory.
-    #[arg(long, value_enum, default_value = "none", help_heading = "Distributed")]
-    pub offload: OffloadArg,
+    #[arg(long, value_parser = named::<Offload>(), default_value = "none", help_heading = "Distributed")]
+    pub offload: Offload,
     /// Where offloaded bytes go.
-    #[arg(long, value_enum, default_value = "cpu", help_heading = "Distributed")]
-    pub offload_device: OffloadDeviceArg,
+    #[arg(long, value_parser = named::<OffloadDevice>(), default_value = "cpu", help_heading = "Distributed")]
+    pub offload_device: OffloadDevice,
     /// Global batch in sequences (= micro-batch × grad-accum × data-parallel ranks); checked,
     /// or used to derive --grad-accum when that is left at 1.
     #[arg(long, help_heading = "Distributed")]
     pub global_batch: Option<u64>,
-}
-
-/// `--strategy`.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum StrategyArg {
-    /// PyTorch DDP.
-    Ddp,
-    /// DeepSpeed ZeRO-1 (Megatron's distributed optimizer with --tp/--pp).
-    Zero1,
-    /// DeepSpeed ZeRO-2.
-    Zero2,
-    /// DeepSpeed ZeRO-3.
-    Zero3,
-    /// PyTorch FSDP2, reshard after forward.
-    FsdpFull,
-    /// PyTorch FSDP2, no reshard after forward.
-    FsdpGradOp,
-    /// PyTorch FSDP2 on a (nodes, gpus-per-node) mesh.
-    Hsdp,
-}
-
-/// `--schedule`.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum ScheduleArg {
-    /// 1F1B.
-    #[value(name = "1f1b")]
-    OneFOneB,
-    /// Interleaved 1F1B.
-    Interleaved,
-    /// GPipe.
-    Gpipe,
-}
-
-/// `--offload`.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum OffloadArg {
-    /// Nothing.
-    None,
-    /// Optimizer states + master weights.
-    Optimizer,
-    /// Parameters (ZeRO-3).
-    Params,
-    /// Both.
-    Both,
-}
-
-/// `--offload-device`.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum OffloadDeviceArg {
-    /// Pinned host memory.
-    Cpu,
-    /// NVMe (ZeRO-Infinity).
-    Nvme,
 }
 
 /// The gradient accumulation that makes `global` = micro-batch × accumulation × dp: derived
@@ -859,45 +746,25 @@ impl TrainSettings {
             || pp != 1
             || cp != 1
             || ep != 1
-            || !matches!(offload, OffloadArg::None)
+            || offload != Offload::None
             || sequence_parallel
-            || !matches!(schedule, ScheduleArg::OneFOneB)
+            || schedule != Schedule::OneFOneB
             || virtual_stages != 1
-            || matches!(offload_device, OffloadDeviceArg::Nvme);
+            || offload_device == OffloadDevice::Nvme;
         let layout = if distributed {
             let l = Layout {
                 gpus,
                 gpus_per_node,
-                strategy: match strategy.unwrap_or(StrategyArg::Ddp) {
-                    StrategyArg::Ddp => Strategy::Ddp,
-                    StrategyArg::Zero1 => Strategy::Zero1,
-                    StrategyArg::Zero2 => Strategy::Zero2,
-                    StrategyArg::Zero3 => Strategy::Zero3,
-                    StrategyArg::FsdpFull => Strategy::FsdpFull,
-                    StrategyArg::FsdpGradOp => Strategy::FsdpGradOp,
-                    StrategyArg::Hsdp => Strategy::Hsdp,
-                },
+                strategy: strategy.unwrap_or(Strategy::Ddp),
                 tp,
                 sequence_parallel,
                 pp,
-                schedule: match schedule {
-                    ScheduleArg::OneFOneB => Schedule::OneFOneB,
-                    ScheduleArg::Interleaved => Schedule::Interleaved,
-                    ScheduleArg::Gpipe => Schedule::Gpipe,
-                },
+                schedule,
                 virtual_stages,
                 cp,
                 ep,
-                offload: match offload {
-                    OffloadArg::None => Offload::None,
-                    OffloadArg::Optimizer => Offload::Optimizer,
-                    OffloadArg::Params => Offload::Params,
-                    OffloadArg::Both => Offload::Both,
-                },
-                offload_device: match offload_device {
-                    OffloadDeviceArg::Cpu => OffloadDevice::Cpu,
-                    OffloadDeviceArg::Nvme => OffloadDevice::Nvme,
-                },
+                offload,
+                offload_device,
             };
             l.validate()?;
             Some(l)
@@ -975,29 +842,10 @@ impl TrainSettings {
         let mut workload = TrainWorkload {
             batch,
             seq,
-            precision: match precision {
-                PrecisionArg::Bf16 => Precision::Bf16,
-                PrecisionArg::Fp16 => Precision::Fp16,
-                PrecisionArg::Fp32 => Precision::Fp32,
-                PrecisionArg::AmpBf16 => Precision::AmpBf16,
-                PrecisionArg::AmpFp16 => Precision::AmpFp16,
-            },
-            optimizer: match optimizer {
-                OptimizerArg::Adamw => Optimizer::Adamw,
-                OptimizerArg::AdamwFused => Optimizer::AdamwFused,
-                OptimizerArg::AdamwForloop => Optimizer::AdamwForloop,
-                OptimizerArg::Adamw8bit => Optimizer::Adamw8bit,
-                OptimizerArg::Sgd => Optimizer::Sgd,
-                OptimizerArg::SgdMomentum => Optimizer::SgdMomentum,
-                OptimizerArg::Adafactor => Optimizer::Adafactor,
-                OptimizerArg::Lion => Optimizer::Lion,
-            },
+            precision,
+            optimizer,
             checkpointing,
-            attention: match attention {
-                AttentionArg::Sdpa => AttentionImpl::Sdpa,
-                AttentionArg::Eager => AttentionImpl::Eager,
-                AttentionArg::Flash => AttentionImpl::Flash,
-            },
+            attention,
             lora,
             grad_accum,
             dropout: !no_dropout,

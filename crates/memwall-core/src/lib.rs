@@ -16,6 +16,7 @@ pub mod memory;
 pub mod model;
 pub mod names;
 pub mod optimizer;
+pub mod plan;
 pub mod quant;
 pub mod roofline;
 pub mod serve;
