@@ -1,6 +1,8 @@
 //! memwall-core: a pure model of the memory (and later the bandwidth) of LLM workloads.
 //!
-//! Data flows `ModelDesc` + `TrainWorkload` → [`memory::simulate_train`] → [`memory::TrainEstimate`].
+//! Data flows `ModelDesc` + `TrainWorkload` → [`memory::simulate_train`] → [`memory::TrainEstimate`];
+//! the same inputs plus a [`layout::Layout`] and a GPU → [`time::estimate_step_time`] →
+//! [`time::StepTime`].
 //! Nothing in this crate does I/O, reads the environment or the clock.
 
 pub mod dtype;
@@ -12,6 +14,7 @@ pub mod model;
 pub mod quant;
 pub mod roofline;
 pub mod serve;
+pub mod time;
 pub mod units;
 pub mod workload;
 
