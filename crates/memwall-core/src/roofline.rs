@@ -300,7 +300,15 @@ impl Acc {
     ) {
         let flops = 2.0 * m * k * n;
         let bytes = m * k * ab + k * n * wb + m * n * ab;
-        self.record(name, OpKind::Gemm { m, k, n, role }, true, flops, bytes, 2.0, 2.0);
+        self.record(
+            name,
+            OpKind::Gemm { m, k, n, role },
+            true,
+            flops,
+            bytes,
+            2.0,
+            2.0,
+        );
     }
 
     /// An elementwise op over `n` elements: `flops_per` FLOPs each, reading `reads` tensors and

@@ -164,7 +164,10 @@ pub(crate) mod tests {
         let dp = Group { size: 4, stride: 8 };
         assert_eq!(dp.members_per_node(8), 1);
         assert!(dp.spans_nodes(8));
-        let dp16 = Group { size: 16, stride: 1 };
+        let dp16 = Group {
+            size: 16,
+            stride: 1,
+        };
         assert_eq!(dp16.members_per_node(8), 8);
         assert!(dp16.spans_nodes(8));
     }
@@ -185,7 +188,10 @@ pub(crate) mod tests {
         let (l2, across) = collective_time(
             CollectiveKind::AllReduce,
             s,
-            Group { size: 16, stride: 1 },
+            Group {
+                size: 16,
+                stride: 1,
+            },
             8,
             &hw,
             &e,
@@ -199,7 +205,10 @@ pub(crate) mod tests {
             &e,
         );
         assert_eq!((l1, l2), (LinkKind::IntraNode, LinkKind::Network));
-        assert!(inside < across && across < one_nic, "{inside} {across} {one_nic}");
+        assert!(
+            inside < across && across < one_nic,
+            "{inside} {across} {one_nic}"
+        );
         // 1 GB over 8 H100s: 1.75 GB at 0.8 × 450 GB/s ≈ 4.9 ms
         assert!((inside - 4.9e-3).abs() < 0.3e-3, "{inside}");
     }

@@ -312,8 +312,8 @@ impl Comm<'_> {
             let fwd = steps * t;
             let bwd = 2.0 * steps * t;
             let rc = self.exec.recompute.attention;
-            exposed += (fwd - c.attention_fwd_s).max(0.0) * (1.0 + rc)
-                + (bwd - c.bwd.attention).max(0.0);
+            exposed +=
+                (fwd - c.attention_fwd_s).max(0.0) * (1.0 + rc) + (bwd - c.bwd.attention).max(0.0);
             total += fwd * (1.0 + rc) + bwd;
         }
         let m = self.micro_batches;
@@ -412,15 +412,16 @@ impl Comm<'_> {
         let mut ag_bytes: f64 = 0.0;
         let mut rs_bytes: f64 = 0.0;
         // the root unit (embeddings, final norm, head) is gathered first and reduced last
-        let units: Vec<(f64, f64)> = std::iter::once((self.root_params(false), self.root_params(true)))
-            .chain(stage.iter().map(|&i| {
-                let (d, e) = layer_params(self.model, i);
-                let tp = self.layout.tp as f64;
-                let all = (d + e / self.layout.ep.max(1) as f64) / tp;
-                let (td, te) = self.trainable_params(&[i]);
-                (all, td + te)
-            }))
-            .collect();
+        let units: Vec<(f64, f64)> =
+            std::iter::once((self.root_params(false), self.root_params(true)))
+                .chain(stage.iter().map(|&i| {
+                    let (d, e) = layer_params(self.model, i);
+                    let tp = self.layout.tp as f64;
+                    let all = (d + e / self.layout.ep.max(1) as f64) / tp;
+                    let (td, te) = self.trainable_params(&[i]);
+                    (all, td + te)
+                }))
+                .collect();
         for (params, trainable) in &units {
             let (lk, ag) = self.time(CollectiveKind::AllGather, params * pb, shard);
             link = lk;
@@ -511,7 +512,12 @@ impl Comm<'_> {
     /// - DeepSpeed ZeRO-1/2 (`deepspeed/runtime/zero/stage_1_and_2.py`; `overlap_comm` off by
     ///   default): gradients reduce-scattered (ZeRO-2: every micro-batch, into the partitioned
     ///   buffers; ZeRO-1: once), parameters all-gathered after the step; exposed.
-    pub fn data_parallel(&mut self, stage: &[usize], last_backward_s: f64, first_forward_s: f64) -> f64 {
+    pub fn data_parallel(
+        &mut self,
+        stage: &[usize],
+        last_backward_s: f64,
+        first_forward_s: f64,
+    ) -> f64 {
         let s = self.layout.strategy;
         if matches!(
             s,
@@ -538,15 +544,16 @@ impl Comm<'_> {
         let bucket = self.exec.grad_bucket_bytes.max(1.0);
         let m = self.micro_batches;
         let mut exposed = 0.0;
-        let time_of = |c: &Self, kind: CollectiveKind, bytes: f64, g: Group| -> (LinkKind, f64, f64) {
-            // whole buckets plus the remainder
-            let full = (bytes / bucket).floor();
-            let rest = bytes - full * bucket;
-            let (link, tb) = c.time(kind, bucket, g);
-            let (_, tr) = c.time(kind, rest, g);
-            let last = if rest > 0.0 { tr } else { tb };
-            (link, full * tb + tr, last)
-        };
+        let time_of =
+            |c: &Self, kind: CollectiveKind, bytes: f64, g: Group| -> (LinkKind, f64, f64) {
+                // whole buckets plus the remainder
+                let full = (bytes / bucket).floor();
+                let rest = bytes - full * bucket;
+                let (link, tb) = c.time(kind, bucket, g);
+                let (_, tr) = c.time(kind, rest, g);
+                let last = if rest > 0.0 { tr } else { tb };
+                (link, full * tb + tr, last)
+            };
         let reduce_kind = match s {
             Strategy::Ddp => CollectiveKind::AllReduce,
             _ => CollectiveKind::ReduceScatter,
@@ -674,8 +681,12 @@ impl Comm<'_> {
         let h2d = params * self.param_bytes() / link;
         let d2h_exposed = (d2h - last_backward_s).max(0.0);
         let torch_cpu = l.strategy.is_fsdp();
-        let per_param =
-            optimizer_bytes_per_param(self.workload.optimizer, Precision::AmpBf16, !torch_cpu, false);
+        let per_param = optimizer_bytes_per_param(
+            self.workload.optimizer,
+            Precision::AmpBf16,
+            !torch_cpu,
+            false,
+        );
         let mut host = params * per_param / self.eff.host_optimizer_bytes_per_s;
         if l.offload_device == OffloadDevice::Nvme {
             // states (fp32 master, m, v) read and written once
@@ -705,7 +716,12 @@ impl Comm<'_> {
 /// weight-decay `mul_`) touches 21 tensors per element against the fused 7: 3×.
 /// Megatron keeps bf16 parameters with fp32 main gradients, master weights and moments:
 /// 4+4+4+4 read, 4+4+4 written, 2 bytes of bf16 parameter written.
-pub fn optimizer_bytes_per_param(opt: Optimizer, precision: Precision, fused: bool, megatron: bool) -> f64 {
+pub fn optimizer_bytes_per_param(
+    opt: Optimizer,
+    precision: Precision,
+    fused: bool,
+    megatron: bool,
+) -> f64 {
     if megatron {
         return 30.0;
     }

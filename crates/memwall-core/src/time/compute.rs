@@ -150,11 +150,19 @@ impl ComputeContext<'_> {
     }
 
     /// One GEMM's seconds at its shape.
-    fn gemm_s(&self, dtype: MathDtype, m: f64, k: f64, n: f64, flops: f64, bytes: f64) -> Result<f64, CoreError> {
+    fn gemm_s(
+        &self,
+        dtype: MathDtype,
+        m: f64,
+        k: f64,
+        n: f64,
+        flops: f64,
+        bytes: f64,
+    ) -> Result<f64, CoreError> {
         let peak = self.peak(dtype)?;
         let eff = match dtype {
             // no tensor cores: no tile quantization, just the achievable fraction
-            MathDtype::Fp32 | MathDtype::Fp64 => self.eff.matmul,
+            MathDtype::Fp32 | MathDtype::Fp64 => self.eff.matmul * self.eff.matmul_typical_shape,
             _ => self.eff.gemm(m, k, n),
         };
         Ok((flops / (peak * eff)).max(self.mem_s(bytes)))
@@ -336,7 +344,7 @@ impl ComputeContext<'_> {
                     crate::model::Mlp::Dense(d) => d.gated,
                     crate::model::Mlp::Moe(m) => m.expert.gated,
                 });
-                let f = if fused {
+                let f = if fused || (r.name == "norm" && self.exec.fused_norm) {
                     1.0
                 } else {
                     eager_factor(r.name, layer_norm, gated)

@@ -38,7 +38,10 @@ impl Hardware {
             architecture: g.architecture.clone(),
             // the catalogue stores the vendor's total bidirectional figure (gpus.toml header);
             // a ring sends in one direction on each link, so half of it is the ceiling
-            intra_node_bytes_per_s: g.interconnect.as_ref().map(|l| l.bandwidth_bytes_per_s / 2.0),
+            intra_node_bytes_per_s: g
+                .interconnect
+                .as_ref()
+                .map(|l| l.bandwidth_bytes_per_s / 2.0),
             intra_node_kind: g
                 .interconnect
                 .as_ref()

@@ -160,7 +160,11 @@ fn check_layout(l: &Layout) -> Result<(), CoreError> {
     if !(l.dp() * l.cp).is_multiple_of(l.ep) {
         return Err(CoreError::invalid(
             "ep",
-            format!("expert parallelism {} must divide dp·cp = {}", l.ep, l.dp() * l.cp),
+            format!(
+                "expert parallelism {} must divide dp·cp = {}",
+                l.ep,
+                l.dp() * l.cp
+            ),
         ));
     }
     Ok(())
@@ -217,7 +221,10 @@ pub fn estimate_step_time(inp: &StepTimeInputs<'_>) -> Result<StepTime, CoreErro
     }
     let mut per_stage = Vec::with_capacity(pp);
     for (k, layers) in stages.iter().enumerate() {
-        let costs: Vec<LayerCost> = layers.iter().filter_map(|&i| mb.layers.get(i).copied()).collect();
+        let costs: Vec<LayerCost> = layers
+            .iter()
+            .filter_map(|&i| mb.layers.get(i).copied())
+            .collect();
         let mut fwd: f64 = costs.iter().map(|c| c.fwd.total()).sum();
         let mut bwd: f64 = costs.iter().map(|c| c.bwd.total()).sum();
         let recompute: f64 = costs.iter().map(recompute_of).sum();
@@ -351,7 +358,11 @@ pub fn estimate_step_time(inp: &StepTimeInputs<'_>) -> Result<StepTime, CoreErro
 /// clip.
 fn gpu_optimizer_s(comm: &Comm<'_>, stage: &[usize], holds_root: bool) -> f64 {
     let (d, e) = comm.trainable_params(stage);
-    let root = if holds_root { comm.root_params(true) } else { 0.0 };
+    let root = if holds_root {
+        comm.root_params(true)
+    } else {
+        0.0
+    };
     let l = comm.layout;
     let shard = match l.strategy {
         Strategy::Ddp => 1.0,

@@ -64,7 +64,12 @@ fn checkpointing_is_slower() {
     let plain = run(&w, &Layout::single());
     w.checkpointing = true;
     let ckpt = run(&w, &Layout::single());
-    assert!(ckpt.step_s > 1.2 * plain.step_s, "{} {}", ckpt.step_s, plain.step_s);
+    assert!(
+        ckpt.step_s > 1.2 * plain.step_s,
+        "{} {}",
+        ckpt.step_s,
+        plain.step_s
+    );
     assert!(ckpt.breakdown.recompute_s > 0.0);
     assert!((ckpt.mfu - plain.mfu).abs() > 0.0 && ckpt.hfu > ckpt.mfu);
 }
@@ -92,7 +97,12 @@ fn lora_is_faster_per_step_than_full_fine_tuning() {
         qlora: false,
     });
     let lora = run(&w, &Layout::single());
-    assert!(lora.step_s < 0.85 * full.step_s, "{} {}", lora.step_s, full.step_s);
+    assert!(
+        lora.step_s < 0.85 * full.step_s,
+        "{} {}",
+        lora.step_s,
+        full.step_s
+    );
     assert!(lora.breakdown.optimizer_s < 0.01 * full.breakdown.optimizer_s);
 }
 
@@ -118,7 +128,12 @@ fn more_micro_batches_shrink_the_bubble_share() {
     w.grad_accum = 32;
     let many = run(&w, &l);
     let share = |t: &StepTime| t.breakdown.bubble_s / t.step_s;
-    assert!(share(&many) < share(&few) / 4.0, "{} {}", share(&many), share(&few));
+    assert!(
+        share(&many) < share(&few) / 4.0,
+        "{} {}",
+        share(&many),
+        share(&few)
+    );
     assert!(many.tokens_per_s_per_gpu > few.tokens_per_s_per_gpu);
     // interleaving divides it by the virtual stages
     l.schedule = crate::layout::Schedule::Interleaved;
