@@ -402,3 +402,64 @@ fn every_published_run_is_within_the_band() {
         );
     }
 }
+
+/// Issue 11's example: Llama-3-8B, micro-batch 4, on A100s. The old estimate was one number
+/// for every layout; the step-time model must order them the way measured runs do.
+#[test]
+fn layouts_differ_the_way_measured_runs_do() {
+    use memwall_core::time::estimate_step_time_defaults;
+    use memwall_core::workload::Lora;
+    let m = memwall_catalog::find("llama-3-8b")
+        .unwrap()
+        .model()
+        .unwrap();
+    let gpu = memwall_catalog::find_gpu("a100-80gb-sxm").unwrap();
+    let w = TrainWorkload::new(4, 2048);
+    let step =
+        |w: &TrainWorkload, l: &Layout| estimate_step_time_defaults(&m, w, l, gpu).unwrap().step_s;
+    let single = Layout::single();
+    let zero3 = |gpus_per_node: u64, offload: Offload| Layout {
+        gpus: 8,
+        gpus_per_node,
+        strategy: Strategy::Zero3,
+        offload,
+        ..Layout::single()
+    };
+    let plain = step(&w, &single);
+    let mut ckpt_w = w.clone();
+    ckpt_w.checkpointing = true;
+    let ckpt = step(&ckpt_w, &single);
+    let z3 = step(&w, &zero3(8, Offload::None));
+    let z3_two_nodes = step(&w, &zero3(4, Offload::None));
+    let z3_offload = step(&w, &zero3(8, Offload::Optimizer));
+    let mut lora_w = w.clone();
+    lora_w.lora = Some(Lora {
+        rank: 16,
+        targets: vec![
+            "q_proj".into(),
+            "k_proj".into(),
+            "v_proj".into(),
+            "o_proj".into(),
+        ],
+        qlora: false,
+    });
+    let lora = step(&lora_w, &single);
+    println!(
+        "plain {plain:.3} s, checkpointing {ckpt:.3} s, ZeRO-3 ×8 {z3:.3} s, across 2 nodes \
+         {z3_two_nodes:.3} s, + optimizer offload {z3_offload:.3} s, LoRA {lora:.3} s"
+    );
+    assert!(ckpt > 1.15 * plain, "checkpointing {ckpt} vs {plain}");
+    assert!(lora < 0.85 * plain, "LoRA {lora} vs {plain}");
+    assert!(z3 > plain * 0.5 && z3 != plain, "ZeRO-3 {z3} vs {plain}");
+    assert!(
+        z3_two_nodes > z3,
+        "ZeRO-3 across nodes {z3_two_nodes} vs {z3}"
+    );
+    assert!(z3_offload > z3, "offload {z3_offload} vs {z3}");
+    let all = [plain, ckpt, z3, z3_offload, lora];
+    for (i, a) in all.iter().enumerate() {
+        for b in &all[i + 1..] {
+            assert!((a - b).abs() > 1e-3 * a, "{all:?}");
+        }
+    }
+}

@@ -47,7 +47,7 @@ pub struct Efficiencies {
     pub intra_node_link_fraction: f64,
     /// Fraction of the per-GPU network bandwidth a ring reaches (ml-engineering: 4 × 8 B200
     /// nodes over 8 × 400 Gb/s EFA, 377 GB/s all-reduce busbw of 400 GB/s = 94%; "80–90%" as
-    /// the rule of thumb).
+    /// the rule of thumb): 0.9.
     pub network_fraction: f64,
     /// Fraction of the PCIe per-direction bandwidth pinned host↔device copies reach.
     pub pcie_fraction: f64,
@@ -145,8 +145,9 @@ impl AttentionKernel {
 
 /// Forward + backward fraction of the dense bf16 peak of a fused attention kernel at long
 /// sequences, head dim 128, causal:
-/// - FlashAttention-2 on Ampere: ~200 of 312 TFLOP/s on A100 (Dao 2023, "FlashAttention-2",
-///   Fig. 6, causal, head dim 128, 8k–16k) = 0.64;
+/// - FlashAttention-2 on Ampere: "50-73% of the theoretical maximum FLOPs/s on A100" (Dao
+///   2023, "FlashAttention-2", abstract; forward + backward, the upper part at long sequences)
+///   = 0.64;
 /// - FlashAttention-2 on Hopper: "only 35% utilization" (Shah et al. 2024, "FlashAttention-3",
 ///   §1) = 0.35; FlashAttention-3 / cuDNN on Hopper: ~75% forward, backward 1.5–1.75× faster
 ///   than FA2 (same paper, Fig. 5/6) ≈ 0.55 over forward + backward;
