@@ -130,6 +130,15 @@ fn lora_targets(model: &ModelDesc, w: &TrainWorkload, role: LinearRole) -> bool 
     })
 }
 
+/// What of the model's shape picks eager traffic factors.
+#[derive(Debug, Clone, Copy)]
+struct ModelShape {
+    /// Norms are LayerNorm (one native kernel) rather than an RMSNorm written in PyTorch ops.
+    layer_norm: bool,
+    /// The MLP is gated.
+    gated: bool,
+}
+
 pub(crate) struct ComputeContext<'a> {
     pub model: &'a ModelDesc,
     pub workload: &'a TrainWorkload,
@@ -194,11 +203,23 @@ impl ComputeContext<'_> {
         let tp = l.tp.max(1) as f64;
         let sp = l.sequence_parallel && l.tp > 1;
         let lora = w.lora.is_some();
+        let shape = ModelShape {
+            layer_norm: self
+                .model
+                .layers
+                .first()
+                .and_then(|l| l.attn_norm.or(l.mlp_norm))
+                .is_some_and(|n| n.kind == NormKind::LayerNorm),
+            gated: self.model.layers.iter().any(|l| match &l.mlp {
+                crate::model::Mlp::Dense(d) => d.gated,
+                crate::model::Mlp::Moe(m) => m.expert.gated,
+            }),
+        };
         let mut layers = vec![LayerCost::default(); self.model.layers.len()];
         let mut pre = LayerCost::default();
         let mut post = LayerCost::default();
         for r in &records {
-            let cost = self.op_cost(r, dtype, cp, tp, sp, lora)?;
+            let cost = self.op_cost(r, dtype, (cp, tp, sp), lora, shape)?;
             let slot = match (r.layer, r.name) {
                 (Some(i), _) => layers.get_mut(i),
                 (None, "embedding") => Some(&mut pre),
@@ -262,10 +283,9 @@ impl ComputeContext<'_> {
         &self,
         r: &OpRecord,
         dtype: MathDtype,
-        cp: f64,
-        tp: f64,
-        sp: bool,
+        (cp, tp, sp): (f64, f64, bool),
         lora: bool,
+        shape: ModelShape,
     ) -> Result<LayerCost, CoreError> {
         let mut c = LayerCost::default();
         let fused = self.exec.fused_elementwise;
@@ -334,20 +354,10 @@ impl ComputeContext<'_> {
                 c.attention_fwd_s = c.fwd.attention;
             }
             OpKind::Elementwise => {
-                let layer_norm = self
-                    .model
-                    .layers
-                    .first()
-                    .and_then(|l| l.attn_norm.or(l.mlp_norm))
-                    .is_some_and(|n| n.kind == NormKind::LayerNorm);
-                let gated = self.model.layers.iter().any(|l| match &l.mlp {
-                    crate::model::Mlp::Dense(d) => d.gated,
-                    crate::model::Mlp::Moe(m) => m.expert.gated,
-                });
                 let f = if fused || (r.name == "norm" && self.exec.fused_norm) {
                     1.0
                 } else {
-                    eager_factor(r.name, layer_norm, gated)
+                    eager_factor(r.name, shape.layer_norm, shape.gated)
                 };
                 let vector = self.peak(MathDtype::Fp32).unwrap_or(self.peak(dtype)?);
                 let fwd = (flops / vector).max(self.mem_s(bytes * f));
