@@ -257,6 +257,10 @@ pub struct InferArgs {
     /// switches to on GPUs (which copies each selected expert's weights).
     #[arg(long)]
     pub moe_grouped_decode: bool,
+    /// Allocator margin added to the peak in the fit test, as a fraction of the peak (see
+    /// `memwall train --help`).
+    #[arg(long, default_value_t = memwall_core::plan::DEFAULT_ALLOC_MARGIN)]
+    pub alloc_margin: f64,
     /// Simulate CPU kernels (as the fake-tensor truth harness runs them).
     #[arg(long, hide = true)]
     pub cpu_kernels: bool,
@@ -278,6 +282,8 @@ pub struct InferSettings {
     pub kernels: Kernels,
     /// Output format.
     pub format: Format,
+    /// Allocator margin of the fit test (fraction of the peak).
+    pub alloc_margin: f64,
 }
 
 impl InferSettings {
@@ -294,6 +300,7 @@ impl InferSettings {
             kv_dtype,
             gpu,
             moe_grouped_decode,
+            alloc_margin,
             cpu_kernels,
             output,
         } = a;
@@ -336,12 +343,14 @@ impl InferSettings {
         } else {
             Kernels::Cuda
         };
+        memwall_core::plan::check_alloc_margin(alloc_margin)?;
         Ok(InferSettings {
             model,
             workload,
             gpu,
             kernels,
             format,
+            alloc_margin,
         })
     }
 }
@@ -580,12 +589,19 @@ pub struct TrainArgs {
     /// Simulate CPU kernels (as the fake-tensor truth harness runs them) instead of CUDA's.
     #[arg(long, hide = true)]
     pub cpu_kernels: bool,
-    /// Model FLOPs utilisation assumed for the step-time estimate (fraction of dense peak).
-    #[arg(long, default_value_t = 0.5)]
-    pub mfu: f64,
-    /// Fraction of peak memory bandwidth assumed for the step-time estimate.
-    #[arg(long, default_value_t = 0.8)]
-    pub bandwidth_efficiency: f64,
+    /// Step-time model: fraction of the GPU's dense peak a large GEMM reaches (default: the
+    /// GPU's measured maximum achievable matmul; docs/time-model.md).
+    #[arg(long)]
+    pub matmul_efficiency: Option<f64>,
+    /// Step-time model: fraction of peak memory bandwidth memory-bound kernels reach (default:
+    /// docs/time-model.md).
+    #[arg(long)]
+    pub bandwidth_efficiency: Option<f64>,
+    /// Allocator margin added to the peak in the fit test, as a fraction of the peak: what
+    /// PyTorch's caching allocator reserves beyond what it allocates. memwall's default, not a
+    /// measurement: measure yours as max_memory_reserved() / max_memory_allocated() − 1.
+    #[arg(long, default_value_t = memwall_core::plan::DEFAULT_ALLOC_MARGIN)]
+    pub alloc_margin: f64,
     /// GPUs in the cluster (reports every rank when > 1 or with --strategy).
     #[arg(long, default_value_t = 1, help_heading = "Distributed")]
     pub gpus: u64,
@@ -682,8 +698,10 @@ pub struct TrainSettings {
     pub format: Format,
     /// Kernel semantics to simulate.
     pub kernels: Kernels,
-    /// Efficiencies for the step-time estimate: (FLOPs, bandwidth).
-    pub efficiency: (f64, f64),
+    /// Overrides of the step-time model's efficiencies.
+    pub speed: memwall_core::time::Overrides,
+    /// Allocator margin of the fit test (fraction of the peak).
+    pub alloc_margin: f64,
     /// The cluster layout, when the job is distributed.
     pub layout: Option<Layout>,
 }
@@ -707,8 +725,9 @@ impl TrainSettings {
             gpu,
             output,
             cpu_kernels,
-            mfu,
+            matmul_efficiency,
             bandwidth_efficiency,
+            alloc_margin,
             gpus,
             gpus_per_node,
             strategy,
@@ -725,8 +744,13 @@ impl TrainSettings {
         } = a;
         let format = output.resolve()?;
         // numbers first (shared bounds from the core): they need neither the model nor the GPU
-        fraction("mfu", mfu)?;
-        fraction("bandwidth_efficiency", bandwidth_efficiency)?;
+        if let Some(m) = matmul_efficiency {
+            fraction("matmul_efficiency", m)?;
+        }
+        if let Some(b) = bandwidth_efficiency {
+            fraction("bandwidth_efficiency", b)?;
+        }
+        memwall_core::plan::check_alloc_margin(alloc_margin)?;
         count("batch", batch, limits::MAX_BATCH)?;
         count("seq", seq, limits::MAX_SEQ)?;
         count("grad_accum", grad_accum, limits::MAX_GRAD_ACCUM)?;
@@ -868,7 +892,11 @@ impl TrainSettings {
             gpu,
             format,
             kernels,
-            efficiency: (mfu, bandwidth_efficiency),
+            speed: memwall_core::time::Overrides {
+                matmul: matmul_efficiency,
+                memory_bandwidth: bandwidth_efficiency,
+            },
+            alloc_margin,
             layout,
         })
     }

@@ -99,11 +99,13 @@ struct TrainJson {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SpeedJson {
-    lower_bound_step_s: f64,
-    estimated_step_s: f64,
-    estimated_tokens_per_s: f64,
+    step_s: f64,
+    tokens_per_s_per_gpu: f64,
+    tokens_per_s: f64,
     mfu: f64,
-    bandwidth_efficiency: f64,
+    hfu: f64,
+    breakdown: std::collections::BTreeMap<String, f64>,
+    micro_batches: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -114,6 +116,7 @@ struct GpuJson {
     memory_bytes: u64,
     cuda_context_bytes: u64,
     cublas_workspace_bytes: u64,
+    alloc_margin_bytes: u64,
     required_bytes: u64,
     fits: bool,
     headroom_bytes: i64,
@@ -147,7 +150,15 @@ fn train_json_contract_with_a_config_path() {
     assert_eq!(j.at_peak.values().sum::<u64>(), j.peak_bytes);
     assert_eq!(
         j.gpu.required_bytes,
-        j.peak_bytes + j.gpu.cuda_context_bytes + j.gpu.cublas_workspace_bytes
+        j.peak_bytes
+            + j.gpu.cuda_context_bytes
+            + j.gpu.cublas_workspace_bytes
+            + j.gpu.alloc_margin_bytes
+    );
+    // the default allocator margin is 5% of the peak
+    assert_eq!(
+        j.gpu.alloc_margin_bytes,
+        (j.peak_bytes as f64 * 0.05).ceil() as u64
     );
     assert_eq!(j.gpu.fits, j.gpu.headroom_bytes >= 0);
     assert_eq!(j.gpu.id, "l4");
@@ -155,14 +166,28 @@ fn train_json_contract_with_a_config_path() {
     assert!(["forward", "loss", "backward", "optimizer"].contains(&j.phase.as_str()));
     assert_eq!(j.workload["grad_accum"], 2);
     assert_eq!(j.model["model_type"], "qwen2");
+    // the speed contract: step time, rates, MFU, and a breakdown that sums to the step
+    let parts: f64 = j.speed.breakdown.values().sum();
     assert!(
-        j.speed.estimated_step_s >= j.speed.lower_bound_step_s && j.speed.lower_bound_step_s > 0.0
+        (parts - j.speed.step_s).abs() <= 1e-9 * j.speed.step_s,
+        "{parts} vs {}",
+        j.speed.step_s
     );
+    for k in [
+        "compute_s",
+        "recompute_s",
+        "exposed_comm_s",
+        "bubble_s",
+        "offload_s",
+        "optimizer_s",
+    ] {
+        assert!(j.speed.breakdown.contains_key(k), "{k}");
+    }
     assert!(
-        j.speed.estimated_tokens_per_s > 0.0
-            && j.speed.mfu == 0.5
-            && j.speed.bandwidth_efficiency == 0.8
+        j.speed.tokens_per_s_per_gpu > 0.0 && j.speed.tokens_per_s >= j.speed.tokens_per_s_per_gpu
     );
+    assert!(j.speed.mfu > 0.0 && j.speed.mfu < 1.0 && j.speed.hfu >= j.speed.mfu);
+    assert_eq!(j.speed.micro_batches, 2);
     // top-level peak_bytes is an integer in the raw text too
     let raw: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert!(raw["peak_bytes"].is_u64());

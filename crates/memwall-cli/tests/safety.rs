@@ -111,11 +111,22 @@ fn serve_zero_request_length_is_refused_not_nan() {
 }
 
 #[test]
-fn train_subnormal_mfu_is_refused_not_infinite() {
-    let e = refused_naming(&["train", "--mfu", "5e-324"], &["--mfu 5e-324", "0.01"]);
+fn train_subnormal_efficiency_is_refused_not_infinite() {
+    let e = refused_naming(
+        &["train", "--matmul-efficiency", "5e-324"],
+        &["--matmul-efficiency 5e-324", "0.01"],
+    );
     assert!(e.len() < 600, "the value is shown short: {e}");
     // the smallest accepted efficiency gives a finite time
-    let (code, stdout, stderr) = run(&["train", "-m", "gpt2", "--mfu", "0.01"]);
+    let (code, stdout, stderr) = run(&[
+        "train",
+        "-m",
+        "gpt2",
+        "--matmul-efficiency",
+        "0.01",
+        "--bandwidth-efficiency",
+        "0.01",
+    ]);
     assert_eq!(code, 0, "{stderr}");
     assert!(
         !stdout.contains("inf s") && !stdout.contains("NaN"),
@@ -424,9 +435,9 @@ fn every_exit_2_path_prints_one_hint() {
         &["train", "-s", "0"],
         &["train", "-s", "4194305"],
         &["train", "--grad-accum", "0"],
-        &["train", "--mfu", "0"],
-        &["train", "--mfu", "nan"],
-        &["train", "--mfu", "inf"],
+        &["train", "--matmul-efficiency", "0"],
+        &["train", "--matmul-efficiency", "nan"],
+        &["train", "--matmul-efficiency", "inf"],
         &["train", "--bandwidth-efficiency", "1.5"],
         &["train", "--lora-rank", "0", "--lora-targets", "q_proj"],
         &["train", "--global-batch", "8"],
@@ -923,7 +934,7 @@ const TRAIN_FLAGS: &[&str] = &[
     "-b",
     "-s",
     "--grad-accum",
-    "--mfu",
+    "--matmul-efficiency",
     "--bandwidth-efficiency",
     "--gpus",
     "--gpus-per-node",

@@ -25,7 +25,10 @@ pub struct GpuFit {
     pub cuda_context_bytes: u64,
     /// cuBLAS workspace (PyTorch default for this GPU, [`GpuSpec::cublas_workspace_bytes`]).
     pub cublas_workspace_bytes: u64,
-    /// peak + context + workspace.
+    /// Allocator margin: `alloc_margin · peak`, for what PyTorch's caching allocator reserves
+    /// beyond what it has allocated ([`crate::plan::DEFAULT_ALLOC_MARGIN`]).
+    pub alloc_margin_bytes: u64,
+    /// peak + context + workspace + allocator margin.
     pub required_bytes: u64,
     /// Whether it fits.
     pub fits: bool,
@@ -34,13 +37,23 @@ pub struct GpuFit {
 }
 
 impl GpuFit {
-    /// The fit of `peak_bytes` (PyTorch allocator peak) on `gpu`.
-    pub fn new(gpu: &GpuSpec, peak_bytes: u64) -> Self {
+    /// The fit of `peak_bytes` (PyTorch allocator peak) on `gpu`, with an allocator margin of
+    /// `alloc_margin` (a fraction of the peak, clamped to `0 ..= MAX_ALLOC_MARGIN`).
+    pub fn new(gpu: &GpuSpec, peak_bytes: u64, alloc_margin: f64) -> Self {
         let cublas = gpu.cublas_workspace_bytes();
+        let fraction = if alloc_margin.is_finite() {
+            alloc_margin.clamp(0.0, crate::plan::MAX_ALLOC_MARGIN)
+        } else {
+            0.0
+        };
+        // a bounded fraction of a u64: finite, at most the peak itself
+        let margin = (peak_bytes as f64 * fraction).ceil() as u64;
         let required = peak_bytes
             .saturating_add(CUDA_CONTEXT_BYTES)
-            .saturating_add(cublas);
+            .saturating_add(cublas)
+            .saturating_add(margin);
         GpuFit {
+            alloc_margin_bytes: margin,
             id: gpu.id.clone(),
             name: gpu.name.clone(),
             memory_bytes: gpu.memory_bytes,
@@ -93,6 +106,7 @@ pub fn fitting_alternatives(
     layout: &Layout,
     kernels: Kernels,
     gpu: &GpuSpec,
+    alloc_margin: f64,
     max: usize,
 ) -> Vec<Alternative> {
     // with tensor/pipeline parallelism the engine is Megatron, whose only sharding is its
@@ -145,7 +159,7 @@ pub fn fitting_alternatives(
         let Ok(e) = memory::simulate_train_dist(model, &w, &l, kernels) else {
             continue;
         };
-        if GpuFit::new(gpu, e.peak_bytes).fits {
+        if GpuFit::new(gpu, e.peak_bytes, alloc_margin).fits {
             out.push(Alternative {
                 strategy: l.strategy,
                 checkpointing,
@@ -188,7 +202,7 @@ pub(crate) mod tests {
     #[test]
     fn fit_adds_context_and_workspace_to_the_peak() {
         let g = gpu("h100", 80, "hopper");
-        let f = GpuFit::new(&g, 10 << 30);
+        let f = GpuFit::new(&g, 10 << 30, 0.0);
         assert_eq!(
             f.required_bytes,
             (10 << 30) + CUDA_CONTEXT_BYTES + (32 << 20)
@@ -198,10 +212,10 @@ pub(crate) mod tests {
             f.headroom_bytes,
             i128::from(g.memory_bytes) - i128::from(f.required_bytes)
         );
-        let f = GpuFit::new(&g, g.memory_bytes);
+        let f = GpuFit::new(&g, g.memory_bytes, 0.0);
         assert!(!f.fits && f.headroom_bytes < 0);
         // saturates rather than overflows
-        assert_eq!(GpuFit::new(&g, u64::MAX).required_bytes, u64::MAX);
+        assert_eq!(GpuFit::new(&g, u64::MAX, 0.0).required_bytes, u64::MAX);
     }
 
     #[test]
@@ -213,8 +227,8 @@ pub(crate) mod tests {
         layout.gpus_per_node = 8;
         let g = gpu("l4", 24, "ada");
         let asked = memory::simulate_train_dist(&model, &w, &layout, Kernels::Cuda).unwrap();
-        assert!(!GpuFit::new(&g, asked.peak_bytes).fits);
-        let alts = fitting_alternatives(&model, &w, &layout, Kernels::Cuda, &g, 3);
+        assert!(!GpuFit::new(&g, asked.peak_bytes, 0.0).fits);
+        let alts = fitting_alternatives(&model, &w, &layout, Kernels::Cuda, &g, 0.0, 3);
         assert!(!alts.is_empty() && alts.len() <= 3);
         let strategies = [
             Strategy::Zero1,
@@ -226,12 +240,12 @@ pub(crate) mod tests {
         let costs: Vec<u32> = alts
             .iter()
             .map(|a| {
-                assert!(GpuFit::new(&g, a.peak_bytes).fits);
+                assert!(GpuFit::new(&g, a.peak_bytes, 0.0).fits);
                 let rank = strategies.iter().position(|s| *s == a.strategy).unwrap();
                 cost(rank as u32, a.checkpointing, a.offload)
             })
             .collect();
         assert!(costs.windows(2).all(|c| c[0] <= c[1]), "{costs:?}");
-        assert!(fitting_alternatives(&model, &w, &layout, Kernels::Cuda, &g, 0).is_empty());
+        assert!(fitting_alternatives(&model, &w, &layout, Kernels::Cuda, &g, 0.0, 0).is_empty());
     }
 }

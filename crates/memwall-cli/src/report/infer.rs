@@ -66,7 +66,7 @@ pub fn build(s: &InferSettings) -> Result<InferReport> {
         weights_bytes: est.weights_bytes,
         kv_cache_bytes: est.kv_cache_bytes,
         prefill_peak_bytes: est.prefill_peak_bytes,
-        gpu: GpuFit::new(s.gpu, est.peak_bytes),
+        gpu: GpuFit::new(s.gpu, est.peak_bytes, s.alloc_margin),
     })
 }
 
@@ -145,13 +145,14 @@ impl Report for InferReport {
         let gf = &self.gpu;
         writeln!(
             w,
-            "on {} ({}): needs {} of {} (incl. {} CUDA context, {} cuBLAS workspace) — {}",
+            "on {} ({}): needs {} of {} (incl. {} CUDA context, {} cuBLAS workspace, {} allocator margin) — {}",
             gf.id,
             gf.name,
             Bytes(gf.required_bytes),
             Bytes(gf.memory_bytes),
             Bytes(gf.cuda_context_bytes),
             Bytes(gf.cublas_workspace_bytes),
+            Bytes(gf.alloc_margin_bytes),
             if gf.fits { "fits" } else { "does NOT fit" }
         )
     }

@@ -149,13 +149,15 @@ fn markdown_fit(w: &mut dyn Write, g: &memwall_core::advice::GpuFit) -> io::Resu
     };
     writeln!(
         w,
-        "On **{}** ({}): needs {} of {} (incl. {} CUDA context, {} cuBLAS workspace) — {verdict}.",
+        "On **{}** ({}): needs {} of {} (incl. {} CUDA context, {} cuBLAS workspace, {} allocator \
+         margin) — {verdict}.",
         table::md_text(&g.id),
         table::md_text(&g.name),
         Bytes(g.required_bytes),
         Bytes(g.memory_bytes),
         Bytes(g.cuda_context_bytes),
         Bytes(g.cublas_workspace_bytes),
+        Bytes(g.alloc_margin_bytes),
     )
 }
 

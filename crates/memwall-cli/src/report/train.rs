@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use memwall_core::advice::{self, GpuFit};
 use memwall_core::layout::{Layout, Offload};
 use memwall_core::memory::{self, Phase};
-use memwall_core::speed::{self, Efficiency, TrainSpeed};
+use memwall_core::time::{self, Breakdown, StepTime};
 use memwall_core::workload::TrainWorkload;
 use memwall_core::Bytes;
 use serde::Serialize;
@@ -37,8 +37,9 @@ pub struct TrainReport {
     pub at_peak: NamedBytes,
     /// Fit on the GPU.
     pub gpu: GpuFit,
-    /// Step time on this GPU from the roofline (`memwall roofline` shows the per-op table).
-    pub speed: TrainSpeed,
+    /// Step time from the step-time model (docs/time-model.md): compute, recomputation, the
+    /// engine's exposed communication, pipeline bubble, offload and the optimizer step.
+    pub speed: Speed,
     /// The cluster, when distributed: per-rank-group breakdowns, buffers, host memory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub distributed: Option<DistReport>,
@@ -138,23 +139,56 @@ pub struct DistReport {
     pub fits_with: Vec<Alternative>,
 }
 
-fn train_speed(s: &TrainSettings) -> Result<TrainSpeed> {
-    let (flops, bandwidth) = s.efficiency;
-    speed::train_speed(
+/// The speed part of a train report (the `speed.*` JSON contract).
+#[derive(Debug, Serialize)]
+pub struct Speed {
+    /// Seconds per optimizer step (all micro-batches).
+    pub step_s: f64,
+    /// Tokens per second per GPU.
+    pub tokens_per_s_per_gpu: f64,
+    /// Tokens per second over the cluster.
+    pub tokens_per_s: f64,
+    /// Model FLOPs utilisation (6·N·tokens plus attention, over the dense peak).
+    pub mfu: f64,
+    /// Hardware FLOPs utilisation (recomputation counted).
+    pub hfu: f64,
+    /// Seconds per component; they sum to `step_s`.
+    pub breakdown: Breakdown,
+    /// Micro-batches per step on each data-parallel rank.
+    pub micro_batches: u64,
+}
+
+impl Speed {
+    fn from_model(t: &StepTime) -> Self {
+        Speed {
+            step_s: t.step_s,
+            tokens_per_s_per_gpu: t.tokens_per_s_per_gpu,
+            tokens_per_s: t.tokens_per_s,
+            mfu: t.mfu,
+            hfu: t.hfu,
+            breakdown: t.breakdown,
+            micro_batches: t.micro_batches,
+        }
+    }
+}
+
+fn train_speed(s: &TrainSettings) -> Result<Speed> {
+    let t = time::estimate_step_time_with(
         &s.model.desc,
         &s.workload,
         s.layout.as_ref(),
         s.gpu,
-        Efficiency { flops, bandwidth },
+        s.speed,
     )
-    .context("cannot estimate the step time")
+    .context("cannot estimate the step time")?;
+    Ok(Speed::from_model(&t))
 }
 
 fn dist_report(s: &TrainSettings, layout: &Layout) -> Result<TrainReport> {
     let e = memory::simulate_train_dist(&s.model.desc, &s.workload, layout, s.kernels)
         .context("cannot simulate this distributed step")?;
     let worst = &e.groups[e.worst];
-    let fit = GpuFit::new(s.gpu, e.peak_bytes);
+    let fit = GpuFit::new(s.gpu, e.peak_bytes, s.alloc_margin);
     let mut ranks: Vec<RankRow> = Vec::new();
     for (gi, g) in e.groups.iter().enumerate() {
         for &r in &g.ranks {
@@ -184,7 +218,7 @@ fn dist_report(s: &TrainSettings, layout: &Layout) -> Result<TrainReport> {
                     .map(|(p, b)| (phase_word(*p), *b))
                     .collect(),
             ),
-            fits: GpuFit::new(s.gpu, g.peak_bytes).fits,
+            fits: GpuFit::new(s.gpu, g.peak_bytes, s.alloc_margin).fits,
         })
         .collect();
     let fits_with = if fit.fits {
@@ -196,6 +230,7 @@ fn dist_report(s: &TrainSettings, layout: &Layout) -> Result<TrainReport> {
             layout,
             s.kernels,
             s.gpu,
+            s.alloc_margin,
             MAX_ALTERNATIVES,
         )
         .iter()
@@ -248,7 +283,7 @@ pub fn build(s: &TrainSettings) -> Result<TrainReport> {
         peak_bytes: est.peak_bytes,
         phase: est.phase,
         at_peak: breakdown(&est.at_peak),
-        gpu: GpuFit::new(s.gpu, est.peak_bytes),
+        gpu: GpuFit::new(s.gpu, est.peak_bytes, s.alloc_margin),
         speed: train_speed(s)?,
         distributed: None,
         ranks: None,
@@ -408,13 +443,25 @@ fn write_dist_table(w: &mut dyn Write, d: &DistReport, profile: &str) -> io::Res
 
 fn speed_line(r: &TrainReport) -> String {
     let sp = &r.speed;
+    let b = &sp.breakdown;
+    let mut parts = vec![format!("compute {:.3}", b.compute_s)];
+    for (name, v) in [
+        ("recompute", b.recompute_s),
+        ("exposed comm", b.exposed_comm_s),
+        ("bubble", b.bubble_s),
+        ("offload", b.offload_s),
+        ("optimizer", b.optimizer_s),
+    ] {
+        if v > 0.0 {
+            parts.push(format!("{name} {v:.3}"));
+        }
+    }
     format!(
-        "≥ {:.3} s per micro-step (roofline bound); ≈ {:.3} s at {:.0}% MFU and {:.0}% bandwidth → {:.0} tokens/s",
-        sp.lower_bound_step_s,
-        sp.estimated_step_s,
-        sp.mfu * 100.0,
-        sp.bandwidth_efficiency * 100.0,
-        sp.estimated_tokens_per_s
+        "{:.3} s per step ({} s) → {:.0} tokens/s per GPU, MFU {:.1}%",
+        sp.step_s,
+        parts.join(", "),
+        sp.tokens_per_s_per_gpu,
+        sp.mfu * 100.0
     )
 }
 
@@ -479,6 +526,12 @@ impl Report for TrainReport {
             "  {:<24}{:>12}",
             "cublas_workspace",
             Bytes(g.cublas_workspace_bytes).to_string()
+        )?;
+        writeln!(
+            w,
+            "  {:<24}{:>12}  (allocator margin: memwall default, --alloc-margin)",
+            "allocator_margin",
+            Bytes(g.alloc_margin_bytes).to_string()
         )?;
         writeln!(w)?;
         writeln!(w, "speed on {}: {}", g.id, speed_line(self))?;
@@ -595,9 +648,10 @@ impl Report for TrainReport {
         writeln!(
             w,
             "Outside PyTorch's allocator: CUDA context {} (documented default; driver-dependent), \
-             cuBLAS workspace {}.",
+             cuBLAS workspace {}; allocator margin {} (memwall default, `--alloc-margin`).",
             Bytes(g.cuda_context_bytes),
-            Bytes(g.cublas_workspace_bytes)
+            Bytes(g.cublas_workspace_bytes),
+            Bytes(g.alloc_margin_bytes)
         )?;
         writeln!(w)?;
         writeln!(w, "## Speed and fit")?;

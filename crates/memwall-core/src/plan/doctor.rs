@@ -101,8 +101,9 @@ pub fn train(
     super::check_alloc_margin(alloc_margin)?;
     let m = memory_of(model, w, layout, kernels)?;
     let fit = Fit::new(gpu, m.peak_bytes, alloc_margin);
+    let fits = fit.fits;
     let diagnosis = diagnose(&m, fit);
-    if fit.fits {
+    if fits {
         return Ok(Doctor {
             fits: true,
             diagnosis,
@@ -122,8 +123,8 @@ pub fn train(
             changes_result,
             args: train_args(&s.w, s.layout.as_ref()),
             peak_bytes: m.peak_bytes,
-            fit,
             fits: fit.fits,
+            fit,
             step_s: step_time(model, &s.w, s.layout.as_ref(), gpu)
                 .ok()
                 .map(|t| t.step_s),
@@ -442,8 +443,9 @@ pub fn infer(
         Ok((m, fit))
     };
     let (m, fit) = run(w)?;
+    let fits = fit.fits;
     let diagnosis = diagnose(&m, fit);
-    if fit.fits {
+    if fits {
         return Ok(Doctor {
             fits: true,
             diagnosis,
@@ -459,8 +461,8 @@ pub fn infer(
             changes_result,
             args: infer_args(cur),
             peak_bytes: m.peak_bytes,
-            fit,
             fits: fit.fits,
+            fit,
             step_s: None,
             phase: m.phase,
         })

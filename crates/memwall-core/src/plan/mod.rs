@@ -13,11 +13,12 @@ mod search;
 pub use search::{search, Allow, Plan, PlanRequest, PlanResult, SearchSpace};
 
 use crate::error::CoreError;
-use crate::gpu::{GpuSpec, CUDA_CONTEXT_BYTES};
+use crate::gpu::GpuSpec;
+#[cfg(test)]
+use crate::gpu::CUDA_CONTEXT_BYTES;
 use crate::layout::{Layout, Offload, Strategy};
 use crate::memory::{self, Category, Kernels, Phase};
 use crate::model::ModelDesc;
-use crate::speed::{self, Efficiency};
 use crate::workload::TrainWorkload;
 use serde::Serialize;
 
@@ -33,50 +34,7 @@ pub const DEFAULT_ALLOC_MARGIN: f64 = 0.05;
 /// Largest allocator margin accepted (the reserved pool at twice the allocated peak).
 pub const MAX_ALLOC_MARGIN: f64 = 1.0;
 
-/// The fit test of a plan or doctor step on one GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Fit {
-    /// The allocator peak (what `torch.cuda.max_memory_allocated()` reports).
-    pub peak_bytes: u64,
-    /// CUDA context ([`CUDA_CONTEXT_BYTES`]).
-    pub cuda_context_bytes: u64,
-    /// cuBLAS workspace ([`GpuSpec::cublas_workspace_bytes`]).
-    pub cublas_workspace_bytes: u64,
-    /// Allocator margin: `alloc_margin · peak`.
-    pub alloc_margin_bytes: u64,
-    /// Everything above added.
-    pub required_bytes: u64,
-    /// Device memory.
-    pub memory_bytes: u64,
-    /// `memory − required` (negative when it does not fit).
-    pub headroom_bytes: i128,
-    /// Whether `required ≤ memory`.
-    pub fits: bool,
-}
-
-impl Fit {
-    /// The fit of `peak_bytes` on `gpu` with an allocator margin of `alloc_margin` (a fraction
-    /// of the peak, `0 ..= MAX_ALLOC_MARGIN`).
-    pub fn new(gpu: &GpuSpec, peak_bytes: u64, alloc_margin: f64) -> Self {
-        let cublas = gpu.cublas_workspace_bytes();
-        // the margin is a bounded fraction of a u64, so the product is finite and ≤ 2·peak
-        let margin = (peak_bytes as f64 * alloc_margin.clamp(0.0, MAX_ALLOC_MARGIN)).ceil() as u64;
-        let required = peak_bytes
-            .saturating_add(CUDA_CONTEXT_BYTES)
-            .saturating_add(cublas)
-            .saturating_add(margin);
-        Fit {
-            peak_bytes,
-            cuda_context_bytes: CUDA_CONTEXT_BYTES,
-            cublas_workspace_bytes: cublas,
-            alloc_margin_bytes: margin,
-            required_bytes: required,
-            memory_bytes: gpu.memory_bytes,
-            headroom_bytes: i128::from(gpu.memory_bytes) - i128::from(required),
-            fits: required <= gpu.memory_bytes,
-        }
-    }
-}
+pub use crate::advice::GpuFit as Fit;
 
 /// Checks an allocator margin given by the user.
 pub fn check_alloc_margin(v: f64) -> Result<f64, CoreError> {
@@ -133,53 +91,20 @@ pub fn memory_of(
     }
 }
 
-/// Step time of one optimizer step (all micro-batches) and the rates it gives.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct StepTime {
-    /// Seconds per optimizer step.
-    pub step_s: f64,
-    /// Tokens per second per GPU.
-    pub tokens_per_s_per_gpu: f64,
-    /// Model FLOPs utilisation.
-    pub mfu: f64,
-    /// Seconds per component (compute, recompute, exposed communication, bubble, offload, …).
-    pub breakdown: Vec<(String, f64)>,
-}
-
-/// Efficiencies the step-time estimate assumes (see [`speed::Efficiency`]).
-pub const DEFAULT_EFFICIENCY: Efficiency = Efficiency {
-    flops: 0.5,
-    bandwidth: 0.8,
-};
-
-/// Step time of one optimizer step of `w` on `layout`. Today this is the roofline estimate of
-/// [`speed::train_speed`] at [`DEFAULT_EFFICIENCY`] with recomputation's extra forward added
-/// (one more forward per backward, so 4/3 of the GEMM time: the forward is a third of
-/// `6·N` FLOPs per token, Kaplan et al. 2020); communication, bubbles and offload traffic are
-/// not in it, so its ranking between sharding strategies is the memory's only.
+/// Step time of one optimizer step of `w` on `layout` (`None`: one GPU) with every default of
+/// the step-time model ([`crate::time::estimate_step_time_defaults`]: compute, recomputation,
+/// the engine's collectives and their overlap, pipeline bubble, offload, optimizer).
 pub fn step_time(
     model: &ModelDesc,
     w: &TrainWorkload,
     layout: Option<&Layout>,
     gpu: &GpuSpec,
 ) -> Result<StepTime, CoreError> {
-    let s = speed::train_speed(model, w, layout, gpu, DEFAULT_EFFICIENCY)?;
-    let compute = s.estimated_step_s * w.grad_accum as f64;
-    let recompute = if w.checkpointing { compute / 3.0 } else { 0.0 };
-    let step_s = compute + recompute;
-    let gpus = layout.map_or(1, |l| l.gpus);
-    let dp = layout.map_or(1, Layout::dp);
-    let tokens = (w.batch as f64) * (w.seq as f64) * (w.grad_accum as f64) * (dp as f64);
-    Ok(StepTime {
-        step_s,
-        tokens_per_s_per_gpu: tokens / step_s / gpus as f64,
-        mfu: s.mfu * compute / step_s,
-        breakdown: vec![
-            ("compute".to_owned(), compute),
-            ("recompute".to_owned(), recompute),
-        ],
-    })
+    let single = Layout::single();
+    crate::time::estimate_step_time_defaults(model, w, layout.unwrap_or(&single), gpu)
 }
+
+pub use crate::time::StepTime;
 
 /// The `memwall train` arguments (without `--model` and `--gpu`, which the caller knows) that
 /// reproduce `w` on `layout`.

@@ -88,7 +88,7 @@ pub struct Plan {
     /// Model FLOPs utilisation.
     pub mfu: f64,
     /// Seconds per component of the step.
-    pub breakdown: Vec<(String, f64)>,
+    pub breakdown: crate::time::Breakdown,
     /// The layout (`None`: one GPU, no distributed engine).
     pub layout: Option<Layout>,
     /// Sequences per micro-batch per data-parallel rank.

@@ -402,5 +402,44 @@ pub fn estimate_step_time_defaults(
     })
 }
 
+/// User overrides of the two efficiencies people most often know for their stack (`None`
+/// keeps the documented default).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Overrides {
+    /// [`Efficiencies::matmul`]: fraction of the dense peak a large GEMM reaches.
+    pub matmul: Option<f64>,
+    /// [`Efficiencies::memory_bandwidth`]: fraction of HBM bandwidth memory-bound kernels reach.
+    pub memory_bandwidth: Option<f64>,
+}
+
+/// [`estimate_step_time_defaults`] with `overrides` applied, for `layout` (`None`: one GPU).
+pub fn estimate_step_time_with(
+    model: &ModelDesc,
+    workload: &TrainWorkload,
+    layout: Option<&Layout>,
+    gpu: &GpuSpec,
+    overrides: Overrides,
+) -> Result<StepTime, CoreError> {
+    let single = Layout::single();
+    let layout = layout.unwrap_or(&single);
+    let hardware = Hardware::from_gpu(gpu);
+    let execution = Execution::defaults(layout, workload, &hardware);
+    let mut efficiencies = Efficiencies::defaults(&hardware, execution.attention);
+    if let Some(m) = overrides.matmul {
+        efficiencies.matmul = m;
+    }
+    if let Some(b) = overrides.memory_bandwidth {
+        efficiencies.memory_bandwidth = b;
+    }
+    estimate_step_time(&StepTimeInputs {
+        model,
+        workload,
+        layout,
+        hardware: &hardware,
+        efficiencies: &efficiencies,
+        execution: &execution,
+    })
+}
+
 #[cfg(test)]
 mod tests;
