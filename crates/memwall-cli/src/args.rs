@@ -728,6 +728,7 @@ impl TrainSettings {
             lora,
             grad_accum,
             dropout: !no_dropout,
+            kernels: memwall_core::workload::KernelOptions::default(),
         };
         let distributed = gpus > 1
             || strategy.is_some()
