@@ -1,14 +1,30 @@
 //! Command-line arguments and their resolution into settings.
 
+use crate::error::UserError;
 use crate::model_source::{self, ModelSource};
 use crate::report::Format;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use memwall_core::error::untrusted;
 use memwall_core::gpu::GpuSpec;
 use memwall_core::layout::{Layout, Offload, OffloadDevice, Schedule, Strategy};
 use memwall_core::memory::Kernels;
+use memwall_core::names::{parse_named, Named};
 use memwall_core::roofline::{MathDtype, RooflinePhase, RooflineWorkload};
-use memwall_core::workload::{AttentionImpl, Lora, Optimizer, Precision, TrainWorkload};
+use memwall_core::workload::limits::{self, count, fraction};
+use memwall_core::workload::{AttentionImpl, KvDtype, Lora, Optimizer, Precision, TrainWorkload};
+
+/// The value parser of a core enum: its accepted names and their help come from the enum's one
+/// table (`memwall_core::names`), so no CLI enum mirrors a core enum by hand.
+fn named<T: Named + Send + Sync>() -> impl clap::builder::TypedValueParser<Value = T> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(
+        T::VALUES
+            .iter()
+            .map(|v| PossibleValue::new(v.name()).help(v.help())),
+    )
+    .try_map(|s| parse_named::<T>(&s))
+}
 
 /// Exact peak GPU memory of LLM training steps, before you rent the GPU.
 #[derive(Debug, Parser)]
@@ -91,6 +107,109 @@ pub struct ServeArgs {
     pub output: OutputArgs,
 }
 
+impl ServeArgs {
+    /// Checks every flag against the shared limits before the deployment is planned (the
+    /// planner computes with them), and refuses flags that would be silently ignored. The
+    /// model-dependent checks (`--tp` against the heads, byte counts against the GPU) are the
+    /// core planner's. Every field is destructured, so a new flag must be considered here.
+    pub fn validate(&self) -> Result<()> {
+        let ServeArgs {
+            model: _,
+            gpu,
+            tp,
+            gpu_memory_utilization,
+            kv_cache_dtype: _,
+            block_size,
+            max_model_len,
+            max_num_batched_tokens,
+            max_num_seqs,
+            enforce_eager,
+            kv_cache_memory_bytes,
+            non_torch_bytes,
+            activation_bytes,
+            cuda_graph_bytes,
+            request_lengths,
+            output: _,
+        } = self;
+        count("tp", *tp, memwall_core::layout::MAX_GPUS)?;
+        fraction("gpu_memory_utilization", *gpu_memory_utilization)?;
+        count("block_size", *block_size, limits::MAX_CONTEXT)?;
+        if let Some(v) = max_model_len {
+            count("max_model_len", *v, limits::MAX_CONTEXT)?;
+        }
+        if let Some(v) = max_num_batched_tokens {
+            count("max_num_batched_tokens", *v, limits::MAX_BATCHED_TOKENS)?;
+        }
+        if let Some(v) = max_num_seqs {
+            count("max_num_seqs", *v, limits::MAX_BATCH)?;
+        }
+        for &n in request_lengths {
+            count("request_lengths", n, limits::MAX_CONTEXT)?;
+        }
+        // measured byte counts are parts of one GPU's memory
+        let gpu = resolve_gpu(gpu)?;
+        for (flag, given) in [
+            ("--kv-cache-memory-bytes", kv_cache_memory_bytes),
+            ("--non-torch-bytes", non_torch_bytes),
+            ("--activation-bytes", activation_bytes),
+            ("--cuda-graph-bytes", cuda_graph_bytes),
+        ] {
+            if let Some(v) = given.filter(|&v| v > gpu.memory_bytes) {
+                return Err(UserError::flag(
+                    flag,
+                    v,
+                    format!("more than the {} bytes of one {}", gpu.memory_bytes, gpu.id),
+                    format!(
+                        "{flag} is a part of one GPU's memory: give the bytes vLLM reports, at most {}",
+                        gpu.memory_bytes
+                    ),
+                )
+                .into());
+            }
+        }
+        if kv_cache_memory_bytes.is_some() {
+            for (flag, given) in [
+                ("--non-torch-bytes", non_torch_bytes),
+                ("--activation-bytes", activation_bytes),
+                ("--cuda-graph-bytes", cuda_graph_bytes),
+            ] {
+                if let Some(v) = given {
+                    return Err(UserError::flag(
+                        flag,
+                        v,
+                        "it would be ignored: --kv-cache-memory-bytes fixes the KV budget, so nothing is subtracted from the GPU's memory",
+                        format!("drop {flag}, or drop --kv-cache-memory-bytes to have the budget profiled"),
+                    )
+                    .into());
+                }
+            }
+        }
+        if let (true, Some(v)) = (enforce_eager, cuda_graph_bytes) {
+            return Err(UserError::flag(
+                "--cuda-graph-bytes",
+                v,
+                "it would be ignored: --enforce-eager captures no CUDA graphs",
+                "drop one of --cuda-graph-bytes and --enforce-eager",
+            )
+            .into());
+        }
+        if let Some(v) = max_num_seqs {
+            if activation_bytes.is_some() || kv_cache_memory_bytes.is_some() {
+                // a real vLLM flag (the scheduler's limit): warned about, not refused
+                eprintln!(
+                    "warning: --max-num-seqs {v} only shapes memwall's estimate of the profile-run activations, which --{} replaces; it does not change this report",
+                    if activation_bytes.is_some() {
+                        "activation-bytes"
+                    } else {
+                        "kv-cache-memory-bytes"
+                    }
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
 /// KV dtype for serving.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum ServeKvArg {
@@ -104,21 +223,6 @@ pub enum ServeKvArg {
     /// fp8 e5m2.
     #[value(name = "fp8_e5m2")]
     Fp8E5m2,
-}
-
-/// KV cache dtype as typed.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum KvDtypeArg {
-    /// The compute dtype.
-    Auto,
-    /// bf16.
-    Bf16,
-    /// fp16.
-    Fp16,
-    /// fp8.
-    Fp8,
-    /// int8.
-    Int8,
 }
 
 /// `memwall infer`.
@@ -137,15 +241,15 @@ pub struct InferArgs {
     #[arg(long, default_value_t = 256)]
     pub new_tokens: u64,
     /// Attention implementation.
-    #[arg(long, value_enum, default_value = "sdpa")]
-    pub attention: AttentionArg,
+    #[arg(long, value_parser = named::<AttentionImpl>(), default_value = "sdpa")]
+    pub attention: AttentionImpl,
     /// Weight format: bf16, fp16, fp32, fp8, int8 (LLM.int8), nf4, nf4-dq, fp4, fp4-dq,
     /// gptq-int4-g128, awq-int4-g128, gguf-q4_k_m, gguf-q5_k_m, gguf-q8_0, gguf-q6_k, gguf-q4_0, …
     #[arg(long, default_value = "bf16")]
     pub weights: String,
     /// KV cache dtype.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub kv_dtype: KvDtypeArg,
+    #[arg(long, value_parser = named::<KvDtype>(), default_value = "auto")]
+    pub kv_dtype: KvDtype,
     /// GPU to check the fit against.
     #[arg(long, default_value = "h100-sxm")]
     pub gpu: String,
@@ -179,7 +283,7 @@ pub struct InferSettings {
 impl InferSettings {
     /// Resolves raw arguments (every field destructured).
     pub fn resolve(a: InferArgs) -> Result<Self> {
-        use memwall_core::workload::{InferWorkload, KvDtype, WeightFormat};
+        use memwall_core::workload::{InferWorkload, WeightFormat};
         let InferArgs {
             model,
             batch,
@@ -194,28 +298,39 @@ impl InferSettings {
             output,
         } = a;
         let format = output.resolve()?;
+        // numbers first: they need neither the model nor the GPU
+        count("batch", batch, limits::MAX_BATCH)?;
+        count("prompt", prompt, limits::MAX_SEQ)?;
+        count("new_tokens", new_tokens, limits::MAX_SEQ)?;
+        let weights = WeightFormat::parse(&weights)?;
         let model = model_source::load(&model)?;
         let gpu = resolve_gpu(&gpu)?;
+        if moe_grouped_decode
+            && !model
+                .desc
+                .layers
+                .iter()
+                .any(|l| matches!(l.mlp, memwall_core::model::Mlp::Moe(_)))
+        {
+            return Err(UserError::new(
+                format!(
+                    "--moe-grouped-decode has no effect: {} ({}) has no mixture-of-experts layers",
+                    model.label, model.desc.model_type
+                ),
+                "drop --moe-grouped-decode; it chooses how MoE experts run during decode",
+            )
+            .into());
+        }
         let workload = InferWorkload {
             batch,
             prompt,
             new_tokens,
-            attention: match attention {
-                AttentionArg::Sdpa => AttentionImpl::Sdpa,
-                AttentionArg::Eager => AttentionImpl::Eager,
-                AttentionArg::Flash => AttentionImpl::Flash,
-            },
-            weights: WeightFormat::parse(&weights).context("invalid --weights")?,
-            kv_dtype: match kv_dtype {
-                KvDtypeArg::Auto => KvDtype::Auto,
-                KvDtypeArg::Bf16 => KvDtype::Bf16,
-                KvDtypeArg::Fp16 => KvDtype::Fp16,
-                KvDtypeArg::Fp8 => KvDtype::Fp8,
-                KvDtypeArg::Int8 => KvDtype::Int8,
-            },
+            attention,
+            weights,
+            kv_dtype,
             moe_decode_batched: !moe_grouped_decode,
         };
-        workload.validate().context("invalid inference settings")?;
+        workload.validate()?;
         let kernels = if cpu_kernels {
             Kernels::Cpu
         } else {
@@ -319,15 +434,29 @@ pub fn resolve_gpu(id: &str) -> Result<&'static GpuSpec> {
     }
     let all = memwall_catalog::gpus().context("the embedded GPU table is unreadable")?;
     let ids: Vec<&str> = all.iter().map(|g| g.id.as_str()).collect();
-    let close = memwall_catalog::suggest_gpu(id);
-    if close.is_empty() {
-        bail!("unknown --gpu `{id}`; known: {}", ids.join(", "))
-    }
-    bail!(
-        "unknown --gpu `{id}` (did you mean: {}?); `memwall gpus` lists all {}",
-        close.join(", "),
-        ids.len()
-    )
+    // no GPU id is long: a long value is not worth comparing
+    let close = if id.chars().count() <= 64 {
+        memwall_catalog::suggest_gpu(id)
+    } else {
+        Vec::new()
+    };
+    let reason = if close.is_empty() {
+        "not a GPU of the catalogue".to_owned()
+    } else {
+        format!(
+            "not a GPU of the catalogue (did you mean: {}?)",
+            close.join(", ")
+        )
+    };
+    let hint = if close.is_empty() {
+        format!("known GPUs: {}", ids.join(", "))
+    } else {
+        format!(
+            "`memwall gpus` lists all {} with their memory and peaks",
+            ids.len()
+        )
+    };
+    Err(UserError::flag("--gpu", id, reason, hint).into())
 }
 
 impl RooflineSettings {
@@ -347,8 +476,6 @@ impl RooflineSettings {
             output,
         } = a;
         let format = output.resolve()?;
-        let model = model_source::load(&model)?;
-        let gpu = resolve_gpu(&gpu)?;
         let dtype = match dtype {
             DtypeArg::Fp32 => MathDtype::Fp32,
             DtypeArg::Tf32 => MathDtype::Tf32,
@@ -357,9 +484,6 @@ impl RooflineSettings {
             DtypeArg::Fp8 => MathDtype::Fp8,
             DtypeArg::Int8 => MathDtype::Int8,
         };
-        if batch == 0 || seq == 0 {
-            bail!("--batch and --seq must be at least 1");
-        }
         let workload = RooflineWorkload {
             phase: match phase {
                 PhaseArg::Train => RooflinePhase::Train,
@@ -375,6 +499,11 @@ impl RooflineSettings {
             flops_efficiency,
             bandwidth_efficiency,
         };
+        // the bounds that need no model first, then the model (`tp` must divide its heads)
+        workload.validate_numbers()?;
+        let model = model_source::load(&model)?;
+        let gpu = resolve_gpu(&gpu)?;
+        workload.validate(&model.desc)?;
         Ok(RooflineSettings {
             model,
             gpu,
@@ -403,54 +532,6 @@ pub struct InspectArgs {
     pub output: OutputArgs,
 }
 
-/// Precision as typed.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum PrecisionArg {
-    /// Model in bf16.
-    Bf16,
-    /// Model in fp16.
-    Fp16,
-    /// Model in fp32.
-    Fp32,
-    /// fp32 weights with bf16 autocast.
-    AmpBf16,
-    /// fp32 weights with fp16 autocast.
-    AmpFp16,
-}
-
-/// Optimizer as typed.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum OptimizerArg {
-    /// torch AdamW, foreach (PyTorch's GPU default).
-    Adamw,
-    /// torch AdamW, fused=True.
-    AdamwFused,
-    /// torch AdamW, foreach=False.
-    AdamwForloop,
-    /// bitsandbytes AdamW8bit.
-    #[value(name = "adamw-8bit")]
-    Adamw8bit,
-    /// torch SGD without momentum.
-    Sgd,
-    /// torch SGD with momentum 0.9.
-    SgdMomentum,
-    /// torch Adafactor.
-    Adafactor,
-    /// Lion (lion-pytorch).
-    Lion,
-}
-
-/// Attention implementation as typed.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum AttentionArg {
-    /// torch SDPA (flash/efficient kernels).
-    Sdpa,
-    /// transformers eager attention (materialises probabilities).
-    Eager,
-    /// flash_attention_2.
-    Flash,
-}
-
 /// `memwall train`.
 #[derive(Debug, Args)]
 pub struct TrainArgs {
@@ -464,17 +545,17 @@ pub struct TrainArgs {
     #[arg(long, short = 's', default_value_t = 2048)]
     pub seq: u64,
     /// Precision.
-    #[arg(long, value_enum, default_value = "bf16")]
-    pub precision: PrecisionArg,
+    #[arg(long, value_parser = named::<Precision>(), default_value = "bf16")]
+    pub precision: Precision,
     /// Optimizer.
-    #[arg(long, value_enum, default_value = "adamw")]
-    pub optimizer: OptimizerArg,
+    #[arg(long, value_parser = named::<Optimizer>(), default_value = "adamw")]
+    pub optimizer: Optimizer,
     /// HF activation checkpointing per decoder layer (non-reentrant).
     #[arg(long)]
     pub checkpointing: bool,
     /// Attention implementation.
-    #[arg(long, value_enum, default_value = "sdpa")]
-    pub attention: AttentionArg,
+    #[arg(long, value_parser = named::<AttentionImpl>(), default_value = "sdpa")]
+    pub attention: AttentionImpl,
     /// LoRA rank (frozen base, trainable adapters).
     #[arg(long)]
     pub lora_rank: Option<u64>,
@@ -512,8 +593,8 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 8, help_heading = "Distributed")]
     pub gpus_per_node: u64,
     /// Data-parallel sharding strategy (default ddp when --gpus > 1).
-    #[arg(long, value_enum, help_heading = "Distributed")]
-    pub strategy: Option<StrategyArg>,
+    #[arg(long, value_parser = named::<Strategy>(), help_heading = "Distributed")]
+    pub strategy: Option<Strategy>,
     /// Tensor-parallel degree (Megatron-LM).
     #[arg(long, default_value_t = 1, help_heading = "Distributed")]
     pub tp: u64,
@@ -524,8 +605,8 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 1, help_heading = "Distributed")]
     pub pp: u64,
     /// Pipeline schedule.
-    #[arg(long, value_enum, default_value = "1f1b", help_heading = "Distributed")]
-    pub schedule: ScheduleArg,
+    #[arg(long, value_parser = named::<Schedule>(), default_value = "1f1b", help_heading = "Distributed")]
+    pub schedule: Schedule,
     /// Virtual stages per pipeline rank (--schedule interleaved).
     #[arg(long, default_value_t = 1, help_heading = "Distributed")]
     pub virtual_stages: u64,
@@ -536,68 +617,56 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 1, help_heading = "Distributed")]
     pub ep: u64,
     /// Offload to host memory.
-    #[arg(long, value_enum, default_value = "none", help_heading = "Distributed")]
-    pub offload: OffloadArg,
+    #[arg(long, value_parser = named::<Offload>(), default_value = "none", help_heading = "Distributed")]
+    pub offload: Offload,
     /// Where offloaded bytes go.
-    #[arg(long, value_enum, default_value = "cpu", help_heading = "Distributed")]
-    pub offload_device: OffloadDeviceArg,
+    #[arg(long, value_parser = named::<OffloadDevice>(), default_value = "cpu", help_heading = "Distributed")]
+    pub offload_device: OffloadDevice,
     /// Global batch in sequences (= micro-batch × grad-accum × data-parallel ranks); checked,
     /// or used to derive --grad-accum when that is left at 1.
     #[arg(long, help_heading = "Distributed")]
     pub global_batch: Option<u64>,
 }
 
-/// `--strategy`.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum StrategyArg {
-    /// PyTorch DDP.
-    Ddp,
-    /// DeepSpeed ZeRO-1 (Megatron's distributed optimizer with --tp/--pp).
-    Zero1,
-    /// DeepSpeed ZeRO-2.
-    Zero2,
-    /// DeepSpeed ZeRO-3.
-    Zero3,
-    /// PyTorch FSDP2, reshard after forward.
-    FsdpFull,
-    /// PyTorch FSDP2, no reshard after forward.
-    FsdpGradOp,
-    /// PyTorch FSDP2 on a (nodes, gpus-per-node) mesh.
-    Hsdp,
-}
-
-/// `--schedule`.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum ScheduleArg {
-    /// 1F1B.
-    #[value(name = "1f1b")]
-    OneFOneB,
-    /// Interleaved 1F1B.
-    Interleaved,
-    /// GPipe.
-    Gpipe,
-}
-
-/// `--offload`.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum OffloadArg {
-    /// Nothing.
-    None,
-    /// Optimizer states + master weights.
-    Optimizer,
-    /// Parameters (ZeRO-3).
-    Params,
-    /// Both.
-    Both,
-}
-
-/// `--offload-device`.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum OffloadDeviceArg {
-    /// Pinned host memory.
-    Cpu,
-    /// NVMe (ZeRO-Infinity).
-    Nvme,
+/// The gradient accumulation that makes `global` = micro-batch × accumulation × dp: derived
+/// when `grad_accum` is left at 1, else checked. Inputs are already bounded; the arithmetic is
+/// checked all the same.
+fn grad_accum_for_global_batch(global: u64, batch: u64, grad_accum: u64, dp: u64) -> Result<u64> {
+    use memwall_core::error::checked_mul;
+    let per_step = checked_mul("batch", batch, dp)?;
+    let mismatch = |product: u64| {
+        UserError::flag(
+            "--global-batch",
+            global,
+            format!(
+                "≠ micro-batch {batch} × grad-accum {grad_accum} × data-parallel ranks {dp} = {product}"
+            ),
+            format!(
+                "the global batch must be a positive multiple of micro-batch × dp = {per_step}; leave --grad-accum at 1 to derive it"
+            ),
+        )
+    };
+    if grad_accum == 1 && global >= per_step && global.is_multiple_of(per_step) {
+        let derived = global / per_step;
+        if derived > limits::MAX_GRAD_ACCUM {
+            return Err(UserError::flag(
+                "--global-batch",
+                global,
+                format!(
+                    "needs {derived} accumulation steps of {per_step} sequences, more than the {} accepted",
+                    limits::MAX_GRAD_ACCUM
+                ),
+                "raise --batch/-b or --gpus, or lower --global-batch",
+            )
+            .into());
+        }
+        return Ok(derived);
+    }
+    let product = checked_mul("grad_accum", per_step, grad_accum)?;
+    if global != product {
+        return Err(mismatch(product).into());
+    }
+    Ok(grad_accum)
 }
 
 /// Fully resolved `train` settings.
@@ -655,20 +724,74 @@ impl TrainSettings {
             global_batch,
         } = a;
         let format = output.resolve()?;
-        for (flag, v) in [
-            ("--mfu", mfu),
-            ("--bandwidth-efficiency", bandwidth_efficiency),
-        ] {
-            if !(v > 0.0 && v <= 1.0) {
-                bail!("{flag} must be in (0, 1], got {v}");
-            }
+        // numbers first (shared bounds from the core): they need neither the model nor the GPU
+        fraction("mfu", mfu)?;
+        fraction("bandwidth_efficiency", bandwidth_efficiency)?;
+        count("batch", batch, limits::MAX_BATCH)?;
+        count("seq", seq, limits::MAX_SEQ)?;
+        count("grad_accum", grad_accum, limits::MAX_GRAD_ACCUM)?;
+        if let Some(rank) = lora_rank {
+            count("lora_rank", rank, limits::MAX_LORA_RANK)?;
         }
+        // a layout-only setting makes the job a layout, so that a setting that does nothing
+        // on one GPU (sequence parallelism, a schedule, NVMe) is refused rather than ignored
+        count(
+            "gpus_per_node",
+            gpus_per_node,
+            memwall_core::layout::MAX_GPUS,
+        )?;
+        let distributed = gpus != 1
+            || strategy.is_some()
+            || tp != 1
+            || pp != 1
+            || cp != 1
+            || ep != 1
+            || offload != Offload::None
+            || sequence_parallel
+            || schedule != Schedule::OneFOneB
+            || virtual_stages != 1
+            || offload_device == OffloadDevice::Nvme;
+        let layout = if distributed {
+            let l = Layout {
+                gpus,
+                gpus_per_node,
+                strategy: strategy.unwrap_or(Strategy::Ddp),
+                tp,
+                sequence_parallel,
+                pp,
+                schedule,
+                virtual_stages,
+                cp,
+                ep,
+                offload,
+                offload_device,
+            };
+            l.validate()?;
+            Some(l)
+        } else {
+            if let Some(g) = global_batch {
+                return Err(UserError::flag(
+                    "--global-batch",
+                    g,
+                    "a global batch is counted over data-parallel ranks, and this job runs on one GPU",
+                    "on one GPU use --batch/-b and --grad-accum; or give the cluster with --gpus N",
+                )
+                .into());
+            }
+            None
+        };
         let model = model_source::load(&model)?;
         let gpu = resolve_gpu(&gpu)?;
         let lora = match (lora_rank, qlora) {
             (Some(rank), _) => {
                 if lora_targets.is_empty() {
-                    bail!("--lora-rank needs --lora-targets (e.g. --lora-targets q_proj,v_proj)");
+                    return Err(UserError::flag(
+                        "--lora-rank",
+                        rank,
+                        "LoRA needs target modules, and --lora-targets is empty",
+                        "add --lora-targets with the linear layers to adapt, e.g. --lora-targets q_proj,v_proj",
+                    )
+                    .into());
                 }
                 let mut known: Vec<&str> = Vec::new();
                 for (_, n) in &model.desc.linear_names {
@@ -678,11 +801,16 @@ impl TrainSettings {
                 }
                 for t in &lora_targets {
                     if !known.contains(&t.as_str()) {
-                        bail!(
-                            "--lora-targets: `{t}` is not a linear layer of this {} model; its linear layers are: {}",
-                            model.desc.model_type,
-                            known.join(", ")
-                        );
+                        return Err(UserError::flag(
+                            "--lora-targets",
+                            format!("`{}`", untrusted(t)),
+                            format!(
+                                "not a linear layer of this {} model",
+                                model.desc.model_type
+                            ),
+                            format!("pick from its linear layers: {}", known.join(", ")),
+                        )
+                        .into());
                     }
                 }
                 Some(Lora {
@@ -691,110 +819,45 @@ impl TrainSettings {
                     qlora,
                 })
             }
-            (None, true) => bail!("--qlora needs --lora-rank and --lora-targets"),
+            (None, true) => {
+                return Err(UserError::new(
+                    "invalid --qlora: QLoRA trains LoRA adapters, and --lora-rank is not given",
+                    "add --lora-rank R and --lora-targets (e.g. --lora-rank 16 --lora-targets q_proj,v_proj)",
+                )
+                .into())
+            }
             (None, false) => {
                 if !lora_targets.is_empty() {
-                    bail!("--lora-targets needs --lora-rank");
+                    return Err(UserError::flag(
+                        "--lora-targets",
+                        lora_targets.join(","),
+                        "LoRA targets need an adapter rank, and --lora-rank is not given",
+                        "add --lora-rank R (e.g. 16), or drop --lora-targets",
+                    )
+                    .into());
                 }
                 None
             }
         };
-        let workload = TrainWorkload {
+        let mut workload = TrainWorkload {
             batch,
             seq,
-            precision: match precision {
-                PrecisionArg::Bf16 => Precision::Bf16,
-                PrecisionArg::Fp16 => Precision::Fp16,
-                PrecisionArg::Fp32 => Precision::Fp32,
-                PrecisionArg::AmpBf16 => Precision::AmpBf16,
-                PrecisionArg::AmpFp16 => Precision::AmpFp16,
-            },
-            optimizer: match optimizer {
-                OptimizerArg::Adamw => Optimizer::Adamw,
-                OptimizerArg::AdamwFused => Optimizer::AdamwFused,
-                OptimizerArg::AdamwForloop => Optimizer::AdamwForloop,
-                OptimizerArg::Adamw8bit => Optimizer::Adamw8bit,
-                OptimizerArg::Sgd => Optimizer::Sgd,
-                OptimizerArg::SgdMomentum => Optimizer::SgdMomentum,
-                OptimizerArg::Adafactor => Optimizer::Adafactor,
-                OptimizerArg::Lion => Optimizer::Lion,
-            },
+            precision,
+            optimizer,
             checkpointing,
-            attention: match attention {
-                AttentionArg::Sdpa => AttentionImpl::Sdpa,
-                AttentionArg::Eager => AttentionImpl::Eager,
-                AttentionArg::Flash => AttentionImpl::Flash,
-            },
+            attention,
             lora,
             grad_accum,
             dropout: !no_dropout,
             kernels: memwall_core::workload::KernelOptions::default(),
         };
-        let distributed = gpus > 1
-            || strategy.is_some()
-            || tp > 1
-            || pp > 1
-            || cp > 1
-            || ep > 1
-            || !matches!(offload, OffloadArg::None);
-        let layout = if distributed {
-            let l = Layout {
-                gpus,
-                gpus_per_node,
-                strategy: match strategy.unwrap_or(StrategyArg::Ddp) {
-                    StrategyArg::Ddp => Strategy::Ddp,
-                    StrategyArg::Zero1 => Strategy::Zero1,
-                    StrategyArg::Zero2 => Strategy::Zero2,
-                    StrategyArg::Zero3 => Strategy::Zero3,
-                    StrategyArg::FsdpFull => Strategy::FsdpFull,
-                    StrategyArg::FsdpGradOp => Strategy::FsdpGradOp,
-                    StrategyArg::Hsdp => Strategy::Hsdp,
-                },
-                tp,
-                sequence_parallel,
-                pp,
-                schedule: match schedule {
-                    ScheduleArg::OneFOneB => Schedule::OneFOneB,
-                    ScheduleArg::Interleaved => Schedule::Interleaved,
-                    ScheduleArg::Gpipe => Schedule::Gpipe,
-                },
-                virtual_stages,
-                cp,
-                ep,
-                offload: match offload {
-                    OffloadArg::None => Offload::None,
-                    OffloadArg::Optimizer => Offload::Optimizer,
-                    OffloadArg::Params => Offload::Params,
-                    OffloadArg::Both => Offload::Both,
-                },
-                offload_device: match offload_device {
-                    OffloadDeviceArg::Cpu => OffloadDevice::Cpu,
-                    OffloadDeviceArg::Nvme => OffloadDevice::Nvme,
-                },
-            };
-            l.validate().context("invalid cluster layout")?;
-            Some(l)
-        } else {
-            if global_batch.is_some() {
-                bail!("--global-batch needs a cluster (--gpus N)");
-            }
-            None
-        };
-        let mut workload = workload;
-        if let (Some(g), Some(l)) = (global_batch, &layout) {
-            let per_step = batch.saturating_mul(l.dp());
-            if grad_accum == 1 && g % per_step == 0 && g >= per_step {
-                workload.grad_accum = g / per_step;
-            } else if g != per_step.saturating_mul(grad_accum) {
-                bail!(
-                    "--global-batch {g} ≠ micro-batch {batch} × grad-accum {grad_accum} × data-parallel ranks {} = {}\n\
-                     hint: the global batch must be a multiple of micro-batch × dp = {per_step}",
-                    l.dp(),
-                    per_step.saturating_mul(grad_accum)
-                );
-            }
+        workload.validate()?;
+        if let Some(l) = &layout {
+            l.validate_with(&workload)?;
         }
-        workload.validate().context("invalid training settings")?;
+        if let (Some(g), Some(l)) = (global_batch, &layout) {
+            workload.grad_accum = grad_accum_for_global_batch(g, batch, grad_accum, l.dp())?;
+        }
         let kernels = if cpu_kernels {
             Kernels::Cpu
         } else {
@@ -829,11 +892,11 @@ impl OutputArgs {
     pub fn resolve(self) -> Result<Format> {
         let OutputArgs { format, json } = self;
         match (format, json) {
-            (Some(f), true) if f != Format::Json => bail!(
-                "--json and --format {} ask for two formats\n\
-                 hint: --json is short for --format json; pass one of them",
-                f.name()
-            ),
+            (Some(f), true) if f != Format::Json => Err(crate::error::UserError::new(
+                format!("--json and --format {} ask for two formats", f.name()),
+                "--json is short for --format json; pass one of them",
+            )
+            .into()),
             (Some(f), _) => Ok(f),
             (None, true) => Ok(Format::Json),
             (None, false) => Ok(Format::Table),

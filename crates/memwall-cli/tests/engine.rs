@@ -61,7 +61,7 @@ fn tensor_parallel_optimizer_states_match_zero_or_are_refused() {
                 // refused by both capability rows, naming the engine and the optimizer
                 for (err, engine) in [(tp, "Megatron-LM"), (zero, "DeepSpeed ZeRO-1")] {
                     assert!(
-                        err.contains(&format!("{engine} does not support optimizer `{opt}`")),
+                        err.contains(&format!("{engine} does not support --optimizer `{opt}`")),
                         "{opt}: {err}"
                     );
                 }

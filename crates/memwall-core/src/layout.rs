@@ -144,77 +144,135 @@ impl Layout {
         }
     }
 
-    /// Checks the degrees against each other and the cluster; the error names the flag.
+    /// Checks the degrees against each other and the cluster; the error names the field, its
+    /// value and what to do. Every field must matter: a setting that would be silently ignored
+    /// (sequence parallelism without tensor parallelism, a pipeline schedule without a
+    /// pipeline, an offload device without offload) is refused.
     pub fn validate(&self) -> Result<(), CoreError> {
-        let range = |field: &'static str, v: u64| {
-            if v == 0 || v > MAX_GPUS {
-                Err(CoreError::invalid(
-                    field,
-                    format!("{v} is outside 1..={MAX_GPUS}"),
-                ))
-            } else {
-                Ok(())
-            }
-        };
-        range("gpus", self.gpus)?;
-        range("gpus_per_node", self.gpus_per_node)?;
-        range("tp", self.tp)?;
-        range("pp", self.pp)?;
-        range("cp", self.cp)?;
-        range("ep", self.ep)?;
-        range("virtual_stages", self.virtual_stages)?;
+        use crate::workload::limits::count;
+        count("gpus", self.gpus, MAX_GPUS)?;
+        count("gpus_per_node", self.gpus_per_node, MAX_GPUS)?;
+        count("tp", self.tp, MAX_GPUS)?;
+        count("pp", self.pp, MAX_GPUS)?;
+        count("cp", self.cp, MAX_GPUS)?;
+        count("ep", self.ep, MAX_GPUS)?;
+        count("virtual_stages", self.virtual_stages, MAX_GPUS)?;
+        // each degree ≤ 2^20, so the product ≤ 2^60 fits
         let mp = self.tp * self.pp * self.cp;
         if mp > MAX_GPUS || !self.gpus.is_multiple_of(mp) {
-            return Err(CoreError::invalid(
+            return Err(CoreError::invalid_value(
                 "gpus",
+                self.gpus,
                 format!(
-                    "{} GPUs are not a multiple of tp·pp·cp = {}·{}·{} = {mp}",
-                    self.gpus, self.tp, self.pp, self.cp
+                    "not a multiple of `tp` × `pp` × `cp` = {} × {} × {} = {mp}",
+                    self.tp, self.pp, self.cp
+                ),
+                format!(
+                    "`gpus` must equal dp × `tp` × `pp` × `cp` with dp ≥ 1: use a multiple of {mp}, or smaller degrees"
                 ),
             ));
         }
         if self.gpus > self.gpus_per_node && !self.gpus.is_multiple_of(self.gpus_per_node) {
-            return Err(CoreError::invalid(
+            return Err(CoreError::invalid_value(
                 "gpus_per_node",
+                self.gpus_per_node,
                 format!(
                     "{} GPUs do not fill whole nodes of {}",
                     self.gpus, self.gpus_per_node
                 ),
+                "a cluster is whole nodes: make `gpus` a multiple of `gpus_per_node`",
             ));
         }
-        if !(self.dp() * self.cp).is_multiple_of(self.ep) {
-            return Err(CoreError::invalid(
+        let dp_cp = self.dp() * self.cp;
+        if !dp_cp.is_multiple_of(self.ep) {
+            return Err(CoreError::invalid_value(
                 "ep",
+                self.ep,
+                format!("expert parallelism must divide dp·`cp` = {dp_cp}"),
                 format!(
-                    "expert parallelism {} must divide dp·cp = {}",
-                    self.ep,
-                    self.dp() * self.cp
+                    "Megatron-LM splits the data-parallel (× context-parallel) ranks into expert groups: pick an `ep` that divides {dp_cp}"
                 ),
             ));
         }
-        if self.virtual_stages > 1 && self.schedule != Schedule::Interleaved {
-            return Err(CoreError::invalid(
-                "virtual_stages",
-                "virtual stages need --schedule interleaved",
+        if self.sequence_parallel && self.tp < 2 {
+            return Err(CoreError::refused(
+                "sequence_parallel",
+                "sequence parallelism splits along the tensor-parallel group, and `tp` is 1",
+                "set `tp` to 2 or more, or drop `sequence_parallel`",
             ));
         }
-        if self.schedule == Schedule::Interleaved && self.pp < 2 {
-            return Err(CoreError::invalid(
+        if self.virtual_stages > 1 && self.schedule != Schedule::Interleaved {
+            return Err(CoreError::invalid_value(
+                "virtual_stages",
+                self.virtual_stages,
+                "virtual stages exist only in the interleaved schedule",
+                "set `schedule` to interleaved (with `pp` ≥ 2), or drop `virtual_stages`",
+            ));
+        }
+        if self.schedule != Schedule::OneFOneB && self.pp < 2 {
+            return Err(CoreError::invalid_value(
                 "schedule",
-                "the interleaved schedule needs --pp 2 or more",
+                self.schedule.name(),
+                "a pipeline schedule needs a pipeline, and `pp` is 1",
+                "set `pp` to 2 or more, or drop `schedule`",
+            ));
+        }
+        if self.schedule == Schedule::Interleaved && self.virtual_stages < 2 {
+            return Err(CoreError::invalid_value(
+                "virtual_stages",
+                self.virtual_stages,
+                "the interleaved schedule runs 2 or more model chunks per pipeline rank",
+                "set `virtual_stages` to 2 or more, or use `schedule` 1f1b",
             ));
         }
         if self.strategy == Strategy::Hsdp
             && (self.gpus_per_node >= self.gpus || !self.gpus.is_multiple_of(self.gpus_per_node))
         {
-            return Err(CoreError::invalid(
+            return Err(CoreError::invalid_value(
                 "strategy",
-                "hsdp shards within a node and replicates across nodes: it needs --gpus to be a multiple (> 1) of --gpus-per-node",
+                self.strategy.name(),
+                format!(
+                    "hsdp shards within a node and replicates across nodes, and {} GPUs are not several nodes of {}",
+                    self.gpus, self.gpus_per_node
+                ),
+                "make `gpus` a multiple (> 1) of `gpus_per_node`, or use fsdp-full",
+            ));
+        }
+        if self.offload_device == OffloadDevice::Nvme && self.offload == Offload::None {
+            return Err(CoreError::invalid_value(
+                "offload_device",
+                "nvme",
+                "nothing is offloaded, so there is nothing to put on NVMe",
+                "set `offload` (optimizer, params or both) with `strategy` zero3, or drop `offload_device`",
             ));
         }
         // what the layout's engine runs: strategy (Megatron-LM's data parallelism), offload
         // kinds and devices — one table, `engine::TABLE`
         Engine::resolve(Some(self)).check_layout(self)
+    }
+
+    /// [`Layout::validate`], plus the checks that involve the step: with sequence parallelism
+    /// Megatron-LM scatters the sequence over the tensor-parallel ranks, which needs `seq` to
+    /// be a multiple of `tp` (`megatron/core/tensor_parallel/mappings.py`,
+    /// `_split_along_first_dim`: "First dimension of the tensor should be divisible by tensor
+    /// parallel size").
+    pub fn validate_with(&self, w: &crate::workload::TrainWorkload) -> Result<(), CoreError> {
+        self.validate()?;
+        if self.sequence_parallel && !w.seq.is_multiple_of(self.tp) {
+            return Err(CoreError::invalid_value(
+                "seq",
+                w.seq,
+                format!(
+                    "sequence parallelism splits the sequence over `tp` = {} ranks",
+                    self.tp
+                ),
+                format!(
+                    "use a `seq` that is a multiple of {}, or drop `sequence_parallel`",
+                    self.tp
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -276,6 +334,55 @@ mod tests {
         x.gpus = 16;
         assert!(x.validate().is_ok());
         assert_eq!(x.shard_group(), 8);
+    }
+
+    #[test]
+    fn settings_that_would_be_ignored_are_refused() {
+        let field = |x: &Layout| x.validate().err().and_then(|e| e.field());
+        let mut x = l(8, 1, 1);
+        x.sequence_parallel = true;
+        assert_eq!(field(&x), Some("sequence_parallel"));
+        x.tp = 2;
+        assert_eq!(field(&x), None);
+        let mut x = l(8, 1, 1);
+        x.schedule = Schedule::Gpipe;
+        assert_eq!(field(&x), Some("schedule"));
+        x.pp = 2;
+        assert_eq!(field(&x), None);
+        x.schedule = Schedule::Interleaved;
+        assert_eq!(field(&x), Some("virtual_stages"));
+        x.virtual_stages = 2;
+        assert_eq!(field(&x), None);
+        let mut x = l(8, 1, 1);
+        x.strategy = Strategy::Zero3;
+        x.offload_device = OffloadDevice::Nvme;
+        assert_eq!(field(&x), Some("offload_device"));
+        x.offload = Offload::Params;
+        assert_eq!(field(&x), None);
+    }
+
+    #[test]
+    fn sequence_parallel_needs_seq_divisible_by_tp() {
+        let mut x = l(8, 8, 1);
+        x.sequence_parallel = true;
+        let e = x
+            .validate_with(&crate::workload::TrainWorkload::new(1, 7))
+            .unwrap_err();
+        assert_eq!((e.field(), e.value()), (Some("seq"), Some("7")));
+        assert!(x
+            .validate_with(&crate::workload::TrainWorkload::new(1, 8))
+            .is_ok());
+    }
+
+    #[test]
+    fn every_degree_is_bounded() {
+        let mut x = l(8, 1, 1);
+        x.gpus = u64::MAX;
+        assert_eq!(x.validate().unwrap_err().field(), Some("gpus"));
+        let mut x = l(8, 1, 1);
+        x.tp = MAX_GPUS;
+        x.pp = MAX_GPUS;
+        assert_eq!(x.validate().unwrap_err().field(), Some("gpus"));
     }
 
     #[test]

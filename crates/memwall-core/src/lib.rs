@@ -7,6 +7,7 @@
 
 pub mod advice;
 pub mod dtype;
+pub mod emit;
 pub mod engine;
 pub mod error;
 pub mod gpu;
@@ -15,6 +16,7 @@ pub mod memory;
 pub mod model;
 pub mod names;
 pub mod optimizer;
+pub mod plan;
 pub mod quant;
 pub mod roofline;
 pub mod serve;

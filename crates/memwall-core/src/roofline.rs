@@ -50,6 +50,19 @@ pub enum MathDtype {
 }
 
 impl MathDtype {
+    /// The lowercase name (as serialised).
+    pub fn name(self) -> &'static str {
+        match self {
+            MathDtype::Fp64 => "fp64",
+            MathDtype::Fp32 => "fp32",
+            MathDtype::Tf32 => "tf32",
+            MathDtype::Bf16 => "bf16",
+            MathDtype::Fp16 => "fp16",
+            MathDtype::Fp8 => "fp8",
+            MathDtype::Int8 => "int8",
+        }
+    }
+
     /// Bytes per element of tensors in this format.
     pub fn bytes(self) -> f64 {
         match self {
@@ -142,6 +155,46 @@ pub struct RooflineWorkload {
     pub bandwidth_efficiency: f64,
 }
 
+impl RooflineWorkload {
+    /// The checks of [`RooflineWorkload::validate`] that need no model: every count and
+    /// fraction against the shared limits.
+    pub fn validate_numbers(&self) -> Result<(), CoreError> {
+        use crate::workload::limits::{count, fraction, MAX_BATCH, MAX_SEQ};
+        count("batch", self.batch, MAX_BATCH)?;
+        count("seq", self.seq, MAX_SEQ)?;
+        count("tp", self.tp, crate::layout::MAX_GPUS)?;
+        fraction("flops_efficiency", self.flops_efficiency)?;
+        fraction("bandwidth_efficiency", self.bandwidth_efficiency)?;
+        Ok(())
+    }
+
+    /// Checks every field against the shared limits ([`crate::workload::limits`]) and the
+    /// model: tensor parallelism splits each layer's attention heads, so `tp` must divide them
+    /// (Megatron-LM `megatron/core/transformer/attention.py` divides `num_attention_heads` by
+    /// the tensor-parallel size; vLLM refuses the same).
+    pub fn validate(&self, model: &ModelDesc) -> Result<(), CoreError> {
+        self.validate_numbers()?;
+        for layer in &model.layers {
+            let heads = layer.attention.num_heads();
+            if heads % self.tp != 0 {
+                let fits: Vec<String> = (1..=heads.min(64))
+                    .filter(|t| heads % t == 0)
+                    .map(|t| t.to_string())
+                    .collect();
+                return Err(CoreError::invalid_value(
+                    "tp",
+                    self.tp,
+                    format!(
+                        "{heads} attention heads are not divisible by the tensor-parallel degree"
+                    ),
+                    format!("pick a `tp` that divides {heads}: {}", fits.join(", ")),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Result of a roofline analysis for one GPU (one tensor-parallel rank).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Roofline {
@@ -231,27 +284,14 @@ pub fn analyze(
     w: &RooflineWorkload,
     ceilings: &Ceilings,
 ) -> Result<Roofline, CoreError> {
-    if w.batch == 0 || w.seq == 0 {
-        return Err(CoreError::invalid(
-            "batch",
-            "batch and sequence length must be at least 1",
-        ));
-    }
-    if w.tp == 0 {
-        return Err(CoreError::invalid(
-            "tp",
-            "tensor parallelism must be at least 1",
-        ));
-    }
-    let in_unit = |v: f64| v > 0.0 && v <= 1.0;
-    if !in_unit(w.flops_efficiency) || !in_unit(w.bandwidth_efficiency) {
-        return Err(CoreError::invalid(
-            "efficiency",
-            "efficiencies must be in (0, 1]",
-        ));
-    }
+    w.validate(model)?;
     let gemm_peak = ceilings.peak(w.dtype).ok_or_else(|| {
-        CoreError::invalid("dtype", format!("this GPU publishes no {:?} peak", w.dtype))
+        CoreError::invalid_value(
+            "dtype",
+            w.dtype.name(),
+            "this GPU publishes no peak for this format",
+            "pick a format the GPU has tensor cores for (bf16 everywhere; fp8 from Hopper/Ada on); `memwall gpus` lists the peaks",
+        )
     })?;
     let vector_peak = ceilings.peak(MathDtype::Fp32).unwrap_or(gemm_peak);
     let train = w.phase == RooflinePhase::Train;
@@ -608,6 +648,40 @@ mod tests {
             flops_efficiency: 1.0,
             bandwidth_efficiency: 1.0,
         }
+    }
+
+    #[test]
+    fn every_input_is_bounded_and_names_its_field() {
+        let m = llama2_7b();
+        let field = |f: fn(&mut RooflineWorkload)| {
+            let mut x = w(RooflinePhase::Train, 1, 128);
+            f(&mut x);
+            analyze(&m, &x, &a100()).unwrap_err().field()
+        };
+        assert_eq!(field(|x| x.batch = 0), Some("batch"));
+        assert_eq!(field(|x| x.batch = u64::MAX), Some("batch"));
+        assert_eq!(field(|x| x.seq = 1 << 40), Some("seq"));
+        assert_eq!(field(|x| x.tp = 7), Some("tp"));
+        assert_eq!(field(|x| x.tp = 0), Some("tp"));
+        assert_eq!(
+            field(|x| x.flops_efficiency = 1e-300),
+            Some("flops_efficiency")
+        );
+        assert_eq!(
+            field(|x| x.flops_efficiency = f64::NAN),
+            Some("flops_efficiency")
+        );
+        assert_eq!(
+            field(|x| x.bandwidth_efficiency = 2.0),
+            Some("bandwidth_efficiency")
+        );
+        assert_eq!(field(|x| x.dtype = MathDtype::Fp8), Some("dtype"));
+        // the smallest accepted efficiency keeps the time finite
+        let mut x = w(RooflinePhase::Train, 1, 128);
+        x.flops_efficiency = crate::workload::limits::MIN_FRACTION;
+        x.bandwidth_efficiency = crate::workload::limits::MIN_FRACTION;
+        let r = analyze(&m, &x, &a100()).unwrap();
+        assert!(r.time_s.is_finite() && r.tokens_per_s > 0.0);
     }
 
     #[test]

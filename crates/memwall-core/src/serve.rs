@@ -84,8 +84,45 @@ pub struct ServePlan {
     pub max_model_len_that_fits: u64,
 }
 
-fn to_u64(v: u128, what: &'static str) -> Result<u64, CoreError> {
-    u64::try_from(v).map_err(|_| CoreError::Overflow { what })
+/// A page or block size in bytes; only an absurd `block_size` can push it past 64 bits.
+fn block_bytes(v: u128, cfg: &ServeConfig) -> Result<u64, CoreError> {
+    u64::try_from(v).map_err(|_| {
+        CoreError::invalid_value(
+            "block_size",
+            cfg.block_size,
+            "one block of this model's KV cache would exceed 2^64 bytes",
+            "use vLLM's block sizes (16 by default; 8 to 128 are common)",
+        )
+    })
+}
+
+impl ServeConfig {
+    /// Checks every count and fraction against the shared limits
+    /// ([`crate::workload::limits`]): the error names the field, its value and what to do.
+    /// Byte counts need no check: they are subtracted with saturation, so an estimate larger
+    /// than the GPU leaves no KV cache (and the plan says it does not fit).
+    pub fn validate(&self) -> Result<(), CoreError> {
+        use crate::layout::MAX_GPUS;
+        use crate::workload::limits::{count, fraction, MAX_BATCHED_TOKENS, MAX_CONTEXT};
+        count("tp", self.tp, MAX_GPUS)?;
+        count("block_size", self.block_size, MAX_CONTEXT)?;
+        count("max_model_len", self.max_model_len, MAX_CONTEXT)?;
+        count(
+            "max_num_batched_tokens",
+            self.max_num_batched_tokens,
+            MAX_BATCHED_TOKENS,
+        )?;
+        if self.kv_dtype_bytes == 0 || self.kv_dtype_bytes > 8 {
+            return Err(CoreError::invalid_value(
+                "kv_cache_dtype",
+                format!("{} bytes", self.kv_dtype_bytes),
+                "a KV element is 1 to 8 bytes",
+                "use `kv_cache_dtype` auto or fp8",
+            ));
+        }
+        fraction("gpu_memory_utilization", self.gpu_memory_utilization)?;
+        Ok(())
+    }
 }
 
 impl ServePlan {
@@ -96,7 +133,10 @@ impl ServePlan {
             .iter()
             .map(|g| match g.sliding_window {
                 Some(w) => {
-                    let span = (w.saturating_sub(1) + 2 * cfg.max_num_batched_tokens).min(tokens);
+                    let span = w
+                        .saturating_sub(1)
+                        .saturating_add(cfg.max_num_batched_tokens.saturating_mul(2))
+                        .min(tokens);
                     span.div_ceil(b) + 1
                 }
                 None => tokens.div_ceil(b),
@@ -113,31 +153,28 @@ impl ServePlan {
 
 /// Computes vLLM's KV capacity for `model` under `cfg`.
 pub fn plan(model: &ModelDesc, cfg: &ServeConfig) -> Result<ServePlan, CoreError> {
-    if cfg.tp == 0 || cfg.block_size == 0 || cfg.kv_dtype_bytes == 0 || cfg.max_model_len == 0 {
-        return Err(CoreError::invalid(
-            "tp",
-            "tp, block size, kv dtype size and max model len must be positive",
-        ));
-    }
-    if !(cfg.gpu_memory_utilization > 0.0 && cfg.gpu_memory_utilization <= 1.0) {
-        return Err(CoreError::invalid(
-            "gpu_memory_utilization",
-            "must be in (0, 1]",
-        ));
-    }
-    let first = model
-        .layers
-        .first()
-        .ok_or_else(|| CoreError::invalid("num_hidden_layers", "no layers"))?;
+    cfg.validate()?;
+    let first = model.layers.first().ok_or_else(|| {
+        CoreError::invalid_value(
+            "num_hidden_layers",
+            0,
+            "the model has no layers",
+            "the model config must describe at least one decoder layer",
+        )
+    })?;
     // vLLM requires the attention heads to split evenly over the ranks
+    // (config.py ModelConfig.verify_with_parallel_config)
     let heads = first.attention.num_heads();
     if heads % cfg.tp != 0 {
-        return Err(CoreError::invalid(
+        let fits: Vec<String> = (1..=heads.min(64))
+            .filter(|t| heads % t == 0)
+            .map(|t| t.to_string())
+            .collect();
+        return Err(CoreError::invalid_value(
             "tp",
-            format!(
-                "{heads} attention heads are not divisible by tensor parallel size {}",
-                cfg.tp
-            ),
+            cfg.tp,
+            format!("{heads} attention heads are not divisible by the tensor-parallel size"),
+            format!("pick a `tp` that divides {heads}: {}", fits.join(", ")),
         ));
     }
     let requested = (cfg.gpu_memory_bytes as f64 * cfg.gpu_memory_utilization).ceil() as u64;
@@ -169,6 +206,7 @@ pub fn plan(model: &ModelDesc, cfg: &ServeConfig) -> Result<ServePlan, CoreError
             } => (1, u128::from(kv_lora_rank) + u128::from(qk_rope_head_dim)),
         };
         kv_heads_rank = kvh;
+        // block_size ≤ 2^26, kv heads and head dims ≤ 2^14 each: the product fits in u128
         let page = u128::from(cfg.block_size) * per_token_elems * u128::from(cfg.kv_dtype_bytes);
         specs.push((l.attention.sliding_window, page));
     }
@@ -185,7 +223,7 @@ pub fn plan(model: &ModelDesc, cfg: &ServeConfig) -> Result<ServePlan, CoreError
         vec![KvGroup {
             kind: if w.is_some() { "sliding" } else { "full" },
             num_layers: n,
-            page_size_bytes: to_u64(page, "page size")?,
+            page_size_bytes: block_bytes(page, cfg)?,
             sliding_window: w,
         }]
     } else {
@@ -202,7 +240,7 @@ pub fn plan(model: &ModelDesc, cfg: &ServeConfig) -> Result<ServePlan, CoreError
                 gs.push(KvGroup {
                     kind: if w.is_some() { "sliding" } else { "full" },
                     num_layers: group_size,
-                    page_size_bytes: to_u64(page, "page size")?,
+                    page_size_bytes: block_bytes(page, cfg)?,
                     sliding_window: w,
                 });
             }
@@ -215,7 +253,7 @@ pub fn plan(model: &ModelDesc, cfg: &ServeConfig) -> Result<ServePlan, CoreError
         .max()
         .unwrap_or(1)
         .max(1);
-    let bytes_per_block = to_u64(bytes_per_block, "bytes per block")?;
+    let bytes_per_block = block_bytes(bytes_per_block, cfg)?;
     let num_gpu_blocks = available / bytes_per_block;
     let mut plan = ServePlan {
         requested_memory_bytes: requested,
@@ -526,7 +564,47 @@ mod tests {
     fn heads_must_divide_tp() {
         let mut c = cfg();
         c.tp = 3;
-        assert!(plan(&llama2_7b(), &c).is_err());
+        let e = plan(&llama2_7b(), &c).unwrap_err();
+        assert_eq!((e.field(), e.value()), (Some("tp"), Some("3")));
+        assert!(e.hint().contains("1, 2, 4, 8, 16, 32"), "{}", e.hint());
+    }
+
+    #[test]
+    fn each_zero_or_absurd_setting_names_its_own_field() {
+        let field = |f: fn(&mut ServeConfig)| {
+            let mut c = cfg();
+            f(&mut c);
+            plan(&llama2_7b(), &c).unwrap_err().field()
+        };
+        assert_eq!(field(|c| c.block_size = 0), Some("block_size"));
+        assert_eq!(field(|c| c.max_model_len = 0), Some("max_model_len"));
+        assert_eq!(field(|c| c.tp = 0), Some("tp"));
+        assert_eq!(
+            field(|c| c.max_num_batched_tokens = u64::MAX),
+            Some("max_num_batched_tokens")
+        );
+        assert_eq!(
+            field(|c| c.max_num_batched_tokens = 0),
+            Some("max_num_batched_tokens")
+        );
+        assert_eq!(
+            field(|c| c.gpu_memory_utilization = 1e-300),
+            Some("gpu_memory_utilization")
+        );
+        assert_eq!(
+            field(|c| c.gpu_memory_utilization = f64::NAN),
+            Some("gpu_memory_utilization")
+        );
+        assert_eq!(field(|c| c.max_model_len = u64::MAX), Some("max_model_len"));
+    }
+
+    #[test]
+    fn requests_near_u64_max_do_not_wrap() {
+        let p = plan(&llama2_7b(), &cfg()).unwrap();
+        let mut c = cfg();
+        c.max_num_batched_tokens = u64::MAX;
+        assert!(p.blocks_per_request(&c, u64::MAX) > 0);
+        assert!(p.max_concurrency(&cfg(), u64::MAX).is_finite());
     }
 }
 

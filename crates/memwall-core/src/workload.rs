@@ -93,16 +93,64 @@ pub struct TrainWorkload {
     pub kernels: KernelOptions,
 }
 
-/// Upper bounds that keep every size computation far from overflow (see `memory`).
+/// The bounds every front end applies to user input, from one place: counts stay far from
+/// overflow in every size computation (see `memory`), and fractions stay in a range where no
+/// time or rate can become infinite or NaN.
 pub mod limits {
-    /// Largest accepted batch.
+    use crate::error::CoreError;
+
+    /// Largest accepted batch (also `max_num_seqs` for serving).
     pub const MAX_BATCH: u64 = 1 << 16;
-    /// Largest accepted sequence length.
+    /// Largest accepted sequence length (train, prefill, decode context, prompt + new tokens).
     pub const MAX_SEQ: u64 = 1 << 22;
     /// Largest accepted gradient accumulation.
     pub const MAX_GRAD_ACCUM: u64 = 1 << 16;
     /// Largest accepted LoRA rank.
     pub const MAX_LORA_RANK: u64 = 1 << 16;
+    /// Largest serving context (`max_model_len`, request lengths): the largest
+    /// `max_position_embeddings` a config may state (`memwall_formats::limits::MAX_POSITIONS`).
+    pub const MAX_CONTEXT: u64 = 1 << 26;
+    /// Largest `max_num_batched_tokens` (vLLM's profile-run size). The profile-run activation
+    /// estimate multiplies it by up to 2^37 bytes per token for the largest accepted model, so
+    /// 2^24 keeps it below 2^63.
+    pub const MAX_BATCHED_TOKENS: u64 = 1 << 24;
+    /// Smallest accepted efficiency or memory fraction: below 1 % a time would be 100× the
+    /// roofline bound, and at 0 it would be infinite.
+    pub const MIN_FRACTION: f64 = 0.01;
+    /// Largest accepted efficiency or memory fraction.
+    pub const MAX_FRACTION: f64 = 1.0;
+
+    /// `value` of `field` if it lies in `1..=max`.
+    pub fn count(field: &'static str, value: u64, max: u64) -> Result<u64, CoreError> {
+        if value == 0 || value > max {
+            Err(CoreError::out_of_range(field, value, 1, max))
+        } else {
+            Ok(value)
+        }
+    }
+
+    /// `value` of `field` if it is a fraction in [`MIN_FRACTION`, `MAX_FRACTION`] (NaN and
+    /// infinities are refused).
+    pub fn fraction(field: &'static str, value: f64) -> Result<f64, CoreError> {
+        if (MIN_FRACTION..=MAX_FRACTION).contains(&value) {
+            Ok(value)
+        } else {
+            // `{:?}` writes 5e-324 as such, not as 324 digits
+            Err(CoreError::invalid_value(
+                field,
+                format!("{value:?}"),
+                format!("must be in [{MIN_FRACTION}, {MAX_FRACTION}]"),
+                match field {
+                    "gpu_memory_utilization" => format!(
+                        "`{field}` is the share of the GPU's memory vLLM may take: between {MIN_FRACTION} and {MAX_FRACTION} (vLLM's default is 0.92)"
+                    ),
+                    _ => format!(
+                        "`{field}` is a fraction of the peak between {MIN_FRACTION} and {MAX_FRACTION}: 1 is the roofline bound itself, 0.4–0.8 is typical"
+                    ),
+                },
+            ))
+        }
+    }
 }
 
 impl TrainWorkload {
@@ -124,25 +172,17 @@ impl TrainWorkload {
 
     /// Checks ranges; returns the first offending field.
     pub fn validate(&self) -> Result<(), CoreError> {
-        let check = |field: &'static str, v: u64, max: u64| {
-            if v == 0 || v > max {
-                Err(CoreError::invalid(
-                    field,
-                    format!("{v} is outside 1..={max}"),
-                ))
-            } else {
-                Ok(())
-            }
-        };
-        check("batch", self.batch, limits::MAX_BATCH)?;
-        check("seq", self.seq, limits::MAX_SEQ)?;
-        check("grad_accum", self.grad_accum, limits::MAX_GRAD_ACCUM)?;
+        limits::count("batch", self.batch, limits::MAX_BATCH)?;
+        limits::count("seq", self.seq, limits::MAX_SEQ)?;
+        limits::count("grad_accum", self.grad_accum, limits::MAX_GRAD_ACCUM)?;
         if let Some(l) = &self.lora {
-            check("lora_rank", l.rank, limits::MAX_LORA_RANK)?;
+            limits::count("lora_rank", l.rank, limits::MAX_LORA_RANK)?;
             if l.targets.is_empty() {
-                return Err(CoreError::invalid(
+                return Err(CoreError::invalid_value(
                     "lora_targets",
+                    "(none)",
                     "LoRA needs at least one target module",
+                    "name the linear layers to adapt in `lora_targets`, e.g. q_proj,v_proj",
                 ));
             }
         }
@@ -301,9 +341,11 @@ impl WeightFormat {
                 return Ok(WeightFormat::Gguf(p));
             }
         }
-        Err(CoreError::invalid(
+        Err(CoreError::invalid_value(
             "weights",
-            format!("unknown weight format `{s}` (bf16, fp16, fp32, fp8, int8, nf4, nf4-dq, fp4, fp4-dq, gptq-int4-g128, awq-int4-g128, gguf-q4_k_m, gguf-q8_0, …)"),
+            &s,
+            "unknown weight format",
+            "use bf16, fp16, fp32, fp8, int8, nf4, nf4-dq, fp4, fp4-dq, gptq-int4-g128 (int2/3/4/8, any group), awq-int4-g128, or a gguf preset (gguf-q4_k_m, gguf-q5_k_m, gguf-q8_0, gguf-q6_k, gguf-q4_0, …)",
         ))
     }
 }
@@ -347,23 +389,20 @@ pub struct InferWorkload {
 impl InferWorkload {
     /// Checks ranges; returns the first offending field.
     pub fn validate(&self) -> Result<(), CoreError> {
-        let check = |field: &'static str, v: u64, max: u64| {
-            if v == 0 || v > max {
-                Err(CoreError::invalid(
-                    field,
-                    format!("{v} is outside 1..={max}"),
-                ))
-            } else {
-                Ok(())
-            }
-        };
-        check("batch", self.batch, limits::MAX_BATCH)?;
-        check("prompt", self.prompt, limits::MAX_SEQ)?;
-        check("new_tokens", self.new_tokens, limits::MAX_SEQ)?;
+        limits::count("batch", self.batch, limits::MAX_BATCH)?;
+        limits::count("prompt", self.prompt, limits::MAX_SEQ)?;
+        limits::count("new_tokens", self.new_tokens, limits::MAX_SEQ)?;
         if self.prompt + self.new_tokens > limits::MAX_SEQ {
-            return Err(CoreError::invalid(
+            return Err(CoreError::invalid_value(
                 "new_tokens",
-                "prompt + new tokens exceed the sequence limit",
+                self.new_tokens,
+                format!(
+                    "`prompt` {} + `new_tokens` {} exceed the sequence limit {}",
+                    self.prompt,
+                    self.new_tokens,
+                    limits::MAX_SEQ
+                ),
+                format!("keep `prompt` + `new_tokens` at most {}", limits::MAX_SEQ),
             ));
         }
         Ok(())

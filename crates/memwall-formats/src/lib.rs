@@ -1,4 +1,8 @@
-//! Parsers for model files: Hugging Face `config.json` → [`memwall_core::ModelDesc`].
+//! Parsers for model files: Hugging Face `config.json` → [`memwall_core::ModelDesc`]; its
+//! `quantization_config` ([`quant_config`]); safetensors and GGUF headers
+//! ([`safetensors`], [`gguf`]) with exact tensor bytes ([`checkpoint`]); GGUF hyper-parameters
+//! → the same description ([`gguf_to_model`]). Everything here is pure: the binary reads the
+//! files and passes bytes in.
 //!
 //! Semantics follow transformers 5.23: each family's normaliser reads the keys its
 //! `configuration_*.py` class declares, applies that class's defaults to keys that are absent,
@@ -12,33 +16,52 @@
 //! Sizes are bounded (see [`limits`]); anything missing, out of range or inconsistent is a
 //! [`FormatError`] naming the field, never a panic.
 
+pub mod checkpoint;
 mod error;
 mod families;
+pub mod gguf;
+mod gguf_model;
+pub mod hub;
+pub mod quant_config;
 mod raw;
 mod resolve;
+pub mod safetensors;
 
-pub use error::FormatError;
+pub use error::{FileFormat, FormatError, HeaderProblem};
+pub use gguf_model::{
+    gguf_shards_to_hf_config, gguf_shards_to_model, gguf_to_hf_config, gguf_to_model,
+    SUPPORTED_ARCHITECTURES as SUPPORTED_GGUF_ARCHITECTURES,
+};
+pub use quant_config::{parse_quantization_config, QuantConfig, QuantMethod};
 pub use resolve::limits;
 
 use memwall_core::ModelDesc;
-use serde_json::Value;
 
 /// Parses the text of a Hugging Face `config.json` into a fully resolved [`ModelDesc`].
 pub fn parse_hf_config(json: &str) -> Result<ModelDesc, FormatError> {
-    let value: Value = serde_json::from_str(json).map_err(|e| FormatError::Json {
-        line: e.line(),
-        column: e.column(),
-        message: e.to_string(),
-    })?;
-    let Value::Object(obj) = value else {
-        return Err(FormatError::WrongType {
-            field: "(root)".into(),
-            message: "expected a JSON object".into(),
-            hint: "config.json is one JSON object of `key: value` pairs".into(),
-        });
-    };
-    let raw = raw::HfConfig::from_object(&obj, "")?;
-    families::normalise(&raw)
+    parse_hf_config_with_dtype(json).map(|c| c.desc)
+}
+
+/// A parsed `config.json`: the model, and what the config says about its checkpoint.
+#[derive(Debug, Clone)]
+pub struct ParsedConfig {
+    /// The resolved model.
+    pub desc: ModelDesc,
+    /// `torch_dtype` (or `dtype`) when the config states it as a string, as written (it is
+    /// untrusted text: show it through [`memwall_core::error::untrusted`]).
+    pub checkpoint_dtype: Option<String>,
+}
+
+/// Parses the text of a `config.json` once into the model and the checkpoint's dtype.
+/// Memory stays within a small multiple of the text's size whatever the text holds (see the
+/// `raw` module: keys memwall does not read are skipped unbuilt, lists are capped).
+pub fn parse_hf_config_with_dtype(json: &str) -> Result<ParsedConfig, FormatError> {
+    let raw = raw::HfConfig::from_json(json, "")?;
+    let desc = families::normalise(&raw)?;
+    Ok(ParsedConfig {
+        desc,
+        checkpoint_dtype: raw.checkpoint_dtype(),
+    })
 }
 
 /// The `model_type` values [`parse_hf_config`] accepts, sorted.

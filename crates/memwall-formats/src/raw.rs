@@ -4,11 +4,24 @@
 //! the raw struct keeps each spelling as its own field and each normaliser reads the spellings
 //! its transformers config class accepts (its `attribute_map`), so a key that transformers
 //! ignores for a family is ignored here too. `null` is read as "absent" (the config-class
-//! default applies), except `q_lora_rank` where `null` means "no query compression".
+//! default applies), except `q_lora_rank` where `null` means "no query compression" and the
+//! Gemma 2 soft-capping keys where `null` turns soft-capping off.
+//!
+//! The text is parsed once, straight into this struct: keys memwall does not read are skipped
+//! without being built (no `serde_json::Value` tree), nested objects that only some families
+//! read (`text_config`, `rope_scaling`) are kept as their raw text and parsed when read, and
+//! lists are capped at one entry per possible layer. Memory therefore stays within a small
+//! multiple of the text's size whatever the text holds; nesting is capped by serde_json's
+//! recursion limit (128).
 
 use crate::error::FormatError;
+use crate::resolve::limits::MAX_LAYERS;
+use memwall_core::error::untrusted;
+use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::value::RawValue;
+use std::fmt;
+use std::marker::PhantomData;
 
 /// Raw fields of a transformers `config.json` that matter to the memory model.
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -46,20 +59,35 @@ pub(crate) struct HfConfig {
     // positions
     pub rotary_pct: Option<f64>,
     pub partial_rotary_factor: Option<f64>,
-    pub rope_parameters: Option<Value>,
-    pub rope_scaling: Option<Value>,
+    pub rope_parameters: Option<Box<RawValue>>,
+    pub rope_scaling: Option<Box<RawValue>>,
     pub alibi: Option<bool>,
 
     // attention pattern
     pub sliding_window: Option<u64>,
+    #[serde(default, deserialize_with = "at_most_one_per_layer")]
     pub layer_types: Option<Vec<String>>,
     pub use_sliding_window: Option<bool>,
     pub max_window_layers: Option<u64>,
     pub sliding_window_pattern: Option<u64>,
     pub use_bidirectional_attention: Option<bool>,
     pub query_pre_attn_scalar: Option<f64>,
+    #[serde(skip)]
     pub attn_logit_softcapping: Option<f64>,
+    #[serde(skip)]
     pub final_logit_softcapping: Option<f64>,
+    #[serde(
+        rename = "attn_logit_softcapping",
+        default,
+        deserialize_with = "present_or_null"
+    )]
+    pub attn_logit_softcapping_raw: Option<Option<f64>>,
+    #[serde(
+        rename = "final_logit_softcapping",
+        default,
+        deserialize_with = "present_or_null"
+    )]
+    pub final_logit_softcapping_raw: Option<Option<f64>>,
 
     // mixture of experts
     pub num_local_experts: Option<u64>,
@@ -71,6 +99,7 @@ pub(crate) struct HfConfig {
     pub n_shared_experts: Option<u64>,
     pub first_k_dense_replace: Option<u64>,
     pub decoder_sparse_step: Option<u64>,
+    #[serde(default, deserialize_with = "at_most_one_per_layer")]
     pub mlp_only_layers: Option<Vec<u64>>,
     pub n_group: Option<u64>,
     pub topk_group: Option<u64>,
@@ -119,60 +148,198 @@ pub(crate) struct HfConfig {
     // GPT-2
     pub add_cross_attention: Option<bool>,
 
-    // multimodal wrappers (gemma3)
-    pub text_config: Option<Value>,
+    // multimodal wrappers (gemma3): kept as text, parsed by the family that reads it
+    pub text_config: Option<Box<RawValue>>,
 
-    /// Keys whose value is an explicit JSON `null` (where `null` differs from absent).
+    // the checkpoint's dtype: any JSON type is accepted (a non-string is ignored)
+    pub torch_dtype: Option<Box<RawValue>>,
+    pub dtype: Option<Box<RawValue>>,
+
+    /// Keys whose value is an explicit JSON `null` where `null` differs from absent
+    /// (`attn_logit_softcapping`, `final_logit_softcapping`).
     #[serde(skip)]
     pub explicit_nulls: Vec<String>,
 }
 
+/// A nested config object (`text_config`), as found.
+#[derive(Debug)]
+pub(crate) enum Nested {
+    /// The key is absent (or `null`).
+    Absent,
+    /// The key holds something other than an object: its JSON text, made safe to show.
+    NotObject(String),
+    /// The key holds an object, parsed.
+    Object(Box<HfConfig>),
+}
+
 /// `Some(None)` for an explicit `null`, `Some(Some(v))` for a value, `None` (via `default`) when absent.
-fn present_or_null<'de, D>(d: D) -> Result<Option<Option<u64>>, D::Error>
+fn present_or_null<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
 where
-    D: serde::Deserializer<'de>,
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
 {
-    Option::<u64>::deserialize(d).map(Some)
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// A list with at most one entry per possible layer ([`MAX_LAYERS`]): a longer one is refused
+/// while it is read, before it can take memory. `null` reads as absent.
+fn at_most_one_per_layer<'de, D, T>(d: D) -> Result<Option<Vec<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Bounded<T>(PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for Bounded<T> {
+        type Value = Option<Vec<T>>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "a list of at most {MAX_LAYERS} entries (one per layer)")
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+            d.deserialize_seq(self)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(item) = seq.next_element()? {
+                if out.len() as u64 >= MAX_LAYERS {
+                    return Err(serde::de::Error::custom(format!(
+                        "more than {MAX_LAYERS} entries; a model has at most {MAX_LAYERS} layers"
+                    )));
+                }
+                out.push(item);
+            }
+            Ok(Some(out))
+        }
+    }
+    d.deserialize_option(Bounded(PhantomData))
+}
+
+/// The `partial_rotary_factor` of a `rope_scaling`/`rope_parameters` object; other keys skipped.
+#[derive(Deserialize)]
+struct RopeDict {
+    partial_rotary_factor: Option<Box<RawValue>>,
+}
+
+/// The dtype keys of a nested config; other keys skipped.
+#[derive(Deserialize)]
+struct DtypeProbe {
+    pub torch_dtype: Option<Box<RawValue>>,
+    pub dtype: Option<Box<RawValue>>,
+}
+
+/// Whether raw JSON text is an object.
+fn is_object(raw: &RawValue) -> bool {
+    raw.get().trim_start().starts_with('{')
+}
+
+/// A JSON string's content, or `None` for any other JSON value.
+fn as_string(raw: &RawValue) -> Option<String> {
+    serde_json::from_str::<String>(raw.get()).ok()
 }
 
 impl HfConfig {
-    /// Reads the known keys of a JSON object; unknown keys are ignored (a config.json carries
-    /// many that do not shape the model). A key of the wrong type is reported by name:
-    /// `prefix` is prepended to it (`"text_config."` for nested configs).
-    pub(crate) fn from_object(obj: &Map<String, Value>, prefix: &str) -> Result<Self, FormatError> {
-        match serde_json::from_value::<HfConfig>(Value::Object(obj.clone())) {
+    /// Parses the text of a config object in one pass; unknown keys are skipped (a
+    /// config.json carries many that do not shape the model). A key of the wrong type is
+    /// reported by name: `prefix` is prepended to it (`"text_config."` for nested configs).
+    pub(crate) fn from_json(text: &str, prefix: &str) -> Result<Self, FormatError> {
+        let mut de = serde_json::Deserializer::from_str(text);
+        let parsed = serde_path_to_error::deserialize::<_, HfConfig>(&mut de)
+            .map_err(|e| {
+                let path = e.path().to_string();
+                (path, e.into_inner())
+            })
+            .and_then(|c| de.end().map(|()| c).map_err(|e| (String::new(), e)));
+        match parsed {
             Ok(mut c) => {
-                c.explicit_nulls = obj
-                    .iter()
-                    .filter(|(_, v)| v.is_null())
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                Ok(c)
-            }
-            Err(whole) => {
-                // serde does not say which key failed; retry key by key to name it.
-                for (key, value) in obj {
-                    let mut one = Map::new();
-                    one.insert(key.clone(), value.clone());
-                    if let Err(e) = serde_json::from_value::<HfConfig>(Value::Object(one)) {
-                        return Err(FormatError::WrongType {
-                            field: format!("{prefix}{key}"),
-                            message: e.to_string(),
-                            hint: format!(
-                                "`{prefix}{key}` must have the JSON type its transformers config class declares (sizes are non-negative integers, flags are true/false, probabilities are numbers)"
-                            ),
-                        });
+                for (key, raw, value) in [
+                    (
+                        "attn_logit_softcapping",
+                        c.attn_logit_softcapping_raw,
+                        &mut c.attn_logit_softcapping,
+                    ),
+                    (
+                        "final_logit_softcapping",
+                        c.final_logit_softcapping_raw,
+                        &mut c.final_logit_softcapping,
+                    ),
+                ] {
+                    match raw {
+                        Some(None) => c.explicit_nulls.push(key.to_owned()),
+                        Some(Some(v)) => *value = Some(v),
+                        None => {}
                     }
                 }
-                Err(FormatError::WrongType {
-                    field: prefix.trim_end_matches('.').to_string(),
-                    message: whole.to_string(),
-                    hint:
-                        "check the config against the transformers config class of its model_type"
+                Ok(c)
+            }
+            Err((_, e)) if e.is_syntax() || e.is_eof() || e.is_io() => Err(FormatError::Json {
+                line: e.line(),
+                column: e.column(),
+                message: e.to_string(),
+            }),
+            Err((path, e)) => {
+                if !text.trim_start().starts_with('{') {
+                    return Err(FormatError::WrongType {
+                        field: format!("{prefix}(root)"),
+                        message: "expected a JSON object".into(),
+                        hint: "config.json is one JSON object of `key: value` pairs".into(),
+                    });
+                }
+                if path.is_empty() || path == "." {
+                    // an error about the object itself: a key given twice
+                    return Err(FormatError::WrongType {
+                        field: format!("{prefix}(root)"),
+                        message: e.to_string(),
+                        hint: "each key of a config.json appears once; remove the repeated key"
                             .into(),
+                    });
+                }
+                let key = format!("{prefix}{path}");
+                Err(FormatError::WrongType {
+                    hint: format!(
+                        "`{}` must have the JSON type its transformers config class declares (sizes are non-negative integers, flags are true/false, probabilities are numbers, per-layer lists have one entry per layer)",
+                        untrusted(&key)
+                    ),
+                    field: key,
+                    message: e.to_string(),
                 })
             }
         }
+    }
+
+    /// The nested `text_config` (multimodal wrappers), parsed now.
+    pub(crate) fn text_config(&self, prefix: &str) -> Result<Nested, FormatError> {
+        match &self.text_config {
+            None => Ok(Nested::Absent),
+            Some(raw) if is_object(raw) => Ok(Nested::Object(Box::new(HfConfig::from_json(
+                raw.get(),
+                &format!("{prefix}text_config."),
+            )?))),
+            Some(raw) => Ok(Nested::NotObject(untrusted(raw.get()))),
+        }
+    }
+
+    /// The checkpoint's dtype as the config states it (`torch_dtype`, or transformers ≥ 4.56's
+    /// `dtype`; in a multimodal wrapper, its `text_config`'s), when it is a string.
+    pub(crate) fn checkpoint_dtype(&self) -> Option<String> {
+        let own = self
+            .torch_dtype
+            .as_deref()
+            .and_then(as_string)
+            .or_else(|| self.dtype.as_deref().and_then(as_string));
+        own.or_else(|| {
+            let raw = self.text_config.as_deref().filter(|r| is_object(r))?;
+            let probe: DtypeProbe = serde_json::from_str(raw.get()).ok()?;
+            probe
+                .torch_dtype
+                .as_deref()
+                .and_then(as_string)
+                .or_else(|| probe.dtype.as_deref().and_then(as_string))
+        })
     }
 
     /// `partial_rotary_factor` stored inside `rope_parameters` (transformers ≥ 5) or
@@ -186,16 +353,26 @@ impl HfConfig {
             ("rope_scaling", &self.rope_scaling),
             ("rope_parameters", &self.rope_parameters),
         ] {
-            let Some(Value::Object(map)) = v else {
+            // a non-object is ignored, as transformers ignores it
+            let Some(raw) = v.as_deref().filter(|r| is_object(r)) else {
                 continue;
             };
-            match map.get("partial_rotary_factor") {
-                None | Some(Value::Null) => continue,
-                Some(Value::Number(n)) => return Ok(n.as_f64()),
-                Some(other) => {
+            let dict: RopeDict =
+                serde_json::from_str(raw.get()).map_err(|e| FormatError::WrongType {
+                    field: format!("{prefix}{name}"),
+                    message: e.to_string(),
+                    hint: format!("`{prefix}{name}` is an object of rotary settings"),
+                })?;
+            let Some(factor) = dict.partial_rotary_factor else {
+                continue;
+            };
+            match serde_json::from_str::<Option<f64>>(factor.get()) {
+                Ok(None) => continue,
+                Ok(Some(f)) => return Ok(Some(f)),
+                Err(_) => {
                     return Err(FormatError::WrongType {
                         field: format!("{prefix}{name}.partial_rotary_factor"),
-                        message: format!("expected a number, found {other}"),
+                        message: format!("expected a number, found {}", factor.get()),
                         hint: "the rotary fraction is a number in (0, 1]".into(),
                     })
                 }

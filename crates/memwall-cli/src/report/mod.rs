@@ -16,7 +16,7 @@ pub mod text;
 pub mod train;
 
 use crate::model_source::ModelSource;
-use anyhow::{bail, Result};
+use anyhow::Result;
 use serde::Serialize;
 use std::io::{self, Write};
 pub use table::Table;
@@ -81,12 +81,19 @@ pub fn emit<R: Report>(report: &R, format: Format, w: &mut dyn Write) -> Result<
         Format::Markdown => report.write_markdown(w),
         Format::Csv => match report.csv_table() {
             Some(t) => t.write_csv(w),
-            None => bail!(
-                "`memwall {}` has no table to write as CSV (--format csv)\nhint: use --format \
-                 table, json or markdown; {}",
-                report.command(),
-                report.csv_hint()
-            ),
+            None => {
+                return Err(crate::error::UserError::new(
+                    format!(
+                        "`memwall {}` has no table to write as CSV (--format csv)",
+                        report.command()
+                    ),
+                    format!(
+                        "use --format table, json or markdown; {}",
+                        report.csv_hint()
+                    ),
+                )
+                .into())
+            }
         },
     };
     written.map_err(|e| crate::output::OutputError::Stdout(e).into())
@@ -209,7 +216,10 @@ mod tests {
         let mut out = Vec::new();
         let e = emit(&NoTable, Format::Csv, &mut out).unwrap_err();
         assert!(e.downcast_ref::<OutputError>().is_none());
-        assert!(e.to_string().contains("--format csv") && e.to_string().contains("hint:"));
+        let u = e
+            .downcast_ref::<crate::error::UserError>()
+            .expect("a user error");
+        assert!(u.message.contains("--format csv") && u.hint.contains("--format table"));
         assert!(out.is_empty());
     }
 }

@@ -4,12 +4,11 @@
 
 use super::common::{Decoder, Defaults, Dims};
 use crate::error::FormatError;
-use crate::raw::HfConfig;
+use crate::raw::{HfConfig, Nested};
 use crate::resolve::{
     gated, llama_names, sliding_layers, window, AttnOpts, Ctx, HeadDimDefault, NormPlacement,
 };
 use memwall_core::model::{Activation, Mlp, ModelDesc, NormKind, QkNormScope};
-use serde_json::Value;
 
 /// `gemma/configuration_gemma.py` `GemmaConfig` field defaults.
 const GEMMA: Defaults = Defaults {
@@ -199,16 +198,16 @@ fn gemma3_named(raw: &HfConfig, ctx: &Ctx, model_type: &str) -> Result<ModelDesc
 /// `text_config` (a `Gemma3TextConfig`, `configuration_gemma3.py` Gemma3Config
 /// sub_configs_defaults), counted as `Gemma3ForCausalLM`; the vision tower is out of scope.
 pub(crate) fn gemma3(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> {
-    let text = match &raw.text_config {
-        Some(Value::Object(map)) => map,
-        Some(other) => {
+    let inner = match raw.text_config(ctx.prefix)? {
+        Nested::Object(inner) => inner,
+        Nested::NotObject(found) => {
             return Err(FormatError::WrongType {
                 field: ctx.field("text_config"),
-                message: format!("expected an object, found {other}"),
+                message: format!("expected an object, found {found}"),
                 hint: "a gemma3 config nests its language model config under `text_config`".into(),
             })
         }
-        None => {
+        Nested::Absent => {
             return Err(FormatError::MissingField {
                 field: ctx.field("text_config"),
                 model_type: "gemma3".into(),
@@ -216,7 +215,6 @@ pub(crate) fn gemma3(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError
             })
         }
     };
-    let inner = HfConfig::from_object(text, "text_config.")?;
     if let Some(mt) = inner.model_type.as_deref() {
         if mt != "gemma3_text" {
             return Err(FormatError::Unsupported {

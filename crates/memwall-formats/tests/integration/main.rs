@@ -1,9 +1,16 @@
 //! Integration tests of memwall-formats: one binary, one module per area.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod checkpoint;
 mod errors;
+mod gguf;
 mod golden;
+mod headers_never_panic;
+mod hub;
+mod limits;
 mod never_panics;
+mod quant_config;
+mod safetensors;
 
 use std::path::PathBuf;
 

@@ -1,0 +1,179 @@
+//! torchtitan: `torchrun … -m torchtitan.train --module M --config C` with CLI overrides.
+//!
+//! torchtitan 0.3.0 dropped TOML job files: a job is a `config_registry` function
+//! (`torchtitan/models/<module>/config_registry.py`) overridden by `--section.key value` flags
+//! parsed by tyro (`torchtitan/config/manager.py` `ConfigManager.parse_args`). Keys:
+//! `torchtitan/config/configs.py` (`TrainingConfig`: `local_batch_size`, `global_batch_size`,
+//! `seq_len`, `dtype`, `mixed_precision_param`, `mixed_precision_reduce`,
+//! `enable_cpu_offload`; `ParallelismConfig`: the degrees and `fsdp_reshard_after_forward`),
+//! `components/optimizer/optimizer.py` (`implementation`), and the `activation-checkpoint:*`
+//! subcommands of `distributed/activation_checkpoint.py` (`FullAC`, `SelectiveAC`, none).
+//!
+//! torchtitan builds its own model (not transformers'), so only the FSDP2 layouts memwall
+//! simulates are emitted, for the model sizes torchtitan ships a config for.
+
+use super::{hash_comment, header_lines, shell, EmitError, EmittedFile, LaunchSpec};
+use crate::layout::{Offload, Strategy};
+use crate::workload::{Optimizer, Precision};
+
+const KIND: &str = "torchtitan";
+
+/// `(model_type, hidden_size, num_layers)` → `(--module, --config)`: the shipped configs of
+/// torchtitan 0.3.0 (`models/llama3/config_registry.py`, `models/qwen3/config_registry.py`).
+const CONFIGS: &[(&str, u64, u64, &str, &str)] = &[
+    ("llama", 4096, 32, "llama3", "llama3_8b"),
+    ("llama", 8192, 80, "llama3", "llama3_70b"),
+    ("llama", 16384, 126, "llama3", "llama3_405b"),
+    ("qwen3", 1024, 28, "qwen3", "qwen3_0_6b"),
+    ("qwen3", 2048, 28, "qwen3", "qwen3_1_7b"),
+    ("qwen3", 5120, 40, "qwen3", "qwen3_14b"),
+    ("qwen3", 5120, 64, "qwen3", "qwen3_32b"),
+    ("qwen3_moe", 2048, 48, "qwen3", "qwen3_30b_a3b"),
+];
+
+type Args = Vec<(String, Option<String>)>;
+
+fn push(a: &mut Args, flag: &str, value: impl ToString) {
+    a.push((flag.to_string(), Some(value.to_string())));
+}
+
+/// `(module, config, overrides, activation-checkpoint subcommand)`.
+pub(super) fn args(
+    spec: &LaunchSpec,
+) -> Result<(&'static str, &'static str, Args, &'static str), EmitError> {
+    let l = &spec.layout;
+    let w = &spec.workload;
+    let s = &spec.shape;
+    if !spec.strategy().is_fsdp() || spec.is_megatron() {
+        return Err(EmitError::unsupported(
+            KIND,
+            format!(
+                "memwall estimated this configuration with {}; torchtitan is emitted for FSDP2 layouts (fsdp-full, fsdp-grad-op, hsdp)",
+                if spec.is_megatron() { "Megatron-LM" } else { spec.strategy().name() }
+            ),
+            if spec.is_megatron() { "use --emit megatron" } else { "use --emit deepspeed, accelerate or trainer, or plan with --strategy fsdp-full" },
+        ));
+    }
+    if w.lora.is_some() {
+        return Err(EmitError::unsupported(
+            KIND,
+            "torchtitan has no LoRA/QLoRA trainer",
+            "use --emit accelerate or trainer",
+        ));
+    }
+    let Some(&(_, _, _, module, config)) = CONFIGS
+        .iter()
+        .find(|(t, h, n, _, _)| *t == s.model_type && *h == s.hidden_size && *n == s.num_layers)
+    else {
+        return Err(EmitError::unsupported(
+            KIND,
+            format!(
+                "torchtitan 0.3.0 ships no config for model_type `{}` with hidden {} × {} layers",
+                s.model_type, s.hidden_size, s.num_layers
+            ),
+            "use --emit accelerate or trainer (they load the transformers model)",
+        ));
+    };
+    // training.dtype = the weights' dtype; mixed precision via fully_shard's MixedPrecisionPolicy
+    let (dtype, param) = match w.precision {
+        Precision::Bf16 => ("bfloat16", "bfloat16"),
+        Precision::AmpBf16 => ("float32", "bfloat16"),
+        Precision::Fp32 => ("float32", "float32"),
+        Precision::Fp16 | Precision::AmpFp16 => {
+            return Err(EmitError::unsupported(
+                KIND,
+                "torchtitan trains in bfloat16 or float32 only",
+                "plan with --precision bf16 or amp-bf16",
+            ))
+        }
+    };
+    let implementation = match w.optimizer {
+        Optimizer::Adamw => "foreach",
+        Optimizer::AdamwFused => "fused",
+        Optimizer::AdamwForloop => "for-loop",
+        _ => {
+            return Err(EmitError::unsupported(
+                KIND,
+                "torchtitan's optimizers are Adam/AdamW (and Muon)",
+                "plan with --optimizer adamw, adamw-fused or adamw-forloop",
+            ))
+        }
+    };
+    let mut a: Args = Vec::new();
+    push(
+        &mut a,
+        "--hf-assets-path",
+        format!(
+            "./assets/hf/{}",
+            spec.model_id.rsplit('/').next().unwrap_or(&spec.model_id)
+        ),
+    );
+    push(&mut a, "--training.local-batch-size", w.batch);
+    push(&mut a, "--training.global-batch-size", spec.global_batch());
+    push(&mut a, "--training.seq-len", w.seq);
+    push(&mut a, "--training.dtype", dtype);
+    push(&mut a, "--training.mixed-precision-param", param);
+    push(&mut a, "--training.mixed-precision-reduce", "float32");
+    a.push((
+        if l.offload != Offload::None {
+            "--training.enable-cpu-offload"
+        } else {
+            "--training.no-enable-cpu-offload"
+        }
+        .to_string(),
+        None,
+    ));
+    let (replicate, shard) = match spec.strategy() {
+        Strategy::Hsdp => (l.gpus / l.shard_group().max(1), l.shard_group()),
+        _ => (1, l.gpus),
+    };
+    push(
+        &mut a,
+        "--parallelism.data-parallel-replicate-degree",
+        replicate,
+    );
+    push(&mut a, "--parallelism.data-parallel-shard-degree", shard);
+    push(
+        &mut a,
+        "--parallelism.fsdp-reshard-after-forward",
+        if spec.strategy() == Strategy::FsdpGradOp {
+            "never"
+        } else {
+            "always"
+        },
+    );
+    push(&mut a, "--parallelism.tensor-parallel-degree", 1);
+    push(&mut a, "--parallelism.pipeline-parallel-degree", 1);
+    push(&mut a, "--parallelism.context-parallel-degree", 1);
+    push(&mut a, "--parallelism.expert-parallel-degree", 1);
+    push(&mut a, "--optimizer.implementation", implementation);
+    let ac = if w.checkpointing {
+        "activation-checkpoint:full"
+    } else {
+        "activation-checkpoint:none"
+    };
+    Ok((module, config, a, ac))
+}
+
+pub(super) fn emit(spec: &LaunchSpec) -> Result<Vec<EmittedFile>, EmitError> {
+    let (module, config, a, ac) = args(spec)?;
+    let mut lines = header_lines(
+        &spec.provenance,
+        "torchtitan 0.3.0 (config_registry + CLI overrides; torchtitan/config/configs.py)",
+    );
+    lines.push(String::new());
+    lines.push(
+        "torchtitan runs its own model implementation, not transformers': memwall's estimate is of"
+            .to_string(),
+    );
+    lines.push("the transformers model under the same FSDP2 layout. Download the HF assets to --hf-assets-path.".to_string());
+    let mut sh = String::from("#!/usr/bin/env bash\n");
+    sh.push_str(&hash_comment(&lines));
+    sh.push_str("set -euo pipefail\n");
+    sh.push_str(&shell::array("TORCHTITAN_ARGS", &a));
+    sh.push_str(&format!(
+        "exec {} -m torchtitan.train --module {module} --config {config} \"${{TORCHTITAN_ARGS[@]}}\" \"$@\" {ac}\n",
+        super::torchrun::command(spec)
+    ));
+    Ok(vec![EmittedFile::new("launch_torchtitan.sh", sh)])
+}
