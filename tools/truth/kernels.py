@@ -186,3 +186,43 @@ def liger_causal_lm_forward(n_non_ignore: int, on_head=None):
         return CausalLMOutputWithPast(loss=loss, logits=None, past_key_values=outputs.past_key_values)
 
     return forward
+
+
+def selftest() -> None:
+    """The references compute what ``torch.nn.functional.cross_entropy`` computes (loss and
+    gradients), on real CPU tensors: ``python tools/truth/kernels.py``."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 3e-2)):
+        bt, h, v = 300, 64, 1000  # several Liger chunks (cdiv(1000, 64) = 16 -> chunk 32 rows)
+        x = torch.randn(bt, h, dtype=dtype, requires_grad=True)
+        w = (torch.randn(v, h) / h**0.5).to(dtype).requires_grad_(True)
+        labels = torch.randint(0, v, (bt,))
+        labels[::7] = IGNORE_INDEX
+        n = int((labels != IGNORE_INDEX).sum())
+        ref = F.cross_entropy((x @ w.t()).float(), labels, ignore_index=IGNORE_INDEX)
+        gx, gw = torch.autograd.grad(ref, (x, w))
+        # fused: flash-attn cross-entropy over low-precision logits, gradient in place
+        logits = x @ w.t()
+        losses, _ = _flash_ce_function().apply(logits, labels)
+        fused = losses.sum() / n
+        fx, fw = torch.autograd.grad(fused, (x, w))
+        # fused-linear: Liger's chunked algorithm
+        flce = _liger_flce_function().apply(x, w, labels, n)
+        lx, lw = torch.autograd.grad(flce, (x, w))
+        for name, loss, a, b in (("fused", fused, fx, fw), ("fused-linear", flce, lx, lw)):
+            err = max(
+                abs(float(loss) - float(ref)) / abs(float(ref)),
+                float((a.float() - gx.float()).abs().max() / gx.float().abs().max()),
+                float((b.float() - gw.float()).abs().max() / gw.float().abs().max()),
+            )
+            status = "ok" if err < tol else "FAIL"
+            print(f"{status} {name} {dtype}: max relative error {err:.2e} (tolerance {tol:.0e})")
+            if err >= tol:
+                raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    selftest()

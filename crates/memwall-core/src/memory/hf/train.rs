@@ -364,3 +364,18 @@ impl Builder<'_> {
         self.shard_zero_grad();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::liger_chunk_rows;
+
+    #[test]
+    fn liger_chunks_follow_its_source_example() {
+        // fused_linear_cross_entropy.py: "BT = 4096*4, V = 32000, H = 4096 ==> inc_factor = 8,
+        // chunk_size = 2048"
+        assert_eq!(liger_chunk_rows(4096 * 4, 4096, 32000), 2048);
+        // never more rows than there are, a power of two otherwise
+        assert_eq!(liger_chunk_rows(100, 4096, 32000), 16);
+        assert_eq!(liger_chunk_rows(3, 4096, 1000), 3);
+    }
+}
