@@ -500,6 +500,7 @@ impl RooflineSettings {
             tp,
             flops_efficiency,
             bandwidth_efficiency,
+            loss: LossKernel::Torch,
         };
         // the bounds that need no model first, then the model (`tp` must divide its heads)
         workload.validate_numbers()?;
