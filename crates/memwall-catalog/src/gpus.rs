@@ -35,6 +35,8 @@ struct RawGpu {
     peak_flops_per_s: BTreeMap<String, f64>,
     interconnect: Option<RawLink>,
     pcie: Option<RawPcie>,
+    network_bytes_per_s: Option<f64>,
+    matmul_efficiency: Option<f64>,
     tdp_w: Option<f64>,
     #[serde(default)]
     sources: Vec<String>,
@@ -102,6 +104,10 @@ fn parse() -> Result<Vec<GpuSpec>, GpuTableError> {
                     lanes: p.lanes,
                     bandwidth_bytes_per_s: p.bandwidth_bytes_per_s,
                 }),
+                network_bytes_per_s: g
+                    .network_bytes_per_s
+                    .unwrap_or(memwall_core::gpu::DEFAULT_NETWORK_BYTES_PER_S),
+                matmul_efficiency: g.matmul_efficiency,
                 tdp_w: g.tdp_w.map(|w| w.round() as u32),
                 sources: g.sources,
             })
@@ -164,6 +170,14 @@ mod tests {
             );
             assert!(x.peak_flops_per_s.iter().all(|(_, f)| *f > 0.0), "{}", x.id);
             assert!(!x.peak_flops_per_s.is_empty(), "{}", x.id);
+            assert!(x.network_bytes_per_s > 0.0, "{}", x.id);
+            if let Some(m) = x.matmul_efficiency {
+                assert!(m > 0.0 && m <= 1.0, "{}: matmul_efficiency {m}", x.id);
+            }
         }
+        let h100 = find_gpu("h100-sxm").unwrap();
+        assert_eq!(h100.network_bytes_per_s, 50e9);
+        assert_eq!(find_gpu("a100-80gb-sxm").unwrap().network_bytes_per_s, 25e9);
+        assert_eq!(h100.matmul_efficiency, Some(0.803));
     }
 }

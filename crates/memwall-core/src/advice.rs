@@ -178,6 +178,8 @@ pub(crate) mod tests {
             peak_flops_per_s: vec![(MathDtype::Bf16, 989e12), (MathDtype::Fp32, 67e12)],
             interconnect: None,
             pcie: None,
+            network_bytes_per_s: crate::gpu::DEFAULT_NETWORK_BYTES_PER_S,
+            matmul_efficiency: None,
             tdp_w: None,
             sources: Vec::new(),
         }

@@ -49,6 +49,13 @@ pub struct GpuSpec {
     pub interconnect: Option<Link>,
     /// Host link.
     pub pcie: Option<Pcie>,
+    /// Inter-node network bandwidth per GPU, per direction, bytes/s: the reference system's NIC
+    /// (e.g. DGX H100: one 400 Gb/s ConnectX-7 per GPU = 50e9), or
+    /// [`DEFAULT_NETWORK_BYTES_PER_S`] when the catalogue names none.
+    pub network_bytes_per_s: f64,
+    /// Measured maximum achievable bf16 matmul FLOP/s as a fraction of the dense peak (Stas
+    /// Bekman's MAMF table, `ml-engineering/compute/accelerator/README.md`); `None` = unmeasured.
+    pub matmul_efficiency: Option<f64>,
     /// Board power, watts.
     pub tdp_w: Option<u32>,
     /// Datasheets and pages the figures come from.
@@ -89,6 +96,11 @@ impl GpuSpec {
         }
     }
 }
+
+/// Inter-node network per GPU when the catalogue names no reference system: one 400 Gb/s
+/// InfiniBand/RoCE NIC per GPU (DGX H100 / HGX H200 / MI300X platforms) = 50e9 bytes/s per
+/// direction.
+pub const DEFAULT_NETWORK_BYTES_PER_S: f64 = 400e9 / 8.0;
 
 /// Memory that PyTorch's allocator never sees but the process holds: the CUDA context
 /// (driver state, kernels of torch/cuBLAS/cuDNN loaded lazily). Typical measured values

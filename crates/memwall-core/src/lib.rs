@@ -2,7 +2,9 @@
 //!
 //! Data flows `ModelDesc` + `TrainWorkload` (+ `Layout`) → [`engine::Engine::resolve`] and its
 //! capability check → [`memory::simulate_train`] / [`memory::simulate_train_dist`] →
-//! [`memory::TrainEstimate`] / [`memory::DistEstimate`].
+//! [`memory::TrainEstimate`] / [`memory::DistEstimate`]; the same inputs plus a GPU →
+//! [`time::estimate_step_time`] → [`time::StepTime`]; both → [`plan::search`] and
+//! [`plan::doctor`].
 //! Nothing in this crate does I/O, reads the environment or the clock.
 
 pub mod advice;
@@ -21,6 +23,7 @@ pub mod quant;
 pub mod roofline;
 pub mod serve;
 pub mod speed;
+pub mod time;
 pub mod units;
 pub mod workload;
 

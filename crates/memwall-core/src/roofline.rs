@@ -14,7 +14,7 @@
 //! halved for causal masking, 2.5× that for backward.
 
 use crate::error::CoreError;
-use crate::model::{AttentionKind, LayerSpec, Mlp, ModelDesc, NormKind};
+use crate::model::{AttentionKind, LayerSpec, LinearRole, Mlp, ModelDesc, NormKind};
 use crate::workload::LossKernel;
 use serde::Serialize;
 
@@ -221,11 +221,83 @@ pub struct Roofline {
     pub tokens_per_s: f64,
 }
 
+/// The kernel class of one recorded op, with the shape the time model needs to pick an
+/// efficiency (see `crate::time`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum OpKind {
+    /// A GEMM `[m×k]·[k×n]` on one rank (for `moe.experts`: one expert's GEMM, `m` = tokens
+    /// routed to an expert on average); `role` is the decoder-layer linear it implements.
+    Gemm {
+        /// Rows (tokens).
+        m: f64,
+        /// Reduction dimension.
+        k: f64,
+        /// Output columns.
+        n: f64,
+        /// The linear's role, for LoRA targets (`None` for the LM head, router, experts).
+        role: Option<LinearRole>,
+    },
+    /// The fused attention core (QKᵀ, softmax, PV) of one layer.
+    Attention {
+        /// Query heads on this rank.
+        heads: f64,
+        /// Query rows (tokens).
+        q_rows: f64,
+        /// Keys each query attends to (the sequence, or the sliding window).
+        context: f64,
+        /// Query/key head dimension.
+        qk_dim: f64,
+        /// Value head dimension.
+        v_dim: f64,
+        /// 0.5 when causal masking halves the work, 1 otherwise.
+        causal: f64,
+    },
+    /// A memory-bound elementwise op, reduction or gather.
+    Elementwise,
+    /// The optimizer update (training only; no forward/backward split).
+    Optimizer,
+}
+
+/// One op of one layer as the roofline counts it: forward FLOPs and minimum HBM bytes, and the
+/// backward's multiple of each (GEMMs 2× — input and weight gradients; FlashAttention's
+/// backward 2.5× the FLOPs and 2× the bytes; elementwise 2×). The sums over records are what
+/// [`analyze`] reports per op class.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OpRecord {
+    /// Op class name, as in [`OpCost::name`].
+    pub name: &'static str,
+    /// Decoder layer index; `None` for embeddings, final norm, head, loss and optimizer.
+    pub layer: Option<usize>,
+    /// Kernel class and shape.
+    pub kind: OpKind,
+    /// Forward FLOPs (the whole update for [`OpKind::Optimizer`]).
+    pub flops: f64,
+    /// Forward minimum HBM bytes (the whole update for [`OpKind::Optimizer`]).
+    pub bytes: f64,
+    /// Backward FLOPs as a multiple of `flops` (0 when the op has no backward).
+    pub backward_flops_factor: f64,
+    /// Backward bytes as a multiple of `bytes`.
+    pub backward_bytes_factor: f64,
+}
+
 struct Acc {
     ops: Vec<OpCost>,
+    records: Vec<OpRecord>,
+    layer: Option<usize>,
+    train: bool,
 }
 
 impl Acc {
+    fn new(train: bool) -> Self {
+        Acc {
+            ops: Vec::new(),
+            records: Vec::new(),
+            layer: None,
+            train,
+        }
+    }
+
     fn add(&mut self, name: &str, tensor_core: bool, flops: f64, bytes: f64) {
         if let Some(o) = self.ops.iter_mut().find(|o| o.name == name) {
             o.flops += flops;
@@ -243,39 +315,70 @@ impl Acc {
         }
     }
 
-    /// A GEMM `[m×k]·[k×n]`: the weight `k×n` in `wb` bytes/element, activations in `ab`.
+    /// Records one op's forward cost and adds its (training: forward + backward) total.
     #[allow(clippy::too_many_arguments)]
-    fn gemm(&mut self, name: &str, m: f64, k: f64, n: f64, ab: f64, wb: f64, train: bool) {
-        let flops = 2.0 * m * k * n;
-        let bytes = m * k * ab + k * n * wb + m * n * ab;
-        // backward: dX = dY·Wᵀ and dW = Xᵀ·dY, each as costly as the forward (reads dY, X or W)
-        let (f, b) = if train {
-            (3.0 * flops, 3.0 * bytes)
+    fn record(
+        &mut self,
+        name: &'static str,
+        kind: OpKind,
+        tensor_core: bool,
+        flops: f64,
+        bytes: f64,
+        backward_flops_factor: f64,
+        backward_bytes_factor: f64,
+    ) {
+        self.records.push(OpRecord {
+            name,
+            layer: self.layer,
+            kind,
+            flops,
+            bytes,
+            backward_flops_factor,
+            backward_bytes_factor,
+        });
+        let (f, b) = if self.train {
+            (
+                (1.0 + backward_flops_factor) * flops,
+                (1.0 + backward_bytes_factor) * bytes,
+            )
         } else {
             (flops, bytes)
         };
-        self.add(name, true, f, b);
+        self.add(name, tensor_core, f, b);
+    }
+
+    /// A GEMM `[m×k]·[k×n]`: the weight `k×n` in `wb` bytes/element, activations in `ab`.
+    /// Backward: dX = dY·Wᵀ and dW = Xᵀ·dY, each as costly as the forward (reads dY, X or W).
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(
+        &mut self,
+        name: &'static str,
+        role: Option<LinearRole>,
+        m: f64,
+        k: f64,
+        n: f64,
+        ab: f64,
+        wb: f64,
+    ) {
+        let flops = 2.0 * m * k * n;
+        let bytes = m * k * ab + k * n * wb + m * n * ab;
+        self.record(
+            name,
+            OpKind::Gemm { m, k, n, role },
+            true,
+            flops,
+            bytes,
+            2.0,
+            2.0,
+        );
     }
 
     /// An elementwise op over `n` elements: `flops_per` FLOPs each, reading `reads` tensors and
     /// writing one, `eb` bytes per element (backward ≈ twice the traffic and math).
-    fn elementwise(
-        &mut self,
-        name: &str,
-        n: f64,
-        flops_per: f64,
-        reads: f64,
-        eb: f64,
-        train: bool,
-    ) {
+    fn elementwise(&mut self, name: &'static str, n: f64, flops_per: f64, reads: f64, eb: f64) {
         let flops = n * flops_per;
         let bytes = n * eb * (reads + 1.0);
-        let (f, b) = if train {
-            (3.0 * flops, 3.0 * bytes)
-        } else {
-            (flops, bytes)
-        };
-        self.add(name, false, f, b);
+        self.record(name, OpKind::Elementwise, false, flops, bytes, 2.0, 2.0);
     }
 }
 
@@ -285,6 +388,135 @@ fn norm_flops(kind: NormKind) -> f64 {
         NormKind::LayerNorm => 7.0,
         _ => 4.0,
     }
+}
+
+fn check_shape(w: &RooflineWorkload) -> Result<(), CoreError> {
+    if w.batch == 0 || w.seq == 0 {
+        return Err(CoreError::invalid(
+            "batch",
+            "batch and sequence length must be at least 1",
+        ));
+    }
+    if w.tp == 0 {
+        return Err(CoreError::invalid(
+            "tp",
+            "tensor parallelism must be at least 1",
+        ));
+    }
+    Ok(())
+}
+
+/// Every op of `model` under `w`, per layer, with its forward FLOPs and bytes, its backward
+/// multiples and its shape: the counts [`analyze`] sums, for models that need them per op
+/// (the step-time model, `crate::time`). Tensor-parallel communication is not an op here.
+pub fn op_records(model: &ModelDesc, w: &RooflineWorkload) -> Result<Vec<OpRecord>, CoreError> {
+    check_shape(w)?;
+    Ok(collect(model, w)?.records)
+}
+
+/// Enumerates the ops (shared by [`analyze`] and [`op_records`]).
+fn collect(model: &ModelDesc, w: &RooflineWorkload) -> Result<Acc, CoreError> {
+    let train = w.phase == RooflinePhase::Train;
+    let tp = w.tp as f64;
+    let b = w.batch as f64;
+    let s = w.seq as f64;
+    // rows through the per-token ops
+    let rows = match w.phase {
+        RooflinePhase::Decode => b,
+        _ => b * s,
+    };
+    let ab = w.dtype.bytes().max(2.0);
+    let wb = w.weight_bytes;
+    let h = model.hidden_size as f64;
+    let mut acc = Acc::new(train);
+
+    // embeddings: a gather of `rows` rows (backward: a scatter-add of as many)
+    acc.record(
+        "embedding",
+        OpKind::Elementwise,
+        false,
+        0.0,
+        rows * h * ab,
+        0.0,
+        1.0,
+    );
+
+    for (i, layer) in model.layers.iter().enumerate() {
+        acc.layer = Some(i);
+        layer_ops(&mut acc, layer, w, rows, b, s, h, ab, wb, tp);
+        if w.tp > 1 {
+            // Megatron-style TP: one all-reduce after attention and one after the MLP (forward;
+            // two more in backward). Ring all-reduce moves 2(tp-1)/tp of the buffer per GPU.
+            let per = 2.0 * (tp - 1.0) / tp * rows * h * ab;
+            let n = if train { 4.0 } else { 2.0 };
+            acc.add("tensor_parallel.all_reduce", false, 0.0, n * per);
+        }
+    }
+    acc.layer = None;
+    // final norm + LM head: prefill keeps the last position only (`logits_to_keep=1`)
+    if let Some(n) = model.head.final_norm {
+        acc.elementwise("norm", rows * h, norm_flops(n.kind), 1.0, ab);
+    }
+    let v = model.embeddings.vocab_size as f64;
+    let head_rows = match w.phase {
+        RooflinePhase::Prefill => b,
+        _ => rows,
+    };
+    acc.gemm(
+        "lm_head",
+        None,
+        head_rows,
+        model.embeddings.dim as f64,
+        v / tp,
+        ab,
+        wb,
+    );
+    if train {
+        let n = rows * v / tp;
+        match w.loss {
+            // loss: fp32 upcast, log-softmax, NLL, and their backward over [rows, vocab]
+            LossKernel::Torch => {
+                acc.elementwise("loss.softmax_cross_entropy", n, 5.0, 1.0, 4.0);
+            }
+            // flash-attn's fused cross-entropy: the forward reads the low-precision logits once
+            // (a log-sum-exp per row), the backward reads them and writes the gradient in place:
+            // no fp32 copy (flash_attn/ops/triton/cross_entropy.py)
+            LossKernel::Fused => acc.record(
+                "loss.fused_cross_entropy",
+                OpKind::Elementwise,
+                false,
+                5.0 * n,
+                n * ab,
+                0.8,
+                2.0,
+            ),
+            // Liger's fused linear cross-entropy: each chunk's logits are written by the head's
+            // GEMM (counted in `lm_head`), read once by the kernel, which writes the gradient
+            // over them for the two backward GEMMs, all inside the forward; the backward only
+            // hands the gradients on (liger_kernel/ops/fused_linear_cross_entropy.py)
+            LossKernel::FusedLinear => acc.record(
+                "loss.fused_linear_cross_entropy",
+                OpKind::Elementwise,
+                false,
+                9.0 * n,
+                2.0 * n * ab,
+                0.0,
+                0.0,
+            ),
+        }
+        // optimizer: AdamW reads param, grad, m, v and writes param, m, v (~12 FLOPs/param)
+        let p = model.param_counts()?.total as f64 / tp;
+        acc.record(
+            "optimizer.adamw_update",
+            OpKind::Optimizer,
+            false,
+            12.0 * p,
+            p * (4.0 + 3.0) * wb,
+            0.0,
+            0.0,
+        );
+    }
+    Ok(acc)
 }
 
 /// Analyses `model` under `w` against `ceilings`.
@@ -303,87 +535,9 @@ pub fn analyze(
         )
     })?;
     let vector_peak = ceilings.peak(MathDtype::Fp32).unwrap_or(gemm_peak);
-    let train = w.phase == RooflinePhase::Train;
-    let tp = w.tp as f64;
     let b = w.batch as f64;
     let s = w.seq as f64;
-    // rows through the per-token ops
-    let rows = match w.phase {
-        RooflinePhase::Decode => b,
-        _ => b * s,
-    };
-    let ab = w.dtype.bytes().max(2.0);
-    let wb = w.weight_bytes;
-    let h = model.hidden_size as f64;
-    let mut acc = Acc { ops: Vec::new() };
-
-    // embeddings: a gather of `rows` rows
-    acc.add(
-        "embedding",
-        false,
-        0.0,
-        rows * h * ab * if train { 2.0 } else { 1.0 },
-    );
-
-    for layer in &model.layers {
-        layer_ops(&mut acc, layer, w, rows, b, s, h, ab, wb, tp, train);
-        if w.tp > 1 {
-            // Megatron-style TP: one all-reduce after attention and one after the MLP (forward;
-            // two more in backward). Ring all-reduce moves 2(tp-1)/tp of the buffer per GPU.
-            let per = 2.0 * (tp - 1.0) / tp * rows * h * ab;
-            let n = if train { 4.0 } else { 2.0 };
-            acc.add("tensor_parallel.all_reduce", false, 0.0, n * per);
-        }
-    }
-    // final norm + LM head: prefill keeps the last position only (`logits_to_keep=1`)
-    if let Some(n) = model.head.final_norm {
-        acc.elementwise("norm", rows * h, norm_flops(n.kind), 1.0, ab, train);
-    }
-    let v = model.embeddings.vocab_size as f64;
-    let head_rows = match w.phase {
-        RooflinePhase::Prefill => b,
-        _ => rows,
-    };
-    acc.gemm(
-        "lm_head",
-        head_rows,
-        model.embeddings.dim as f64,
-        v / tp,
-        ab,
-        wb,
-        train,
-    );
-    if train {
-        let n = rows * v / tp;
-        match w.loss {
-            // loss: fp32 upcast, log-softmax, NLL, and their backward over [rows, vocab]
-            LossKernel::Torch => {
-                acc.elementwise("loss.softmax_cross_entropy", n, 5.0, 1.0, 4.0, true);
-            }
-            // flash-attn's fused cross-entropy: the forward reads the low-precision logits once
-            // (a log-sum-exp per row), the backward reads them and writes the gradient in place:
-            // three passes of `ab` bytes, no fp32 copy (flash_attn/ops/triton/cross_entropy.py)
-            LossKernel::Fused => acc.add("loss.fused_cross_entropy", false, 9.0 * n, 3.0 * n * ab),
-            // Liger's fused linear cross-entropy: each chunk's logits are written by the head's
-            // GEMM (counted in `lm_head`), read once by the kernel, which writes the gradient
-            // over them for the two backward GEMMs: two more passes of `ab` bytes, no fp32 copy
-            // and no [tokens, vocab] round trip through a separate upcast
-            LossKernel::FusedLinear => acc.add(
-                "loss.fused_linear_cross_entropy",
-                false,
-                9.0 * n,
-                2.0 * n * ab,
-            ),
-        }
-        // optimizer: AdamW reads param, grad, m, v and writes param, m, v (~12 FLOPs/param)
-        let p = model.param_counts()?.total as f64 / tp;
-        acc.add(
-            "optimizer.adamw_update",
-            false,
-            12.0 * p,
-            p * (4.0 + 3.0) * wb,
-        );
-    }
+    let mut acc = collect(model, w)?;
 
     let ridge = gemm_peak / ceilings.memory_bandwidth_bytes_per_s;
     let bw = ceilings.memory_bandwidth_bytes_per_s * w.bandwidth_efficiency;
@@ -492,7 +646,6 @@ fn layer_ops(
     ab: f64,
     wb: f64,
     tp: f64,
-    train: bool,
 ) {
     for n in [
         layer.attn_norm,
@@ -503,20 +656,20 @@ fn layer_ops(
     .into_iter()
     .flatten()
     {
-        acc.elementwise("norm", rows * h, norm_flops(n.kind), 1.0, ab, train);
+        acc.elementwise("norm", rows * h, norm_flops(n.kind), 1.0, ab);
     }
     let a = &layer.attention;
     for l in a.linears(h as u64) {
         let name = match l.role {
-            crate::model::LinearRole::O => "attention.out_proj",
+            LinearRole::O => "attention.out_proj",
             _ => "attention.qkv_proj",
         };
         // TP splits q/k/v column-wise and the output projection row-wise
         let (k, n) = match l.role {
-            crate::model::LinearRole::O => (l.in_features as f64 / tp, l.out_features as f64),
+            LinearRole::O => (l.in_features as f64 / tp, l.out_features as f64),
             _ => (l.in_features as f64, l.out_features as f64 / tp),
         };
-        acc.gemm(name, rows, k, n, ab, wb, train);
+        acc.gemm(name, Some(l.role), rows, k, n, ab, wb);
     }
     let (heads, kv_heads, qk_dim, v_dim) = match a.kind {
         AttentionKind::Standard {
@@ -565,27 +718,39 @@ fn layer_ops(
         _ => rows * kv_heads * (qk_dim + v_dim) * ab,
     };
     let fwd_bytes = q_rows * heads * (qk_dim + v_dim) * ab + kv_read;
-    let (f, by) = if train {
-        (3.5 * fwd_flops, 3.0 * fwd_bytes)
-    } else {
-        (fwd_flops, fwd_bytes)
-    };
-    acc.add("attention.core", true, f, by);
+    // backward: FlashAttention-2 recomputes the scores and runs four GEMMs (2.5× the forward
+    // FLOPs; Dao 2023, benchmark_flash_attention.py), reading q, k, v, o, dO and writing dq, dk, dv
+    acc.record(
+        "attention.core",
+        OpKind::Attention {
+            heads,
+            q_rows,
+            context: ctx,
+            qk_dim,
+            v_dim,
+            causal,
+        },
+        true,
+        fwd_flops,
+        fwd_bytes,
+        2.5,
+        2.0,
+    );
     let _ = b;
     match &layer.mlp {
         Mlp::Dense(d) => {
             for l in d.linears(h as u64) {
-                let name = if l.role == crate::model::LinearRole::Down {
+                let name = if l.role == LinearRole::Down {
                     "mlp.down"
                 } else {
                     "mlp.up_gate"
                 };
-                let (k, n) = if l.role == crate::model::LinearRole::Down {
+                let (k, n) = if l.role == LinearRole::Down {
                     (l.in_features as f64 / tp, l.out_features as f64)
                 } else {
                     (l.in_features as f64, l.out_features as f64 / tp)
                 };
-                acc.gemm(name, rows, k, n, ab, wb, train);
+                acc.gemm(name, Some(l.role), rows, k, n, ab, wb);
             }
             let i = d.intermediate as f64 / tp;
             acc.elementwise(
@@ -594,13 +759,12 @@ fn layer_ops(
                 if d.gated { 5.0 } else { 4.0 },
                 if d.gated { 2.0 } else { 1.0 },
                 ab,
-                train,
             );
         }
         Mlp::Moe(m) => {
             let e = m.num_experts as f64;
             let k = m.top_k as f64;
-            acc.gemm("moe.router", rows, h, e, ab, wb, train);
+            acc.gemm("moe.router", None, rows, h, e, ab, wb);
             // each token runs through top_k experts; weights of the experts actually hit are read
             let hit = e.min(rows * k);
             let i = m.expert.intermediate as f64 / tp;
@@ -608,30 +772,39 @@ fn layer_ops(
             let r = rows * k;
             let flops = 2.0 * r * h * i * (ins + 1.0);
             let bytes = hit * h * i * (ins + 1.0) * wb + r * (h + ins * i + i + h) * ab;
-            let (f, by) = if train {
-                (3.0 * flops, 3.0 * bytes)
-            } else {
-                (flops, bytes)
-            };
-            acc.add("moe.experts", true, f, by);
-            acc.elementwise("mlp.activation", r * i, 5.0, 2.0, ab, train);
+            // one expert's GEMM sees the tokens routed to it: r / e on average
+            acc.record(
+                "moe.experts",
+                OpKind::Gemm {
+                    m: r / e,
+                    k: h,
+                    n: i,
+                    role: None,
+                },
+                true,
+                flops,
+                bytes,
+                2.0,
+                2.0,
+            );
+            acc.elementwise("mlp.activation", r * i, 5.0, 2.0, ab);
             if let Some(sh) = &m.shared {
                 for l in sh.linears(h as u64) {
                     acc.gemm(
                         "mlp.up_gate",
+                        Some(l.role),
                         rows,
                         l.in_features as f64,
                         l.out_features as f64 / tp,
                         ab,
                         wb,
-                        train,
                     );
                 }
             }
         }
     }
     // two residual adds per layer
-    acc.elementwise("residual_add", 2.0 * rows * h, 1.0, 2.0, ab, train);
+    acc.elementwise("residual_add", 2.0 * rows * h, 1.0, 2.0, ab);
 }
 
 #[cfg(test)]
@@ -715,11 +888,11 @@ mod tests {
     fn seed_classification_table() {
         // ReLU/add ~1 FLOP/byte or less, LayerNorm/softmax a few, a 4096³ GEMM ~1000s: on A100
         // (ridge 156) the first two are memory-bound, the GEMM compute-bound.
-        let mut acc = Acc { ops: vec![] };
+        let mut acc = Acc::new(false);
         let n = 4096.0 * 4096.0;
-        acc.elementwise("relu", n, 1.0, 1.0, 2.0, false);
-        acc.elementwise("layernorm", n, 7.0, 1.0, 2.0, false);
-        acc.gemm("gemm", 4096.0, 4096.0, 4096.0, 2.0, 2.0, false);
+        acc.elementwise("relu", n, 1.0, 1.0, 2.0);
+        acc.elementwise("layernorm", n, 7.0, 1.0, 2.0);
+        acc.gemm("gemm", None, 4096.0, 4096.0, 4096.0, 2.0, 2.0);
         let i = |name: &str| {
             let o = acc.ops.iter().find(|o| o.name == name).unwrap();
             o.flops / o.bytes

@@ -1,0 +1,164 @@
+//! Orderings the measured runs show (docs/time-model.md, "Orderings").
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use crate::layout::{Offload, Strategy};
+use crate::model::tests::llama2_7b;
+use crate::model::LinearRole;
+use crate::workload::{Lora, Precision};
+
+fn model() -> ModelDesc {
+    let mut m = llama2_7b();
+    m.linear_names = vec![
+        (LinearRole::Q, "q_proj".into()),
+        (LinearRole::K, "k_proj".into()),
+        (LinearRole::V, "v_proj".into()),
+        (LinearRole::O, "o_proj".into()),
+        (LinearRole::Gate, "gate_proj".into()),
+        (LinearRole::Up, "up_proj".into()),
+        (LinearRole::Down, "down_proj".into()),
+    ];
+    m
+}
+
+fn hw() -> Hardware {
+    collective::tests::h100()
+}
+
+fn run(w: &TrainWorkload, l: &Layout) -> StepTime {
+    let hardware = hw();
+    let execution = Execution::defaults(l, w, &hardware);
+    let efficiencies = Efficiencies::defaults(&hardware, execution.attention);
+    estimate_step_time(&StepTimeInputs {
+        model: &model(),
+        workload: w,
+        layout: l,
+        hardware: &hardware,
+        efficiencies: &efficiencies,
+        execution: &execution,
+    })
+    .unwrap()
+}
+
+fn cluster(gpus: u64, strategy: Strategy) -> Layout {
+    Layout {
+        gpus,
+        gpus_per_node: 8,
+        strategy,
+        ..Layout::single()
+    }
+}
+
+#[test]
+fn breakdown_sums_to_the_step() {
+    let w = TrainWorkload::new(4, 2048);
+    let t = run(&w, &cluster(8, Strategy::FsdpFull));
+    assert!((t.breakdown.total_s() - t.step_s).abs() < 1e-12 * t.step_s.max(1.0));
+    assert!(t.mfu > 0.2 && t.mfu < 0.8, "{t:#?}");
+    assert!(t.hfu >= t.mfu);
+}
+
+#[test]
+fn checkpointing_is_slower() {
+    let mut w = TrainWorkload::new(4, 2048);
+    let plain = run(&w, &Layout::single());
+    w.checkpointing = true;
+    let ckpt = run(&w, &Layout::single());
+    assert!(
+        ckpt.step_s > 1.2 * plain.step_s,
+        "{} {}",
+        ckpt.step_s,
+        plain.step_s
+    );
+    assert!(ckpt.breakdown.recompute_s > 0.0);
+    assert!((ckpt.mfu - plain.mfu).abs() > 0.0 && ckpt.hfu > ckpt.mfu);
+}
+
+#[test]
+fn zero3_across_two_nodes_is_slower_than_within_one() {
+    let w = TrainWorkload::new(1, 2048);
+    let mut one = cluster(8, Strategy::Zero3);
+    one.gpus_per_node = 8;
+    let mut two = cluster(8, Strategy::Zero3);
+    two.gpus_per_node = 4;
+    let a = run(&w, &one);
+    let b = run(&w, &two);
+    assert!(b.step_s > a.step_s, "{} {}", b.step_s, a.step_s);
+    assert!(b.breakdown.exposed_comm_s > a.breakdown.exposed_comm_s);
+}
+
+#[test]
+fn lora_is_faster_per_step_than_full_fine_tuning() {
+    let mut w = TrainWorkload::new(4, 2048);
+    let full = run(&w, &Layout::single());
+    w.lora = Some(Lora {
+        rank: 16,
+        targets: vec!["q_proj".into(), "v_proj".into()],
+        qlora: false,
+    });
+    let lora = run(&w, &Layout::single());
+    assert!(
+        lora.step_s < 0.85 * full.step_s,
+        "{} {}",
+        lora.step_s,
+        full.step_s
+    );
+    assert!(lora.breakdown.optimizer_s < 0.01 * full.breakdown.optimizer_s);
+}
+
+#[test]
+fn tensor_parallel_across_nodes_is_slower() {
+    let w = TrainWorkload::new(1, 4096);
+    let mut inside = cluster(8, Strategy::Ddp);
+    inside.tp = 8;
+    let mut across = inside.clone();
+    across.gpus_per_node = 4;
+    let a = run(&w, &inside);
+    let b = run(&w, &across);
+    assert!(b.step_s > 1.2 * a.step_s, "{} {}", b.step_s, a.step_s);
+}
+
+#[test]
+fn more_micro_batches_shrink_the_bubble_share() {
+    let mut l = cluster(8, Strategy::Ddp);
+    l.pp = 4;
+    let mut w = TrainWorkload::new(1, 2048);
+    w.grad_accum = 4;
+    let few = run(&w, &l);
+    w.grad_accum = 32;
+    let many = run(&w, &l);
+    let share = |t: &StepTime| t.breakdown.bubble_s / t.step_s;
+    assert!(
+        share(&many) < share(&few) / 4.0,
+        "{} {}",
+        share(&many),
+        share(&few)
+    );
+    assert!(many.tokens_per_s_per_gpu > few.tokens_per_s_per_gpu);
+    // interleaving divides it by the virtual stages
+    l.schedule = crate::layout::Schedule::Interleaved;
+    l.virtual_stages = 2;
+    w.grad_accum = 4;
+    let inter = run(&w, &l);
+    assert!(inter.breakdown.bubble_s < few.breakdown.bubble_s);
+}
+
+#[test]
+fn offload_adds_host_time() {
+    let w = TrainWorkload::new(1, 2048);
+    let plain = run(&w, &cluster(8, Strategy::Zero2));
+    let mut l = cluster(8, Strategy::Zero2);
+    l.offload = Offload::Optimizer;
+    let off = run(&w, &l);
+    assert!(off.breakdown.offload_s > 0.0);
+    assert!(off.step_s > plain.step_s);
+}
+
+#[test]
+fn fp32_is_slower_than_bf16() {
+    let mut w = TrainWorkload::new(1, 1024);
+    let bf16 = run(&w, &Layout::single());
+    w.precision = Precision::Fp32;
+    let fp32 = run(&w, &Layout::single());
+    assert!(fp32.step_s > 4.0 * bf16.step_s);
+}
