@@ -28,6 +28,12 @@ CASES = [
          precision="amp-bf16", lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "v_proj"]}),
     dict(id="xc-pythia160m-bf16-sgdmom-ga2", config="pythia-160m", batch=2, seq=128,
          precision="bf16", optimizer="sgd-momentum", grad_accum=2),
+    # the fused-loss references and packed sequences (tools/truth/kernels.py)
+    dict(id="xc-smollm135m-fce", config="smollm-135m", batch=2, seq=128, loss="fused"),
+    dict(id="xc-smollm135m-flce", config="smollm-135m", batch=2, seq=128, loss="fused-linear"),
+    dict(id="xc-tinyllama-flce-ga2", config="tinyllama-1.1b", batch=1, seq=128, loss="fused-linear",
+         grad_accum=2, optimizer="sgd"),
+    dict(id="xc-smollm135m-pf", config="smollm-135m", batch=4, seq=64, padding_free=True),
 ]
 
 

@@ -39,7 +39,10 @@ DEFAULTS = {
     "qlora": False,
     "grad_accum": 1,
     "dropout": "config",
+    "loss": "torch",
+    "padding_free": False,
 }
+LOSSES = {"torch", "fused", "fused-linear"}
 PRECISIONS = {"bf16", "fp16", "fp32", "amp-bf16", "amp-fp16"}
 OPTIMIZERS = {"adamw", "adamw-fused", "adamw-forloop", "sgd", "sgd-momentum", "adafactor", "lion", "adamw-8bit"}
 LR = 1e-4
@@ -72,6 +75,10 @@ def load_cases(path: Path = CASES) -> list[dict]:
             raise SystemExit(f"{case['id']}: bad attention {case['attention']}")
         if case["dropout"] not in ("config", "off"):
             raise SystemExit(f"{case['id']}: bad dropout {case['dropout']}")
+        if case["loss"] not in LOSSES:
+            raise SystemExit(f"{case['id']}: bad loss {case['loss']}")
+        if not isinstance(case["padding_free"], bool):
+            raise SystemExit(f"{case['id']}: padding_free must be true or false")
         if not (CONFIG_DIR / f"{case['config']}.json").exists():
             raise SystemExit(f"{case['id']}: missing config {case['config']}")
         cases.append(case)
@@ -153,6 +160,11 @@ def versions(case: dict) -> dict:
         from importlib.metadata import version
 
         v["lion-pytorch"] = version("lion-pytorch")
+    # the fused losses run CPU references of these kernels (tools/truth/kernels.py)
+    if case.get("loss") == "fused":
+        v["flash-attn-reference"] = "058ad35a3914afd7408dd33c7d5f558a48f4bb05"
+    if case.get("loss") == "fused-linear":
+        v["liger-kernel-reference"] = "0.8.5"
     return v
 
 
@@ -365,7 +377,14 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
     # (position ids 0..S-1, all ours) it returns None and no mask exists, so we give it that answer.
     import transformers.masking_utils as _mu
 
-    _mu.find_packed_sequence_indices = lambda position_ids: None
+    if not hasattr(_mu, "_memwall_find_packed"):
+        _mu._memwall_find_packed = _mu.find_packed_sequence_indices
+    if case["padding_free"]:
+        # packed inputs: transformers' own detection (it returns the sequence index per token,
+        # as on real packed position ids)
+        _mu.find_packed_sequence_indices = _mu._memwall_find_packed
+    else:
+        _mu.find_packed_sequence_indices = lambda position_ids: None
 
     with (FakeTensorMode() if fake else contextlib.nullcontext()):
         torch.set_default_dtype(model_dtype)
@@ -401,8 +420,26 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
         trainable = [p for p in all_params.values() if p.requires_grad]
         params_trainable = sum(p.numel() for p in trainable)
         opt = make_optimizer(case["optimizer"], trainable)
-        ids = torch.randint(0, cfg.vocab_size, (case["batch"], case["seq"]))
         n_acc = int(case["grad_accum"])
+        call_kwargs = {}
+        if case["padding_free"]:
+            # padding-free batch (transformers DataCollatorWithFlattening / TRL padding_free):
+            # the `batch` sequences of `seq` tokens concatenated into one row, position ids
+            # restarting at 0 for each sequence; no KV cache (transformers only detects packed
+            # sequences without one)
+            ids = torch.randint(0, cfg.vocab_size, (1, case["batch"] * case["seq"]))
+            call_kwargs["position_ids"] = torch.arange(case["seq"]).repeat(case["batch"]).unsqueeze(0)
+            call_kwargs["use_cache"] = False
+            n_label_rows = 1
+        else:
+            ids = torch.randint(0, cfg.vocab_size, (case["batch"], case["seq"]))
+            n_label_rows = case["batch"]
+        n_non_ignore = case["batch"] * case["seq"] - n_label_rows
+        causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+        if case["loss"] == "fused":
+            from kernels import flash_ce_causal_lm_loss
+
+            causal_lm.loss_function = flash_ce_causal_lm_loss
 
         mt = MemTracker() if slow_tracker else fast_mem_tracker_class()()
         mt.track_external(model, opt)
@@ -418,6 +455,14 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
                 marks.append(("forward", running_peak()))
 
         hook = lm_head.register_forward_pre_hook(lm_head_pre_hook)
+        if case["loss"] == "fused-linear":
+            import types
+
+            from kernels import liger_causal_lm_forward
+
+            causal_lm.forward = types.MethodType(
+                liger_causal_lm_forward(n_non_ignore, lambda: lm_head_pre_hook(None, None)), causal_lm
+            )
         first_step_peak = None
         t0 = time.time()
         with mt:
@@ -439,7 +484,7 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
                     step_state["in_model"] = True
                     with (torch.autocast("cpu", dtype=amp_dtype) if amp_dtype is not None else contextlib.nullcontext()):
                         # like HF Trainer: only the loss is kept, the output object (logits) is dropped
-                        loss = model(input_ids=ids, labels=ids).loss
+                        loss = model(input_ids=ids, labels=ids, **call_kwargs).loss
                     step_state["in_model"] = False
                     marks.append(("loss", running_peak()))
                     if n_acc > 1:
@@ -495,6 +540,11 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
         lc = dict(result["lora"])
         lc.setdefault("alpha", 2 * int(lc["rank"]))
         result["lora"] = {"rank": int(lc["rank"]), "alpha": int(lc["alpha"]), "targets": list(lc["targets"])}
+    # new fields, written only when not the default (older rows stay as they were measured)
+    if case["loss"] != "torch":
+        result["loss"] = case["loss"]
+    if case["padding_free"]:
+        result["padding_free"] = True
     result["measured"] = {
         "peak_bytes": int(peak),
         "at_peak": at_peak,

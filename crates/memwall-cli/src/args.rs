@@ -12,7 +12,9 @@ use memwall_core::memory::Kernels;
 use memwall_core::names::{parse_named, Named};
 use memwall_core::roofline::{MathDtype, RooflinePhase, RooflineWorkload};
 use memwall_core::workload::limits::{self, count, fraction};
-use memwall_core::workload::{AttentionImpl, KvDtype, Lora, Optimizer, Precision, TrainWorkload};
+use memwall_core::workload::{
+    AttentionImpl, KernelOptions, KvDtype, Lora, LossKernel, Optimizer, Precision, TrainWorkload,
+};
 
 /// The value parser of a core enum: its accepted names and their help come from the enum's one
 /// table (`memwall_core::names`), so no CLI enum mirrors a core enum by hand.
@@ -507,6 +509,7 @@ impl RooflineSettings {
             tp,
             flops_efficiency,
             bandwidth_efficiency,
+            loss: LossKernel::Torch,
         };
         // the bounds that need no model first, then the model (`tp` must divide its heads)
         workload.validate_numbers()?;
@@ -580,6 +583,13 @@ pub struct TrainArgs {
     /// Disable dropout (as if every dropout probability were 0).
     #[arg(long)]
     pub no_dropout: bool,
+    /// Loss kernel: how the cross-entropy is computed from the last hidden states.
+    #[arg(long, value_parser = named::<LossKernel>(), default_value = "torch")]
+    pub loss: LossKernel,
+    /// Padding-free batches (TRL `padding_free`, transformers `DataCollatorWithFlattening`): the
+    /// batch's sequences packed into one row; --seq is then their mean length.
+    #[arg(long)]
+    pub padding_free: bool,
     /// GPU to check the fit against (see `memwall gpus`).
     #[arg(long, default_value = "h100-sxm")]
     pub gpu: String,
@@ -722,6 +732,8 @@ impl TrainSettings {
             qlora,
             grad_accum,
             no_dropout,
+            loss,
+            padding_free,
             gpu,
             output,
             cpu_kernels,
@@ -873,6 +885,7 @@ impl TrainSettings {
             lora,
             grad_accum,
             dropout: !no_dropout,
+            kernels: KernelOptions { loss, padding_free },
         };
         workload.validate()?;
         if let Some(l) = &layout {

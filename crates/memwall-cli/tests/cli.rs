@@ -371,3 +371,56 @@ fn train_megatron_pipeline_table() {
 fn layout_that_does_not_divide() {
     insta::assert_snapshot!(transcript(&["train", "--gpus", "8", "--tp", "3"]));
 }
+
+#[test]
+fn fused_losses_need_less_than_the_transformers_loss() {
+    let run_json = |extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--model",
+            "llama-3.1-8b",
+            "--batch",
+            "4",
+            "--seq",
+            "2048",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (code, stdout, stderr) = run(&args);
+        assert_eq!(code, 0, "{stderr}");
+        serde_json::from_str::<TrainJson>(&stdout).unwrap()
+    };
+    let torch = run_json(&[]);
+    assert!(
+        torch.workload.get("kernels").is_none(),
+        "defaults stay out of the JSON"
+    );
+    let fused = run_json(&["--loss", "fused"]);
+    let linear = run_json(&["--loss", "fused-linear"]);
+    assert_eq!(fused.workload["kernels"]["loss"], "fused");
+    assert_eq!(linear.workload["kernels"]["loss"], "fused-linear");
+    assert!(
+        linear.peak_bytes < fused.peak_bytes && fused.peak_bytes < torch.peak_bytes,
+        "{} {} {}",
+        linear.peak_bytes,
+        fused.peak_bytes,
+        torch.peak_bytes
+    );
+    let packed = run_json(&["--padding-free", "--attention", "flash"]);
+    assert_eq!(packed.workload["kernels"]["padding_free"], true);
+}
+
+#[test]
+fn megatron_refuses_the_fused_losses() {
+    insta::assert_snapshot!(transcript(&[
+        "train",
+        "--model",
+        "llama-3.1-8b",
+        "--gpus",
+        "2",
+        "--tp",
+        "2",
+        "--loss",
+        "fused-linear"
+    ]));
+}

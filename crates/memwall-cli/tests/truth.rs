@@ -5,7 +5,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use memwall_core::memory::{simulate_train, Kernels};
-use memwall_core::workload::{AttentionImpl, Lora, Optimizer, Precision, TrainWorkload};
+use memwall_core::workload::{
+    AttentionImpl, KernelOptions, Lora, LossKernel, Optimizer, Precision, TrainWorkload,
+};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -29,6 +31,12 @@ struct Case {
     qlora: bool,
     grad_accum: u64,
     dropout: String,
+    /// `fused` / `fused-linear` (absent: transformers' own loss)
+    #[serde(default)]
+    loss: Option<String>,
+    /// the batch packed into one row (absent: padded batches)
+    #[serde(default)]
+    padding_free: bool,
     measured: Measured,
     versions: BTreeMap<String, String>,
 }
@@ -107,6 +115,12 @@ fn workload(c: &Case) -> TrainWorkload {
         }),
         grad_accum: c.grad_accum,
         dropout: c.dropout == "config",
+        kernels: KernelOptions {
+            loss: c.loss.as_deref().map_or(LossKernel::Torch, |l| {
+                l.parse().unwrap_or_else(|e| panic!("{}: {e}", c.id))
+            }),
+            padding_free: c.padding_free,
+        },
     }
 }
 
@@ -144,7 +158,11 @@ impl Row {
 }
 
 fn category(c: &Case) -> String {
-    if c.lora.is_some() {
+    if let Some(loss) = &c.loss {
+        format!("loss {loss}")
+    } else if c.padding_free {
+        "padding-free".into()
+    } else if c.lora.is_some() {
         "lora".into()
     } else if c.checkpointing {
         "checkpointing".into()

@@ -13,7 +13,7 @@ use crate::dtype::Precision;
 use crate::error::CoreError;
 use crate::layout::{Layout, Offload, OffloadDevice, Strategy};
 use crate::optimizer::Optimizer;
-use crate::workload::TrainWorkload;
+use crate::workload::{LossKernel, TrainWorkload};
 
 /// DeepSpeed ZeRO stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -94,6 +94,10 @@ pub struct Capabilities {
     pub offload_devices: Rule<OffloadDevice>,
     /// Gradient accumulation over more than one micro-batch (`true` = accepted).
     pub grad_accum: Rule<bool>,
+    /// Loss kernels (`--loss`).
+    pub losses: Rule<LossKernel>,
+    /// Padding-free (packed) batches (`true` = accepted).
+    pub padding_free: Rule<bool>,
 }
 
 const ALL_OPTIMIZERS: &[Optimizer] = &[
@@ -123,6 +127,25 @@ const ALL_PRECISIONS: &[Precision] = &[
     Precision::AmpFp16,
 ];
 const YES: &[bool] = &[false, true];
+const ALL_LOSSES: &[LossKernel] = &[
+    LossKernel::Torch,
+    LossKernel::Fused,
+    LossKernel::FusedLinear,
+];
+/// The loss kernels on the engines that replay the transformers step (each rank runs the loss
+/// of its own micro-batch as one GPU does).
+const HF_LOSSES: Rule<LossKernel> = all(
+    ALL_LOSSES,
+    "torch: transformers ForCausalLMLoss; fused: flash-attn's cross-entropy with \
+     inplace_backward (flash_attn/ops/triton/cross_entropy.py @058ad35); fused-linear: Liger \
+     0.8.5 LigerFusedLinearCrossEntropyFunction (measured on one GPU through CPU references, \
+     tools/truth/kernels.py)",
+);
+const HF_PADDING_FREE: Rule<bool> = all(
+    YES,
+    "transformers DataCollatorWithFlattening / TRL padding_free: one row of batch × seq tokens, \
+     position ids restarting per sequence, no KV cache (measured on one GPU)",
+);
 const NO: &[bool] = &[false];
 const FSDP_STRATEGIES: &[Strategy] = &[Strategy::FsdpFull, Strategy::FsdpGradOp, Strategy::Hsdp];
 
@@ -236,6 +259,8 @@ pub const TABLE: [Capabilities; 8] = [
         ),
         offload_devices: CPU_ONLY,
         grad_accum: all(YES, "gradients accumulate into `.grad` between micro-batches"),
+        losses: HF_LOSSES,
+        padding_free: HF_PADDING_FREE,
     },
     Capabilities {
         engine: Engine::Ddp,
@@ -260,6 +285,8 @@ pub const TABLE: [Capabilities; 8] = [
         ),
         offload_devices: CPU_ONLY,
         grad_accum: all(YES, "every micro-batch all-reduces (no `no_sync`)"),
+        losses: HF_LOSSES,
+        padding_free: HF_PADDING_FREE,
     },
     Capabilities {
         engine: Engine::Fsdp2,
@@ -297,6 +324,8 @@ pub const TABLE: [Capabilities; 8] = [
             YES,
             "every micro-batch is reduce-scattered and added to the sharded gradients",
         ),
+        losses: HF_LOSSES,
+        padding_free: HF_PADDING_FREE,
     },
     Capabilities {
         engine: Engine::Zero(ZeroStage::One),
@@ -311,6 +340,8 @@ pub const TABLE: [Capabilities; 8] = [
         offload: ZERO12_OFFLOAD,
         offload_devices: CPU_ONLY,
         grad_accum: all(YES, "gradients accumulate in the 16-bit model"),
+        losses: HF_LOSSES,
+        padding_free: HF_PADDING_FREE,
     },
     Capabilities {
         engine: Engine::Zero(ZeroStage::Two),
@@ -325,6 +356,8 @@ pub const TABLE: [Capabilities; 8] = [
         offload: ZERO12_OFFLOAD,
         offload_devices: CPU_ONLY,
         grad_accum: all(YES, "gradients accumulate in the rank's partition"),
+        losses: HF_LOSSES,
+        padding_free: HF_PADDING_FREE,
     },
     Capabilities {
         engine: Engine::Zero(ZeroStage::Three),
@@ -350,6 +383,8 @@ pub const TABLE: [Capabilities; 8] = [
             "pinned host memory, or NVMe with host swap buffers (ZeRO-Infinity)",
         ),
         grad_accum: all(YES, "gradients accumulate in the rank's partition"),
+        losses: HF_LOSSES,
+        padding_free: HF_PADDING_FREE,
     },
     Capabilities {
         engine: Engine::Megatron,
@@ -410,6 +445,19 @@ pub const TABLE: [Capabilities; 8] = [
             YES,
             "micro-batches per pipeline flush (`--grad-accum` = m in schedules.py)",
         ),
+        losses: rule(
+            &[LossKernel::Torch],
+            "Megatron-LM's vocab-parallel cross-entropy over fp32 logits (megatron/core/tensor_parallel/cross_entropy.py)",
+            "not modelled: Megatron-LM's own fused cross-entropy (`--cross-entropy-loss-fusion`) is not \
+             simulated, and flash-attn's or Liger's loss do not run inside it",
+            "drop --loss, or use it without --tp/--pp/--cp/--ep",
+        ),
+        padding_free: rule(
+            NO,
+            "",
+            "not modelled: Megatron-LM's packed sequences (THD format, `PackedSeqParams`) are not simulated",
+            "drop --padding-free, or use it without --tp/--pp/--cp/--ep",
+        ),
     },
     Capabilities {
         engine: Engine::Vllm,
@@ -424,6 +472,8 @@ pub const TABLE: [Capabilities; 8] = [
         offload: rule(&[Offload::None], "", SERVES, "use memwall serve"),
         offload_devices: CPU_ONLY,
         grad_accum: rule(NO, "", SERVES, "use memwall serve"),
+        losses: rule(&[LossKernel::Torch], "", SERVES, "use memwall serve"),
+        padding_free: rule(NO, "", SERVES, "use memwall serve"),
     },
 ];
 
@@ -504,6 +554,10 @@ impl Engine {
         }
         if w.grad_accum > 1 {
             self.require(&c.grad_accum, true, "grad_accum", &w.grad_accum.to_string())?;
+        }
+        self.require(&c.losses, w.kernels.loss, "loss", w.kernels.loss.name())?;
+        if w.kernels.padding_free {
+            self.require(&c.padding_free, true, "padding_free", "true")?;
         }
         Ok(())
     }
@@ -656,6 +710,16 @@ mod tests {
                     c.grad_accum.allowed.len() < 2,
                     c.grad_accum.refused,
                     c.grad_accum.hint,
+                ),
+                (
+                    c.losses.allowed.len() < LossKernel::ALL.len(),
+                    c.losses.refused,
+                    c.losses.hint,
+                ),
+                (
+                    c.padding_free.allowed.len() < 2,
+                    c.padding_free.refused,
+                    c.padding_free.hint,
                 ),
                 (
                     c.strategies.allowed.len() < Strategy::ALL.len(),

@@ -15,6 +15,7 @@
 
 use crate::error::CoreError;
 use crate::model::{AttentionKind, LayerSpec, LinearRole, Mlp, ModelDesc, NormKind};
+use crate::workload::LossKernel;
 use serde::Serialize;
 
 /// Which part of the workload is analysed.
@@ -153,6 +154,14 @@ pub struct RooflineWorkload {
     pub flops_efficiency: f64,
     /// Fraction of peak bandwidth achieved.
     pub bandwidth_efficiency: f64,
+    /// Training: the loss kernel (how many passes over the `[tokens, vocab]` logits go through
+    /// memory). Left out of JSON when it is transformers' own loss.
+    #[serde(skip_serializing_if = "is_torch_loss")]
+    pub loss: LossKernel,
+}
+
+fn is_torch_loss(l: &LossKernel) -> bool {
+    *l == LossKernel::Torch
 }
 
 impl RooflineWorkload {
@@ -463,8 +472,38 @@ fn collect(model: &ModelDesc, w: &RooflineWorkload) -> Result<Acc, CoreError> {
         wb,
     );
     if train {
-        // loss: fp32 upcast, log-softmax, NLL, and their backward over [rows, vocab]
-        acc.elementwise("loss.softmax_cross_entropy", rows * v / tp, 5.0, 1.0, 4.0);
+        let n = rows * v / tp;
+        match w.loss {
+            // loss: fp32 upcast, log-softmax, NLL, and their backward over [rows, vocab]
+            LossKernel::Torch => {
+                acc.elementwise("loss.softmax_cross_entropy", n, 5.0, 1.0, 4.0);
+            }
+            // flash-attn's fused cross-entropy: the forward reads the low-precision logits once
+            // (a log-sum-exp per row), the backward reads them and writes the gradient in place:
+            // no fp32 copy (flash_attn/ops/triton/cross_entropy.py)
+            LossKernel::Fused => acc.record(
+                "loss.fused_cross_entropy",
+                OpKind::Elementwise,
+                false,
+                5.0 * n,
+                n * ab,
+                0.8,
+                2.0,
+            ),
+            // Liger's fused linear cross-entropy: each chunk's logits are written by the head's
+            // GEMM (counted in `lm_head`), read once by the kernel, which writes the gradient
+            // over them for the two backward GEMMs, all inside the forward; the backward only
+            // hands the gradients on (liger_kernel/ops/fused_linear_cross_entropy.py)
+            LossKernel::FusedLinear => acc.record(
+                "loss.fused_linear_cross_entropy",
+                OpKind::Elementwise,
+                false,
+                9.0 * n,
+                2.0 * n * ab,
+                0.0,
+                0.0,
+            ),
+        }
         // optimizer: AdamW reads param, grad, m, v and writes param, m, v (~12 FLOPs/param)
         let p = model.param_counts()?.total as f64 / tp;
         acc.record(
@@ -802,6 +841,7 @@ mod tests {
             tp: 1,
             flops_efficiency: 1.0,
             bandwidth_efficiency: 1.0,
+            loss: LossKernel::Torch,
         }
     }
 
@@ -862,6 +902,22 @@ mod tests {
         assert!(i("gemm") > 1000.0 && i("gemm") < 3000.0, "{}", i("gemm"));
         let ridge = a100().ridge(MathDtype::Bf16).unwrap();
         assert!(i("relu") < ridge && i("layernorm") < ridge && i("gemm") > ridge);
+    }
+
+    #[test]
+    fn fused_losses_move_fewer_bytes_than_the_fp32_loss() {
+        let m = llama2_7b();
+        let time = |loss| {
+            let mut w = w(RooflinePhase::Train, 4, 2048);
+            w.loss = loss;
+            analyze(&m, &w, &h100()).unwrap().time_s
+        };
+        let (torch, fused, linear) = (
+            time(LossKernel::Torch),
+            time(LossKernel::Fused),
+            time(LossKernel::FusedLinear),
+        );
+        assert!(linear < fused && fused < torch, "{linear} {fused} {torch}");
     }
 
     #[test]

@@ -67,6 +67,7 @@ pub fn train_speed(
         tp: layout.map_or(1, |l| l.tp),
         flops_efficiency: 1.0,
         bandwidth_efficiency: 1.0,
+        loss: workload.kernels.loss,
     };
     let ceilings = gpu.ceilings();
     let bound = roofline::analyze(model, &w, &ceilings)?;

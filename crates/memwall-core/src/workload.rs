@@ -18,6 +18,44 @@ crate::names::named_enum! {
     }
 }
 
+crate::names::named_enum! {
+    /// How the loss is computed from the last hidden states (`--loss`).
+    #[derive(Default)]
+    pub enum LossKernel in "loss" {
+        /// transformers `ForCausalLMLoss`: the LM head's logits, their fp32 upcast and
+        /// `cross_entropy` (log-softmax saved, a full fp32 gradient in backward).
+        #[default]
+        Torch = "torch": "transformers ForCausalLMLoss (fp32 upcast + cross_entropy)",
+        /// A fused softmax-cross-entropy over the low-precision logits that writes the gradient
+        /// into the logits in place (flash-attn `cross_entropy_loss(inplace_backward=True)`).
+        Fused = "fused": "fused cross-entropy over bf16/fp16 logits, gradient in place (flash-attn)",
+        /// Fused linear cross-entropy: the logits are never materialised, only one chunk of
+        /// rows at a time, gradients computed in the forward (Liger `LigerFusedLinearCrossEntropy`).
+        FusedLinear = "fused-linear": "fused linear cross-entropy, no logits tensor (Liger)",
+    }
+}
+
+/// The kernels a training step runs where the eager transformers step has alternatives users
+/// switch on (TRL/transformers `use_liger_kernel`, `padding_free`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct KernelOptions {
+    /// The loss computation.
+    pub loss: LossKernel,
+    /// Padding-free batches (transformers `DataCollatorWithFlattening`, TRL `padding_free`): the
+    /// `batch` sequences of `seq` tokens are packed into one row of `batch × seq` tokens with
+    /// position ids restarting per sequence, so `seq` is the mean length of the real sequences,
+    /// not the longest. No KV cache is built (transformers detects packed sequences only
+    /// without one).
+    pub padding_free: bool,
+}
+
+impl KernelOptions {
+    /// The eager transformers defaults (`torch` loss, padded batches).
+    pub fn is_default(&self) -> bool {
+        *self == KernelOptions::default()
+    }
+}
+
 /// LoRA adapters (peft semantics).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Lora {
@@ -50,6 +88,9 @@ pub struct TrainWorkload {
     pub grad_accum: u64,
     /// Dropout as the config says (`true`) or disabled (`false`).
     pub dropout: bool,
+    /// Fused kernels and padding-free batches (left out of JSON when they are the defaults).
+    #[serde(skip_serializing_if = "KernelOptions::is_default")]
+    pub kernels: KernelOptions,
 }
 
 /// The bounds every front end applies to user input, from one place: counts stay far from
@@ -125,6 +166,7 @@ impl TrainWorkload {
             lora: None,
             grad_accum: 1,
             dropout: true,
+            kernels: KernelOptions::default(),
         }
     }
 

@@ -293,7 +293,7 @@ pub fn build(s: &TrainSettings) -> Result<TrainReport> {
 /// The workload line: `batch 4 × seq 2048 · bf16 · adamw · …`.
 fn workload_line(w: &TrainWorkload) -> String {
     format!(
-        "batch {} × seq {} · {} · {} · attention {} · checkpointing {} · grad-accum {}{}",
+        "batch {} × seq {} · {} · {} · attention {} · checkpointing {} · grad-accum {}{}{}",
         w.batch,
         w.seq,
         serde_name(&w.precision),
@@ -309,8 +309,21 @@ fn workload_line(w: &TrainWorkload) -> String {
                 l.targets.join(",")
             ),
             None => String::new(),
-        }
+        },
+        kernels_part(w),
     )
+}
+
+/// ` · loss fused-linear · padding-free` when the kernels are not transformers' defaults.
+fn kernels_part(w: &TrainWorkload) -> String {
+    let mut s = String::new();
+    if w.kernels.loss != memwall_core::workload::LossKernel::Torch {
+        s.push_str(&format!(" · loss {}", w.kernels.loss));
+    }
+    if w.kernels.padding_free {
+        s.push_str(" · padding-free");
+    }
+    s
 }
 
 /// The layout line: `8 GPUs (8 per node) · zero3 · dp 8 · tp 2 + sp · …`.

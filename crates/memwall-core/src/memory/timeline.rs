@@ -143,6 +143,11 @@ pub struct Node {
     pub recompute: Option<usize>,
     /// When set, this is not an op but a data-parallel hook point (FSDP/ZeRO unit boundary).
     pub marker: Option<Marker>,
+    /// The node's gradients already exist: the k-th gradient it produces (inputs first, then
+    /// parameters) is the k-th saved tensor, handed on without a new allocation. Fused kernels
+    /// that write a gradient in place (flash-attn's cross-entropy over the logits' storage) or
+    /// compute it in the forward (Liger's fused linear cross-entropy) work like this.
+    pub grads_in_saved: bool,
 }
 
 /// A hook point on the tape: backward reaches it like an op and the simulator runs the hook.
@@ -375,16 +380,27 @@ impl Timeline {
         self.tape.push(node);
     }
 
-    fn grad_for_input(&mut self, x: TensorId) {
+    /// A new gradient, or a reference to `given` when the node hands on an existing tensor.
+    fn new_grad(&mut self, bytes: u128, given: Option<TensorId>) -> TensorId {
+        match given {
+            Some(g) => {
+                self.retain(g);
+                g
+            }
+            None => self.alloc(bytes, Category::Temporaries, false),
+        }
+    }
+
+    fn grad_for_input(&mut self, x: TensorId, given: Option<TensorId>) {
         let bytes = self.tensors[x].bytes;
         match self.tensors[x].grad {
             None => {
-                let g = self.alloc(bytes, Category::Temporaries, false);
+                let g = self.new_grad(bytes, given);
                 self.tensors[x].grad = Some(g);
             }
             Some(old) => {
                 // new gradient, then `old + new` out of place, then both released
-                let new = self.alloc(bytes, Category::Temporaries, false);
+                let new = self.new_grad(bytes, given);
                 let sum = self.alloc(bytes, Category::Temporaries, false);
                 self.release(old);
                 self.release(new);
@@ -398,14 +414,14 @@ impl Timeline {
     /// AccumulateGrad once the last one arrived (`torch/csrc/autograd/engine.cpp`): a tied
     /// embedding holds the LM head's gradient through the whole backward. AccumulateGrad then
     /// steals the buffer as `.grad`, or adds it in place when `.grad` exists (accumulation).
-    fn grad_for_param(&mut self, p: TensorId) {
+    fn grad_for_param(&mut self, p: TensorId, given: Option<TensorId>) {
         let Some(state) = self.tensors[p].param else {
             return;
         };
         if !state.trainable {
             return;
         }
-        let new = self.alloc(state.grad_bytes, Category::Temporaries, false);
+        let new = self.new_grad(state.grad_bytes, given);
         let pending = match state.pending {
             None => new,
             Some(old) => {
@@ -441,13 +457,23 @@ impl Timeline {
     pub fn backward_node(&mut self, node: &Node) {
         let temps: u128 = node.backward_temps;
         self.add_live(temps, Category::Temporaries);
+        let mut given = node.saved.as_slice().iter().copied();
+        let mut next_given = || {
+            if node.grads_in_saved {
+                given.next()
+            } else {
+                None
+            }
+        };
         for &x in node.inputs.as_slice() {
+            let g = next_given();
             if self.tensors[x].requires_grad {
-                self.grad_for_input(x);
+                self.grad_for_input(x, g);
             }
         }
         for &p in node.params.as_slice() {
-            self.grad_for_param(p);
+            let g = next_given();
+            self.grad_for_param(p, g);
         }
         self.sub_live(temps, Category::Temporaries);
         for &o in node.outputs.as_slice() {
@@ -548,9 +574,9 @@ mod tests {
     fn second_gradient_is_summed_out_of_place() {
         let mut t = Timeline::new();
         let x = t.alloc(8, Category::Activations, true);
-        t.grad_for_input(x);
+        t.grad_for_input(x, None);
         let before = t.live();
-        t.grad_for_input(x);
+        t.grad_for_input(x, None);
         assert_eq!(t.live(), before);
         assert_eq!(t.peak(), before + 16);
     }

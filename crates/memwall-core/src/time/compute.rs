@@ -197,6 +197,7 @@ impl ComputeContext<'_> {
             tp: l.tp,
             flops_efficiency: 1.0,
             bandwidth_efficiency: 1.0,
+            loss: w.kernels.loss,
         };
         let records = op_records(self.model, &rw)?;
         let cp = l.cp.max(1) as f64;

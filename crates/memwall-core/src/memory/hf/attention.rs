@@ -238,8 +238,13 @@ impl Builder<'_> {
                 .attention_core(q, qs, kc, ks, vc, vs, heads, kv_heads, qk_dim, v_dim, a, lp);
         }
         // DynamicCache.update (transformers cache_utils.py) concatenates k/v into the cache,
-        // which the model output keeps; HF disables the cache under gradient checkpointing.
-        if !ckpt && !matches!(a.kind, AttentionKind::Mla { .. }) {
+        // which the model output keeps; HF disables the cache under gradient checkpointing, and a
+        // padding-free step runs without one (`use_cache=False`: masking_utils detects packed
+        // sequences only when there is no cache).
+        if !ckpt
+            && !self.mode.kernels().padding_free
+            && !matches!(a.kind, AttentionKind::Mla { .. })
+        {
             let cache_size = ks.max(vs);
             let kc = self.op(rows * kv_heads * qk_dim * cache_size, &[k], &[], &[], &[]);
             let vc = self.op(rows * kv_heads * v_dim * cache_size, &[v], &[], &[], &[]);
@@ -377,27 +382,7 @@ impl Builder<'_> {
             AttentionImpl::Sdpa | AttentionImpl::Flash => {
                 // flash kernel: saves q, k, v, output and logsumexp (fp32, B*H*S)
                 // (aten `_scaled_dot_product_flash_attention[_for_cpu]`, derivatives.yaml).
-                let (q2, k2, v2) = if self.amp {
-                    let q2 = if qs != c {
-                        self.cast(q, rows * heads * qk_dim * c)
-                    } else {
-                        q
-                    };
-                    let k2 = if ks != c {
-                        self.cast(k, rows * kv_heads * qk_dim * c)
-                    } else {
-                        k
-                    };
-                    let v2 = if vs != c {
-                        self.cast(v, rows * kv_heads * v_dim * c)
-                    } else {
-                        v
-                    };
-                    (q2, k2, v2)
-                } else {
-                    (q, k, v)
-                };
-                let lse = self.act(b * heads * s * 4, false);
+                //
                 // A sliding-window layer shorter than the sequence gets an explicit boolean mask
                 // (transformers masking_utils `sliding_window_causal_mask`; a full causal layer
                 // uses `is_causal` and no mask). SDPA converts it to an additive float mask in
@@ -409,15 +394,56 @@ impl Builder<'_> {
                 // allow_is_causal_skip=False)`), decode steps included; the flash-attention-2
                 // path gets no 4-D mask. Converted the same way: `where(mask, 0, -inf)` makes a
                 // [B, 1, q, kv] tensor in the query's dtype for the duration of the call.
-                let falcon_mask = a.eager_style == crate::model::EagerStyle::Falcon
+                //
+                // Packed sequences (padding-free) get the same: `find_packed_sequence_indices`
+                // finds the sequence boundaries in the position ids and `sdpa_mask` materialises a
+                // block-diagonal causal boolean mask (masking_utils.py `packed_sequence_mask_function`).
+                let falcon = a.eager_style == crate::model::EagerStyle::Falcon;
+                let falcon_mask = (falcon || self.mode.kernels().padding_free)
                     && self.mode.attention() == AttentionImpl::Sdpa;
-                let mask = match a.sliding_window {
-                    Some(win) if u128::from(win) < kv && s > 1 => {
-                        Some(self.act(b * s * kv * c, false))
-                    }
-                    _ if falcon_mask => Some(self.act(b * s * kv * c, false)),
-                    _ => None,
+                let masked = match a.sliding_window {
+                    Some(win) if u128::from(win) < kv && s > 1 => true,
+                    _ => falcon_mask,
                 };
+                // With a mask, transformers does not use SDPA's `enable_gqa`
+                // (integrations/sdpa_attention.py `use_gqa_in_sdpa`: "no mask"): `repeat_kv`
+                // expands k and v to every head, a copy unless there is a single kv head (then
+                // `expand(...).reshape(...)` is a view), and SDPA saves the copies.
+                let (k, v, ks, vs, repeated) = if masked
+                    && self.mode.attention() == AttentionImpl::Sdpa
+                    && heads > kv_heads
+                    && kv_heads > 1
+                    && !falcon
+                {
+                    let kr = self.op(b * kv * heads * qk_dim * ks, &[k], &[], &[], &[]);
+                    let vr = self.op(b * kv * heads * v_dim * vs, &[v], &[], &[], &[]);
+                    (kr, vr, ks, vs, true)
+                } else {
+                    (k, v, ks, vs, false)
+                };
+                let kv_store = if repeated { heads } else { kv_heads };
+                let (q2, k2, v2) = if self.amp {
+                    let q2 = if qs != c {
+                        self.cast(q, rows * heads * qk_dim * c)
+                    } else {
+                        q
+                    };
+                    let k2 = if ks != c {
+                        self.cast(k, rows * kv_store * qk_dim * c)
+                    } else {
+                        k
+                    };
+                    let v2 = if vs != c {
+                        self.cast(v, rows * kv_store * v_dim * c)
+                    } else {
+                        v
+                    };
+                    (q2, k2, v2)
+                } else {
+                    (q, k, v)
+                };
+                let lse = self.act(b * heads * s * 4, false);
+                let mask = masked.then(|| self.act(b * s * kv * c, false));
                 let o = self.act(rows * heads * v_dim * c, true);
                 let mut saved = vec![q2, k2, v2, o, lse];
                 saved.extend(mask);
@@ -435,6 +461,10 @@ impl Builder<'_> {
                     if new != old {
                         self.drop_(new);
                     }
+                }
+                if repeated {
+                    self.drop_(k);
+                    self.drop_(v);
                 }
                 // The kernel's output takes q's memory layout. A q made by `cat` (partial
                 // rotary, MLA) is laid out [B, H, S, D], so `transpose(1, 2).contiguous()` in
@@ -655,13 +685,14 @@ impl Builder<'_> {
                 ))
             }
             AttentionImpl::Sdpa
-                if self.model.layers.iter().any(|l| {
-                    l.attention.eager_style == crate::model::EagerStyle::Falcon
-                        || (q_len > 1
-                            && l.attention
-                                .sliding_window
-                                .is_some_and(|w| u128::from(w) < kv_len))
-                }) =>
+                if self.mode.kernels().padding_free
+                    || self.model.layers.iter().any(|l| {
+                        l.attention.eager_style == crate::model::EagerStyle::Falcon
+                            || (q_len > 1
+                                && l.attention
+                                    .sliding_window
+                                    .is_some_and(|w| u128::from(w) < kv_len))
+                    }) =>
             {
                 Some(self.act(q_len * kv_len, false))
             }

@@ -29,7 +29,9 @@ mod train;
 use super::dist_types::{ShardSim, Unit};
 use super::timeline::{Category, Ids, Node, TensorId, Timeline};
 use crate::model::{LinearRole, ModelDesc};
-use crate::workload::{AttentionImpl, InferWorkload, Lora, Precision, TrainWorkload, WeightFormat};
+use crate::workload::{
+    AttentionImpl, InferWorkload, KernelOptions, Lora, Precision, TrainWorkload, WeightFormat,
+};
 
 /// Which device's kernels the simulation follows where CPU and CUDA differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +122,11 @@ impl<'a> Mode<'a> {
     /// The LoRA / QLoRA adapters (training only).
     fn lora(self) -> Option<&'a Lora> {
         self.train().and_then(|w| w.lora.as_ref())
+    }
+
+    /// The fused kernels and padding-free batches of a training step (the defaults in inference).
+    fn kernels(self) -> KernelOptions {
+        self.train().map(|w| w.kernels).unwrap_or_default()
     }
 
     /// The storage format of the weights in inference; `None` in training.
@@ -226,7 +233,15 @@ impl<'a> Builder<'a> {
         kernels: Kernels,
         shard: Option<ShardSim>,
     ) -> Self {
-        let mut b = Builder::new(model, Mode::Train(w), w.precision, w.batch, w.seq, kernels);
+        // A padding-free batch is one row of all its tokens (transformers
+        // `DataCollatorWithFlattening`: `input_ids` [1, sum of lengths], position ids restarting
+        // per sequence).
+        let (batch, seq) = if w.kernels.padding_free {
+            (1, w.batch.saturating_mul(w.seq))
+        } else {
+            (w.batch, w.seq)
+        };
+        let mut b = Builder::new(model, Mode::Train(w), w.precision, batch, seq, kernels);
         b.train.shard = shard;
         b
     }

@@ -2,9 +2,19 @@
 //! optimizer states and step, and the steady-state step that strings them together.
 
 use super::Builder;
+use crate::memory::timeline::TensorId;
 use crate::memory::timeline::{Category, Ids, Marker, Node, Phase};
 use crate::model::AttentionKind;
-use crate::workload::Optimizer;
+use crate::workload::{LossKernel, Optimizer};
+
+/// Rows of one chunk of Liger's fused linear cross-entropy (Liger-Kernel 0.8.5,
+/// `fused_linear_cross_entropy_forward`, `chunk_mem_const = 1`): `inc_factor = cdiv(V, H)`,
+/// `chunk_size = min(next_power_of_2(cdiv(BT, inc_factor)), BT)`, which bounds the transient
+/// logits to about `BT × H` elements.
+pub(crate) fn liger_chunk_rows(rows: u128, hidden: u128, vocab: u128) -> u128 {
+    let inc = vocab.div_ceil(hidden.max(1)).max(1);
+    rows.div_ceil(inc).next_power_of_two().min(rows)
+}
 
 impl Builder<'_> {
     fn forward_and_loss(&mut self) {
@@ -65,6 +75,30 @@ impl Builder<'_> {
         let (fx, fs) = self.body_tail(x, xsize, rows, mask);
         // the loss phase starts at the LM head (the harness's lm_head forward pre-hook)
         self.t.set_phase(Phase::Loss);
+        let loss = match self.mode.kernels().loss {
+            LossKernel::FusedLinear => self.fused_linear_loss(fx, fs, rows),
+            kind => self.logits_loss(fx, fs, rows, kind),
+        };
+        // the training loop keeps only the loss: outputs (logits, cache) are dropped
+        for r in std::mem::take(&mut self.out_refs) {
+            self.drop_(r);
+        }
+        for r in std::mem::take(&mut self.autocast_cache) {
+            self.drop_(r);
+        }
+        // the model's forward (the root unit's) returns here, after the loss
+        self.unit_post_forward(0);
+        self.t.set_phase(Phase::Backward);
+        self.t.seed_grad(loss);
+        self.unit_pre_backward(0);
+        self.backward();
+        self.finish_backward();
+        self.drop_(loss);
+    }
+
+    /// The LM head's logits and a cross-entropy over them; returns the loss. The logits' Python
+    /// reference (the model output) is dropped here too.
+    fn logits_loss(&mut self, fx: TensorId, fs: u128, rows: u128, kind: LossKernel) -> TensorId {
         let v = u128::from(self.model.embeddings.vocab_size);
         let head = self.lm_head_linear();
         let c = self.compute_size;
@@ -80,6 +114,31 @@ impl Builder<'_> {
             self.drop_(th);
         }
         self.t.retag(logits, Category::LossBuffers);
+        if kind == LossKernel::Fused {
+            // flash-attn `CrossEntropyLossFunction` (flash-attention 058ad35,
+            // flash_attn/ops/triton/cross_entropy.py) over the low-precision logits: `losses`,
+            // `lse` and `z_losses` are fp32 per row; it saves the logits and `lse`, and with
+            // `inplace_backward=True` its backward writes the gradient into the logits' storage.
+            let losses = self.act(rows * 4, true);
+            let lse = self.act(rows * 4, false);
+            let z_losses = self.act(rows * 4, false);
+            self.t.record(Node {
+                saved: Ids::of(&[logits, lse]),
+                inputs: Ids::of(&[logits]),
+                outputs: Ids::of(&[losses]),
+                grads_in_saved: true,
+                ..Node::default()
+            });
+            self.drop_(lse);
+            // `losses.sum() / (labels != ignore_index).sum()`: the per-row losses and the
+            // discarded z-losses go when the loss function returns
+            let loss = self.op(4, &[losses], &[], &[], &[]);
+            self.drop_(losses);
+            self.drop_(z_losses);
+            self.drop_(logits);
+            return loss;
+        }
+        let c = self.compute_size;
         // ForCausalLMLoss (transformers loss/loss_utils.py): logits.float(), then
         // cross_entropy = log_softmax (fp32 output saved) + nll_loss.
         let lf = if c != 4 {
@@ -107,22 +166,68 @@ impl Builder<'_> {
             ..Node::default()
         });
         self.drop_(ls);
-        // the training loop keeps only the loss: outputs (logits, cache) are dropped
         self.drop_(logits);
-        for r in std::mem::take(&mut self.out_refs) {
-            self.drop_(r);
+        loss
+    }
+
+    /// Liger's fused linear cross-entropy (Liger-Kernel 0.8.5,
+    /// `liger_kernel/ops/fused_linear_cross_entropy.py`, `fused_linear_cross_entropy_forward`,
+    /// CUDA path): the LM head never runs. The forward allocates `grad_input` (the hidden states'
+    /// shape) and `grad_weight` (the head weight's, when it is trainable), an fp32 loss per row
+    /// and a boolean target mask, and one `[chunk_size, V]` logits buffer that every chunk of rows
+    /// reuses (`torch.mm(out=)`; the kernel writes the chunk's gradient over it, then
+    /// `torch.mm(out=grad_input[rows])` and `torch.addmm(out=grad_weight)` accumulate). The two
+    /// gradients are saved and handed to autograd as they are in backward.
+    fn fused_linear_loss(&mut self, fx: TensorId, fs: u128, rows: u128) -> TensorId {
+        let v = u128::from(self.model.embeddings.vocab_size);
+        let head = self.lm_head_linear();
+        let hidden = head.in_f;
+        let grad_input = self.act(rows * hidden * fs, false);
+        self.t.retag(grad_input, Category::LossBuffers);
+        let w_tr = self.trainable(&head.w);
+        let w_bytes = self.t.bytes(head.w.id);
+        let grad_weight = w_tr.then(|| {
+            let g = self.act(w_bytes, false);
+            self.t.retag(g, Category::LossBuffers);
+            g
+        });
+        let loss_1d = self.act(rows * 4, false);
+        let target_mask = self.act(rows, false);
+        let chunk = liger_chunk_rows(rows, hidden, v);
+        if self.amp && fs != self.compute_size {
+            // under autocast `_can_use_mm_out` is false (fp32 hidden states): each chunk's logits
+            // come from `_input_chunk @ weight.t()` (autocast dtype) and the weight gradient from
+            // `grad_weight += torch.mm(grad_logits_chunk.t(), _input_chunk).float()`, a
+            // parameter-sized product and its fp32 copy (the legacy path; derived, not measured)
+            let c = self.compute_size;
+            let wg = if w_tr { w_bytes / 4 * (c + 4) } else { 0 };
+            self.t.transient(
+                chunk * v * c + chunk * hidden * c + wg,
+                Category::LossBuffers,
+            );
+        } else {
+            self.t.transient(chunk * v * fs, Category::LossBuffers);
         }
-        for r in std::mem::take(&mut self.autocast_cache) {
-            self.drop_(r);
+        let loss = self.act(4, true);
+        let mut saved = vec![grad_input];
+        saved.extend(grad_weight);
+        let params: Vec<TensorId> = grad_weight.map(|_| head.w.id).into_iter().collect();
+        self.t.record(Node {
+            saved: Ids::of(&saved),
+            inputs: Ids::of(&[fx]),
+            params: Ids::of(&params),
+            outputs: Ids::of(&[loss]),
+            grads_in_saved: true,
+            ..Node::default()
+        });
+        for t in [grad_input, loss_1d, target_mask] {
+            self.drop_(t);
         }
-        // the model's forward (the root unit's) returns here, after the loss
-        self.unit_post_forward(0);
-        self.t.set_phase(Phase::Backward);
-        self.t.seed_grad(loss);
-        self.unit_pre_backward(0);
-        self.backward();
-        self.finish_backward();
-        self.drop_(loss);
+        if let Some(g) = grad_weight {
+            self.drop_(g);
+        }
+        self.drop_(fx);
+        loss
     }
 
     fn backward(&mut self) {
@@ -257,5 +362,20 @@ impl Builder<'_> {
         self.optimizer_step();
         self.t.zero_grad();
         self.shard_zero_grad();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::liger_chunk_rows;
+
+    #[test]
+    fn liger_chunks_follow_its_source_example() {
+        // fused_linear_cross_entropy.py: "BT = 4096*4, V = 32000, H = 4096 ==> inc_factor = 8,
+        // chunk_size = 2048"
+        assert_eq!(liger_chunk_rows(4096 * 4, 4096, 32000), 2048);
+        // never more rows than there are, a power of two otherwise
+        assert_eq!(liger_chunk_rows(100, 4096, 32000), 16);
+        assert_eq!(liger_chunk_rows(3, 4096, 1000), 3);
     }
 }
