@@ -10,6 +10,7 @@ use memwall_core::gpu::GpuSpec;
 use memwall_core::layout::{Layout, Offload, OffloadDevice, Schedule, Strategy};
 use memwall_core::memory::Kernels;
 use memwall_core::names::{parse_named, Named};
+use memwall_core::plan::AllowItem;
 use memwall_core::roofline::{MathDtype, RooflinePhase, RooflineWorkload};
 use memwall_core::workload::limits::{self, count, fraction};
 use memwall_core::workload::{
@@ -42,6 +43,11 @@ pub struct Cli {
 pub enum Command {
     /// Peak memory of one training step on one GPU.
     Train(TrainArgs),
+    /// The fastest training configuration that fits a cluster, ranked by tokens/s per GPU.
+    Plan(PlanArgs),
+    /// Where the peak is and the cheapest fixes, in order, until it fits (`memwall doctor
+    /// [train flags]`, or `memwall doctor infer [infer flags]`).
+    Doctor(DoctorArgs),
     /// List the embedded model catalogue.
     Models(ListArgs),
     /// Exact parameter counts of a model, by component and dtype.
@@ -829,26 +835,7 @@ impl TrainSettings {
                     )
                     .into());
                 }
-                let mut known: Vec<&str> = Vec::new();
-                for (_, n) in &model.desc.linear_names {
-                    if !known.contains(&n.as_str()) {
-                        known.push(n.as_str());
-                    }
-                }
-                for t in &lora_targets {
-                    if !known.contains(&t.as_str()) {
-                        return Err(UserError::flag(
-                            "--lora-targets",
-                            format!("`{}`", untrusted(t)),
-                            format!(
-                                "not a linear layer of this {} model",
-                                model.desc.model_type
-                            ),
-                            format!("pick from its linear layers: {}", known.join(", ")),
-                        )
-                        .into());
-                    }
-                }
+                check_lora_targets(&model, &lora_targets)?;
                 Some(Lora {
                     rank,
                     targets: lora_targets,
@@ -1014,4 +1001,226 @@ impl ServeSettings {
             format,
         })
     }
+}
+
+/// `memwall plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Catalogue id, Hugging Face repo id, path to a config.json or a model directory.
+    #[arg(long, short = 'm', default_value = "llama-3.1-8b")]
+    pub model: String,
+    /// GPU (see `memwall gpus`).
+    #[arg(long, default_value = "h100-sxm")]
+    pub gpu: String,
+    /// GPUs in the cluster.
+    #[arg(long, default_value_t = 8)]
+    pub gpus: u64,
+    /// GPUs per node.
+    #[arg(long, default_value_t = 8)]
+    pub gpus_per_node: u64,
+    /// Tokens per sequence.
+    #[arg(long, short = 's', default_value_t = 2048)]
+    pub seq: u64,
+    /// Sequences per optimizer step (micro-batch × accumulation × data-parallel ranks).
+    #[arg(long, default_value_t = 32)]
+    pub global_batch: u64,
+    /// Host memory per node for offload, bytes (unchecked when absent).
+    #[arg(long)]
+    pub host_memory_per_node: Option<u64>,
+    /// Changes the search may make, comma-separated. Those that change the training result are
+    /// labelled in every plan that uses them.
+    #[arg(long, value_delimiter = ',', value_parser = named::<AllowItem>())]
+    pub allow: Vec<AllowItem>,
+    /// Drop plans slower than this many seconds per optimizer step.
+    #[arg(long)]
+    pub max_step_s: Option<f64>,
+    /// Plans to show.
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    /// Precision of the training as asked (the search may also try pure bf16; see --allow).
+    #[arg(long, value_parser = named::<Precision>(), default_value = "amp-bf16")]
+    pub precision: Precision,
+    /// Optimizer as asked (the search also tries its fused twin).
+    #[arg(long, value_parser = named::<Optimizer>(), default_value = "adamw")]
+    pub optimizer: Optimizer,
+    /// Attention implementation.
+    #[arg(long, value_parser = named::<AttentionImpl>(), default_value = "sdpa")]
+    pub attention: AttentionImpl,
+    /// Loss kernel.
+    #[arg(long, value_parser = named::<LossKernel>(), default_value = "torch")]
+    pub loss: LossKernel,
+    /// Disable dropout.
+    #[arg(long)]
+    pub no_dropout: bool,
+    /// LoRA rank when --allow lora/qlora (default 16).
+    #[arg(long, default_value_t = 16)]
+    pub lora_rank: u64,
+    /// LoRA targets when --allow lora/qlora (default: the attention projections).
+    #[arg(long, value_delimiter = ',')]
+    pub lora_targets: Vec<String>,
+    /// Allocator margin of the fit test (fraction of the peak; see `memwall train --help`).
+    #[arg(long, default_value_t = memwall_core::plan::DEFAULT_ALLOC_MARGIN)]
+    pub alloc_margin: f64,
+    /// Output format.
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Resolved `plan` settings.
+#[derive(Debug)]
+pub struct PlanSettings {
+    /// Model.
+    pub model: ModelSource,
+    /// GPU.
+    pub gpu: &'static GpuSpec,
+    /// The search.
+    pub request: memwall_core::plan::PlanRequest,
+    /// Output format.
+    pub format: Format,
+}
+
+impl PlanSettings {
+    /// Resolves raw arguments (every field destructured).
+    pub fn resolve(a: PlanArgs) -> Result<Self> {
+        let PlanArgs {
+            model,
+            gpu,
+            gpus,
+            gpus_per_node,
+            seq,
+            global_batch,
+            host_memory_per_node,
+            allow,
+            max_step_s,
+            top,
+            precision,
+            optimizer,
+            attention,
+            loss,
+            no_dropout,
+            lora_rank,
+            lora_targets,
+            alloc_margin,
+            output,
+        } = a;
+        let format = output.resolve()?;
+        count("gpus", gpus, memwall_core::layout::MAX_GPUS)?;
+        count(
+            "gpus_per_node",
+            gpus_per_node,
+            memwall_core::layout::MAX_GPUS,
+        )?;
+        count("seq", seq, limits::MAX_SEQ)?;
+        count(
+            "global_batch",
+            global_batch,
+            limits::MAX_BATCH.saturating_mul(limits::MAX_GRAD_ACCUM),
+        )?;
+        count("top", top as u64, 1000)?;
+        count("lora_rank", lora_rank, limits::MAX_LORA_RANK)?;
+        memwall_core::plan::check_alloc_margin(alloc_margin)?;
+        if let Some(t) = max_step_s {
+            if !(t.is_finite() && t > 0.0) {
+                return Err(UserError::new(
+                    format!(
+                        "invalid --max-step-s {}: must be a positive number of seconds",
+                        untrusted(&t.to_string())
+                    ),
+                    "give the slowest acceptable optimizer step in seconds, e.g. --max-step-s 10",
+                )
+                .into());
+            }
+        }
+        if gpus > gpus_per_node && !gpus.is_multiple_of(gpus_per_node) {
+            return Err(UserError::new(
+                format!(
+                    "invalid --gpus {gpus}: not whole nodes of --gpus-per-node {gpus_per_node}"
+                ),
+                "make --gpus a multiple of --gpus-per-node",
+            )
+            .into());
+        }
+        let model = model_source::load(&model)?;
+        let gpu = resolve_gpu(&gpu)?;
+        let lora = if lora_targets.is_empty() {
+            memwall_core::plan::default_lora(&model.desc)
+        } else {
+            check_lora_targets(&model, &lora_targets)?;
+            Lora {
+                rank: lora_rank,
+                targets: lora_targets,
+                qlora: false,
+            }
+        };
+        let mut base = TrainWorkload::new(1, seq);
+        base.precision = precision;
+        base.optimizer = optimizer;
+        base.attention = attention;
+        base.dropout = !no_dropout;
+        base.kernels.loss = loss;
+        let request = memwall_core::plan::PlanRequest {
+            gpus,
+            gpus_per_node,
+            seq,
+            global_batch,
+            host_memory_per_node,
+            allow: memwall_core::plan::Allow::from_items(&allow),
+            base,
+            lora: Lora {
+                rank: lora_rank,
+                ..lora
+            },
+            max_step_s,
+            top,
+            alloc_margin,
+            kernels: Kernels::Cuda,
+        };
+        Ok(PlanSettings {
+            model,
+            gpu,
+            request,
+            format,
+        })
+    }
+}
+
+/// `memwall doctor`: the train doctor on train's flags, or `doctor infer` on infer's.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct DoctorArgs {
+    /// `infer`: the inference doctor.
+    #[command(subcommand)]
+    pub infer: Option<DoctorInfer>,
+    /// The training configuration (as `memwall train`).
+    #[command(flatten)]
+    pub train: TrainArgs,
+}
+
+/// `memwall doctor infer`.
+#[derive(Debug, Subcommand)]
+pub enum DoctorInfer {
+    /// The inference doctor (flags as `memwall infer`).
+    Infer(InferArgs),
+}
+
+/// Refuses LoRA targets that are not linear layers of `model`, naming them and the choices.
+fn check_lora_targets(model: &ModelSource, targets: &[String]) -> Result<()> {
+    let mut known: Vec<&str> = Vec::new();
+    for (_, n) in &model.desc.linear_names {
+        if !known.contains(&n.as_str()) {
+            known.push(n.as_str());
+        }
+    }
+    for t in targets {
+        if !known.contains(&t.as_str()) {
+            return Err(UserError::flag(
+                "--lora-targets",
+                format!("`{}`", untrusted(t)),
+                format!("not a linear layer of this {} model", model.desc.model_type),
+                format!("pick from its linear layers: {}", known.join(", ")),
+            )
+            .into());
+        }
+    }
+    Ok(())
 }

@@ -45,6 +45,20 @@ fn run(cli: args::Cli, out: &mut dyn Write) -> Result<()> {
             let s = args::TrainSettings::resolve(a)?;
             emit(&report::train::build(&s)?, s.format, out)
         }
+        args::Command::Plan(a) => {
+            let s = args::PlanSettings::resolve(a)?;
+            emit(&report::plan::build(&s)?, s.format, out)
+        }
+        args::Command::Doctor(a) => match a.infer {
+            Some(args::DoctorInfer::Infer(i)) => {
+                let s = args::InferSettings::resolve(i)?;
+                emit(&report::infer::doctor(&s)?, s.format, out)
+            }
+            None => {
+                let s = args::TrainSettings::resolve(a.train)?;
+                emit(&report::train::doctor(&s)?, s.format, out)
+            }
+        },
         args::Command::Models(a) => {
             let format = a.output.resolve()?;
             emit(&report::catalog::models()?, format, out)

@@ -100,6 +100,13 @@ pub fn stderr_line(line: fmt::Arguments<'_>) {
     let _ = e.write_fmt(line).and_then(|()| e.write_all(b"\n"));
 }
 
+/// Writes `text` to stderr without a line break (a progress bar redraws its line); like
+/// [`stderr_line`], never panics.
+pub fn stderr_partial(text: fmt::Arguments<'_>) {
+    let mut e = io::stderr().lock();
+    let _ = e.write_fmt(text).and_then(|()| e.flush());
+}
+
 /// Runs `f` with the locked, buffered stdout and flushes it; write failures come back as
 /// [`OutputError::Stdout`].
 pub fn with_stdout<T>(f: impl FnOnce(&mut dyn Write) -> anyhow::Result<T>) -> anyhow::Result<T> {

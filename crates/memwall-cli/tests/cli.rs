@@ -94,6 +94,8 @@ struct TrainJson {
     at_peak: std::collections::BTreeMap<String, u64>,
     gpu: GpuJson,
     speed: SpeedJson,
+    /// Present exactly when the peak does not fit.
+    doctor: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -161,6 +163,7 @@ fn train_json_contract_with_a_config_path() {
         (j.peak_bytes as f64 * 0.05).ceil() as u64
     );
     assert_eq!(j.gpu.fits, j.gpu.headroom_bytes >= 0);
+    assert_eq!(j.doctor.is_some(), !j.gpu.fits);
     assert_eq!(j.gpu.id, "l4");
     assert!(!j.gpu.name.is_empty() && j.gpu.memory_bytes > 0);
     assert!(["forward", "loss", "backward", "optimizer"].contains(&j.phase.as_str()));

@@ -35,6 +35,9 @@ pub struct InferReport {
     pub prefill_peak_bytes: u64,
     /// Fit on the GPU.
     pub gpu: GpuFit,
+    /// When the peak does not fit: the OOM doctor's fixes, cheapest first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub doctor: Option<super::doctor::DoctorReport>,
 }
 
 /// A category as the infer report names it (activations include the KV cache; the loss
@@ -67,7 +70,19 @@ pub fn build(s: &InferSettings) -> Result<InferReport> {
         kv_cache_bytes: est.kv_cache_bytes,
         prefill_peak_bytes: est.prefill_peak_bytes,
         gpu: GpuFit::new(s.gpu, est.peak_bytes, s.alloc_margin),
-    })
+        doctor: None,
+    }
+    .with_doctor(s))
+}
+
+impl InferReport {
+    /// Adds the doctor's fixes when the peak does not fit.
+    fn with_doctor(mut self, s: &InferSettings) -> Self {
+        if !self.gpu.fits {
+            self.doctor = doctor(s).ok();
+        }
+        self
+    }
 }
 
 impl InferReport {
@@ -154,7 +169,11 @@ impl Report for InferReport {
             Bytes(gf.cublas_workspace_bytes),
             Bytes(gf.alloc_margin_bytes),
             if gf.fits { "fits" } else { "does NOT fit" }
-        )
+        )?;
+        if let Some(d) = &self.doctor {
+            d.write_steps(w)?;
+        }
+        Ok(())
     }
 
     fn write_markdown(&self, w: &mut dyn Write) -> io::Result<()> {
@@ -198,4 +217,22 @@ impl Report for InferReport {
         writeln!(w)?;
         markdown_fit(w, &self.gpu)
     }
+}
+
+/// The inference doctor for `s` (`memwall doctor infer`).
+pub fn doctor(s: &InferSettings) -> Result<super::doctor::DoctorReport> {
+    let d = memwall_core::plan::doctor::infer(
+        &s.model.desc,
+        &s.workload,
+        s.gpu,
+        s.alloc_margin,
+        s.kernels,
+    )
+    .context("cannot run the doctor")?;
+    Ok(super::doctor::DoctorReport::new(
+        &s.model,
+        &s.gpu.id,
+        super::doctor::DoctorKind::Infer,
+        d,
+    ))
 }

@@ -7,8 +7,10 @@
 //! report's [`Table`] where it has one.
 
 pub mod catalog;
+pub mod doctor;
 pub mod infer;
 pub mod inspect;
+pub mod plan;
 pub mod roofline;
 pub mod serve;
 pub mod table;

@@ -46,6 +46,9 @@ pub struct TrainReport {
     /// Every rank's peak (distributed only); the top-level `peak_bytes` is the worst of them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ranks: Option<Vec<RankRow>>,
+    /// When the (worst rank's) peak does not fit: the OOM doctor's fixes, cheapest first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub doctor: Option<super::doctor::DoctorReport>,
 }
 
 /// One rank of a distributed job.
@@ -266,7 +269,9 @@ fn dist_report(s: &TrainSettings, layout: &Layout) -> Result<TrainReport> {
             fits_with,
         }),
         ranks: Some(ranks),
-    })
+        doctor: None,
+    }
+    .with_doctor(s))
 }
 
 /// Runs the simulation for `s`: one GPU, or every rank of the cluster.
@@ -287,7 +292,19 @@ pub fn build(s: &TrainSettings) -> Result<TrainReport> {
         speed: train_speed(s)?,
         distributed: None,
         ranks: None,
-    })
+        doctor: None,
+    }
+    .with_doctor(s))
+}
+
+impl TrainReport {
+    /// Adds the doctor's fixes when the peak does not fit (`doctor` is `None` otherwise).
+    fn with_doctor(mut self, s: &TrainSettings) -> Self {
+        if !self.gpu.fits {
+            self.doctor = doctor(s).ok();
+        }
+        self
+    }
 }
 
 /// The workload line: `batch 4 × seq 2048 · bf16 · adamw · …`.
@@ -556,7 +573,11 @@ impl Report for TrainReport {
             Bytes(g.required_bytes),
             Bytes(g.memory_bytes),
             verdict(g)
-        )
+        )?;
+        if let Some(d) = &self.doctor {
+            d.write_steps(w)?;
+        }
+        Ok(())
     }
 
     fn write_markdown(&self, w: &mut dyn Write) -> io::Result<()> {
@@ -703,4 +724,23 @@ impl Report for TrainReport {
     fn csv_hint(&self) -> &'static str {
         "a train report is a table (one row per rank) only for a cluster: add --gpus N"
     }
+}
+
+/// The training doctor for `s` (`memwall doctor`).
+pub fn doctor(s: &TrainSettings) -> Result<super::doctor::DoctorReport> {
+    let d = memwall_core::plan::doctor::train(
+        &s.model.desc,
+        &s.workload,
+        s.layout.as_ref(),
+        s.gpu,
+        s.alloc_margin,
+        s.kernels,
+    )
+    .context("cannot run the doctor")?;
+    Ok(super::doctor::DoctorReport::new(
+        &s.model,
+        &s.gpu.id,
+        super::doctor::DoctorKind::Train,
+        d,
+    ))
 }

@@ -10,7 +10,10 @@
 pub mod doctor;
 mod search;
 
-pub use search::{search, Allow, Plan, PlanRequest, PlanResult, SearchSpace};
+pub use search::{
+    default_lora, search, search_with_progress, Allow, AllowItem, Plan, PlanRequest, PlanResult,
+    SearchSpace,
+};
 
 use crate::error::CoreError;
 use crate::gpu::GpuSpec;
@@ -122,6 +125,9 @@ pub fn train_args(w: &TrainWorkload, layout: Option<&Layout>) -> Vec<String> {
     if w.grad_accum > 1 {
         push("--grad-accum", w.grad_accum.to_string());
     }
+    if w.kernels.loss != crate::workload::LossKernel::Torch {
+        push("--loss", w.kernels.loss.name().to_owned());
+    }
     if let Some(l) = &w.lora {
         push("--lora-rank", l.rank.to_string());
         push("--lora-targets", l.targets.join(","));
@@ -164,6 +170,9 @@ pub fn train_args(w: &TrainWorkload, layout: Option<&Layout>) -> Vec<String> {
     }
     if !w.dropout {
         a.push("--no-dropout".to_owned());
+    }
+    if w.kernels.padding_free {
+        a.push("--padding-free".to_owned());
     }
     a
 }

@@ -38,6 +38,51 @@ pub struct Allow {
     pub pure_bf16: bool,
 }
 
+crate::names::named_enum! {
+    /// One change `--allow` admits into a plan.
+    pub enum AllowItem in "allow" {
+        /// LoRA adapters on a frozen base.
+        Lora = "lora": "LoRA adapters on a frozen base (changes the result)",
+        /// QLoRA.
+        Qlora = "qlora": "QLoRA: LoRA on a 4-bit NF4 base (changes the result)",
+        /// 8-bit AdamW.
+        Adamw8bit = "adamw-8bit": "bitsandbytes 8-bit AdamW states (changes the result)",
+        /// Offload to host memory.
+        Offload = "offload": "optimizer/parameter offload to host memory (same result, slower)",
+        /// Shorter sequences.
+        ShorterSeq = "shorter-seq": "sequences of 1/2 and 1/4 the length (changes the result)",
+        /// Pure bf16 weights without an fp32 master.
+        PureBf16 = "pure-bf16": "bf16 weights and states without an fp32 master copy (changes the result)",
+    }
+}
+
+impl Allow {
+    /// Whether `item` is allowed.
+    pub fn contains(&self, item: AllowItem) -> bool {
+        match item {
+            AllowItem::Lora => self.lora,
+            AllowItem::Qlora => self.qlora,
+            AllowItem::Adamw8bit => self.adamw_8bit,
+            AllowItem::Offload => self.offload,
+            AllowItem::ShorterSeq => self.shorter_seq,
+            AllowItem::PureBf16 => self.pure_bf16,
+        }
+    }
+
+    /// The allowances `items` name.
+    pub fn from_items(items: &[AllowItem]) -> Self {
+        let has = |x: AllowItem| items.contains(&x);
+        Allow {
+            lora: has(AllowItem::Lora),
+            qlora: has(AllowItem::Qlora),
+            adamw_8bit: has(AllowItem::Adamw8bit),
+            offload: has(AllowItem::Offload),
+            shorter_seq: has(AllowItem::ShorterSeq),
+            pure_bf16: has(AllowItem::PureBf16),
+        }
+    }
+}
+
 /// What to plan for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanRequest {
@@ -317,6 +362,17 @@ struct Combo {
 
 /// Searches the space `r` describes and returns the fastest fitting plans.
 pub fn search(model: &ModelDesc, gpu: &GpuSpec, r: &PlanRequest) -> Result<PlanResult, CoreError> {
+    search_with_progress(model, gpu, r, &mut |_, _| {})
+}
+
+/// [`search`], calling `progress(done, total)` after each layout (a front end draws a progress
+/// bar from it; the core does no I/O).
+pub fn search_with_progress(
+    model: &ModelDesc,
+    gpu: &GpuSpec,
+    r: &PlanRequest,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<PlanResult, CoreError> {
     if r.gpus == 0 || r.gpus > crate::layout::MAX_GPUS {
         return Err(CoreError::invalid(
             "gpus",
@@ -370,7 +426,9 @@ pub fn search(model: &ModelDesc, gpu: &GpuSpec, r: &PlanRequest) -> Result<PlanR
     };
     let mut evaluated = 0u64;
     let mut found: Vec<Plan> = Vec::new();
-    for layout in &layouts {
+    let total = layouts.len();
+    for (done, layout) in layouts.iter().enumerate() {
+        progress(done, total);
         let dp = layout.as_ref().map_or(1, Layout::dp);
         if !r.global_batch.is_multiple_of(dp) {
             continue;
@@ -423,11 +481,24 @@ pub fn search(model: &ModelDesc, gpu: &GpuSpec, r: &PlanRequest) -> Result<PlanR
             }
         }
     }
+    progress(total, total);
     let fitting = found.len() as u64;
     found.sort_by(|a, b| {
         b.tokens_per_s_per_gpu
             .total_cmp(&a.tokens_per_s_per_gpu)
             .then(a.peak_bytes.cmp(&b.peak_bytes))
+    });
+    // engines that run one AdamW whatever its torch flavour (DeepSpeed's fused Adam, Megatron's)
+    // give identical plans for adamw and adamw-fused: keep the first of each such twin
+    found.dedup_by(|b, a| {
+        a.layout == b.layout
+            && a.micro_batch == b.micro_batch
+            && a.checkpointing == b.checkpointing
+            && a.precision == b.precision
+            && a.lora == b.lora
+            && a.seq == b.seq
+            && a.peak_bytes == b.peak_bytes
+            && a.step_s == b.step_s
     });
     found.truncate(r.top);
     for (i, p) in found.iter_mut().enumerate() {

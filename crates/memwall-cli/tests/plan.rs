@@ -1,0 +1,214 @@
+//! `memwall plan` and `memwall doctor` through the CLI: the JSON contracts other tooling reads,
+//! the seeds' scenarios, and that every plan and every fix reproduces with `memwall train`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde::Deserialize;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_memwall"))
+        .args(args)
+        .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .output()
+        .expect("run memwall");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[derive(Debug, Deserialize)]
+struct PlanJson {
+    plans: Vec<PlanRowJson>,
+    candidates_evaluated: u64,
+    search_space: serde_json::Value,
+}
+
+#[derive(Debug, Deserialize)]
+struct PlanRowJson {
+    rank: usize,
+    fits: bool,
+    peak_bytes: u64,
+    headroom_bytes: i64,
+    step_s: f64,
+    tokens_per_s_per_gpu: f64,
+    layout: Option<serde_json::Value>,
+    micro_batch: u64,
+    grad_accum: u64,
+    checkpointing: bool,
+    precision: String,
+    optimizer: String,
+    changes_result: Vec<String>,
+    train_args: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct DoctorJson {
+    fits: bool,
+    fixed: bool,
+    steps: Vec<DoctorStepJson>,
+}
+
+#[derive(Debug, Deserialize)]
+struct DoctorStepJson {
+    change: String,
+    train_args: Option<Vec<String>>,
+    infer_args: Option<Vec<String>>,
+    peak_bytes: u64,
+    fits: bool,
+    step_s: Option<f64>,
+}
+
+/// The worst rank's peak and the fit verdict `memwall train` gives for `args`.
+fn train_peak(args: &[String]) -> (u64, bool) {
+    let mut a: Vec<&str> = vec!["train", "--json"];
+    a.extend(args.iter().map(String::as_str));
+    let (code, out, err) = run(&a);
+    assert_eq!(code, 0, "{a:?}: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    (
+        v["peak_bytes"].as_u64().unwrap(),
+        v["gpu"]["fits"].as_bool().unwrap(),
+    )
+}
+
+#[test]
+fn seventy_b_on_eight_a100s_plans_fit_and_reproduce() {
+    let (code, out, err) = run(&[
+        "plan",
+        "-m",
+        "llama-3-70b",
+        "--gpu",
+        "a100-80gb-sxm",
+        "--gpus",
+        "8",
+        "--seq",
+        "2048",
+        "--global-batch",
+        "32",
+        "--allow",
+        "offload,lora,qlora",
+        "--top",
+        "4",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let j: PlanJson = serde_json::from_str(&out).unwrap();
+    assert!(!j.plans.is_empty() && j.candidates_evaluated > 0);
+    assert!(j.search_space["layouts"].as_u64().unwrap() > 1);
+    for w in j.plans.windows(2) {
+        assert!(w[0].tokens_per_s_per_gpu >= w[1].tokens_per_s_per_gpu);
+        assert_eq!(w[0].rank + 1, w[1].rank);
+    }
+    for p in &j.plans {
+        assert!(p.fits && p.headroom_bytes >= 0 && p.step_s > 0.0);
+        let dp = p.layout.as_ref().map_or(1, |l| {
+            l["gpus"].as_u64().unwrap()
+                / (l["tp"].as_u64().unwrap()
+                    * l["pp"].as_u64().unwrap()
+                    * l["cp"].as_u64().unwrap())
+        });
+        assert_eq!(p.micro_batch * p.grad_accum * dp, 32);
+        assert!(!p.precision.is_empty() && !p.optimizer.is_empty());
+        // a 70B full fine-tune cannot fit 8 × 80 GB without offload: LoRA/QLoRA plans say so
+        if p.layout.as_ref().is_some_and(|l| l["offload"] == "none") {
+            assert!(!p.changes_result.is_empty(), "{p:?}");
+        }
+        // the train arguments reproduce the plan's peak exactly and it fits there too
+        let (peak, fits) = train_peak(&p.train_args);
+        assert_eq!(peak, p.peak_bytes, "{:?}", p.train_args);
+        assert!(fits);
+        let _ = p.checkpointing;
+    }
+}
+
+#[test]
+fn nothing_fits_says_which_allowance_would() {
+    let (code, out, err) = run(&[
+        "plan",
+        "-m",
+        "llama-3-70b",
+        "--gpu",
+        "a100-80gb-sxm",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "32",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("no configuration fits as asked"), "{out}");
+    assert!(out.contains("with --allow lora"), "{out}");
+}
+
+#[test]
+fn plan_refuses_unknown_allowances_by_name() {
+    let (code, _, err) = run(&["plan", "--allow", "fp8"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("fp8") && err.contains("hint:"), "{err}");
+}
+
+#[test]
+fn doctor_seven_b_on_40gb_and_80gb_follows_the_order_and_fits() {
+    for gpu in ["a100-40gb-sxm", "a100-80gb-sxm"] {
+        let (code, out, err) = run(&[
+            "doctor",
+            "-m",
+            "llama-2-7b",
+            "-b",
+            "4",
+            "-s",
+            "2048",
+            "--precision",
+            "amp-bf16",
+            "--gpu",
+            gpu,
+            "--json",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let d: DoctorJson = serde_json::from_str(&out).unwrap();
+        assert!(!d.fits && d.fixed, "{gpu}: {out}");
+        assert!(d.steps[0].change.starts_with("micro-batch"), "{gpu}: {out}");
+        assert!(d.steps.last().unwrap().fits);
+        for s in &d.steps {
+            assert!(s.step_s.is_some_and(|t| t > 0.0) && s.infer_args.is_none());
+        }
+        // the last fix reproduces with memwall train
+        let last = d.steps.last().unwrap();
+        let (peak, fits) = train_peak(last.train_args.as_ref().unwrap());
+        assert_eq!(peak, last.peak_bytes);
+        assert!(fits);
+    }
+}
+
+#[test]
+fn doctor_of_a_fitting_run_has_no_steps() {
+    let (code, out, _) = run(&["doctor", "-m", "gpt2", "--json"]);
+    assert_eq!(code, 0);
+    let d: DoctorJson = serde_json::from_str(&out).unwrap();
+    assert!(d.fits && d.steps.is_empty());
+}
+
+#[test]
+fn inference_doctor_steps_are_infer_arguments() {
+    let (code, out, err) = run(&[
+        "doctor",
+        "infer",
+        "-m",
+        "llama-3.1-70b",
+        "-b",
+        "16",
+        "--prompt",
+        "8192",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let d: DoctorJson = serde_json::from_str(&out).unwrap();
+    assert!(!d.fits && d.fixed);
+    assert!(d.steps[0].change.starts_with("batch"));
+    for s in &d.steps {
+        assert!(s.train_args.is_none() && s.infer_args.is_some() && s.step_s.is_none());
+        assert!(s.peak_bytes > 0);
+    }
+}
