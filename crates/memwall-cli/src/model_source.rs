@@ -679,11 +679,7 @@ pub fn load(spec: &str) -> Result<ModelSource> {
     let hint = if looks_like_path {
         "check the path; a model is a directory, a config.json, a .safetensors file or index, a .gguf file, or a catalogue id (`memwall models` lists them)".to_string()
     } else {
-        let cache = cache_root().map_or_else(
-            || "the Hugging Face cache".to_string(),
-            |p| shown(&p),
-        );
-        format!("`memwall models` lists the catalogue; a Hub repo id is looked up offline in {cache} (HF_HUB_CACHE, HF_HOME): `huggingface-cli download REPO config.json` puts its config there")
+        "`memwall models` lists the catalogue; a Hub repo id is looked up offline in the local Hugging Face cache (HF_HUB_CACHE, HF_HOME, else ~/.cache/huggingface/hub): `huggingface-cli download REPO config.json` puts its config there".to_string()
     };
     Err(UserError::new(msg, hint).into())
 }
