@@ -77,19 +77,39 @@ pub struct Variant {
 /// `max_position_embeddings: 32768` (their bases say 131072).
 pub const VARIANTS: &[Variant] = &[
     v("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b", None),
-    v("meta-llama/Meta-Llama-3.1-8B-Instruct", "llama-3.1-8b", None),
+    v(
+        "meta-llama/Meta-Llama-3.1-8B-Instruct",
+        "llama-3.1-8b",
+        None,
+    ),
     v("meta-llama/Llama-3.1-70B-Instruct", "llama-3.1-70b", None),
-    v("meta-llama/Meta-Llama-3.1-70B-Instruct", "llama-3.1-70b", None),
+    v(
+        "meta-llama/Meta-Llama-3.1-70B-Instruct",
+        "llama-3.1-70b",
+        None,
+    ),
     v("meta-llama/Llama-3.1-405B-Instruct", "llama-3.1-405b", None),
     v("meta-llama/Meta-Llama-3-8B-Instruct", "llama-3-8b", None),
     v("meta-llama/Meta-Llama-3-70B-Instruct", "llama-3-70b", None),
     v("meta-llama/Llama-2-7b-chat-hf", "llama-2-7b", None),
     v("meta-llama/Llama-2-13b-chat-hf", "llama-2-13b", None),
     v("meta-llama/Llama-2-70b-chat-hf", "llama-2-70b", None),
-    v("mistralai/Mistral-7B-Instruct-v0.1", "mistral-7b-v0.1", None),
-    v("mistralai/Mistral-7B-Instruct-v0.3", "mistral-7b-v0.3", None),
+    v(
+        "mistralai/Mistral-7B-Instruct-v0.1",
+        "mistral-7b-v0.1",
+        None,
+    ),
+    v(
+        "mistralai/Mistral-7B-Instruct-v0.3",
+        "mistral-7b-v0.3",
+        None,
+    ),
     v("mistralai/Mixtral-8x7B-Instruct-v0.1", "mixtral-8x7b", None),
-    v("mistralai/Mixtral-8x22B-Instruct-v0.1", "mixtral-8x22b", None),
+    v(
+        "mistralai/Mixtral-8x22B-Instruct-v0.1",
+        "mixtral-8x22b",
+        None,
+    ),
     v("google/gemma-2-9b-it", "gemma-2-9b", None),
     v("google/gemma-2-2b-it", "gemma-2-2b", None),
     v("deepseek-ai/DeepSeek-V3-0324", "deepseek-v3", None),
@@ -111,7 +131,9 @@ const fn v(hf_repo: &'static str, base_id: &'static str, max_pos: Option<u64>) -
 /// The variant named `repo` (ignoring ASCII case) with its base entry.
 pub fn find_variant(repo: &str) -> Option<(&'static Variant, &'static CatalogEntry)> {
     let q = repo.trim();
-    let var = VARIANTS.iter().find(|v| v.hf_repo.eq_ignore_ascii_case(q))?;
+    let var = VARIANTS
+        .iter()
+        .find(|v| v.hf_repo.eq_ignore_ascii_case(q))?;
     let base = ENTRIES.iter().find(|e| e.id == var.base_id)?;
     Some((var, base))
 }
@@ -175,7 +197,11 @@ mod tests {
                 var.hf_repo,
                 var.base_id
             );
-            assert!(super::find(var.hf_repo).is_none(), "{} is catalogued", var.hf_repo);
+            assert!(
+                super::find(var.hf_repo).is_none(),
+                "{} is catalogued",
+                var.hf_repo
+            );
         }
     }
 

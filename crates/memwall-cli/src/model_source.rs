@@ -84,7 +84,10 @@ pub struct ModelSource {
     pub checkpoint: Option<CheckpointInfo>,
 }
 
-fn parse_config(origin: &str, json: &str) -> Result<(ModelDesc, Option<String>, Option<QuantConfig>)> {
+fn parse_config(
+    origin: &str,
+    json: &str,
+) -> Result<(ModelDesc, Option<String>, Option<QuantConfig>)> {
     let parsed = memwall_formats::parse_hf_config_with_dtype(json)
         .with_context(|| format!("cannot use the config from {origin}"))?;
     let quant = memwall_formats::parse_quantization_config(json)
@@ -241,7 +244,8 @@ fn read_gguf(path: &Path) -> Result<GgufHeader> {
         read_prefix(path, &mut file, &mut buf, want)?;
         match gguf::parse_header(&buf, len) {
             Err(FormatError::NeedMoreBytes { needed, .. })
-                if needed > buf.len() as u64 && (buf.len() as u64) < len.min(gguf::MAX_HEADER_BYTES) =>
+                if needed > buf.len() as u64
+                    && (buf.len() as u64) < len.min(gguf::MAX_HEADER_BYTES) =>
             {
                 // grow at least geometrically, never past the limit or the file
                 want = needed
@@ -302,7 +306,14 @@ fn safetensors_checkpoint(
         },
         _ => quant.and_then(QuantConfig::weight_format),
     };
-    Ok(info("safetensors", headers.len(), &ck, storage.describe(), format_equivalent, check.extra_layers))
+    Ok(info(
+        "safetensors",
+        headers.len(),
+        &ck,
+        storage.describe(),
+        format_equivalent,
+        check.extra_layers,
+    ))
 }
 
 fn info(
@@ -379,15 +390,17 @@ fn from_config_and_weights(
             headers.push(read_safetensors(p)?);
         }
         if let Some(idx) = &index_parsed {
-            let named: Vec<(&str, &SafetensorsHeader)> = idx
-                .shards()
-                .into_iter()
-                .zip(headers.iter())
-                .collect();
+            let named: Vec<(&str, &SafetensorsHeader)> =
+                idx.shards().into_iter().zip(headers.iter()).collect();
             safetensors::check_shards(idx, &named)
                 .context("the safetensors index and its shards disagree")?;
         }
-        Some(safetensors_checkpoint(&headers, &desc, quant.as_ref(), &origin)?)
+        Some(safetensors_checkpoint(
+            &headers,
+            &desc,
+            quant.as_ref(),
+            &origin,
+        )?)
     };
     source(label, hf_repo, origin, desc, dtype, quant, checkpoint)
 }
@@ -413,7 +426,12 @@ fn gguf_split_paths(path: &Path, first: &GgufHeader) -> Vec<PathBuf> {
 }
 
 /// A model from a `.gguf` file (and the other files of its split).
-fn from_gguf(label: String, hf_repo: Option<String>, path: &Path, origin_prefix: &str) -> Result<ModelSource> {
+fn from_gguf(
+    label: String,
+    hf_repo: Option<String>,
+    path: &Path,
+    origin_prefix: &str,
+) -> Result<ModelSource> {
     let first = read_gguf(path)?;
     let paths = gguf_split_paths(path, &first);
     if paths.len() > MAX_FILES {
@@ -468,7 +486,12 @@ fn from_gguf(label: String, hf_repo: Option<String>, path: &Path, origin_prefix:
 }
 
 /// A model directory as `huggingface-cli download` leaves it.
-fn from_dir(label: String, hf_repo: Option<String>, dir: &Path, origin_prefix: &str) -> Result<ModelSource> {
+fn from_dir(
+    label: String,
+    hf_repo: Option<String>,
+    dir: &Path,
+    origin_prefix: &str,
+) -> Result<ModelSource> {
     let s = shown(dir);
     let cfg = dir.join("config.json");
     let index = dir.join(INDEX_NAME);
@@ -517,7 +540,10 @@ fn from_path(spec: &str, path: &Path) -> Result<ModelSource> {
         return Err(not_regular(path, &meta).into());
     }
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let need_config = |what: &str| -> Result<PathBuf> {
         let cfg = dir.join("config.json");
         if exists(&cfg) {
@@ -581,10 +607,7 @@ fn from_cache(spec: &str, r: &hub::RepoRef) -> Result<Option<ModelSource>> {
             let commit = text.trim().to_string();
             if !hub::is_commit_hash(&commit) {
                 return Err(UserError::new(
-                    format!(
-                        "`{}` does not hold a commit hash",
-                        shown(&ref_file)
-                    ),
+                    format!("`{}` does not hold a commit hash", shown(&ref_file)),
                     "the cache's refs/ files hold 40 hex digits; download the model again",
                 )
                 .into());
@@ -604,7 +627,11 @@ fn from_cache(spec: &str, r: &hub::RepoRef) -> Result<Option<ModelSource>> {
         )
         .into());
     }
-    let prefix = format!("Hugging Face cache ({}@{}): ", untrusted(&r.repo_id), &commit[..commit.len().min(12)]);
+    let prefix = format!(
+        "Hugging Face cache ({}@{}): ",
+        untrusted(&r.repo_id),
+        &commit[..commit.len().min(12)]
+    );
     from_dir(untrusted(spec), Some(r.repo_id.clone()), &snap, &prefix).map(Some)
 }
 
@@ -641,7 +668,15 @@ pub fn load(spec: &str) -> Result<ModelSource> {
     if let Some(e) = memwall_catalog::find(id) {
         let origin = format!("catalogue ({})", e.source);
         let (desc, dtype, quant) = parse_config(&origin, e.config_json)?;
-        return source(e.id.to_owned(), Some(e.hf_repo.to_owned()), origin, desc, dtype, quant, None);
+        return source(
+            e.id.to_owned(),
+            Some(e.hf_repo.to_owned()),
+            origin,
+            desc,
+            dtype,
+            quant,
+            None,
+        );
     }
     if let Some((var, base)) = memwall_catalog::find_variant(id) {
         let origin = format!(
@@ -650,13 +685,23 @@ pub fn load(spec: &str) -> Result<ModelSource> {
             base.id,
             base.source,
             var.max_position_embeddings
-                .map_or(String::new(), |m| format!(", with max_position_embeddings {m}"))
+                .map_or(String::new(), |m| format!(
+                    ", with max_position_embeddings {m}"
+                ))
         );
         let (mut desc, dtype, quant) = parse_config(&origin, base.config_json)?;
         if let Some(m) = var.max_position_embeddings {
             desc.max_position_embeddings = m;
         }
-        return source(var.hf_repo.to_owned(), Some(var.hf_repo.to_owned()), origin, desc, dtype, quant, None);
+        return source(
+            var.hf_repo.to_owned(),
+            Some(var.hf_repo.to_owned()),
+            origin,
+            desc,
+            dtype,
+            quant,
+            None,
+        );
     }
     let looks_like_path = spec.contains('/')
         && (spec.ends_with(".json")

@@ -181,7 +181,10 @@ pub fn choose(model: &ModelSource, explicit: Option<WeightFormat>) -> Result<Wei
                 c.storage,
                 Bytes(c.stored.total_bytes()),
                 if c.extra_layers > 0 {
-                    format!(" (incl. {} layer(s) transformers does not load)", c.extra_layers)
+                    format!(
+                        " (incl. {} layer(s) transformers does not load)",
+                        c.extra_layers
+                    )
                 } else {
                     String::new()
                 }
@@ -234,7 +237,8 @@ pub fn choose(model: &ModelSource, explicit: Option<WeightFormat>) -> Result<Wei
     Ok(WeightsChoice {
         format: WeightFormat::Bf16,
         bytes: WeightBytes::Simulated,
-        from: "bf16 (the default: no --weights, no checkpoint files, no quantization_config)".into(),
+        from: "bf16 (the default: no --weights, no checkpoint files, no quantization_config)"
+            .into(),
     })
 }
 
@@ -287,7 +291,13 @@ pub fn choose_serve(
             WeightFormat::Bf16 | WeightFormat::Fp16 | WeightFormat::Fp32 => ServeWeights::Dtype,
             other => ServeWeights::Format(other),
         };
-        return Ok((w, format!("--weights {} (a what-if; overrides the checkpoint)", f.name())));
+        return Ok((
+            w,
+            format!(
+                "--weights {} (a what-if; overrides the checkpoint)",
+                f.name()
+            ),
+        ));
     }
     let own = model.quant.as_ref().map(vllm_method);
     if let Some(m) = quantization {
@@ -309,7 +319,10 @@ pub fn choose_serve(
                 }
             }
             None => {
-                if matches!(m.as_str(), "fp8_per_tensor" | "fp8_per_block" | "fp8_per_channel") {
+                if matches!(
+                    m.as_str(),
+                    "fp8_per_tensor" | "fp8_per_block" | "fp8_per_channel"
+                ) {
                     return Ok((
                         ServeWeights::Format(WeightFormat::Fp8),
                         format!("--quantization {shown}: vLLM quantises the bf16 weights to fp8 online (quantization/online/fp8.py)"),
@@ -354,7 +367,11 @@ pub fn choose_serve(
     }
     if let Some(q) = &model.quant {
         if let Some((f, note)) = nearest(q) {
-            let mut from = format!("the config's quantization_config: {} → {}", q.describe(), f.name());
+            let mut from = format!(
+                "the config's quantization_config: {} → {}",
+                q.describe(),
+                f.name()
+            );
             if !note.is_empty() {
                 from.push_str(&format!(" ({note})"));
             }

@@ -17,10 +17,8 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(name: &str) -> Scratch {
-        let p = std::env::temp_dir().join(format!(
-            "memwall-artifacts-{}-{name}",
-            std::process::id()
-        ));
+        let p =
+            std::env::temp_dir().join(format!("memwall-artifacts-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).unwrap();
         Scratch(p)
@@ -61,7 +59,11 @@ fn refused(args: &[&str], needles: &[&str]) -> String {
     assert_eq!(code, 2, "{args:?}: exit {code}\n{out}{err}");
     assert!(out.is_empty() && !err.contains("panicked"), "{err}");
     assert!(err.starts_with("error: "), "{err}");
-    assert_eq!(err.lines().filter(|l| l.starts_with("hint: ")).count(), 1, "{err}");
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("hint: ")).count(),
+        1,
+        "{err}"
+    );
     assert!(err.lines().last().unwrap().starts_with("hint: "), "{err}");
     for n in needles {
         assert!(err.contains(n), "`{n}` not in\n{err}");
@@ -165,20 +167,38 @@ fn a_downloaded_directory_resolves_with_exact_tensor_bytes() {
     let s = Scratch::new("dir");
     let total = write_sharded(&s.0, TINY_LLAMA, &tiny_llama_tensors("BF16"));
     let d = s.0.to_str().unwrap();
-    let v = json_of(&["infer", "-m", d, "--prompt", "64", "--new-tokens", "4"], &[]);
+    let v = json_of(
+        &["infer", "-m", d, "--prompt", "64", "--new-tokens", "4"],
+        &[],
+    );
     assert_eq!(weights(&v), total);
-    assert!(v["model"]["origin"].as_str().unwrap().contains("4 shard(s)"));
+    assert!(v["model"]["origin"]
+        .as_str()
+        .unwrap()
+        .contains("4 shard(s)"));
     let from = v["weights_from"].as_str().unwrap();
-    assert!(from.starts_with("checkpoint headers (4 safetensors file(s), BF16"), "{from}");
+    assert!(
+        from.starts_with("checkpoint headers (4 safetensors file(s), BF16"),
+        "{from}"
+    );
     assert_eq!(v["workload"]["weights"], "bf16");
     // the same through the index, and through one shard with its config beside it
     let idx = s.0.join("model.safetensors.index.json");
-    let v = json_of(&["infer", "-m", idx.to_str().unwrap(), "--prompt", "64"], &[]);
+    let v = json_of(
+        &["infer", "-m", idx.to_str().unwrap(), "--prompt", "64"],
+        &[],
+    );
     assert_eq!(weights(&v), total);
     // an explicit --weights overrides the headers and says so
-    let v = json_of(&["infer", "-m", d, "--prompt", "64", "--weights", "nf4"], &[]);
+    let v = json_of(
+        &["infer", "-m", d, "--prompt", "64", "--weights", "nf4"],
+        &[],
+    );
     let from = v["weights_from"].as_str().unwrap();
-    assert!(from.starts_with("--weights nf4 (overrides the checkpoint's BF16"), "{from}");
+    assert!(
+        from.starts_with("--weights nf4 (overrides the checkpoint's BF16"),
+        "{from}"
+    );
     assert!(weights(&v) < total);
     // serve: the exact bytes split over the ranks
     let v = json_of(&["serve", "-m", d, "--gpu", "l4"], &[]);
@@ -212,7 +232,10 @@ fn one_safetensors_file_needs_its_config_and_all_layers() {
     refused(&["infer", "-m", f.to_str().unwrap()], &["layer 0 stores"]);
     // no config.json beside it
     std::fs::remove_file(s.0.join("config.json")).unwrap();
-    refused(&["infer", "-m", f.to_str().unwrap()], &["no config.json beside it"]);
+    refused(
+        &["infer", "-m", f.to_str().unwrap()],
+        &["no config.json beside it"],
+    );
     refused(&["infer", "-m", s.0.to_str().unwrap()], &["no config.json"]);
 }
 
@@ -246,7 +269,10 @@ fn the_hugging_face_cache_layout_resolves_offline() {
         let v = json_of(&["infer", "-m", &spec, "--prompt", "64"], &env);
         assert_eq!(weights(&v), total, "{spec}");
         let origin = v["model"]["origin"].as_str().unwrap();
-        assert!(origin.starts_with("Hugging Face cache (my-org/tiny-llama@0123456789ab)"), "{origin}");
+        assert!(
+            origin.starts_with("Hugging Face cache (my-org/tiny-llama@0123456789ab)"),
+            "{origin}"
+        );
         assert_eq!(v["model"]["hf_repo"], "my-org/tiny-llama");
     }
     // HF_HOME/hub is the cache too
@@ -263,7 +289,10 @@ fn the_hugging_face_cache_layout_resolves_offline() {
         &[("HF_HOME", home.0.as_path())],
     );
     assert_eq!(code, 2);
-    assert!(err.contains("not at revision `v2`") && err.contains("hint: "), "{err}");
+    assert!(
+        err.contains("not at revision `v2`") && err.contains("hint: "),
+        "{err}"
+    );
 }
 
 #[test]
@@ -274,7 +303,10 @@ fn instruct_variants_resolve_to_their_base_and_say_so() {
     ] {
         let v = json_of(&["infer", "-m", repo_id], &[]);
         let origin = v["model"]["origin"].as_str().unwrap();
-        assert!(origin.contains(&format!("has the architecture of {base}")), "{origin}");
+        assert!(
+            origin.contains(&format!("has the architecture of {base}")),
+            "{origin}"
+        );
         assert_eq!(v["model"]["hf_repo"], repo_id);
     }
     // the base repo id itself is a catalogue entry
@@ -406,12 +438,21 @@ fn a_gguf_file_gives_its_own_tensor_bytes() {
     let v = json_of(&["infer", "-m", f.to_str().unwrap(), "--prompt", "64"], &[]);
     assert_eq!(weights(&v), total);
     assert_eq!(v["workload"]["weights"], json!({"gguf": "q4_k_m"}));
-    assert!(v["weights_from"].as_str().unwrap().contains("GGUF, mostly Q4_K"));
+    assert!(v["weights_from"]
+        .as_str()
+        .unwrap()
+        .contains("GGUF, mostly Q4_K"));
     // a directory holding only the .gguf resolves too
-    let v = json_of(&["infer", "-m", s.0.to_str().unwrap(), "--prompt", "64"], &[]);
+    let v = json_of(
+        &["infer", "-m", s.0.to_str().unwrap(), "--prompt", "64"],
+        &[],
+    );
     assert_eq!(weights(&v), total);
     // the preset table stays for what-ifs
-    let v = json_of(&["infer", "-m", "llama-3.1-8b", "--weights", "gguf-q4_k_m"], &[]);
+    let v = json_of(
+        &["infer", "-m", "llama-3.1-8b", "--weights", "gguf-q4_k_m"],
+        &[],
+    );
     assert!(weights(&v) > 4 << 30);
 }
 
@@ -534,19 +575,45 @@ fn mixtral_quantised_weights_match_published_checkpoints() {
     for (q, published, name) in cases {
         let cfg = quantised(&s.0, "mistralai/Mixtral-8x7B-v0.1.json", q);
         let v = json_of(
-            &["infer", "-m", cfg.to_str().unwrap(), "--prompt", "16", "--new-tokens", "1"],
+            &[
+                "infer",
+                "-m",
+                cfg.to_str().unwrap(),
+                "--prompt",
+                "16",
+                "--new-tokens",
+                "1",
+            ],
             &[],
         );
         let from = v["weights_from"].as_str().unwrap();
         assert!(from.contains(&format!("→ {name}")), "{from}");
         let w = weights(&v) as f64;
         let err = (w - published) / published;
-        assert!(err.abs() < 0.01, "{name}: {w} vs {published} ({:.2}%)", err * 100.0);
-        assert!(from.starts_with("the config's quantization_config"), "{from}");
+        assert!(
+            err.abs() < 0.01,
+            "{name}: {w} vs {published} ({:.2}%)",
+            err * 100.0
+        );
+        assert!(
+            from.starts_with("the config's quantization_config"),
+            "{from}"
+        );
     }
     // explicit formats quantise the experts too (they were left in bf16: 85 GiB)
     for f in ["gptq-int4-g128", "awq-int4-g128", "nf4", "fp8"] {
-        let v = json_of(&["infer", "-m", "mixtral-8x7b", "--weights", f, "--prompt", "16"], &[]);
+        let v = json_of(
+            &[
+                "infer",
+                "-m",
+                "mixtral-8x7b",
+                "--weights",
+                f,
+                "--prompt",
+                "16",
+            ],
+            &[],
+        );
         assert!(weights(&v) < 50 << 30, "{f}: {}", weights(&v));
     }
 }
@@ -559,31 +626,61 @@ fn an_awq_config_is_sized_without_flags() {
         "Qwen/Qwen2.5-14B.json",
         json!({"quant_method":"awq","bits":4,"group_size":128,"version":"gemm","zero_point":true}),
     );
-    let v = json_of(&["infer", "-m", cfg.to_str().unwrap(), "--prompt", "16"], &[]);
+    let v = json_of(
+        &["infer", "-m", cfg.to_str().unwrap(), "--prompt", "16"],
+        &[],
+    );
     let gib = weights(&v) as f64 / (1u64 << 30) as f64;
     // bf16 would be 27.5 GiB; int4 g128 linears + bf16 embeddings and head ≈ 9.3 GiB
     assert!((8.5..10.0).contains(&gib), "{gib}");
     // serve sizes it too, and names the config
     let v = json_of(&["serve", "-m", cfg.to_str().unwrap(), "--gpu", "l4"], &[]);
-    assert!(v["weights_from"].as_str().unwrap().contains("awq int4 g128"));
+    assert!(v["weights_from"]
+        .as_str()
+        .unwrap()
+        .contains("awq int4 g128"));
 }
 
 #[test]
 fn deepseek_v3_serves_on_eight_h200s_from_its_fp8_config() {
-    let v = json_of(&["serve", "-m", "deepseek-v3", "--gpu", "h200-sxm", "--tp", "8"], &[]);
+    let v = json_of(
+        &[
+            "serve",
+            "-m",
+            "deepseek-v3",
+            "--gpu",
+            "h200-sxm",
+            "--tp",
+            "8",
+        ],
+        &[],
+    );
     assert!(v["kv_tokens"].as_u64().unwrap() > 100_000, "{v}");
     assert_eq!(v["fits_max_model_len"], true);
     assert!(v["model"]["origin"]
         .as_str()
         .unwrap()
         .contains("huggingface.co/deepseek-ai/DeepSeek-V3"));
-    assert!(v["weights_from"].as_str().unwrap().contains("fp8 (128×128 blocks)"));
+    assert!(v["weights_from"]
+        .as_str()
+        .unwrap()
+        .contains("fp8 (128×128 blocks)"));
     let per_rank = v["config"]["weights_bytes_per_rank"].as_u64().unwrap() as f64 / 1e9;
     // 671B parameters, ~1 byte each, over 8 ranks
     assert!((80.0..90.0).contains(&per_rank), "{per_rank}");
     // --weights bf16 is the what-if that does not fit
     let v = json_of(
-        &["serve", "-m", "deepseek-v3", "--gpu", "h200-sxm", "--tp", "8", "--weights", "bf16"],
+        &[
+            "serve",
+            "-m",
+            "deepseek-v3",
+            "--gpu",
+            "h200-sxm",
+            "--tp",
+            "8",
+            "--weights",
+            "bf16",
+        ],
         &[],
     );
     assert_eq!(v["kv_tokens"], 0);
@@ -592,11 +689,24 @@ fn deepseek_v3_serves_on_eight_h200s_from_its_fp8_config() {
 #[test]
 fn serve_quantization_follows_vllm() {
     // online fp8 of a bf16 checkpoint, named as vLLM 0.33 names it
-    let v = json_of(&["serve", "-m", "llama-3.1-8b", "--quantization", "fp8_per_tensor"], &[]);
-    assert!(v["vllm_serve_command"].as_str().unwrap().contains("--quantization fp8_per_tensor"));
+    let v = json_of(
+        &[
+            "serve",
+            "-m",
+            "llama-3.1-8b",
+            "--quantization",
+            "fp8_per_tensor",
+        ],
+        &[],
+    );
+    assert!(v["vllm_serve_command"]
+        .as_str()
+        .unwrap()
+        .contains("--quantization fp8_per_tensor"));
     let bf16 = json_of(&["serve", "-m", "llama-3.1-8b"], &[]);
     assert!(
-        v["config"]["weights_bytes_per_rank"].as_u64() < bf16["config"]["weights_bytes_per_rank"].as_u64()
+        v["config"]["weights_bytes_per_rank"].as_u64()
+            < bf16["config"]["weights_bytes_per_rank"].as_u64()
     );
     refused(
         &["serve", "-m", "llama-3.1-8b", "--quantization", "fp8"],
@@ -614,7 +724,16 @@ fn serve_quantization_follows_vllm() {
     );
     refused(&["serve", "-m", cfg.to_str().unwrap()], &["bitsandbytes"]);
     // kv-cache dtypes vLLM accepts
-    let v = json_of(&["serve", "-m", "llama-3.1-8b", "--kv-cache-dtype", "bfloat16"], &[]);
+    let v = json_of(
+        &[
+            "serve",
+            "-m",
+            "llama-3.1-8b",
+            "--kv-cache-dtype",
+            "bfloat16",
+        ],
+        &[],
+    );
     assert_eq!(v["config"]["kv_dtype_bytes"], 2);
 }
 
@@ -629,15 +748,26 @@ fn training_a_quantised_checkpoint_needs_adapters() {
     );
     let (code, out, err) = run_env(
         &[
-            "train", "-m", cfg.to_str().unwrap(), "--lora-rank", "16", "--lora-targets",
-            "q_proj,v_proj", "--seq", "512", "--format", "json",
+            "train",
+            "-m",
+            cfg.to_str().unwrap(),
+            "--lora-rank",
+            "16",
+            "--lora-targets",
+            "q_proj,v_proj",
+            "--seq",
+            "512",
+            "--format",
+            "json",
         ],
         &[],
     );
     assert_eq!(code, 0, "{out}{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     // the NF4 base, experts included: ~24 GB, not Mixtral's 87 GiB in bf16
-    let w = v["at_peak"]["weights"].as_u64().or(v["at_peak"]["parameters"].as_u64());
+    let w = v["at_peak"]["weights"]
+        .as_u64()
+        .or(v["at_peak"]["parameters"].as_u64());
     if let Some(w) = w {
         assert!(w < 30 << 30, "{w}");
     }

@@ -227,7 +227,11 @@ pub fn fp8_block_bytes(rows: u128, cols: u128) -> u128 {
 /// per-tensor types follow llama.cpp's rules: `None`). `None` also for the unquantised formats
 /// (bf16, fp16, fp32: the parameter dtype decides). The layouts are the functions above; a
 /// GPTQ `group` of [`crate::workload::GPTQ_PER_COLUMN`] is one group per column (`group_size: -1`).
-pub fn linear_bytes(format: crate::workload::WeightFormat, out_f: u128, in_f: u128) -> Option<u128> {
+pub fn linear_bytes(
+    format: crate::workload::WeightFormat,
+    out_f: u128,
+    in_f: u128,
+) -> Option<u128> {
     use crate::workload::WeightFormat as F;
     let numel = out_f * in_f;
     Some(match format {
