@@ -93,7 +93,7 @@ fn write_safetensors(path: &Path, tensors: &[(String, &str, Vec<u64>)]) -> u64 {
         offset += n;
     }
     let mut text = serde_json::to_string(&Value::Object(header)).unwrap();
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(' ');
     }
     let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
@@ -482,7 +482,7 @@ fn every_malformed_artifact_exits_2_naming_the_field_or_offset() {
     refused(&["infer", "-m", p], &["safetensors"]);
     // offsets past the end of the file
     let mut text = r#"{"a":{"dtype":"BF16","shape":[4],"data_offsets":[0,8]}}"#.to_string();
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(' ');
     }
     let mut b = (text.len() as u64).to_le_bytes().to_vec();
