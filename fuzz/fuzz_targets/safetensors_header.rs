@@ -12,7 +12,11 @@ const TINY: &str = r#"{"model_type":"llama","vocab_size":1000,"hidden_size":256,
 
 fuzz_target!(|data: &[u8]| {
     // the claimed file length: the data, or (first byte odd) a much longer sparse file
-    let extra = if data.first().is_some_and(|b| b & 1 == 1) { 1 << 40 } else { 0 };
+    let extra = if data.first().is_some_and(|b| b & 1 == 1) {
+        1 << 40
+    } else {
+        0
+    };
     let file_len = data.len() as u64 + extra;
     if let Ok(n) = prefix_len(data, file_len) {
         let prefix = &data[..data.len().min(usize::try_from(n).unwrap_or(usize::MAX))];
