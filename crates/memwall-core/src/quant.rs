@@ -322,6 +322,55 @@ mod tests {
     }
 
     #[test]
+    fn stored_weights_shift_every_instant_by_the_same_bytes() {
+        use crate::memory::{simulate_infer, Category, Kernels};
+        use crate::workload::{AttentionImpl, InferWorkload, KvDtype, WeightFormat};
+        let w = InferWorkload {
+            batch: 1,
+            prompt: 64,
+            new_tokens: 2,
+            attention: AttentionImpl::Sdpa,
+            weights: WeightFormat::Bf16,
+            kv_dtype: KvDtype::Auto,
+            moe_decode_batched: true,
+        };
+        let est = simulate_infer(&crate::model::tests::llama2_7b(), &w, Kernels::Cpu).unwrap();
+        let stored = StoredWeights {
+            layer_bytes: 1_000_000_000,
+            other_bytes: 234,
+        };
+        let out = with_stored_weights(est.clone(), stored);
+        assert_eq!(out.weights_bytes, 1_000_000_234);
+        let d = |a: u64, b: u64| i128::from(a) - i128::from(b);
+        let shift = d(out.weights_bytes, est.weights_bytes);
+        assert_eq!(d(out.peak_bytes, est.peak_bytes), shift);
+        assert_eq!(d(out.prefill_peak_bytes, est.prefill_peak_bytes), shift);
+        let at = |e: &crate::memory::InferEstimate| e.at_peak.iter().map(|x| x.1).sum::<u64>();
+        assert_eq!(at(&out), out.peak_bytes);
+        assert!(out
+            .at_peak
+            .iter()
+            .any(|(c, b)| *c == Category::Weights && *b == 1_000_000_234));
+    }
+
+    #[test]
+    fn linear_bytes_leave_float_and_gguf_formats_to_the_caller() {
+        use crate::workload::WeightFormat as F;
+        assert_eq!(linear_bytes(F::Bf16, 8, 8), None);
+        assert_eq!(linear_bytes(F::Gguf(GgufPreset::Q4KM), 8, 8), None);
+        assert_eq!(linear_bytes(F::Fp8, 256, 256), Some(256 * 256 + 4 * 4));
+        // per-column GPTQ: one group per column
+        let per_col = F::Gptq {
+            bits: 4,
+            group: crate::workload::GPTQ_PER_COLUMN,
+        };
+        assert_eq!(
+            linear_bytes(per_col, 4096, 4096),
+            Some(grouped_int_bytes(4096, 4096, 4, 4096, true))
+        );
+    }
+
+    #[test]
     fn gptq_4bit_group_128() {
         // 4096×4096: 8 MiB qweight + 32×4096×2 scales + 32×4096/2 qzeros + 4096×4 g_idx
         assert_eq!(

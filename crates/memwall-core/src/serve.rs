@@ -637,6 +637,33 @@ mod tests {
     }
 
     #[test]
+    fn quantised_linears_shrink_the_weights_per_rank_and_stored_bytes_split() {
+        let m = llama2_7b();
+        let bf16 = weights_bytes_per_rank(&m, 2, 2.0).unwrap();
+        let fp8 = weights_bytes_per_rank_in(&m, 2, 2, WeightFormat::Fp8).unwrap();
+        let awq = weights_bytes_per_rank_in(&m, 2, 2, WeightFormat::Awq { group: 128 }).unwrap();
+        assert!(awq < fp8 && fp8 < bf16, "{awq} {fp8} {bf16}");
+        // the embeddings and the head stay in bf16: fp8 saves about half of the layers only
+        assert!(fp8 as f64 > 0.5 * bf16 as f64);
+        assert_eq!(
+            weights_bytes_per_rank_in(&m, 2, 2, WeightFormat::Bf16).unwrap(),
+            bf16
+        );
+        let s = StoredWeights {
+            layer_bytes: 1000,
+            other_bytes: 0,
+        };
+        assert_eq!(weights_bytes_per_rank_stored(&m, 4, s), 250);
+        assert!(weights_bytes_per_rank_in(
+            &m,
+            1,
+            2,
+            WeightFormat::Gguf(crate::quant::GgufPreset::Q4KM)
+        )
+        .is_err());
+    }
+
+    #[test]
     fn llama2_7b_pages_are_16_tokens_of_k_and_v() {
         let p = plan(&llama2_7b(), &cfg()).unwrap();
         assert_eq!(p.groups.len(), 1);
