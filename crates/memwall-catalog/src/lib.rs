@@ -70,11 +70,13 @@ pub struct Variant {
     pub max_position_embeddings: Option<u64>,
 }
 
-/// The most-used variants (by the Hub's download counts, 2024–2025) of catalogued models.
-/// Each pair of configs was compared on the Hub: the Llama 3/3.1 and Llama 2 chat models,
-/// Mistral/Mixtral Instruct, Gemma 2 `-it` and DeepSeek-V3's own re-releases change no
-/// architecture field; Qwen2.5 Instruct models are published with
-/// `max_position_embeddings: 32768` (their bases say 131072).
+/// Widely used variants of catalogued models. The Llama 3/3.1 and Llama 2 chat models,
+/// Mistral/Mixtral Instruct, Gemma 2 `-it` and DeepSeek-V3's re-releases (V3-0324, R1) are
+/// listed as changing no architecture field, from their published model cards and configs as
+/// known when this list was written (not re-fetched here; a config.json in the local cache
+/// always wins over this list). Qwen2.5 Instruct models are published with
+/// `max_position_embeddings: 32768` (their bases say 131072), as copies of the 7B Instruct
+/// config show (e.g. huggingface.co/osllmai-community/Qwen2.5-7B-Instruct config.json).
 pub const VARIANTS: &[Variant] = &[
     v("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b", None),
     v(
