@@ -80,6 +80,14 @@ pub struct ServeArgs {
     /// `--kv-cache-dtype`.
     #[arg(long, value_enum, default_value = "auto")]
     pub kv_cache_dtype: ServeKvArg,
+    /// `--quantization`: vLLM's method name (fp8, fp8_per_tensor, fp8_per_block, gptq, awq,
+    /// compressed-tensors). Default: the checkpoint's own, as vLLM reads it from the config.
+    #[arg(long)]
+    pub quantization: Option<String>,
+    /// Weight format as memwall names it (bf16, fp8, gptq-int4-g128, awq-int4-g128, …), for
+    /// what-ifs; overrides the checkpoint's bytes and its quantization_config.
+    #[arg(long)]
+    pub weights: Option<String>,
     /// `--block-size`.
     #[arg(long, default_value_t = 16)]
     pub block_size: u64,
@@ -127,6 +135,8 @@ impl ServeArgs {
             tp,
             gpu_memory_utilization,
             kv_cache_dtype: _,
+            quantization: _,
+            weights: _,
             block_size,
             max_model_len,
             max_num_batched_tokens,
@@ -223,6 +233,10 @@ impl ServeArgs {
 pub enum ServeKvArg {
     /// The model dtype (bf16/fp16).
     Auto,
+    /// fp16.
+    Float16,
+    /// bf16.
+    Bfloat16,
     /// fp8 (e4m3).
     Fp8,
     /// fp8 e4m3.
@@ -253,8 +267,10 @@ pub struct InferArgs {
     pub attention: AttentionImpl,
     /// Weight format: bf16, fp16, fp32, fp8, int8 (LLM.int8), nf4, nf4-dq, fp4, fp4-dq,
     /// gptq-int4-g128, awq-int4-g128, gguf-q4_k_m, gguf-q5_k_m, gguf-q8_0, gguf-q6_k, gguf-q4_0, …
-    #[arg(long, default_value = "bf16")]
-    pub weights: String,
+    /// (default: the checkpoint's own bytes when its files are given, else its
+    /// quantization_config, else bf16; an explicit format overrides them).
+    #[arg(long)]
+    pub weights: Option<String>,
     /// KV cache dtype.
     #[arg(long, value_parser = named::<KvDtype>(), default_value = "auto")]
     pub kv_dtype: KvDtype,
@@ -284,6 +300,8 @@ pub struct InferSettings {
     pub model: ModelSource,
     /// Workload.
     pub workload: memwall_core::workload::InferWorkload,
+    /// The weights used and where their bytes come from.
+    pub weights: crate::weights::WeightsChoice,
     /// GPU.
     pub gpu: &'static GpuSpec,
     /// Kernel semantics.
@@ -317,8 +335,10 @@ impl InferSettings {
         count("batch", batch, limits::MAX_BATCH)?;
         count("prompt", prompt, limits::MAX_SEQ)?;
         count("new_tokens", new_tokens, limits::MAX_SEQ)?;
-        let weights = WeightFormat::parse(&weights)?;
+        let explicit = weights.as_deref().map(WeightFormat::parse).transpose()?;
         let model = model_source::load(&model)?;
+        let choice = crate::weights::choose(&model, explicit)?;
+        let weights = choice.format;
         let gpu = resolve_gpu(&gpu)?;
         if moe_grouped_decode
             && !model
@@ -355,6 +375,7 @@ impl InferSettings {
         Ok(InferSettings {
             model,
             workload,
+            weights: choice,
             gpu,
             kernels,
             format,
@@ -839,7 +860,8 @@ impl TrainSettings {
                 Some(Lora {
                     rank,
                     targets: lora_targets,
-                    qlora,
+                    // a bitsandbytes 4-bit checkpoint is a QLoRA base as loaded
+                    qlora: qlora || crate::weights::is_bnb_4bit(&model),
                 })
             }
             (None, true) => {
@@ -862,6 +884,7 @@ impl TrainSettings {
                 None
             }
         };
+        crate::weights::check_trainable(&model, lora.as_ref())?;
         let mut workload = TrainWorkload {
             batch,
             seq,
@@ -942,6 +965,10 @@ pub struct ServeSettings {
     pub request: memwall_core::serve::ServeRequest,
     /// Request lengths for the concurrency table and the fragmentation comparison.
     pub request_lengths: Vec<u64>,
+    /// Where the weight bytes come from, in words.
+    pub weights_from: String,
+    /// `--quantization` as validated, for the `vllm serve` command line.
+    pub vllm_quantization: Option<String>,
     /// Output format.
     pub format: Format,
 }
@@ -955,6 +982,8 @@ impl ServeSettings {
             tp,
             gpu_memory_utilization,
             kv_cache_dtype,
+            quantization,
+            weights,
             block_size,
             max_model_len,
             max_num_batched_tokens,
@@ -975,14 +1004,21 @@ impl ServeSettings {
         }
         // checkpoints in bf16/fp16; `--kv-cache-dtype auto` stores the KV cache in that dtype
         let dtype_bytes = 2;
+        let explicit = weights
+            .as_deref()
+            .map(memwall_core::workload::WeightFormat::parse)
+            .transpose()?;
+        let (serve_weights, weights_from) =
+            crate::weights::choose_serve(&model, quantization.as_deref(), explicit)?;
         let request = memwall_core::serve::ServeRequest {
             tp,
             gpu_memory_utilization,
             kv_dtype_bytes: match kv_cache_dtype {
-                ServeKvArg::Auto => dtype_bytes,
+                ServeKvArg::Auto | ServeKvArg::Float16 | ServeKvArg::Bfloat16 => dtype_bytes,
                 ServeKvArg::Fp8 | ServeKvArg::Fp8E4m3 | ServeKvArg::Fp8E5m2 => 1,
             },
             dtype_bytes,
+            weights: serve_weights,
             block_size,
             max_model_len,
             max_num_batched_tokens,
@@ -998,6 +1034,8 @@ impl ServeSettings {
             gpu,
             request,
             request_lengths,
+            weights_from,
+            vllm_quantization: quantization.map(|q| untrusted(&q.trim().to_ascii_lowercase())),
             format,
         })
     }

@@ -8,6 +8,7 @@ mod model_source;
 mod output;
 mod report;
 mod svg;
+mod weights;
 
 use anyhow::Result;
 use clap::Parser;

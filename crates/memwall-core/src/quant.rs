@@ -222,6 +222,71 @@ pub fn fp8_block_bytes(rows: u128, cols: u128) -> u128 {
     rows * cols + rows.div_ceil(128) * cols.div_ceil(128) * 4
 }
 
+/// Bytes of one `out × in` linear weight stored in `format`, for the formats whose layout
+/// does not depend on the tensor's place in the model (every format but GGUF presets, whose
+/// per-tensor types follow llama.cpp's rules: `None`). `None` also for the unquantised formats
+/// (bf16, fp16, fp32: the parameter dtype decides). The layouts are the functions above; a
+/// GPTQ `group` of [`crate::workload::GPTQ_PER_COLUMN`] is one group per column (`group_size: -1`).
+pub fn linear_bytes(
+    format: crate::workload::WeightFormat,
+    out_f: u128,
+    in_f: u128,
+) -> Option<u128> {
+    use crate::workload::WeightFormat as F;
+    let numel = out_f * in_f;
+    Some(match format {
+        F::Bf16 | F::Fp16 | F::Fp32 | F::Gguf(_) => return None,
+        F::Fp8 => fp8_block_bytes(out_f, in_f),
+        F::Int8 => bnb_int8_bytes(out_f, in_f),
+        F::Nf4 { double_quant } | F::Fp4 { double_quant } => bnb_4bit_bytes(numel, double_quant),
+        F::Gptq { bits, group } => {
+            grouped_int_bytes(out_f, in_f, u128::from(bits), u128::from(group), true)
+        }
+        F::Awq { group } => grouped_int_bytes(out_f, in_f, 4, u128::from(group), false),
+    })
+}
+
+/// A checkpoint's weights as stored, read from its files' headers (safetensors or GGUF):
+/// the estimate's weights are replaced by these bytes, exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StoredWeights {
+    /// Bytes of the tensors under a decoder-layer prefix.
+    pub layer_bytes: u64,
+    /// Bytes of every other tensor (embeddings, final norm, LM head).
+    pub other_bytes: u64,
+}
+
+impl StoredWeights {
+    /// All tensor bytes.
+    pub fn total_bytes(&self) -> u64 {
+        self.layer_bytes.saturating_add(self.other_bytes)
+    }
+}
+
+/// `est` with its weights replaced by a checkpoint's exact tensor bytes. The weights are
+/// allocated when the model loads and freed after the run, so they are live at every instant
+/// of the timeline: changing their size shifts every instant, the peak and the prefill peak
+/// alike, by the same amount, and the peak stays where it was. (The caching allocator's
+/// rounding of each tensor to 512 bytes is not added: the result is the files' bytes.)
+pub fn with_stored_weights(
+    mut est: crate::memory::InferEstimate,
+    stored: StoredWeights,
+) -> crate::memory::InferEstimate {
+    use crate::memory::Category;
+    let new = stored.total_bytes();
+    let old = est.weights_bytes;
+    let shift = |v: u64| v.saturating_sub(old).saturating_add(new);
+    est.peak_bytes = shift(est.peak_bytes);
+    est.prefill_peak_bytes = shift(est.prefill_peak_bytes);
+    for (c, b) in &mut est.at_peak {
+        if *c == Category::Weights {
+            *b = new;
+        }
+    }
+    est.weights_bytes = new;
+    est
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,6 +322,55 @@ mod tests {
     }
 
     #[test]
+    fn stored_weights_shift_every_instant_by_the_same_bytes() {
+        use crate::memory::{simulate_infer, Category, Kernels};
+        use crate::workload::{AttentionImpl, InferWorkload, KvDtype, WeightFormat};
+        let w = InferWorkload {
+            batch: 1,
+            prompt: 64,
+            new_tokens: 2,
+            attention: AttentionImpl::Sdpa,
+            weights: WeightFormat::Bf16,
+            kv_dtype: KvDtype::Auto,
+            moe_decode_batched: true,
+        };
+        let est = simulate_infer(&crate::model::tests::llama2_7b(), &w, Kernels::Cpu).unwrap();
+        let stored = StoredWeights {
+            layer_bytes: 1_000_000_000,
+            other_bytes: 234,
+        };
+        let out = with_stored_weights(est.clone(), stored);
+        assert_eq!(out.weights_bytes, 1_000_000_234);
+        let d = |a: u64, b: u64| i128::from(a) - i128::from(b);
+        let shift = d(out.weights_bytes, est.weights_bytes);
+        assert_eq!(d(out.peak_bytes, est.peak_bytes), shift);
+        assert_eq!(d(out.prefill_peak_bytes, est.prefill_peak_bytes), shift);
+        let at = |e: &crate::memory::InferEstimate| e.at_peak.iter().map(|x| x.1).sum::<u64>();
+        assert_eq!(at(&out), out.peak_bytes);
+        assert!(out
+            .at_peak
+            .iter()
+            .any(|(c, b)| *c == Category::Weights && *b == 1_000_000_234));
+    }
+
+    #[test]
+    fn linear_bytes_leave_float_and_gguf_formats_to_the_caller() {
+        use crate::workload::WeightFormat as F;
+        assert_eq!(linear_bytes(F::Bf16, 8, 8), None);
+        assert_eq!(linear_bytes(F::Gguf(GgufPreset::Q4KM), 8, 8), None);
+        assert_eq!(linear_bytes(F::Fp8, 256, 256), Some(256 * 256 + 4 * 4));
+        // per-column GPTQ: one group per column
+        let per_col = F::Gptq {
+            bits: 4,
+            group: crate::workload::GPTQ_PER_COLUMN,
+        };
+        assert_eq!(
+            linear_bytes(per_col, 4096, 4096),
+            Some(grouped_int_bytes(4096, 4096, 4, 4096, true))
+        );
+    }
+
+    #[test]
     fn gptq_4bit_group_128() {
         // 4096×4096: 8 MiB qweight + 32×4096×2 scales + 32×4096/2 qzeros + 4096×4 g_idx
         assert_eq!(
@@ -284,6 +398,7 @@ mod names {
             "fp4-dq",
             "gptq-int4-g128",
             "gptq-int3-g64",
+            "gptq-int4-per-column",
             "awq-int4-g128",
             "gguf-q4_k_m",
             "gguf-q5_k_m",

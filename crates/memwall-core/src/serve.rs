@@ -17,6 +17,8 @@
 use crate::error::CoreError;
 use crate::gpu::GpuSpec;
 use crate::model::{AttentionKind, Mlp, ModelDesc};
+use crate::quant::StoredWeights;
+use crate::workload::WeightFormat;
 use serde::Serialize;
 
 /// Inputs of a vLLM deployment (one tensor-parallel rank is computed; ranks are symmetric).
@@ -316,6 +318,95 @@ pub fn weights_bytes_per_rank(
     Ok((per_rank * bytes_per_param).round() as u64)
 }
 
+/// How the weights one rank holds are sized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServeWeights {
+    /// Every weight in the checkpoint dtype ([`ServeRequest::dtype_bytes`]).
+    Dtype,
+    /// The linear layers (MoE experts and shared experts included) in a quantised format;
+    /// embeddings, norms and routers in the checkpoint dtype, as vLLM's quantisation methods
+    /// create them: each `LinearMethod.create_weights` registers the packed weight and its
+    /// scales per partition (vLLM 0.33 `quantization/fp8.py` `Fp8LinearMethod.create_weights`
+    /// l.282: fp8 weight + fp32 `weight_scale_inv` per 128×128 block; `auto_gptq.py`
+    /// `AutoGPTQLinearMethod.create_weights` l.322: `qweight`, `scales`, `qzeros`, `g_idx`;
+    /// `auto_awq.py` `AutoAWQMarlinLinearMethod.create_weights` l.418: `qweight`, `qzeros`,
+    /// `scales`; the `FusedMoEMethod`s create the same per expert, `w13_*` and `w2_*`), while
+    /// `VocabParallelEmbedding`, `ParallelLMHead`, norms and the `ReplicatedLinear` router
+    /// stay unquantised.
+    Format(WeightFormat),
+    /// A checkpoint's exact tensor bytes (read from its headers).
+    Stored(StoredWeights),
+}
+
+/// [`weights_bytes_per_rank`] with the linear layers stored in `format` (see
+/// [`ServeWeights::Format`]): the unquantised bytes of every quantisable linear are replaced
+/// by its bytes in `format`, split over the ranks as the linear is (column- or row-parallel).
+/// GGUF presets are refused (llama.cpp's per-tensor types are not vLLM's).
+pub fn weights_bytes_per_rank_in(
+    model: &ModelDesc,
+    tp: u64,
+    dtype_bytes: u64,
+    format: WeightFormat,
+) -> Result<u64, CoreError> {
+    if matches!(format, WeightFormat::Gguf(_)) {
+        return Err(CoreError::invalid_value(
+            "weights",
+            format.name(),
+            "GGUF presets are llama.cpp's per-tensor types, not a vLLM quantisation method",
+            "pass the .gguf file itself as the model (its tensor bytes are read), or a vLLM format such as fp8, gptq-int4-g128 or awq-int4-g128",
+        ));
+    }
+    let base = weights_bytes_per_rank(model, tp, dtype_bytes as f64)?;
+    let tp_f = tp.max(1) as f64;
+    let h = model.hidden_size;
+    let (mut plain, mut packed) = (0f64, 0f64);
+    let mut add = |out_f: u64, in_f: u64, copies: u64| {
+        let (o, i, n) = (u128::from(out_f), u128::from(in_f), u128::from(copies));
+        if let Some(b) = crate::quant::linear_bytes(format, o, i) {
+            plain += (n * o * i * u128::from(dtype_bytes)) as f64;
+            packed += (n * b) as f64;
+        }
+    };
+    for l in &model.layers {
+        for s in l.attention.linears(h) {
+            add(s.out_features, s.in_features, 1);
+        }
+        match &l.mlp {
+            Mlp::Dense(d) => {
+                for s in d.linears(h) {
+                    add(s.out_features, s.in_features, 1);
+                }
+            }
+            Mlp::Moe(m) => {
+                // per expert: gate and up `[I, H]` (or one of them), down `[H, I]`
+                let i = m.expert.intermediate;
+                let ins = if m.expert.gated { 2 } else { 1 };
+                add(i, h, m.num_experts * ins);
+                add(h, i, m.num_experts);
+                if let Some(sh) = &m.shared {
+                    for s in sh.linears(h) {
+                        add(s.out_features, s.in_features, 1);
+                    }
+                }
+            }
+        }
+    }
+    let per_rank = base as f64 - plain / tp_f + packed / tp_f;
+    Ok(per_rank.max(0.0).round() as u64)
+}
+
+/// Weights one rank holds from a checkpoint's exact tensor bytes: decoder layers split over
+/// the ranks, the rest (embeddings, LM head) as vocabulary-parallel tensors padded to 64
+/// rows (as [`weights_bytes_per_rank`]).
+pub fn weights_bytes_per_rank_stored(model: &ModelDesc, tp: u64, stored: StoredWeights) -> u64 {
+    let tp = tp.max(1) as f64;
+    let v = model.embeddings.vocab_size.max(1);
+    let pad = v.div_ceil(64) * 64;
+    let other = stored.other_bytes as f64 * pad as f64 / v as f64;
+    ((stored.layer_bytes as f64 + other) / tp).round() as u64
+}
+
 /// `--max-num-batched-tokens` default of `vllm serve` on `gpu` (vLLM 0.33
 /// `EngineArgs.get_batch_defaults`, arg_utils.py l.2940–3039; docs/vllm-accounting.md, inputs
 /// table): 16384 from 160 GiB of device memory, 8192 from 70 GiB except on A100s, else 2048.
@@ -399,6 +490,8 @@ pub struct ServeRequest {
     pub kv_dtype_bytes: u64,
     /// Bytes per weight element of the checkpoint.
     pub dtype_bytes: u64,
+    /// How the weights are sized (`--quantization`, the checkpoint's headers or config).
+    pub weights: ServeWeights,
     /// `--block-size`.
     pub block_size: u64,
     /// `--max-model-len` (default: the model's `max_position_embeddings`).
@@ -450,7 +543,11 @@ pub fn resolve(
         .max_num_seqs
         .unwrap_or_else(|| default_max_num_seqs(batched));
     let mut estimated = vec!["weights_bytes_per_rank"];
-    let weights = weights_bytes_per_rank(model, tp, request.dtype_bytes as f64)?;
+    let weights = match request.weights {
+        ServeWeights::Dtype => weights_bytes_per_rank(model, tp, request.dtype_bytes as f64)?,
+        ServeWeights::Format(f) => weights_bytes_per_rank_in(model, tp, request.dtype_bytes, f)?,
+        ServeWeights::Stored(s) => weights_bytes_per_rank_stored(model, tp, s),
+    };
     let activation = request.activation_bytes.unwrap_or_else(|| {
         estimated.push("activation_peak_bytes");
         estimate_activation_peak_bytes(model, tp, batched, seqs, request.dtype_bytes)
@@ -540,6 +637,33 @@ mod tests {
     }
 
     #[test]
+    fn quantised_linears_shrink_the_weights_per_rank_and_stored_bytes_split() {
+        let m = llama2_7b();
+        let bf16 = weights_bytes_per_rank(&m, 2, 2.0).unwrap();
+        let fp8 = weights_bytes_per_rank_in(&m, 2, 2, WeightFormat::Fp8).unwrap();
+        let awq = weights_bytes_per_rank_in(&m, 2, 2, WeightFormat::Awq { group: 128 }).unwrap();
+        assert!(awq < fp8 && fp8 < bf16, "{awq} {fp8} {bf16}");
+        // the embeddings and the head stay in bf16: fp8 saves about half of the layers only
+        assert!(fp8 as f64 > 0.5 * bf16 as f64);
+        assert_eq!(
+            weights_bytes_per_rank_in(&m, 2, 2, WeightFormat::Bf16).unwrap(),
+            bf16
+        );
+        let s = StoredWeights {
+            layer_bytes: 1000,
+            other_bytes: 0,
+        };
+        assert_eq!(weights_bytes_per_rank_stored(&m, 4, s), 250);
+        assert!(weights_bytes_per_rank_in(
+            &m,
+            1,
+            2,
+            WeightFormat::Gguf(crate::quant::GgufPreset::Q4KM)
+        )
+        .is_err());
+    }
+
+    #[test]
     fn llama2_7b_pages_are_16_tokens_of_k_and_v() {
         let p = plan(&llama2_7b(), &cfg()).unwrap();
         assert_eq!(p.groups.len(), 1);
@@ -620,6 +744,7 @@ mod default_tests {
             gpu_memory_utilization: 0.92,
             kv_dtype_bytes: 2,
             dtype_bytes: 2,
+            weights: ServeWeights::Dtype,
             block_size: 16,
             max_model_len: None,
             max_num_batched_tokens: None,

@@ -190,6 +190,10 @@ impl TrainWorkload {
     }
 }
 
+/// The GPTQ group size that stands for `group_size: -1` (one group per column: a group is
+/// never larger than the input features, so the largest value gives exactly one).
+pub const GPTQ_PER_COLUMN: u32 = u32::MAX;
+
 /// Storage format of the weights for inference.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -253,6 +257,9 @@ impl WeightFormat {
             WeightFormat::Fp4 { double_quant } => {
                 if *double_quant { "fp4-dq" } else { "fp4" }.into()
             }
+            WeightFormat::Gptq { bits, group } if *group == GPTQ_PER_COLUMN => {
+                format!("gptq-int{bits}-per-column")
+            }
             WeightFormat::Gptq { bits, group } => format!("gptq-int{bits}-g{group}"),
             WeightFormat::Awq { group } => format!("awq-int4-g{group}"),
             WeightFormat::Gguf(p) => format!(
@@ -279,7 +286,8 @@ impl WeightFormat {
     }
 
     /// Parses a CLI name: bf16, fp16, fp32, fp8, int8, nf4, nf4-dq, fp4, fp4-dq,
-    /// gptq-int4-g128 (also int3/int8, any group), awq-int4-g128, gguf-q4_k_m, gguf-q5_k_m,
+    /// gptq-int4-g128 (also int3/int8, any group; `gptq-int4-per-column` for `group_size: -1`),
+    /// awq-int4-g128, gguf-q4_k_m, gguf-q5_k_m,
     /// gguf-q8_0, gguf-q6_k, gguf-q5_k, gguf-q4_k, gguf-q4_0, gguf-q4_1, gguf-q5_0, gguf-q5_1,
     /// gguf-q3_k, gguf-q2_k, gguf-f16.
     pub fn parse(s: &str) -> Result<WeightFormat, CoreError> {
@@ -309,6 +317,18 @@ impl WeightFormat {
             Some((bits.strip_prefix("int")?.parse().ok()?, group.parse().ok()?))
         };
         if let Some(rest) = s.strip_prefix("gptq-") {
+            // `group_size: -1` in GPTQ configs: one group spanning each column
+            if let Some(bits) = rest
+                .strip_suffix("-per-column")
+                .and_then(|b| b.strip_prefix("int"))
+                .and_then(|b| b.parse::<u32>().ok())
+                .filter(|b| [2, 3, 4, 8].contains(b))
+            {
+                return Ok(WeightFormat::Gptq {
+                    bits,
+                    group: GPTQ_PER_COLUMN,
+                });
+            }
             if let Some((bits, group)) =
                 grouped(rest).filter(|(b, g)| [2, 3, 4, 8].contains(b) && *g > 0)
             {
@@ -345,7 +365,7 @@ impl WeightFormat {
             "weights",
             &s,
             "unknown weight format",
-            "use bf16, fp16, fp32, fp8, int8, nf4, nf4-dq, fp4, fp4-dq, gptq-int4-g128 (int2/3/4/8, any group), awq-int4-g128, or a gguf preset (gguf-q4_k_m, gguf-q5_k_m, gguf-q8_0, gguf-q6_k, gguf-q4_0, …)",
+            "use bf16, fp16, fp32, fp8, int8, nf4, nf4-dq, fp4, fp4-dq, gptq-int4-g128 (int2/3/4/8, any group, or gptq-int4-per-column), awq-int4-g128, or a gguf preset (gguf-q4_k_m, gguf-q5_k_m, gguf-q8_0, gguf-q6_k, gguf-q4_0, …)",
         ))
     }
 }

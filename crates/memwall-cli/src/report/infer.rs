@@ -19,6 +19,9 @@ pub struct InferReport {
     pub model: ModelInfo,
     /// The run as simulated.
     pub workload: InferWorkload,
+    /// Where the weight bytes come from: `--weights`, the checkpoint's headers (exact), its
+    /// quantization_config, or the bf16 default.
+    pub weights_from: String,
     /// Whose behaviour is simulated.
     pub runtime_profile: &'static str,
     /// Peak bytes of PyTorch's allocator (`torch.cuda.max_memory_allocated()`).
@@ -54,9 +57,11 @@ fn infer_category_name(c: Category) -> &'static str {
 pub fn build(s: &InferSettings) -> Result<InferReport> {
     let est = memory::simulate_infer(&s.model.desc, &s.workload, s.kernels)
         .context("cannot simulate this run")?;
+    let est = crate::weights::apply(est, &s.weights);
     Ok(InferReport {
         model: ModelInfo::new(&s.model, 0),
         workload: s.workload.clone(),
+        weights_from: s.weights.from.clone(),
         runtime_profile: est.engine.name(),
         peak_bytes: est.peak_bytes,
         phase: est.phase,
@@ -126,6 +131,8 @@ impl Report for InferReport {
     fn write_table(&self, w: &mut dyn Write) -> io::Result<()> {
         writeln!(w, "memwall infer · {}", self.model_line())?;
         writeln!(w, "  {}", self.workload_line())?;
+        writeln!(w, "  model from: {}", self.model.origin)?;
+        writeln!(w, "  weights from: {}", self.weights_from)?;
         writeln!(w)?;
         writeln!(
             w,
@@ -180,7 +187,9 @@ impl Report for InferReport {
         writeln!(w, "# memwall infer · {}", md_text(&self.model.label))?;
         writeln!(w)?;
         writeln!(w, "{}  ", md_text(&self.model_line()))?;
-        writeln!(w, "{}", md_text(&self.workload_line()))?;
+        writeln!(w, "{}  ", md_text(&self.workload_line()))?;
+        writeln!(w, "Model from: {}  ", md_text(&self.model.origin))?;
+        writeln!(w, "Weights from: {}", md_text(&self.weights_from))?;
         writeln!(w)?;
         writeln!(w, "## Peak")?;
         writeln!(w)?;

@@ -21,6 +21,9 @@ pub struct ServeReport {
     pub runtime_profile: &'static str,
     /// The deployment as resolved (defaults and estimates filled in).
     pub config: ServeConfig,
+    /// Where the weight bytes come from (`--weights`, `--quantization`, the checkpoint's
+    /// headers, its quantization_config, or the checkpoint dtype).
+    pub weights_from: String,
     /// Which inputs are memwall's estimates (vLLM measures them at start-up).
     pub estimated_inputs: Vec<&'static str>,
     /// vLLM's KV capacity.
@@ -66,6 +69,9 @@ pub fn build(s: &ServeSettings) -> Result<ServeReport> {
     if cfg.kv_dtype_bytes == 1 {
         cmd.push_str(" --kv-cache-dtype fp8");
     }
+    if let Some(q) = &s.vllm_quantization {
+        cmd.push_str(&format!(" --quantization {q}"));
+    }
     if s.request.enforce_eager {
         cmd.push_str(" --enforce-eager");
     }
@@ -77,6 +83,7 @@ pub fn build(s: &ServeSettings) -> Result<ServeReport> {
         gpu: s.gpu.id.clone(),
         runtime_profile: "vllm",
         config: cfg,
+        weights_from: s.weights_from.clone(),
         estimated_inputs: resolved.estimated_inputs,
         plan,
         max_concurrency: Entries(conc),
@@ -144,6 +151,8 @@ impl Report for ServeReport {
 
     fn write_table(&self, w: &mut dyn Write) -> io::Result<()> {
         writeln!(w, "memwall serve · {}", self.heading())?;
+        writeln!(w, "  model from: {}", self.model.origin)?;
+        writeln!(w, "  weights from: {}", self.weights_from)?;
         writeln!(w, "  {}", self.memory_line())?;
         if !self.estimated_inputs.is_empty() {
             writeln!(
@@ -171,6 +180,9 @@ impl Report for ServeReport {
 
     fn write_markdown(&self, w: &mut dyn Write) -> io::Result<()> {
         writeln!(w, "# memwall serve · {}", md_text(&self.heading()))?;
+        writeln!(w)?;
+        writeln!(w, "Model from: {}  ", md_text(&self.model.origin))?;
+        writeln!(w, "Weights from: {}", md_text(&self.weights_from))?;
         writeln!(w)?;
         writeln!(w, "{}.", md_text(&self.memory_line()))?;
         if !self.estimated_inputs.is_empty() {

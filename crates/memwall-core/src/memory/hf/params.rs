@@ -47,6 +47,36 @@ impl Builder<'_> {
         p
     }
 
+    /// A frozen parameter of `numel` weights stored in `bytes` (a quantised format), shaped
+    /// [.., rows, cols]: not trainable, not sharded (as QLoRA's NF4 linears).
+    fn new_frozen(&mut self, numel: u128, rows: u128, cols: u128, bytes: u128) -> P {
+        let id = self.t.param(bytes, false);
+        self.param_count += numel;
+        P {
+            id,
+            numel,
+            rows,
+            cols,
+        }
+    }
+
+    /// Bytes of one expert's gate (or up) projection `[inter, hidden]` and of its down
+    /// projection `[hidden, inter]` when experts are quantised: QLoRA (NF4 with double
+    /// quantisation, as every QLoRA linear) or a non-GGUF inference format (GGUF experts are
+    /// re-typed by [`Self::gguf_matrix_bytes`]). `None`: stored in the parameter dtype.
+    fn quantized_expert_bytes(&self, inter: u128, hidden: u128) -> Option<(u128, u128)> {
+        if self.mode.lora().is_some_and(|l| l.qlora) {
+            return Some((nf4_bytes(inter * hidden), nf4_bytes(hidden * inter)));
+        }
+        if matches!(self.mode.weights(), Some(WeightFormat::Gguf(_))) {
+            return None;
+        }
+        Some((
+            self.quantized_linear_bytes(Some(LinearRole::Gate), inter, hidden)?,
+            self.quantized_linear_bytes(Some(LinearRole::Down), hidden, inter)?,
+        ))
+    }
+
     fn new_adapter(&mut self, numel: u128, rows: u128, cols: u128) -> P {
         let id = self.t.param(numel * self.adapter_size, true);
         self.note_unit_param(id, numel, rows.max(1), true, self.adapter_size);
@@ -162,18 +192,7 @@ impl Builder<'_> {
         let (Some(format), Some(_)) = (self.mode.weights(), role) else {
             return None;
         };
-        let numel = out_f * in_f;
         Some(match format {
-            F::Bf16 | F::Fp16 | F::Fp32 => return None,
-            F::Fp8 => quant::fp8_block_bytes(out_f, in_f),
-            F::Int8 => quant::bnb_int8_bytes(out_f, in_f),
-            F::Nf4 { double_quant } | F::Fp4 { double_quant } => {
-                quant::bnb_4bit_bytes(numel, double_quant)
-            }
-            F::Gptq { bits, group } => {
-                quant::grouped_int_bytes(out_f, in_f, u128::from(bits), u128::from(group), true)
-            }
-            F::Awq { group } => quant::grouped_int_bytes(out_f, in_f, 4, u128::from(group), false),
             F::Gguf(preset) => {
                 let tr = match role {
                     Some(LinearRole::V) => TensorRole::AttnV,
@@ -197,6 +216,7 @@ impl Builder<'_> {
                     .tensor_type(tr, layer, n_layers, in_f, n_expert.unwrap_or(1), is_70b)
                     .bytes(out_f, in_f)
             }
+            other => quant::linear_bytes(other, out_f, in_f)?,
         })
     }
 
@@ -322,8 +342,21 @@ impl Builder<'_> {
                 // transformers 5 stores each expert kind as one 3-D parameter
                 // (`gate_up_proj` [E, 2I, H] and `down_proj` [E, H, I]).
                 let ins = if moe.expert.gated { 2 } else { 1 };
-                let gu = self.new_matrix(e * ins * i * h, ins * i, h, true);
-                let down = self.new_matrix(e * i * h, h, i, true);
+                // quantised experts (QLoRA's NF4 base, or an inference weight format) are
+                // frozen and stored expert by expert, projection by projection, as every other
+                // quantised linear: bitsandbytes, GPTQ, AWQ and fp8 checkpoints store
+                // `experts.{j}.w1/w2/w3` (or `gate_proj/up_proj/down_proj`) each with its own
+                // packed weight, scales and zeros
+                let (gu, down) = match self.quantized_expert_bytes(i, h) {
+                    Some((gate_or_up, down_b)) => (
+                        self.new_frozen(e * ins * i * h, ins * i, h, e * ins * gate_or_up),
+                        self.new_frozen(e * i * h, h, i, e * down_b),
+                    ),
+                    None => (
+                        self.new_matrix(e * ins * i * h, ins * i, h, true),
+                        self.new_matrix(e * i * h, h, i, true),
+                    ),
+                };
                 // GGUF quantises the stacked experts (ffn_gate/up/down_exps) per expert row
                 if let Some(b) =
                     self.gguf_matrix_bytes(crate::quant::TensorRole::FfnUpGate, e * ins * i, h)
