@@ -3,7 +3,7 @@
 use crate::error::UserError;
 use crate::model_source::{self, ModelSource};
 use crate::report::Format;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use memwall_core::error::untrusted;
 use memwall_core::gpu::GpuSpec;
@@ -118,6 +118,9 @@ pub struct ServeArgs {
     /// Request lengths for the concurrency table and the fragmentation comparison.
     #[arg(long, value_delimiter = ',', default_value = "2048,4096,8192,32768")]
     pub request_lengths: Vec<u64>,
+    /// --emit vllm / --out.
+    #[command(flatten)]
+    pub emit: EmitArgs,
     /// Output format.
     #[command(flatten)]
     pub output: OutputArgs,
@@ -147,6 +150,7 @@ impl ServeArgs {
             activation_bytes,
             cuda_graph_bytes,
             request_lengths,
+            emit: _,
             output: _,
         } = self;
         count("tp", *tp, memwall_core::layout::MAX_GPUS)?;
@@ -622,6 +626,8 @@ pub struct TrainArgs {
     pub gpu: String,
     /// Output format.
     #[command(flatten)]
+    pub emit: EmitArgs,
+    #[command(flatten)]
     pub output: OutputArgs,
     /// Simulate CPU kernels (as the fake-tensor truth harness runs them) instead of CUDA's.
     #[arg(long, hide = true)]
@@ -739,6 +745,8 @@ pub struct TrainSettings {
     pub speed: memwall_core::time::Overrides,
     /// Allocator margin of the fit test (fraction of the peak).
     pub alloc_margin: f64,
+    /// `--emit`/`--out`.
+    pub emit: EmitArgs,
     /// The cluster layout, when the job is distributed.
     pub layout: Option<Layout>,
 }
@@ -763,6 +771,7 @@ impl TrainSettings {
             padding_free,
             gpu,
             output,
+            emit,
             cpu_kernels,
             matmul_efficiency,
             bandwidth_efficiency,
@@ -920,6 +929,7 @@ impl TrainSettings {
                 memory_bandwidth: bandwidth_efficiency,
             },
             alloc_margin,
+            emit,
             layout,
         })
     }
@@ -967,6 +977,11 @@ pub struct ServeSettings {
     pub request_lengths: Vec<u64>,
     /// Where the weight bytes come from, in words.
     pub weights_from: String,
+    /// `--kv-cache-dtype` as the vLLM emitter writes it (`None`: float16/bfloat16, which it
+    /// does not emit).
+    pub vllm_kv: Option<memwall_core::emit::VllmKvCacheDtype>,
+    /// `--emit`/`--out`.
+    pub emit: EmitArgs,
     /// `--quantization` as validated, for the `vllm serve` command line.
     pub vllm_quantization: Option<String>,
     /// Output format.
@@ -994,14 +1009,12 @@ impl ServeSettings {
             activation_bytes,
             cuda_graph_bytes,
             request_lengths,
+            emit,
             output,
         } = a;
         let format = output.resolve()?;
         let model = model_source::load(&model)?;
         let gpu = resolve_gpu(&gpu)?;
-        if tp == 0 {
-            bail!("--tp must be at least 1");
-        }
         // checkpoints in bf16/fp16; `--kv-cache-dtype auto` stores the KV cache in that dtype
         let dtype_bytes = 2;
         let explicit = weights
@@ -1029,11 +1042,21 @@ impl ServeSettings {
             activation_bytes,
             cuda_graph_bytes,
         };
+        use memwall_core::emit::VllmKvCacheDtype as V;
+        let vllm_kv = match kv_cache_dtype {
+            ServeKvArg::Auto => Some(V::Auto),
+            ServeKvArg::Fp8 => Some(V::Fp8),
+            ServeKvArg::Fp8E4m3 => Some(V::Fp8E4m3),
+            ServeKvArg::Fp8E5m2 => Some(V::Fp8E5m2),
+            ServeKvArg::Float16 | ServeKvArg::Bfloat16 => None,
+        };
         Ok(ServeSettings {
             model,
             gpu,
             request,
             request_lengths,
+            vllm_kv,
+            emit,
             weights_from,
             vllm_quantization: quantization.map(|q| untrusted(&q.trim().to_ascii_lowercase())),
             format,
@@ -1099,6 +1122,12 @@ pub struct PlanArgs {
     /// Allocator margin of the fit test (fraction of the peak; see `memwall train --help`).
     #[arg(long, default_value_t = memwall_core::plan::DEFAULT_ALLOC_MARGIN)]
     pub alloc_margin: f64,
+    /// With --emit: which plan to emit (1 = the fastest).
+    #[arg(long, default_value_t = 1, requires = "emit", help_heading = "Launch")]
+    pub plan_rank: usize,
+    /// --emit/--out for the plan of --plan-rank.
+    #[command(flatten)]
+    pub emit: EmitArgs,
     /// Output format.
     #[command(flatten)]
     pub output: OutputArgs,
@@ -1113,6 +1142,10 @@ pub struct PlanSettings {
     pub gpu: &'static GpuSpec,
     /// The search.
     pub request: memwall_core::plan::PlanRequest,
+    /// The plan `--emit` writes (1 = the fastest).
+    pub plan_rank: usize,
+    /// `--emit`/`--out`.
+    pub emit: EmitArgs,
     /// Output format.
     pub format: Format,
 }
@@ -1139,9 +1172,12 @@ impl PlanSettings {
             lora_rank,
             lora_targets,
             alloc_margin,
+            plan_rank,
+            emit,
             output,
         } = a;
         let format = output.resolve()?;
+        count("plan_rank", plan_rank as u64, top as u64)?;
         count("gpus", gpus, memwall_core::layout::MAX_GPUS)?;
         count(
             "gpus_per_node",
@@ -1217,6 +1253,8 @@ impl PlanSettings {
             model,
             gpu,
             request,
+            plan_rank,
+            emit,
             format,
         })
     }
@@ -1261,4 +1299,24 @@ fn check_lora_targets(model: &ModelSource, targets: &[String]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `--emit KIND [--out DIR]`: the config files that launch the estimated configuration.
+#[derive(Debug, Clone, Args)]
+pub struct EmitArgs {
+    /// Write the config files of this engine for the estimated configuration: deepspeed,
+    /// accelerate, trainer, torchrun, megatron, torchtitan (train and plan), vllm (serve).
+    #[arg(long, value_parser = emit_kind(), help_heading = "Launch")]
+    pub emit: Option<memwall_core::emit::EmitKind>,
+    /// Directory to write the emitted files into (created if missing); without it the files are
+    /// printed to stdout instead of the report.
+    #[arg(long, requires = "emit", help_heading = "Launch")]
+    pub out: Option<std::path::PathBuf>,
+}
+
+/// The value parser of `--emit`: the kinds' names from the emitters' own table.
+fn emit_kind() -> impl clap::builder::TypedValueParser<Value = memwall_core::emit::EmitKind> {
+    use clap::builder::{PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(memwall_core::emit::EmitKind::ALL.map(|(_, n)| n))
+        .try_map(|s| memwall_core::emit::EmitKind::parse(&s))
 }

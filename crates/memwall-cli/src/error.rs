@@ -54,6 +54,8 @@ pub const FLAGS: &[(&str, &str)] = &[
     ("lora_targets", "--lora-targets"),
     ("qlora", "--qlora"),
     ("matmul_efficiency", "--matmul-efficiency"),
+    ("plan_rank", "--plan-rank"),
+    ("top", "--top"),
     ("alloc_margin", "--alloc-margin"),
     ("flops_efficiency", "--flops-efficiency"),
     ("bandwidth_efficiency", "--bandwidth-efficiency"),

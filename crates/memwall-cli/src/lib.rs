@@ -3,6 +3,7 @@
 //! vector against any writer (the fuzz target and tests use it).
 
 mod args;
+mod emit;
 mod error;
 mod model_source;
 mod output;
@@ -44,11 +45,56 @@ fn run(cli: args::Cli, out: &mut dyn Write) -> Result<()> {
     match cli.command {
         args::Command::Train(a) => {
             let s = args::TrainSettings::resolve(a)?;
-            emit(&report::train::build(&s)?, s.format, out)
+            let r = report::train::build(&s)?;
+            if let Some(kind) = s.emit.emit {
+                let estimate = report::train::estimate_line(&r);
+                let command =
+                    emit::train_command(&s.model, &s.gpu.id, &s.workload, s.layout.as_ref());
+                let files = emit::train_files(
+                    kind,
+                    &s.model,
+                    &s.workload,
+                    s.layout.as_ref(),
+                    command,
+                    estimate,
+                )?;
+                if !emit::deliver(&files, &s.emit, out)? {
+                    return Ok(());
+                }
+            }
+            emit(&r, s.format, out)
         }
         args::Command::Plan(a) => {
             let s = args::PlanSettings::resolve(a)?;
-            emit(&report::plan::build(&s)?, s.format, out)
+            let r = report::plan::build(&s)?;
+            if let Some(kind) = s.emit.emit {
+                let Some(p) = r.found.get(s.plan_rank - 1) else {
+                    return Err(error::UserError::new(
+                        format!(
+                            "invalid --plan-rank {}: the search found {} fitting plan(s)",
+                            s.plan_rank,
+                            r.plans.len()
+                        ),
+                        "pick a rank from the plan table, or widen the search with --allow",
+                    )
+                    .into());
+                };
+                let w = p.workload(&s.request.base);
+                let estimate = format!(
+                    "plan {} of `memwall plan`: peak {} on the worst rank, {:.3} s per step, {:.0} tokens/s per GPU",
+                    p.rank,
+                    memwall_core::Bytes(p.peak_bytes),
+                    p.step_s,
+                    p.tokens_per_s_per_gpu
+                );
+                let command = emit::train_command(&s.model, &s.gpu.id, &w, p.layout.as_ref());
+                let files =
+                    emit::train_files(kind, &s.model, &w, p.layout.as_ref(), command, estimate)?;
+                if !emit::deliver(&files, &s.emit, out)? {
+                    return Ok(());
+                }
+            }
+            emit(&r, s.format, out)
         }
         args::Command::Doctor(a) => match a.infer {
             Some(args::DoctorInfer::Infer(i)) => {
@@ -57,6 +103,7 @@ fn run(cli: args::Cli, out: &mut dyn Write) -> Result<()> {
             }
             None => {
                 let s = args::TrainSettings::resolve(a.train)?;
+                emit::refuse_on("doctor", &s.emit)?;
                 emit(&report::train::doctor(&s)?, s.format, out)
             }
         },
@@ -76,6 +123,12 @@ fn run(cli: args::Cli, out: &mut dyn Write) -> Result<()> {
         args::Command::Serve(a) => {
             a.validate()?;
             let s = args::ServeSettings::resolve(a)?;
+            if let Some(kind) = s.emit.emit {
+                let files = report::serve::emit_files(&s, kind)?;
+                if !emit::deliver(&files, &s.emit, out)? {
+                    return Ok(());
+                }
+            }
             emit(&report::serve::build(&s)?, s.format, out)
         }
         args::Command::Infer(a) => {

@@ -212,3 +212,107 @@ fn inference_doctor_steps_are_infer_arguments() {
         assert!(s.peak_bytes > 0);
     }
 }
+
+#[test]
+fn emit_writes_the_estimated_configuration() {
+    // to stdout: the files, not the report
+    let (code, out, err) = run(&[
+        "train",
+        "-m",
+        "llama-3.1-70b",
+        "--gpu",
+        "a100-80gb-sxm",
+        "--gpus",
+        "8",
+        "--strategy",
+        "zero3",
+        "--checkpointing",
+        "--offload",
+        "optimizer",
+        "--emit",
+        "deepspeed",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("==> ds_config.json <=="), "{out}");
+    assert!(
+        out.contains("\"stage\": 3") && out.contains("\"offload_optimizer\""),
+        "{out}"
+    );
+    // into a directory: the files, and the report on stdout
+    let dir = std::env::temp_dir().join(format!("memwall-emit-test-{}", std::process::id()));
+    let (code, out, err) = run(&[
+        "serve",
+        "-m",
+        "llama-3.1-70b",
+        "--tp",
+        "4",
+        "--emit",
+        "vllm",
+        "--out",
+        dir.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let _: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let yaml = std::fs::read_to_string(dir.join("vllm_config.yaml")).unwrap();
+    assert!(yaml.contains("tensor-parallel-size: 4"), "{yaml}");
+    assert!(err.contains("wrote "), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+    // a plan emits its train arguments' configuration: the fastest plan of an 8B model on
+    // 8 H100s is a Megatron layout, so megatron's arguments; an FSDP engine's refuses it by name
+    let plan = [
+        "plan",
+        "-m",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "64",
+    ];
+    let (code, out, err) = run(&[&plan[..], &["--json"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let j: PlanJson = serde_json::from_str(&out).unwrap();
+    let l = j.plans[0].layout.as_ref().unwrap();
+    let megatron = l["tp"].as_u64() > Some(1) || l["pp"].as_u64() > Some(1);
+    let kind = if megatron { "megatron" } else { "accelerate" };
+    let (code, out, err) = run(&[&plan[..], &["--emit", kind]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("==> "), "{out}");
+}
+
+#[test]
+fn emit_refusals_name_the_problem_and_hint() {
+    for args in [
+        &[
+            "train",
+            "--gpus",
+            "8",
+            "--strategy",
+            "fsdp-full",
+            "--emit",
+            "megatron",
+        ][..],
+        &["train", "--emit", "vllm"][..],
+        &["serve", "--emit", "deepspeed"][..],
+        &["doctor", "--emit", "deepspeed"][..],
+        &[
+            "plan",
+            "--gpus",
+            "8",
+            "--emit",
+            "deepspeed",
+            "--plan-rank",
+            "11",
+        ][..],
+        &["train", "--out", "x"][..],
+    ] {
+        let (code, _, err) = run(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(
+            err.lines().last().unwrap_or("").starts_with("hint: "),
+            "{args:?}: {err}"
+        );
+    }
+}

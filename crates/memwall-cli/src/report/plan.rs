@@ -109,6 +109,9 @@ pub struct PlanReport {
     /// Wall time of the search, seconds (not in the JSON: it varies run to run).
     #[serde(skip)]
     pub elapsed_s: f64,
+    /// The plans as the core returned them (for `--emit`).
+    #[serde(skip)]
+    pub found: Vec<Plan>,
 }
 
 fn layout_text(l: Option<&Layout>) -> String {
@@ -232,6 +235,7 @@ pub fn build(s: &PlanSettings) -> Result<PlanReport> {
             allow: q.allow,
             alloc_margin: q.alloc_margin,
         },
+        found: r.plans.clone(),
         plans: r
             .plans
             .into_iter()

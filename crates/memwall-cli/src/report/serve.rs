@@ -253,3 +253,44 @@ impl ServeReport {
             .map_or(0.0, |(_, c)| *c)
     }
 }
+
+/// The `--emit vllm` files of the deployment `s` describes (the same resolution the report uses).
+pub fn emit_files(
+    s: &ServeSettings,
+    kind: memwall_core::emit::EmitKind,
+) -> Result<Vec<memwall_core::emit::EmittedFile>> {
+    use memwall_core::emit::{emit_serve, Provenance, ServeLaunchSpec};
+    let Some(kv) = s.vllm_kv else {
+        return Err(crate::error::UserError::new(
+            "`--emit vllm` writes --kv-cache-dtype auto or fp8*, not float16/bfloat16",
+            "use --kv-cache-dtype auto for the model's own dtype",
+        )
+        .into());
+    };
+    let resolved =
+        serve::resolve(&s.model.desc, s.gpu, &s.request).context("cannot plan this deployment")?;
+    let plan =
+        serve::plan(&s.model.desc, &resolved.config).context("cannot plan this deployment")?;
+    let mut cfg = resolved.config.clone();
+    if !plan.fits_max_model_len {
+        cfg.max_model_len = plan.max_model_len_that_fits;
+    }
+    let mut spec = ServeLaunchSpec::from_serve(
+        crate::emit::model_id(&s.model),
+        &cfg,
+        kv,
+        resolved.max_num_seqs,
+        s.request.enforce_eager,
+    )
+    .with_provenance(Provenance {
+        command: format!("memwall serve --model {} --gpu {}", s.model.label, s.gpu.id),
+        estimate: format!(
+            "{} KV blocks of {} tokens, max-model-len {}",
+            plan.num_gpu_blocks, cfg.block_size, cfg.max_model_len
+        ),
+    });
+    if let serve::ServeWeights::Format(w) = s.request.weights {
+        spec = spec.with_weights(w);
+    }
+    emit_serve(kind, &spec).map_err(crate::emit::user_error)
+}

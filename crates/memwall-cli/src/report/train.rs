@@ -744,3 +744,19 @@ pub fn doctor(s: &TrainSettings) -> Result<super::doctor::DoctorReport> {
         d,
     ))
 }
+
+/// The estimate in one line, for the header of emitted files.
+pub fn estimate_line(r: &TrainReport) -> String {
+    format!(
+        "peak {}{} during the {}; needs {} of {} on {} ({}); {:.3} s per step, {:.0} tokens/s per GPU",
+        Bytes(r.peak_bytes),
+        r.worst_rank(),
+        phase_name(r.phase),
+        Bytes(r.gpu.required_bytes),
+        Bytes(r.gpu.memory_bytes),
+        r.gpu.id,
+        if r.gpu.fits { "fits" } else { "does NOT fit" },
+        r.speed.step_s,
+        r.speed.tokens_per_s_per_gpu
+    )
+}

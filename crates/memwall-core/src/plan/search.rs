@@ -156,6 +156,22 @@ pub struct Plan {
     pub train_args: Vec<String>,
 }
 
+impl Plan {
+    /// The training step of this plan, on the fixed choices of `base` (attention, dropout,
+    /// kernels).
+    pub fn workload(&self, base: &TrainWorkload) -> TrainWorkload {
+        let mut w = base.clone();
+        w.batch = self.micro_batch;
+        w.grad_accum = self.grad_accum;
+        w.seq = self.seq;
+        w.checkpointing = self.checkpointing;
+        w.precision = self.precision;
+        w.optimizer = self.optimizer;
+        w.lora = self.lora.clone();
+        w
+    }
+}
+
 /// How many values each dimension took.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct SearchSpace {
