@@ -1,6 +1,6 @@
 //! `memwall infer`: peak memory of `generate`-style inference (prefill + decode) on one GPU.
 
-use super::table::{md_text, Align, Table};
+use super::table::md_text;
 use super::text::{category_name, count, percent, serde_name, Entries, NamedBytes};
 use super::{markdown_fit, ModelInfo, Report};
 use crate::args::InferSettings;
@@ -201,21 +201,7 @@ impl Report for InferReport {
             self.runtime_profile
         )?;
         writeln!(w)?;
-        let mut t = Table::new(&[
-            ("at the peak", Align::Left),
-            ("bytes", Align::Right),
-            ("share", Align::Right),
-        ]);
-        for (k, b) in &self.at_peak.0 {
-            if *b > 0 {
-                t.push(vec![
-                    (*k).to_owned(),
-                    Bytes(*b).to_string(),
-                    format!("{:.1}%", percent(*b, self.peak_bytes)),
-                ]);
-            }
-        }
-        t.write_markdown(w)?;
+        super::table::at_peak_table(&self.at_peak, self.peak_bytes).write_markdown(w)?;
         writeln!(w)?;
         writeln!(
             w,

@@ -95,6 +95,25 @@ pub fn md_text(s: &str) -> String {
     out
 }
 
+/// The breakdown at a peak as a table (category, bytes, share of the peak); zero lines left out.
+pub fn at_peak_table(at_peak: &super::text::NamedBytes, peak_bytes: u64) -> Table {
+    let mut t = Table::new(&[
+        ("at the peak", Align::Left),
+        ("bytes", Align::Right),
+        ("share", Align::Right),
+    ]);
+    for (k, b) in &at_peak.0 {
+        if *b > 0 {
+            t.push(vec![
+                (*k).to_owned(),
+                memwall_core::Bytes(*b).to_string(),
+                format!("{:.1}%", super::text::percent(*b, peak_bytes)),
+            ]);
+        }
+    }
+    t
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

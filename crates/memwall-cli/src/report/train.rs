@@ -662,21 +662,7 @@ impl Report for TrainReport {
             self.runtime_profile
         )?;
         writeln!(w)?;
-        let mut t = Table::new(&[
-            ("at the peak", Align::Left),
-            ("bytes", Align::Right),
-            ("share", Align::Right),
-        ]);
-        for (k, b) in &self.at_peak.0 {
-            if *b > 0 {
-                t.push(vec![
-                    (*k).to_owned(),
-                    Bytes(*b).to_string(),
-                    format!("{:.1}%", percent(*b, self.peak_bytes)),
-                ]);
-            }
-        }
-        t.write_markdown(w)?;
+        super::table::at_peak_table(&self.at_peak, self.peak_bytes).write_markdown(w)?;
         writeln!(w)?;
         let g = &self.gpu;
         writeln!(
