@@ -250,11 +250,9 @@ impl<'a> Builder<'a> {
         seq: u64,
         kernels: Kernels,
     ) -> Self {
-        let (param_size, compute_size, amp) = match precision {
-            Precision::Bf16 | Precision::Fp16 => (2, 2, false),
-            Precision::Fp32 => (4, 4, false),
-            Precision::AmpBf16 | Precision::AmpFp16 => (4, 2, true),
-        };
+        let param_size = u128::from(precision.param_dtype().size());
+        let compute_size = u128::from(precision.compute_dtype().size());
+        let amp = precision.autocast();
         // peft `_cast_adapter_dtype(autocast_adapter_dtype=True)` upcasts fp16/bf16 adapters to fp32
         // (peft `tuners/tuners_utils.py`).
         let adapter_size = 4;

@@ -38,7 +38,7 @@ impl Builder<'_> {
         } else {
             rows
         };
-        self.note_unit_param(id, numel, dim0, trainable, self.param_size);
+        self.note_unit_param(id, numel, dim0, (rows, cols), trainable, self.param_size);
         self.param_count += numel;
         if trainable {
             self.train.trainable.push(p);
@@ -49,7 +49,14 @@ impl Builder<'_> {
 
     fn new_adapter(&mut self, numel: u128, rows: u128, cols: u128) -> P {
         let id = self.t.param(numel * self.adapter_size, true);
-        self.note_unit_param(id, numel, rows.max(1), true, self.adapter_size);
+        self.note_unit_param(
+            id,
+            numel,
+            rows.max(1),
+            (rows, cols),
+            true,
+            self.adapter_size,
+        );
         let p = P {
             id,
             numel,

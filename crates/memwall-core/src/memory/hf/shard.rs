@@ -10,6 +10,7 @@
 use super::Builder;
 use crate::memory::dist_types::{ShardKind, ShardParam, Unit};
 use crate::memory::timeline::{Category, Marker, Node, TensorId};
+use crate::optimizer::OptimTensor;
 
 impl Builder<'_> {
     /// Files a new parameter under the unit being built (only when sharding is simulated).
@@ -18,6 +19,7 @@ impl Builder<'_> {
         id: TensorId,
         numel: u128,
         dim0: u128,
+        (rows, cols): (u128, u128),
         trainable: bool,
         elem: u128,
     ) {
@@ -33,6 +35,8 @@ impl Builder<'_> {
                 id,
                 numel,
                 dim0,
+                rows,
+                cols,
                 trainable,
                 elem,
             });
@@ -446,20 +450,24 @@ impl Builder<'_> {
         if s.offload_states {
             return Some(0);
         }
-        let part: u128 = self.optimizer_partition().iter().sum();
-        let state_bytes: u128 = self.optimizer_partition_bytes().iter().sum();
-        let per_elem = optimizer_state_elems(w.optimizer);
+        let part = self.optimizer_partition();
+        // one flat tensor per partition (crate::optimizer, `state_bytes`)
+        let states: u128 = part
+            .iter()
+            .zip(self.optimizer_partition_bytes())
+            .map(|(&n, b)| w.optimizer.state_bytes(OptimTensor::flat(n, b)))
+            .sum();
+        let part: u128 = part.iter().sum();
         let master = match s.kind {
             // DeepSpeed keeps an fp32 master partition next to the fp16/bf16 model
             ShardKind::Zero { .. } if self.param_size != 4 => 4 * part,
             _ => 0,
         };
-        Some(per_elem * state_bytes + master)
+        Some(states + master)
     }
 
     /// Optimizer-step temporaries on this rank, or `None` when not sharded.
     pub(super) fn sharded_optimizer_temps(&self) -> Option<u128> {
-        use crate::workload::Optimizer;
         let s = self.train.shard?;
         let w = self.mode.train()?;
         if matches!(s.kind, ShardKind::Ddp { .. }) {
@@ -469,9 +477,6 @@ impl Builder<'_> {
             return Some(0);
         }
         let part = self.optimizer_partition();
-        let bytes = self.optimizer_partition_bytes();
-        let total: u128 = bytes.iter().sum();
-        let largest = bytes.iter().copied().max().unwrap_or(0);
         Some(match s.kind {
             // ZeRO builds the fp32 gradient of its partition for the step
             // (stage_1_and_2.py `single_partition_of_fp32_groups[i].grad`; stage3.py
@@ -480,11 +485,11 @@ impl Builder<'_> {
                 part.iter().sum::<u128>().min(ZERO3_SUB_GROUP_ELEMS) * 4
             }
             ShardKind::Zero { .. } => part.iter().sum::<u128>() * 4,
-            _ => match w.optimizer {
-                Optimizer::Adamw | Optimizer::Adafactor => total,
-                Optimizer::AdamwForloop | Optimizer::Lion => 2 * largest,
-                _ => 0,
-            },
+            // FSDP2: the implementation's temporaries over the sharded parameters
+            _ => w
+                .optimizer
+                .step_temporary_bytes(&self.optimizer_partition_bytes())
+                .unwrap_or(0),
         })
     }
 
@@ -498,7 +503,7 @@ impl Builder<'_> {
             return 0;
         };
         let part: u128 = self.optimizer_partition().iter().sum();
-        let states = part * optimizer_state_elems(w.optimizer) * s.master_size;
+        let states = w.optimizer.flat_state_bytes(part, s.master_size);
         match s.kind {
             ShardKind::Ddp { .. } => 0,
             ShardKind::Fsdp2 { .. } => {
@@ -540,8 +545,13 @@ impl Builder<'_> {
             .filter(|p| p.trainable)
             .map(|p| self.padded_shard_numel(p) * self.reduce_elem(p))
             .sum();
-        let states: u128 = self.optimizer_partition_bytes().iter().sum::<u128>()
-            * optimizer_state_elems(w.optimizer);
+        let states: u128 = all()
+            .filter(|p| p.trainable)
+            .map(|p| {
+                w.optimizer
+                    .flat_state_bytes(self.local_numel(p), self.sharded_elem(p))
+            })
+            .sum();
         params + grads + states
     }
 
@@ -562,7 +572,14 @@ impl Builder<'_> {
                 let g = self.full_gradient_bytes();
                 let opt: u128 = all()
                     .filter(|p| p.trainable)
-                    .map(|p| p.numel * ps * optimizer_state_elems(w.optimizer))
+                    .map(|p| {
+                        w.optimizer.state_bytes(OptimTensor::param(
+                            p.numel,
+                            p.numel * ps,
+                            p.rows,
+                            p.cols,
+                        ))
+                    })
                     .sum();
                 p + g + opt
             }
@@ -736,15 +753,3 @@ pub(crate) const ZERO3_PERSISTENCE_ELEMS: u128 = 100_000;
 /// `sub_group_size` default (deepspeed/runtime/zero/config.py): ZeRO-3 steps the optimizer one
 /// sub-group of at most this many elements at a time, with an fp32 gradient copy of it.
 pub(crate) const ZERO3_SUB_GROUP_ELEMS: u128 = 1_000_000_000;
-
-/// Optimizer state elements per parameter element.
-fn optimizer_state_elems(o: crate::workload::Optimizer) -> u128 {
-    use crate::workload::Optimizer;
-    match o {
-        Optimizer::Adamw | Optimizer::AdamwFused | Optimizer::AdamwForloop => 2,
-        Optimizer::SgdMomentum | Optimizer::Lion => 1,
-        Optimizer::Sgd => 0,
-        // refused with sharding in `dist::simulate_train_dist`
-        Optimizer::Adamw8bit | Optimizer::Adafactor => 2,
-    }
-}
