@@ -419,10 +419,12 @@ impl Builder<'_> {
                     _ => None,
                 };
                 let o = self.act(rows * heads * v_dim * c, true);
-                let mut saved = vec![q2, k2, v2, o, lse];
-                saved.extend(mask);
+                let mut saved = Ids::of(&[q2, k2, v2, o, lse]);
+                if let Some(m) = mask {
+                    saved.push(m);
+                }
                 self.t.record(Node {
-                    saved: Ids::of(&saved),
+                    saved,
                     inputs: Ids::of(&[q2, k2, v2]),
                     outputs: Ids::of(&[o]),
                     ..Node::default()

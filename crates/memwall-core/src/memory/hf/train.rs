@@ -2,7 +2,7 @@
 //! optimizer states and step, and the steady-state step that strings them together.
 
 use super::Builder;
-use crate::memory::timeline::{Category, Ids, Marker, Node, Phase};
+use crate::memory::timeline::{Category, Ids, Marker, Node, Phase, SegKind};
 use crate::model::AttentionKind;
 use crate::optimizer::OptimTensor;
 
@@ -32,7 +32,8 @@ impl Builder<'_> {
         }
         let mut xsize = xs;
         let mask = self.causal_mask(self.seq, self.seq);
-        for i in 0..self.model.layers.len() {
+        for i in 0..self.n_layers() {
+            self.seg(Some(i), SegKind::Forward);
             self.mark(Marker::PostBackward(i + 1));
             self.unit_pre_forward(i + 1);
             let y = if ckpt {
@@ -41,12 +42,13 @@ impl Builder<'_> {
                 self.t.recording = true;
                 // the checkpoint keeps the layer's inputs for the recompute: the hidden state
                 // and the rotary cos/sin passed to every layer (torch/utils/checkpoint.py)
-                let mut kept = vec![x];
+                let mut kept = Ids::of(&[x]);
                 if let Some((cos, sin)) = self.rope_tables {
-                    kept.extend([cos, sin]);
+                    kept.push(cos);
+                    kept.push(sin);
                 }
                 self.t.record(Node {
-                    saved: Ids::of(&kept),
+                    saved: kept,
                     inputs: Ids::of(&[]),
                     outputs: Ids::of(&[y]),
                     recompute: Some(i),
@@ -62,6 +64,7 @@ impl Builder<'_> {
             x = y;
             xsize = if self.amp { 4 } else { xsize };
         }
+        self.seg(None, SegKind::Fixed);
         let (fx, fs) = self.body_tail(x, xsize, rows, mask);
         // the loss phase starts at the LM head (the harness's lm_head forward pre-hook)
         self.t.set_phase(Phase::Loss);
@@ -121,6 +124,7 @@ impl Builder<'_> {
         self.t.seed_grad(loss);
         self.unit_pre_backward(0);
         self.backward();
+        self.seg(None, SegKind::Fixed);
         self.finish_backward();
         self.drop_(loss);
     }
@@ -164,14 +168,14 @@ impl Builder<'_> {
             self.t.transient(temps, Category::OptimizerTemporaries);
             return;
         }
-        let sizes: Vec<u128> = self
-            .train
-            .trainable
-            .iter()
-            .map(|p| self.t.bytes(p.id))
-            .collect();
         // the implementation's temporaries (crate::optimizer, `step_temporary_bytes`)
-        if let Some(b) = w.optimizer.step_temporary_bytes(&sizes) {
+        let (mut total, mut largest) = (0, 0);
+        for p in &self.train.trainable {
+            let b = self.t.bytes(p.id);
+            total += b * self.unit_weight(p.unit);
+            largest = largest.max(b);
+        }
+        if let Some(b) = w.optimizer.step_temporaries(total, largest) {
             self.t.transient(b, Category::OptimizerTemporaries);
         }
     }
@@ -196,7 +200,7 @@ impl Builder<'_> {
                     self.t.bytes(p.id),
                     p.rows,
                     p.cols,
-                ))
+                )) * self.unit_weight(p.unit)
             })
             .sum();
         if bytes > 0 {
