@@ -428,12 +428,15 @@ fn check_dist(s: &Shape, t: &Train, d: &Dist) -> Result<(), TestCaseError> {
         if engine == memwall_core::Engine::Megatron {
             l.strategy = c.strategies.allowed[d.strategy % c.strategies.allowed.len()];
         }
-        if l.gpus > l.gpus_per_node && l.gpus % l.gpus_per_node != 0 {
+        if l.gpus > l.gpus_per_node && !l.gpus.is_multiple_of(l.gpus_per_node) {
             l.gpus_per_node = l.gpus;
         }
         if l.strategy == Sharding::Hsdp {
             // nodes of the largest divisor up to 16 (uneven shards within a node)
-            if let Some(n) = (2..l.gpus.min(17)).rev().find(|n| l.gpus % n == 0) {
+            if let Some(n) = (2..l.gpus.min(17))
+                .rev()
+                .find(|n| l.gpus.is_multiple_of(*n))
+            {
                 l.gpus_per_node = n;
             }
         }
