@@ -515,7 +515,7 @@ proptest! {
             prop_assert!(result.is_ok(), "{:?}: {:?}", l, result.err());
         }
         if let Ok(e) = result {
-            let mut ranks: Vec<u64> = e.groups.iter().flat_map(|g| g.ranks.clone()).collect();
+            let mut ranks: Vec<u64> = e.groups.iter().flat_map(|g| g.ranks.iter()).collect();
             ranks.sort_unstable();
             prop_assert_eq!(ranks, (0..gpus).collect::<Vec<_>>());
             prop_assert!(e.groups.iter().all(|g| g.peak_bytes <= e.peak_bytes));

@@ -12,7 +12,7 @@
 
 use super::dist_types::{ShardKind, ShardSim};
 use super::hf::Builder;
-use super::ranks::{compress_ranks, worst_group};
+use super::ranks::{worst_group, RankSet};
 pub use super::ranks::{CommBuffer, DistEstimate, RankGroup};
 use super::{to_u64, Category, Kernels, Phase};
 use crate::engine::Engine;
@@ -251,10 +251,6 @@ fn simulate(
     // shard groups across nodes; plain sharding has one group of all ranks).
     let gpus = layout.gpus;
     let shard_group = layout.shard_group();
-    let run_for = |r: u128| -> usize {
-        // ranks not simulated (large worlds) take rank 0's numbers: chunks never grow with rank
-        runs.iter().position(|(x, _)| *x == r).unwrap_or(0)
-    };
     // runs with the same numbers form one group (ranks ascending, so no sort is needed)
     let mut groups: Vec<RankGroup> = Vec::new();
     let mut group_of_run: Vec<usize> = Vec::with_capacity(runs.len());
@@ -266,7 +262,7 @@ fn simulate(
         if same.is_none() {
             groups.push(RankGroup {
                 label: String::new(),
-                ranks: Vec::new(),
+                ranks: RankSet::new(shard_group, gpus),
                 peak_bytes: rr.peak,
                 at_peak: rr.at_peak.clone(),
                 phase: rr.phase,
@@ -276,17 +272,29 @@ fn simulate(
             });
         }
     }
-    for g in 0..gpus {
-        groups[group_of_run[run_for(u128::from(g % shard_group))]]
+    // shard indices in order: a simulated one takes its run's group; those not simulated
+    // (large worlds) take rank 0's numbers, since chunks never grow with the rank
+    let mut order: Vec<(u64, usize)> = runs
+        .iter()
+        .enumerate()
+        .map(|(k, (r, _))| (u64::try_from(*r).unwrap_or(u64::MAX), k))
+        .collect();
+    order.sort_unstable();
+    let mut next = 0;
+    for (index, k) in order {
+        if next < index {
+            groups[group_of_run[0]].ranks.push_span(next, index - 1);
+        }
+        groups[group_of_run[k]].ranks.push_index(index);
+        next = index + 1;
+    }
+    if next < shard_group {
+        groups[group_of_run[0]]
             .ranks
-            .push(g);
+            .push_span(next, shard_group - 1);
     }
     for g in &mut groups {
-        g.label = if g.ranks.len() == 1 {
-            format!("rank {}", g.ranks[0])
-        } else {
-            format!("ranks {}", compress_ranks(&g.ranks))
-        };
+        g.label = g.ranks.label();
     }
 
     let worst = worst_group(&groups);

@@ -22,7 +22,7 @@
 //! Rank order follows Megatron's default `tp-cp-ep-dp-pp` (`parallel_state.py`): pipeline
 //! stage `k` is the contiguous block of ranks `[k·gpus/pp, (k+1)·gpus/pp)`.
 
-use super::ranks::{compress_ranks, worst_group, DistEstimate, RankGroup};
+use super::ranks::{worst_group, DistEstimate, RankGroup, RankSet};
 use super::{to_u64, Category, Phase};
 use crate::engine::Engine;
 use crate::error::CoreError;
@@ -295,10 +295,16 @@ pub(crate) fn simulate(
             (Category::CommBuffers, 0),
         ];
         let k64 = u64::try_from(k).map_err(|_| CoreError::Overflow { what: "stage" })?;
-        let ranks: Vec<u64> = (k64 * ranks_per_stage..(k64 + 1) * ranks_per_stage).collect();
+        // a stage is a contiguous block of ranks
+        let (lo, hi) = (k64 * ranks_per_stage, (k64 + 1) * ranks_per_stage - 1);
+        let span = if lo == hi {
+            lo.to_string()
+        } else {
+            format!("{lo}-{hi}")
+        };
         groups.push(RankGroup {
-            label: format!("pp stage {k} (ranks {})", compress_ranks(&ranks)),
-            ranks,
+            label: format!("pp stage {k} (ranks {span})"),
+            ranks: RankSet::span(lo, hi, layout.gpus),
             peak_bytes: to_u64(peak, "peak bytes")?,
             at_peak,
             phase: Phase::Backward,
