@@ -32,7 +32,8 @@ fn with_layers(base: &ModelDesc, n: usize) -> ModelDesc {
 fn cluster(gpus: u64, strategy: Strategy) -> Layout {
     Layout {
         gpus,
-        gpus_per_node: 8,
+        // one node up to 16 GPUs (15 ranks shard unevenly), else nodes of 8
+        gpus_per_node: if gpus <= 16 { gpus } else { 8 },
         strategy,
         ..Layout::single()
     }

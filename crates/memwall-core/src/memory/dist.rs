@@ -212,8 +212,13 @@ fn simulate(
             b.run();
             return rank_run(&b);
         }
+        // only FSDP2's chunks depend on the rank (ZeRO partitions and DDP replicas do not)
         let key = |dims: &[u128]| -> Vec<u128> {
-            dims.iter().map(|&d| chunk_rows(d, world, rank)).collect()
+            if matches!(kind, ShardKind::Fsdp2 { .. }) {
+                dims.iter().map(|&d| chunk_rows(d, world, rank)).collect()
+            } else {
+                Vec::new()
+            }
         };
         if let Some(d) = &dims {
             let k = key(d);

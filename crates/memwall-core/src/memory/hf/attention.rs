@@ -644,8 +644,8 @@ impl Builder<'_> {
                         .is_some_and(|w| u128::from(w) < kv_len)
                 };
                 let masks = if q_len > 1
-                    && self.model.layers.iter().any(sliding)
-                    && self.model.layers.iter().any(|l| !sliding(l))
+                    && self.any_layer(sliding)
+                    && self.any_layer(|l| !sliding(l))
                 {
                     2
                 } else {
@@ -657,7 +657,7 @@ impl Builder<'_> {
                 ))
             }
             AttentionImpl::Sdpa
-                if self.model.layers.iter().any(|l| {
+                if self.any_layer(|l| {
                     l.attention.eager_style == crate::model::EagerStyle::Falcon
                         || (q_len > 1
                             && l.attention

@@ -345,6 +345,12 @@ impl<'a> Builder<'a> {
         });
     }
 
+    /// Whether any decoder layer satisfies `f` (the replayed slots include every distinct
+    /// layer of the model, so a reduced replay answers as the whole model does).
+    fn any_layer(&self, f: impl Fn(&crate::model::LayerSpec) -> bool) -> bool {
+        (0..self.n_layers()).any(|i| f(self.spec(i)))
+    }
+
     /// Decoder layers replayed.
     fn n_layers(&self) -> usize {
         self.reduced

@@ -201,7 +201,7 @@ impl Builder<'_> {
                     _ => TensorRole::Attn,
                 };
                 let n_layers = self.model.layers.len() as u128;
-                let n_expert = self.model.layers.iter().find_map(|l| match &l.mlp {
+                let n_expert = (0..self.n_layers()).find_map(|i| match &self.spec(i).mlp {
                     Mlp::Moe(m) => Some(u128::from(m.num_experts)),
                     Mlp::Dense(_) => None,
                 });
