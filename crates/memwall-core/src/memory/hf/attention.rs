@@ -643,14 +643,12 @@ impl Builder<'_> {
                         .sliding_window
                         .is_some_and(|w| u128::from(w) < kv_len)
                 };
-                let masks = if q_len > 1
-                    && self.any_layer(sliding)
-                    && self.any_layer(|l| !sliding(l))
-                {
-                    2
-                } else {
-                    1
-                };
+                let masks =
+                    if q_len > 1 && self.any_layer(sliding) && self.any_layer(|l| !sliding(l)) {
+                        2
+                    } else {
+                        1
+                    };
                 Some(self.act(
                     masks * self.batch * q_len * kv_len * self.compute_size,
                     false,
