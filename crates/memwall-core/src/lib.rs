@@ -2,7 +2,9 @@
 //!
 //! Data flows `ModelDesc` + `TrainWorkload` (+ `Layout`) → [`engine::Engine::resolve`] and its
 //! capability check → [`memory::simulate_train`] / [`memory::simulate_train_dist`] →
-//! [`memory::TrainEstimate`] / [`memory::DistEstimate`].
+//! [`memory::TrainEstimate`] / [`memory::DistEstimate`]. Those replay every op; the same
+//! estimates at a cost independent of the layer, decode-step and GPU counts come from
+//! [`memory::fast`].
 //! Nothing in this crate does I/O, reads the environment or the clock.
 
 pub mod advice;

@@ -12,8 +12,8 @@
 
 use super::dist_types::{ShardKind, ShardSim};
 use super::hf::Builder;
-use super::ranks::{worst_group, RankSet};
-pub use super::ranks::{CommBuffer, DistEstimate, RankGroup};
+use super::ranks::worst_group;
+pub use super::ranks::{CommBuffer, DistEstimate, RankGroup, RankSet};
 use super::{to_u64, Category, Kernels, Phase};
 use crate::engine::Engine;
 use crate::error::CoreError;

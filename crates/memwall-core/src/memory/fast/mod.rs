@@ -3,32 +3,37 @@
 //!
 //! The replay ([`super::simulate_train`], [`super::simulate_infer`],
 //! [`super::simulate_train_dist_with`]) is the reference. It is deterministic in the layer
-//! sequence, which repeats ([`blocks`]): a step's timeline is the same pieces with the same
-//! repeated layer segments in the middle, and each segment's live bytes grow by a constant from
-//! one repeat to the next. So the evaluator
+//! sequence, and layers repeat: a step's timeline is the same pieces around the same repeated
+//! layer segments, each growing by a constant from one repeat to the next. So the evaluator
 //!
-//! 1. cuts the layers into blocks of a repeated pattern (`blocks.rs`);
+//! 1. cuts the layers into blocks of a repeated pattern (`blocks.rs`; one comparison per
+//!    layer);
 //! 2. replays *reduced* models that keep a few repeats of each long block: the base with
-//!    [`blocks::BASE`] repeats and, per long block, the base with one and two more. Whole-model
-//!    sums the replay allocates in one piece (optimizer states, gradient buckets, shard
-//!    partitions) take their full-model value in every reduced replay, through the slots'
-//!    weights, so nothing rounded is extrapolated;
-//! 3. records each replay's segments (`Timeline` cut at every layer boundary and phase change,
-//!    each keeping its highest live bytes and the breakdown there) and summarises them into
-//!    candidate instants (`extrapolate.rs`), checking that the interior repeats step by a
-//!    constant;
-//! 4. checks every candidate's live bytes (and breakdown) are affine in each block's repeat
+//!    three (`blocks::BASE`) and, per long block, the base with one and with two more.
+//!    Whole-model sums the replay allocates in one piece (optimizer states and step
+//!    temporaries, gradient buckets, shard partitions, parameter counts) take their full-model
+//!    value in every reduced replay through the slots' weights, so nothing rounded to the
+//!    allocator's blocks is ever extrapolated;
+//! 3. records each replay's segments (the `Timeline` cut at every layer boundary, hook point
+//!    and phase change, each keeping its highest live bytes and the breakdown there) and
+//!    summarises them into candidate instants (`extrapolate.rs`), checking that the interior
+//!    repeats step by a constant;
+//! 4. checks that every candidate's live bytes and breakdown are affine in each block's repeat
 //!    count (zero second difference over the three counts) and extrapolates them exactly, in
-//!    integers, to the full counts; the peak is the first highest candidate, a phase's peak its
-//!    highest.
+//!    integers, to the full counts: the peak is the first highest candidate (the replay's
+//!    first instant on ties), a phase's peak its highest.
 //!
 //! When a check fails the full replay answers ([`Path::Fallback`]); a model with no long block
-//! is replayed whole ([`Path::Whole`]). Decode steps cost nothing either way: the replay
-//! simulates the first and the last step and carries the caches over the others. Ranks of a
-//! distributed step that hold the same shard chunks share one evaluation.
+//! is replayed whole ([`Path::Whole`]). Decode steps cost nothing either way (the replay
+//! simulates the first and the last step and carries the caches over the others). Ranks of a
+//! distributed step holding the same shard chunks share one evaluation (FSDP2 ranks are keyed
+//! by their chunk rows of each distinct dim-0 size; ZeRO and DDP ranks are alike), and rank
+//! groups are [`super::RankSet`] patterns, not lists. Megatron-LM's estimate is a
+//! formula summed over runs of equal layers ([`Path::Formula`]).
 //!
-//! The property tests (`crates/memwall-cli/tests/fast.rs`) hold the evaluator equal to the
-//! replay on random models, workloads and layouts.
+//! The checks cover three repeat counts; that the pattern holds for every larger count is
+//! what the property tests (`crates/memwall-cli/tests/fast.rs`, 10⁵ random configurations in
+//! release) establish against the replay.
 
 mod blocks;
 mod extrapolate;
