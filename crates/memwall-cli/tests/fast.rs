@@ -588,3 +588,60 @@ fn catalogue_models_take_the_fast_path() {
         }
     }
 }
+
+/// Thousands of layers (the extrapolation far beyond the replayed counts), alike, alternating
+/// and after a few different ones, on one GPU, over uneven FSDP2 ranks and at inference.
+#[test]
+fn long_models_agree() {
+    let model = |id: &str| {
+        bases()
+            .iter()
+            .find(|(n, _)| n == id)
+            .map(|(_, m)| m.clone())
+            .expect("catalogue model")
+    };
+    let stretch = |m: &ModelDesc, n: usize| {
+        let mut m = m.clone();
+        let src = m.layers.clone();
+        m.layers = (0..n).map(|i| src[i % src.len()]).collect();
+        m
+    };
+    let mut dense_then_moe = model("deepseek-v3");
+    let last = *dense_then_moe.layers.last().unwrap();
+    dense_then_moe.layers.resize(503, last);
+    let cases = [
+        stretch(&model("llama-3.1-8b"), 2048),
+        stretch(&model("gemma-2-2b"), 600),
+        dense_then_moe,
+    ];
+    for m in &cases {
+        let mut w = TrainWorkload::new(2, 1024);
+        w.checkpointing = true;
+        let r = memory::simulate_train(m, &w, Kernels::Cuda).unwrap();
+        let (f, path) = fast::simulate_train_traced(m, &w, Kernels::Cuda).unwrap();
+        assert_eq!(r, f, "{} layers", m.layers.len());
+        assert_eq!(path, fast::Path::Extrapolated);
+        let l = Layout {
+            gpus: 15,
+            gpus_per_node: 15,
+            strategy: Sharding::FsdpFull,
+            ..Layout::single()
+        };
+        let w = TrainWorkload::new(1, 512);
+        let r = memory::simulate_train_dist(m, &w, &l, Kernels::Cuda).unwrap();
+        let f = fast::simulate_train_dist(m, &w, &l, Kernels::Cuda).unwrap();
+        assert_eq!(r, f, "fsdp {} layers", m.layers.len());
+        let i = InferWorkload {
+            batch: 4,
+            prompt: 1000,
+            new_tokens: 100_000,
+            attention: AttentionImpl::Sdpa,
+            weights: WeightFormat::parse("gguf-q4_k_m").unwrap(),
+            kv_dtype: KvDtype::Auto,
+            moe_decode_batched: true,
+        };
+        let r = memory::simulate_infer(m, &i, Kernels::Cuda).unwrap();
+        let f = fast::simulate_infer(m, &i, Kernels::Cuda).unwrap();
+        assert_eq!(r, f, "infer {} layers", m.layers.len());
+    }
+}
