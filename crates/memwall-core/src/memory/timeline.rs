@@ -232,6 +232,9 @@ impl Segment {
 /// reduced replays run one after the other).
 const SPARE_TIMELINES: usize = 2;
 
+/// Records a spare timeline keeps room for (a reduced replay needs a few thousand).
+const SPARE_RECORDS: usize = 1 << 14;
+
 thread_local! {
     static SPARE: std::cell::RefCell<Vec<Timeline>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -327,12 +330,16 @@ impl Timeline {
             .unwrap_or_default()
     }
 
-    /// Gives the buffers back for the next replay on this thread.
+    /// Gives the buffers back for the next replay on this thread (trimmed, so a replay of
+    /// thousands of layers does not keep its memory for good).
     pub(crate) fn recycle(mut self) {
         if self.tensors.capacity() == 0 {
             return;
         }
         self.clear();
+        self.tensors.shrink_to(SPARE_RECORDS);
+        self.tape.shrink_to(SPARE_RECORDS);
+        self.segments.shrink_to(SPARE_RECORDS);
         SPARE.with(|p| {
             if let Ok(mut v) = p.try_borrow_mut() {
                 if v.len() < SPARE_TIMELINES {
