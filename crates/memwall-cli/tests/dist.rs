@@ -125,6 +125,30 @@ fn zero3_matches_deepspeeds_estimator_plus_gradient_partitions() {
 
 /// Megatron-LM `compute_weight_and_optimizer_memory`: 18 bytes per parameter without the
 /// distributed optimizer, 6 + 12/dp with it, on the most loaded shard (first stage).
+/// DDP keeps a full replica: its model states are the parameters, the gradients and the
+/// optimizer's own states for every parameter (Adafactor's factored variances, bitsandbytes'
+/// 8-bit blocks), the same states the timeline allocates.
+#[test]
+fn ddp_model_states_follow_the_optimizer() {
+    let m = config("gpt2");
+    for o in [Optimizer::Adafactor, Optimizer::Adamw8bit, Optimizer::Adamw] {
+        let mut w = TrainWorkload::new(1, 512);
+        w.optimizer = o;
+        let e = run(&m, &w, &layout(2, Strategy::Ddp));
+        let g = &e.groups[e.worst];
+        let weights = cat(&e, Category::Weights);
+        let states = cat(&e, Category::OptimizerStates);
+        // parameters + gradients (bf16, 2 B each) + the optimizer states; the timeline's
+        // states are rounded up to 512-byte blocks
+        let expected = 2 * weights + states;
+        assert!(
+            g.model_state_bytes <= expected && expected - g.model_state_bytes < 512 * 2,
+            "{o}: {} vs {expected}",
+            g.model_state_bytes
+        );
+    }
+}
+
 #[test]
 fn megatron_bytes_per_parameter_match_theoretical_memory_usage() {
     let m = config("llama-3.1-8b");
@@ -491,7 +515,7 @@ proptest! {
             prop_assert!(result.is_ok(), "{:?}: {:?}", l, result.err());
         }
         if let Ok(e) = result {
-            let mut ranks: Vec<u64> = e.groups.iter().flat_map(|g| g.ranks.clone()).collect();
+            let mut ranks: Vec<u64> = e.groups.iter().flat_map(|g| g.ranks.iter()).collect();
             ranks.sort_unstable();
             prop_assert_eq!(ranks, (0..gpus).collect::<Vec<_>>());
             prop_assert!(e.groups.iter().all(|g| g.peak_bytes <= e.peak_bytes));

@@ -195,6 +195,13 @@ fn rows() -> Vec<Row> {
         let w = workload(&c);
         let e =
             simulate_train(&desc, &w, Kernels::Cpu).unwrap_or_else(|err| panic!("{}: {err}", c.id));
+        // the fast evaluator (what the CLI runs) gives the replay's result exactly
+        assert_eq!(
+            memwall_core::memory::fast::simulate_train(&desc, &w, Kernels::Cpu).as_ref(),
+            Ok(&e),
+            "{}: fast path",
+            c.id
+        );
         assert_eq!(
             e.params_total, c.measured.params_total,
             "{}: parameter count",
@@ -292,6 +299,12 @@ fn infer_rows() -> Vec<Row> {
         };
         let e =
             simulate_infer(&desc, &w, Kernels::Cpu).unwrap_or_else(|err| panic!("{}: {err}", c.id));
+        assert_eq!(
+            memwall_core::memory::fast::simulate_infer(&desc, &w, Kernels::Cpu).as_ref(),
+            Ok(&e),
+            "{}: fast path",
+            c.id
+        );
         assert_eq!(
             e.params_total, c.measured.params_total,
             "{}: parameter count",
@@ -439,18 +452,26 @@ fn dist_rows() -> (Vec<Row>, Vec<PhaseRow>) {
             strategy,
             ..Layout::single()
         };
-        let e = simulate_train_dist_with(
-            &desc,
-            &w,
-            &layout,
-            Kernels::Cpu,
-            &DistOptions {
-                fsdp_root_reshard: c.root_reshard_after_forward.unwrap_or(false),
-                ddp_bucket_view: c.gradient_as_bucket_view.unwrap_or(false)
-                    || c.strategy == "replicate",
-            },
-        )
-        .unwrap_or_else(|err| panic!("{}: {err}", c.id));
+        let opts = DistOptions {
+            fsdp_root_reshard: c.root_reshard_after_forward.unwrap_or(false),
+            ddp_bucket_view: c.gradient_as_bucket_view.unwrap_or(false)
+                || c.strategy == "replicate",
+        };
+        let e = simulate_train_dist_with(&desc, &w, &layout, Kernels::Cpu, &opts)
+            .unwrap_or_else(|err| panic!("{}: {err}", c.id));
+        assert_eq!(
+            memwall_core::memory::fast::simulate_train_dist_with(
+                &desc,
+                &w,
+                &layout,
+                Kernels::Cpu,
+                &opts
+            )
+            .as_ref(),
+            Ok(&e),
+            "{}: fast path",
+            c.id
+        );
         assert_eq!(
             e.params_total, c.measured.params_total,
             "{}: parameters",

@@ -156,7 +156,7 @@ pub fn fitting_alternatives(
         }
         let mut w = workload.clone();
         w.checkpointing = w.checkpointing || checkpointing;
-        let Ok(e) = memory::simulate_train_dist(model, &w, &l, kernels) else {
+        let Ok(e) = memory::fast::simulate_train_dist(model, &w, &l, kernels) else {
             continue;
         };
         if GpuFit::new(gpu, e.peak_bytes, alloc_margin).fits {

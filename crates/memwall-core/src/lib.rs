@@ -4,7 +4,9 @@
 //! capability check → [`memory::simulate_train`] / [`memory::simulate_train_dist`] →
 //! [`memory::TrainEstimate`] / [`memory::DistEstimate`]; the same inputs plus a GPU →
 //! [`time::estimate_step_time`] → [`time::StepTime`]; both → [`plan::search`] and
-//! [`plan::doctor`].
+//! [`plan::doctor`]; the replay's
+//! estimates at a cost independent of the layer, decode-step and GPU counts come from
+//! [`memory::fast`].
 //! Nothing in this crate does I/O, reads the environment or the clock.
 
 pub mod advice;

@@ -487,6 +487,18 @@ pub struct ModelDesc {
     pub linear_names: Vec<(LinearRole, String)>,
 }
 
+/// The runs of equal consecutive layers of `layers`, each once with its length: what sums
+/// and maxima over layers need, at the cost of one comparison per layer.
+pub fn layer_runs(layers: &[LayerSpec]) -> impl Iterator<Item = (&LayerSpec, u128)> {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        let first = layers.get(i)?;
+        let len = layers[i..].iter().take_while(|l| *l == first).count();
+        i += len;
+        Some((first, len as u128))
+    })
+}
+
 /// One linear layer of a decoder layer (`nn.Linear(in_features, out_features, bias)`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct LinearShape {
@@ -579,7 +591,9 @@ impl ModelDesc {
         if let Some(n) = e.norm {
             embed += n.params();
         }
-        let layers: u128 = self.layers.iter().map(|l| l.params(self.hidden_size)).sum();
+        let layers: u128 = layer_runs(&self.layers)
+            .map(|(l, n)| n * l.params(self.hidden_size))
+            .sum();
         let final_norm = self.head.final_norm.map_or(0, |n| n.params());
         let lm_head = if self.head.tied {
             0

@@ -164,11 +164,18 @@ impl Optimizer {
     ///   or `variance.clone()` for vectors) is one tensor-sized list, then updated in place;
     /// - fused AdamW, foreach SGD (in place) and the bitsandbytes kernels: none.
     pub fn step_temporary_bytes(self, tensor_bytes: &[u128]) -> Option<u128> {
-        let total = || tensor_bytes.iter().sum::<u128>();
-        let largest = || tensor_bytes.iter().copied().max().unwrap_or(0);
+        self.step_temporaries(
+            tensor_bytes.iter().sum(),
+            tensor_bytes.iter().copied().max().unwrap_or(0),
+        )
+    }
+
+    /// [`Optimizer::step_temporary_bytes`] from the two numbers it depends on: the bytes of
+    /// all the tensors the step updates and of the largest one.
+    pub fn step_temporaries(self, total_bytes: u128, largest_bytes: u128) -> Option<u128> {
         match self {
-            Optimizer::Adamw | Optimizer::Adafactor => Some(total()),
-            Optimizer::AdamwForloop | Optimizer::Lion => Some(2 * largest()),
+            Optimizer::Adamw | Optimizer::Adafactor => Some(total_bytes),
+            Optimizer::AdamwForloop | Optimizer::Lion => Some(2 * largest_bytes),
             Optimizer::AdamwFused
             | Optimizer::Sgd
             | Optimizer::SgdMomentum

@@ -55,7 +55,7 @@ fn infer_category_name(c: Category) -> &'static str {
 
 /// Runs the inference simulation for `s`.
 pub fn build(s: &InferSettings) -> Result<InferReport> {
-    let est = memory::simulate_infer(&s.model.desc, &s.workload, s.kernels)
+    let est = memory::fast::simulate_infer(&s.model.desc, &s.workload, s.kernels)
         .context("cannot simulate this run")?;
     let est = crate::weights::apply(est, &s.weights);
     Ok(InferReport {

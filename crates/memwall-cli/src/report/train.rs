@@ -188,13 +188,13 @@ fn train_speed(s: &TrainSettings) -> Result<Speed> {
 }
 
 fn dist_report(s: &TrainSettings, layout: &Layout) -> Result<TrainReport> {
-    let e = memory::simulate_train_dist(&s.model.desc, &s.workload, layout, s.kernels)
+    let e = memory::fast::simulate_train_dist(&s.model.desc, &s.workload, layout, s.kernels)
         .context("cannot simulate this distributed step")?;
     let worst = &e.groups[e.worst];
     let fit = GpuFit::new(s.gpu, e.peak_bytes, s.alloc_margin);
     let mut ranks: Vec<RankRow> = Vec::new();
     for (gi, g) in e.groups.iter().enumerate() {
-        for &r in &g.ranks {
+        for r in g.ranks.iter() {
             ranks.push(RankRow {
                 rank: r,
                 peak_bytes: g.peak_bytes,
@@ -242,7 +242,7 @@ fn dist_report(s: &TrainSettings, layout: &Layout) -> Result<TrainReport> {
     };
     let total = s.model.counts.total;
     let trainable = if s.workload.lora.is_some() {
-        memory::simulate_train(&s.model.desc, &s.workload, s.kernels)
+        memory::fast::simulate_train(&s.model.desc, &s.workload, s.kernels)
             .map(|x| x.params_trainable)
             .unwrap_or(total)
     } else {
@@ -279,7 +279,7 @@ pub fn build(s: &TrainSettings) -> Result<TrainReport> {
     if let Some(layout) = &s.layout {
         return dist_report(s, layout);
     }
-    let est = memory::simulate_train(&s.model.desc, &s.workload, s.kernels)
+    let est = memory::fast::simulate_train(&s.model.desc, &s.workload, s.kernels)
         .context("cannot simulate this step")?;
     Ok(TrainReport {
         model: ModelInfo::new(&s.model, est.params_trainable),

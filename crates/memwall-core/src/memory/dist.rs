@@ -12,12 +12,13 @@
 
 use super::dist_types::{ShardKind, ShardSim};
 use super::hf::Builder;
-use super::ranks::{compress_ranks, worst_group};
-pub use super::ranks::{CommBuffer, DistEstimate, RankGroup};
+use super::ranks::worst_group;
+pub use super::ranks::{CommBuffer, DistEstimate, RankGroup, RankSet};
 use super::{to_u64, Category, Kernels, Phase};
 use crate::engine::Engine;
 use crate::error::CoreError;
 use crate::layout::{Layout, Offload, OffloadDevice, Strategy};
+use crate::memory::fast::Path;
 use crate::model::ModelDesc;
 use crate::workload::{Precision, TrainWorkload};
 
@@ -63,6 +64,58 @@ pub fn simulate_train_dist_with(
     kernels: Kernels,
     opts: &DistOptions,
 ) -> Result<DistEstimate, CoreError> {
+    simulate(model, w, layout, kernels, opts, false).map(|(e, _)| e)
+}
+
+/// The fast evaluator's entry points for a distributed step (re-exported by
+/// [`crate::memory::fast`]).
+pub(crate) mod fast {
+    use super::*;
+    use crate::memory::fast::Path;
+
+    /// [`super::simulate_train_dist`], fast: the same result.
+    pub fn simulate_train_dist(
+        model: &ModelDesc,
+        w: &TrainWorkload,
+        layout: &Layout,
+        kernels: Kernels,
+    ) -> Result<DistEstimate, CoreError> {
+        simulate_train_dist_with(model, w, layout, kernels, &DistOptions::default())
+    }
+
+    /// [`super::simulate_train_dist_with`], fast: the same result.
+    pub fn simulate_train_dist_with(
+        model: &ModelDesc,
+        w: &TrainWorkload,
+        layout: &Layout,
+        kernels: Kernels,
+        opts: &DistOptions,
+    ) -> Result<DistEstimate, CoreError> {
+        simulate(model, w, layout, kernels, opts, true).map(|(e, _)| e)
+    }
+
+    /// [`simulate_train_dist_with`], with how it was computed (the first rank that needed the
+    /// full replay names why; [`Path::Formula`] for Megatron-LM).
+    pub fn simulate_train_dist_traced(
+        model: &ModelDesc,
+        w: &TrainWorkload,
+        layout: &Layout,
+        kernels: Kernels,
+        opts: &DistOptions,
+    ) -> Result<(DistEstimate, Path), CoreError> {
+        simulate(model, w, layout, kernels, opts, true)
+    }
+}
+
+/// Every rank of a distributed step, by the reference replay or (`fast`) the fast evaluator.
+fn simulate(
+    model: &ModelDesc,
+    w: &TrainWorkload,
+    layout: &Layout,
+    kernels: Kernels,
+    opts: &DistOptions,
+    fast: bool,
+) -> Result<(DistEstimate, Path), CoreError> {
     w.validate()?;
     layout.validate()?;
     if model.layers.is_empty() {
@@ -76,7 +129,9 @@ pub fn simulate_train_dist_with(
     let engine = Engine::resolve(Some(layout));
     engine.check(w, Some(layout))?;
     let kind = match engine {
-        Engine::Megatron => return super::megatron::simulate(model, w, layout),
+        Engine::Megatron => {
+            return super::megatron::simulate(model, w, layout).map(|e| (e, Path::Formula))
+        }
         Engine::Ddp => ShardKind::Ddp {
             bucket_view: opts.ddp_bucket_view,
         },
@@ -135,43 +190,49 @@ pub fn simulate_train_dist_with(
         ShardKind::Zero { .. } => matches!(layout.offload, Offload::Optimizer | Offload::Both),
         _ => offload_states,
     };
-    let run = |rank: u128| -> Result<RankRun, CoreError> {
-        let shard = ShardSim {
-            kind,
-            world,
-            rank,
-            master_size,
-            reduce_size,
-            cast_params,
-            offload_states,
-            offload_params,
-            bucket_elems: u128::from(DEEPSPEED_REDUCE_BUCKET_ELEMS),
+    let shard_for = |rank: u128| ShardSim {
+        kind,
+        world,
+        rank,
+        master_size,
+        reduce_size,
+        cast_params,
+        offload_states,
+        offload_params,
+        bucket_elems: u128::from(DEEPSPEED_REDUCE_BUCKET_ELEMS),
+    };
+    // the fast evaluator: ranks holding the same chunk of every parameter share one
+    // evaluation, keyed by their chunk rows of each distinct dim-0 size
+    let mut path = Path::Extrapolated;
+    let mut dims: Option<Vec<u128>> = None;
+    let mut memo: Vec<(Vec<u128>, RankRun)> = Vec::new();
+    let mut run = |rank: u128| -> Result<RankRun, CoreError> {
+        if !fast {
+            let mut b = Builder::train(model, &rank_w, kernels, Some(shard_for(rank)));
+            b.run();
+            return rank_run(&b);
+        }
+        // only FSDP2's chunks depend on the rank (ZeRO partitions and DDP replicas do not)
+        let key = |dims: &[u128]| -> Vec<u128> {
+            if matches!(kind, ShardKind::Fsdp2 { .. }) {
+                dims.iter().map(|&d| chunk_rows(d, world, rank)).collect()
+            } else {
+                Vec::new()
+            }
         };
-        let mut b = Builder::train(model, &rank_w, kernels, Some(shard));
-        b.run();
-        let host = b.offloaded_bytes();
-        let states = b.model_state_bytes();
-        let t = &b.t;
-        let phase_peaks = [
-            Phase::Forward,
-            Phase::Loss,
-            Phase::Backward,
-            Phase::Optimizer,
-        ]
-        .iter()
-        .map(|p| Ok((*p, to_u64(t.phase_peak(*p), "phase peak")?)))
-        .collect::<Result<Vec<_>, CoreError>>()?;
-        let at_peak = super::breakdown_at_peak(t)?;
-        Ok(RankRun {
-            peak: to_u64(t.peak(), "peak bytes")?,
-            at_peak,
-            phase: t.peak_phase(),
-            host: to_u64(host, "host bytes")?,
-            states: to_u64(states, "model states")?,
-            phase_peaks,
-            params: to_u64(b.param_count, "parameters")?,
-            comm: b.comm_buffer_lines(),
-        })
+        if let Some(d) = &dims {
+            let k = key(d);
+            if let Some((_, r)) = memo.iter().find(|(x, _)| *x == k) {
+                return Ok(r.clone());
+            }
+        }
+        let (r, p, d) = fast_rank(model, &rank_w, kernels, shard_for(rank))?;
+        if path == Path::Extrapolated {
+            path = p;
+        }
+        let d = dims.get_or_insert(d);
+        memo.push((key(d), r.clone()));
+        Ok(r)
     };
     // Ranks differ only through uneven tail chunks, and every parameter's chunk is
     // non-increasing in the rank: if the first and the last rank keep the same model-state
@@ -195,10 +256,6 @@ pub fn simulate_train_dist_with(
     // shard groups across nodes; plain sharding has one group of all ranks).
     let gpus = layout.gpus;
     let shard_group = layout.shard_group();
-    let run_for = |r: u128| -> usize {
-        // ranks not simulated (large worlds) take rank 0's numbers: chunks never grow with rank
-        runs.iter().position(|(x, _)| *x == r).unwrap_or(0)
-    };
     // runs with the same numbers form one group (ranks ascending, so no sort is needed)
     let mut groups: Vec<RankGroup> = Vec::new();
     let mut group_of_run: Vec<usize> = Vec::with_capacity(runs.len());
@@ -210,7 +267,7 @@ pub fn simulate_train_dist_with(
         if same.is_none() {
             groups.push(RankGroup {
                 label: String::new(),
-                ranks: Vec::new(),
+                ranks: RankSet::new(shard_group, gpus),
                 peak_bytes: rr.peak,
                 at_peak: rr.at_peak.clone(),
                 phase: rr.phase,
@@ -220,18 +277,31 @@ pub fn simulate_train_dist_with(
             });
         }
     }
-    for g in 0..gpus {
-        groups[group_of_run[run_for(u128::from(g % shard_group))]]
+    // shard indices in order: a simulated one takes its run's group; those not simulated
+    // (large worlds) take rank 0's numbers, since chunks never grow with the rank
+    let mut order: Vec<(u64, usize)> = runs
+        .iter()
+        .enumerate()
+        .map(|(k, (r, _))| (u64::try_from(*r).unwrap_or(u64::MAX), k))
+        .collect();
+    order.sort_unstable();
+    let mut next = 0;
+    for (index, k) in order {
+        if next < index {
+            groups[group_of_run[0]].ranks.push_span(next, index - 1);
+        }
+        groups[group_of_run[k]].ranks.push_index(index);
+        next = index + 1;
+    }
+    if next < shard_group {
+        groups[group_of_run[0]]
             .ranks
-            .push(g);
+            .push_span(next, shard_group - 1);
     }
     for g in &mut groups {
-        g.label = if g.ranks.len() == 1 {
-            format!("rank {}", g.ranks[0])
-        } else {
-            format!("ranks {}", compress_ranks(&g.ranks))
-        };
+        g.label = g.ranks.label();
     }
+
     let worst = worst_group(&groups);
     let first = &runs[0].1;
     let max_host = groups.iter().map(|g| g.host_bytes).max().unwrap_or(0);
@@ -244,7 +314,7 @@ pub fn simulate_train_dist_with(
             max_host,
         ),
     };
-    Ok(DistEstimate {
+    let estimate = DistEstimate {
         engine,
         peak_bytes: groups[worst].peak_bytes,
         worst,
@@ -255,9 +325,115 @@ pub fn simulate_train_dist_with(
         dp,
         global_batch: w.batch.saturating_mul(w.grad_accum).saturating_mul(dp),
         params_total: first.params,
+    };
+    Ok((estimate, if fast { path } else { Path::Whole }))
+}
+
+/// The phases of a training step, as the rank groups report their peaks.
+const STEP_PHASES: [Phase; 4] = [
+    Phase::Forward,
+    Phase::Loss,
+    Phase::Backward,
+    Phase::Optimizer,
+];
+
+/// Rows of a `dim0`-row parameter in rank `rank`'s chunk (`torch.chunk` over `world` ranks:
+/// `ceil(dim0 / world)` rows each, the tail shorter or empty).
+fn chunk_rows(dim0: u128, world: u128, rank: u128) -> u128 {
+    let chunk = dim0.div_ceil(world.max(1));
+    chunk.min(dim0.saturating_sub(rank * chunk))
+}
+
+/// What the reference replay says of one rank.
+fn rank_run(b: &Builder<'_>) -> Result<RankRun, CoreError> {
+    let host = b.offloaded_bytes();
+    let states = b.model_state_bytes();
+    let t = &b.t;
+    let phase_peaks = STEP_PHASES
+        .iter()
+        .map(|p| Ok((*p, to_u64(t.phase_peak(*p), "phase peak")?)))
+        .collect::<Result<Vec<_>, CoreError>>()?;
+    let at_peak = super::breakdown_at_peak(t)?;
+    Ok(RankRun {
+        peak: to_u64(t.peak(), "peak bytes")?,
+        at_peak,
+        phase: t.peak_phase(),
+        host: to_u64(host, "host bytes")?,
+        states: to_u64(states, "model states")?,
+        phase_peaks,
+        params: to_u64(b.param_count, "parameters")?,
+        comm: b.comm_buffer_lines(),
     })
 }
 
+/// One rank by the fast evaluator: its numbers, how they were computed, and the distinct
+/// dim-0 sizes of the model's parameters (what decides which ranks hold the same chunks).
+fn fast_rank(
+    model: &ModelDesc,
+    w: &TrainWorkload,
+    kernels: Kernels,
+    shard: ShardSim,
+) -> Result<(RankRun, Path, Vec<u128>), CoreError> {
+    let mut comm: Vec<CommBuffer> = Vec::new();
+    let mut dims: Vec<u128> = Vec::new();
+    let ev = crate::memory::fast::evaluate(
+        model.layers.len(),
+        |i, j| model.layers[i] == model.layers[j],
+        |red, rec| {
+            let mut b = Builder::train(model, w, kernels, Some(shard));
+            b.set_reduced(red);
+            b.t.start_segments();
+            b.run();
+            let host = b.offloaded_bytes();
+            let states = b.model_state_bytes();
+            rec.segs.extend_from_slice(b.t.finish_segments());
+            rec.scalars
+                .extend([b.param_count as i128, host as i128, states as i128]);
+            let lines = b.comm_buffer_lines();
+            rec.scalars
+                .extend(lines.iter().map(|l| i128::from(l.bytes)));
+            if comm.is_empty() && dims.is_empty() {
+                comm = lines;
+                dims = b.shard_dim0s();
+            }
+            Ok(())
+        },
+    )?;
+    let ev = match ev {
+        Ok(ev) => ev,
+        Err(path) => {
+            let mut b = Builder::train(model, w, kernels, Some(shard));
+            b.run();
+            return Ok((rank_run(&b)?, path, b.shard_dim0s()));
+        }
+    };
+    let t = &ev.peaks;
+    let phase_peaks = STEP_PHASES
+        .iter()
+        .map(|p| Ok((*p, to_u64(t.phase_peaks[*p as usize], "phase peak")?)))
+        .collect::<Result<Vec<_>, CoreError>>()?;
+    let at_peak = super::breakdown(t.at)?;
+    let scalar =
+        |i: usize, what| u64::try_from(ev.scalars[i]).map_err(|_| CoreError::Overflow { what });
+    for (k, line) in comm.iter_mut().enumerate() {
+        // a line's bytes are the same in every reduced replay (largest unit, buckets, or a
+        // whole-model sum at its full value), saturated as the reference saturates them
+        line.bytes = u64::try_from(ev.scalars[3 + k]).unwrap_or(u64::MAX);
+    }
+    let run = RankRun {
+        peak: to_u64(t.peak, "peak bytes")?,
+        at_peak,
+        phase: t.phase,
+        host: scalar(1, "host bytes")?,
+        states: scalar(2, "model states")?,
+        phase_peaks,
+        params: scalar(0, "parameters")?,
+        comm,
+    };
+    Ok((run, Path::Extrapolated, dims))
+}
+
+#[derive(Clone)]
 struct RankRun {
     peak: u64,
     at_peak: Vec<(Category, u64)>,

@@ -55,6 +55,10 @@ pub(crate) struct ShardParam {
     pub id: TensorId,
     pub numel: u128,
     pub dim0: u128,
+    /// Second-to-last dimension (0 for a vector), as the optimizer sees the tensor.
+    pub rows: u128,
+    /// Last dimension (1 for a vector).
+    pub cols: u128,
     pub trainable: bool,
     /// Bytes per element as the model computes with it (LoRA adapters are fp32 under peft).
     pub elem: u128,

@@ -22,12 +22,12 @@
 //! Rank order follows Megatron's default `tp-cp-ep-dp-pp` (`parallel_state.py`): pipeline
 //! stage `k` is the contiguous block of ranks `[k·gpus/pp, (k+1)·gpus/pp)`.
 
-use super::ranks::{compress_ranks, worst_group, DistEstimate, RankGroup};
+use super::ranks::{worst_group, DistEstimate, RankGroup, RankSet};
 use super::{to_u64, Category, Phase};
 use crate::engine::Engine;
 use crate::error::CoreError;
 use crate::layout::{Layout, Schedule, Strategy};
-use crate::model::{AttentionKind, LayerSpec, Mlp, ModelDesc};
+use crate::model::{layer_runs, AttentionKind, LayerSpec, Mlp, ModelDesc};
 use crate::workload::{AttentionImpl, Precision, TrainWorkload};
 
 /// Saved activation bytes of one layer per token: (replicated unless sequence-parallel,
@@ -137,7 +137,7 @@ pub(crate) fn simulate(
             format!("seq {} is not divisible by cp {c}", w.seq),
         ));
     }
-    for l in &model.layers {
+    for (l, _) in layer_runs(&model.layers) {
         let heads = u128::from(l.attention.num_heads());
         if heads % t != 0 {
             return Err(CoreError::invalid(
@@ -198,12 +198,9 @@ pub(crate) fn simulate(
         let (mut dense, mut replicated, mut experts): (u128, u128, u128) = (0, 0, 0);
         let mut act_layer_max: u128 = 0;
         let mut act_stage: u128 = 0;
-        for l in model
-            .layers
-            .iter()
-            .skip((k * layers_per_stage) as usize)
-            .take(layers_per_stage as usize)
-        {
+        let stage = &model.layers[(k * layers_per_stage) as usize..][..layers_per_stage as usize];
+        // equal consecutive layers are counted once, times their number
+        for (l, n) in layer_runs(stage) {
             let norms: u128 = [l.attn_norm, l.attn_post_norm, l.mlp_norm, l.mlp_post_norm]
                 .iter()
                 .flatten()
@@ -213,9 +210,9 @@ pub(crate) fn simulate(
                 Mlp::Moe(mm) => u128::from(mm.num_experts) * mm.expert.params(model.hidden_size),
                 Mlp::Dense(_) => 0,
             };
-            replicated += norms;
-            experts += moe_experts;
-            dense += l.params(model.hidden_size) - norms - moe_experts;
+            replicated += n * norms;
+            experts += n * moe_experts;
+            dense += n * (l.params(model.hidden_size) - norms - moe_experts);
             let (rep, split) = layer_activation_per_token(l, model, w, seq_local);
             let per_layer = tokens * (if sp { rep / t } else { rep } + split / t);
             act_layer_max = act_layer_max.max(per_layer);
@@ -225,7 +222,7 @@ pub(crate) fn simulate(
             } else {
                 per_layer
             };
-            act_stage += stored;
+            act_stage += n * stored;
         }
         let embed = vocab * u128::from(model.embeddings.dim);
         if first {
@@ -295,10 +292,16 @@ pub(crate) fn simulate(
             (Category::CommBuffers, 0),
         ];
         let k64 = u64::try_from(k).map_err(|_| CoreError::Overflow { what: "stage" })?;
-        let ranks: Vec<u64> = (k64 * ranks_per_stage..(k64 + 1) * ranks_per_stage).collect();
+        // a stage is a contiguous block of ranks
+        let (lo, hi) = (k64 * ranks_per_stage, (k64 + 1) * ranks_per_stage - 1);
+        let span = if lo == hi {
+            lo.to_string()
+        } else {
+            format!("{lo}-{hi}")
+        };
         groups.push(RankGroup {
-            label: format!("pp stage {k} (ranks {})", compress_ranks(&ranks)),
-            ranks,
+            label: format!("pp stage {k} (ranks {span})"),
+            ranks: RankSet::span(lo, hi, layout.gpus),
             peak_bytes: to_u64(peak, "peak bytes")?,
             at_peak,
             phase: Phase::Backward,

@@ -5,6 +5,7 @@
 
 pub mod dist;
 mod dist_types;
+pub mod fast;
 mod hf;
 mod megatron;
 mod ranks;
@@ -13,7 +14,7 @@ pub mod timeline;
 pub use crate::workload::InferWorkload;
 pub use dist::{simulate_train_dist, simulate_train_dist_with, DistOptions};
 pub use hf::Kernels;
-pub use ranks::{CommBuffer, DistEstimate, RankGroup};
+pub use ranks::{CommBuffer, DistEstimate, RankGroup, RankSet};
 pub use timeline::{Category, Phase};
 
 use crate::engine::Engine;
@@ -45,9 +46,14 @@ fn to_u64(v: u128, what: &'static str) -> Result<u64, CoreError> {
 
 /// What is alive at the timeline's peak, by category, in [`Category::ALL`] order.
 fn breakdown_at_peak(t: &timeline::Timeline) -> Result<Vec<(Category, u64)>, CoreError> {
+    breakdown(t.peak_breakdown())
+}
+
+/// A breakdown in [`Category::ALL`] order as the reports carry it.
+fn breakdown(at: [u128; 9]) -> Result<Vec<(Category, u64)>, CoreError> {
     Category::ALL
         .iter()
-        .zip(t.peak_breakdown())
+        .zip(at)
         .map(|(c, v)| Ok((*c, to_u64(v, "breakdown")?)))
         .collect()
 }
@@ -58,6 +64,12 @@ pub fn simulate_train(
     w: &TrainWorkload,
     kernels: Kernels,
 ) -> Result<TrainEstimate, CoreError> {
+    let engine = check_train(model, w)?;
+    run_train(model, w, kernels, engine)
+}
+
+/// What every single-GPU training estimate checks first; the engine that runs it.
+fn check_train(model: &ModelDesc, w: &TrainWorkload) -> Result<Engine, CoreError> {
     w.validate()?;
     let engine = Engine::resolve(None);
     engine.check(w, None)?;
@@ -67,6 +79,16 @@ pub fn simulate_train(
             "the model has no layers",
         ));
     }
+    Ok(engine)
+}
+
+/// The reference replay of a checked single-GPU training step.
+fn run_train(
+    model: &ModelDesc,
+    w: &TrainWorkload,
+    kernels: Kernels,
+    engine: Engine,
+) -> Result<TrainEstimate, CoreError> {
     let mut b = hf::Builder::train(model, w, kernels, None);
     b.run();
     let t = &b.t;
@@ -108,6 +130,12 @@ pub fn simulate_infer(
     w: &crate::workload::InferWorkload,
     kernels: Kernels,
 ) -> Result<InferEstimate, CoreError> {
+    check_infer(model, w)?;
+    run_infer(model, w, kernels)
+}
+
+/// What every inference estimate checks first.
+fn check_infer(model: &ModelDesc, w: &crate::workload::InferWorkload) -> Result<(), CoreError> {
     w.validate()?;
     if model.layers.is_empty() {
         return Err(CoreError::invalid(
@@ -115,6 +143,15 @@ pub fn simulate_infer(
             "the model has no layers",
         ));
     }
+    Ok(())
+}
+
+/// The reference replay of a checked inference run.
+fn run_infer(
+    model: &ModelDesc,
+    w: &crate::workload::InferWorkload,
+    kernels: Kernels,
+) -> Result<InferEstimate, CoreError> {
     let mut b = hf::Builder::infer(model, w, kernels);
     let prefill_peak = b.run_inference();
     let kv = b.kv_cache_bytes();

@@ -72,8 +72,8 @@ pub enum Phase {
     Decode,
 }
 
-/// Index of a tensor in the timeline.
-pub type TensorId = usize;
+/// Index of a tensor in the timeline (32 bits keep the tape's records small).
+pub type TensorId = u32;
 
 #[derive(Debug, Clone)]
 struct TensorRec {
@@ -119,6 +119,15 @@ impl Ids {
         out
     }
 
+    /// Appends an id (up to six; more are ignored, as in [`Ids::of`]).
+    pub fn push(&mut self, id: TensorId) {
+        debug_assert!(self.len < 6, "a node holds at most six tensors");
+        if let Some(slot) = self.ids.get_mut(self.len as usize) {
+            *slot = id;
+            self.len += 1;
+        }
+    }
+
     /// The ids.
     pub fn as_slice(&self) -> &[TensorId] {
         &self.ids[..self.len as usize]
@@ -159,6 +168,82 @@ pub enum Marker {
     PostBackward(usize),
 }
 
+/// What part of the step a segment of the timeline is (see [`Segment`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SegKind {
+    /// Outside any decoder layer (embeddings, loss, optimizer, …).
+    Fixed,
+    /// A decoder layer's forward (with its sharding hooks).
+    Forward,
+    /// A decoder layer's backward, from its `PreBackward` hook point.
+    BackwardStart,
+    /// After a decoder layer's `PostBackward` hook point (its post-backward hooks).
+    BackwardEnd,
+    /// Inference: a layer's cache carried over skipped decode steps.
+    CacheJump,
+}
+
+/// Where a segment sits in the replay: the decoder-layer slot it belongs to, and its kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SegTag {
+    /// Decoder-layer slot (`None` outside the layers).
+    pub slot: Option<u32>,
+    /// What part of the step.
+    pub kind: SegKind,
+}
+
+impl SegTag {
+    /// Outside the layers.
+    pub const FIXED: SegTag = SegTag {
+        slot: None,
+        kind: SegKind::Fixed,
+    };
+}
+
+/// A stretch of the timeline between two cuts, summarised by its highest live bytes (the first
+/// instant reaching them) — what the fast evaluator (`memory/fast.rs`) needs of a replay: the
+/// step's peak is the first highest of them, a phase's peak the highest of its own.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Segment {
+    /// Where it sits.
+    pub tag: SegTag,
+    /// Its phase (a phase change cuts a segment).
+    pub phase: Phase,
+    /// A phase-boundary instant: counts towards its phase's peak, never the step's (the live
+    /// bytes there were reached before).
+    pub instant: bool,
+    /// Whether anything was allocated in it (else `max` and `at` mean nothing).
+    pub hit: bool,
+    /// Highest live bytes.
+    pub max: u128,
+    /// Live bytes by category at the first instant reaching `max`.
+    pub at: [u128; 9],
+}
+
+impl Segment {
+    fn open(tag: SegTag, phase: Phase) -> Self {
+        Segment {
+            tag,
+            phase,
+            instant: false,
+            hit: false,
+            max: 0,
+            at: [0; 9],
+        }
+    }
+}
+
+/// Timelines kept for reuse per thread (a replay holds one at a time; the fast evaluator's
+/// reduced replays run one after the other).
+const SPARE_TIMELINES: usize = 2;
+
+/// Records a spare timeline keeps room for (a reduced replay needs a few thousand).
+const SPARE_RECORDS: usize = 1 << 14;
+
+thread_local! {
+    static SPARE: std::cell::RefCell<Vec<Timeline>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// The live-bytes timeline with its peak.
 #[derive(Debug, Clone)]
 pub struct Timeline {
@@ -178,6 +263,16 @@ pub struct Timeline {
     /// Allocation granularity: CUDA's caching allocator rounds every block up to 512 bytes
     /// (`c10/cuda/CUDACachingAllocator.cpp`, `kMinBlockSize`, `round_size`); 1 = exact.
     pub granularity: u128,
+    /// The peak's breakdown is `by_category` (not copied yet: nothing has changed since).
+    peak_pending: bool,
+    /// The current segment's breakdown at its maximum is `by_category` (not copied yet).
+    seg_pending: bool,
+    /// Segments are recorded (fast evaluator).
+    segmenting: bool,
+    /// The segment being recorded.
+    seg: Segment,
+    /// Closed segments since the last [`Timeline::reset_peak`].
+    segments: Vec<Segment>,
 }
 
 impl Default for Timeline {
@@ -201,7 +296,111 @@ impl Timeline {
             tape: Vec::with_capacity(2048),
             recording: true,
             granularity: 1,
+            peak_pending: false,
+            seg_pending: false,
+            segmenting: false,
+            seg: Segment::open(SegTag::FIXED, Phase::Forward),
+            segments: Vec::new(),
         }
+    }
+
+    /// A timeline with no buffers yet (allocates nothing).
+    pub(crate) fn empty() -> Self {
+        Timeline {
+            tensors: Vec::new(),
+            live: 0,
+            by_category: [0; 9],
+            peak: 0,
+            peak_by_category: [0; 9],
+            peak_phase: Phase::Forward,
+            phase: Phase::Forward,
+            phase_peaks: [0; 6],
+            tape: Vec::new(),
+            recording: true,
+            granularity: 1,
+            peak_pending: false,
+            seg_pending: false,
+            segmenting: false,
+            seg: Segment::open(SegTag::FIXED, Phase::Forward),
+            segments: Vec::new(),
+        }
+    }
+
+    /// A cleared timeline whose buffers earlier replays on this thread grew (the replay's
+    /// arena: its tensor and tape records are reused, not reallocated); a new one when none
+    /// is spare.
+    pub(crate) fn pooled() -> Self {
+        SPARE
+            .with(|p| p.try_borrow_mut().ok().and_then(|mut v| v.pop()))
+            .unwrap_or_default()
+    }
+
+    /// Gives the buffers back for the next replay on this thread (trimmed, so a replay of
+    /// thousands of layers does not keep its memory for good).
+    pub(crate) fn recycle(mut self) {
+        if self.tensors.capacity() == 0 {
+            return;
+        }
+        self.clear();
+        self.tensors.shrink_to(SPARE_RECORDS);
+        self.tape.shrink_to(SPARE_RECORDS);
+        self.segments.shrink_to(SPARE_RECORDS);
+        SPARE.with(|p| {
+            if let Ok(mut v) = p.try_borrow_mut() {
+                if v.len() < SPARE_TIMELINES {
+                    v.push(self);
+                }
+            }
+        });
+    }
+
+    /// Empties the timeline for another replay, keeping its buffers.
+    pub(crate) fn clear(&mut self) {
+        self.tensors.clear();
+        self.tape.clear();
+        self.segments.clear();
+        self.live = 0;
+        self.by_category = [0; 9];
+        self.peak = 0;
+        self.peak_by_category = [0; 9];
+        self.peak_phase = Phase::Forward;
+        self.phase = Phase::Forward;
+        self.phase_peaks = [0; 6];
+        self.recording = true;
+        self.granularity = 1;
+        self.peak_pending = false;
+        self.seg_pending = false;
+        self.segmenting = false;
+        self.seg = Segment::open(SegTag::FIXED, Phase::Forward);
+    }
+
+    /// Records segments from now on.
+    pub(crate) fn start_segments(&mut self) {
+        self.segmenting = true;
+    }
+
+    /// Whether segments are recorded.
+    pub(crate) fn segmenting(&self) -> bool {
+        self.segmenting
+    }
+
+    /// Closes the current segment and opens one tagged `tag` (when recording segments).
+    pub(crate) fn cut(&mut self, tag: SegTag) {
+        if self.segmenting {
+            self.settle();
+            self.segments.push(self.seg);
+            self.seg = Segment::open(tag, self.phase);
+        }
+    }
+
+    /// Closes the current segment; the segments since the last reset, in time order.
+    pub(crate) fn finish_segments(&mut self) -> &[Segment] {
+        if self.segmenting {
+            self.settle();
+            self.segments.push(self.seg);
+            self.seg = Segment::open(self.seg.tag, self.phase);
+        }
+        &self.segments
     }
 
     /// Sets the current phase.
@@ -209,6 +408,19 @@ impl Timeline {
         self.phase = phase;
         let p = &mut self.phase_peaks[phase as usize];
         *p = (*p).max(self.live);
+        if self.segmenting {
+            self.settle();
+            let tag = self.seg.tag;
+            self.segments.push(self.seg);
+            self.segments.push(Segment {
+                instant: true,
+                hit: true,
+                max: self.live,
+                at: self.by_category,
+                ..Segment::open(tag, phase)
+            });
+            self.seg = Segment::open(tag, phase);
+        }
     }
 
     /// Peak live bytes within `phase` since the last [`Timeline::reset_peak`].
@@ -221,6 +433,30 @@ impl Timeline {
         self.phase
     }
 
+    /// Copies the breakdown at the latest maxima, before `by_category` changes. A new maximum
+    /// only marks its breakdown as pending: until a free or a retag, every allocation makes a
+    /// new maximum, so the breakdown is copied once per local maximum, not per allocation.
+    fn settle(&mut self) {
+        if self.peak_pending {
+            self.peak_pending = false;
+            self.peak_by_category = self.by_category;
+        }
+        if self.seg_pending {
+            self.seg_pending = false;
+            self.seg.at = self.by_category;
+        }
+    }
+
+    /// `bytes` rounded up to the allocation granularity.
+    fn round(&self, bytes: u128) -> u128 {
+        let g = self.granularity;
+        if g.is_power_of_two() {
+            bytes.next_multiple_of(g)
+        } else {
+            bytes.div_ceil(g) * g
+        }
+    }
+
     fn add_live(&mut self, bytes: u128, cat: Category) {
         self.live += bytes;
         self.by_category[cat.index()] += bytes;
@@ -228,20 +464,26 @@ impl Timeline {
         *p = (*p).max(self.live);
         if self.live > self.peak {
             self.peak = self.live;
-            self.peak_by_category = self.by_category;
+            self.peak_pending = true;
             self.peak_phase = self.phase;
+        }
+        if self.segmenting && (!self.seg.hit || self.live > self.seg.max) {
+            self.seg.hit = true;
+            self.seg.max = self.live;
+            self.seg_pending = true;
         }
     }
 
     fn sub_live(&mut self, bytes: u128, cat: Category) {
+        self.settle();
         self.live -= bytes;
         self.by_category[cat.index()] -= bytes;
     }
 
     /// Allocates a tensor with one (Python) reference.
     pub fn alloc(&mut self, bytes: u128, category: Category, requires_grad: bool) -> TensorId {
-        let bytes = bytes.div_ceil(self.granularity) * self.granularity;
-        let id = self.tensors.len();
+        let bytes = self.round(bytes);
+        let id = TensorId::try_from(self.tensors.len()).unwrap_or(TensorId::MAX);
         self.tensors.push(TensorRec {
             bytes,
             category,
@@ -258,7 +500,7 @@ impl Timeline {
     /// Allocates a parameter (never freed).
     pub fn param(&mut self, bytes: u128, trainable: bool) -> TensorId {
         let id = self.alloc(bytes, Category::Weights, trainable);
-        self.tensors[id].param = Some(ParamState {
+        self.tensors[id as usize].param = Some(ParamState {
             trainable,
             grad: None,
             grad_bytes: bytes,
@@ -270,82 +512,92 @@ impl Timeline {
 
     /// Frees a parameter's storage while keeping its identity (FSDP/ZeRO-3 reshard).
     pub fn evict_param(&mut self, id: TensorId) {
-        if self.tensors[id].live {
-            self.tensors[id].live = false;
-            let (b, c) = (self.tensors[id].bytes, self.tensors[id].category);
+        if self.tensors[id as usize].live {
+            self.tensors[id as usize].live = false;
+            let (b, c) = (
+                self.tensors[id as usize].bytes,
+                self.tensors[id as usize].category,
+            );
             self.sub_live(b, c);
         }
     }
 
     /// Re-materialises an evicted parameter (FSDP/ZeRO-3 all-gather copy-out).
     pub fn restore_param(&mut self, id: TensorId) {
-        if !self.tensors[id].live {
-            self.tensors[id].live = true;
-            let (b, c) = (self.tensors[id].bytes, self.tensors[id].category);
+        if !self.tensors[id as usize].live {
+            self.tensors[id as usize].live = true;
+            let (b, c) = (
+                self.tensors[id as usize].bytes,
+                self.tensors[id as usize].category,
+            );
             self.add_live(b, c);
         }
     }
 
     /// Whether a tensor's storage is allocated.
     pub fn is_live(&self, id: TensorId) -> bool {
-        self.tensors[id].live
+        self.tensors[id as usize].live
     }
 
     /// Takes a parameter's `.grad` away (the caller now owns its reference).
     pub fn take_param_grad(&mut self, p: TensorId) -> Option<TensorId> {
-        self.tensors[p].param.as_mut().and_then(|s| s.grad.take())
+        self.tensors[p as usize]
+            .param
+            .as_mut()
+            .and_then(|s| s.grad.take())
     }
 
     /// Changes the stored size of a parameter (quantised storage); it must be live.
     pub fn resize_param(&mut self, id: TensorId, bytes: u128) {
-        let old = self.tensors[id].bytes;
-        let cat = self.tensors[id].category;
+        let old = self.tensors[id as usize].bytes;
+        let cat = self.tensors[id as usize].category;
         self.sub_live(old, cat);
-        self.tensors[id].bytes = bytes;
+        self.tensors[id as usize].bytes = bytes;
         self.add_live(bytes, cat);
     }
 
     /// Sets the size of a parameter's gradient (fp32 master weights under autocast keep fp32 grads).
     pub fn set_grad_bytes(&mut self, id: TensorId, bytes: u128) {
-        if let Some(p) = self.tensors[id].param.as_mut() {
+        if let Some(p) = self.tensors[id as usize].param.as_mut() {
             p.grad_bytes = bytes;
         }
     }
 
     /// Moves a live tensor to another category (e.g. logits to loss buffers).
     pub fn retag(&mut self, id: TensorId, category: Category) {
-        let t = &self.tensors[id];
-        if t.live {
+        if self.tensors[id as usize].live {
+            self.settle();
+            let t = &self.tensors[id as usize];
             let (b, old) = (t.bytes, t.category);
             self.by_category[old.index()] -= b;
             self.by_category[category.index()] += b;
         }
-        self.tensors[id].category = category;
+        self.tensors[id as usize].category = category;
     }
 
     /// Marks a tensor as requiring grad (`tensor.requires_grad_(True)`).
     pub fn set_requires_grad(&mut self, id: TensorId, requires_grad: bool) {
-        self.tensors[id].requires_grad = requires_grad;
+        self.tensors[id as usize].requires_grad = requires_grad;
     }
 
     /// Bytes of a tensor.
     pub fn bytes(&self, id: TensorId) -> u128 {
-        self.tensors[id].bytes
+        self.tensors[id as usize].bytes
     }
 
     /// Whether a tensor requires grad.
     pub fn requires_grad(&self, id: TensorId) -> bool {
-        self.tensors[id].requires_grad
+        self.tensors[id as usize].requires_grad
     }
 
     /// Adds a reference (a view kept by Python, a saved tensor).
     pub fn retain(&mut self, id: TensorId) {
-        self.tensors[id].refs += 1;
+        self.tensors[id as usize].refs += 1;
     }
 
     /// Drops a reference; frees the storage at zero.
     pub fn release(&mut self, id: TensorId) {
-        let t = &mut self.tensors[id];
+        let t = &mut self.tensors[id as usize];
         debug_assert!(t.refs > 0, "double release of tensor {id}");
         t.refs = t.refs.saturating_sub(1);
         if t.refs == 0 && t.live {
@@ -357,7 +609,7 @@ impl Timeline {
 
     /// Allocates and immediately frees `bytes` (a transient on top of what is live).
     pub fn transient(&mut self, bytes: u128, category: Category) {
-        let bytes = bytes.div_ceil(self.granularity) * self.granularity;
+        let bytes = self.round(bytes);
         self.add_live(bytes, category);
         self.sub_live(bytes, category);
     }
@@ -371,7 +623,7 @@ impl Timeline {
             self.retain(s);
         }
         for &p in node.params.as_slice() {
-            if let Some(ps) = self.tensors[p].param.as_mut() {
+            if let Some(ps) = self.tensors[p as usize].param.as_mut() {
                 if ps.trainable {
                     ps.uses += 1;
                 }
@@ -392,11 +644,11 @@ impl Timeline {
     }
 
     fn grad_for_input(&mut self, x: TensorId, given: Option<TensorId>) {
-        let bytes = self.tensors[x].bytes;
-        match self.tensors[x].grad {
+        let bytes = self.tensors[x as usize].bytes;
+        match self.tensors[x as usize].grad {
             None => {
                 let g = self.new_grad(bytes, given);
-                self.tensors[x].grad = Some(g);
+                self.tensors[x as usize].grad = Some(g);
             }
             Some(old) => {
                 // new gradient, then `old + new` out of place, then both released
@@ -404,7 +656,7 @@ impl Timeline {
                 let sum = self.alloc(bytes, Category::Temporaries, false);
                 self.release(old);
                 self.release(new);
-                self.tensors[x].grad = Some(sum);
+                self.tensors[x as usize].grad = Some(sum);
             }
         }
     }
@@ -415,7 +667,7 @@ impl Timeline {
     /// embedding holds the LM head's gradient through the whole backward. AccumulateGrad then
     /// steals the buffer as `.grad`, or adds it in place when `.grad` exists (accumulation).
     fn grad_for_param(&mut self, p: TensorId, given: Option<TensorId>) {
-        let Some(state) = self.tensors[p].param else {
+        let Some(state) = self.tensors[p as usize].param else {
             return;
         };
         if !state.trainable {
@@ -446,7 +698,7 @@ impl Timeline {
         } else {
             (Some(pending), state.grad)
         };
-        if let Some(ps) = self.tensors[p].param.as_mut() {
+        if let Some(ps) = self.tensors[p as usize].param.as_mut() {
             ps.uses = uses;
             ps.pending = pending;
             ps.grad = grad;
@@ -467,7 +719,7 @@ impl Timeline {
         };
         for &x in node.inputs.as_slice() {
             let g = next_given();
-            if self.tensors[x].requires_grad {
+            if self.tensors[x as usize].requires_grad {
                 self.grad_for_input(x, g);
             }
         }
@@ -477,7 +729,7 @@ impl Timeline {
         }
         self.sub_live(temps, Category::Temporaries);
         for &o in node.outputs.as_slice() {
-            if let Some(g) = self.tensors[o].grad.take() {
+            if let Some(g) = self.tensors[o as usize].grad.take() {
                 self.release(g);
             }
         }
@@ -488,20 +740,20 @@ impl Timeline {
 
     /// Moves the pending gradient of `from` onto `to` (a recomputed twin of the same value).
     pub fn move_grad(&mut self, from: TensorId, to: TensorId) {
-        let g = self.tensors[from].grad.take();
-        self.tensors[to].grad = g;
+        let g = self.tensors[from as usize].grad.take();
+        self.tensors[to as usize].grad = g;
     }
 
     /// Gives a loss tensor its seed gradient (`torch.ones_like(loss)`).
     pub fn seed_grad(&mut self, loss: TensorId) {
-        let b = self.tensors[loss].bytes;
+        let b = self.tensors[loss as usize].bytes;
         let g = self.alloc(b, Category::Temporaries, false);
-        self.tensors[loss].grad = Some(g);
+        self.tensors[loss as usize].grad = Some(g);
     }
 
     /// Gradient tensor of a parameter, if it exists.
     pub fn param_grad(&self, p: TensorId) -> Option<TensorId> {
-        self.tensors[p].param.and_then(|s| s.grad)
+        self.tensors[p as usize].param.and_then(|s| s.grad)
     }
 
     /// Drops every parameter's `.grad` (`zero_grad(set_to_none=True)`).
@@ -525,7 +777,11 @@ impl Timeline {
 
     /// Breakdown at the peak, in [`Category::ALL`] order.
     pub fn peak_breakdown(&self) -> [u128; 9] {
-        self.peak_by_category
+        if self.peak_pending {
+            self.by_category
+        } else {
+            self.peak_by_category
+        }
     }
 
     /// Phase in which the peak occurred.
@@ -535,11 +791,25 @@ impl Timeline {
 
     /// Forgets the peak (steady-state measurement starts now).
     pub fn reset_peak(&mut self) {
+        self.settle();
         self.phase_peaks = [0; 6];
         self.phase_peaks[self.phase as usize] = self.live;
         self.peak = self.live;
         self.peak_by_category = self.by_category;
+        self.peak_pending = false;
         self.peak_phase = self.phase;
+        if self.segmenting {
+            // the measurement starts here: the live bytes now are its first candidate
+            self.segments.clear();
+            let tag = self.seg.tag;
+            self.segments.push(Segment {
+                hit: true,
+                max: self.live,
+                at: self.by_category,
+                ..Segment::open(tag, self.phase)
+            });
+            self.seg = Segment::open(tag, self.phase);
+        }
     }
 }
 

@@ -445,10 +445,12 @@ impl Builder<'_> {
                 let lse = self.act(b * heads * s * 4, false);
                 let mask = masked.then(|| self.act(b * s * kv * c, false));
                 let o = self.act(rows * heads * v_dim * c, true);
-                let mut saved = vec![q2, k2, v2, o, lse];
-                saved.extend(mask);
+                let mut saved = Ids::of(&[q2, k2, v2, o, lse]);
+                if let Some(m) = mask {
+                    saved.push(m);
+                }
                 self.t.record(Node {
-                    saved: Ids::of(&saved),
+                    saved,
                     inputs: Ids::of(&[q2, k2, v2]),
                     outputs: Ids::of(&[o]),
                     ..Node::default()
@@ -671,14 +673,12 @@ impl Builder<'_> {
                         .sliding_window
                         .is_some_and(|w| u128::from(w) < kv_len)
                 };
-                let masks = if q_len > 1
-                    && self.model.layers.iter().any(sliding)
-                    && self.model.layers.iter().any(|l| !sliding(l))
-                {
-                    2
-                } else {
-                    1
-                };
+                let masks =
+                    if q_len > 1 && self.any_layer(sliding) && self.any_layer(|l| !sliding(l)) {
+                        2
+                    } else {
+                        1
+                    };
                 Some(self.act(
                     masks * self.batch * q_len * kv_len * self.compute_size,
                     false,
@@ -686,7 +686,7 @@ impl Builder<'_> {
             }
             AttentionImpl::Sdpa
                 if self.mode.kernels().padding_free
-                    || self.model.layers.iter().any(|l| {
+                    || self.any_layer(|l| {
                         l.attention.eager_style == crate::model::EagerStyle::Falcon
                             || (q_len > 1
                                 && l.attention

@@ -61,7 +61,7 @@ impl Builder<'_> {
         let y = self.layer_with(idx, &lp, x, x_size, ckpt);
         self.layers[idx] = lp;
         let locals = std::mem::take(&mut self.layer_locals);
-        if self.model.layers[idx].attention.eager_style == crate::model::EagerStyle::Falcon {
+        if self.spec(idx).attention.eager_style == crate::model::EagerStyle::Falcon {
             // FalconModel's loop binds the block's `(output, attn_weights)` to `outputs` until
             // the next block returns (models/falcon/modeling_falcon.py FalconModel.forward)
             for t in std::mem::replace(&mut self.block_outputs, locals) {
@@ -84,7 +84,7 @@ impl Builder<'_> {
         ckpt: bool,
     ) -> TensorId {
         self.cur_layer = idx;
-        let spec = self.model.layers[idx];
+        let spec = *self.spec(idx);
         let rows = self.tokens;
         let h = self.hidden;
         let p_drop = self.model.dropout.residual;

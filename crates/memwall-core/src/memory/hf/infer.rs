@@ -2,7 +2,7 @@
 //! growing KV cache (MLA's latent cache included) and its size.
 
 use super::{lin_zero, Builder, LayerParams, P};
-use crate::memory::timeline::{Category, Phase, TensorId};
+use crate::memory::timeline::{Category, Phase, SegKind, TensorId};
 use crate::model::{Attention, AttentionKind, LinearRole, Norm, NormKind};
 use crate::workload::KvDtype;
 
@@ -187,11 +187,13 @@ impl Builder<'_> {
                 .max()
                 .unwrap_or(0);
         let mask = self.causal_mask(q_len, kv_total);
-        for i in 0..self.model.layers.len() {
+        for i in 0..self.n_layers() {
+            self.seg(Some(i), SegKind::Forward);
             let y = self.layer(i, x, xs, false);
             self.drop_(x);
             x = y;
         }
+        self.seg(None, SegKind::Fixed);
         let (fx, fs) = self.body_tail(x, xs, rows, mask);
         // logits_to_keep=1: the LM head sees the last position of each sequence
         let v = u128::from(self.model.embeddings.vocab_size);
@@ -258,7 +260,7 @@ impl Builder<'_> {
         // torch.no_grad(): autograd records nothing, so nothing is saved
         self.t.recording = false;
         self.build_params();
-        self.cache = vec![None; self.model.layers.len()];
+        self.cache = vec![None; self.n_layers()];
         self.t.reset_peak();
         self.t.set_phase(Phase::Prefill);
         let mut ids = self.grow_ids(None, prompt);
@@ -266,13 +268,16 @@ impl Builder<'_> {
         let prefill_peak = self.t.peak();
         self.t.set_phase(Phase::Decode);
         let steps = new_tokens.saturating_sub(1);
-        for step in 1..=steps {
-            if step == 2 && steps > 2 {
+        // the steps simulated: the first, and the last (the ones between are jumped over)
+        let simulated = [Some(1), (steps >= 2).then_some(steps)];
+        for step in simulated.into_iter().flatten().filter(|&s| s <= steps) {
+            if step > 2 {
                 // jump: each full-attention layer cache now holds prompt + steps - 1 tokens
                 let before_last = prompt + steps - 1;
                 for i in 0..self.cache.len() {
+                    self.seg(Some(i), SegKind::CacheJump);
                     if let Some((k, v, kept)) = self.cache[i] {
-                        let full = self.model.layers[i].attention.sliding_window.is_none();
+                        let full = self.spec(i).attention.sliding_window.is_none();
                         if full && kept < before_last {
                             let (kb, vb) = (self.t.bytes(k), self.t.bytes(v));
                             let nk = self.t.alloc(
@@ -291,11 +296,9 @@ impl Builder<'_> {
                         }
                     }
                 }
+                self.seg(None, SegKind::Fixed);
             }
-            if step >= 2 && step < steps {
-                continue;
-            }
-            let len = prompt + if step == steps { steps } else { step };
+            let len = prompt + step;
             ids = self.grow_ids(Some(ids), len);
             let next = self.infer_forward(1);
             // the previous step's fp32 logits are rebound to the new ones

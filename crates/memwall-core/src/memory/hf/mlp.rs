@@ -250,7 +250,7 @@ impl Builder<'_> {
         let rows = self.tokens;
         let c = self.compute_size;
         let h = self.hidden;
-        let so = self.dense_mlp(x, x_size, rows, s, &lp.shared.clone());
+        let so = self.dense_mlp(x, x_size, rows, s, &lp.shared);
         let so = if let Some(g) = lp.shared_gate {
             let (gl, _) = self.linear(x, x_size, rows, g);
             let sg = self.op(rows * c, &[gl], &[], &[], &[]);

@@ -27,7 +27,7 @@ mod shard;
 mod train;
 
 use super::dist_types::{ShardSim, Unit};
-use super::timeline::{Category, Ids, Node, TensorId, Timeline};
+use super::timeline::{Category, Ids, Node, SegKind, SegTag, TensorId, Timeline};
 use crate::model::{LinearRole, ModelDesc};
 use crate::workload::{
     AttentionImpl, InferWorkload, KernelOptions, Lora, Precision, TrainWorkload, WeightFormat,
@@ -43,6 +43,18 @@ pub enum Kernels {
     Cpu,
 }
 
+/// A replay of some of the model's decoder layers that stands for all of them (the fast
+/// evaluator's reduced models, `memory/fast.rs`). Each replayed slot runs one full-model
+/// layer; whole-model sums (optimizer states, gradient buckets, shard partitions, parameter
+/// counts) count each slot `weight` times, so they take their full-model values.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reduced<'a> {
+    /// Full-model index of the layer each slot runs.
+    pub layers: &'a [usize],
+    /// How many full-model layers each slot stands for in whole-model sums.
+    pub weight: &'a [u128],
+}
+
 /// A parameter tensor with its trainability.
 #[derive(Debug, Clone, Copy)]
 struct P {
@@ -53,6 +65,8 @@ struct P {
     cols: u128,
     /// Size of the second-to-last dimension (0 for vectors).
     rows: u128,
+    /// The sharding unit the parameter belongs to (0 = root, 1 + i = decoder layer slot i).
+    unit: usize,
 }
 
 /// One linear layer's parameters and adapters.
@@ -155,12 +169,16 @@ struct TrainState {
     rs_in_flight: Option<TensorId>,
     /// FSDP2: the forward all-gather output kept until the next unit's all-gather
     ag_held: Option<TensorId>,
+    /// a unit's gradients while it reduces them (reused from unit to unit)
+    grad_scratch: Vec<TensorId>,
 }
 
 /// The timeline of one training step or one inference run, built op by op.
 pub(crate) struct Builder<'a> {
     pub(crate) t: Timeline,
     model: &'a ModelDesc,
+    /// The decoder layers replayed, when not all of them (fast evaluator).
+    reduced: Option<Reduced<'a>>,
     /// training step or inference run, with its workload
     mode: Mode<'a>,
     kernels: Kernels,
@@ -209,6 +227,12 @@ pub(crate) struct Builder<'a> {
     train: TrainState,
     /// inference only: per layer, the cached (k, v) storages and the tokens the cache layer keeps
     cache: Vec<Option<(TensorId, TensorId, u128)>>,
+}
+
+impl Drop for Builder<'_> {
+    fn drop(&mut self) {
+        std::mem::replace(&mut self.t, Timeline::empty()).recycle();
+    }
 }
 
 /// One decoder layer's parameters.
@@ -265,22 +289,21 @@ impl<'a> Builder<'a> {
         seq: u64,
         kernels: Kernels,
     ) -> Self {
-        let (param_size, compute_size, amp) = match precision {
-            Precision::Bf16 | Precision::Fp16 => (2, 2, false),
-            Precision::Fp32 => (4, 4, false),
-            Precision::AmpBf16 | Precision::AmpFp16 => (4, 2, true),
-        };
+        let param_size = u128::from(precision.param_dtype().size());
+        let compute_size = u128::from(precision.compute_dtype().size());
+        let amp = precision.autocast();
         // peft `_cast_adapter_dtype(autocast_adapter_dtype=True)` upcasts fp16/bf16 adapters to fp32
         // (peft `tuners/tuners_utils.py`).
         let adapter_size = 4;
         let tokens = u128::from(batch) * u128::from(seq);
-        let mut t = Timeline::new();
+        let mut t = Timeline::pooled();
         if kernels == Kernels::Cuda {
             t.granularity = 512;
         }
         Builder {
             t,
             model,
+            reduced: None,
             mode,
             kernels,
             param_size,
@@ -297,6 +320,7 @@ impl<'a> Builder<'a> {
                 numel: 0,
                 rows: 0,
                 cols: 1,
+                unit: 0,
             },
             pos_embed: None,
             projections: None,
@@ -320,6 +344,51 @@ impl<'a> Builder<'a> {
     /// Elements of the trainable parameters.
     pub(crate) fn trainable_count(&self) -> u128 {
         self.train.trainable_count
+    }
+
+    /// Replays only `r`'s slots (set before running).
+    pub(crate) fn set_reduced(&mut self, r: Reduced<'a>) {
+        self.reduced = Some(r);
+    }
+
+    /// Cuts the timeline's segment here (fast evaluator; nothing otherwise): what follows
+    /// belongs to decoder-layer slot `slot` (or to none), as part `kind` of the step.
+    fn seg(&mut self, slot: Option<usize>, kind: SegKind) {
+        self.t.cut(SegTag {
+            slot: slot.map(|s| u32::try_from(s).unwrap_or(u32::MAX)),
+            kind,
+        });
+    }
+
+    /// Whether any decoder layer satisfies `f` (the replayed slots include every distinct
+    /// layer of the model, so a reduced replay answers as the whole model does).
+    fn any_layer(&self, f: impl Fn(&crate::model::LayerSpec) -> bool) -> bool {
+        (0..self.n_layers()).any(|i| f(self.spec(i)))
+    }
+
+    /// Decoder layers replayed.
+    fn n_layers(&self) -> usize {
+        self.reduced
+            .map_or(self.model.layers.len(), |r| r.layers.len())
+    }
+
+    /// Full-model index of the layer slot `slot` runs.
+    fn orig_layer(&self, slot: usize) -> usize {
+        self.reduced.map_or(slot, |r| r.layers[slot])
+    }
+
+    /// The layer slot `slot` runs.
+    fn spec(&self, slot: usize) -> &'a crate::model::LayerSpec {
+        let model: &'a ModelDesc = self.model;
+        &model.layers[self.orig_layer(slot)]
+    }
+
+    /// How many full-model units sharding unit `unit` stands for (1 unless reduced).
+    fn unit_weight(&self, unit: usize) -> u128 {
+        match (unit, self.reduced) {
+            (0, _) | (_, None) => 1,
+            (u, Some(r)) => r.weight.get(u - 1).copied().unwrap_or(1),
+        }
     }
 
     fn act(&mut self, bytes: u128, requires_grad: bool) -> TensorId {
@@ -370,14 +439,14 @@ impl<'a> Builder<'a> {
     /// `a * b` of two tensors: each operand is saved only if the other needs a gradient
     /// (`tools/autograd/derivatives.yaml`, `mul.Tensor`).
     fn mul(&mut self, a: TensorId, b: TensorId, out_bytes: u128) -> TensorId {
-        let mut saved = Vec::with_capacity(2);
+        let mut saved = Ids::default();
         if self.rg(b) {
             saved.push(a);
         }
         if self.rg(a) {
             saved.push(b);
         }
-        self.op(out_bytes, &[a, b], &saved, &[], &[])
+        self.op(out_bytes, &[a, b], saved.as_slice(), &[], &[])
     }
 
     /// An op that saves its own output for backward (softmax, log_softmax, tanh, relu:
@@ -422,6 +491,7 @@ fn lin_zero() -> LinearP {
             numel: 0,
             rows: 0,
             cols: 1,
+            unit: 0,
         },
         b: None,
         lora: None,

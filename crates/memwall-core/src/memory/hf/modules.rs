@@ -3,7 +3,7 @@
 
 use super::params::NF4_BLOCK;
 use super::{Builder, Kernels, LinearP, P};
-use crate::memory::timeline::{Category, TensorId};
+use crate::memory::timeline::{Category, Ids, TensorId};
 use crate::model::{Norm, NormKind};
 use crate::workload::WeightFormat;
 
@@ -22,14 +22,15 @@ impl Builder<'_> {
     ) -> (TensorId, u128) {
         let c = self.compute_size;
         let w_tr = self.trainable(&lin.w);
-        let mut params = vec![lin.w.id];
+        let mut params = Ids::of(&[lin.w.id]);
         if let Some(b) = lin.b {
             params.push(b.id);
         }
+        let params = params.as_slice();
         let y = if lin.nf4 && rows == 1 {
             // bnb `matmul_4bit` inference fast path: one token of one sequence runs `gemv_4bit`
             // on the packed weight, nothing dequantised
-            self.op(rows * lin.out_f * x_size, &[x], &[], &params, &[])
+            self.op(rows * lin.out_f * x_size, &[x], &[], params, &[])
         } else if self.mode.weights() == Some(WeightFormat::Int8) && lin.quantized {
             // bitsandbytes MatMul8bitLt: row-wise int8 activations with fp32 stats, an int32
             // product, dequantised into the output (autograd/_functions.py)
@@ -37,14 +38,14 @@ impl Builder<'_> {
                 rows * lin.in_f + rows * 4 + rows * lin.out_f * 4,
                 Category::Activations,
             );
-            self.op(rows * lin.out_f * x_size, &[x], &[], &params, &[])
+            self.op(rows * lin.out_f * x_size, &[x], &[], params, &[])
         } else if self.mode.weights() == Some(WeightFormat::Fp8) && lin.quantized {
             // FP8Linear: per-token-group (128) fp8 activations and their fp32 scales
             self.t.transient(
                 rows * lin.in_f + rows * lin.in_f.div_ceil(128) * 4,
                 Category::Activations,
             );
-            self.op(rows * lin.out_f * x_size, &[x], &[], &params, &[])
+            self.op(rows * lin.out_f * x_size, &[x], &[], params, &[])
         } else if lin.nf4 {
             // bitsandbytes MatMul4Bit (autograd/_functions.py) with the dequant + F.linear path of
             // `gemm_4bit` for training-sized inputs (backends/cuda/ops.py): the weight is
@@ -53,7 +54,7 @@ impl Builder<'_> {
             let dq = lin.w.numel * x_size + lin.w.numel.div_ceil(NF4_BLOCK) * 4;
             self.t
                 .transient(dq + rows * lin.out_f * x_size, Category::Activations);
-            self.op(rows * lin.out_f * x_size, &[x], &[], &params, &[dq])
+            self.op(rows * lin.out_f * x_size, &[x], &[], params, &[dq])
         } else if self.amp {
             // autocast caches the cast only for leaf tensors that require grad (`cached_cast`
             // in aten/src/ATen/autocast_mode.cpp); a frozen weight is cast per call
@@ -64,7 +65,7 @@ impl Builder<'_> {
                 x
             };
             // mm saves the cast weight for the input's gradient and the input for the weight's
-            let mut saved = Vec::with_capacity(2);
+            let mut saved = Ids::default();
             if self.rg(xc) {
                 saved.push(wc);
             }
@@ -72,8 +73,8 @@ impl Builder<'_> {
                 saved.push(xc);
             }
             // bf16 gradient of the cast weight, converted to the fp32 `.grad`
-            let temps = if w_tr { vec![lin.w.numel * c] } else { vec![] };
-            let y = self.op(rows * lin.out_f * c, &[xc], &saved, &params, &temps);
+            let temps: &[u128] = if w_tr { &[lin.w.numel * c] } else { &[] };
+            let y = self.op(rows * lin.out_f * c, &[xc], saved.as_slice(), params, temps);
             if xc != x {
                 self.drop_(xc);
             }
@@ -84,8 +85,8 @@ impl Builder<'_> {
             }
             y
         } else {
-            let saved: Vec<TensorId> = if w_tr { vec![x] } else { vec![] };
-            self.op(rows * lin.out_f * c, &[x], &saved, &params, &[])
+            let saved: &[TensorId] = if w_tr { &[x] } else { &[] };
+            self.op(rows * lin.out_f * c, &[x], saved, params, &[])
         };
         let Some((a, b)) = lin.lora else {
             return (y, c);
@@ -161,10 +162,11 @@ impl Builder<'_> {
     ) -> (TensorId, u128) {
         let dim = u128::from(norm.dim);
         let n = rows * dim;
-        let mut params = vec![p.0.id];
+        let mut params = Ids::of(&[p.0.id]);
         if let Some(b) = p.1 {
             params.push(b.id);
         }
+        let params = params.as_slice();
         match norm.kind {
             NormKind::LayerNorm => {
                 // torch.native_layer_norm saves input, mean and rstd (fp32 per row).
@@ -176,7 +178,7 @@ impl Builder<'_> {
                 };
                 let mean = self.act(rows * 4, false);
                 let rstd = self.act(rows * 4, false);
-                let y = self.op(n * out_size, &[xin], &[xin, mean, rstd], &params, &[]);
+                let y = self.op(n * out_size, &[xin], &[xin, mean, rstd], params, &[]);
                 self.drop_(mean);
                 self.drop_(rstd);
                 if xin != x {
@@ -202,14 +204,14 @@ impl Builder<'_> {
                     let hd = self.cast(h32, n * x_size);
                     self.drop_(h32);
                     let saved: &[TensorId] = if w_tr { &[hd] } else { &[] };
-                    let y = self.op(n * x_size, &[hd], saved, &params, &temps);
+                    let y = self.op(n * x_size, &[hd], saved, params, &temps);
                     self.drop_(hd);
                     y
                 } else {
                     // Olmo2: `(weight * h).to(input_dtype)`; Gemma: `(h * (1 + weight.float())).type_as(x)`:
                     // the weight multiplies in fp32, then one cast
                     let saved: &[TensorId] = if w_tr { &[h32] } else { &[] };
-                    let y32 = self.op(n * 4, &[h32], saved, &params, &temps);
+                    let y32 = self.op(n * 4, &[h32], saved, params, &temps);
                     self.drop_(h32);
                     if x_size != 4 {
                         let y = self.cast(y32, n * x_size);

@@ -22,11 +22,13 @@ impl Builder<'_> {
     fn new_matrix(&mut self, numel: u128, rows: u128, cols: u128, trainable_base: bool) -> P {
         let trainable = trainable_base && self.mode.lora().is_none() && !self.mode.is_infer();
         let id = self.t.param(numel * self.param_size, trainable);
+        let unit = self.train.cur_unit;
         let p = P {
             id,
             numel,
             rows,
             cols,
+            unit,
         };
         // dim 0 of the tensor, the dimension FSDP2 and ZeRO-3 shard (vectors: numel; matrices
         // [rows, cols]; stacked experts [E, rows, cols])
@@ -38,11 +40,12 @@ impl Builder<'_> {
         } else {
             rows
         };
-        self.note_unit_param(id, numel, dim0, trainable, self.param_size);
-        self.param_count += numel;
+        self.note_unit_param(id, numel, dim0, (rows, cols), trainable, self.param_size);
+        let weight = self.unit_weight(unit);
+        self.param_count += numel * weight;
         if trainable {
             self.train.trainable.push(p);
-            self.train.trainable_count += numel;
+            self.train.trainable_count += numel * weight;
         }
         p
     }
@@ -51,12 +54,14 @@ impl Builder<'_> {
     /// [.., rows, cols]: not trainable, not sharded (as QLoRA's NF4 linears).
     fn new_frozen(&mut self, numel: u128, rows: u128, cols: u128, bytes: u128) -> P {
         let id = self.t.param(bytes, false);
-        self.param_count += numel;
+        let unit = self.train.cur_unit;
+        self.param_count += numel * self.unit_weight(unit);
         P {
             id,
             numel,
             rows,
             cols,
+            unit,
         }
     }
 
@@ -79,16 +84,26 @@ impl Builder<'_> {
 
     fn new_adapter(&mut self, numel: u128, rows: u128, cols: u128) -> P {
         let id = self.t.param(numel * self.adapter_size, true);
-        self.note_unit_param(id, numel, rows.max(1), true, self.adapter_size);
+        self.note_unit_param(
+            id,
+            numel,
+            rows.max(1),
+            (rows, cols),
+            true,
+            self.adapter_size,
+        );
+        let unit = self.train.cur_unit;
         let p = P {
             id,
             numel,
             rows,
             cols,
+            unit,
         };
-        self.param_count += numel;
+        let weight = self.unit_weight(unit);
+        self.param_count += numel * weight;
         self.train.trainable.push(p);
-        self.train.trainable_count += numel;
+        self.train.trainable_count += numel * weight;
         p
     }
 
@@ -104,12 +119,13 @@ impl Builder<'_> {
         if qlora {
             // bitsandbytes Linear4bit: frozen NF4 weight; the bias stays in the compute dtype
             let id = self.t.param(nf4_bytes(in_f * out_f), false);
-            self.param_count += in_f * out_f;
+            self.param_count += in_f * out_f * self.unit_weight(self.train.cur_unit);
             let w = P {
                 id,
                 numel: in_f * out_f,
                 rows: out_f,
                 cols: in_f,
+                unit: self.train.cur_unit,
             };
             let b = bias.then(|| self.new_param(out_f, true));
             let rank = u128::from(self.mode.lora().map_or(0, |l| l.rank));
@@ -134,12 +150,13 @@ impl Builder<'_> {
             // a quantised decoder linear (inference): frozen, stored in its format
             let _ = r;
             let id = self.t.param(bytes, false);
-            self.param_count += in_f * out_f;
+            self.param_count += in_f * out_f * self.unit_weight(self.train.cur_unit);
             let w = P {
                 id,
                 numel: in_f * out_f,
                 rows: out_f,
                 cols: in_f,
+                unit: self.train.cur_unit,
             };
             let b = bias.then(|| self.new_param(out_f, true));
             let nf4 = matches!(
@@ -205,13 +222,13 @@ impl Builder<'_> {
                     _ => TensorRole::Attn,
                 };
                 let n_layers = self.model.layers.len() as u128;
-                let n_expert = self.model.layers.iter().find_map(|l| match &l.mlp {
+                let n_expert = (0..self.n_layers()).find_map(|i| match &self.spec(i).mlp {
                     Mlp::Moe(m) => Some(u128::from(m.num_experts)),
                     Mlp::Dense(_) => None,
                 });
                 // llama.cpp's LLM_TYPE_70B bump: 80-layer models of hidden 8192
                 let is_70b = n_layers == 80 && self.model.hidden_size == 8192;
-                let layer = self.layers.len() as u128;
+                let layer = self.gguf_layer_index();
                 preset
                     .tensor_type(tr, layer, n_layers, in_f, n_expert.unwrap_or(1), is_70b)
                     .bytes(out_f, in_f)
@@ -235,9 +252,20 @@ impl Builder<'_> {
         let n = self.model.layers.len() as u128;
         Some(
             preset
-                .tensor_type(role, self.layers.len() as u128, n, cols, 1, false)
+                .tensor_type(role, self.gguf_layer_index(), n, cols, 1, false)
                 .bytes(rows, cols),
         )
+    }
+
+    /// The full-model index llama.cpp types the tensor being built by: its layer's, or the
+    /// layer count for tensors built after the layers (`output.weight`).
+    fn gguf_layer_index(&self) -> u128 {
+        let built = self.layers.len();
+        if built >= self.n_layers() {
+            self.model.layers.len() as u128
+        } else {
+            self.orig_layer(built) as u128
+        }
     }
 
     fn new_norm(&mut self, n: &Norm) -> (P, Option<P>) {
@@ -270,9 +298,9 @@ impl Builder<'_> {
             let pout = self.new_linear(None, h, dim, false);
             self.projections = Some((pin, pout));
         }
-        for (i, layer) in m.layers.iter().enumerate() {
+        for i in 0..self.n_layers() {
             self.train.cur_unit = i + 1;
-            let lp = self.layer_params(layer);
+            let lp = self.layer_params(self.spec(i));
             self.layers.push(lp);
         }
         self.train.cur_unit = 0;

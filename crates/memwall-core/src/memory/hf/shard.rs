@@ -8,8 +8,9 @@
 //! reduce-scatter input in flight, `reduce_scatter_max_input_buffers = 1`).
 
 use super::Builder;
-use crate::memory::dist_types::{ShardKind, ShardParam, Unit};
-use crate::memory::timeline::{Category, Marker, Node, TensorId};
+use crate::memory::dist_types::{ShardKind, ShardParam, ShardSim, Unit};
+use crate::memory::timeline::{Category, Marker, Node, SegKind, TensorId};
+use crate::optimizer::OptimTensor;
 
 impl Builder<'_> {
     /// Files a new parameter under the unit being built (only when sharding is simulated).
@@ -18,6 +19,7 @@ impl Builder<'_> {
         id: TensorId,
         numel: u128,
         dim0: u128,
+        (rows, cols): (u128, u128),
         trainable: bool,
         elem: u128,
     ) {
@@ -33,6 +35,8 @@ impl Builder<'_> {
                 id,
                 numel,
                 dim0,
+                rows,
+                cols,
                 trainable,
                 elem,
             });
@@ -71,30 +75,56 @@ impl Builder<'_> {
         }
     }
 
-    /// Trainable elements in this rank's partition: ZeRO-1/2 partition the flat fp16/bf16
-    /// group evenly (`stage_1_and_2.py`, `get_data_parallel_partitions`), ZeRO-3 per
-    /// parameter, FSDP2 per parameter chunk.
-    fn optimizer_partition(&self) -> Vec<u128> {
-        let Some(s) = self.train.shard else {
-            return Vec::new();
-        };
-        let trainable = self
-            .train
+    /// Every parameter with how many full-model parameters it stands for (1 unless the
+    /// replay is a reduced model, `memory/fast.rs`).
+    fn weighted_params(&self) -> impl Iterator<Item = (u128, &ShardParam)> + '_ {
+        self.train
             .units
             .iter()
-            .flat_map(|u| &u.params)
-            .filter(|p| p.trainable);
+            .enumerate()
+            .flat_map(move |(u, unit)| {
+                let w = self.unit_weight(u);
+                unit.params.iter().map(move |p| (w, p))
+            })
+    }
+
+    /// Visits each tensor the optimizer updates on this rank as `(elements, bytes of one
+    /// state-sized tensor, weight)`: ZeRO-1/2 partition the flat fp16/bf16 group evenly
+    /// (`stage_1_and_2.py`, `get_data_parallel_partitions`) into one fp32 partition, ZeRO-3
+    /// per parameter, FSDP2 per parameter chunk in the shard's own dtype, DDP per parameter.
+    fn visit_partition(&self, mut f: impl FnMut(u128, u128, u128)) {
+        let Some(s) = self.train.shard else { return };
+        let trainable = || self.weighted_params().filter(|(_, p)| p.trainable);
         match s.kind {
-            ShardKind::Ddp { .. } => trainable.map(|p| p.numel).collect(),
-            ShardKind::Fsdp2 { .. } => trainable.map(|p| self.local_numel(p)).collect(),
-            ShardKind::Zero { stage: 3 } => {
-                trainable.map(|p| self.zero3_partition_numel(p)).collect()
+            ShardKind::Zero { stage } if stage != 3 => {
+                let total: u128 = trainable().map(|(w, p)| w * p.numel).sum();
+                let part = total.div_ceil(self.world());
+                f(part, part * s.master_size, 1);
             }
-            ShardKind::Zero { .. } => {
-                let total: u128 = trainable.map(|p| p.numel).sum();
-                vec![total.div_ceil(self.world())]
+            kind => {
+                for (w, p) in trainable() {
+                    let (n, bytes) = match kind {
+                        ShardKind::Fsdp2 { .. } => {
+                            let n = self.local_numel(p);
+                            (n, n * self.sharded_elem(p))
+                        }
+                        ShardKind::Zero { .. } => {
+                            let n = self.zero3_partition_numel(p);
+                            (n, n * s.master_size)
+                        }
+                        ShardKind::Ddp { .. } => (p.numel, p.numel * s.master_size),
+                    };
+                    f(n, bytes, w);
+                }
             }
         }
+    }
+
+    /// Trainable elements in this rank's partition.
+    fn partition_elems(&self) -> u128 {
+        let mut total = 0;
+        self.visit_partition(|n, _, w| total += w * n);
+        total
     }
 
     /// FSDP2: bytes per element of a parameter's shard — its original dtype, which under a
@@ -115,44 +145,31 @@ impl Builder<'_> {
         }
     }
 
-    /// Bytes of each optimizer-visible tensor on this rank (one state tensor's size): FSDP2 per
-    /// sharded parameter in its own dtype, ZeRO per fp32 partition.
-    fn optimizer_partition_bytes(&self) -> Vec<u128> {
-        let Some(s) = self.train.shard else {
-            return Vec::new();
-        };
-        match s.kind {
-            ShardKind::Fsdp2 { .. } => self
-                .train
-                .units
-                .iter()
-                .flat_map(|u| &u.params)
-                .filter(|p| p.trainable)
-                .map(|p| self.local_numel(p) * self.sharded_elem(p))
-                .collect(),
-            _ => self
-                .optimizer_partition()
-                .iter()
-                .map(|n| n * s.master_size)
-                .collect(),
-        }
-    }
-
     /// Bytes of every trainable parameter's whole gradient in the parameter dtype.
     fn full_gradient_bytes(&self) -> u128 {
-        self.train
+        self.weighted_params()
+            .filter(|(_, p)| p.trainable)
+            .map(|(w, p)| w * p.numel * self.param_size)
+            .sum()
+    }
+
+    /// The distinct dim-0 sizes of the parameters (what decides a rank's chunks).
+    pub(crate) fn shard_dim0s(&self) -> Vec<u128> {
+        let mut d: Vec<u128> = self
+            .train
             .units
             .iter()
-            .flat_map(|u| &u.params)
-            .filter(|p| p.trainable)
-            .map(|p| p.numel * self.param_size)
-            .sum()
+            .flat_map(|u| u.params.iter().map(|p| p.dim0))
+            .collect();
+        d.sort_unstable();
+        d.dedup();
+        d
     }
 
     /// Allocates what sharding keeps for the whole run; called after the parameters exist.
     pub(super) fn shard_setup(&mut self) {
         let Some(s) = self.train.shard else { return };
-        while self.train.units.len() <= self.model.layers.len() {
+        while self.train.units.len() <= self.n_layers() {
             self.train.units.push(Unit::default());
         }
         let ps = self.param_size;
@@ -173,9 +190,11 @@ impl Builder<'_> {
             ShardKind::Fsdp2 { .. } => {
                 let mut sharded: u128 = 0;
                 for u in 0..self.train.units.len() {
-                    for p in self.train.units[u].params.clone() {
+                    let weight = self.unit_weight(u);
+                    for i in 0..self.train.units[u].params.len() {
+                        let p = self.train.units[u].params[i];
                         let padded = self.padded_shard_numel(&p);
-                        sharded += padded * self.sharded_elem(&p);
+                        sharded += weight * padded * self.sharded_elem(&p);
                         // the all-gather output per parameter is the padded unsharded size
                         // (`FSDPParam.init_all_gather_outputs`); the gradient is unpadded
                         self.t.resize_param(p.id, padded * self.world() * p.elem);
@@ -191,22 +210,20 @@ impl Builder<'_> {
                 if stage == 3 {
                     let mut partition: u128 = 0;
                     let mut largest: u128 = 0;
-                    for p in self
-                        .train
-                        .units
-                        .iter()
-                        .flat_map(|u| &u.params)
-                        .copied()
-                        .collect::<Vec<_>>()
-                    {
-                        // parameters up to `stage3_param_persistence_threshold` (1e5 elements)
-                        // are never partitioned (`parameter_offload.py`): they stay whole
-                        if p.numel <= ZERO3_PERSISTENCE_ELEMS {
-                            continue;
+                    for u in 0..self.train.units.len() {
+                        let weight = self.unit_weight(u);
+                        for i in 0..self.train.units[u].params.len() {
+                            let p = self.train.units[u].params[i];
+                            // parameters up to `stage3_param_persistence_threshold` (1e5
+                            // elements) are never partitioned (`parameter_offload.py`): they
+                            // stay whole
+                            if p.numel <= ZERO3_PERSISTENCE_ELEMS {
+                                continue;
+                            }
+                            partition += weight * self.zero3_partition_numel(&p) * ps;
+                            largest = largest.max(p.numel);
+                            self.t.evict_param(p.id);
                         }
-                        partition += self.zero3_partition_numel(&p) * ps;
-                        largest = largest.max(p.numel);
-                        self.t.evict_param(p.id);
                     }
                     if !s.offload_params {
                         self.t.alloc(partition, Category::Weights, false);
@@ -232,10 +249,8 @@ impl Builder<'_> {
 
     /// Records a hook point on the tape (FSDP2 and ZeRO-2/3 act per unit in backward).
     pub(super) fn mark(&mut self, m: Marker) {
-        if matches!(
-            self.kind(),
-            Some(ShardKind::Fsdp2 { .. } | ShardKind::Zero { stage: 2 | 3 })
-        ) {
+        // the fast evaluator's segments follow the hook points too
+        if self.t.segmenting() || self.hooks_on_tape() {
             self.t.tape.push(Node {
                 marker: Some(m),
                 ..Node::default()
@@ -256,7 +271,7 @@ impl Builder<'_> {
         if let Some(old) = self.train.ag_held.take() {
             self.t.release(old);
         }
-        for p in self.train.units[u].params.clone() {
+        for p in &self.train.units[u].params {
             self.t.restore_param(p.id);
         }
         self.train.units[u].unsharded = true;
@@ -283,8 +298,25 @@ impl Builder<'_> {
         }
     }
 
+    /// Whether the runtime acts at the hook points in backward (FSDP2, ZeRO-2/3).
+    fn hooks_on_tape(&self) -> bool {
+        matches!(
+            self.kind(),
+            Some(ShardKind::Fsdp2 { .. } | ShardKind::Zero { stage: 2 | 3 })
+        )
+    }
+
     /// Dispatches a marker popped from the tape during backward.
     pub(super) fn on_marker(&mut self, m: Marker) {
+        match m {
+            Marker::PreBackward(u) if u > 0 => self.seg(Some(u - 1), SegKind::BackwardStart),
+            Marker::PostBackward(u) if u > 0 => self.seg(Some(u - 1), SegKind::BackwardEnd),
+            _ => {}
+        }
+        // markers recorded only for the segments run no hook
+        if !self.hooks_on_tape() {
+            return;
+        }
         match m {
             Marker::PreBackward(u) => self.unit_pre_backward(u),
             Marker::PostBackward(u) => self.unit_post_backward(u),
@@ -313,16 +345,23 @@ impl Builder<'_> {
     /// moves them into the rank's gradient partition through the ipg bucket.
     pub(super) fn unit_post_backward(&mut self, u: usize) {
         let Some(s) = self.train.shard else { return };
-        let params = self.train.units[u].params.clone();
-        let mut grads = Vec::new();
+        // the unit's gradients (in a buffer kept from unit to unit)
+        let mut grads = std::mem::take(&mut self.train.grad_scratch);
+        grads.clear();
         // bytes of one shard of the gradients being reduced
         let mut shard_grad_bytes: u128 = 0;
-        for p in &params {
+        for i in 0..self.train.units[u].params.len() {
+            let p = self.train.units[u].params[i];
             if let Some(g) = self.t.take_param_grad(p.id) {
                 grads.push(g);
-                shard_grad_bytes += self.padded_shard_numel(p) * self.reduce_elem(p);
+                shard_grad_bytes += self.padded_shard_numel(&p) * self.reduce_elem(&p);
             }
         }
+        self.reduce_unit(u, s, &grads, shard_grad_bytes);
+        self.train.grad_scratch = grads;
+    }
+
+    fn reduce_unit(&mut self, u: usize, s: ShardSim, grads: &[TensorId], shard_grad_bytes: u128) {
         match s.kind {
             ShardKind::Fsdp2 { .. } => {
                 self.reshard(u);
@@ -340,7 +379,7 @@ impl Builder<'_> {
                     Category::CommBuffers,
                     false,
                 );
-                for g in grads {
+                for &g in grads {
                     self.t.release(g);
                 }
                 let rs_out = self.t.alloc(shard_grad_bytes, Category::Gradients, false);
@@ -358,7 +397,7 @@ impl Builder<'_> {
             ShardKind::Zero { .. } => {
                 // gradients the per-node hook has not taken yet (none in practice)
                 let any = !grads.is_empty();
-                for g in grads {
+                for &g in grads {
                     self.t.release(g);
                 }
                 if any {
@@ -406,7 +445,7 @@ impl Builder<'_> {
             // `grads_in_partition`: this rank's partition of the averaged gradients in the
             // gradient dtype (stage_1_and_2.py `copy_grads_in_partition`; stage3.py
             // `grad_partitions_flat_buffer`)
-            let part: u128 = self.optimizer_partition().iter().sum();
+            let part = self.partition_elems();
             let g = self
                 .t
                 .alloc(part * self.param_size, Category::Gradients, false);
@@ -446,20 +485,22 @@ impl Builder<'_> {
         if s.offload_states {
             return Some(0);
         }
-        let part: u128 = self.optimizer_partition().iter().sum();
-        let state_bytes: u128 = self.optimizer_partition_bytes().iter().sum();
-        let per_elem = optimizer_state_elems(w.optimizer);
+        // one flat tensor per partition (crate::optimizer, `state_bytes`)
+        let (mut states, mut part) = (0, 0);
+        self.visit_partition(|n, bytes, weight| {
+            states += weight * w.optimizer.state_bytes(OptimTensor::flat(n, bytes));
+            part += weight * n;
+        });
         let master = match s.kind {
             // DeepSpeed keeps an fp32 master partition next to the fp16/bf16 model
             ShardKind::Zero { .. } if self.param_size != 4 => 4 * part,
             _ => 0,
         };
-        Some(per_elem * state_bytes + master)
+        Some(states + master)
     }
 
     /// Optimizer-step temporaries on this rank, or `None` when not sharded.
     pub(super) fn sharded_optimizer_temps(&self) -> Option<u128> {
-        use crate::workload::Optimizer;
         let s = self.train.shard?;
         let w = self.mode.train()?;
         if matches!(s.kind, ShardKind::Ddp { .. }) {
@@ -468,23 +509,20 @@ impl Builder<'_> {
         if s.offload_states {
             return Some(0);
         }
-        let part = self.optimizer_partition();
-        let bytes = self.optimizer_partition_bytes();
-        let total: u128 = bytes.iter().sum();
-        let largest = bytes.iter().copied().max().unwrap_or(0);
+        let (mut part, mut total, mut largest) = (0, 0, 0);
+        self.visit_partition(|n, bytes, weight| {
+            part += weight * n;
+            total += weight * bytes;
+            largest = largest.max(bytes);
+        });
         Some(match s.kind {
             // ZeRO builds the fp32 gradient of its partition for the step
             // (stage_1_and_2.py `single_partition_of_fp32_groups[i].grad`; stage3.py
             // `fp32_partitioned_groups_flat[i].grad`); DeepSpeed's FusedAdam has no temporaries
-            ShardKind::Zero { stage: 3 } => {
-                part.iter().sum::<u128>().min(ZERO3_SUB_GROUP_ELEMS) * 4
-            }
-            ShardKind::Zero { .. } => part.iter().sum::<u128>() * 4,
-            _ => match w.optimizer {
-                Optimizer::Adamw | Optimizer::Adafactor => total,
-                Optimizer::AdamwForloop | Optimizer::Lion => 2 * largest,
-                _ => 0,
-            },
+            ShardKind::Zero { stage: 3 } => part.min(ZERO3_SUB_GROUP_ELEMS) * 4,
+            ShardKind::Zero { .. } => part * 4,
+            // FSDP2: the implementation's temporaries over the sharded parameters
+            _ => w.optimizer.step_temporaries(total, largest).unwrap_or(0),
         })
     }
 
@@ -497,8 +535,8 @@ impl Builder<'_> {
         let (Some(s), Some(w)) = (self.train.shard, self.mode.train()) else {
             return 0;
         };
-        let part: u128 = self.optimizer_partition().iter().sum();
-        let states = part * optimizer_state_elems(w.optimizer) * s.master_size;
+        let part = self.partition_elems();
+        let states = w.optimizer.flat_state_bytes(part, s.master_size);
         match s.kind {
             ShardKind::Ddp { .. } => 0,
             ShardKind::Fsdp2 { .. } => {
@@ -515,11 +553,8 @@ impl Builder<'_> {
                 }
                 if s.offload_params && stage == 3 {
                     let params: u128 = self
-                        .train
-                        .units
-                        .iter()
-                        .flat_map(|u| &u.params)
-                        .map(|p| self.zero3_partition_numel(p))
+                        .weighted_params()
+                        .map(|(w, p)| w * self.zero3_partition_numel(p))
                         .sum();
                     host += params * self.param_size;
                 }
@@ -532,16 +567,16 @@ impl Builder<'_> {
     /// reduce-scatter outputs) and optimizer states.
     fn fsdp_model_states(&self) -> u128 {
         let Some(w) = self.mode.train() else { return 0 };
-        let all = || self.train.units.iter().flat_map(|u| &u.params);
-        let params: u128 = all()
-            .map(|p| self.padded_shard_numel(p) * self.sharded_elem(p))
-            .sum();
-        let grads: u128 = all()
-            .filter(|p| p.trainable)
-            .map(|p| self.padded_shard_numel(p) * self.reduce_elem(p))
-            .sum();
-        let states: u128 = self.optimizer_partition_bytes().iter().sum::<u128>()
-            * optimizer_state_elems(w.optimizer);
+        let (mut params, mut grads, mut states) = (0, 0, 0);
+        for (weight, p) in self.weighted_params() {
+            params += weight * self.padded_shard_numel(p) * self.sharded_elem(p);
+            if p.trainable {
+                grads += weight * self.padded_shard_numel(p) * self.reduce_elem(p);
+                states += weight
+                    * w.optimizer
+                        .flat_state_bytes(self.local_numel(p), self.sharded_elem(p));
+            }
+        }
         params + grads + states
     }
 
@@ -554,15 +589,23 @@ impl Builder<'_> {
             return 0;
         };
         let ps = self.param_size;
-        let all = || self.train.units.iter().flat_map(|u| &u.params);
+        let all = || self.weighted_params();
         let states = self.sharded_optimizer_states().unwrap_or(0);
         match s.kind {
             ShardKind::Ddp { .. } => {
-                let p: u128 = all().map(|p| p.numel * ps).sum();
+                let p: u128 = all().map(|(n, p)| n * p.numel * ps).sum();
                 let g = self.full_gradient_bytes();
+                // the optimizer's own states of every parameter (crate::optimizer)
                 let opt: u128 = all()
-                    .filter(|p| p.trainable)
-                    .map(|p| p.numel * ps * optimizer_state_elems(w.optimizer))
+                    .filter(|(_, p)| p.trainable)
+                    .map(|(n, p)| {
+                        n * w.optimizer.state_bytes(OptimTensor::param(
+                            p.numel,
+                            p.numel * ps,
+                            p.rows,
+                            p.cols,
+                        ))
+                    })
                     .sum();
                 p + g + opt
             }
@@ -574,15 +617,17 @@ impl Builder<'_> {
                 }
             }
             ShardKind::Zero { stage } => {
-                let part: u128 = self.optimizer_partition().iter().sum();
+                let part = self.partition_elems();
                 let p: u128 = if stage == 3 {
                     if s.offload_params {
                         0
                     } else {
-                        all().map(|p| self.zero3_partition_numel(p) * ps).sum()
+                        all()
+                            .map(|(n, p)| n * self.zero3_partition_numel(p) * ps)
+                            .sum()
                     }
                 } else {
-                    all().map(|p| p.numel * ps).sum()
+                    all().map(|(n, p)| n * p.numel * ps).sum()
                 };
                 let g = if stage == 1 {
                     self.full_gradient_bytes()
@@ -709,7 +754,7 @@ impl Builder<'_> {
             }
         };
         // foreach_all_gather_copy_out: per-parameter outputs, then the flat buffer goes
-        for p in self.train.units[u].params.clone() {
+        for p in &self.train.units[u].params {
             self.t.restore_param(p.id);
         }
         self.t.release(ag);
@@ -720,7 +765,7 @@ impl Builder<'_> {
         if !matches!(self.kind(), Some(ShardKind::Fsdp2 { .. })) {
             return;
         }
-        for p in self.train.units[u].params.clone() {
+        for p in &self.train.units[u].params {
             self.t.evict_param(p.id);
         }
         self.train.units[u].unsharded = false;
@@ -736,15 +781,3 @@ pub(crate) const ZERO3_PERSISTENCE_ELEMS: u128 = 100_000;
 /// `sub_group_size` default (deepspeed/runtime/zero/config.py): ZeRO-3 steps the optimizer one
 /// sub-group of at most this many elements at a time, with an fp32 gradient copy of it.
 pub(crate) const ZERO3_SUB_GROUP_ELEMS: u128 = 1_000_000_000;
-
-/// Optimizer state elements per parameter element.
-fn optimizer_state_elems(o: crate::workload::Optimizer) -> u128 {
-    use crate::workload::Optimizer;
-    match o {
-        Optimizer::Adamw | Optimizer::AdamwFused | Optimizer::AdamwForloop => 2,
-        Optimizer::SgdMomentum | Optimizer::Lion => 1,
-        Optimizer::Sgd => 0,
-        // refused with sharding in `dist::simulate_train_dist`
-        Optimizer::Adamw8bit | Optimizer::Adafactor => 2,
-    }
-}

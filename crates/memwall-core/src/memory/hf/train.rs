@@ -3,9 +3,10 @@
 
 use super::Builder;
 use crate::memory::timeline::TensorId;
-use crate::memory::timeline::{Category, Ids, Marker, Node, Phase};
+use crate::memory::timeline::{Category, Ids, Marker, Node, Phase, SegKind};
 use crate::model::AttentionKind;
-use crate::workload::{LossKernel, Optimizer};
+use crate::optimizer::OptimTensor;
+use crate::workload::LossKernel;
 
 /// Rows of one chunk of Liger's fused linear cross-entropy (Liger-Kernel 0.8.5,
 /// `fused_linear_cross_entropy_forward`, `chunk_mem_const = 1`): `inc_factor = cdiv(V, H)`,
@@ -42,7 +43,8 @@ impl Builder<'_> {
         }
         let mut xsize = xs;
         let mask = self.causal_mask(self.seq, self.seq);
-        for i in 0..self.model.layers.len() {
+        for i in 0..self.n_layers() {
+            self.seg(Some(i), SegKind::Forward);
             self.mark(Marker::PostBackward(i + 1));
             self.unit_pre_forward(i + 1);
             let y = if ckpt {
@@ -72,6 +74,7 @@ impl Builder<'_> {
             x = y;
             xsize = if self.amp { 4 } else { xsize };
         }
+        self.seg(None, SegKind::Fixed);
         let (fx, fs) = self.body_tail(x, xsize, rows, mask);
         // the loss phase starts at the LM head (the harness's lm_head forward pre-hook)
         self.t.set_phase(Phase::Loss);
@@ -92,6 +95,7 @@ impl Builder<'_> {
         self.t.seed_grad(loss);
         self.unit_pre_backward(0);
         self.backward();
+        self.seg(None, SegKind::Fixed);
         self.finish_backward();
         self.drop_(loss);
     }
@@ -269,35 +273,15 @@ impl Builder<'_> {
             self.t.transient(temps, Category::OptimizerTemporaries);
             return;
         }
-        let sizes: Vec<u128> = self
-            .train
-            .trainable
-            .iter()
-            .map(|p| self.t.bytes(p.id))
-            .collect();
-        let total: u128 = sizes.iter().sum();
-        let largest = sizes.iter().copied().max().unwrap_or(0);
-        match w.optimizer {
-            // torch/optim/adam.py `_multi_tensor_adam`: exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs)
-            // is one parameter-sized list alive at once; everything else is in place.
-            Optimizer::Adamw => self.t.transient(total, Category::OptimizerTemporaries),
-            // `_single_tensor_adam`: denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
-            // allocates sqrt and the division for one parameter at a time.
-            Optimizer::AdamwForloop => self
-                .t
-                .transient(2 * largest, Category::OptimizerTemporaries),
-            // fused kernel / in-place foreach updates / bitsandbytes kernels: no temporaries
-            Optimizer::AdamwFused
-            | Optimizer::Sgd
-            | Optimizer::SgdMomentum
-            | Optimizer::Adamw8bit => {}
-            // lion-pytorch `update_fn`: exp_avg.clone().mul_(b1).add(grad, ...) = two tensors per param
-            Optimizer::Lion => self
-                .t
-                .transient(2 * largest, Category::OptimizerTemporaries),
-            // torch/optim/_adafactor.py `_multi_tensor_adafactor`: `var_estimates = [row_var @ col_var]`
-            // (or `variance.clone()` for vectors) is one parameter-sized list, updated in place
-            Optimizer::Adafactor => self.t.transient(total, Category::OptimizerTemporaries),
+        // the implementation's temporaries (crate::optimizer, `step_temporary_bytes`)
+        let (mut total, mut largest) = (0, 0);
+        for p in &self.train.trainable {
+            let b = self.t.bytes(p.id);
+            total += b * self.unit_weight(p.unit);
+            largest = largest.max(b);
+        }
+        if let Some(b) = w.optimizer.step_temporaries(total, largest) {
+            self.t.transient(b, Category::OptimizerTemporaries);
         }
     }
 
@@ -310,36 +294,20 @@ impl Builder<'_> {
             }
             return;
         }
-        let mut bytes: u128 = 0;
-        for p in &self.train.trainable {
-            let b = self.t.bytes(p.id);
-            let numel = p.numel;
-            bytes += match w.optimizer {
-                Optimizer::Adamw | Optimizer::AdamwFused | Optimizer::AdamwForloop => 2 * b,
-                // bitsandbytes optim/optimizer.py Optimizer2State.init_state: uint8 states with one
-                // fp32 absmax per 256-element block; tensors under min_8bit_size=4096 keep fp32 states
-                Optimizer::Adamw8bit => {
-                    if numel < 4096 {
-                        2 * numel * 4
-                    } else {
-                        2 * (numel + numel.div_ceil(256) * 4)
-                    }
-                }
-                Optimizer::Sgd => 0,
-                Optimizer::SgdMomentum | Optimizer::Lion => b,
-                // torch/optim/_adafactor.py: matrices keep row_var [.., rows, 1] and
-                // col_var [.., 1, cols]; vectors keep a full `variance`
-                Optimizer::Adafactor => {
-                    let elem = b / numel.max(1);
-                    if p.rows == 0 {
-                        b
-                    } else {
-                        let lead = numel / (p.rows * p.cols).max(1);
-                        elem * lead * (p.rows + p.cols)
-                    }
-                }
-            };
-        }
+        // per parameter as it is allocated (crate::optimizer, `state_bytes`)
+        let bytes: u128 = self
+            .train
+            .trainable
+            .iter()
+            .map(|p| {
+                w.optimizer.state_bytes(OptimTensor::param(
+                    p.numel,
+                    self.t.bytes(p.id),
+                    p.rows,
+                    p.cols,
+                )) * self.unit_weight(p.unit)
+            })
+            .sum();
         if bytes > 0 {
             self.t.alloc(bytes, Category::OptimizerStates, false);
         }
