@@ -459,7 +459,7 @@ pub fn infer(
 ) -> Result<Doctor, CoreError> {
     super::check_alloc_margin(alloc_margin)?;
     let run = |w: &InferWorkload| -> Result<(Memory, Fit), CoreError> {
-        let e = memory::simulate_infer(model, w, kernels)?;
+        let e = memory::fast::simulate_infer(model, w, kernels)?;
         let m = Memory {
             peak_bytes: e.peak_bytes,
             phase: e.phase,

@@ -64,7 +64,8 @@ pub struct Memory {
     pub host_bytes_per_node: u64,
 }
 
-/// Simulates `w` on `layout` (`None`: one GPU, the `hf` engine) and returns the worst rank.
+/// Simulates `w` on `layout` (`None`: one GPU, the `hf` engine) with the fast exact evaluator
+/// ([`memory::fast`], equal to the replay) and returns the worst rank.
 pub fn memory_of(
     model: &ModelDesc,
     w: &TrainWorkload,
@@ -73,7 +74,7 @@ pub fn memory_of(
 ) -> Result<Memory, CoreError> {
     match layout {
         None => {
-            let e = memory::simulate_train(model, w, kernels)?;
+            let e = memory::fast::simulate_train(model, w, kernels)?;
             Ok(Memory {
                 peak_bytes: e.peak_bytes,
                 phase: e.phase,
@@ -82,7 +83,7 @@ pub fn memory_of(
             })
         }
         Some(l) => {
-            let e = memory::simulate_train_dist(model, w, l, kernels)?;
+            let e = memory::fast::simulate_train_dist(model, w, l, kernels)?;
             let worst = e.groups.get(e.worst);
             Ok(Memory {
                 peak_bytes: e.peak_bytes,
