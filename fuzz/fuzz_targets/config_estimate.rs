@@ -1,5 +1,6 @@
 //! config.json bytes → model description → parameter counts → training and inference estimates.
-//! Any input must give Ok or a typed error: never a panic, an overflow or unbounded work.
+//! Any input must give Ok or a typed error: never a panic, an overflow or unbounded work; and
+//! the fast evaluator must give exactly the replay's answer (or the same error).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -32,7 +33,9 @@ fuzz_target!(|data: &[u8]| {
     train.attention = [AttentionImpl::Sdpa, AttentionImpl::Eager, AttentionImpl::Flash][pick(16, 3)];
     train.checkpointing = (h >> 18) & 1 == 1;
     train.dropout = (h >> 19) & 1 == 1;
-    let _ = simulate_train(&model, &train, Kernels::Cuda);
+    let replay = simulate_train(&model, &train, Kernels::Cuda);
+    let fast = memwall_core::memory::fast::simulate_train(&model, &train, Kernels::Cuda);
+    assert_eq!(replay, fast, "fast evaluator differs from the replay (train)");
     let infer = InferWorkload {
         batch: 1 + (h >> 20) % 2,
         prompt: seq,
@@ -42,5 +45,7 @@ fuzz_target!(|data: &[u8]| {
         kv_dtype: [KvDtype::Auto, KvDtype::Fp8][pick(25, 2)],
         moe_decode_batched: (h >> 26) & 1 == 1,
     };
-    let _ = simulate_infer(&model, &infer, Kernels::Cuda);
+    let replay = simulate_infer(&model, &infer, Kernels::Cuda);
+    let fast = memwall_core::memory::fast::simulate_infer(&model, &infer, Kernels::Cuda);
+    assert_eq!(replay, fast, "fast evaluator differs from the replay (infer)");
 });
