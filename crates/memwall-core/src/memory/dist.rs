@@ -152,15 +152,7 @@ pub fn simulate_train_dist_with(
         let host = b.offloaded_bytes();
         let states = b.model_state_bytes();
         let t = &b.t;
-        let phase_peaks = [
-            Phase::Forward,
-            Phase::Loss,
-            Phase::Backward,
-            Phase::Optimizer,
-        ]
-        .iter()
-        .map(|p| Ok((*p, to_u64(t.phase_peak(*p), "phase peak")?)))
-        .collect::<Result<Vec<_>, CoreError>>()?;
+        let phase_peaks = super::train_phase_peaks(t)?;
         let at_peak = super::breakdown_at_peak(t)?;
         Ok(RankRun {
             peak: to_u64(t.peak(), "peak bytes")?,

@@ -33,6 +33,9 @@ pub struct TrainEstimate {
     pub at_peak: Vec<(Category, u64)>,
     /// Phase in which the peak occurs.
     pub phase: Phase,
+    /// Peak live bytes within each phase of the step (forward, loss, backward, optimizer), the
+    /// same reading of the timeline as a distributed rank's (`RankGroup::phase_peaks`).
+    pub phase_peaks: Vec<(Phase, u64)>,
     /// All parameters.
     pub params_total: u64,
     /// Trainable parameters.
@@ -49,6 +52,14 @@ fn breakdown_at_peak(t: &timeline::Timeline) -> Result<Vec<(Category, u64)>, Cor
         .iter()
         .zip(t.peak_breakdown())
         .map(|(c, v)| Ok((*c, to_u64(v, "breakdown")?)))
+        .collect()
+}
+
+/// The peak of each phase of a training step, in step order.
+fn train_phase_peaks(t: &timeline::Timeline) -> Result<Vec<(Phase, u64)>, CoreError> {
+    [Phase::Forward, Phase::Loss, Phase::Backward, Phase::Optimizer]
+        .iter()
+        .map(|p| Ok((*p, to_u64(t.phase_peak(*p), "phase peak")?)))
         .collect()
 }
 
@@ -76,6 +87,7 @@ pub fn simulate_train(
         peak_bytes: to_u64(t.peak(), "peak bytes")?,
         at_peak,
         phase: t.peak_phase(),
+        phase_peaks: train_phase_peaks(t)?,
         params_total: to_u64(b.param_count, "parameters")?,
         params_trainable: to_u64(b.trainable_count(), "trainable parameters")?,
     })
