@@ -568,8 +568,12 @@ function renderRoofline(r) {
   return [
     section('Roofline',
       modelLine(r.model),
-      h('p', { class: 'headline' }, 'lower bound ', num('time_s', r.time_s, (x) => `${fixed(x * 1e3, 3)} ms`), ` per ${w.phase === 'train' ? 'step' : w.phase} → `,
+      h('p', { class: 'headline' }, 'lower bound ', num('time_s', r.time_s, (x) => `${fixed(x * 1e3, 3)} ms`), ` per ${w.phase === 'decode' ? 'token step' : 'step'} → `,
         num('tokens_per_s', r.tokens_per_s, (x) => fixed(x, 0)), ' tokens/s'),
+      r.decode ? h('p', {}, 'decode: ', num('decode.tokens_per_s_per_sequence', r.decode.tokens_per_s_per_sequence, (x) => fixed(x, 1)),
+        ' tokens/s per sequence, ', num('decode.aggregate_tokens_per_s', r.decode.aggregate_tokens_per_s, (x) => fixed(x, 0)), ' tokens/s aggregate; ',
+        r.decode.compute_bound_from_batch != null ? h('span', {}, 'the weight GEMMs turn compute-bound from batch ', num('decode.compute_bound_from_batch', r.decode.compute_bound_from_batch))
+          : 'memory-bound at every batch probed') : '',
       h('p', {}, `on ${g.name}: ridge `, num('ridge_flops_per_byte', r.ridge_flops_per_byte, (x) => fixed(x, 0)), ' FLOP/byte; ',
         num('total_flops', r.total_flops, (x) => `${si(x)} FLOPs`), ', ', num('total_bytes', r.total_bytes, (x) => `${si(x)}B`), ' moved'),
       rooflinePlot(r.ops, bw, r.ridge_flops_per_byte * bw),

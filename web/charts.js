@@ -34,7 +34,18 @@ function s(tag, attrs = {}, ...kids) {
 
 const text = (x, y, str, attrs = {}) => s('text', { x, y, ...attrs }, str);
 
-const gib = (b) => `${(b / 2 ** 30).toFixed(b >= 10 * 2 ** 30 ? 0 : 1)} GiB`;
+/** A round step (1, 2 or 5 × 10^k GiB, or a power-of-two fraction below 1 GiB) near `raw` bytes. */
+function niceStep(raw) {
+  const g = raw / 2 ** 30;
+  if (g < 1) return 2 ** 30 / 2 ** Math.floor(Math.log2(1 / g));
+  const e = 10 ** Math.floor(Math.log10(g));
+  const m = [1, 2, 5, 10].find((x) => x * e >= g);
+  return m * e * 2 ** 30;
+}
+
+const gib = (b) => (b >= 2 ** 30 || b === 0
+  ? `${(b / 2 ** 30).toFixed(b >= 10 * 2 ** 30 || b === 0 ? 0 : 1)} GiB`
+  : `${Math.round(b / 2 ** 20)} MiB`);
 
 function svg(w, hgt, label, ...kids) {
   return s('svg', { viewBox: `0 0 ${w} ${hgt}`, width: '100%', role: 'img', 'aria-label': label, class: 'chart' }, ...kids);
@@ -74,13 +85,16 @@ export function stackedBar(segments, capacity, capLabel, limit = null) {
  * phase of the peak marked, against `limit` bytes (the GPU less what lives outside the allocator).
  */
 export function phaseChart(phases, limit, peakPhase) {
-  const W = 720; const H = 240; const left = 64; const right = 16; const top = 16; const bottom = 36;
-  const max = Math.max(limit, ...phases.map((p) => p.bytes)) * 1.08;
+  const W = 720; const H = 240; const left = 64; const right = 16; const top = 20; const bottom = 36;
+  const highest = Math.max(...phases.map((p) => p.bytes));
+  // the GPU's limit is drawn when it is in reach; far above a small step, it is only named
+  const showLimit = limit <= highest * 2.5;
+  const tick = niceStep((showLimit ? Math.max(limit, highest) : highest) * 1.1 / 4);
+  const max = Math.ceil(((showLimit ? Math.max(limit, highest) : highest) * 1.08) / tick) * tick;
   const Y = (b) => top + (1 - b / max) * (H - top - bottom);
   const step = (W - left - right) / phases.length;
   const parts = [];
-  for (let i = 0; i <= 4; i++) { // grid
-    const b = (max / 4) * i;
+  for (let b = 0; b <= max + tick / 2; b += tick) { // grid
     parts.push(s('line', { x1: left, x2: W - right, y1: Y(b), y2: Y(b), class: 'grid' }));
     parts.push(text(left - 6, Y(b) + 4, gib(b), { 'text-anchor': 'end', class: 'axis' }));
   }
@@ -97,8 +111,12 @@ export function phaseChart(phases, limit, peakPhase) {
   });
   d += ` L ${W - right} ${Y(0)}`;
   parts.push(s('path', { d, class: 'step-line' }));
-  parts.push(s('line', { x1: left, x2: W - right, y1: Y(limit), y2: Y(limit), class: 'capacity' }));
-  parts.push(text(W - right, Y(limit) - 5, `GPU limit ${gib(limit)}`, { 'text-anchor': 'end', class: 'axis' }));
+  if (showLimit) {
+    parts.push(s('line', { x1: left, x2: W - right, y1: Y(limit), y2: Y(limit), class: 'capacity' }));
+    parts.push(text(left + 4, Y(limit) - 5, `GPU limit ${gib(limit)}`, { class: 'axis limit-label' }));
+  } else {
+    parts.push(text(W - right, 12, `GPU limit ${gib(limit)}, far above`, { 'text-anchor': 'end', class: 'axis' }));
+  }
   return svg(W, H, 'peak memory of each phase of the step', ...parts);
 }
 
@@ -130,9 +148,17 @@ export function rooflinePlot(ops, bandwidth, peak) {
   const start = Math.max(a, lowest / bandwidth);
   parts.push(s('path', { d: `M ${X(start)} ${Y(start * bandwidth)} L ${X(ridge)} ${Y(peak)} L ${X(b)} ${Y(peak)}`, class: 'roof' }));
   parts.push(text(X(ridge), Y(peak) - 6, `ridge ${ridge.toFixed(0)} FLOP/byte`, { 'text-anchor': 'middle', class: 'axis' }));
+  // ops at the same spot (a decode step's GEMMs) share one point and one label
+  const spots = new Map();
   for (const p of pts) {
-    parts.push(s('circle', { cx: X(p.x), cy: Y(p.y), r: 5, class: `op ${p.bound}` }, s('title', {}, `${p.i + 1}: ${ops[p.i].name}`)));
-    parts.push(text(X(p.x) + 7, Y(p.y) + 4, String(p.i + 1), { class: 'value' }));
+    const key = `${Math.round(X(p.x))},${Math.round(Y(p.y))}`;
+    if (!spots.has(key)) spots.set(key, { ...p, names: [] });
+    spots.get(key).names.push(p.i);
+  }
+  for (const p of spots.values()) {
+    parts.push(s('circle', { cx: X(p.x), cy: Y(p.y), r: 5, class: `op ${p.bound}` },
+      s('title', {}, p.names.map((i) => `${i + 1}: ${ops[i].name}`).join('\n'))));
+    parts.push(text(X(p.x) + 8, Y(p.y) + 4, p.names.map((i) => i + 1).join(','), { class: 'value' }));
   }
   parts.push(text((left + W - right) / 2, H - 6, 'arithmetic intensity, FLOP/byte', { 'text-anchor': 'middle', class: 'axis' }));
   parts.push(text(14, (top + H - bottom) / 2, 'FLOP/s', { transform: `rotate(-90 14 ${(top + H - bottom) / 2})`, 'text-anchor': 'middle', class: 'axis' }));

@@ -99,7 +99,7 @@ const CONFIGS = [
 function tableNumbers(kind, table) {
   const grab = (re) => { const m = table.match(re); assert.ok(m, `${re} in:\n${table}`); return m.slice(1); };
   if (kind === 'train' || kind === 'infer') {
-    const [peak] = grab(/peak (\S+ \S+) during/);
+    const [peak] = grab(/peak (\S+ \S+) (?:on the worst rank )?during/);
     const [needs, of] = grab(/needs (\S+ \S+) of (\S+ \S+)/);
     return { peak_bytes: peak, 'gpu.required_bytes': needs, 'gpu.memory_bytes': of };
   }
@@ -112,7 +112,12 @@ function tableNumbers(kind, table) {
     return { 'plans.0.tokens_per_s_per_gpu': tps, 'plans.0.step_s': step, 'plans.0.mfu': mfu, 'plans.0.peak_bytes': peak, 'plans.0.headroom_bytes': headroom };
   }
   const [flops, moved, ms, tps] = grab(/total (\S+ \S+) FLOPs, (\S+ \S+) moved; lower bound (\S+) ms per [a-z ]+ → (\d+) tokens\/s/);
-  return { total_flops: `${flops} FLOPs`, total_bytes: moved, time_s: `${ms} ms`, tokens_per_s: tps };
+  const shown = { total_flops: `${flops} FLOPs`, total_bytes: moved, time_s: `${ms} ms`, tokens_per_s: tps };
+  if (table.includes('\ndecode: ')) {
+    const [perSeq, aggregate] = grab(/\ndecode: (\S+) tokens\/s per sequence, (\d+) tokens\/s aggregate/);
+    Object.assign(shown, { 'decode.tokens_per_s_per_sequence': perSeq, 'decode.aggregate_tokens_per_s': aggregate });
+  }
+  return shown;
 }
 
 for (const c of CONFIGS) {
@@ -233,6 +238,6 @@ test('the server: content types, 404, HEAD, other methods, bounded request heads
 test('screenshot for the README', async () => {
   const page = await open('#mode=train&model=llama-3.1-8b&batch=4&seq=4096&gpu=a100-80gb-sxm');
   await settled(page, 'train --gpu a100-80gb-sxm --batch 4 --seq 4096');
-  await page.screenshot({ path: join(shots, 'readme.png'), fullPage: false });
+  await page.screenshot({ path: join(shots, 'readme.png'), fullPage: true });
   await page.close();
 });

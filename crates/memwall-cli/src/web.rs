@@ -85,12 +85,13 @@ pub fn run(a: WebArgs, out: &mut dyn Write) -> Result<()> {
         return export_to(&dir, out);
     }
     let port = port.unwrap_or(DEFAULT_PORT);
-    let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)).map_err(|e| {
-        crate::error::UserError::new(
-            format!("cannot listen on 127.0.0.1:{port}: {e}"),
-            "pick another port with --port P (0 takes any free one), or stop what holds it",
-        )
-    })?;
+    let listener =
+        TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)).map_err(|e| {
+            crate::error::UserError::new(
+                format!("cannot listen on 127.0.0.1:{port}: {e}"),
+                "pick another port with --port P (0 takes any free one), or stop what holds it",
+            )
+        })?;
     let addr = listener.local_addr()?;
     writeln!(
         out,
@@ -134,7 +135,13 @@ fn serve(listener: &TcpListener) {
         if open.load(Ordering::Acquire) >= MAX_CONNECTIONS {
             // too many at once: refuse this one rather than queue without bound
             let mut stream = stream;
-            let _ = respond(&mut stream, 503, "text/plain; charset=utf-8", b"busy\n", false);
+            let _ = respond(
+                &mut stream,
+                503,
+                "text/plain; charset=utf-8",
+                b"busy\n",
+                false,
+            );
             continue;
         }
         open.fetch_add(1, Ordering::AcqRel);
@@ -228,7 +235,11 @@ fn respond(
         503 => "Service Unavailable",
         _ => "HTTP Version Not Supported",
     };
-    let allow = if status == 405 { "Allow: GET, HEAD\r\n" } else { "" };
+    let allow = if status == 405 {
+        "Allow: GET, HEAD\r\n"
+    } else {
+        ""
+    };
     let head = format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
          Cache-Control: no-cache\r\nX-Content-Type-Options: nosniff\r\n{allow}Connection: close\r\n\r\n",
@@ -255,8 +266,14 @@ mod tests {
             find("/pkg/memwall_wasm_bg.wasm").map(|f| f.content_type),
             Some("application/wasm")
         );
-        for bad in ["", "index.html", "/../Cargo.toml", "/pkg/", "/web/index.html", "//etc/passwd"]
-        {
+        for bad in [
+            "",
+            "index.html",
+            "/../Cargo.toml",
+            "/pkg/",
+            "/web/index.html",
+            "//etc/passwd",
+        ] {
             assert!(find(bad).is_none(), "{bad}");
         }
     }

@@ -30,9 +30,10 @@ fn a_table_comes_back_as_a_string() {
 
 #[test]
 fn errors_come_back_as_the_cli_lines() {
-    let v: Value =
-        serde_json::from_str(&memwall_wasm::run(args(&["train", "--gpu", "h1000", "--json"])))
-            .unwrap();
+    let v: Value = serde_json::from_str(&memwall_wasm::run(args(&[
+        "train", "--gpu", "h1000", "--json",
+    ])))
+    .unwrap();
     let lines: Vec<&str> = v["error"]
         .as_array()
         .unwrap()
@@ -45,15 +46,15 @@ fn errors_come_back_as_the_cli_lines() {
 
 #[test]
 fn a_pasted_config_is_the_model() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/truth/configs/qwen2.5-0.5b.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/truth/configs/qwen2.5-0.5b.json"
+    );
     let config = std::fs::read_to_string(path).unwrap();
     let a = ["infer", "--batch", "4", "--json"];
-    let v: Value =
-        serde_json::from_str(&memwall_wasm::run_with_config(args(&a), &config)).unwrap();
-    let by_path: Value = serde_json::from_str(&cli(&[
-        "infer", "--model", path, "--batch", "4", "--json",
-    ]))
-    .unwrap();
+    let v: Value = serde_json::from_str(&memwall_wasm::run_with_config(args(&a), &config)).unwrap();
+    let by_path: Value =
+        serde_json::from_str(&cli(&["infer", "--model", path, "--batch", "4", "--json"])).unwrap();
     assert_eq!(v["ok"]["model"]["label"], "config.json");
     assert_eq!(v["ok"]["model"]["model_type"], "qwen2");
     for k in ["peak_bytes", "at_peak", "gpu", "kv_cache_bytes", "workload"] {
@@ -63,7 +64,9 @@ fn a_pasted_config_is_the_model() {
     let after: Value = serde_json::from_str(&memwall_wasm::run(args(&a))).unwrap();
     assert_eq!(after["ok"]["model"]["label"], "llama-3.1-8b");
     // a broken config is the CLI's error
-    let bad: Value = serde_json::from_str(&memwall_wasm::run_with_config(args(&a), "{"))
-        .unwrap();
-    assert!(bad["error"][0].as_str().unwrap().contains("config.json given as text"));
+    let bad: Value = serde_json::from_str(&memwall_wasm::run_with_config(args(&a), "{")).unwrap();
+    assert!(bad["error"][0]
+        .as_str()
+        .unwrap()
+        .contains("config.json given as text"));
 }

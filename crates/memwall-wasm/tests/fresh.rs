@@ -9,7 +9,8 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-const REBUILD: &str = "rebuild the page with `bash tools/web/build.sh` (it says what it needs) and commit web/pkg/";
+const REBUILD: &str =
+    "rebuild the page with `bash tools/web/build.sh` (it says what it needs) and commit web/pkg/";
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -134,7 +135,11 @@ fn the_inputs_script_lists_the_same_files() {
     else {
         return;
     };
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let listed: Vec<String> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()

@@ -57,10 +57,15 @@ fn breakdown_at_peak(t: &timeline::Timeline) -> Result<Vec<(Category, u64)>, Cor
 
 /// The peak of each phase of a training step, in step order.
 fn train_phase_peaks(t: &timeline::Timeline) -> Result<Vec<(Phase, u64)>, CoreError> {
-    [Phase::Forward, Phase::Loss, Phase::Backward, Phase::Optimizer]
-        .iter()
-        .map(|p| Ok((*p, to_u64(t.phase_peak(*p), "phase peak")?)))
-        .collect()
+    [
+        Phase::Forward,
+        Phase::Loss,
+        Phase::Backward,
+        Phase::Optimizer,
+    ]
+    .iter()
+    .map(|p| Ok((*p, to_u64(t.phase_peak(*p), "phase peak")?)))
+    .collect()
 }
 
 /// Simulates a steady-state (second) training step on one GPU ([`Engine::Hf`]).
