@@ -60,6 +60,21 @@ pub enum Command {
     Infer(InferArgs),
     /// KV-cache capacity of a vLLM deployment, following vLLM's own accounting.
     Serve(ServeArgs),
+    /// The web page (this CLI compiled to WebAssembly), served on 127.0.0.1, or written out
+    /// as static files with --export.
+    Web(WebArgs),
+}
+
+/// `memwall web`.
+#[derive(Debug, Args)]
+pub struct WebArgs {
+    /// Port on 127.0.0.1 (default 8787; 0 takes any free port).
+    #[arg(long, conflicts_with = "export")]
+    pub port: Option<u16>,
+    /// Write the page's static files to this directory (for any static web server) instead
+    /// of serving them.
+    #[arg(long, value_name = "DIR")]
+    pub export: Option<std::path::PathBuf>,
 }
 
 /// `memwall serve`.

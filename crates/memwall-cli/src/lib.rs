@@ -9,6 +9,8 @@ mod model_source;
 mod output;
 mod report;
 mod svg;
+#[cfg(not(target_arch = "wasm32"))]
+mod web;
 mod weights;
 
 use anyhow::Result;
@@ -144,6 +146,15 @@ fn run(cli: args::Cli, out: &mut dyn Write) -> Result<()> {
             }
             emit(&r, s.format, out)
         }
+        #[cfg(not(target_arch = "wasm32"))]
+        args::Command::Web(a) => web::run(a, out),
+        // the page itself runs this code: it has no page to serve
+        #[cfg(target_arch = "wasm32")]
+        args::Command::Web(_) => Err(error::UserError::new(
+            "`memwall web` serves the page; the page cannot serve itself",
+            "run `memwall web` from the command line",
+        )
+        .into()),
     }
 }
 
@@ -158,4 +169,19 @@ where
         .chain(argv.into_iter().map(Into::into));
     let cli = args::Cli::try_parse_from(argv).map_err(|e| vec![e.to_string()])?;
     run(cli, out).map_err(|e| error::report(&e))
+}
+
+/// [`run_args`] with the model given as config.json text: every model the arguments name
+/// (`--model`, `inspect MODEL`) is this config, parsed as a config.json file would be (the web
+/// page and the bindings, which have no file system). The report labels it `config.json`.
+pub fn run_args_with_config<I, T>(
+    argv: I,
+    config_json: &str,
+    out: &mut dyn Write,
+) -> std::result::Result<(), Vec<String>>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    model_source::with_given_config(config_json, || run_args(argv, out))
 }

@@ -635,8 +635,51 @@ fn from_cache(spec: &str, r: &hub::RepoRef) -> Result<Option<ModelSource>> {
     from_dir(untrusted(spec), Some(r.repo_id.clone()), &snap, &prefix).map(Some)
 }
 
+thread_local! {
+    /// The config.json text that stands for every model of the run in progress
+    /// ([`with_given_config`]); `None` for an ordinary run.
+    static GIVEN_CONFIG: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with `json` as the model of every `--model` it resolves (the web page and the
+/// bindings: a pasted config.json, no file system). The text is parsed as a config.json file
+/// would be; the label is `config.json`.
+pub fn with_given_config<R>(json: &str, f: impl FnOnce() -> R) -> R {
+    /// Clears the given config when the run ends, even by unwinding.
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            GIVEN_CONFIG.with(|c| c.borrow_mut().take());
+        }
+    }
+    GIVEN_CONFIG.with(|c| *c.borrow_mut() = Some(json.to_owned()));
+    let _reset = Reset;
+    f()
+}
+
+/// The model of a config.json given as text.
+fn from_given_config(json: &str) -> Result<ModelSource> {
+    if json.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(UserError::new(
+            format!(
+                "the config.json given is larger than {} MiB; a config.json is a few KiB",
+                MAX_CONFIG_BYTES >> 20
+            ),
+            "give the model's config.json, not another large file",
+        )
+        .into());
+    }
+    let label = "config.json".to_owned();
+    let origin = "config.json given as text".to_owned();
+    let (desc, dtype, quant) = parse_config(&origin, json)?;
+    source(label, None, origin, desc, dtype, quant, None)
+}
+
 /// Resolves `spec` to a model.
 pub fn load(spec: &str) -> Result<ModelSource> {
+    if let Some(json) = GIVEN_CONFIG.with(|c| c.borrow().clone()) {
+        return from_given_config(&json);
+    }
     let s = untrusted(spec);
     let path = Path::new(spec);
     match std::fs::metadata(path) {

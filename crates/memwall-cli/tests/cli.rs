@@ -92,6 +92,8 @@ struct TrainJson {
     peak_bytes: u64,
     phase: String,
     at_peak: std::collections::BTreeMap<String, u64>,
+    /// Peak of each phase of the step (one GPU).
+    phase_peaks: std::collections::BTreeMap<String, u64>,
     gpu: GpuJson,
     speed: SpeedJson,
     /// Present exactly when the peak does not fit.
@@ -167,6 +169,10 @@ fn train_json_contract_with_a_config_path() {
     assert_eq!(j.gpu.id, "l4");
     assert!(!j.gpu.name.is_empty() && j.gpu.memory_bytes > 0);
     assert!(["forward", "loss", "backward", "optimizer"].contains(&j.phase.as_str()));
+    // the phase peaks: one per phase, the peak's phase holding the peak
+    assert_eq!(j.phase_peaks.len(), 4);
+    assert_eq!(j.phase_peaks[&j.phase], j.peak_bytes);
+    assert_eq!(j.phase_peaks.values().max(), Some(&j.peak_bytes));
     assert_eq!(j.workload["grad_accum"], 2);
     assert_eq!(j.model["model_type"], "qwen2");
     // the speed contract: step time, rates, MFU, and a breakdown that sums to the step

@@ -168,14 +168,25 @@ fn row(p: Plan, model: &str, gpu: &str) -> PlanRow {
     }
 }
 
+/// The wall clock, where there is one: none in WebAssembly without WASI (the web page), where
+/// `Instant::now` panics.
+fn clock() -> Option<Instant> {
+    if cfg!(all(target_arch = "wasm32", target_os = "unknown")) {
+        None
+    } else {
+        Some(Instant::now())
+    }
+}
+
 /// Runs the search for `s`; draws a progress bar on a terminal's stderr once it has run for a
 /// second.
 pub fn build(s: &PlanSettings) -> Result<PlanReport> {
-    let start = Instant::now();
+    let start = clock();
     let tty = io::stderr().is_terminal();
     let mut drawn = false;
     let mut progress = |done: usize, total: usize| {
-        if !tty || start.elapsed().as_secs_f64() < 1.0 || total == 0 {
+        let late = start.is_some_and(|t| t.elapsed().as_secs_f64() >= 1.0);
+        if !tty || !late || total == 0 {
             return;
         }
         drawn = true;
@@ -245,7 +256,7 @@ pub fn build(s: &PlanSettings) -> Result<PlanReport> {
         candidates_evaluated: r.candidates_evaluated,
         search_space: r.search_space,
         would_fit_with,
-        elapsed_s: start.elapsed().as_secs_f64(),
+        elapsed_s: start.map_or(0.0, |t| t.elapsed().as_secs_f64()),
     })
 }
 

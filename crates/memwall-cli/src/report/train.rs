@@ -35,6 +35,10 @@ pub struct TrainReport {
     pub phase: Phase,
     /// What is alive at the peak, in bytes by category.
     pub at_peak: NamedBytes,
+    /// Peak of each phase of the step, on one GPU (distributed: per rank group, in
+    /// `distributed.groups`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase_peaks: Option<NamedBytes>,
     /// Fit on the GPU.
     pub gpu: GpuFit,
     /// Step time from the step-time model (docs/time-model.md): compute, recomputation, the
@@ -255,6 +259,7 @@ fn dist_report(s: &TrainSettings, layout: &Layout) -> Result<TrainReport> {
         peak_bytes: e.peak_bytes,
         phase: worst.phase,
         at_peak: breakdown(&worst.at_peak),
+        phase_peaks: None,
         gpu: fit,
         speed: train_speed(s)?,
         distributed: Some(DistReport {
@@ -288,6 +293,12 @@ pub fn build(s: &TrainSettings) -> Result<TrainReport> {
         peak_bytes: est.peak_bytes,
         phase: est.phase,
         at_peak: breakdown(&est.at_peak),
+        phase_peaks: Some(Entries(
+            est.phase_peaks
+                .iter()
+                .map(|(p, b)| (phase_word(*p), *b))
+                .collect(),
+        )),
         gpu: GpuFit::new(s.gpu, est.peak_bytes, s.alloc_margin),
         speed: train_speed(s)?,
         distributed: None,

@@ -34,6 +34,9 @@ pub struct TrainEstimate {
     pub at_peak: Vec<(Category, u64)>,
     /// Phase in which the peak occurs.
     pub phase: Phase,
+    /// Peak live bytes within each phase of the step (forward, loss, backward, optimizer), the
+    /// same reading of the timeline as a distributed rank's (`RankGroup::phase_peaks`).
+    pub phase_peaks: Vec<(Phase, u64)>,
     /// All parameters.
     pub params_total: u64,
     /// Trainable parameters.
@@ -56,6 +59,19 @@ fn breakdown(at: [u128; 9]) -> Result<Vec<(Category, u64)>, CoreError> {
         .zip(at)
         .map(|(c, v)| Ok((*c, to_u64(v, "breakdown")?)))
         .collect()
+}
+
+/// The peak of each phase of a training step, in step order.
+fn train_phase_peaks(t: &timeline::Timeline) -> Result<Vec<(Phase, u64)>, CoreError> {
+    [
+        Phase::Forward,
+        Phase::Loss,
+        Phase::Backward,
+        Phase::Optimizer,
+    ]
+    .iter()
+    .map(|p| Ok((*p, to_u64(t.phase_peak(*p), "phase peak")?)))
+    .collect()
 }
 
 /// Simulates a steady-state (second) training step on one GPU ([`Engine::Hf`]).
@@ -98,6 +114,7 @@ fn run_train(
         peak_bytes: to_u64(t.peak(), "peak bytes")?,
         at_peak,
         phase: t.peak_phase(),
+        phase_peaks: train_phase_peaks(t)?,
         params_total: to_u64(b.param_count, "parameters")?,
         params_trainable: to_u64(b.trainable_count(), "trainable parameters")?,
     })

@@ -262,12 +262,22 @@ pub fn simulate_train_traced(
         Err(path) => return Ok((run_train(model, w, kernels, engine)?, path)),
     };
     let at_peak = breakdown(ev.peaks.at)?;
+    let phase_peaks = [
+        Phase::Forward,
+        Phase::Loss,
+        Phase::Backward,
+        Phase::Optimizer,
+    ]
+    .iter()
+    .map(|p| Ok((*p, to_u64(ev.peaks.phase_peaks[*p as usize], "phase peak")?)))
+    .collect::<Result<Vec<_>, CoreError>>()?;
     Ok((
         TrainEstimate {
             engine,
             peak_bytes: to_u64(ev.peaks.peak, "peak bytes")?,
             at_peak,
             phase: ev.peaks.phase,
+            phase_peaks,
             params_total: scalar(ev.scalars[0], "parameters")?,
             params_trainable: scalar(ev.scalars[1], "trainable parameters")?,
         },
