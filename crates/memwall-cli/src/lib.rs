@@ -156,6 +156,22 @@ where
 {
     let argv = std::iter::once(std::ffi::OsString::from("memwall"))
         .chain(argv.into_iter().map(Into::into));
-    let cli = args::Cli::try_parse_from(argv).map_err(|e| vec![e.to_string()])?;
+    let cli = args::Cli::try_parse_from(argv).map_err(|e| error::clap_lines(&e))?;
     run(cli, out).map_err(|e| error::report(&e))
+}
+
+/// [`run_args`] with the model given as the text of a config.json (a Python `dict` or
+/// `transformers.PretrainedConfig`): every model the command resolves is parsed from
+/// `config_json` by the same path as a config.json file, and the `--model` value is only its
+/// label. Nothing is read from or written to disk for the model.
+pub fn run_args_with_config<I, T>(
+    argv: I,
+    config_json: &str,
+    out: &mut dyn Write,
+) -> std::result::Result<(), Vec<String>>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    model_source::with_config_text(config_json, || run_args(argv, out))
 }

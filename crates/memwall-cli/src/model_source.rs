@@ -635,9 +635,46 @@ fn from_cache(spec: &str, r: &hub::RepoRef) -> Result<Option<ModelSource>> {
     from_dir(untrusted(spec), Some(r.repo_id.clone()), &snap, &prefix).map(Some)
 }
 
+thread_local! {
+    /// A config.json given as text ([`with_config_text`]); while set, every model resolves to it.
+    static CONFIG_TEXT: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Where a model given as config text comes from, in reports.
+const CONFIG_TEXT_ORIGIN: &str = "config given as JSON text";
+
+/// Runs `f` with every model resolved from `config_json` (the text of a config.json) instead of
+/// the `--model` value, which becomes only the model's label: the Python bindings' `model=dict`
+/// or `transformers.PretrainedConfig`, with nothing written to disk. The config goes through the
+/// same parser as a config.json file. Restored when `f` returns or unwinds.
+pub(crate) fn with_config_text<R>(config_json: &str, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<String>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            CONFIG_TEXT.with(|c| *c.borrow_mut() = previous);
+        }
+    }
+    let previous = CONFIG_TEXT.with(|c| c.borrow_mut().replace(config_json.to_owned()));
+    let _restore = Restore(previous);
+    f()
+}
+
 /// Resolves `spec` to a model.
 pub fn load(spec: &str) -> Result<ModelSource> {
     let s = untrusted(spec);
+    if let Some(json) = CONFIG_TEXT.with(|c| c.borrow().clone()) {
+        let (desc, dtype, quant) = parse_config(CONFIG_TEXT_ORIGIN, &json)?;
+        return source(
+            s,
+            None,
+            CONFIG_TEXT_ORIGIN.to_owned(),
+            desc,
+            dtype,
+            quant,
+            None,
+        );
+    }
     let path = Path::new(spec);
     match std::fs::metadata(path) {
         Ok(_) => return from_path(spec, path),
