@@ -17,7 +17,7 @@ fn run(py: Python<'_>, argv: Vec<String>, config_json: Option<String>) -> (bool,
     py.detach(|| run_argv(&argv, config_json.as_deref()))
 }
 
-/// [`run`] without Python: what the report or the error lines are.
+/// `run` without Python: the report, or the error lines joined by `\n`.
 pub fn run_argv(argv: &[String], config_json: Option<&str>) -> (bool, String) {
     let mut out = Vec::new();
     let result = match config_json {
