@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Python tests: a fresh venv, the memwall wheel built into it by pip (maturin from PyPI,
-# pinned in pyproject.toml) with pytest (pinned), then pytest against the CLI built here.
+# pinned in pyproject.toml) with pytest and mypy (pinned), then pytest against the CLI built here.
 #
 #   bash crates/memwall-py/run_tests.sh [pytest args]
 #
@@ -23,7 +23,7 @@ start=$SECONDS
 rm -rf "$venv"
 "$python" -m venv "$venv"
 MATURIN_PEP517_ARGS="--profile $profile" \
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$here" pytest==8.4.2
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$here" pytest==8.4.2 mypy==1.18.2
 echo "memwall-py: wheel ($profile) built and installed in $((SECONDS - start)) s"
 
 # the CLI the tests compare with

@@ -493,11 +493,11 @@ def not_fit_message(report: Any) -> str:
 
 def callback_class() -> type:
     """``memwall.MemwallCallback``: a ``transformers.TrainerCallback`` (imported here, once)."""
-    from transformers import TrainerCallback
+    from transformers import TrainerCallback  # type: ignore[import-not-found,unused-ignore]
 
     from . import train
 
-    class MemwallCallback(TrainerCallback):  # type: ignore[misc,valid-type]
+    class MemwallCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
         """Checks the training plan with memwall when training begins, and warns
         (:class:`memwall.MemwallWarning`) with the doctor's first fix that fits when the step
         will not fit the GPU. ``report`` holds the last estimate.

@@ -14,7 +14,7 @@ import dataclasses
 import html
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 __all__ = [
     "Record",
@@ -98,9 +98,9 @@ class Record(Mapping[str, Any]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Record):
-            return self._data == other._data
+            return bool(self._data == other._data)
         if isinstance(other, dict):
-            return self._data == other
+            return bool(self._data == other)
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
@@ -361,7 +361,7 @@ class DoctorReport(_Json):
         )
 
 
-def _html(title: str, header: List[str], rows: List[Tuple[str, ...]], foot: str = "") -> str:
+def _html(title: str, header: List[str], rows: Sequence[Sequence[str]], foot: str = "") -> str:
     th = "".join(f"<th style='text-align:left'>{h}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
     foot_html = f"<p>{foot}</p>" if foot else ""
@@ -372,7 +372,7 @@ def _html(title: str, header: List[str], rows: List[Tuple[str, ...]], foot: str 
 
 
 def _breakdown_rows(at_peak: Mapping[str, int], peak: int) -> List[Tuple[str, ...]]:
-    rows = []
+    rows: List[Tuple[str, ...]] = []
     for name, b in at_peak.items():
         if b:
             share = f"{100.0 * b / peak:.1f}%" if peak else "-"
