@@ -278,3 +278,14 @@ def test_with_the_real_transformers(tmp_path: Path, repo: Any) -> None:
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip().endswith("hf_real: ok"), out.stdout
+
+
+def test_without_transformers_the_callback_says_what_is_missing(monkeypatch: Any) -> None:
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import fails
+    memwall.__dict__.pop("MemwallCallback", None)
+    with pytest.raises(ImportError, match="pip install transformers"):
+        memwall.MemwallCallback
+    memwall.__dict__.pop("MemwallCallback", None)
+    ns: Dict[str, Any] = {}
+    exec("from memwall import *", ns)  # never needs transformers
+    assert "train" in ns and "MemwallCallback" not in ns

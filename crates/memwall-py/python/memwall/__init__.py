@@ -62,7 +62,7 @@ __all__ = [
     "gpus",
     "from_training_args",
     "training_args_kwargs",
-    "MemwallCallback",
+    # MemwallCallback too, but not listed: `from memwall import *` must not import transformers
     "MemwallError",
     "MemwallWarning",
     "TrainReport",

@@ -493,7 +493,13 @@ def not_fit_message(report: Any) -> str:
 
 def callback_class() -> type:
     """``memwall.MemwallCallback``: a ``transformers.TrainerCallback`` (imported here, once)."""
-    from transformers import TrainerCallback  # type: ignore[import-not-found,unused-ignore]
+    try:
+        from transformers import TrainerCallback  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as e:
+        raise ImportError(
+            f"memwall.MemwallCallback is a transformers.TrainerCallback, and transformers cannot "
+            f"be imported ({e}): `pip install transformers`"
+        ) from e
 
     from . import train
 
