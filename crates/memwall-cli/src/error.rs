@@ -212,21 +212,31 @@ pub fn report(e: &anyhow::Error) -> Vec<String> {
 
 /// Prints a command-line parsing error (clap's) with a hint, and returns its exit code.
 pub fn clap_error(e: &clap::Error) -> u8 {
-    use clap::error::ErrorKind;
     let code = u8::try_from(e.exit_code()).unwrap_or(2);
     if !e.use_stderr() {
         // --help and --version: not errors
         let _ = e.print();
         return code;
     }
+    for line in clap_lines(e) {
+        eprintln!("{line}");
+    }
+    code
+}
+
+/// The lines of a command-line parsing error (clap's), made safe to show, then its `hint: …`
+/// (for `--help` and `--version`, the text clap prints).
+pub fn clap_lines(e: &clap::Error) -> Vec<String> {
+    use clap::error::ErrorKind;
+    if !e.use_stderr() {
+        return e.render().to_string().lines().map(str::to_owned).collect();
+    }
     let text = e.render().to_string();
     let text = text
         .trim_end()
         .trim_end_matches("For more information, try '--help'.")
         .trim_end();
-    for line in text.lines() {
-        eprintln!("{}", untrusted(line));
-    }
+    let mut lines: Vec<String> = text.lines().map(untrusted).collect();
     let hint = match e.kind() {
         ErrorKind::InvalidValue | ErrorKind::ValueValidation | ErrorKind::InvalidUtf8 => {
             "`memwall <command> --help` lists every flag with its accepted values"
@@ -237,8 +247,8 @@ pub fn clap_error(e: &clap::Error) -> u8 {
         }
         _ => "`memwall <command> --help` shows how to call a command",
     };
-    eprintln!("hint: {hint}");
-    code
+    lines.push(format!("hint: {hint}"));
+    lines
 }
 
 #[cfg(test)]

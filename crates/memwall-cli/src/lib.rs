@@ -167,13 +167,14 @@ where
 {
     let argv = std::iter::once(std::ffi::OsString::from("memwall"))
         .chain(argv.into_iter().map(Into::into));
-    let cli = args::Cli::try_parse_from(argv).map_err(|e| vec![e.to_string()])?;
+    let cli = args::Cli::try_parse_from(argv).map_err(|e| error::clap_lines(&e))?;
     run(cli, out).map_err(|e| error::report(&e))
 }
 
-/// [`run_args`] with the model given as config.json text: every model the arguments name
-/// (`--model`, `inspect MODEL`) is this config, parsed as a config.json file would be (the web
-/// page and the bindings, which have no file system). The report labels it `config.json`.
+/// [`run_args`] with the model given as the text of a config.json (a Python `dict` or
+/// `transformers.PretrainedConfig`): every model the command resolves is parsed from
+/// `config_json` by the same path as a config.json file, and the `--model` value is only its
+/// label. Nothing is read from or written to disk for the model.
 pub fn run_args_with_config<I, T>(
     argv: I,
     config_json: &str,
@@ -183,5 +184,5 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    model_source::with_given_config(config_json, || run_args(argv, out))
+    model_source::with_config_text(config_json, || run_args(argv, out))
 }

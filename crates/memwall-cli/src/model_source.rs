@@ -636,51 +636,55 @@ fn from_cache(spec: &str, r: &hub::RepoRef) -> Result<Option<ModelSource>> {
 }
 
 thread_local! {
-    /// The config.json text that stands for every model of the run in progress
-    /// ([`with_given_config`]); `None` for an ordinary run.
-    static GIVEN_CONFIG: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+    /// A config.json given as text ([`with_config_text`]); while set, every model resolves to it.
+    static CONFIG_TEXT: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
 }
 
-/// Runs `f` with `json` as the model of every `--model` it resolves (the web page and the
-/// bindings: a pasted config.json, no file system). The text is parsed as a config.json file
-/// would be; the label is `config.json`.
-pub fn with_given_config<R>(json: &str, f: impl FnOnce() -> R) -> R {
-    /// Clears the given config when the run ends, even by unwinding.
-    struct Reset;
-    impl Drop for Reset {
+/// Where a model given as config text comes from, in reports.
+const CONFIG_TEXT_ORIGIN: &str = "config given as JSON text";
+
+/// Runs `f` with every model resolved from `config_json` (the text of a config.json) instead of
+/// the `--model` value, which becomes only the model's label: the Python bindings' `model=dict`
+/// or `transformers.PretrainedConfig`, with nothing written to disk. The config goes through the
+/// same parser as a config.json file. Restored when `f` returns or unwinds.
+pub(crate) fn with_config_text<R>(config_json: &str, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<String>);
+    impl Drop for Restore {
         fn drop(&mut self) {
-            GIVEN_CONFIG.with(|c| c.borrow_mut().take());
+            let previous = self.0.take();
+            CONFIG_TEXT.with(|c| *c.borrow_mut() = previous);
         }
     }
-    GIVEN_CONFIG.with(|c| *c.borrow_mut() = Some(json.to_owned()));
-    let _reset = Reset;
+    let previous = CONFIG_TEXT.with(|c| c.borrow_mut().replace(config_json.to_owned()));
+    let _restore = Restore(previous);
     f()
-}
-
-/// The model of a config.json given as text.
-fn from_given_config(json: &str) -> Result<ModelSource> {
-    if json.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(UserError::new(
-            format!(
-                "the config.json given is larger than {} MiB; a config.json is a few KiB",
-                MAX_CONFIG_BYTES >> 20
-            ),
-            "give the model's config.json, not another large file",
-        )
-        .into());
-    }
-    let label = "config.json".to_owned();
-    let origin = "config.json given as text".to_owned();
-    let (desc, dtype, quant) = parse_config(&origin, json)?;
-    source(label, None, origin, desc, dtype, quant, None)
 }
 
 /// Resolves `spec` to a model.
 pub fn load(spec: &str) -> Result<ModelSource> {
-    if let Some(json) = GIVEN_CONFIG.with(|c| c.borrow().clone()) {
-        return from_given_config(&json);
-    }
     let s = untrusted(spec);
+    if let Some(json) = CONFIG_TEXT.with(|c| c.borrow().clone()) {
+        if json.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(UserError::new(
+                format!(
+                    "the config.json given is larger than {} MiB; a config.json is a few KiB",
+                    MAX_CONFIG_BYTES >> 20
+                ),
+                "give the model's config.json, not another large file",
+            )
+            .into());
+        }
+        let (desc, dtype, quant) = parse_config(CONFIG_TEXT_ORIGIN, &json)?;
+        return source(
+            s,
+            None,
+            CONFIG_TEXT_ORIGIN.to_owned(),
+            desc,
+            dtype,
+            quant,
+            None,
+        );
+    }
     let path = Path::new(spec);
     match std::fs::metadata(path) {
         Ok(_) => return from_path(spec, path),

@@ -433,3 +433,57 @@ fn megatron_refuses_the_fused_losses() {
         "fused-linear"
     ]));
 }
+
+/// `run_args_with_config` (the Python bindings' `model=dict`) resolves the model from the text
+/// it is given through the config.json path: the same report as the file, under its own label,
+/// and the next run resolves `--model` as usual again.
+#[test]
+fn run_args_with_config_matches_the_config_file() {
+    let path = repo().join("data/models/Qwen/Qwen3-0.6B.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let file = path.display().to_string();
+    let args = |model: &str| -> Vec<String> {
+        ["train", "--model", model, "--batch", "2", "--json"]
+            .iter()
+            .map(|a| (*a).to_owned())
+            .collect()
+    };
+    let json = |bytes: Vec<u8>| -> serde_json::Value { serde_json::from_slice(&bytes).unwrap() };
+    let mut from_file = Vec::new();
+    memwall_cli::run_args(args(&file), &mut from_file).unwrap();
+    let mut from_text = Vec::new();
+    memwall_cli::run_args_with_config(args("my-qwen"), &text, &mut from_text).unwrap();
+    let (from_file, from_text) = (json(from_file), json(from_text));
+    assert_eq!(from_text["model"]["label"], "my-qwen");
+    assert_eq!(from_text["model"]["origin"], "config given as JSON text");
+    for key in ["peak_bytes", "phase", "at_peak", "gpu", "speed", "workload"] {
+        assert_eq!(from_text[key], from_file[key], "{key}");
+    }
+    // restored: `my-qwen` is a model name again, and not one the catalogue knows
+    let lines = memwall_cli::run_args(args("my-qwen"), &mut Vec::new()).unwrap_err();
+    assert!(
+        lines[0].starts_with("error: unknown model `my-qwen`"),
+        "{lines:?}"
+    );
+    // a config that does not parse is an error with the config path's hint
+    let lines =
+        memwall_cli::run_args_with_config(args("x"), "{\"model_type\": 1}", &mut Vec::new())
+            .unwrap_err();
+    assert!(lines[0].starts_with("error: "), "{lines:?}");
+    assert!(lines.last().unwrap().starts_with("hint: "), "{lines:?}");
+}
+
+/// A parsing error from `run_args` reads as the binary prints it: clap's lines, then a hint.
+#[test]
+fn run_args_parsing_errors_end_with_a_hint() {
+    let lines =
+        memwall_cli::run_args(["train", "--precision", "bf17"], &mut Vec::new()).unwrap_err();
+    assert!(
+        lines[0].starts_with("error: invalid value 'bf17' for '--precision"),
+        "{lines:?}"
+    );
+    assert_eq!(
+        lines.last().unwrap(),
+        "hint: `memwall <command> --help` lists every flag with its accepted values"
+    );
+}

@@ -51,8 +51,11 @@ fn a_pasted_config_is_the_model() {
         "/../../tests/truth/configs/qwen2.5-0.5b.json"
     );
     let config = std::fs::read_to_string(path).unwrap();
+    // the page names the pasted model `config.json` (the `--model` value is only its label)
+    let pasted = ["infer", "--model", "config.json", "--batch", "4", "--json"];
     let a = ["infer", "--batch", "4", "--json"];
-    let v: Value = serde_json::from_str(&memwall_wasm::run_with_config(args(&a), &config)).unwrap();
+    let v: Value =
+        serde_json::from_str(&memwall_wasm::run_with_config(args(&pasted), &config)).unwrap();
     let by_path: Value =
         serde_json::from_str(&cli(&["infer", "--model", path, "--batch", "4", "--json"])).unwrap();
     assert_eq!(v["ok"]["model"]["label"], "config.json");
@@ -68,5 +71,5 @@ fn a_pasted_config_is_the_model() {
     assert!(bad["error"][0]
         .as_str()
         .unwrap()
-        .contains("config.json given as text"));
+        .contains("config given as JSON text"));
 }
