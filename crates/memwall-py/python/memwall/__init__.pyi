@@ -113,6 +113,7 @@ class TrainReport(_Json):
     at_peak: Dict[str, int]
     gpu: GpuFit
     speed: Optional[Speed]
+    phase_peaks: Optional[Dict[str, int]]
     distributed: Optional[Record]
     ranks: Optional[List[Record]]
     doctor: Optional[DoctorReport]

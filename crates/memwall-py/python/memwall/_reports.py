@@ -415,6 +415,7 @@ class TrainReport(_Json):
     at_peak: Dict[str, int] = _req()
     gpu: GpuFit = _req(GpuFit._from_json)
     speed: Optional[Speed] = _opt(Speed._from_json)
+    phase_peaks: Optional[Dict[str, int]] = _opt()
     distributed: Optional[Record] = _opt(_record)
     ranks: Optional[List[Record]] = _opt(_record)
     doctor: Optional[DoctorReport] = _opt(DoctorReport._from_json)
