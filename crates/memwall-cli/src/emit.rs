@@ -92,14 +92,12 @@ pub fn train_command(
     w: &TrainWorkload,
     layout: Option<&Layout>,
 ) -> String {
-    let mut a = vec![
-        "memwall train --model".to_owned(),
-        model.label.clone(),
-        "--gpu".to_owned(),
-        gpu.to_owned(),
-    ];
-    a.extend(memwall_core::plan::train_args(w, layout));
-    a.join(" ")
+    let args = crate::report::with_model_and_gpu(
+        &model.label,
+        gpu,
+        memwall_core::plan::train_args(w, layout),
+    );
+    format!("memwall train {}", args.join(" "))
 }
 
 /// Refuses `--emit` on a command that has nothing to launch.

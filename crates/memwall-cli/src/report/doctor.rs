@@ -88,16 +88,7 @@ pub struct DoctorReport {
 impl DoctorReport {
     /// The report of `d` for `model` on `gpu_id`.
     pub fn new(model: &ModelSource, gpu_id: &str, kind: DoctorKind, d: Doctor) -> Self {
-        let prefix = |args: Vec<String>| {
-            let mut a = vec![
-                "--model".to_owned(),
-                model.label.clone(),
-                "--gpu".to_owned(),
-                gpu_id.to_owned(),
-            ];
-            a.extend(args);
-            a
-        };
+        let prefix = |args| super::with_model_and_gpu(&model.label, gpu_id, args);
         let steps = d
             .steps
             .into_iter()

@@ -71,6 +71,19 @@ pub trait Report: Serialize {
     }
 }
 
+/// `--model MODEL --gpu GPU` followed by `args`: the whole argument list of a command that
+/// reproduces a plan, a doctor's step or an emitted configuration.
+pub fn with_model_and_gpu(model: &str, gpu: &str, args: Vec<String>) -> Vec<String> {
+    let mut a = vec![
+        "--model".to_owned(),
+        model.to_owned(),
+        "--gpu".to_owned(),
+        gpu.to_owned(),
+    ];
+    a.extend(args);
+    a
+}
+
 /// Writes `report` to `w` in `format`. A write failure comes back as
 /// [`crate::output::OutputError`]; a format the report cannot take is an ordinary error.
 pub fn emit<R: Report>(report: &R, format: Format, w: &mut dyn Write) -> Result<()> {

@@ -137,13 +137,7 @@ fn layout_text(l: Option<&Layout>) -> String {
 }
 
 fn row(p: Plan, model: &str, gpu: &str) -> PlanRow {
-    let mut train_args = vec![
-        "--model".to_owned(),
-        model.to_owned(),
-        "--gpu".to_owned(),
-        gpu.to_owned(),
-    ];
-    train_args.extend(p.train_args);
+    let train_args = super::with_model_and_gpu(model, gpu, p.train_args);
     PlanRow {
         rank: p.rank,
         fits: p.fits,
