@@ -292,7 +292,7 @@ function argv() {
   const args = [mode];
   const model = $('model').value.trim() || DEFAULT_MODEL;
   if (source() === 'config') args.push('--model', 'config.json');
-  else if (source() === 'files') args.push('--model', dropped ? dropped.model : 'FILE');
+  else if (source() === 'files') args.push('--model', dropped ? dropped.model : (linkedFiles ? primary(linkedFiles.split(',')) : 'FILE'));
   else if (model !== DEFAULT_MODEL) args.push('--model', model);
   if ($('gpu').value !== DEFAULT_GPU) args.push('--gpu', $('gpu').value);
   for (const f of FIELDS[mode]) {
