@@ -207,7 +207,9 @@ where
     })?;
     given::with_files(files, || run(cli, out)).map_err(|e| FilesError {
         lines: error::report(&e),
-        more: e.chain().find_map(|c| c.downcast_ref::<PrefixTooShort>().cloned()),
+        more: e
+            .chain()
+            .find_map(|c| c.downcast_ref::<PrefixTooShort>().cloned()),
     })
 }
 

@@ -186,7 +186,10 @@ fn open_regular(path: &Path) -> Result<(Opened, u64)> {
                 Ok((Opened::Given(h), len))
             }
             given::Entry::Dir => Err(UserError::new(
-                format!("cannot use model `{}`: it is a directory, not a file", shown(path)),
+                format!(
+                    "cannot use model `{}`: it is a directory, not a file",
+                    shown(path)
+                ),
                 GIVEN_HINT,
             )
             .into()),
@@ -307,8 +310,7 @@ fn read_gguf(path: &Path) -> Result<GgufHeader> {
                 want = needed
                     .max(buf.len() as u64 * 2)
                     .max(GGUF_FIRST_READ)
-                    .min(gguf::MAX_HEADER_BYTES)
-                    .min(len);
+                    .min(gguf::MAX_HEADER_BYTES.min(len));
             }
             other => return other.with_context(ctx),
         }

@@ -797,7 +797,9 @@ fn given(dir: &Path, name: &str, prefix: Option<u64>) -> GivenFile {
     let f = std::fs::File::open(dir.join(name)).unwrap();
     let len = f.metadata().unwrap().len();
     let mut bytes = Vec::new();
-    f.take(prefix.unwrap_or(len)).read_to_end(&mut bytes).unwrap();
+    f.take(prefix.unwrap_or(len))
+        .read_to_end(&mut bytes)
+        .unwrap();
     GivenFile::new(name, bytes, len)
 }
 
@@ -874,7 +876,6 @@ fn a_short_gguf_prefix_names_the_bytes_to_read_next_until_it_suffices() {
                 let more = e.more.clone().unwrap_or_else(|| panic!("{e:?}"));
                 assert_eq!((more.file.as_str(), more.have), (name, prefix));
                 assert!(more.needed > prefix, "{more:?}");
-                let text = e.lines.join("\n");
                 assert_eq!(
                     e.lines[0],
                     format!(
@@ -899,7 +900,10 @@ fn a_short_gguf_prefix_names_the_bytes_to_read_next_until_it_suffices() {
     let len = std::fs::metadata(s.0.join(name)).unwrap().len();
     assert_eq!(reads.len(), 3, "{reads:?}");
     assert_eq!(reads[0], 1 << 20, "{reads:?}");
-    assert!(reads[1] > 3 << 20 && reads[1] < (3 << 20) + 4096, "{reads:?}");
+    assert!(
+        reads[1] > 3 << 20 && reads[1] < (3 << 20) + 4096,
+        "{reads:?}"
+    );
     assert_eq!(reads[2], (2 * reads[1]).min(len), "{reads:?}");
     let (code, want, err) = run_in(&s.0, &args);
     assert_eq!(code, 0, "{err}");
@@ -961,7 +965,10 @@ fn given_files_that_cannot_make_a_model_are_refused_with_a_hint() {
         let e = with_files(args, files).unwrap_err();
         let text = e.lines.join("\n");
         assert!(text.starts_with("error: "), "{text}");
-        assert_eq!(e.lines.iter().filter(|l| l.starts_with("hint: ")).count(), 1);
+        assert_eq!(
+            e.lines.iter().filter(|l| l.starts_with("hint: ")).count(),
+            1
+        );
         assert!(e.lines.last().unwrap().starts_with("hint: "), "{text}");
         assert!(e.more.is_none(), "{e:?}");
         for n in needles {
@@ -978,7 +985,10 @@ fn given_files_that_cannot_make_a_model_are_refused_with_a_hint() {
     refused_given(
         &["inspect", index],
         vec![given(&s.0, "config.json", None), given(&s.0, index, None)],
-        &["shard `model-00001-of-00004.safetensors` is missing", "hint: give every shard the index names too"],
+        &[
+            "shard `model-00001-of-00004.safetensors` is missing",
+            "hint: give every shard the index names too",
+        ],
     );
     // nothing on disk, in the cache or the catalogue is looked at
     refused_given(
@@ -988,22 +998,37 @@ fn given_files_that_cannot_make_a_model_are_refused_with_a_hint() {
     );
     // malformed GGUF bytes: the parser's error, naming what is wrong
     let garbage = GivenFile::new("x.gguf", b"GGUF\x09\x00\x00\x00".to_vec(), 1 << 20);
-    refused_given(&["inspect", "x.gguf"], vec![garbage], &["version 9", "hint: "]);
+    refused_given(
+        &["inspect", "x.gguf"],
+        vec![garbage],
+        &["version 9", "hint: "],
+    );
     let not_gguf = GivenFile::new("x.gguf", b"PK\x03\x04junkjunk".to_vec(), 1 << 20);
-    refused_given(&["inspect", "x.gguf"], vec![not_gguf], &["magic", "not a GGUF file"]);
+    refused_given(
+        &["inspect", "x.gguf"],
+        vec![not_gguf],
+        &["magic", "not a GGUF file"],
+    );
     // a safetensors header claiming more than the file holds
     let mut st = 1_000_000u64.to_le_bytes().to_vec();
     st.extend_from_slice(b"{}");
     refused_given(
         &["inspect", shard],
-        vec![given(&s.0, "config.json", None), GivenFile::new(shard, st, 100)],
+        vec![
+            given(&s.0, "config.json", None),
+            GivenFile::new(shard, st, 100),
+        ],
         &["safetensors"],
     );
     // the files themselves: names, lengths, duplicates
     let cfg = given(&s.0, "config.json", None);
     refused_given(
         &["inspect", "config.json"],
-        vec![GivenFile::new("../config.json", cfg.prefix().to_vec(), cfg.len())],
+        vec![GivenFile::new(
+            "../config.json",
+            cfg.prefix().to_vec(),
+            cfg.len(),
+        )],
         &["not a plain file name"],
     );
     refused_given(

@@ -94,17 +94,29 @@ fn given_files(
     let mut at = 0usize;
     for ((name, size), plen) in names.into_iter().zip(sizes).zip(prefix_lens) {
         if !(size.is_finite() && *size >= 0.0 && size.fract() == 0.0 && *size <= MAX_SAFE_SIZE) {
-            return Err(bad(format!("the size of a file is {size}, not a byte count")));
+            return Err(bad(format!(
+                "the size of a file is {size}, not a byte count"
+            )));
         }
         let end = usize::try_from(*plen)
             .ok()
             .and_then(|p| at.checked_add(p))
             .filter(|end| *end <= bytes.len())
-            .ok_or_else(|| bad(format!("{} bytes were given for {} prefix bytes", bytes.len(), at as u64 + u64::from(*plen))))?;
+            .ok_or_else(|| {
+                bad(format!(
+                    "{} bytes were given for {} prefix bytes",
+                    bytes.len(),
+                    at as u64 + u64::from(*plen)
+                ))
+            })?;
         // exact: a finite non-negative integer up to 2^53 − 1
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         let len = *size as u64;
-        files.push(memwall_cli::GivenFile::new(name, bytes[at..end].to_vec(), len));
+        files.push(memwall_cli::GivenFile::new(
+            name,
+            bytes[at..end].to_vec(),
+            len,
+        ));
         at = end;
     }
     if at != bytes.len() {

@@ -113,10 +113,23 @@ fn dropped_files_are_the_model_and_a_short_prefix_asks_for_more() {
         &gguf,
     ))
     .unwrap();
-    assert_eq!(v["more"], serde_json::json!({"file": "m.gguf", "bytes": 1 << 20}));
+    assert_eq!(
+        v["more"],
+        serde_json::json!({"file": "m.gguf", "bytes": 1 << 20})
+    );
     let first = v["error"][0].as_str().unwrap();
-    assert!(first.contains("only the first 24 bytes of `m.gguf`"), "{first}");
-    assert!(v["error"].as_array().unwrap().last().unwrap().as_str().unwrap().starts_with("hint: give the first 1048576 bytes"));
+    assert!(
+        first.contains("only the first 24 bytes of `m.gguf`"),
+        "{first}"
+    );
+    assert!(v["error"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .starts_with("hint: give the first 1048576 bytes"));
 
     // the arguments must describe the bytes
     for (sizes, lens, bytes) in [
@@ -136,6 +149,14 @@ fn dropped_files_are_the_model_and_a_short_prefix_asks_for_more() {
         .unwrap();
         let lines = v["error"].as_array().unwrap();
         assert!(lines[0].as_str().unwrap().starts_with("error: "), "{v}");
-        assert!(lines.last().unwrap().as_str().unwrap().starts_with("hint: "), "{v}");
+        assert!(
+            lines
+                .last()
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .starts_with("hint: "),
+            "{v}"
+        );
     }
 }
