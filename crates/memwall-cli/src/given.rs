@@ -279,3 +279,63 @@ pub(crate) fn listed() -> String {
             .join(", ")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(path: &str) -> &'static str {
+        match entry(Path::new(path)) {
+            Entry::Dir => "dir",
+            Entry::File(_) => "file",
+            Entry::Missing => "missing",
+        }
+    }
+
+    #[test]
+    fn the_given_files_are_one_directory_and_nothing_else() {
+        let files = vec![GivenFile::new("a.gguf", vec![1, 2, 3], 10)];
+        assert_eq!(kind("a.gguf"), "missing", "nothing given yet");
+        with_files(files, || {
+            assert!(active());
+            for (path, want) in [
+                ("a.gguf", "file"),
+                ("./a.gguf", "file"),
+                (".", "dir"),
+                ("", "dir"),
+                ("b.gguf", "missing"),
+                ("../a.gguf", "missing"),
+                ("/a.gguf", "missing"),
+                ("x/a.gguf", "missing"),
+            ] {
+                assert_eq!(kind(path), want, "{path}");
+            }
+            let Entry::File(h) = entry(Path::new("a.gguf")) else {
+                unreachable!()
+            };
+            let mut buf = Vec::new();
+            h.read_prefix(&mut buf, 2)?;
+            h.read_prefix(&mut buf, 3)?;
+            assert_eq!(buf, [1, 2, 3]);
+            let e = h.read_prefix(&mut buf, 8).unwrap_err();
+            let p = e.downcast_ref::<PrefixTooShort>().unwrap();
+            assert_eq!((p.have, p.needed, p.len), (3, 8, 10));
+            // beyond the bytes given, however far
+            assert!(h.read_prefix(&mut buf, 100).is_err());
+            Ok(())
+        })
+        .unwrap();
+        assert!(!active(), "restored");
+        let whole = vec![GivenFile::new("c.json", b"{}".to_vec(), 2)];
+        with_files(whole, || {
+            let Entry::File(h) = entry(Path::new("c.json")) else {
+                unreachable!()
+            };
+            let mut buf = Vec::new();
+            h.read_prefix(&mut buf, 100)?;
+            assert_eq!(buf, b"{}");
+            Ok(())
+        })
+        .unwrap();
+    }
+}

@@ -1045,3 +1045,44 @@ fn given_files_that_cannot_make_a_model_are_refused_with_a_hint() {
         &["given twice"],
     );
 }
+
+#[test]
+fn a_given_split_gguf_needs_every_split_as_the_binary_does() {
+    let s = Scratch::new("given-split");
+    let all = tiny_gguf();
+    let (first, second) = ("tiny-00001-of-00002.gguf", "tiny-00002-of-00002.gguf");
+    let mut a = Gguf {
+        tensors: all
+            .tensors
+            .iter()
+            .filter(|t| !t.0.starts_with("blk.1."))
+            .cloned()
+            .collect(),
+        ..tiny_gguf()
+    };
+    a = a.u32("split.no", 0).u32("split.count", 2);
+    a.write(&s.0.join(first));
+    let mut b = Gguf::new().u32("split.no", 1).u32("split.count", 2);
+    b.tensors = all
+        .tensors
+        .iter()
+        .filter(|t| t.0.starts_with("blk.1."))
+        .cloned()
+        .collect();
+    b.write(&s.0.join(second));
+    let files = vec![
+        given(&s.0, first, Some(64 << 10)),
+        given(&s.0, second, Some(64 << 10)),
+    ];
+    same_as_cli(&s.0, &["infer", "--model", first, "--json"], &files);
+    same_as_cli(&s.0, &["inspect", first], &files);
+    let e = with_files(&["inspect", first], files[..1].to_vec()).unwrap_err();
+    assert_eq!(
+        e.lines,
+        [
+            format!("error: GGUF split `{second}` is missing"),
+            "hint: give every split of the model (only the first bytes of each are read)"
+                .to_owned()
+        ]
+    );
+}
