@@ -30,12 +30,13 @@ function startWorker() {
   };
 }
 
-/** Runs `memwall ...args` (with `config`, the text of a config.json, as the model when given). */
-function memwall(args, config = null) {
+/** Runs `memwall ...args` (with `config`, the text of a config.json, as the model when given; or
+ * over `files`, dropped model files [{name, size, prefix}]). */
+function memwall(args, config = null, files = null) {
   return new Promise((resolve) => {
     const id = nextId++;
     waiting.set(id, (text) => resolve(JSON.parse(text)));
-    worker.postMessage({ id, args, config });
+    worker.postMessage({ id, args, config, files });
   });
 }
 
@@ -282,6 +283,8 @@ function setSource(s) {
   for (const r of document.querySelectorAll('input[name=source]')) r.checked = r.value === s;
   $('catalogue-pick').hidden = s !== 'catalogue';
   $('config-pick').hidden = s !== 'config';
+  $('files-pick').hidden = s !== 'files';
+  $('link-note').hidden = s !== 'files';
 }
 
 /** The argument vector of the form, as `memwall` takes it. */
@@ -289,6 +292,7 @@ function argv() {
   const args = [mode];
   const model = $('model').value.trim() || DEFAULT_MODEL;
   if (source() === 'config') args.push('--model', 'config.json');
+  else if (source() === 'files') args.push('--model', dropped ? dropped.model : (linkedFiles ? primary(linkedFiles.split(',')) : 'FILE'));
   else if (model !== DEFAULT_MODEL) args.push('--model', model);
   if ($('gpu').value !== DEFAULT_GPU) args.push('--gpu', $('gpu').value);
   for (const f of FIELDS[mode]) {
@@ -316,6 +320,7 @@ function saveUrl() {
   const p = new URLSearchParams();
   p.set('mode', mode);
   if (source() === 'config') p.set('config', toBase64Url($('config').value));
+  else if (source() === 'files') p.set('files', dropped ? readNames().join(',') : linkedFiles);
   else if ($('model').value.trim()) p.set('model', $('model').value.trim());
   if ($('gpu').value !== DEFAULT_GPU) p.set('gpu', $('gpu').value);
   for (const f of FIELDS[mode]) {
@@ -331,6 +336,15 @@ function loadUrl() {
   if (p.has('config')) {
     try { $('config').value = fromBase64Url(p.get('config')); } catch { $('config').value = ''; }
     setSource('config');
+  } else if (p.has('files')) {
+    // a link cannot carry the files: it names them, and asks for them unless they are here
+    linkedFiles = p.get('files');
+    setSource('files');
+    const missing = dropped == null || readNames().join(',') !== linkedFiles;
+    $('files-note').hidden = !missing;
+    $('files-note').textContent = missing
+      ? `This link was made from dropped files (${linkedFiles.split(',').join(', ')}). A link cannot carry files — they never leave the computer they are on — so drop or pick the same files again to see its result.`
+      : '';
   } else setSource('catalogue');
   $('model').value = p.get('model') || '';
   $('gpu').value = p.get('gpu') || DEFAULT_GPU;
@@ -368,16 +382,23 @@ function changed() {
 
 async function compute() {
   if (running) { again = true; return; }
-  running = true;
   saveUrl();
   const args = argv();
   const shown = ['memwall', ...args, '--json'].map(shellWord).join(' ');
   $('command').textContent = shown;
+  if (source() === 'files' && !dropped) {
+    $('status').textContent = 'Drop the model\u2019s files (or pick them) to see the result.';
+    $('report').replaceChildren();
+    document.body.dataset.state = 'need-files';
+    document.body.dataset.command = args.join(' ');
+    return;
+  }
+  running = true;
   $('status').textContent = mode === 'plan' ? 'searching…' : 'computing…';
   document.body.dataset.state = 'busy';
   const config = source() === 'config' ? $('config').value : null;
   const t0 = performance.now();
-  const r = await memwall([...args, '--json'], config);
+  const r = source() === 'files' ? await withFiles([...args, '--json']) : await memwall([...args, '--json'], config);
   const ms = performance.now() - t0;
   running = false;
   if (again) { again = false; compute(); return; }
@@ -393,6 +414,135 @@ async function compute() {
   }
   document.body.dataset.state = r.error ? 'error' : 'done';
   document.body.dataset.command = args.join(' ');
+}
+
+// ---- dropped model files ------------------------------------------------------------------------
+// A dropped .gguf, or a config.json with its safetensors index and shards, is read as the CLI
+// reads a file: only a bounded prefix of each (File.slice), never the tensors. The CLI says when
+// a prefix was too short ({"more": {file, bytes}}): that many first bytes are read and it runs
+// again. The command shown is what the CLI prints in the directory holding the files.
+
+const MIB = 1 << 20;
+/** First read of each kind of file: configs and indexes whole (up to the CLI's 16 MiB limit, and
+ * one byte more to tell "over it"); a safetensors header is usually under 1 MiB; a GGUF header
+ * (metadata, dominated by the tokenizer's vocabulary and merges, then the tensor infos) a few MiB. */
+const FIRST_READ = { json: 16 * MIB + 1, safetensors: MIB, gguf: 16 * MIB };
+/** Re-reads per run at most: the CLI asks for at least twice as much each time (GGUF) or the exact
+ * header (safetensors), up to its 256 MiB header limit. */
+const MAX_PASSES = 12;
+
+let dropped = null; // {files: [{file, name, size, kind, prefix, passes}], model, summary}
+let linkedFiles = ''; // the files a link names, when it was opened without them
+
+function kindOf(name) {
+  if (name.endsWith('.gguf')) return 'gguf';
+  if (name.endsWith('.safetensors')) return 'safetensors';
+  if (name === 'config.json' || name.endsWith('.safetensors.index.json')) return 'json';
+  return null;
+}
+
+/** The file `--model` names, as a model directory would be read: the index, else the one
+ * safetensors file (several: the directory), else the first .gguf (a split's first part), else
+ * the config. */
+function primary(names) {
+  const index = names.find((n) => n.endsWith('.safetensors.index.json'));
+  if (index) return index;
+  const st = names.filter((n) => n.endsWith('.safetensors'));
+  if (st.length) return st.length === 1 ? st[0] : '.';
+  const gguf = names.filter((n) => n.endsWith('.gguf')).sort();
+  if (gguf.length) return gguf[0];
+  return names.includes('config.json') ? 'config.json' : names[0];
+}
+
+const readNames = () => dropped.files.filter((f) => f.kind).map((f) => f.name).sort();
+
+async function readPrefix(f, n) {
+  f.prefix = new Uint8Array(await f.file.slice(0, Math.min(n, f.size)).arrayBuffer());
+  f.passes += 1;
+}
+
+/** Runs memwall over the dropped files, re-reading a file's first bytes while it asks for more. */
+async function withFiles(args) {
+  for (let pass = 0; ; pass++) {
+    const files = dropped.files.filter((f) => f.kind).map(({ name, size, prefix }) => ({ name, size, prefix }));
+    const r = await memwall(args, null, files);
+    const f = r.more && dropped.files.find((x) => x.name === r.more.file);
+    if (!f || pass >= MAX_PASSES || r.more.bytes <= f.prefix.length) return r;
+    $('status').textContent = `reading the first ${bytes(r.more.bytes)} of ${f.name}…`;
+    await readPrefix(f, r.more.bytes);
+    renderFiles();
+  }
+}
+
+function renderFiles() {
+  $('file-list').replaceChildren(...dropped.files.map((f) => h('li', { 'data-name': f.name, 'data-read': f.kind ? f.prefix.length : null },
+    h('code', { class: f.kind ? '' : 'ignored' }, f.name),
+    h('span', { class: 'muted' }, f.kind
+      ? (f.prefix.length === f.size ? `${bytes(f.size)}, read whole` : `read ${bytes(f.prefix.length)} of ${bytes(f.size)}`)
+      : 'not read (not a model file)'))));
+}
+
+/** What the headers say: `memwall inspect FILE --json`, as the CLI shows it. */
+function renderSummary(r) {
+  if (r.error) {
+    $('file-summary').replaceChildren(h('pre', { class: 'error', id: 'files-error' }, r.error.join('\n')));
+    return;
+  }
+  const i = r.ok;
+  const inum = (path, value, format = String) => h('span', { class: 'num', 'data-ik': path, 'data-v': String(value) }, format(value));
+  const rows = [
+    ['architecture', h('span', {}, i.model.model_type, ', ', inum('model.num_layers', i.model.num_layers), ' layers')],
+    ['parameters', inum('params.total', i.params.total, (x) => x.toLocaleString('en-US'))],
+  ];
+  if (i.checkpoint_dtype) rows.push(['config dtype', i.checkpoint_dtype]);
+  const c = i.checkpoint;
+  if (c) {
+    rows.push(['weights', h('span', {}, c.storage, ` (${c.files} ${c.format} file${c.files === 1 ? '' : 's'})`)]);
+    rows.push(['tensor bytes', inum('checkpoint.tensor_bytes', c.tensor_bytes, bytes)]);
+    rows.push(['estimated as', h('code', {}, `--weights ${c.weights}`)]);
+  }
+  $('file-summary').replaceChildren(h('table', { class: 'summary' }, h('tbody', {}, rows.map(([k, v]) => h('tr', {}, h('th', {}, k), h('td', {}, v))))));
+  window.memwallInspect = i; // the browser tests hold it to `memwall inspect FILE --json`
+}
+
+/** Takes dropped or picked files as the model: reads their first bytes, shows what they hold. */
+async function setFiles(list) {
+  const files = [...list].map((file) => ({ file, name: file.name, size: file.size, kind: kindOf(file.name), prefix: null, passes: 0 }));
+  if (!files.some((f) => f.kind)) {
+    $('status').textContent = `${files.map((f) => f.name).join(', ')}: not model files (drop a .gguf, or a config.json with its .safetensors files and index)`;
+    return;
+  }
+  await Promise.all(files.filter((f) => f.kind).map((f) => readPrefix(f, FIRST_READ[f.kind])));
+  dropped = { files, model: primary(files.filter((f) => f.kind).map((f) => f.name)) };
+  linkedFiles = '';
+  $('files-note').hidden = true;
+  setSource('files');
+  renderFiles();
+  $('file-summary').replaceChildren(h('p', { class: 'muted' }, 'reading…'));
+  renderSummary(await withFiles(['inspect', dropped.model, '--json']));
+  changed();
+}
+
+/** The files of a drop: a dropped folder's files (one level), else the files themselves. */
+async function filesOf(dt) {
+  // entries must be taken before the first await: the drop's data is gone after it
+  const entries = [...dt.items].map((i) => (i.webkitGetAsEntry ? i.webkitGetAsEntry() : null)).filter(Boolean);
+  const direct = [...dt.files];
+  if (!entries.some((e) => e.isDirectory)) return direct;
+  const fileOf = (e) => new Promise((resolve, reject) => e.file(resolve, reject));
+  const out = [];
+  for (const e of entries) {
+    if (e.isFile) out.push(await fileOf(e));
+    else if (e.isDirectory) {
+      const reader = e.createReader();
+      for (;;) {
+        const batch = await new Promise((resolve, reject) => reader.readEntries(resolve, reject));
+        if (!batch.length) break;
+        for (const c of batch) if (c.isFile) out.push(await fileOf(c));
+      }
+    }
+  }
+  return out;
 }
 
 // ---- the reports --------------------------------------------------------------------------------
@@ -601,19 +751,24 @@ async function main() {
   $('copy-link').addEventListener('click', () => navigator.clipboard.writeText(location.href));
   // replaceState does not fire it: only a link or an edited address does
   window.addEventListener('hashchange', () => { loadUrl(); compute(); });
-  document.addEventListener('dragover', (e) => e.preventDefault());
+  document.addEventListener('dragover', (e) => { e.preventDefault(); document.body.classList.add('dragging'); });
+  document.addEventListener('dragleave', (e) => { if (!e.relatedTarget) document.body.classList.remove('dragging'); });
   document.addEventListener('drop', async (e) => {
     e.preventDefault();
-    const file = e.dataTransfer.files[0];
-    if (!file) return;
-    if (!file.name.endsWith('.json') || file.size > 16 << 20) {
-      $('status').textContent = `${file.name}: drop a config.json (GGUF and safetensors files: use the command line, memwall … --model FILE)`;
+    document.body.classList.remove('dragging');
+    const files = await filesOf(e.dataTransfer);
+    if (!files.length) return;
+    const [file] = files;
+    // one config.json (not an index): its text, as if pasted; anything else: the model's files
+    if (files.length === 1 && file.name.endsWith('.json') && !file.name.endsWith('.safetensors.index.json') && file.size <= 16 << 20) {
+      $('config').value = await file.text();
+      setSource('config');
+      changed();
       return;
     }
-    $('config').value = await file.text();
-    setSource('config');
-    changed();
+    await setFiles(files);
   });
+  $('file-input').addEventListener('change', async (e) => { if (e.target.files.length) await setFiles(e.target.files); });
   loadUrl();
   await compute();
 }

@@ -6,7 +6,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
@@ -22,9 +23,9 @@ let base;
 let browser;
 let context;
 
-/** The binary's answer: JSON (with --json) or its table text. */
-function cli(args) {
-  const out = execFileSync(bin, args, { cwd: repo, encoding: 'utf8', maxBuffer: 64 << 20 });
+/** The binary's answer (run in `cwd`, the repository unless given): JSON (with --json) or its table text. */
+function cli(args, cwd = repo) {
+  const out = execFileSync(bin, args, { cwd, encoding: 'utf8', maxBuffer: 64 << 20 });
   return args.includes('--json') ? JSON.parse(out) : out;
 }
 
@@ -74,8 +75,8 @@ async function settled(page, command) {
 const get = (obj, path) => path.split('.').reduce((o, k) => (o == null ? undefined : o[k]), obj);
 
 /** The page's report is the binary's, and so is every number it shows. */
-async function sameAsCli(page, args, { ignore = [] } = {}) {
-  const want = cli([...args, '--json']);
+async function sameAsCli(page, args, { ignore = [], cwd = repo } = {}) {
+  const want = cli([...args, '--json'], cwd);
   const have = await page.evaluate(() => window.memwallReport);
   const strip = (r) => { const c = structuredClone(r); for (const p of ignore) { const ks = p.split('.'); delete get(c, ks.slice(0, -1).join('.') || '')?.[ks.at(-1)]; } return c; };
   assert.deepEqual(ignore.length ? strip(have) : have, ignore.length ? strip(want) : want);
@@ -240,4 +241,196 @@ test('screenshot for the README', async () => {
   await settled(page, 'train --gpu a100-80gb-sxm --batch 4 --seq 4096');
   await page.screenshot({ path: join(shots, 'readme.png'), fullPage: true });
   await page.close();
+});
+
+// ---- dropped model files: header-only artifacts of their real size, as the CLI tests build them
+
+const u32 = (v) => { const b = Buffer.alloc(4); b.writeUInt32LE(v); return b; };
+const u64 = (v) => { const b = Buffer.alloc(8); b.writeBigUInt64LE(BigInt(v)); return b; };
+const f32 = (v) => { const b = Buffer.alloc(4); b.writeFloatLE(v); return b; };
+const gstr = (t) => { const b = Buffer.from(t); return Buffer.concat([u64(b.length), b]); };
+const numel = (shape) => shape.reduce((a, b) => a * b, 1);
+
+/** A GGUF v3 header (metadata [key, 'u32'|'f32'|'str', value], tensor infos [name, dims, [ggml id,
+ * block, bytes per block]]) and the length of the whole file. */
+function gguf(kvs, tensors) {
+  const parts = [Buffer.from('GGUF'), u32(3), u64(tensors.length), u64(kvs.length)];
+  for (const [k, t, v] of kvs) parts.push(gstr(k), u32({ u32: 4, f32: 6, str: 8 }[t]), { u32, f32, str: gstr }[t](v));
+  const pad = (x) => Math.ceil(x / 32) * 32;
+  let offset = 0;
+  let end = 0;
+  for (const [name, dims, [id, block, size]] of tensors) {
+    parts.push(gstr(name), u32(dims.length), ...dims.map(u64), u32(id), u64(offset));
+    end = offset + (numel(dims) / block) * size;
+    offset = pad(end);
+  }
+  const header = Buffer.concat(parts);
+  return { header, size: pad(header.length) + end };
+}
+
+/** The Llama-shaped Q4_K_M GGUF of crates/memwall-cli/tests/artifacts.rs (`tiny_gguf`), with extra
+ * metadata `extra`. */
+function tinyGguf(extra = []) {
+  const [F32, Q4K, Q6K] = [[0, 1, 4], [12, 256, 144], [14, 256, 210]];
+  const tensors = [['token_embd.weight', [256, 1024], Q4K], ['output_norm.weight', [256], F32], ['output.weight', [256, 1024], Q6K]];
+  for (let i = 0; i < 2; i++) {
+    for (const [n, dims, t] of [['attn_norm', [256], F32], ['attn_q', [256, 256], Q4K], ['attn_k', [256, 64], Q4K], ['attn_v', [256, 64], Q6K],
+      ['attn_output', [256, 256], Q4K], ['ffn_norm', [256], F32], ['ffn_gate', [256, 512], Q4K], ['ffn_up', [256, 512], Q4K], ['ffn_down', [512, 256], Q6K]]) {
+      tensors.push([`blk.${i}.${n}.weight`, dims, t]);
+    }
+  }
+  return gguf([['general.architecture', 'str', 'llama'], ['general.file_type', 'u32', 15], ['llama.block_count', 'u32', 2],
+    ['llama.context_length', 'u32', 4096], ['llama.embedding_length', 'u32', 256], ['llama.feed_forward_length', 'u32', 512],
+    ['llama.attention.head_count', 'u32', 8], ['llama.attention.head_count_kv', 'u32', 2],
+    ['llama.attention.layer_norm_rms_epsilon', 'f32', 1e-5], ...extra], tensors);
+}
+
+/** A safetensors header ([name, dtype, shape]) and the length of the whole file. */
+function safetensors(tensors) {
+  const header = {};
+  let offset = 0;
+  for (const [name, dtype, shape] of tensors) {
+    const n = numel(shape) * { F32: 4, BF16: 2, F16: 2 }[dtype];
+    header[name] = { dtype, shape, data_offsets: [offset, offset + n] };
+    offset += n;
+  }
+  let text = JSON.stringify(header);
+  while (text.length % 8) text += ' ';
+  const head = Buffer.concat([u64(text.length), Buffer.from(text)]);
+  return { header: head, size: head.length + offset };
+}
+
+const TINY_LLAMA = '{"architectures":["LlamaForCausalLM"],"model_type":"llama","vocab_size":1000,"hidden_size":256,"intermediate_size":512,"num_hidden_layers":2,"num_attention_heads":8,"num_key_value_heads":2,"max_position_embeddings":4096,"tie_word_embeddings":false,"torch_dtype":"bfloat16"}';
+
+/** config.json, model.safetensors.index.json and four bf16 shards, as transformers saves the tiny Llama. */
+function tinyCheckpoint() {
+  const layer = (i) => [['self_attn.q_proj.weight', [256, 256]], ['self_attn.k_proj.weight', [64, 256]], ['self_attn.v_proj.weight', [64, 256]],
+    ['self_attn.o_proj.weight', [256, 256]], ['mlp.gate_proj.weight', [512, 256]], ['mlp.up_proj.weight', [512, 256]],
+    ['mlp.down_proj.weight', [256, 512]], ['input_layernorm.weight', [256]], ['post_attention_layernorm.weight', [256]]]
+    .map(([n, shape]) => [`model.layers.${i}.${n}`, 'BF16', shape]);
+  const shards = [[['model.embed_tokens.weight', 'BF16', [1000, 256]]], layer(0), layer(1),
+    [['model.norm.weight', 'BF16', [256]], ['lm_head.weight', 'BF16', [1000, 256]]]];
+  const files = [];
+  const weightMap = {};
+  let total = 0;
+  shards.forEach((tensors, i) => {
+    const name = `model-0000${i + 1}-of-00004.safetensors`;
+    const f = safetensors(tensors);
+    total += f.size - f.header.length;
+    for (const [t] of tensors) weightMap[t] = name;
+    files.push({ name, ...f });
+  });
+  const text = (name, t) => ({ name, header: Buffer.from(t), size: Buffer.byteLength(t) });
+  return [text('config.json', TINY_LLAMA),
+    text('model.safetensors.index.json', JSON.stringify({ metadata: { total_size: total }, weight_map: weightMap })), ...files];
+}
+
+/** Writes the files (header, then the file extended to its real size) into a fresh directory. */
+function writeFiles(files) {
+  const dir = mkdtempSync(join(tmpdir(), 'memwall-web-'));
+  for (const f of files) {
+    writeFileSync(join(dir, f.name), f.header);
+    truncateSync(join(dir, f.name), f.size);
+  }
+  return dir;
+}
+
+/** Drops the files on the page's drop zone, as a file manager does (each of its real size). */
+async function drop(page, files) {
+  const dt = await page.evaluateHandle((fs) => {
+    const t = new DataTransfer();
+    for (const f of fs) {
+      const head = Uint8Array.from(atob(f.b64), (c) => c.charCodeAt(0));
+      t.items.add(new File([head, new Uint8Array(f.size - head.length)], f.name));
+    }
+    return t;
+  }, files.map((f) => ({ name: f.name, size: f.size, b64: f.header.toString('base64') })));
+  await page.dispatchEvent('#model-box', 'drop', { dataTransfer: dt });
+}
+
+/** What the page says it read is `memwall inspect FILE --json`, number for number. */
+async function summaryIsInspect(page, name, cwd) {
+  const want = cli(['inspect', name, '--json'], cwd);
+  await page.waitForFunction(() => window.memwallInspect);
+  assert.deepEqual(await page.evaluate(() => window.memwallInspect), want);
+  const shown = await page.$$eval('[data-ik]', (els) => els.map((e) => ({ k: e.dataset.ik, v: e.dataset.v })));
+  assert.ok(shown.length >= 3, `only ${shown.length} numbers in the summary`);
+  for (const { k, v } of shown) assert.equal(Number(v), get(want, k), `${k} in the summary`);
+  return want;
+}
+
+test('dropped files: a GGUF header and a safetensors checkpoint are the models the CLI reads beside them', async () => {
+  const dirs = [];
+  try {
+    // a GGUF, dropped: only its first bytes are read, and the report is the binary's in its directory
+    const ggufFile = { name: 'tiny-Q4_K_M.gguf', ...tinyGguf() };
+    const ggufDir = writeFiles([ggufFile]);
+    dirs.push(ggufDir);
+    const page = await open('#mode=infer&prompt=64');
+    await drop(page, [ggufFile]);
+    await settled(page, `infer --model ${ggufFile.name} --prompt 64`);
+    assert.equal(await page.textContent('#command'), `memwall infer --model ${ggufFile.name} --prompt 64 --json`);
+    await sameAsCli(page, ['infer', '--model', ggufFile.name, '--prompt', '64'], { cwd: ggufDir });
+    const inspect = await summaryIsInspect(page, ggufFile.name, ggufDir);
+    assert.equal(inspect.checkpoint.storage, 'GGUF, mostly Q4_K');
+    assert.match(await page.textContent('#file-summary'), /GGUF, mostly Q4_K.*--weights gguf-q4_k_m/s);
+    // a 1 MiB file: read whole in one slice, of its real size
+    assert.equal(Number(await page.getAttribute(`#file-list li[data-name="${ggufFile.name}"]`, 'data-read')), ggufFile.size);
+    // the link names the file; opened elsewhere, it asks for the file again
+    assert.match(page.url(), /#mode=infer&files=tiny-Q4_K_M\.gguf&prompt=64$/);
+    assert.equal(await page.isVisible('#link-note'), true);
+    const linked = await context.newPage();
+    await linked.goto(page.url());
+    await linked.waitForSelector('body[data-state="need-files"]');
+    assert.equal(await linked.textContent('#command'), `memwall infer --model ${ggufFile.name} --prompt 64 --json`);
+    assert.match(await linked.textContent('#files-note'), /made from dropped files \(tiny-Q4_K_M\.gguf\).*cannot carry files/);
+    await linked.screenshot({ path: join(shots, 'files-link.png'), fullPage: true });
+    await linked.close();
+    await page.screenshot({ path: join(shots, 'dropped-gguf.png'), fullPage: true });
+
+    // a safetensors checkpoint: config.json, its index and the shards' headers
+    const ckpt = tinyCheckpoint();
+    const ckptDir = writeFiles(ckpt);
+    dirs.push(ckptDir);
+    const index = 'model.safetensors.index.json';
+    await drop(page, ckpt);
+    await settled(page, `infer --model ${index} --prompt 64`);
+    await sameAsCli(page, ['infer', '--model', index, '--prompt', '64'], { cwd: ckptDir });
+    await summaryIsInspect(page, index, ckptDir);
+    for (const f of ckpt.filter((x) => x.name.endsWith('.safetensors'))) {
+      // 8 + N bytes of each shard are all it needs; the first read of 1 MiB covers the small ones whole
+      assert.equal(Number(await page.getAttribute(`#file-list li[data-name="${f.name}"]`, 'data-read')), Math.min(f.size, 1 << 20), f.name);
+    }
+    await page.click('#mode-train');
+    await settled(page, `train --model ${index}`);
+    await sameAsCli(page, ['train', '--model', index], { cwd: ckptDir });
+    await page.screenshot({ path: join(shots, 'dropped-safetensors.png'), fullPage: true });
+
+    // the index without its config: the CLI's error, with the page's hint
+    await drop(page, [ckpt[1]]);
+    await page.waitForSelector('#files-error');
+    await page.waitForFunction(() => document.body.dataset.state === 'error');
+    assert.match(await page.textContent('#error'), /^error: safetensors index `model\.safetensors\.index\.json` has no config\.json beside it\nhint: .*give the model's config\.json too/);
+    assert.match(await page.textContent('#files-error'), /no config\.json beside it/);
+    assert.deepEqual(page.problems, []);
+    await page.close();
+
+    // a GGUF whose metadata outgrows the first 16 MiB read, picked: the page reads what the CLI asks for
+    const template = 'x'.repeat(17 << 20);
+    const big = { name: 'big.gguf', ...tinyGguf([['tokenizer.chat_template', 'str', template]]) };
+    const bigDir = writeFiles([big]);
+    dirs.push(bigDir);
+    const picker = await open('#mode=infer&prompt=64');
+    await picker.check('input[name=source][value=files]');
+    await picker.setInputFiles('#file-input', join(bigDir, big.name));
+    await settled(picker, `infer --model ${big.name} --prompt 64`);
+    await sameAsCli(picker, ['infer', '--model', big.name, '--prompt', '64'], { cwd: bigDir });
+    await summaryIsInspect(picker, big.name, bigDir);
+    const read = Number(await picker.getAttribute(`#file-list li[data-name="${big.name}"]`, 'data-read'));
+    assert.ok(read > big.header.length - 4096 && read <= big.size && read > 16 << 20, `read ${read} of ${big.size}`);
+    assert.deepEqual(picker.problems, []);
+    await picker.close();
+  } finally {
+    for (const d of dirs) rmSync(d, { recursive: true, force: true });
+  }
 });

@@ -184,6 +184,8 @@ pub fn report(e: &anyhow::Error) -> Vec<String> {
             (u.message, Some(u.hint))
         } else if let Some(f) = cause.downcast_ref::<FormatError>() {
             (f.message(), Some(f.hint()))
+        } else if let Some(p) = cause.downcast_ref::<crate::given::PrefixTooShort>() {
+            (p.message(), Some(p.hint()))
         } else {
             // text from elsewhere (I/O errors, contexts naming paths): made safe to show
             (untrusted(&cause.to_string()), None)

@@ -5,6 +5,7 @@
 mod args;
 mod emit;
 mod error;
+mod given;
 mod model_source;
 mod output;
 mod report;
@@ -15,6 +16,7 @@ mod weights;
 
 use anyhow::Result;
 use clap::Parser;
+pub use given::{GivenFile, PrefixTooShort};
 use report::emit;
 use std::io::Write;
 use std::process::ExitCode;
@@ -169,6 +171,46 @@ where
         .chain(argv.into_iter().map(Into::into));
     let cli = args::Cli::try_parse_from(argv).map_err(|e| error::clap_lines(&e))?;
     run(cli, out).map_err(|e| error::report(&e))
+}
+
+/// Why [`run_args_with_files`] failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilesError {
+    /// The lines `memwall` prints on stderr (`error: …`, causes, `hint: …`).
+    pub lines: Vec<String>,
+    /// When a given file's prefix was too short to read: which file, and how many of its first
+    /// bytes to give next (give them and run again).
+    pub more: Option<PrefixTooShort>,
+}
+
+/// [`run_args`] with the model's files given in memory ([`GivenFile`]: name, first bytes, real
+/// length), the web page's dropped files: they form one directory of their own, and `--model
+/// NAME` (one of them, or `.` for the directory) resolves there by the same code and bounds as
+/// `memwall … --model NAME` run in a directory holding those files, so the report is the one the
+/// command line prints. Nothing on disk is read for the model. A `config.json` or index is given
+/// whole; of a `.safetensors` or `.gguf` file only its first bytes are needed, and when they were
+/// too few, [`FilesError::more`] says how many to give.
+pub fn run_args_with_files<I, T>(
+    argv: I,
+    files: Vec<GivenFile>,
+    out: &mut dyn Write,
+) -> std::result::Result<(), FilesError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let argv = std::iter::once(std::ffi::OsString::from("memwall"))
+        .chain(argv.into_iter().map(Into::into));
+    let cli = args::Cli::try_parse_from(argv).map_err(|e| FilesError {
+        lines: error::clap_lines(&e),
+        more: None,
+    })?;
+    given::with_files(files, || run(cli, out)).map_err(|e| FilesError {
+        lines: error::report(&e),
+        more: e
+            .chain()
+            .find_map(|c| c.downcast_ref::<PrefixTooShort>().cloned()),
+    })
 }
 
 /// [`run_args`] with the model given as the text of a config.json (a Python `dict` or

@@ -13,6 +13,7 @@
 //! command line is shown through [`untrusted`].
 
 use crate::error::UserError;
+use crate::given;
 use anyhow::{Context, Result};
 use memwall_core::error::untrusted;
 use memwall_core::model::ParamCounts;
@@ -169,9 +170,32 @@ fn unreadable(path: &Path, e: std::io::Error) -> UserError {
     )
 }
 
+/// An opened file: on disk, or given in memory ([`given`]).
+enum Opened {
+    Disk(File),
+    Given(given::Handle),
+}
+
 /// Opens a regular file (checked before opening, since opening a FIFO blocks, and again on
-/// the handle) and returns it with its length.
-fn open_regular(path: &Path) -> Result<(File, u64)> {
+/// the handle) and returns it with its length; among the given files when files are given.
+fn open_regular(path: &Path) -> Result<(Opened, u64)> {
+    if given::active() {
+        return match given::entry(path) {
+            given::Entry::File(h) => {
+                let len = h.len();
+                Ok((Opened::Given(h), len))
+            }
+            given::Entry::Dir => Err(UserError::new(
+                format!(
+                    "cannot use model `{}`: it is a directory, not a file",
+                    shown(path)
+                ),
+                GIVEN_HINT,
+            )
+            .into()),
+            given::Entry::Missing => Err(not_given(path)),
+        };
+    }
     let meta = std::fs::metadata(path).map_err(|e| unreadable(path, e))?;
     if !meta.is_file() {
         return Err(not_regular(path, &meta).into());
@@ -181,15 +205,46 @@ fn open_regular(path: &Path) -> Result<(File, u64)> {
     if !meta.is_file() {
         return Err(not_regular(path, &meta).into());
     }
-    Ok((file, meta.len()))
+    Ok((Opened::Disk(file), meta.len()))
 }
 
-/// Reads up to `limit` bytes from the start of `file`, allocating no more than what arrives.
-fn read_prefix(path: &Path, file: &mut File, have: &mut Vec<u8>, limit: u64) -> Result<()> {
-    let more = limit.saturating_sub(have.len() as u64);
-    file.take(more)
-        .read_to_end(have)
-        .map_err(|e| unreadable(path, e))?;
+/// The hint for a file on disk, or for files given in memory.
+fn on_disk_or_given(disk: &'static str, given_files: &'static str) -> &'static str {
+    if given::active() {
+        given_files
+    } else {
+        disk
+    }
+}
+
+/// What to give instead, for every problem with given files.
+const GIVEN_HINT: &str = "give the model's files by name: a config.json, with its model.safetensors.index.json and .safetensors shards (their first bytes), or a .gguf file (its first bytes)";
+
+/// `path` is not one of the given files.
+fn not_given(path: &Path) -> anyhow::Error {
+    UserError::new(
+        format!(
+            "model file `{}` was not given (given: {})",
+            shown(path),
+            given::listed()
+        ),
+        GIVEN_HINT,
+    )
+    .into()
+}
+
+/// Reads up to `limit` bytes from the start of `file`, allocating no more than what arrives
+/// (of a given file: fails with [`given::PrefixTooShort`] when they were not given).
+fn read_prefix(path: &Path, file: &mut Opened, have: &mut Vec<u8>, limit: u64) -> Result<()> {
+    match file {
+        Opened::Disk(file) => {
+            let more = limit.saturating_sub(have.len() as u64);
+            file.take(more)
+                .read_to_end(have)
+                .map_err(|e| unreadable(path, e))?;
+        }
+        Opened::Given(h) => h.read_prefix(have, limit)?,
+    }
     Ok(())
 }
 
@@ -234,12 +289,16 @@ fn read_safetensors(path: &Path) -> Result<SafetensorsHeader> {
     safetensors::parse_header(&buf, len).with_context(ctx)
 }
 
-/// Reads and validates a GGUF header, in growing chunks while the parser asks for more.
+/// Reads and validates a GGUF header, in growing chunks while the parser asks for more (of a
+/// given file: first what was given, then [`given::PrefixTooShort`] names the next read).
 fn read_gguf(path: &Path) -> Result<GgufHeader> {
     let (mut file, len) = open_regular(path)?;
     let ctx = || format!("cannot read the GGUF header of `{}`", shown(path));
     let mut buf = Vec::new();
-    let mut want = GGUF_FIRST_READ.min(len);
+    let mut want = match &file {
+        Opened::Disk(_) => GGUF_FIRST_READ.min(len),
+        Opened::Given(h) => h.given(),
+    };
     loop {
         read_prefix(path, &mut file, &mut buf, want)?;
         match gguf::parse_header(&buf, len) {
@@ -250,8 +309,8 @@ fn read_gguf(path: &Path) -> Result<GgufHeader> {
                 // grow at least geometrically, never past the limit or the file
                 want = needed
                     .max(buf.len() as u64 * 2)
-                    .min(gguf::MAX_HEADER_BYTES)
-                    .min(len);
+                    .max(GGUF_FIRST_READ)
+                    .min(gguf::MAX_HEADER_BYTES.min(len));
             }
             other => return other.with_context(ctx),
         }
@@ -260,6 +319,11 @@ fn read_gguf(path: &Path) -> Result<GgufHeader> {
 
 /// Lists the file names in `dir` for which `keep` holds, sorted (at most [`MAX_FILES`]).
 fn list(dir: &Path, keep: impl Fn(&str) -> bool) -> Result<Vec<String>> {
+    if given::active() {
+        let mut names = given::names();
+        names.retain(|n| keep(n));
+        return Ok(names);
+    }
     let rd = std::fs::read_dir(dir).map_err(|e| unreadable(dir, e))?;
     let mut names = Vec::new();
     for entry in rd {
@@ -282,6 +346,9 @@ fn list(dir: &Path, keep: impl Fn(&str) -> bool) -> Result<Vec<String>> {
 }
 
 fn exists(p: &Path) -> bool {
+    if given::active() {
+        return !matches!(given::entry(p), given::Entry::Missing);
+    }
     std::fs::symlink_metadata(p).is_ok()
 }
 
@@ -383,7 +450,10 @@ fn from_config_and_weights(
             if !exists(p) {
                 return Err(UserError::new(
                     format!("shard `{}` is missing", shown(p)),
-                    "download every shard the index names (e.g. `huggingface-cli download REPO --include '*.safetensors'`), or pass the config.json alone",
+                    on_disk_or_given(
+                        "download every shard the index names (e.g. `huggingface-cli download REPO --include '*.safetensors'`), or pass the config.json alone",
+                        "give every shard the index names too (only the first bytes of each are read: its header), or the config.json alone",
+                    ),
                 )
                 .into());
             }
@@ -450,7 +520,10 @@ fn from_gguf(
         } else {
             return Err(UserError::new(
                 format!("GGUF split `{}` is missing", shown(p)),
-                "download every split of the model into one directory",
+                on_disk_or_given(
+                    "download every split of the model into one directory",
+                    "give every split of the model (only the first bytes of each are read)",
+                ),
             )
             .into());
         }
@@ -532,12 +605,20 @@ fn from_dir(
 /// A local path: directory, config.json, .safetensors, index, or .gguf.
 fn from_path(spec: &str, path: &Path) -> Result<ModelSource> {
     let label = untrusted(spec);
-    let meta = std::fs::metadata(path).map_err(|e| unreadable(path, e))?;
-    if meta.is_dir() {
-        return from_dir(label, None, path, "directory ");
-    }
-    if !meta.is_file() {
-        return Err(not_regular(path, &meta).into());
+    if given::active() {
+        match given::entry(path) {
+            given::Entry::Dir => return from_dir(label, None, path, "directory "),
+            given::Entry::File(_) => {}
+            given::Entry::Missing => return Err(not_given(path)),
+        }
+    } else {
+        let meta = std::fs::metadata(path).map_err(|e| unreadable(path, e))?;
+        if meta.is_dir() {
+            return from_dir(label, None, path, "directory ");
+        }
+        if !meta.is_file() {
+            return Err(not_regular(path, &meta).into());
+        }
     }
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
     let dir = path
@@ -551,7 +632,10 @@ fn from_path(spec: &str, path: &Path) -> Result<ModelSource> {
         } else {
             Err(UserError::new(
                 format!("{what} `{}` has no config.json beside it", shown(path)),
-                "safetensors headers name tensors, not the architecture: put the model's config.json in the same directory (`huggingface-cli download REPO config.json`)",
+                on_disk_or_given(
+                    "safetensors headers name tensors, not the architecture: put the model's config.json in the same directory (`huggingface-cli download REPO config.json`)",
+                    "safetensors headers name tensors, not the architecture: give the model's config.json too",
+                ),
             )
             .into())
         }
@@ -686,6 +770,10 @@ pub fn load(spec: &str) -> Result<ModelSource> {
         );
     }
     let path = Path::new(spec);
+    if given::active() {
+        // the given files only: nothing on disk, in the cache or in the catalogue
+        return from_path(spec, path);
+    }
     match std::fs::metadata(path) {
         Ok(_) => return from_path(spec, path),
         Err(e) => {

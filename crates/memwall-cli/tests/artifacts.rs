@@ -772,3 +772,317 @@ fn training_a_quantised_checkpoint_needs_adapters() {
         assert!(w < 30 << 30, "{w}");
     }
 }
+
+// ---------------------------------------------------------------- files given in memory
+
+use memwall_cli::{run_args_with_files, FilesError, GivenFile};
+
+/// The binary run in `dir` (as a user runs it beside the model's files): exit code, stdout, stderr.
+fn run_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_memwall"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run memwall");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `dir/name` given in memory: its first `prefix` bytes (all of it when `None`), its real length.
+fn given(dir: &Path, name: &str, prefix: Option<u64>) -> GivenFile {
+    use std::io::Read;
+    let f = std::fs::File::open(dir.join(name)).unwrap();
+    let len = f.metadata().unwrap().len();
+    let mut bytes = Vec::new();
+    f.take(prefix.unwrap_or(len))
+        .read_to_end(&mut bytes)
+        .unwrap();
+    GivenFile::new(name, bytes, len)
+}
+
+/// The first bytes of a safetensors file its header needs: 8, then the length they hold.
+fn safetensors_prefix(dir: &Path, name: &str) -> u64 {
+    let b = std::fs::read(dir.join(name)).unwrap();
+    8 + u64::from_le_bytes(b[..8].try_into().unwrap())
+}
+
+fn with_files(args: &[&str], files: Vec<GivenFile>) -> Result<String, FilesError> {
+    let mut out = Vec::new();
+    run_args_with_files(args.iter().copied(), files, &mut out)?;
+    Ok(String::from_utf8(out).unwrap())
+}
+
+/// The report from the given files is the binary's, byte for byte, in the files' directory.
+fn same_as_cli(dir: &Path, args: &[&str], files: &[GivenFile]) {
+    let (code, want, err) = run_in(dir, args);
+    assert_eq!(code, 0, "{args:?}: {err}");
+    let have = with_files(args, files.to_vec()).unwrap_or_else(|e| panic!("{args:?}: {e:?}"));
+    assert_eq!(have, want, "{args:?}");
+}
+
+/// A GGUF whose metadata holds a long (skipped, but walked) string: a header of ~`mib` MiB.
+fn big_header_gguf(mib: usize) -> Gguf {
+    let mut g = tiny_gguf();
+    let template = "x".repeat(mib << 20);
+    gstr(&mut g.kv, "tokenizer.chat_template");
+    g.kv.extend_from_slice(&8u32.to_le_bytes());
+    gstr(&mut g.kv, &template);
+    g.n_kv += 1;
+    g
+}
+
+#[test]
+fn a_given_gguf_prefix_reports_what_the_binary_prints_for_the_file() {
+    let s = Scratch::new("given-gguf");
+    let name = "tiny-Q4_K_M.gguf";
+    tiny_gguf().write(&s.0.join(name));
+    // the header is ~2 KiB: 64 KiB of the 1 MiB file are plenty
+    let files = vec![given(&s.0, name, Some(64 << 10))];
+    for args in [
+        &["inspect", name, "--json"][..],
+        &["inspect", name],
+        &["infer", "--model", name, "--prompt", "64", "--json"],
+        &["infer", "--model", name, "--prompt", "64"],
+        &["train", "--model", name, "--batch", "2", "--json"],
+        &["serve", "--model", name, "--gpu", "l4", "--json"],
+        &["roofline", "--model", name, "--phase", "decode", "--json"],
+    ] {
+        same_as_cli(&s.0, args, &files);
+    }
+    // the directory of the given files, as `--model .` in the file's directory
+    same_as_cli(&s.0, &["infer", "--model", ".", "--json"], &files);
+    let v: Value =
+        serde_json::from_str(&with_files(&["inspect", name, "--json"], files).unwrap()).unwrap();
+    assert_eq!(v["checkpoint"]["storage"], "GGUF, mostly Q4_K");
+    assert_eq!(v["checkpoint"]["weights"], "gguf-q4_k_m");
+    assert_eq!(v["model"]["origin"], format!("GGUF file {name}"));
+}
+
+#[test]
+fn a_short_gguf_prefix_names_the_bytes_to_read_next_until_it_suffices() {
+    let s = Scratch::new("given-gguf-big");
+    let name = "big.gguf";
+    big_header_gguf(3).write(&s.0.join(name));
+    let args = ["infer", "--model", name, "--json"];
+    let mut prefix = 100u64;
+    let mut reads = Vec::new();
+    let answer = loop {
+        match with_files(&args, vec![given(&s.0, name, Some(prefix))]) {
+            Ok(report) => break report,
+            Err(e) => {
+                let more = e.more.clone().unwrap_or_else(|| panic!("{e:?}"));
+                assert_eq!((more.file.as_str(), more.have), (name, prefix));
+                assert!(more.needed > prefix, "{more:?}");
+                assert_eq!(
+                    e.lines[0],
+                    format!(
+                        "error: only the first {prefix} bytes of `{name}` ({} bytes) were given; reading it needs its first {} bytes",
+                        more.len, more.needed
+                    )
+                );
+                assert_eq!(
+                    e.lines.last().unwrap(),
+                    &format!(
+                        "hint: give the first {0} bytes of the file (in a browser: `file.slice(0, {0})`) and run again; the tensor data is never needed",
+                        more.needed
+                    )
+                );
+                reads.push(more.needed);
+                prefix = more.needed;
+            }
+        }
+    };
+    // 100 B → 1 MiB (the command line's first read) → the end of the 3 MiB string → at least
+    // twice that, at most the file (here its 4 MiB)
+    let len = std::fs::metadata(s.0.join(name)).unwrap().len();
+    assert_eq!(reads.len(), 3, "{reads:?}");
+    assert_eq!(reads[0], 1 << 20, "{reads:?}");
+    assert!(
+        reads[1] > 3 << 20 && reads[1] < (3 << 20) + 4096,
+        "{reads:?}"
+    );
+    assert_eq!(reads[2], (2 * reads[1]).min(len), "{reads:?}");
+    let (code, want, err) = run_in(&s.0, &args);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(answer, want);
+}
+
+#[test]
+fn a_given_index_with_its_config_and_shard_headers_is_the_binarys_directory() {
+    let s = Scratch::new("given-index");
+    write_sharded(&s.0, TINY_LLAMA, &tiny_llama_tensors("BF16"));
+    let index = "model.safetensors.index.json";
+    let shards: Vec<String> = (1..=4)
+        .map(|i| format!("model-{i:05}-of-00004.safetensors"))
+        .collect();
+    let mut files = vec![given(&s.0, "config.json", None), given(&s.0, index, None)];
+    for sh in &shards {
+        files.push(given(&s.0, sh, Some(safetensors_prefix(&s.0, sh))));
+    }
+    for args in [
+        &["inspect", index, "--json"][..],
+        &["inspect", index],
+        &["infer", "--model", index, "--prompt", "64", "--json"],
+        &["train", "--model", index, "--json"],
+        &["serve", "--model", index, "--gpu", "l4", "--json"],
+        &["infer", "--model", ".", "--json"],
+        &["infer", "--model", &shards[0], "--json"][..],
+    ] {
+        if args.contains(&shards[0].as_str()) {
+            // one shard alone lacks layers: the binary's error, as lines
+            let (code, _, err) = run_in(&s.0, args);
+            assert_eq!(code, 2);
+            let e = with_files(args, files.clone()).unwrap_err();
+            assert_eq!(e.lines.join("\n"), err.trim_end());
+            continue;
+        }
+        same_as_cli(&s.0, args, &files);
+    }
+    // a shard's prefix short of its header: exactly 8 + N bytes are asked for
+    let mut short = files.clone();
+    short[2] = given(&s.0, &shards[0], Some(8));
+    let e = with_files(&["inspect", index], short).unwrap_err();
+    let more = e.more.unwrap();
+    assert_eq!(more.needed, safetensors_prefix(&s.0, &shards[0]));
+    assert_eq!(more.file, shards[0]);
+    // a config given in part is read whole
+    let mut part = files.clone();
+    part[0] = given(&s.0, "config.json", Some(10));
+    let e = with_files(&["inspect", index], part).unwrap_err();
+    assert_eq!(e.more.unwrap().needed, TINY_LLAMA.len() as u64);
+}
+
+#[test]
+fn given_files_that_cannot_make_a_model_are_refused_with_a_hint() {
+    let s = Scratch::new("given-bad");
+    write_sharded(&s.0, TINY_LLAMA, &tiny_llama_tensors("BF16"));
+    let index = "model.safetensors.index.json";
+    let shard = "model-00001-of-00004.safetensors";
+    let refused_given = |args: &[&str], files: Vec<GivenFile>, needles: &[&str]| {
+        let e = with_files(args, files).unwrap_err();
+        let text = e.lines.join("\n");
+        assert!(text.starts_with("error: "), "{text}");
+        assert_eq!(
+            e.lines.iter().filter(|l| l.starts_with("hint: ")).count(),
+            1
+        );
+        assert!(e.lines.last().unwrap().starts_with("hint: "), "{text}");
+        assert!(e.more.is_none(), "{e:?}");
+        for n in needles {
+            assert!(text.contains(n), "`{n}` not in\n{text}");
+        }
+    };
+    // an index alone: its config is asked for, in the page's words
+    refused_given(
+        &["inspect", index],
+        vec![given(&s.0, index, None)],
+        &["has no config.json beside it", "hint: safetensors headers name tensors, not the architecture: give the model's config.json too"],
+    );
+    // the index and config without shards: the shards are asked for
+    refused_given(
+        &["inspect", index],
+        vec![given(&s.0, "config.json", None), given(&s.0, index, None)],
+        &[
+            "shard `model-00001-of-00004.safetensors` is missing",
+            "hint: give every shard the index names too",
+        ],
+    );
+    // nothing on disk, in the cache or the catalogue is looked at
+    refused_given(
+        &["inspect", "gpt2"],
+        vec![given(&s.0, "config.json", None)],
+        &["model file `gpt2` was not given (given: `config.json`)"],
+    );
+    // malformed GGUF bytes: the parser's error, naming what is wrong
+    let garbage = GivenFile::new("x.gguf", b"GGUF\x09\x00\x00\x00".to_vec(), 1 << 20);
+    refused_given(
+        &["inspect", "x.gguf"],
+        vec![garbage],
+        &["version 9", "hint: "],
+    );
+    let not_gguf = GivenFile::new("x.gguf", b"PK\x03\x04junkjunk".to_vec(), 1 << 20);
+    refused_given(
+        &["inspect", "x.gguf"],
+        vec![not_gguf],
+        &["magic", "not a GGUF file"],
+    );
+    // a safetensors header claiming more than the file holds
+    let mut st = 1_000_000u64.to_le_bytes().to_vec();
+    st.extend_from_slice(b"{}");
+    refused_given(
+        &["inspect", shard],
+        vec![
+            given(&s.0, "config.json", None),
+            GivenFile::new(shard, st, 100),
+        ],
+        &["safetensors"],
+    );
+    // the files themselves: names, lengths, duplicates
+    let cfg = given(&s.0, "config.json", None);
+    refused_given(
+        &["inspect", "config.json"],
+        vec![GivenFile::new(
+            "../config.json",
+            cfg.prefix().to_vec(),
+            cfg.len(),
+        )],
+        &["not a plain file name"],
+    );
+    refused_given(
+        &["inspect", "config.json"],
+        vec![GivenFile::new("config.json", cfg.prefix().to_vec(), 3)],
+        &[&format!(
+            "has {} bytes given but a length of 3",
+            TINY_LLAMA.len()
+        )],
+    );
+    refused_given(
+        &["inspect", "config.json"],
+        vec![cfg.clone(), cfg],
+        &["given twice"],
+    );
+}
+
+#[test]
+fn a_given_split_gguf_needs_every_split_as_the_binary_does() {
+    let s = Scratch::new("given-split");
+    let all = tiny_gguf();
+    let (first, second) = ("tiny-00001-of-00002.gguf", "tiny-00002-of-00002.gguf");
+    let mut a = Gguf {
+        tensors: all
+            .tensors
+            .iter()
+            .filter(|t| !t.0.starts_with("blk.1."))
+            .cloned()
+            .collect(),
+        ..tiny_gguf()
+    };
+    a = a.u32("split.no", 0).u32("split.count", 2);
+    a.write(&s.0.join(first));
+    let mut b = Gguf::new().u32("split.no", 1).u32("split.count", 2);
+    b.tensors = all
+        .tensors
+        .iter()
+        .filter(|t| t.0.starts_with("blk.1."))
+        .cloned()
+        .collect();
+    b.write(&s.0.join(second));
+    let files = vec![
+        given(&s.0, first, Some(64 << 10)),
+        given(&s.0, second, Some(64 << 10)),
+    ];
+    same_as_cli(&s.0, &["infer", "--model", first, "--json"], &files);
+    same_as_cli(&s.0, &["inspect", first], &files);
+    let e = with_files(&["inspect", first], files[..1].to_vec()).unwrap_err();
+    assert_eq!(
+        e.lines,
+        [
+            format!("error: GGUF split `{second}` is missing"),
+            "hint: give every split of the model (only the first bytes of each are read)"
+                .to_owned()
+        ]
+    );
+}

@@ -23,6 +23,26 @@ pub struct InspectReport {
     /// Whether the LM head shares the embedding matrix (for the table; not in the JSON).
     #[serde(skip)]
     pub tied_head: bool,
+    /// The checkpoint's tensors, when weight files were read (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<CheckpointSummary>,
+}
+
+/// What the headers of a model's weight files say.
+#[derive(Debug, Serialize)]
+pub struct CheckpointSummary {
+    /// `safetensors` or `gguf`.
+    pub format: &'static str,
+    /// Files whose headers were read.
+    pub files: usize,
+    /// The storage scheme, in words (`BF16 (unquantised)`, `GGUF, mostly Q4_K`).
+    pub storage: String,
+    /// Bytes of all tensors, exactly.
+    pub tensor_bytes: u64,
+    /// Layers stored beyond the description (not loaded by transformers).
+    pub extra_layers: u64,
+    /// The weight format estimates simulate for it (the `--weights` name), as `infer` picks it.
+    pub weights: String,
 }
 
 /// Counts the parameters of `m`.
@@ -39,6 +59,37 @@ pub fn build(m: &ModelSource) -> InspectReport {
                 .collect(),
         ),
         tied_head: m.desc.head.tied,
+        checkpoint: m.checkpoint.as_ref().map(|c| CheckpointSummary {
+            format: c.format,
+            files: c.files,
+            storage: c.storage.clone(),
+            tensor_bytes: c.stored.total_bytes(),
+            extra_layers: c.extra_layers,
+            weights: crate::weights::choose(m, None)
+                .map_or_else(|_| "bf16".to_owned(), |w| w.format.name()),
+        }),
+    }
+}
+
+impl CheckpointSummary {
+    /// `1 gguf file(s), GGUF, mostly Q4_K: 1.02 MiB exactly; estimates use --weights gguf-q4_k_m`.
+    fn line(&self) -> String {
+        format!(
+            "{} {} file(s), {}: {} of tensors exactly{}; estimates use --weights {}",
+            self.files,
+            self.format,
+            self.storage,
+            Bytes(self.tensor_bytes),
+            if self.extra_layers > 0 {
+                format!(
+                    " (incl. {} layer(s) transformers does not load)",
+                    self.extra_layers
+                )
+            } else {
+                String::new()
+            },
+            self.weights
+        )
     }
 }
 
@@ -98,6 +149,9 @@ impl Report for InspectReport {
         for (k, v) in &self.bytes_by_dtype.0 {
             writeln!(w, "  weights in {:<6}{:>12}", k, Bytes(*v).to_string())?;
         }
+        if let Some(c) = &self.checkpoint {
+            writeln!(w, "checkpoint: {}", c.line())?;
+        }
         Ok(())
     }
 
@@ -131,6 +185,10 @@ impl Report for InspectReport {
         writeln!(w)?;
         if let Some(d) = &self.checkpoint_dtype {
             writeln!(w, "Checkpoint dtype: `{d}`.")?;
+            writeln!(w)?;
+        }
+        if let Some(c) = &self.checkpoint {
+            writeln!(w, "Checkpoint: {}.", md_text(&c.line()))?;
             writeln!(w)?;
         }
         let mut t = Table::new(&[("weights in", Align::Left), ("bytes", Align::Right)]);

@@ -215,6 +215,7 @@ class InspectReport(_Json):
     checkpoint_dtype: Optional[str]
     params: Dict[str, int]
     bytes_by_dtype: Dict[str, int]
+    checkpoint: Optional[Dict[str, Any]]
 
 class ModelEntry(_Json):
     id: str

@@ -700,6 +700,9 @@ class InspectReport(_Json):
     checkpoint_dtype: Optional[str] = _opt()
     params: Dict[str, int] = _req()
     bytes_by_dtype: Dict[str, int] = _req()
+    #: the checkpoint's headers (format, files, storage, tensor_bytes, extra_layers, weights),
+    #: when the model came with weight files
+    checkpoint: Optional[Dict[str, Any]] = _opt()
 
     def __repr__(self) -> str:
         return f"InspectReport({self.model.label!r}, params={self.params.get('total')})"
