@@ -174,6 +174,17 @@ BASE: dict[str, tuple[str | None, dict]] = {
         hidden_act="silu", tie_word_embeddings=False, pad_token_id=100277, eos_token_id=100257)),
     # ---------------- deepseek_v3 ----------------
     "deepseek-v3": ("deepseek-ai/DeepSeek-V3.json", {}),
+    # ---------------- mamba2 (state-space layers) ----------------
+    # mistralai/Mamba-Codestral-7B-v0.1 config.json (HF format, Mamba2ForCausalLM); the
+    # `time_step_limit` [0.0, Infinity] is left out (it is not JSON, and it is the default).
+    "mamba-codestral-7b": ("mistralai/Mamba-Codestral-7B-v0.1.json", dict(
+        model_type="mamba2", hidden_size=4096, num_hidden_layers=64, num_heads=128, head_dim=64,
+        expand=2, n_groups=8, state_size=128, conv_kernel=4, chunk_size=256, vocab_size=32768,
+        layer_norm_epsilon=1e-5, use_bias=False, use_conv_bias=True, residual_in_fp32=True,
+        rms_norm=True, norm_before_gate=True, rescale_prenorm_residual=False, time_step_rank=256,
+        time_step_min=0.001, time_step_max=0.1, time_step_floor=0.0001, hidden_act="silu",
+        initializer_range=0.1, tie_word_embeddings=False, bos_token_id=0, eos_token_id=0,
+        pad_token_id=0)),
 }
 
 # reduced-depth variants: name -> (base, layers)
@@ -189,6 +200,7 @@ REDUCED = {
     "deepseek-v3-4l": ("deepseek-v3", 4),  # first_k_dense_replace=3: 3 dense + 1 MoE layer
     "olmo-2-7b-4l": ("olmo-2-7b", 4),
     "phi-3-mini-4k-8l": ("phi-3-mini-4k", 8),
+    "mamba-codestral-7b-2l": ("mamba-codestral-7b", 2),
 }
 
 

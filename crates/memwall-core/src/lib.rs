@@ -17,6 +17,7 @@ pub mod error;
 pub mod gpu;
 pub mod layout;
 pub mod memory;
+pub mod mixer;
 pub mod model;
 pub mod names;
 pub mod optimizer;

@@ -369,10 +369,11 @@ pub fn weights_bytes_per_rank_in(
         }
     };
     for l in &model.layers {
-        for s in l.attention.linears(h) {
+        for s in l.mixer_linears(h) {
             add(s.out_features, s.in_features, 1);
         }
         match &l.mlp {
+            Mlp::None => {}
             Mlp::Dense(d) => {
                 for s in d.linears(h) {
                     add(s.out_features, s.in_features, 1);
@@ -452,6 +453,7 @@ pub fn estimate_activation_peak_bytes(
         .map(|l| match &l.mlp {
             Mlp::Dense(d) => d.intermediate * if d.gated { 2 } else { 1 },
             Mlp::Moe(x) => x.expert.intermediate * 2 * x.top_k,
+            Mlp::None => 0,
         })
         .max()
         .unwrap_or(0)

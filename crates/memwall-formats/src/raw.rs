@@ -159,6 +159,16 @@ pub(crate) struct HfConfig {
     /// (`attn_logit_softcapping`, `final_logit_softcapping`).
     #[serde(skip)]
     pub explicit_nulls: Vec<String>,
+
+    // state-space mixers (Mamba2Config)
+    pub num_heads: Option<u64>,
+    pub state_size: Option<u64>,
+    pub n_groups: Option<u64>,
+    pub expand: Option<u64>,
+    pub conv_kernel: Option<u64>,
+    pub chunk_size: Option<u64>,
+    pub use_conv_bias: Option<bool>,
+    pub residual_in_fp32: Option<bool>,
 }
 
 /// A nested config object (`text_config`), as found.

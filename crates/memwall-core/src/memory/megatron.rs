@@ -95,6 +95,8 @@ fn layer_activation_per_token(
     };
     split += match &l.mlp {
         Mlp::Dense(d) => dense_mlp(d),
+        // no feed-forward block (state-space layers are refused before this, see `mixer`)
+        Mlp::None => 0,
         Mlp::Moe(m) => {
             // each token's hidden state is dispatched to top-k experts: k copies of the expert
             // input plus each expert's intermediates; router logits/probs in fp32
@@ -208,7 +210,7 @@ pub(crate) fn simulate(
                 .sum();
             let moe_experts = match &l.mlp {
                 Mlp::Moe(mm) => u128::from(mm.num_experts) * mm.expert.params(model.hidden_size),
-                Mlp::Dense(_) => 0,
+                Mlp::Dense(_) | Mlp::None => 0,
             };
             replicated += n * norms;
             experts += n * moe_experts;

@@ -8,6 +8,7 @@ use crate::resolve::{
     AttnOpts, Ctx, Heads, Parts,
 };
 use memwall_core::model::{
+    Mixer,
     Attention, Dropout, EagerStyle, Embeddings, LayerSpec, LinearRole, Mlp, ModelDesc, NormKind,
     Residual,
 };
@@ -30,6 +31,7 @@ fn ln_layer(
         attention,
         mlp,
         attn_output_outlives_mlp: false,
+        mixer: Mixer::Attention,
     }
 }
 
@@ -99,6 +101,7 @@ pub(crate) fn gpt2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> 
     let layer = LayerSpec {
         // modeling_gpt2.py GPT2Block.forward: `attn_output` stays bound until the block returns
         attn_output_outlives_mlp: true,
+        mixer: Mixer::Attention,
         ..ln_layer(
             hidden,
             (true, true),

@@ -6,6 +6,7 @@ mod deepseek;
 mod gemma;
 mod gpt;
 mod llama;
+mod ssm;
 
 use crate::error::FormatError;
 use crate::raw::HfConfig;
@@ -26,6 +27,7 @@ const REGISTRY: &[(&str, Normaliser)] = &[
     ("gpt2", gpt::gpt2),
     ("gpt_neox", gpt::gpt_neox),
     ("llama", llama::llama),
+    ("mamba2", ssm::mamba2),
     ("mistral", llama::mistral),
     ("mixtral", llama::mixtral),
     ("olmo2", llama::olmo2),
@@ -49,6 +51,7 @@ pub(crate) const SUPPORTED: &[&str] = &[
     "gpt2",
     "gpt_neox",
     "llama",
+    "mamba2",
     "mistral",
     "mixtral",
     "olmo2",

@@ -85,6 +85,9 @@ impl Builder<'_> {
     ) -> TensorId {
         self.cur_layer = idx;
         let spec = *self.spec(idx);
+        if let Some(m) = spec.mamba2() {
+            return self.mamba2_block(lp, x, x_size, &spec, m);
+        }
         let rows = self.tokens;
         let h = self.hidden;
         let p_drop = self.model.dropout.residual;
@@ -144,6 +147,7 @@ impl Builder<'_> {
                 let m = match &spec.mlp {
                     Mlp::Dense(d) => self.dense_mlp(n2, n2s, rows, d, &lp.linears),
                     Mlp::Moe(moe) => self.moe_mlp(n2, n2s, lp, moe),
+                    Mlp::None => self.retain_id(n2),
                 };
                 self.drop_(n2);
                 let (m, _) = post(self, m, self.compute_size, 3, spec.mlp_post_norm);
@@ -179,6 +183,7 @@ impl Builder<'_> {
                 let m = match &spec.mlp {
                     Mlp::Dense(d) => self.dense_mlp(n2, n2s, rows, d, &lp.linears),
                     Mlp::Moe(moe) => self.moe_mlp(n2, n2s, lp, moe),
+                    Mlp::None => self.retain_id(n2),
                 };
                 self.drop_(n2);
                 let am = add(self, m, a, self.compute_size);
@@ -216,14 +221,22 @@ impl Builder<'_> {
             }
             _ => (x, xsize),
         };
-        match self.projections {
+        let (fx, fs) = match self.projections {
             Some((_, pout)) => {
                 let (y, ys) = self.linear(fx, fs, rows, pout);
                 self.drop_(fx);
                 (y, ys)
             }
             None => (fx, fs),
+        };
+        if !self.amp && fs != self.param_size {
+            // an fp32 residual stream (`residual_in_fp32`) meets a low-precision head:
+            // `self.lm_head(hidden_states.to(self.lm_head.weight.dtype))` (Mamba2ForCausalLM)
+            let y = self.cast(fx, rows * u128::from(self.model.embeddings.dim) * self.param_size);
+            self.drop_(fx);
+            return (y, self.param_size);
         }
+        (fx, fs)
     }
 
     /// The LM head as a linear layer: its own weight, or the tied input embedding.
