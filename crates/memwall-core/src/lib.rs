@@ -25,6 +25,7 @@ pub mod plan;
 pub mod quant;
 pub mod roofline;
 pub mod serve;
+pub mod serve_ssm;
 pub mod speed;
 pub mod time;
 pub mod units;

@@ -119,9 +119,8 @@ impl Mamba2 {
     /// `cache_utils.py`) and the SSM state (`H × head_dim × N`).
     pub fn state_elems(&self) -> (u128, u128) {
         let conv = u128::from(self.conv_dim()) * u128::from(self.conv_kernel);
-        let ssm = u128::from(self.num_heads)
-            * u128::from(self.head_dim)
-            * u128::from(self.state_size);
+        let ssm =
+            u128::from(self.num_heads) * u128::from(self.head_dim) * u128::from(self.state_size);
         (conv, ssm)
     }
 }

@@ -664,16 +664,26 @@ fn mamba2_ops(
         acc.gemm(name, Some(l.role), rows, k, n, ab, wb);
     }
     let cd = m.conv_dim() as f64 / tp;
-    acc.elementwise("ssm.conv1d", rows * cd, 2.0 * m.conv_kernel as f64 + 4.0, 1.0, ab);
-    let heads = m.num_heads as f64 / tp;
-    let (l, n, p) = (
-        m.chunk_size as f64,
-        m.state_size as f64,
-        m.head_dim as f64,
+    acc.elementwise(
+        "ssm.conv1d",
+        rows * cd,
+        2.0 * m.conv_kernel as f64 + 4.0,
+        1.0,
+        ab,
     );
+    let heads = m.num_heads as f64 / tp;
+    let (l, n, p) = (m.chunk_size as f64, m.state_size as f64, m.head_dim as f64);
     let flops = rows * heads * (2.0 * l * n + 2.0 * l * p + 4.0 * n * p);
     let bytes = rows * (cd + m.intermediate as f64 / tp) * ab;
-    acc.record("ssm.scan", OpKind::Elementwise, true, flops, bytes, 2.0, 2.0);
+    acc.record(
+        "ssm.scan",
+        OpKind::Elementwise,
+        true,
+        flops,
+        bytes,
+        2.0,
+        2.0,
+    );
     acc.elementwise(
         "ssm.gated_norm",
         rows * m.intermediate as f64 / tp,

@@ -134,6 +134,8 @@ impl ServePlan {
         self.groups
             .iter()
             .map(|g| match g.sliding_window {
+                // a state-space layer holds one state per request, whatever its length
+                _ if g.kind == crate::serve_ssm::KIND => 1,
                 Some(w) => {
                     let span = w
                         .saturating_sub(1)
@@ -164,6 +166,9 @@ pub fn plan(model: &ModelDesc, cfg: &ServeConfig) -> Result<ServePlan, CoreError
             "the model config must describe at least one decoder layer",
         )
     })?;
+    if model.layers.iter().any(|l| l.attention_block().is_none()) {
+        return crate::serve_ssm::plan(model, cfg);
+    }
     // vLLM requires the attention heads to split evenly over the ranks
     // (config.py ModelConfig.verify_with_parallel_config)
     let heads = first.attention.num_heads();

@@ -124,6 +124,13 @@ pub(crate) fn simulate(
     );
     let v = u128::from(layout.virtual_stages);
     let n_layers = model.layers.len() as u128;
+    if model.layers.iter().any(|l| l.attention_block().is_none()) {
+        // the formulas below (Korthikanti et al. 2022) describe attention + MLP layers only
+        return Err(CoreError::invalid(
+            "layout",
+            "tensor/pipeline-parallel layouts (Megatron-LM) of models with state-space layers are not modelled; use a data-parallel layout (ddp, fsdp2, zero) or a single GPU",
+        ));
+    }
     if !n_layers.is_multiple_of(p * v) {
         return Err(CoreError::invalid(
             "pp",

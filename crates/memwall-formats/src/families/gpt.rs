@@ -8,9 +8,8 @@ use crate::resolve::{
     AttnOpts, Ctx, Heads, Parts,
 };
 use memwall_core::model::{
-    Mixer,
-    Attention, Dropout, EagerStyle, Embeddings, LayerSpec, LinearRole, Mlp, ModelDesc, NormKind,
-    Residual,
+    Attention, Dropout, EagerStyle, Embeddings, LayerSpec, LinearRole, Mixer, Mlp, ModelDesc,
+    NormKind, Residual,
 };
 
 /// One LayerNorm-ed layer with the given wiring.

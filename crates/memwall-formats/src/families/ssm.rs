@@ -4,9 +4,7 @@
 
 use crate::error::FormatError;
 use crate::raw::HfConfig;
-use crate::resolve::{
-    activation, assemble, limits::*, names, norm, token_embeddings, Ctx, Parts,
-};
+use crate::resolve::{activation, assemble, limits::*, names, norm, token_embeddings, Ctx, Parts};
 use memwall_core::mixer::{Mamba2, Mixer};
 use memwall_core::model::{
     Activation, Attention, AttentionKind, Dropout, EagerStyle, Head, LayerSpec, LinearRole, Mlp,

@@ -232,7 +232,10 @@ impl Builder<'_> {
         if !self.amp && fs != self.param_size {
             // an fp32 residual stream (`residual_in_fp32`) meets a low-precision head:
             // `self.lm_head(hidden_states.to(self.lm_head.weight.dtype))` (Mamba2ForCausalLM)
-            let y = self.cast(fx, rows * u128::from(self.model.embeddings.dim) * self.param_size);
+            let y = self.cast(
+                fx,
+                rows * u128::from(self.model.embeddings.dim) * self.param_size,
+            );
             self.drop_(fx);
             return (y, self.param_size);
         }

@@ -19,7 +19,13 @@ impl Builder<'_> {
     }
 
     /// A parameter of shape [.., rows, cols] (`rows == 0` for a vector).
-    pub(super) fn new_matrix(&mut self, numel: u128, rows: u128, cols: u128, trainable_base: bool) -> P {
+    pub(super) fn new_matrix(
+        &mut self,
+        numel: u128,
+        rows: u128,
+        cols: u128,
+        trainable_base: bool,
+    ) -> P {
         let trainable = trainable_base && self.mode.lora().is_none() && !self.mode.is_infer();
         let id = self.t.param(numel * self.param_size, trainable);
         let unit = self.train.cur_unit;

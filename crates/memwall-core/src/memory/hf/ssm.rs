@@ -236,9 +236,7 @@ impl Scan {
     /// Highest transient bytes of one decode step (`mamba2_selective_state_update`) above the
     /// step's input and `in_proj`'s output: at `state * dA + dBx`.
     fn decode_peak(&self, z: u128) -> u128 {
-        let Scan {
-            b, h, p, n, cd, ..
-        } = *self;
+        let Scan { b, h, p, n, cd, .. } = *self;
         let state = b * h * p * n;
         let mut v = h * F // A
             + b * cd * z // conv update's output
@@ -277,7 +275,8 @@ impl Builder<'_> {
         for _ in 0..3 {
             lp.ssm.push(self.new_param(h, true));
         }
-        lp.ssm.push(self.new_param(u128::from(m.intermediate), true));
+        lp.ssm
+            .push(self.new_param(u128::from(m.intermediate), true));
     }
 
     /// `Mamba2Block.forward`: `norm(x.to(norm.weight.dtype))`, the mixer, and
@@ -337,7 +336,13 @@ impl Builder<'_> {
 
     /// `Mamba2Mixer.torch_forward`: `in_proj`, the convolution + scan + gated norm composite,
     /// `out_proj(scan_output.to(dtype))`.
-    fn mamba2_mixer(&mut self, x: TensorId, x_size: u128, lp: &LayerParams, m: &Mamba2) -> TensorId {
+    fn mamba2_mixer(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        lp: &LayerParams,
+        m: &Mamba2,
+    ) -> TensorId {
         let rows = self.tokens;
         let lin = |role: LinearRole| {
             lp.linears
