@@ -29,7 +29,7 @@ pub const KIND: &str = "mamba";
 /// The per-layer page of a Mamba-2 layer on one of `tp` ranks, in elements (conv, SSM), or an
 /// error when `tp` does not divide the heads.
 fn mamba2_page_elems(m: &crate::mixer::Mamba2, tp: u64) -> Result<u128, CoreError> {
-    if m.num_heads % tp != 0 {
+    if !m.num_heads.is_multiple_of(tp) {
         return Err(CoreError::invalid_value(
             "tp",
             tp,
@@ -40,7 +40,7 @@ fn mamba2_page_elems(m: &crate::mixer::Mamba2, tp: u64) -> Result<u128, CoreErro
             "vLLM shards Mamba-2 heads over the ranks; pick a `tp` that divides them",
         ));
     }
-    let groups = if m.n_groups % tp == 0 {
+    let groups = if m.n_groups.is_multiple_of(tp) {
         m.n_groups
     } else {
         // extra_groups_for_head_shards: n_groups + (tp − n_groups)
