@@ -136,3 +136,35 @@ pub(crate) fn mamba2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError
         },
     )
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use crate::error::FormatError;
+    use crate::parse_hf_config;
+
+    const CODESTRAL: &str = r#"{"model_type":"mamba2","hidden_size":4096,"num_hidden_layers":64,
+        "num_heads":128,"head_dim":64,"expand":2,"n_groups":8,"state_size":128,"conv_kernel":4,
+        "chunk_size":256,"vocab_size":32768,"use_bias":false,"use_conv_bias":true}"#;
+
+    #[test]
+    fn codestral_is_state_space_layers_only() {
+        let d = parse_hf_config(CODESTRAL).unwrap();
+        assert!(d.layers.iter().all(|l| l.attention_block().is_none()));
+        let m = d.layers[0].mamba2().unwrap();
+        assert_eq!((m.intermediate, m.conv_dim()), (8192, 10240));
+        // transformers 5.23 Mamba2ForCausalLM: 7,285,403,648 parameters
+        assert_eq!(d.param_counts().unwrap().total, 7_285_403_648);
+        assert!(d.head.logits_fp32 && !d.head.tied);
+    }
+
+    #[test]
+    fn heads_that_do_not_match_the_inner_width_are_refused() {
+        let bad = CODESTRAL.replace(r#""num_heads":128"#, r#""num_heads":100"#);
+        let e = parse_hf_config(&bad).unwrap_err();
+        assert!(matches!(e, FormatError::Inconsistent { .. }), "{e:?}");
+        let bad = CODESTRAL.replace(r#""n_groups":8"#, r#""n_groups":3"#);
+        let e = parse_hf_config(&bad).unwrap_err();
+        assert!(e.to_string().contains("n_groups"), "{e}");
+    }
+}
