@@ -115,9 +115,10 @@ pub(crate) fn mamba2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError
         "mamba2",
         Parts {
             hidden_size: hidden,
-            // no positions and no context limit in the recurrence; the largest size memwall
-            // accepts stands for "unbounded"
-            max_position_embeddings: MAX_POSITIONS,
+            // Mamba2Config states no context length and the recurrence has none; vLLM then
+            // assumes 2048 (`_get_and_verify_max_len`, vllm/config/model.py: "Assuming the
+            // model's maximum length is 2048"), which is what `memwall serve` defaults to
+            max_position_embeddings: 2048,
             embeddings: token_embeddings(vocab, hidden, false),
             layers: vec![layer; n],
             head: Head {
