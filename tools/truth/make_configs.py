@@ -185,6 +185,20 @@ BASE: dict[str, tuple[str | None, dict]] = {
         time_step_min=0.001, time_step_max=0.1, time_step_floor=0.0001, hidden_act="silu",
         initializer_range=0.1, tie_word_embeddings=False, bos_token_id=0, eos_token_id=0,
         pad_token_id=0)),
+    # ---------------- granitemoehybrid (Mamba-2 + attention, muP multipliers) ----------------
+    # ibm-granite/granite-4.0-h-micro: published hyper-parameters (no verbatim config.json was
+    # found; values as quoted by several public copies of its config, see SOURCES.toml)
+    "granite-4.0-h-micro": (None, dict(
+        model_type="granitemoehybrid", hidden_size=2048, intermediate_size=8192,
+        shared_intermediate_size=8192, num_hidden_layers=40, num_attention_heads=32,
+        num_key_value_heads=8, vocab_size=100352, max_position_embeddings=131072,
+        rms_norm_eps=1e-5, layer_types=(["mamba"] * 5 + ["attention"]) * 6 + ["mamba"] * 4,
+        mamba_n_heads=64, mamba_d_head=64, mamba_d_state=128, mamba_n_groups=1, mamba_d_conv=4,
+        mamba_expand=2, mamba_chunk_size=256, mamba_conv_bias=True, mamba_proj_bias=False,
+        num_local_experts=0, num_experts_per_tok=0, embedding_multiplier=12.0, logits_scaling=8.0,
+        residual_multiplier=0.22, attention_multiplier=0.015625, position_embedding_type="nope",
+        tie_word_embeddings=True, hidden_act="silu", attention_bias=False, attention_dropout=0.0,
+        bos_token_id=100257, eos_token_id=100257, pad_token_id=100256)),
 }
 
 # reduced-depth variants: name -> (base, layers)
@@ -201,6 +215,7 @@ REDUCED = {
     "olmo-2-7b-4l": ("olmo-2-7b", 4),
     "phi-3-mini-4k-8l": ("phi-3-mini-4k", 8),
     "mamba-codestral-7b-2l": ("mamba-codestral-7b", 2),
+    "granite-4.0-h-micro-6l": ("granite-4.0-h-micro", 6),  # 5 Mamba-2 layers + 1 attention layer
 }
 
 

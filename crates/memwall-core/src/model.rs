@@ -412,6 +412,11 @@ pub struct LayerSpec {
     /// (`crate::mixer`). Omitted from serialised output for attention layers.
     #[serde(skip_serializing_if = "Mixer::is_attention")]
     pub mixer: Mixer,
+    /// Each sub-block's output is multiplied by a scalar before its residual add (Granite's
+    /// `residual + hidden_states * residual_multiplier`): one more `[tokens, hidden]` tensor per
+    /// sub-block. Omitted from serialised output when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub residual_scaled: bool,
 }
 
 impl LayerSpec {
@@ -506,6 +511,10 @@ pub struct Head {
     /// is what the loss reads and the output holds. Omitted from serialised output when false.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub logits_fp32: bool,
+    /// The model divides its logits by a scalar (Granite `logits / logits_scaling`): a new
+    /// logits tensor replaces the LM head's output. Omitted from serialised output when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub logits_scaled: bool,
 }
 
 /// A whole decoder-only causal LM.
@@ -703,6 +712,7 @@ pub(crate) mod tests {
             },
             attn_output_outlives_mlp: false,
             mixer: Mixer::Attention,
+            residual_scaled: false,
             mlp: Mlp::Dense(DenseMlp {
                 intermediate: 11008,
                 gated: true,
@@ -730,6 +740,7 @@ pub(crate) mod tests {
                 bias: false,
                 logit_softcap: None,
                 logits_fp32: false,
+                logits_scaled: false,
             },
             dropout: Dropout::default(),
             linear_names: vec![],

@@ -402,6 +402,7 @@ pub(crate) fn layer(norm: Norm, place: NormPlacement, attention: Attention, mlp:
         mlp,
         attn_output_outlives_mlp: false,
         mixer: Mixer::Attention,
+        residual_scaled: false,
     }
 }
 
@@ -434,6 +435,7 @@ pub(crate) fn head(final_norm: Option<Norm>, tied: bool, logit_softcap: Option<f
         bias: false,
         logit_softcap,
         logits_fp32: false,
+        logits_scaled: false,
     }
 }
 

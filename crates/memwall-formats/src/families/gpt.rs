@@ -31,6 +31,7 @@ fn ln_layer(
         mlp,
         attn_output_outlives_mlp: false,
         mixer: Mixer::Attention,
+        residual_scaled: false,
     }
 }
 
@@ -101,6 +102,7 @@ pub(crate) fn gpt2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> 
         // modeling_gpt2.py GPT2Block.forward: `attn_output` stays bound until the block returns
         attn_output_outlives_mlp: true,
         mixer: Mixer::Attention,
+        residual_scaled: false,
         ..ln_layer(
             hidden,
             (true, true),

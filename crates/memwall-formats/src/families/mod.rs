@@ -5,6 +5,7 @@ mod common;
 mod deepseek;
 mod gemma;
 mod gpt;
+mod granite_hybrid;
 mod llama;
 mod ssm;
 
@@ -26,6 +27,7 @@ const REGISTRY: &[(&str, Normaliser)] = &[
     ("gemma3_text", gemma::gemma3_text),
     ("gpt2", gpt::gpt2),
     ("gpt_neox", gpt::gpt_neox),
+    ("granitemoehybrid", granite_hybrid::granitemoehybrid),
     ("llama", llama::llama),
     ("mamba2", ssm::mamba2),
     ("mistral", llama::mistral),
@@ -50,6 +52,7 @@ pub(crate) const SUPPORTED: &[&str] = &[
     "gemma3_text",
     "gpt2",
     "gpt_neox",
+    "granitemoehybrid",
     "llama",
     "mamba2",
     "mistral",

@@ -108,6 +108,7 @@ pub(crate) fn mamba2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError
         mlp: Mlp::None,
         attn_output_outlives_mlp: false,
         mixer: Mixer::Mamba2(mixer),
+        residual_scaled: false,
     };
     let n = usize::try_from(layers).unwrap_or(usize::MAX);
     assemble(
@@ -128,6 +129,7 @@ pub(crate) fn mamba2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError
                 logit_softcap: None,
                 // Mamba2ForCausalLM.forward: `self.lm_head(h.to(lm_head.weight.dtype)).float()`
                 logits_fp32: true,
+                logits_scaled: false,
             },
             dropout: Dropout::default(),
             linear_names: names(&[

@@ -209,6 +209,12 @@ impl Builder<'_> {
             self.drop_(logits);
             logits = l32;
         }
+        if self.model.head.logits_scaled {
+            // Granite: `logits / self.config.logits_scaling`, a new tensor
+            let d = self.op(self.batch * v * c, &[logits], &[], &[], &[]);
+            self.drop_(logits);
+            logits = d;
+        }
         if self.model.head.logit_softcap.is_some() {
             let d = self.op(self.batch * v * c, &[logits], &[], &[], &[]);
             self.drop_(logits);

@@ -336,7 +336,7 @@ impl Builder<'_> {
 
     /// `Mamba2Mixer.torch_forward`: `in_proj`, the convolution + scan + gated norm composite,
     /// `out_proj(scan_output.to(dtype))`.
-    fn mamba2_mixer(
+    pub(super) fn mamba2_mixer(
         &mut self,
         x: TensorId,
         x_size: u128,

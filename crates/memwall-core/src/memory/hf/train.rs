@@ -116,6 +116,12 @@ impl Builder<'_> {
             self.drop_(logits);
             logits = l32;
         }
+        if self.model.head.logits_scaled {
+            // Granite: `logits = logits / self.config.logits_scaling`, a new tensor
+            let d = self.op(rows * v * c, &[logits], &[], &[], &[]);
+            self.drop_(logits);
+            logits = d;
+        }
         if self.model.head.logit_softcap.is_some() {
             // Gemma 2: logits / cap; tanh; * cap (modeling_gemma2.py)
             let d = self.op(rows * v * c, &[logits], &[], &[], &[]);
