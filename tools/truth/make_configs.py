@@ -186,8 +186,13 @@ BASE: dict[str, tuple[str | None, dict]] = {
         initializer_range=0.1, tie_word_embeddings=False, bos_token_id=0, eos_token_id=0,
         pad_token_id=0)),
     # ---------------- granitemoehybrid (Mamba-2 + attention, muP multipliers) ----------------
-    # ibm-granite/granite-4.0-h-micro: published hyper-parameters (no verbatim config.json was
-    # found; values as quoted by several public copies of its config, see SOURCES.toml)
+    # ibm-granite/granite-4.0-h-micro: published hyper-parameters; no verbatim config.json was
+    # found. Geometry and layer_types as quoted from huggingface.co/ibm-granite/
+    # granite-4.0-h-micro/raw/main/config.json by public test code (40 layers, attention at
+    # 5/15/25/35, hidden 2048, 32/8 heads, mamba 64 heads x 64, state 128, 1 group, conv 4,
+    # shared_intermediate_size 8192, no experts) and a Granite-4-H adapter test (multipliers,
+    # "nope", chunk 256). vocab_size 100352 is granite-4.0-h-small's; one copy of h-micro's
+    # gives 100096 (only the embedding size depends on it).
     "granite-4.0-h-micro": (None, dict(
         model_type="granitemoehybrid", hidden_size=2048, intermediate_size=8192,
         shared_intermediate_size=8192, num_hidden_layers=40, num_attention_heads=32,
