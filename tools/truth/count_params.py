@@ -41,7 +41,7 @@ def config_files() -> list[Path]:
 
 EMBED_RE = re.compile(r"(^|\.)(embed_tokens|wte|wpe|embed_in|word_embeddings|embed_positions|project_in|embeddings)(\.|$)")
 LAYERS_RE = re.compile(r"(^|\.)(layers|h|blocks|layer)\.\d+\.")
-NORM_RE = re.compile(r"(^|\.)(norm|ln_f|final_layer_norm|final_layernorm|final_norm)\.")
+NORM_RE = re.compile(r"(^|\.)(norm|norm_f|ln_f|final_layer_norm|final_layernorm|final_norm)\.")
 HEAD_RE = re.compile(r"(^|\.)(lm_head|embed_out)\.")
 
 

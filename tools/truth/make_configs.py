@@ -174,6 +174,36 @@ BASE: dict[str, tuple[str | None, dict]] = {
         hidden_act="silu", tie_word_embeddings=False, pad_token_id=100277, eos_token_id=100257)),
     # ---------------- deepseek_v3 ----------------
     "deepseek-v3": ("deepseek-ai/DeepSeek-V3.json", {}),
+    # ---------------- mamba2 (state-space layers) ----------------
+    # mistralai/Mamba-Codestral-7B-v0.1 config.json (HF format, Mamba2ForCausalLM); the
+    # `time_step_limit` [0.0, Infinity] is left out (it is not JSON, and it is the default).
+    "mamba-codestral-7b": ("mistralai/Mamba-Codestral-7B-v0.1.json", dict(
+        model_type="mamba2", hidden_size=4096, num_hidden_layers=64, num_heads=128, head_dim=64,
+        expand=2, n_groups=8, state_size=128, conv_kernel=4, chunk_size=256, vocab_size=32768,
+        layer_norm_epsilon=1e-5, use_bias=False, use_conv_bias=True, residual_in_fp32=True,
+        rms_norm=True, norm_before_gate=True, rescale_prenorm_residual=False, time_step_rank=256,
+        time_step_min=0.001, time_step_max=0.1, time_step_floor=0.0001, hidden_act="silu",
+        initializer_range=0.1, tie_word_embeddings=False, bos_token_id=0, eos_token_id=0,
+        pad_token_id=0)),
+    # ---------------- granitemoehybrid (Mamba-2 + attention, muP multipliers) ----------------
+    # ibm-granite/granite-4.0-h-micro: published hyper-parameters; no verbatim config.json was
+    # found. Geometry and layer_types as quoted from huggingface.co/ibm-granite/
+    # granite-4.0-h-micro/raw/main/config.json by public test code (40 layers, attention at
+    # 5/15/25/35, hidden 2048, 32/8 heads, mamba 64 heads x 64, state 128, 1 group, conv 4,
+    # shared_intermediate_size 8192, no experts) and a Granite-4-H adapter test (multipliers,
+    # "nope", chunk 256). vocab_size 100352 is granite-4.0-h-small's; one copy of h-micro's
+    # gives 100096 (only the embedding size depends on it).
+    "granite-4.0-h-micro": (None, dict(
+        model_type="granitemoehybrid", hidden_size=2048, intermediate_size=8192,
+        shared_intermediate_size=8192, num_hidden_layers=40, num_attention_heads=32,
+        num_key_value_heads=8, vocab_size=100352, max_position_embeddings=131072,
+        rms_norm_eps=1e-5, layer_types=(["mamba"] * 5 + ["attention"]) * 6 + ["mamba"] * 4,
+        mamba_n_heads=64, mamba_d_head=64, mamba_d_state=128, mamba_n_groups=1, mamba_d_conv=4,
+        mamba_expand=2, mamba_chunk_size=256, mamba_conv_bias=True, mamba_proj_bias=False,
+        num_local_experts=0, num_experts_per_tok=0, embedding_multiplier=12.0, logits_scaling=8.0,
+        residual_multiplier=0.22, attention_multiplier=0.015625, position_embedding_type="nope",
+        tie_word_embeddings=True, hidden_act="silu", attention_bias=False, attention_dropout=0.0,
+        bos_token_id=100257, eos_token_id=100257, pad_token_id=100256)),
 }
 
 # reduced-depth variants: name -> (base, layers)
@@ -189,6 +219,8 @@ REDUCED = {
     "deepseek-v3-4l": ("deepseek-v3", 4),  # first_k_dense_replace=3: 3 dense + 1 MoE layer
     "olmo-2-7b-4l": ("olmo-2-7b", 4),
     "phi-3-mini-4k-8l": ("phi-3-mini-4k", 8),
+    "mamba-codestral-7b-2l": ("mamba-codestral-7b", 2),
+    "granite-4.0-h-micro-6l": ("granite-4.0-h-micro", 6),  # 5 Mamba-2 layers + 1 attention layer
 }
 
 

@@ -98,6 +98,12 @@ def cache_bytes(cache) -> int:
             t = getattr(layer, name, None)
             if t is not None and hasattr(t, "untyped_storage"):
                 tensors.append(t)
+        # linear-attention / state-space layers (cache_utils.LinearAttentionCacheLayerMixin):
+        # the fixed-size conv and recurrent states, one per state index
+        for name in ("conv_states", "recurrent_states"):
+            states = getattr(layer, name, None)
+            if isinstance(states, dict):
+                tensors.extend(t for t in states.values() if t is not None)
     return _storage_bytes(tensors)
 
 
@@ -153,6 +159,10 @@ def run_case(case: dict, debug: bool = False) -> dict:
 
         text_cfg = model.config.get_text_config(decoder=True)
         vocab = text_cfg.vocab_size
+        # generate() hands the cache over as `cache_params` to classes whose name contains "mamba"
+        # and as `past_key_values` to all others (GenerationMixin._prepare_cache_for_generation,
+        # transformers 5.23 generation/utils.py); Mamba2ForCausalLM ignores `past_key_values`.
+        cache_kw = "cache_params" if "mamba" in type(model).__name__.lower() else "past_key_values"
 
         mt = fast_mem_tracker_class()()
         mt.track_external(model)
@@ -182,7 +192,7 @@ def run_case(case: dict, debug: bool = False) -> dict:
                 if step == 0:
                     # prepare_inputs_for_generation clones the (sliced) input ids
                     model_in = input_ids.clone(memory_format=torch.contiguous_format)
-                    out = model(input_ids=model_in, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                    out = model(input_ids=model_in, **{cache_kw: cache}, use_cache=True, logits_to_keep=1)
                 else:
                     if step == 1:
                         marks.append(("prefill", running_peak()))
@@ -196,7 +206,7 @@ def run_case(case: dict, debug: bool = False) -> dict:
                     # only the per-module timeline, never the running peak.
                     mt.reset_mod_stats()
                     model_in = input_ids[:, -1:].clone(memory_format=torch.contiguous_format)
-                    out = model(input_ids=model_in, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                    out = model(input_ids=model_in, **{cache_kw: cache}, use_cache=True, logits_to_keep=1)
                 del model_in
                 # _update_model_kwargs_for_generation: attention mask grows by one column
                 attention_mask = torch.cat([attention_mask, attention_mask.new_ones((B, 1))], dim=-1)

@@ -114,6 +114,7 @@ fn coverage_correction(desc: &ModelDesc, f: WeightFormat, cov: &QuantCoverage) -
             }
         }
         match &l.mlp {
+            Mlp::None => {}
             Mlp::Dense(d) => {
                 for s in d.linears(h) {
                     if role_off(&c.mlp, s.role) {

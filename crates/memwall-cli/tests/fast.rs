@@ -171,6 +171,7 @@ fn shrink(m: &mut ModelDesc, hidden: u64, vocab: u64, seed: u64) {
             *w = (*w).min(48 + seed);
         }
         match &mut l.mlp {
+            Mlp::None => {}
             Mlp::Dense(d) => d.intermediate = 3 * hidden + 16 * seed,
             Mlp::Moe(moe) => {
                 moe.num_experts = 4 + seed % 5;

@@ -5,6 +5,7 @@
 //! generically. The field comments name the Hugging Face modules they stand for.
 
 use crate::error::CoreError;
+pub use crate::mixer::{Mamba2, Mixer};
 use serde::Serialize;
 
 /// Normalisation layer kind.
@@ -358,6 +359,8 @@ pub enum Mlp {
     Dense(DenseMlp),
     /// Mixture of experts.
     Moe(MoeMlp),
+    /// No feed-forward block: the layer is its norm and token mixer only (`Mamba2Block`).
+    None,
 }
 
 impl Mlp {
@@ -366,6 +369,7 @@ impl Mlp {
         match self {
             Mlp::Dense(d) => d.params(hidden),
             Mlp::Moe(m) => m.params(hidden),
+            Mlp::None => 0,
         }
     }
 }
@@ -404,6 +408,15 @@ pub struct LayerSpec {
     /// alive during the MLP (`GPT2Block.forward` keeps `attn_output`; Llama-style layers rebind
     /// `hidden_states` and free it).
     pub attn_output_outlives_mlp: bool,
+    /// Token mixer: the `attention` block above, or a state-space mixer that replaces it
+    /// (`crate::mixer`). Omitted from serialised output for attention layers.
+    #[serde(skip_serializing_if = "Mixer::is_attention")]
+    pub mixer: Mixer,
+    /// Each sub-block's output is multiplied by a scalar before its residual add (Granite's
+    /// `residual + hidden_states * residual_multiplier`): one more `[tokens, hidden]` tensor per
+    /// sub-block. Omitted from serialised output when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub residual_scaled: bool,
 }
 
 impl LayerSpec {
@@ -419,7 +432,36 @@ impl LayerSpec {
         .flatten()
         .map(Norm::params)
         .sum();
-        norms + self.attention.params(hidden) + self.mlp.params(hidden)
+        let mixer = match &self.mixer {
+            Mixer::Attention => self.attention.params(hidden),
+            Mixer::Mamba2(m) => m.params(hidden),
+        };
+        norms + mixer + self.mlp.params(hidden)
+    }
+
+    /// The layer's attention block, `None` when its token mixer is not attention (a
+    /// state-space layer, whose `attention` field is unused).
+    pub fn attention_block(&self) -> Option<&Attention> {
+        match self.mixer {
+            Mixer::Attention => Some(&self.attention),
+            Mixer::Mamba2(_) => None,
+        }
+    }
+
+    /// The layer's Mamba-2 mixer, if it has one.
+    pub fn mamba2(&self) -> Option<&Mamba2> {
+        match &self.mixer {
+            Mixer::Mamba2(m) => Some(m),
+            Mixer::Attention => None,
+        }
+    }
+
+    /// The projections of the token mixer, in forward order.
+    pub fn mixer_linears(&self, hidden: u64) -> Vec<LinearShape> {
+        match &self.mixer {
+            Mixer::Attention => self.attention.linears(hidden),
+            Mixer::Mamba2(m) => m.linears(hidden),
+        }
     }
 }
 
@@ -464,6 +506,15 @@ pub struct Head {
     pub bias: bool,
     /// Gemma 2 `final_logit_softcapping`.
     pub logit_softcap: Option<f64>,
+    /// The model's forward upcasts the logits itself (`lm_head(...).float()` in
+    /// `Mamba2ForCausalLM.forward`): the low-precision logits are a temporary and the fp32 copy
+    /// is what the loss reads and the output holds. Omitted from serialised output when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub logits_fp32: bool,
+    /// The model divides its logits by a scalar (Granite `logits / logits_scaling`): a new
+    /// logits tensor replaces the LM head's output. Omitted from serialised output when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub logits_scaled: bool,
 }
 
 /// A whole decoder-only causal LM.
@@ -554,6 +605,10 @@ pub enum LinearRole {
     GateUp,
     /// MLP down projection (plain MLPs: the second linear).
     Down,
+    /// State-space mixer input projection (Mamba `in_proj`).
+    SsmIn,
+    /// State-space mixer output projection (Mamba `out_proj`).
+    SsmOut,
 }
 
 /// Parameter counts by component, as transformers instantiates them.
@@ -656,6 +711,8 @@ pub(crate) mod tests {
                 rope_concat: false,
             },
             attn_output_outlives_mlp: false,
+            mixer: Mixer::Attention,
+            residual_scaled: false,
             mlp: Mlp::Dense(DenseMlp {
                 intermediate: 11008,
                 gated: true,
@@ -682,6 +739,8 @@ pub(crate) mod tests {
                 tied: false,
                 bias: false,
                 logit_softcap: None,
+                logits_fp32: false,
+                logits_scaled: false,
             },
             dropout: Dropout::default(),
             linear_names: vec![],

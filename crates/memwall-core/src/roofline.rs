@@ -634,6 +634,65 @@ pub fn decode_compute_bound_batch(
     Ok(Some(hi))
 }
 
+/// A Mamba-2 mixer: `in_proj` and `out_proj` GEMMs (column- and row-split under TP, as vLLM's
+/// `MambaMixer2` does), the depthwise convolution, and the SSD chunked scan as one fused op.
+/// Scan FLOPs per token and head, after Dao & Gu 2024 (Mamba-2, §6 "SSD algorithm"): the
+/// intra-chunk scores `C·Bᵀ` and their product with `x` (`2·L·N + 2·L·P` for chunk length
+/// `L`), the chunk states `B·x` and the state output `C·h` (`2·N·P` each). Bytes: `x`, `B`, `C`,
+/// `dt` in and `y` out (the kernel keeps the chunk states on chip). An estimate: no truth row
+/// times it.
+#[allow(clippy::too_many_arguments)]
+fn mamba2_ops(
+    acc: &mut Acc,
+    m: &crate::mixer::Mamba2,
+    rows: f64,
+    h: f64,
+    ab: f64,
+    wb: f64,
+    tp: f64,
+) {
+    for l in m.linears(h as u64) {
+        let (k, n) = match l.role {
+            LinearRole::SsmOut => (l.in_features as f64 / tp, l.out_features as f64),
+            _ => (l.in_features as f64, l.out_features as f64 / tp),
+        };
+        let name = if l.role == LinearRole::SsmOut {
+            "ssm.out_proj"
+        } else {
+            "ssm.in_proj"
+        };
+        acc.gemm(name, Some(l.role), rows, k, n, ab, wb);
+    }
+    let cd = m.conv_dim() as f64 / tp;
+    acc.elementwise(
+        "ssm.conv1d",
+        rows * cd,
+        2.0 * m.conv_kernel as f64 + 4.0,
+        1.0,
+        ab,
+    );
+    let heads = m.num_heads as f64 / tp;
+    let (l, n, p) = (m.chunk_size as f64, m.state_size as f64, m.head_dim as f64);
+    let flops = rows * heads * (2.0 * l * n + 2.0 * l * p + 4.0 * n * p);
+    let bytes = rows * (cd + m.intermediate as f64 / tp) * ab;
+    acc.record(
+        "ssm.scan",
+        OpKind::Elementwise,
+        true,
+        flops,
+        bytes,
+        2.0,
+        2.0,
+    );
+    acc.elementwise(
+        "ssm.gated_norm",
+        rows * m.intermediate as f64 / tp,
+        8.0,
+        2.0,
+        ab,
+    );
+}
+
 #[allow(clippy::too_many_arguments)]
 fn layer_ops(
     acc: &mut Acc,
@@ -657,6 +716,10 @@ fn layer_ops(
     .flatten()
     {
         acc.elementwise("norm", rows * h, norm_flops(n.kind), 1.0, ab);
+    }
+    if let Some(m) = layer.mamba2() {
+        mamba2_ops(acc, m, rows, h, ab, wb, tp);
+        return;
     }
     let a = &layer.attention;
     for l in a.linears(h as u64) {
@@ -738,6 +801,7 @@ fn layer_ops(
     );
     let _ = b;
     match &layer.mlp {
+        Mlp::None => {}
         Mlp::Dense(d) => {
             for l in d.linears(h as u64) {
                 let name = if l.role == LinearRole::Down {

@@ -134,6 +134,8 @@ impl ServePlan {
         self.groups
             .iter()
             .map(|g| match g.sliding_window {
+                // a state-space layer holds one state per request, whatever its length
+                _ if g.kind == crate::serve_ssm::KIND => 1,
                 Some(w) => {
                     let span = w
                         .saturating_sub(1)
@@ -164,6 +166,9 @@ pub fn plan(model: &ModelDesc, cfg: &ServeConfig) -> Result<ServePlan, CoreError
             "the model config must describe at least one decoder layer",
         )
     })?;
+    if model.layers.iter().any(|l| l.attention_block().is_none()) {
+        return crate::serve_ssm::plan(model, cfg);
+    }
     // vLLM requires the attention heads to split evenly over the ranks
     // (config.py ModelConfig.verify_with_parallel_config)
     let heads = first.attention.num_heads();
@@ -369,10 +374,11 @@ pub fn weights_bytes_per_rank_in(
         }
     };
     for l in &model.layers {
-        for s in l.attention.linears(h) {
+        for s in l.mixer_linears(h) {
             add(s.out_features, s.in_features, 1);
         }
         match &l.mlp {
+            Mlp::None => {}
             Mlp::Dense(d) => {
                 for s in d.linears(h) {
                     add(s.out_features, s.in_features, 1);
@@ -452,6 +458,7 @@ pub fn estimate_activation_peak_bytes(
         .map(|l| match &l.mlp {
             Mlp::Dense(d) => d.intermediate * if d.gated { 2 } else { 1 },
             Mlp::Moe(x) => x.expert.intermediate * 2 * x.top_k,
+            Mlp::None => 0,
         })
         .max()
         .unwrap_or(0)

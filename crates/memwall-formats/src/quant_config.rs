@@ -451,7 +451,7 @@ impl QuantConfig {
                             }),
                         )
                     }
-                    Mlp::Dense(_) => (None, None),
+                    Mlp::Dense(_) | Mlp::None => (None, None),
                 };
                 LayerCoverage {
                     attention,

@@ -159,6 +159,29 @@ pub(crate) struct HfConfig {
     /// (`attn_logit_softcapping`, `final_logit_softcapping`).
     #[serde(skip)]
     pub explicit_nulls: Vec<String>,
+
+    // state-space mixers (Mamba2Config)
+    pub num_heads: Option<u64>,
+    pub state_size: Option<u64>,
+    pub n_groups: Option<u64>,
+    pub expand: Option<u64>,
+    pub conv_kernel: Option<u64>,
+    pub chunk_size: Option<u64>,
+    pub use_conv_bias: Option<bool>,
+    pub residual_in_fp32: Option<bool>,
+
+    // hybrid Mamba-2 + attention (GraniteMoeHybridConfig)
+    pub mamba_n_heads: Option<u64>,
+    pub mamba_d_head: Option<u64>,
+    pub mamba_d_state: Option<u64>,
+    pub mamba_n_groups: Option<u64>,
+    pub mamba_d_conv: Option<u64>,
+    pub mamba_expand: Option<u64>,
+    pub mamba_chunk_size: Option<u64>,
+    pub mamba_conv_bias: Option<bool>,
+    pub mamba_proj_bias: Option<bool>,
+    pub shared_intermediate_size: Option<u64>,
+    pub position_embedding_type: Option<String>,
 }
 
 /// A nested config object (`text_config`), as found.

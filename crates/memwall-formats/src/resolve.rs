@@ -5,7 +5,7 @@ use crate::error::FormatError;
 use crate::raw::HfConfig;
 use memwall_core::model::{
     Activation, Attention, AttentionKind, DenseMlp, Dropout, EagerStyle, Embeddings, Head,
-    LayerSpec, LinearRole, Mlp, ModelDesc, Norm, NormKind, QkNormScope, Residual,
+    LayerSpec, LinearRole, Mixer, Mlp, ModelDesc, Norm, NormKind, QkNormScope, Residual,
 };
 
 /// Upper bounds on sizes. They are far above any published model (the largest hidden size in
@@ -401,6 +401,8 @@ pub(crate) fn layer(norm: Norm, place: NormPlacement, attention: Attention, mlp:
         attention,
         mlp,
         attn_output_outlives_mlp: false,
+        mixer: Mixer::Attention,
+        residual_scaled: false,
     }
 }
 
@@ -432,6 +434,8 @@ pub(crate) fn head(final_norm: Option<Norm>, tied: bool, logit_softcap: Option<f
         tied,
         bias: false,
         logit_softcap,
+        logits_fp32: false,
+        logits_scaled: false,
     }
 }
 

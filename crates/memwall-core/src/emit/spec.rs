@@ -156,7 +156,7 @@ impl ModelShape {
         });
         let ffn_hidden_size = uniform(&|l| match &l.mlp {
             Mlp::Dense(d) => Some(d.intermediate),
-            Mlp::Moe(_) => None,
+            Mlp::Moe(_) | Mlp::None => None,
         });
         let moe_layers = model
             .layers
@@ -175,7 +175,7 @@ impl ModelShape {
         let (gated, activation) = match first.map(|l| &l.mlp) {
             Some(Mlp::Dense(d)) => (d.gated, d.act),
             Some(Mlp::Moe(m)) => (m.expert.gated, m.expert.act),
-            None => (false, Activation::Gelu),
+            Some(Mlp::None) | None => (false, Activation::Gelu),
         };
         let rms_norm = first
             .and_then(|l| l.attn_norm.or(l.mlp_norm))
@@ -185,6 +185,7 @@ impl ModelShape {
                 || match &l.mlp {
                     Mlp::Dense(d) => d.bias,
                     Mlp::Moe(m) => m.expert.bias,
+                    Mlp::None => false,
                 }
         });
         let p = |x: f64| if dropout { x } else { 0.0 };

@@ -95,6 +95,8 @@ fn layer_activation_per_token(
     };
     split += match &l.mlp {
         Mlp::Dense(d) => dense_mlp(d),
+        // no feed-forward block (state-space layers are refused before this, see `mixer`)
+        Mlp::None => 0,
         Mlp::Moe(m) => {
             // each token's hidden state is dispatched to top-k experts: k copies of the expert
             // input plus each expert's intermediates; router logits/probs in fp32
@@ -122,6 +124,13 @@ pub(crate) fn simulate(
     );
     let v = u128::from(layout.virtual_stages);
     let n_layers = model.layers.len() as u128;
+    if model.layers.iter().any(|l| l.attention_block().is_none()) {
+        // the formulas below (Korthikanti et al. 2022) describe attention + MLP layers only
+        return Err(CoreError::invalid(
+            "layout",
+            "tensor/pipeline-parallel layouts (Megatron-LM) of models with state-space layers are not modelled; use a data-parallel layout (ddp, fsdp2, zero) or a single GPU",
+        ));
+    }
     if !n_layers.is_multiple_of(p * v) {
         return Err(CoreError::invalid(
             "pp",
@@ -208,7 +217,7 @@ pub(crate) fn simulate(
                 .sum();
             let moe_experts = match &l.mlp {
                 Mlp::Moe(mm) => u128::from(mm.num_experts) * mm.expert.params(model.hidden_size),
-                Mlp::Dense(_) => 0,
+                Mlp::Dense(_) | Mlp::None => 0,
             };
             replicated += n * norms;
             experts += n * moe_experts;

@@ -280,7 +280,7 @@ fn layouts(model: &ModelDesc, r: &PlanRequest) -> Vec<Option<Layout>> {
         .iter()
         .filter_map(|l| match &l.mlp {
             Mlp::Moe(m) => Some(m.num_experts),
-            Mlp::Dense(_) => None,
+            Mlp::Dense(_) | Mlp::None => None,
         })
         .max();
     let tps: Vec<u64> = powers_of_two_up_to(r.gpus_per_node.min(r.gpus).min(8)).collect();

@@ -33,7 +33,7 @@ fn layer_params(model: &ModelDesc, i: usize) -> (f64, f64) {
     let all = l.params(h) as f64;
     let expert = match &l.mlp {
         Mlp::Moe(m) => (m.num_experts as f64) * m.expert.params(h) as f64,
-        Mlp::Dense(_) => 0.0,
+        Mlp::Dense(_) | Mlp::None => 0.0,
     };
     (all - expert, expert)
 }

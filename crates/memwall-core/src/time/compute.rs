@@ -214,6 +214,7 @@ impl ComputeContext<'_> {
             gated: self.model.layers.iter().any(|l| match &l.mlp {
                 crate::model::Mlp::Dense(d) => d.gated,
                 crate::model::Mlp::Moe(m) => m.expert.gated,
+                crate::model::Mlp::None => false,
             }),
         };
         let mut layers = vec![LayerCost::default(); self.model.layers.len()];

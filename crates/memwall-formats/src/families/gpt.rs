@@ -8,8 +8,8 @@ use crate::resolve::{
     AttnOpts, Ctx, Heads, Parts,
 };
 use memwall_core::model::{
-    Attention, Dropout, EagerStyle, Embeddings, LayerSpec, LinearRole, Mlp, ModelDesc, NormKind,
-    Residual,
+    Attention, Dropout, EagerStyle, Embeddings, LayerSpec, LinearRole, Mixer, Mlp, ModelDesc,
+    NormKind, Residual,
 };
 
 /// One LayerNorm-ed layer with the given wiring.
@@ -30,6 +30,8 @@ fn ln_layer(
         attention,
         mlp,
         attn_output_outlives_mlp: false,
+        mixer: Mixer::Attention,
+        residual_scaled: false,
     }
 }
 
@@ -99,6 +101,8 @@ pub(crate) fn gpt2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> 
     let layer = LayerSpec {
         // modeling_gpt2.py GPT2Block.forward: `attn_output` stays bound until the block returns
         attn_output_outlives_mlp: true,
+        mixer: Mixer::Attention,
+        residual_scaled: false,
         ..ln_layer(
             hidden,
             (true, true),

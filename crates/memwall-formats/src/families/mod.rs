@@ -5,7 +5,9 @@ mod common;
 mod deepseek;
 mod gemma;
 mod gpt;
+mod granite_hybrid;
 mod llama;
+mod ssm;
 
 use crate::error::FormatError;
 use crate::raw::HfConfig;
@@ -25,7 +27,9 @@ const REGISTRY: &[(&str, Normaliser)] = &[
     ("gemma3_text", gemma::gemma3_text),
     ("gpt2", gpt::gpt2),
     ("gpt_neox", gpt::gpt_neox),
+    ("granitemoehybrid", granite_hybrid::granitemoehybrid),
     ("llama", llama::llama),
+    ("mamba2", ssm::mamba2),
     ("mistral", llama::mistral),
     ("mixtral", llama::mixtral),
     ("olmo2", llama::olmo2),
@@ -48,7 +52,9 @@ pub(crate) const SUPPORTED: &[&str] = &[
     "gemma3_text",
     "gpt2",
     "gpt_neox",
+    "granitemoehybrid",
     "llama",
+    "mamba2",
     "mistral",
     "mixtral",
     "olmo2",

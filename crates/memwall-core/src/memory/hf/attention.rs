@@ -664,6 +664,11 @@ impl Builder<'_> {
     /// boolean `[1, 1, q, kv]` by broadcasting the index comparison and only `expand`s it to the
     /// batch (a view), since no padding mask is passed.
     pub(super) fn causal_mask(&mut self, q_len: u128, kv_len: u128) -> Option<TensorId> {
+        // a model without attention layers builds none (Mamba2Model only makes the 2-D padding
+        // mask of `create_recurrent_attention_mask`, None without padding)
+        if !self.any_layer(|l| l.attention_block().is_some()) {
+            return None;
+        }
         match self.mode.attention() {
             AttentionImpl::Eager => {
                 // Models that mix sliding-window and full layers (Gemma 2/3) build one mask per

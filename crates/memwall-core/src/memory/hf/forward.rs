@@ -85,6 +85,10 @@ impl Builder<'_> {
     ) -> TensorId {
         self.cur_layer = idx;
         let spec = *self.spec(idx);
+        if let (Some(m), Mlp::None) = (spec.mamba2(), &spec.mlp) {
+            // `Mamba2Block`: norm, mixer, residual (fp32 under `residual_in_fp32`)
+            return self.mamba2_block(lp, x, x_size, &spec, m);
+        }
         let rows = self.tokens;
         let h = self.hidden;
         let p_drop = self.model.dropout.residual;
@@ -118,10 +122,15 @@ impl Builder<'_> {
                         (x, x_size)
                     }
                 };
-                let a = self.attention(n1, n1s, &spec.attention, lp, ckpt);
+                // the token mixer: attention, or a state-space mixer in its place
+                let a = match spec.mamba2() {
+                    Some(m) => self.mamba2_mixer(n1, n1s, lp, m),
+                    None => self.attention(n1, n1s, &spec.attention, lp, ckpt),
+                };
                 self.drop_(n1);
                 let (a, _) = post(self, a, self.compute_size, 1, spec.attn_post_norm);
                 let a = self.dropout(a, rows * h * self.compute_size, self.compute_size, p_drop);
+                let a = self.residual_scale(a, spec.residual_scaled);
                 let mut hdn = add(self, x, a, rs);
                 let kept_attn = if spec.attn_output_outlives_mlp {
                     Some(a)
@@ -144,10 +153,12 @@ impl Builder<'_> {
                 let m = match &spec.mlp {
                     Mlp::Dense(d) => self.dense_mlp(n2, n2s, rows, d, &lp.linears),
                     Mlp::Moe(moe) => self.moe_mlp(n2, n2s, lp, moe),
+                    Mlp::None => self.retain_id(n2),
                 };
                 self.drop_(n2);
                 let (m, _) = post(self, m, self.compute_size, 3, spec.mlp_post_norm);
                 let m = self.dropout(m, rows * h * self.compute_size, self.compute_size, p_drop);
+                let m = self.residual_scale(m, spec.residual_scaled);
                 let mut out = add(self, hdn, m, rs);
                 self.drop_(m);
                 self.drop_(hdn);
@@ -179,6 +190,7 @@ impl Builder<'_> {
                 let m = match &spec.mlp {
                     Mlp::Dense(d) => self.dense_mlp(n2, n2s, rows, d, &lp.linears),
                     Mlp::Moe(moe) => self.moe_mlp(n2, n2s, lp, moe),
+                    Mlp::None => self.retain_id(n2),
                 };
                 self.drop_(n2);
                 let am = add(self, m, a, self.compute_size);
@@ -190,6 +202,24 @@ impl Builder<'_> {
                 out
             }
         }
+    }
+
+    /// A sub-block's output times a scalar before its residual add (Granite
+    /// `hidden_states * self.residual_multiplier`: a new tensor, nothing saved since the factor
+    /// is a Python float); `x` when the layer has no such factor.
+    fn residual_scale(&mut self, x: TensorId, scaled: bool) -> TensorId {
+        if !scaled {
+            return x;
+        }
+        let y = self.op(
+            self.tokens * self.hidden * self.compute_size,
+            &[x],
+            &[],
+            &[],
+            &[],
+        );
+        self.drop_(x);
+        y
     }
 
     /// After the last decoder layer: the causal mask and the kept block outputs go, then the
@@ -216,14 +246,25 @@ impl Builder<'_> {
             }
             _ => (x, xsize),
         };
-        match self.projections {
+        let (fx, fs) = match self.projections {
             Some((_, pout)) => {
                 let (y, ys) = self.linear(fx, fs, rows, pout);
                 self.drop_(fx);
                 (y, ys)
             }
             None => (fx, fs),
+        };
+        if !self.amp && fs != self.param_size {
+            // an fp32 residual stream (`residual_in_fp32`) meets a low-precision head:
+            // `self.lm_head(hidden_states.to(self.lm_head.weight.dtype))` (Mamba2ForCausalLM)
+            let y = self.cast(
+                fx,
+                rows * u128::from(self.model.embeddings.dim) * self.param_size,
+            );
+            self.drop_(fx);
+            return (y, self.param_size);
         }
+        (fx, fs)
     }
 
     /// The LM head as a linear layer: its own weight, or the tied input embedding.

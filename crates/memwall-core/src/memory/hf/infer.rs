@@ -163,9 +163,9 @@ impl Builder<'_> {
         self.tokens = self.batch * q_len;
         let rows = self.tokens;
         let (mut x, xs) = self.embeddings();
-        if let Some(l) = self.model.layers.first() {
-            let dim = match l.attention.kind {
-                AttentionKind::Standard { .. } => l.attention.rotary_dim.map_or(0, u128::from),
+        if let Some(a) = self.model.layers.iter().find_map(|l| l.attention_block()) {
+            let dim = match a.kind {
+                AttentionKind::Standard { .. } => a.rotary_dim.map_or(0, u128::from),
                 AttentionKind::Mla {
                     qk_rope_head_dim, ..
                 } => u128::from(qk_rope_head_dim),
@@ -187,11 +187,13 @@ impl Builder<'_> {
                 .max()
                 .unwrap_or(0);
         let mask = self.causal_mask(q_len, kv_total);
+        let mut xs = xs;
         for i in 0..self.n_layers() {
             self.seg(Some(i), SegKind::Forward);
             let y = self.layer(i, x, xs, false);
             self.drop_(x);
             x = y;
+            xs = self.layer_out_size(i, xs);
         }
         self.seg(None, SegKind::Fixed);
         let (fx, fs) = self.body_tail(x, xs, rows, mask);
@@ -201,6 +203,18 @@ impl Builder<'_> {
         let c = self.compute_size;
         let (mut logits, _) = self.linear(fx, fs, self.batch, head);
         self.drop_(fx);
+        if self.model.head.logits_fp32 && c != 4 {
+            // `lm_head(...).float()` in the model's forward (Mamba2ForCausalLM)
+            let l32 = self.cast(logits, self.batch * v * 4);
+            self.drop_(logits);
+            logits = l32;
+        }
+        if self.model.head.logits_scaled {
+            // Granite: `logits / self.config.logits_scaling`, a new tensor
+            let d = self.op(self.batch * v * c, &[logits], &[], &[], &[]);
+            self.drop_(logits);
+            logits = d;
+        }
         if self.model.head.logit_softcap.is_some() {
             let d = self.op(self.batch * v * c, &[logits], &[], &[], &[]);
             self.drop_(logits);
@@ -277,7 +291,11 @@ impl Builder<'_> {
                 for i in 0..self.cache.len() {
                     self.seg(Some(i), SegKind::CacheJump);
                     if let Some((k, v, kept)) = self.cache[i] {
-                        let full = self.spec(i).attention.sliding_window.is_none();
+                        // state-space layers keep a fixed-size state: nothing grows
+                        let full = self
+                            .spec(i)
+                            .attention_block()
+                            .is_some_and(|a| a.sliding_window.is_none());
                         if full && kept < before_last {
                             let (kb, vb) = (self.t.bytes(k), self.t.bytes(v));
                             let nk = self.t.alloc(

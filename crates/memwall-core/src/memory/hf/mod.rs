@@ -15,6 +15,7 @@
 //! - `forward.rs`: embeddings, one decoder layer, the tail before the LM head;
 //! - `train.rs`: the training step (forward with loss, backward, optimizer);
 //! - `infer.rs`: `generate` (prefill, decode, the KV cache);
+//! - `ssm.rs`: state-space (Mamba-2) mixers and their fixed-size inference state;
 //! - `shard.rs`: the data-parallel sharding hooks (FSDP2, ZeRO, DDP).
 
 mod attention;
@@ -24,6 +25,7 @@ mod mlp;
 mod modules;
 mod params;
 mod shard;
+mod ssm;
 mod train;
 
 use super::dist_types::{ShardSim, Unit};
@@ -247,6 +249,8 @@ struct LayerParams {
     shared: Vec<(LinearRole, LinearP)>,
     shared_gate: Option<LinearP>,
     mla_norms: Vec<P>,
+    /// State-space mixer parameters other than its projections (`ssm.rs`).
+    ssm: Vec<P>,
 }
 
 impl<'a> Builder<'a> {

@@ -14,12 +14,18 @@ fn is_lora_target(model: &ModelDesc, lora: Option<&Lora>, role: LinearRole) -> b
 }
 
 impl Builder<'_> {
-    fn new_param(&mut self, numel: u128, trainable_base: bool) -> P {
+    pub(super) fn new_param(&mut self, numel: u128, trainable_base: bool) -> P {
         self.new_matrix(numel, 0, 1, trainable_base)
     }
 
     /// A parameter of shape [.., rows, cols] (`rows == 0` for a vector).
-    fn new_matrix(&mut self, numel: u128, rows: u128, cols: u128, trainable_base: bool) -> P {
+    pub(super) fn new_matrix(
+        &mut self,
+        numel: u128,
+        rows: u128,
+        cols: u128,
+        trainable_base: bool,
+    ) -> P {
         let trainable = trainable_base && self.mode.lora().is_none() && !self.mode.is_infer();
         let id = self.t.param(numel * self.param_size, trainable);
         let unit = self.train.cur_unit;
@@ -107,7 +113,7 @@ impl Builder<'_> {
         p
     }
 
-    fn new_linear(
+    pub(super) fn new_linear(
         &mut self,
         role: Option<LinearRole>,
         in_f: u128,
@@ -224,7 +230,7 @@ impl Builder<'_> {
                 let n_layers = self.model.layers.len() as u128;
                 let n_expert = (0..self.n_layers()).find_map(|i| match &self.spec(i).mlp {
                     Mlp::Moe(m) => Some(u128::from(m.num_experts)),
-                    Mlp::Dense(_) => None,
+                    Mlp::Dense(_) | Mlp::None => None,
                 });
                 // llama.cpp's LLM_TYPE_70B bump: 80-layer models of hidden 8192
                 let is_70b = n_layers == 80 && self.model.hidden_size == 8192;
@@ -330,9 +336,18 @@ impl Builder<'_> {
                 lp.norms[i] = Some(self.new_norm(n));
             }
         }
+        if let Some(m) = l.mamba2() {
+            self.mamba2_params(m, &mut lp);
+        }
         let a = &l.attention;
-        // shapes come from the model description, the one place they are defined
-        for shape in a.linears(self.model.hidden_size) {
+        // shapes come from the model description, the one place they are defined (a layer
+        // whose mixer is not attention has none here)
+        let attn_linears = if l.attention_block().is_some() {
+            a.linears(self.model.hidden_size)
+        } else {
+            Vec::new()
+        };
+        for shape in attn_linears {
             let lin = self.new_linear(
                 Some(shape.role),
                 u128::from(shape.in_features),
@@ -341,7 +356,11 @@ impl Builder<'_> {
             );
             lp.linears.push((shape.role, lin));
         }
-        let norm_dims = a.norm_dims();
+        let norm_dims = if l.attention_block().is_some() {
+            a.norm_dims()
+        } else {
+            Vec::new()
+        };
         match a.kind {
             AttentionKind::Standard { .. } => {
                 if let [q, k] = norm_dims[..] {
@@ -359,6 +378,7 @@ impl Builder<'_> {
             }
         }
         match &l.mlp {
+            Mlp::None => {}
             Mlp::Dense(d) => {
                 let ls = self.mlp_params(d);
                 lp.linears.extend(ls);

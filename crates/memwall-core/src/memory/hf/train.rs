@@ -25,9 +25,9 @@ impl Builder<'_> {
         self.unit_pre_forward(0);
         let (mut x, xs) = self.embeddings();
         // rotary cos/sin tables, [B, S, rotary_dim] in the compute dtype (fp32 under autocast)
-        if let Some(l) = self.model.layers.first() {
-            let dim = match l.attention.kind {
-                AttentionKind::Standard { .. } => l.attention.rotary_dim.map_or(0, u128::from),
+        if let Some(a) = self.model.layers.iter().find_map(|l| l.attention_block()) {
+            let dim = match a.kind {
+                AttentionKind::Standard { .. } => a.rotary_dim.map_or(0, u128::from),
                 AttentionKind::Mla {
                     qk_rope_head_dim, ..
                 } => u128::from(qk_rope_head_dim),
@@ -72,7 +72,7 @@ impl Builder<'_> {
             self.mark(Marker::PreBackward(i + 1));
             self.drop_(x);
             x = y;
-            xsize = if self.amp { 4 } else { xsize };
+            xsize = self.layer_out_size(i, xsize);
         }
         self.seg(None, SegKind::Fixed);
         let (fx, fs) = self.body_tail(x, xsize, rows, mask);
@@ -108,6 +108,20 @@ impl Builder<'_> {
         let c = self.compute_size;
         let (mut logits, _) = self.linear(fx, fs, rows, head);
         self.drop_(fx);
+        let upcast = self.model.head.logits_fp32 && c != 4;
+        if upcast {
+            // `lm_head(...).float()` in the model's forward (Mamba2ForCausalLM): the
+            // low-precision logits are a temporary, the fp32 ones are the output
+            let l32 = self.cast(logits, rows * v * 4);
+            self.drop_(logits);
+            logits = l32;
+        }
+        if self.model.head.logits_scaled {
+            // Granite: `logits = logits / self.config.logits_scaling`, a new tensor
+            let d = self.op(rows * v * c, &[logits], &[], &[], &[]);
+            self.drop_(logits);
+            logits = d;
+        }
         if self.model.head.logit_softcap.is_some() {
             // Gemma 2: logits / cap; tanh; * cap (modeling_gemma2.py)
             let d = self.op(rows * v * c, &[logits], &[], &[], &[]);
@@ -145,7 +159,7 @@ impl Builder<'_> {
         let c = self.compute_size;
         // ForCausalLMLoss (transformers loss/loss_utils.py): logits.float(), then
         // cross_entropy = log_softmax (fp32 output saved) + nll_loss.
-        let lf = if c != 4 {
+        let lf = if c != 4 && !upcast {
             self.cast(logits, rows * v * 4)
         } else {
             logits

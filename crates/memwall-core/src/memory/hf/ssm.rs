@@ -1,0 +1,438 @@
+//! State-space layers: `Mamba2Block` and `Mamba2Mixer` (transformers 5.23
+//! `models/mamba2/modeling_mamba2.py`) on the path transformers takes without the
+//! `mamba_ssm` / `causal_conv1d` kernels — `causal_conv1d_fn`'s `F.conv1d` fallback and the
+//! chunked scan `mamba2_chunk_scan` in training and prefill, `causal_conv1d_update` and
+//! `mamba2_selective_state_update` in decode. That is what the fake-tensor truth harness runs
+//! (the kernels need CUDA); `docs/ssm.md` says what the CUDA kernels allocate instead.
+//!
+//! The projections (`in_proj`, `out_proj`) and the block's norm and residual are ordinary
+//! modules replayed op by op. Between the projections — convolution, scan and gated norm — the
+//! mixer runs about a hundred tensor ops (einsums that copy their operands into `bmm` layouts,
+//! segment sums over `[chunk, chunk]` blocks, fp32 casts); they are replayed as one composite
+//! autograd node whose bytes come from the closed forms below. Each form lists the tensors of
+//! `torch_forward` / `mamba2_chunk_scan` (in source order) that are alive at that instant; they
+//! were read off allocation traces of one mixer under `FakeTensorMode` (every storage
+//! allocation and free, `tools/truth/probes/mamba2_mixer.py`) and hold byte for byte there for
+//! batch 1–8, 1–4 chunks, padded and unpadded sequences, bf16 and fp32, Codestral's widths and
+//! odd test widths (the cases the closed forms do not cover are named where they apply).
+
+use super::{Builder, LayerParams};
+use crate::memory::timeline::{Category, Ids, Node, TensorId};
+use crate::mixer::Mamba2;
+use crate::model::{LayerSpec, LinearRole};
+
+/// The sizes of one mixer call (`b` sequences of `s` tokens), in elements.
+#[derive(Debug, Clone, Copy)]
+struct Scan {
+    b: u128,
+    s: u128,
+    /// tokens `b·s`
+    t: u128,
+    /// tokens after padding to whole chunks, `b·c·l`
+    tp: u128,
+    /// chunks `ceil(s / l)`
+    c: u128,
+    /// chunk length
+    l: u128,
+    /// heads
+    h: u128,
+    /// head dim
+    p: u128,
+    /// state size
+    n: u128,
+    /// groups
+    g: u128,
+    /// inner width `h·p`
+    i: u128,
+    /// convolution channels `i + 2·g·n`
+    cd: u128,
+    /// `in_proj` width `i + cd + h`
+    e: u128,
+    /// convolution kernel
+    k: u128,
+}
+
+/// fp32: the scan's `.float()` casts are copies in low precision and no-ops in fp32.
+const F: u128 = 4;
+
+impl Scan {
+    fn new(m: &Mamba2, b: u128, s: u128) -> Self {
+        let l = u128::from(m.chunk_size).max(1);
+        let c = s.div_ceil(l);
+        Scan {
+            b,
+            s,
+            t: b * s,
+            tp: b * c * l,
+            c,
+            l,
+            h: u128::from(m.num_heads),
+            p: u128::from(m.head_dim),
+            n: u128::from(m.state_size),
+            g: u128::from(m.n_groups),
+            i: u128::from(m.intermediate),
+            cd: u128::from(m.conv_dim()),
+            e: u128::from(m.in_proj_width()),
+            k: u128::from(m.conv_kernel),
+        }
+    }
+
+    /// Bytes autograd keeps after the mixer's forward, `in_proj`'s output included (it is
+    /// saved through its views), `out_proj`'s input excluded; `z` = bytes per element of the
+    /// projections' output.
+    fn saved(&self, z: u128) -> u128 {
+        let Scan {
+            b,
+            s,
+            t,
+            tp,
+            c,
+            l,
+            h,
+            p,
+            n,
+            g,
+            i,
+            cd,
+            e,
+            k,
+        } = *self;
+        let c1 = c + 1;
+        let mut v = t * e * z // zxbcdt (conv input, dt) 
+            + 2 * h * F // exp(A_log.float()) (saved by exp), A
+            + b * cd * (s + k - 1) * z // conv1d output, saved by silu through its [..., :s] view
+            + 2 * t * h * z // dt + dt_bias (softplus), softplus (clamp)
+            + t * i * F // hidden_states.float()
+            + tp * i * F // pad(x) for D_residual
+            + 2 * t * h * F // dt[..., None].float(), dt.float()
+            + tp * h * n * F // padded B, saved by B * decay_states
+            + 2 * l * l // segment_sum masks (bool)
+            + b * h * c * l * l * F // L = exp(segment_sum(A))
+            + 2 * tp * h * n * F // C and B copied into bmm layout (einsum bclhn,bcshn)
+            + 2 * b * c * h * l * l * F // G, M = G * L
+            + 2 * tp * i * F // x copy for Y_diag; C_times_states (saved by the decay product)
+            + tp * h * F // decay_states
+            + tp * h * n * F // B * decay_states
+            + tp * i * F // x copy for the chunk states
+            + b * c1 * h * p * n * F // cat([previous, states])
+            + 2 * c1 * c1 // chunk-level segment_sum masks
+            + b * h * c1 * c1 * F // decay_chunk
+            + tp * h * F // state_decay_out
+            + tp * h * n * F // C copy for C_times_states
+            + b * c * h * p * n * F // chunk states copy
+            + tp * i * F // y + D_residual
+            + 4 * t * i * F // gated norm: gate.float(), silu, x·silu, normalised groups
+            + t * g * F; // gated norm: rsqrt per group
+        if z == F {
+            // fp32: the casts of x, dt (twice) and the gate are the tensors themselves; the
+            // conv's silu output is saved instead (x is its view)
+            v = v + t * h * F + b * cd * s * F - 2 * t * i * F - 2 * t * h * F;
+        }
+        if c == 1 {
+            // one chunk: the einsum operands over chunk states are views, not copies
+            v -= b * c1 * h * p * n * F + b * c * h * p * n * F + tp * h * F + b * h * c1 * c1 * F;
+            if b > 1 {
+                v += tp * h * n * F;
+            }
+        }
+        v
+    }
+
+    /// Highest bytes alive during the mixer's forward above its input and `in_proj`'s output,
+    /// with autograd saving (at the contiguous copy of `Y_diag + Y_off`).
+    fn forward_peak(&self, z: u128) -> u128 {
+        let Scan {
+            b,
+            s,
+            t,
+            tp,
+            c,
+            l,
+            h,
+            p,
+            n,
+            cd,
+            i,
+            k,
+            ..
+        } = *self;
+        let c1 = c + 1;
+        let mut v = 2 * h * F
+            + b * cd * (s + k - 1) * z
+            + b * cd * s * z // silu output
+            + 3 * t * h * z // dt + bias, softplus, clamp
+            + t * i * F
+            + 3 * tp * i * F // pad for D, D_residual, padded x·dt
+            + 2 * t * h * F
+            + tp * h * F // padded A
+            + 2 * tp * h * n * F // padded B, C
+            + tp * h * F // A_cumsum
+            + 2 * l * l
+            + b * h * c * l * l * F // L
+            + 2 * tp * h * n * F // bmm copies of C, B
+            + 2 * b * c * h * l * l * F // G, M
+            + 2 * tp * i * F // x copy, Y_diag
+            + tp * h * F // decay_states
+            + tp * h * n * F // B_decay
+            + tp * i * F // x copy for states
+            + tp * h * n * F // B_decay copy
+            + b * h * p * n * F // zeros_like initial state
+            + b * c1 * h * p * n * F // cat
+            + 2 * c1 * c1
+            + b * h * c1 * c1 * F // decay_chunk
+            + b * h * c1 * p * n * F // new_states
+            + tp * h * F // state_decay_out
+            + tp * h * n * F // C copy
+            + b * c * h * p * n * F // states copy
+            + 4 * tp * i * F; // C_times_states, Y_off, Y_diag + Y_off, contiguous copy
+        if z == F {
+            v -= t * i * F + 2 * t * h * F;
+        }
+        v
+    }
+
+    /// Highest bytes alive during a forward that saves nothing (`torch.no_grad()`, or a
+    /// checkpointed layer's first pass): Python locals of `mamba2_chunk_scan` only, at the same
+    /// instant. Holds for one chunk too.
+    fn forward_peak_unsaved(&self, z: u128) -> u128 {
+        let Scan {
+            b,
+            s,
+            t,
+            tp,
+            c,
+            l,
+            h,
+            p,
+            n,
+            cd,
+            i,
+            ..
+        } = *self;
+        let c1 = c + 1;
+        h * F // A
+            + b * cd * s * z // conv output after silu (x, B, C are its views)
+            + t * h * z // dt after clamp
+            + 7 * tp * i * F // D_residual, padded x·dt, Y_diag, C_times_states, Y_off, sum, copy
+            + 4 * tp * h * F // padded A, A_cumsum, decay_states, state_decay_out
+            + 3 * tp * h * n * F // padded B and C, B_decay
+            + 3 * b * h * c * l * l * F // L, G, M
+            + b * h * p * n * F // initial state
+            + b * h * c1 * c1 * F // decay_chunk
+            + b * h * c1 * p * n * F // new_states (states and final_state are views)
+    }
+
+    /// Highest bytes of the mixer's backward between `out_proj`'s backward (its input's
+    /// gradient alive, `z` bytes per element) and `in_proj`'s, above what is alive when it
+    /// starts: the gated norm's backward in fp32 (`w` = bytes of the norm weight's gradient).
+    fn backward_peak(&self, z: u128, w: u128) -> u128 {
+        let Scan { t, i, g, .. } = *self;
+        // grad.float(), then x·silu(gate) and the normalised groups times the incoming
+        // gradient, pow and the division of rsqrt's backward, minus the freed bf16 gradient and
+        // rsqrt; the weight's gradient exists by then
+        (4 * t * i * F + i * w).saturating_sub(t * i * z + t * g * F)
+    }
+
+    /// Highest transient bytes of one decode step (`mamba2_selective_state_update`) above the
+    /// step's input and `in_proj`'s output: at `state * dA + dBx`.
+    fn decode_peak(&self, z: u128) -> u128 {
+        let Scan { b, h, p, n, cd, .. } = *self;
+        let state = b * h * p * n;
+        let mut v = h * F // A
+            + b * cd * z // conv update's output
+            + b * h * p * z // softplus(dt + dt_bias) expanded per channel
+            + 3 * state * F // dA = exp(dt·A), state·dA, the sum
+            + b * h * n * z // B expanded to the heads (contiguous)
+            + 2 * state * z; // dB = dt·B, dB·x
+        if z == F {
+            v -= state * F;
+        }
+        v
+    }
+}
+
+impl Builder<'_> {
+    /// The mixer's parameters as `Mamba2Mixer.__init__` registers them: `in_proj`, `out_proj`
+    /// (linears), then `conv1d.weight` `[conv_dim, 1, kernel]`, `conv1d.bias`, `dt_bias`,
+    /// `A_log`, `D` and the gated norm's weight.
+    pub(super) fn mamba2_params(&mut self, m: &Mamba2, lp: &mut LayerParams) {
+        for shape in m.linears(self.model.hidden_size) {
+            let lin = self.new_linear(
+                Some(shape.role),
+                u128::from(shape.in_features),
+                u128::from(shape.out_features),
+                shape.bias,
+            );
+            lp.linears.push((shape.role, lin));
+        }
+        let cd = u128::from(m.conv_dim());
+        let k = u128::from(m.conv_kernel);
+        let h = u128::from(m.num_heads);
+        lp.ssm.push(self.new_matrix(cd * k, cd, k, true));
+        if m.conv_bias {
+            lp.ssm.push(self.new_param(cd, true));
+        }
+        for _ in 0..3 {
+            lp.ssm.push(self.new_param(h, true));
+        }
+        lp.ssm
+            .push(self.new_param(u128::from(m.intermediate), true));
+    }
+
+    /// `Mamba2Block.forward`: `norm(x.to(norm.weight.dtype))`, the mixer, and
+    /// `residual + out` with the residual upcast to fp32 under `residual_in_fp32` (so the
+    /// residual stream is fp32 from the first block on). Returns the output, whose bytes per
+    /// element [`Builder::layer_out_size`] gives.
+    pub(super) fn mamba2_block(
+        &mut self,
+        lp: &LayerParams,
+        x: TensorId,
+        x_size: u128,
+        spec: &LayerSpec,
+        m: &Mamba2,
+    ) -> TensorId {
+        let rows = self.tokens;
+        let h = self.hidden;
+        let s = self.param_size;
+        let xin = if x_size != s {
+            self.cast(x, rows * h * s)
+        } else {
+            self.retain_id(x)
+        };
+        let (n, ns) = match (spec.attn_norm, lp.norms[0]) {
+            (Some(nm), Some(p)) => self.norm(xin, s, rows, &nm, p),
+            _ => (self.retain_id(xin), s),
+        };
+        self.drop_(xin);
+        let (res, res_size) = if m.residual_in_fp32 && x_size != F {
+            (self.cast(x, rows * h * F), F)
+        } else {
+            (self.retain_id(x), x_size)
+        };
+        let y = self.mamba2_mixer(n, ns, lp, m);
+        self.drop_(n);
+        let out = self.op(
+            rows * h * res_size.max(self.compute_size),
+            &[res, y],
+            &[],
+            &[],
+            &[],
+        );
+        self.drop_(res);
+        self.drop_(y);
+        out
+    }
+
+    /// Bytes per element of a block's output given its input's (fp32 once `residual_in_fp32`
+    /// upcast the residual; the parameters' dtype or fp32 under autocast otherwise).
+    /// Attention layers keep their input's (fp32 under autocast).
+    pub(super) fn layer_out_size(&self, slot: usize, x_size: u128) -> u128 {
+        if self.amp || self.spec(slot).mamba2().is_some_and(|m| m.residual_in_fp32) {
+            F
+        } else {
+            x_size
+        }
+    }
+
+    /// `Mamba2Mixer.torch_forward`: `in_proj`, the convolution + scan + gated norm composite,
+    /// `out_proj(scan_output.to(dtype))`.
+    pub(super) fn mamba2_mixer(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        lp: &LayerParams,
+        m: &Mamba2,
+    ) -> TensorId {
+        let rows = self.tokens;
+        let lin = |role: LinearRole| {
+            lp.linears
+                .iter()
+                .find(|(r, _)| *r == role)
+                .map_or_else(super::lin_zero, |(_, l)| *l)
+        };
+        let (zx, zs) = self.linear(x, x_size, rows, lin(LinearRole::SsmIn));
+        let inner = self.mamba2_inner(zx, zs, x_size, lp, m);
+        self.drop_(zx);
+        let (y, _) = self.linear(inner, x_size, rows, lin(LinearRole::SsmOut));
+        self.drop_(inner);
+        y
+    }
+
+    /// Convolution, scan and gated norm between the projections, as one node: returns the
+    /// gated norm's output cast to the mixer input's dtype (`out_proj`'s input).
+    fn mamba2_inner(
+        &mut self,
+        zx: TensorId,
+        zs: u128,
+        out_size: u128,
+        lp: &LayerParams,
+        m: &Mamba2,
+    ) -> TensorId {
+        let d = Scan::new(m, self.batch, self.seq);
+        let out_bytes = d.t * d.i * out_size;
+        if self.mode.is_infer() {
+            return self.mamba2_infer(zx, zs, out_bytes, &d);
+        }
+        let params: Vec<TensorId> = lp.ssm.iter().map(|p| p.id).collect();
+        let rg = self.rg(zx) || params.iter().any(|&p| self.t.requires_grad(p));
+        if !self.t.recording {
+            // a checkpointed layer's first pass: nothing is saved
+            self.t
+                .transient(d.forward_peak_unsaved(zs), Category::Activations);
+            return self.act(out_bytes, rg);
+        }
+        let extra = d.saved(zs).saturating_sub(d.t * d.e * zs);
+        let kept = self.act(extra, false);
+        self.t.transient(
+            d.forward_peak(zs).saturating_sub(extra),
+            Category::Activations,
+        );
+        let out = self.act(out_bytes, rg);
+        if rg {
+            let param_grads: u128 = lp
+                .ssm
+                .iter()
+                .filter(|p| self.trainable(p))
+                .map(|p| p.numel * self.param_size)
+                .sum();
+            let temps = d
+                .backward_peak(out_size, self.param_size)
+                .saturating_sub(d.t * d.e * zs + param_grads);
+            self.t.record(Node {
+                saved: Ids::of(&[zx, kept]),
+                inputs: Ids::of(&[zx]),
+                params: Ids::of(&params),
+                outputs: Ids::of(&[out]),
+                backward_temps: temps,
+                ..Node::default()
+            });
+        }
+        self.drop_(kept);
+        out
+    }
+
+    /// Inference: the prefill allocates the layer's fixed-size state (conv state
+    /// `[B, conv_dim, kernel]` in the projections' dtype, then the fp32 SSM state
+    /// `[B, H, head_dim, N]`, `LinearAttentionLayer.lazy_initialization` in transformers
+    /// `cache_utils.py`), decode steps update both in place.
+    fn mamba2_infer(&mut self, zx: TensorId, zs: u128, out_bytes: u128, d: &Scan) -> TensorId {
+        let _ = zx;
+        let layer = self.cur_layer;
+        let has_state = self.cache.get(layer).is_some_and(Option::is_some);
+        if has_state && d.s == 1 {
+            self.t.transient(d.decode_peak(zs), Category::Activations);
+        } else {
+            let conv = self.act(d.b * d.cd * d.k * zs, false);
+            self.t
+                .transient(d.forward_peak_unsaved(zs), Category::Activations);
+            let ssm = self.act(d.b * d.h * d.p * d.n * F, false);
+            if let Some(slot) = self.cache.get_mut(layer) {
+                if let Some((oc, os, _)) = slot.replace((conv, ssm, 0)) {
+                    self.t.release(oc);
+                    self.t.release(os);
+                }
+            }
+        }
+        self.act(out_bytes, false)
+    }
+}

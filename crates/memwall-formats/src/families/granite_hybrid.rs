@@ -1,0 +1,204 @@
+//! `granitemoehybrid` (`GraniteMoeHybridForCausalLM`, IBM Granite 4.0-H; transformers 5.23
+//! `models/granitemoehybrid/{configuration,modeling}_granitemoehybrid.py`): Mamba-2 layers
+//! and a few attention layers (`layer_types`), each followed by a shared MLP, with muP
+//! multipliers on the embeddings, every residual branch and the logits.
+//!
+//! `GraniteMoeHybridMambaLayer.forward` is `Mamba2Mixer.forward` line for line (same
+//! `mamba2_chunk_scan`), so its layers reuse [`Mixer::Mamba2`]. Routed experts
+//! (`num_local_experts > 0`, `GraniteMoeHybridMoE`: a top-k gate and `ParallelExperts`) are not
+//! modelled yet and are refused.
+
+use super::ssm::no_attention;
+use crate::error::FormatError;
+use crate::raw::HfConfig;
+use crate::resolve::{
+    activation, assemble, heads, limits::*, names, norm, token_embeddings, AttnOpts, Ctx,
+    HeadDimDefault, Parts,
+};
+use memwall_core::mixer::{Mamba2, Mixer};
+use memwall_core::model::{
+    DenseMlp, Dropout, Head, LayerSpec, LinearRole, Mlp, ModelDesc, NormKind, Residual,
+};
+
+/// `granitemoehybrid`. Defaults from `GraniteMoeHybridConfig`: vocab 32000, hidden 4096, 32
+/// layers, 32 heads, `shared_intermediate_size` 1024, `mamba_n_heads` 128, `mamba_d_state` 256,
+/// `mamba_n_groups` 1, `mamba_d_conv` 4, `mamba_expand` 2, chunk 256, conv bias, no projection
+/// bias, multipliers 1, no position embedding type (no RoPE), untied head, 8 routed experts.
+pub(crate) fn granitemoehybrid(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> {
+    let vocab = ctx.core(raw.vocab_size, "vocab_size", 32000, MAX_VOCAB)?;
+    let hidden = ctx.core(raw.hidden_size, "hidden_size", 4096, MAX_HIDDEN)?;
+    let layers = ctx.core(raw.num_hidden_layers, "num_hidden_layers", 32, MAX_LAYERS)?;
+    let num_heads = ctx.core(
+        raw.num_attention_heads,
+        "num_attention_heads",
+        32,
+        MAX_HEADS,
+    )?;
+    let experts = raw.num_local_experts.unwrap_or(8);
+    if experts > 0 {
+        return Err(FormatError::Unsupported {
+            field: ctx.field("num_local_experts"),
+            value: experts.to_string(),
+            reason: "granitemoehybrid's routed experts (GraniteMoeHybridMoE) are not modelled yet"
+                .into(),
+            hint: "the dense Granite 4.0-H models (num_local_experts = 0, e.g. granite-4.0-h-micro) are supported".into(),
+        });
+    }
+    let act_name = raw.hidden_act.as_deref().unwrap_or("silu");
+    let act = activation(ctx, "hidden_act", act_name)?;
+    // attention: q/k/v/o_proj with `attention_bias`; RoPE only with
+    // `position_embedding_type == "rope"` (GraniteMoeHybridModel.__init__)
+    let h = heads(
+        ctx,
+        hidden,
+        num_heads,
+        ("num_key_value_heads", raw.num_key_value_heads),
+        None,
+        HeadDimDefault::Derived,
+    )?;
+    let rope = raw.position_embedding_type.as_deref() == Some("rope");
+    let bias = raw.attention_bias.unwrap_or(false);
+    let attention = AttnOpts {
+        qkv_bias: bias,
+        o_bias: bias,
+        rotary_dim: rope.then_some(h.head_dim),
+        ..AttnOpts::rope(h.head_dim)
+    }
+    .build(h, None);
+    // Mamba-2 mixer (GraniteMoeHybridMambaLayer): `mamba_d_head` defaults to
+    // `mamba_expand · hidden / mamba_n_heads`; `validate_architecture` requires
+    // `mamba_d_head · mamba_n_heads == mamba_expand · hidden`
+    let m_heads = ctx.size(raw.mamba_n_heads, "mamba_n_heads", 128, MAX_HEADS)?;
+    let expand = ctx.size(raw.mamba_expand, "mamba_expand", 2, 64)?;
+    let intermediate = expand * hidden;
+    let d_head = match raw.mamba_d_head {
+        Some(d) => ctx.check(d, "mamba_d_head", MAX_HEAD_DIM)?,
+        None => intermediate / m_heads,
+    };
+    if d_head * m_heads != intermediate {
+        return Err(ctx.inconsistent(
+            &["mamba_d_head", "mamba_n_heads", "mamba_expand", "hidden_size"],
+            format!(
+                "{m_heads} heads × {d_head} ≠ mamba_expand × hidden_size = {intermediate}"
+            ),
+            "GraniteMoeHybridConfig.validate_architecture requires mamba_d_head * mamba_n_heads == mamba_expand * hidden_size",
+        ));
+    }
+    let n_groups = ctx.size(raw.mamba_n_groups, "mamba_n_groups", 1, MAX_HEADS)?;
+    if m_heads % n_groups != 0 {
+        return Err(ctx.inconsistent(
+            &["mamba_n_heads", "mamba_n_groups"],
+            format!("{n_groups} groups do not divide {m_heads} heads"),
+            "each group's B and C are shared by mamba_n_heads / mamba_n_groups heads",
+        ));
+    }
+    let mixer = Mamba2 {
+        num_heads: m_heads,
+        head_dim: d_head,
+        n_groups,
+        state_size: ctx.size(raw.mamba_d_state, "mamba_d_state", 256, 1 << 12)?,
+        conv_kernel: ctx.size(raw.mamba_d_conv, "mamba_d_conv", 4, 1 << 12)?,
+        intermediate,
+        chunk_size: ctx.size(raw.mamba_chunk_size, "mamba_chunk_size", 256, MAX_POSITIONS)?,
+        proj_bias: raw.mamba_proj_bias.unwrap_or(false),
+        conv_bias: raw.mamba_conv_bias.unwrap_or(true),
+        // GraniteMoeHybridDecoderLayer keeps the residual in the model dtype
+        residual_in_fp32: false,
+    };
+    // GraniteMoeHybridMLP (the shared MLP): `input_linear` (hidden → 2·I, no bias), chunk,
+    // act(first) · second, `output_linear`; the Phi-3 fused gate/up layout
+    let shared = DenseMlp {
+        intermediate: ctx.size(
+            raw.shared_intermediate_size,
+            "shared_intermediate_size",
+            1024,
+            MAX_INTERMEDIATE,
+        )?,
+        gated: true,
+        fused_gate_up: true,
+        bias: false,
+        act,
+    };
+    let rms = norm(NormKind::RmsNorm, hidden);
+    // the multipliers are applied whatever their value (`inputs_embeds * embedding_multiplier`,
+    // `residual + hidden_states * residual_multiplier`, `logits / logits_scaling`): each is a
+    // new tensor even at 1.0
+    let residual_scaled = true;
+    let types: Vec<String> = match &raw.layer_types {
+        // GraniteMoeHybridConfig: no layer_types = every layer Mamba
+        None => vec!["mamba".into(); usize::try_from(layers).unwrap_or(0)],
+        Some(t) => t.clone(),
+    };
+    if types.len() as u64 != layers {
+        return Err(ctx.inconsistent(
+            &["layer_types", "num_hidden_layers"],
+            format!("{} layer types for {layers} layers", types.len()),
+            "`layer_types` names the mixer of every layer, one entry per layer",
+        ));
+    }
+    let mut specs = Vec::with_capacity(types.len());
+    for t in &types {
+        let (attention, mixer) = match t.as_str() {
+            "mamba" | "linear_attention" => (no_attention(), Mixer::Mamba2(mixer)),
+            "attention" | "full_attention" => (attention, Mixer::Attention),
+            other => {
+                return Err(FormatError::Unsupported {
+                    field: ctx.field("layer_types"),
+                    value: format!("\"{other}\""),
+                    reason: "granitemoehybrid layers are \"mamba\" or \"attention\"".into(),
+                    hint: "use \"mamba\" or \"attention\"".into(),
+                })
+            }
+        };
+        specs.push(LayerSpec {
+            attn_norm: Some(rms),
+            attn_post_norm: None,
+            mlp_norm: Some(rms),
+            mlp_post_norm: None,
+            residual: Residual::Sequential,
+            attention,
+            mlp: Mlp::Dense(shared),
+            attn_output_outlives_mlp: false,
+            mixer,
+            residual_scaled,
+        });
+    }
+    let embeddings = token_embeddings(vocab, hidden, true);
+    assemble(
+        ctx,
+        "granitemoehybrid",
+        Parts {
+            hidden_size: hidden,
+            max_position_embeddings: ctx.size(
+                raw.max_position_embeddings,
+                "max_position_embeddings",
+                2048,
+                MAX_POSITIONS,
+            )?,
+            embeddings,
+            layers: specs,
+            head: Head {
+                final_norm: Some(rms),
+                tied: raw.tie_word_embeddings.unwrap_or(false),
+                bias: false,
+                logit_softcap: None,
+                logits_fp32: false,
+                logits_scaled: true,
+            },
+            dropout: Dropout {
+                attention: ctx.prob(raw.attention_dropout, "attention_dropout", 0.0)?,
+                ..Dropout::default()
+            },
+            linear_names: names(&[
+                (LinearRole::Q, "q_proj"),
+                (LinearRole::K, "k_proj"),
+                (LinearRole::V, "v_proj"),
+                (LinearRole::O, "o_proj"),
+                (LinearRole::GateUp, "input_linear"),
+                (LinearRole::Down, "output_linear"),
+                (LinearRole::SsmIn, "in_proj"),
+                (LinearRole::SsmOut, "out_proj"),
+            ]),
+        },
+    )
+}

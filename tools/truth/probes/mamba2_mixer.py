@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Probe one Mamba2Mixer (transformers 5.23, torch path) on fake tensors and check memwall's
+closed forms (crates/memwall-core/src/memory/hf/ssm.rs) against it.
+
+Every storage allocation and free inside the mixer is logged (a TorchDispatchMode registers each
+op's output storages, weakref finalizers log their frees); parameters are excluded. Modes:
+`train` (forward, ones_like grad, backward), `ckpt` (forward under saved_tensors_hooks that keep
+nothing: a checkpointed layer's first pass), `infer` (no_grad prefill with a DynamicCache, then
+one decode step).
+
+Usage:
+  python tools/truth/probes/mamba2_mixer.py B S MODE bf16|fp32 h,H,P,G,N,K,L   # print the trace
+  python tools/truth/probes/mamba2_mixer.py --check                            # closed forms vs traces
+"""
+import sys, weakref, torch, json, math
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from transformers import AutoConfig
+from transformers.models.mamba2.modeling_mamba2 import Mamba2Mixer
+
+def run(B, S, mode, dtype, dims):
+    h, H, P, G, N, K, L = dims
+    cfg = AutoConfig.for_model("mamba2", hidden_size=h, num_heads=H, head_dim=P, expand=(H*P)//h,
+        n_groups=G, state_size=N, conv_kernel=K, chunk_size=L, num_hidden_layers=1, vocab_size=10)
+    live, ev, cur = {}, [], [0]
+    def reg(t, op):
+        st = t.untyped_storage(); k = st._cdata
+        if k in live or k in params: return
+        n = st.nbytes(); live[k] = (n, tuple(t.shape)); cur[0] += n
+        ev.append(("+", op, n, cur[0], tuple(t.shape)))
+        def fin(k=k, n=n, op=op):
+            if live.pop(k, None) is not None:
+                cur[0] -= n; ev.append(("-", op, n, cur[0]))
+        weakref.finalize(st, fin)
+    class M(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor): reg(t, str(func.overloadpacket.__name__))
+            return out
+    with FakeTensorMode():
+        torch.set_default_dtype(dtype)
+        mx = Mamba2Mixer(cfg, 0)
+        torch.set_default_dtype(torch.float32)
+        params = {p.untyped_storage()._cdata for p in mx.parameters()}
+        if mode == "train":
+            mx.train()
+            x = torch.randn(B, S, h, dtype=dtype, requires_grad=True)
+            with M():
+                y = mx(x)
+                ev.append(("MARK", "fwd"))
+                g = torch.ones_like(y)
+                ev.append(("MARK", "gy"))
+                y.backward(g); del y, g
+                ev.append(("MARK", "bwd"))
+        elif mode == "ckpt":
+            mx.train()
+            x = torch.randn(B, S, h, dtype=dtype, requires_grad=True)
+            with M(), torch.autograd.graph.saved_tensors_hooks(lambda t: None, lambda t: None):
+                y = mx(x); ev.append(("MARK", "fwd")); del y
+        else:
+            mx.eval()
+            from transformers import DynamicCache
+            cache = DynamicCache(config=cfg)
+            x = torch.randn(B, S, h, dtype=dtype)
+            with M(), torch.no_grad():
+                y = mx(x, cache_params=cache); ev.append(("MARK", "prefill")); del y
+                x1 = torch.randn(B, 1, h, dtype=dtype)
+                y = mx(x1, cache_params=cache); ev.append(("MARK", "decode")); del y
+    return ev
+
+def no_save_peak(d, s):
+    h,H,P,G,N,K,L,I,cd,E,c,Sp,T,Tp,B,S=[d[k] for k in "h H P G N K L I cd E c Sp T Tp B S".split()]
+    f = 4
+    return (H*f + B*cd*S*s + T*H*s + 7*Tp*I*f + 4*Tp*H*f + 3*Tp*H*N*f + 3*B*H*c*L*L*f
+            + B*H*P*N*f + B*H*(c+1)**2*f + B*H*(c+1)*P*N*f)
+
+
+CASES = [(1, 512, (4096, 128, 64, 8, 128, 4, 256)), (2, 300, (4096, 128, 64, 8, 128, 4, 256)),
+         (3, 50, (77, 14, 11, 7, 13, 6, 16)), (1, 50, (77, 14, 11, 7, 13, 6, 16)),
+         (2, 64, (77, 14, 11, 7, 13, 6, 16)), (2, 32, (77, 14, 11, 7, 13, 6, 16)),
+         (1, 10, (77, 14, 11, 7, 13, 6, 16)), (8, 8, (4096, 128, 64, 8, 128, 4, 256))]
+
+
+def marks(ev):
+    cur = pk = 0
+    out = {}
+    for e in ev:
+        if e[0] == "MARK":
+            out[e[1]] = (cur, pk)
+            pk = cur
+            continue
+        cur = e[3]
+        pk = max(pk, cur)
+    return out
+
+
+def check():
+    for B, S, dims in CASES:
+        for dt, s in ((torch.bfloat16, 2), (torch.float32, 4)):
+            d = dims_of(B, S, dims, s)
+            T, h, E, I = d["T"], d["h"], d["E"], d["I"]
+            m = marks(run(B, S, "train", dt, dims))
+            saved_m = m["fwd"][0] - 2 * T * h * s - T * I * s
+            fpk_m = m["fwd"][1] - T * h * s - T * E * s
+            bpk_m = m["bwd"][1] - m["gy"][0] - h * I * s
+            c = marks(run(B, S, "ckpt", dt, dims))
+            ck_m = c["fwd"][1] - T * h * s - T * E * s
+            print(f"B={B} S={S} h={h} {'bf16' if s == 2 else 'fp32'}: saved {saved_m - saved(d, s):+d}"
+                  f"  fwd peak {fpk_m - fwd_peak(d, s):+d}  bwd peak {bpk_m - bwd_x(d, s):+d}"
+                  f"  no-save peak {ck_m - no_save_peak(d, s):+d}  (0 = closed form exact)")
+
+
+
+def dims_of(B,S,dims,s):
+    h,H,P,G,N,K,L = dims
+    I=H*P; cd=I+2*G*N; E=I+cd+H; c=-(-S//L); Sp=c*L; T=B*S; Tp=B*Sp
+    return dict(h=h,H=H,P=P,G=G,N=N,K=K,L=L,I=I,cd=cd,E=E,c=c,Sp=Sp,T=T,Tp=Tp,B=B,S=S)
+def saved(d,s):
+    h,H,P,G,N,K,L,I,cd,E,c,Sp,T,Tp,B,S=[d[k] for k in "h H P G N K L I cd E c Sp T Tp B S".split()]
+    f=4
+    t = [T*E*s, 2*H*f, B*cd*(S+K-1)*s, 2*T*H*s, T*I*f, Tp*I*f, 2*T*H*f, Tp*H*N*f, 2*L*L,
+      B*H*c*L*L*f, 2*Tp*H*N*f, B*c*H*L*L*f, B*c*L*L*H*f, Tp*I*f, Tp*I*f, Tp*H*f, Tp*H*N*f, Tp*I*f,
+      B*(c+1)*H*P*N*f, 2*(c+1)**2, B*H*(c+1)**2*f, Tp*H*f, Tp*H*N*f, B*c*H*P*N*f, Tp*I*f,
+      T*I*f, T*I*f, T*I*f, T*G*f, T*I*f]
+    if s == 4: t += [-2*T*I*f, -2*T*H*f, T*H*f, B*cd*S*f]
+    if c == 1:
+        t.append(-(B*(c+1)*H*P*N*f + B*c*H*P*N*f + Tp*H*f + B*H*(c+1)**2*f))
+        if B > 1: t.append(Tp*H*N*f)
+    return sum(t)
+def fwd_peak(d,s):
+    h,H,P,G,N,K,L,I,cd,E,c,Sp,T,Tp,B,S=[d[k] for k in "h H P G N K L I cd E c Sp T Tp B S".split()]
+    f=4
+    t = [2*H*f, B*cd*(S+K-1)*s, B*cd*S*s, 3*T*H*s, T*I*f, Tp*I*f, Tp*I*f, 2*T*H*f, Tp*I*f, Tp*H*f, 2*Tp*H*N*f,
+         Tp*H*f, 2*L*L, B*H*c*L*L*f, 2*Tp*H*N*f, 2*B*c*H*L*L*f, 2*Tp*I*f, Tp*H*f, Tp*H*N*f, Tp*I*f, Tp*H*N*f,
+         B*H*P*N*f, B*(c+1)*H*P*N*f, 2*(c+1)**2, B*H*(c+1)**2*f, B*H*(c+1)*P*N*f, Tp*H*f, Tp*H*N*f, B*c*H*P*N*f,
+         4*Tp*I*f]
+    if s == 4:
+        t += [-T*I*f, -2*T*H*f]
+    return sum(t)
+def bwd_x(d,s):
+    h,H,P,G,N,K,L,I,cd,E,c,Sp,T,Tp,B,S=[d[k] for k in "h H P G N K L I cd E c Sp T Tp B S".split()]
+    f=4
+    return 4*T*I*f - T*I*s + I*s - T*G*f
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--check"]:
+    check()
+elif __name__ == "__main__":
+    B, S, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    dt = {"bf16": torch.bfloat16, "fp32": torch.float32}[sys.argv[4]]
+    dims = tuple(int(v) for v in sys.argv[5].split(","))  # h,H,P,G,N,K,L
+    for e in run(B, S, mode, dt, dims): print(*e)
