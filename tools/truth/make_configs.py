@@ -174,6 +174,10 @@ BASE: dict[str, tuple[str | None, dict]] = {
         hidden_act="silu", tie_word_embeddings=False, pad_token_id=100277, eos_token_id=100257)),
     # ---------------- deepseek_v3 ----------------
     "deepseek-v3": ("deepseek-ai/DeepSeek-V3.json", {}),
+    # ---------------- MoE families of issue 14 ----------------
+    "olmoe-1b-7b": ("allenai/OLMoE-1B-7B-0924.json", {}),
+    "gpt-oss-20b": ("openai/gpt-oss-20b.json", {}),
+    "gpt-oss-120b": ("openai/gpt-oss-120b.json", {}),
 }
 
 # reduced-depth variants: name -> (base, layers)
@@ -189,6 +193,8 @@ REDUCED = {
     "deepseek-v3-4l": ("deepseek-v3", 4),  # first_k_dense_replace=3: 3 dense + 1 MoE layer
     "olmo-2-7b-4l": ("olmo-2-7b", 4),
     "phi-3-mini-4k-8l": ("phi-3-mini-4k", 8),
+    "olmoe-1b-7b-2l": ("olmoe-1b-7b", 2),
+    "gpt-oss-20b-2l": ("gpt-oss-20b", 2),
 }
 
 

@@ -159,6 +159,10 @@ pub(crate) struct HfConfig {
     /// (`attn_logit_softcapping`, `final_logit_softcapping`).
     #[serde(skip)]
     pub explicit_nulls: Vec<String>,
+
+    // families of issue 14 (OLMoE, gpt-oss, Granite MoE, ERNIE 4.5 MoE)
+    pub clip_qkv: Option<f64>,
+    pub swiglu_limit: Option<f64>,
 }
 
 /// A nested config object (`text_config`), as found.

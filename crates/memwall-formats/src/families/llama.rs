@@ -107,7 +107,7 @@ pub(crate) fn mixtral(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatErro
 }
 
 /// A routed MoE block without shared experts; `experts` = (field, value, class default).
-fn moe(
+pub(crate) fn moe(
     ctx: &Ctx,
     (field, experts, default): (&str, Option<u64>, u64),
     top_k: u64,

@@ -6,6 +6,7 @@ mod deepseek;
 mod gemma;
 mod gpt;
 mod llama;
+mod moe2026;
 
 use crate::error::FormatError;
 use crate::raw::HfConfig;
@@ -29,6 +30,7 @@ const REGISTRY: &[(&str, Normaliser)] = &[
     ("mistral", llama::mistral),
     ("mixtral", llama::mixtral),
     ("olmo2", llama::olmo2),
+    ("olmoe", moe2026::olmoe),
     ("opt", gpt::opt),
     ("phi3", llama::phi3),
     ("qwen2", llama::qwen2),
@@ -52,6 +54,7 @@ pub(crate) const SUPPORTED: &[&str] = &[
     "mistral",
     "mixtral",
     "olmo2",
+    "olmoe",
     "opt",
     "phi3",
     "qwen2",
