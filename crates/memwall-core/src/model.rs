@@ -61,6 +61,11 @@ pub enum Activation {
     GeluNew,
     /// `relu`.
     Relu,
+    /// gpt-oss's clamped SwiGLU (`GptOssExperts._apply_gate`, models/gpt_oss/modeling_gpt_oss.py):
+    /// on interleaved gate/up columns, `gate.clamp(max=limit)`, `up.clamp(-limit, limit)`,
+    /// `(up + 1) * (gate * sigmoid(gate * alpha))`. Only as the gated activation of an MLP; the
+    /// constants (`swiglu_alpha`, `swiglu_limit`) do not change memory.
+    ClampedSwiglu,
 }
 
 /// How attention heads are laid out.
@@ -133,6 +138,11 @@ pub struct Attention {
     /// dimension rotates (modeling_phi3.py and modeling_gpt_neox.py `apply_rotary_pos_emb`):
     /// they come out laid out `[B, H, S, D]` rather than as transposed projection views.
     pub rope_concat: bool,
+    /// Learned per-head attention-sink logits (gpt-oss `GptOssAttention.sinks`, one parameter
+    /// per query head): eager attention concatenates them as an extra key column before the
+    /// softmax and drops that column after it (`eager_attention_forward`,
+    /// models/gpt_oss/modeling_gpt_oss.py).
+    pub sinks: bool,
 }
 
 /// Family-specific eager attention code paths that change what is alive when.
@@ -254,10 +264,17 @@ impl Attention {
         }
     }
 
-    /// Parameters of the attention block, including q/k norms and MLA's internal norms.
+    /// Parameters of the attention block, including q/k norms, MLA's internal norms and
+    /// attention sinks.
     pub fn params(&self, hidden: u64) -> u128 {
         let linears: u128 = self.linears(hidden).iter().map(LinearShape::params).sum();
+        let sinks = if self.sinks {
+            u128::from(self.num_heads())
+        } else {
+            0
+        };
         linears
+            + sinks
             + self
                 .norm_dims()
                 .iter()
@@ -329,6 +346,10 @@ pub struct MoeMlp {
     /// outputs are fp32 too (DeepSeek-V3 `DeepseekV3TopkRouter`:
     /// `F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))`, sigmoid).
     pub router_fp32: bool,
+    /// The router takes the top-k of the raw logits and softmaxes only those k, in the compute
+    /// dtype (gpt-oss `GptOssTopKRouter`: `topk(router_logits)`, then
+    /// `softmax(top_value, dtype=top_value.dtype)`), instead of a softmax over all experts.
+    pub router_topk_then_softmax: bool,
 }
 
 impl MoeMlp {
@@ -654,6 +675,7 @@ pub(crate) mod tests {
                 eager_softmax_fp32: true,
                 eager_style: EagerStyle::Shared,
                 rope_concat: false,
+                sinks: false,
             },
             attn_output_outlives_mlp: false,
             mlp: Mlp::Dense(DenseMlp {

@@ -135,6 +135,7 @@ pub(crate) fn moe(
         shared_gate: false,
         router_extra_params: 0,
         router_fp32: false,
+        router_topk_then_softmax: false,
     })
 }
 

@@ -1,12 +1,12 @@
-//! Mixture-of-experts families added for issue 14: olmoe (more follow). Each normaliser
+//! Mixture-of-experts families added for issue 14: olmoe, gpt_oss. Each normaliser
 //! states the transformers 5.23 source it follows (paths relative to `transformers/models/`).
 
 use super::common::{Decoder, Defaults, Dims};
 use super::llama::moe;
 use crate::error::FormatError;
 use crate::raw::HfConfig;
-use crate::resolve::{llama_names, AttnOpts, Ctx, HeadDimDefault};
-use memwall_core::model::{Mlp, ModelDesc, NormKind, QkNormScope};
+use crate::resolve::{llama_names, sliding_layers, window, AttnOpts, Ctx, HeadDimDefault};
+use memwall_core::model::{Activation, Mlp, ModelDesc, NormKind, QkNormScope};
 
 /// `olmoe/configuration_olmoe.py` `OlmoeConfig` field defaults.
 const OLMOE: Defaults = Defaults {
@@ -66,4 +66,70 @@ pub(crate) fn olmoe(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError>
         ..Decoder::new(&d, llama_names(false))
     }
     .build(ctx, "olmoe", &d, |_| Ok(Mlp::Moe(block)))
+}
+
+/// `gpt_oss/configuration_gpt_oss.py` `GptOssConfig` field defaults (gpt-oss-120b's sizes).
+const GPT_OSS: Defaults = Defaults {
+    vocab_size: 201088,
+    hidden_size: 2880,
+    intermediate_size: 2880,
+    num_hidden_layers: 36,
+    num_attention_heads: 64,
+    num_key_value_heads: Some(8),
+    head_dim: HeadDimDefault::Fixed(64),
+    act: "silu",
+    max_position_embeddings: 131072,
+    tie_word_embeddings: false,
+    strict_divisible: false,
+};
+
+pub(crate) fn gpt_oss(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> {
+    let d = Dims::llama(raw, ctx, &GPT_OSS)?;
+    // configuration_gpt_oss.py: swiglu_limit=7.0, swiglu_alpha=1.702 (memory-neutral constants)
+    ctx.positive(raw.swiglu_limit, "swiglu_limit")?;
+    // configuration_gpt_oss.py: num_local_experts=128, num_experts_per_tok=4.
+    // modeling_gpt_oss.py GptOssExperts: gate_up_proj [E, H, 2·I] (interleaved gate/up columns),
+    // gate_up_proj_bias [E, 2·I], down_proj [E, I, H], down_proj_bias [E, H]; `_apply_gate` is
+    // the clamped SwiGLU. GptOssTopKRouter: weight [E, H] and bias [E]; top-k of the logits,
+    // then a softmax over the k in the compute dtype.
+    let mut block = moe(
+        ctx,
+        ("num_local_experts", raw.num_local_experts, 128),
+        raw.num_experts_per_tok.unwrap_or(4),
+        d.intermediate,
+        &d,
+    )?;
+    block.expert.bias = true;
+    block.expert.act = Activation::ClampedSwiglu;
+    block.router_bias = true;
+    block.router_topk_then_softmax = true;
+    // configuration_gpt_oss.py __post_init__: default layer_types alternate sliding (even
+    // layers) and full; sliding_window default 128. modeling_gpt_oss.py GptOssAttention:
+    // `config.sliding_window if layer_type == "sliding_attention" else None`.
+    let w = window(ctx, raw.sliding_window.or(Some(128)))?;
+    let sliding = sliding_layers(ctx, raw, d.layers, |i| (i + 1) % 2 == 1)?;
+    let bias = raw.attention_bias.unwrap_or(true);
+    Decoder {
+        attn: AttnOpts {
+            // modeling_gpt_oss.py GptOssAttention: q/k/v/o bias=config.attention_bias
+            qkv_bias: bias,
+            o_bias: bias,
+            // eager_attention_forward: softmax(dtype=combined_logits.dtype), no fp32 upcast
+            eager_softmax_fp32: false,
+            // apply_rotary_pos_emb → _apply_rotary_emb: chunk, then torch.cat of the halves
+            rope_concat: true,
+            // GptOssAttention.sinks = nn.Parameter(torch.empty(num_attention_heads))
+            sinks: true,
+            ..AttnOpts::rope(d.heads.head_dim)
+        },
+        windows: sliding
+            .into_iter()
+            .map(|s| if s { w } else { None })
+            .collect(),
+        // GptOssRMSNorm: `(self.weight * hidden_states).to(input_dtype)` (the OLMo 2 form)
+        norm_kind: NormKind::Olmo2RmsNorm,
+        // Experts are nn.Parameters, not nn.Linear: only attention is a LoRA target by name.
+        ..Decoder::new(&d, llama_names(false))
+    }
+    .build(ctx, "gpt_oss", &d, |_| Ok(Mlp::Moe(block)))
 }

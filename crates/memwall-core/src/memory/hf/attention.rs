@@ -580,6 +580,14 @@ impl Builder<'_> {
                 }
                 let masked = self.op(x * c, &[cur], &[], &[], &[]);
                 self.drop_(cur);
+                // with sinks, the masked scores stay bound to `attn_weights` until the
+                // dropout rebinds that name, i.e. through the softmax
+                let (masked, x, held_masked) = if a.sinks {
+                    let (shifted, x1) = self.sink_logits(masked, x, c);
+                    (shifted, x1, Some(masked))
+                } else {
+                    (masked, x, None)
+                };
 
                 // softmax saves its output; llama-style upcasts to fp32 and casts back
                 let sm = if a.eager_softmax_fp32 { 4 } else { c };
@@ -598,6 +606,9 @@ impl Builder<'_> {
                     probs32
                 };
                 self.drop_(masked);
+                if let Some(m) = held_masked {
+                    self.drop_(m);
+                }
                 if let Some(sc) = held_scores {
                     // rebinding `attention_scores` to the softmax frees the scores
                     self.drop_(sc);
@@ -654,6 +665,27 @@ impl Builder<'_> {
         let (y, _) = self.linear(out, c, rows, lin(LinearRole::O).unwrap_or(lin_zero()));
         self.drop_(out);
         y
+    }
+
+    /// Attention sinks in eager attention (gpt-oss `eager_attention_forward`,
+    /// models/gpt_oss/modeling_gpt_oss.py): the per-head sink logits are expanded (a view) and
+    /// concatenated as one more key column, `combined - combined.max(-1, keepdim).values`
+    /// (max saves its int64 indices for backward), then the softmax runs in the compute dtype
+    /// (`dtype=combined_logits.dtype`) and its output, with the sink column sliced off as a
+    /// view, is what the value matmul uses and saves. Returns the logits the softmax gets and
+    /// their element count (`x` with one more column per query row); `masked` stays the
+    /// caller's (it is still bound to `attn_weights`).
+    fn sink_logits(&mut self, masked: TensorId, x: u128, c: u128) -> (TensorId, u128) {
+        let rows_q = x / self.kv_len.max(1);
+        let x1 = rows_q * (self.kv_len + 1);
+        let cat = self.op(x1 * c, &[masked], &[], &[], &[]);
+        let idx = self.act(rows_q * 8, false);
+        let mx = self.op(rows_q * c, &[cat], &[idx], &[], &[]);
+        self.drop_(idx);
+        let shifted = self.op(x1 * c, &[cat, mx], &[], &[], &[]);
+        self.drop_(cat);
+        self.drop_(mx);
+        (shifted, x1)
     }
 
     /// The model-level causal mask, built once per forward by transformers' `create_causal_mask`

@@ -227,6 +227,8 @@ pub(crate) struct Builder<'a> {
     train: TrainState,
     /// inference only: per layer, the cached (k, v) storages and the tokens the cache layer keeps
     cache: Vec<Option<(TensorId, TensorId, u128)>>,
+    /// tensors bound to Python locals of the MoE block, released when it returns
+    mlp_locals: Vec<TensorId>,
 }
 
 impl Drop for Builder<'_> {
@@ -247,6 +249,8 @@ struct LayerParams {
     shared: Vec<(LinearRole, LinearP)>,
     shared_gate: Option<LinearP>,
     mla_norms: Vec<P>,
+    /// Attention sinks (one logit per query head), when the attention has them.
+    sinks: Option<P>,
 }
 
 impl<'a> Builder<'a> {
@@ -338,6 +342,7 @@ impl<'a> Builder<'a> {
             block_outputs: Vec::new(),
             train: TrainState::default(),
             cache: Vec::new(),
+            mlp_locals: Vec::new(),
         }
     }
 
