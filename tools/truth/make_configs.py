@@ -178,6 +178,7 @@ BASE: dict[str, tuple[str | None, dict]] = {
     "olmoe-1b-7b": ("allenai/OLMoE-1B-7B-0924.json", {}),
     "gpt-oss-20b": ("openai/gpt-oss-20b.json", {}),
     "gpt-oss-120b": ("openai/gpt-oss-120b.json", {}),
+    "ernie-4.5-21b-a3b": ("baidu/ERNIE-4.5-21B-A3B-PT.json", {}),
 }
 
 # reduced-depth variants: name -> (base, layers)
@@ -195,6 +196,7 @@ REDUCED = {
     "phi-3-mini-4k-8l": ("phi-3-mini-4k", 8),
     "olmoe-1b-7b-2l": ("olmoe-1b-7b", 2),
     "gpt-oss-20b-2l": ("gpt-oss-20b", 2),
+    "ernie-4.5-21b-a3b-2l": ("ernie-4.5-21b-a3b", 2),  # layer 0 dense, layer 1 MoE (moe_layer_start_index=1)
 }
 
 

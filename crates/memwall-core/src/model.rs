@@ -143,6 +143,10 @@ pub struct Attention {
     /// softmax and drops that column after it (`eager_attention_forward`,
     /// models/gpt_oss/modeling_gpt_oss.py).
     pub sinks: bool,
+    /// The rotary embedding runs in fp32 on fp32 cos/sin tables and casts back (ERNIE 4.5
+    /// `apply_rotary_pos_emb`, models/ernie4_5_moe/modeling_ernie4_5_moe.py:
+    /// `(q.float() * cos) + (rotate_half(q).float() * sin)`, then `.to(original_dtype)`).
+    pub rope_fp32: bool,
 }
 
 /// Family-specific eager attention code paths that change what is alive when.
@@ -350,6 +354,16 @@ pub struct MoeMlp {
     /// dtype (gpt-oss `GptOssTopKRouter`: `topk(router_logits)`, then
     /// `softmax(top_value, dtype=top_value.dtype)`), instead of a softmax over all experts.
     pub router_topk_then_softmax: bool,
+    /// With `router_fp32`: the fp32 routing weights are cast back to the hidden dtype before
+    /// they weight the experts (ERNIE 4.5 `Ernie4_5_MoeTopKRouter`:
+    /// `routing_weights.to(hidden_states.dtype)`), so the weighted outputs are not fp32.
+    pub router_weights_in_compute_dtype: bool,
+    /// The shared experts run before the router and their output is held until it is added
+    /// to the routed output (ERNIE 4.5 `Ernie4_5_MoeSparseMoeBlock.forward`).
+    pub shared_first: bool,
+    /// Frozen fp32 router parameters (`requires_grad=False`; ERNIE 4.5
+    /// `moe_statics.e_score_correction_bias`, one per expert): counted, never trained.
+    pub frozen_router_params: u64,
 }
 
 impl MoeMlp {
@@ -357,7 +371,10 @@ impl MoeMlp {
     pub fn params(&self, hidden: u64) -> u128 {
         let h = u128::from(hidden);
         let e = u128::from(self.num_experts);
-        let mut p = h * e + e * self.expert.params(hidden) + u128::from(self.router_extra_params);
+        let mut p = h * e
+            + e * self.expert.params(hidden)
+            + u128::from(self.router_extra_params)
+            + u128::from(self.frozen_router_params);
         if self.router_bias {
             p += e;
         }
@@ -676,6 +693,7 @@ pub(crate) mod tests {
                 eager_style: EagerStyle::Shared,
                 rope_concat: false,
                 sinks: false,
+                rope_fp32: false,
             },
             attn_output_outlives_mlp: false,
             mlp: Mlp::Dense(DenseMlp {

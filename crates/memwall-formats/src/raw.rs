@@ -163,6 +163,12 @@ pub(crate) struct HfConfig {
     // families of issue 14 (OLMoE, gpt-oss, Granite MoE, ERNIE 4.5 MoE)
     pub clip_qkv: Option<f64>,
     pub swiglu_limit: Option<f64>,
+    pub moe_num_experts: Option<u64>,
+    pub moe_k: Option<u64>,
+    pub moe_num_shared_experts: Option<u64>,
+    pub moe_layer_start_index: Option<i64>,
+    pub moe_layer_end_index: Option<i64>,
+    pub moe_layer_interval: Option<u64>,
 }
 
 /// A nested config object (`text_config`), as found.

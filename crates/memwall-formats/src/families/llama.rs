@@ -136,6 +136,9 @@ pub(crate) fn moe(
         router_extra_params: 0,
         router_fp32: false,
         router_topk_then_softmax: false,
+        router_weights_in_compute_dtype: false,
+        shared_first: false,
+        frozen_router_params: 0,
     })
 }
 

@@ -19,6 +19,7 @@ type Normaliser = fn(&HfConfig, &Ctx) -> Result<ModelDesc, FormatError>;
 /// The registry, sorted by `model_type`.
 const REGISTRY: &[(&str, Normaliser)] = &[
     ("deepseek_v3", deepseek::deepseek_v3),
+    ("ernie4_5_moe", moe2026::ernie4_5_moe),
     ("falcon", gpt::falcon),
     ("gemma", gemma::gemma),
     ("gemma2", gemma::gemma2),
@@ -44,6 +45,7 @@ const REGISTRY: &[(&str, Normaliser)] = &[
 /// The `model_type`s in [`REGISTRY`], same order.
 pub(crate) const SUPPORTED: &[&str] = &[
     "deepseek_v3",
+    "ernie4_5_moe",
     "falcon",
     "gemma",
     "gemma2",

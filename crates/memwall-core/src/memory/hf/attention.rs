@@ -25,7 +25,13 @@ impl Builder<'_> {
         let part = rows * heads * rot;
         let (cos, sin) = self.rope_tables.unwrap_or((0, 0));
         // transients: x*cos, neg half, cat, rotate*sin
-        let y = if rot == dim {
+        let y = if rot == dim && self.rope_fp32 {
+            // ERNIE 4.5: `(q.float() * cos) + (rotate_half(q).float() * sin)` cast back to the
+            // input dtype; at most three fp32 copies of q coexist (q·cos, the rotated fp32
+            // copy and its product with sin); cos/sin are fp32 and not trainable
+            self.t.transient(full * 4 * 3, Category::Activations);
+            self.op(full * x_size, &[x], &[cos, sin], &[], &[3 * full * 4])
+        } else if rot == dim {
             self.t.transient(
                 part * out_size * 2 + part * x_size / 2 + part * x_size,
                 Category::Activations,
@@ -81,6 +87,7 @@ impl Builder<'_> {
         let rows = self.tokens;
         let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
         let c = self.compute_size;
+        self.rope_fp32 = a.rope_fp32;
         let (heads, kv_heads, qk_dim, v_dim, rot, q, k, v, qs, ks) = match a.kind {
             AttentionKind::Standard {
                 num_heads,

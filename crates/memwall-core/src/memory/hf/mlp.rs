@@ -137,6 +137,13 @@ impl Builder<'_> {
         let e = u128::from(moe.num_experts);
         let k = u128::from(moe.top_k);
         let router = lp.router.unwrap_or(lin_zero());
+        // ERNIE 4.5: `shared_output = self.shared_experts(hidden_states)` before the router,
+        // held until it is added to the routed output
+        let pre_shared = if moe.shared_first {
+            self.shared_output(x, x_size, lp, moe)
+        } else {
+            None
+        };
         let topw = if moe.router_fp32 {
             // DeepSeek-V3: fp32 copies of the input and the router weight, fp32 logits,
             // sigmoid scores (saved), biased scores for the group top-k, fp32 routing weights
@@ -150,7 +157,14 @@ impl Builder<'_> {
             self.t.transient(rows * e * 4 * 2, Category::Activations);
             let topw = self.op(rows * k * 4, &[scores], &[scores], &[], &[]);
             self.drop_(scores);
-            topw
+            if moe.router_weights_in_compute_dtype {
+                // ERNIE 4.5: `routing_weights.to(hidden_states.dtype)`
+                let cw = self.cast(topw, rows * k * c);
+                self.drop_(topw);
+                cw
+            } else {
+                topw
+            }
         } else if moe.router_topk_then_softmax {
             // gpt-oss GptOssTopKRouter: top-k of the (biased) logits, softmax over those k in
             // the compute dtype (saved); the logits stay bound to `_` in GptOssMLP.forward
@@ -171,13 +185,17 @@ impl Builder<'_> {
             topw
         };
         // routing weights fp32 make the weighted expert outputs fp32 (type promotion)
-        let ws = if moe.router_fp32 { 4 } else { c };
+        let ws = if moe.router_fp32 && !moe.router_weights_in_compute_dtype {
+            4
+        } else {
+            c
+        };
         // experts: gathered rows (tokens*k), gate/up, act, mul, down, weighted
         let i = u128::from(moe.expert.intermediate);
         let ins = if moe.expert.gated { 2 } else { 1 };
         let ek = rows * k;
         if self.seq == 1 && self.mode.infer().is_some_and(|w| w.moe_decode_batched) {
-            return self.moe_batched_decode(x, x_size, lp, moe, topw);
+            return self.moe_batched_decode(x, x_size, lp, moe, topw, pre_shared);
         }
         let gathered = self.op(ek * h * x_size, &[x], &[], &[], &[]);
         // expert biases (gpt-oss): `gate_up_proj_bias[expert_ids_g]` is gathered per row before
@@ -240,7 +258,7 @@ impl Builder<'_> {
         for t in std::mem::take(&mut self.mlp_locals) {
             self.drop_(t);
         }
-        self.shared_experts(x, x_size, lp, moe, out)
+        self.shared_experts(x, x_size, lp, moe, out, pre_shared)
     }
 
     /// MoE experts during decode: `generate` on a GPU switches `grouped_mm` to `batched_mm`
@@ -256,6 +274,7 @@ impl Builder<'_> {
         lp: &LayerParams,
         moe: &crate::model::MoeMlp,
         topw: TensorId,
+        pre_shared: Option<TensorId>,
     ) -> TensorId {
         let rows = self.tokens;
         let c = self.compute_size;
@@ -264,7 +283,11 @@ impl Builder<'_> {
         let i = u128::from(moe.expert.intermediate);
         let ins = if moe.expert.gated { 2 } else { 1 };
         let ek = rows * k;
-        let ws = if moe.router_fp32 { 4 } else { c };
+        let ws = if moe.router_fp32 && !moe.router_weights_in_compute_dtype {
+            4
+        } else {
+            c
+        };
         let sel_h = self.op(ek * h * x_size, &[x], &[], &[], &[]);
         let w_gu = self.act(ek * ins * i * h * c, false);
         // expert biases (gpt-oss): `gate_up_proj_bias[expert_ids]`, added in place
@@ -310,7 +333,33 @@ impl Builder<'_> {
         for t in std::mem::take(&mut self.mlp_locals) {
             self.drop_(t);
         }
-        self.shared_experts(x, x_size, lp, moe, out)
+        self.shared_experts(x, x_size, lp, moe, out, pre_shared)
+    }
+
+    /// The shared experts' output (gated in Qwen2-MoE), `None` without shared experts.
+    fn shared_output(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        lp: &LayerParams,
+        moe: &crate::model::MoeMlp,
+    ) -> Option<TensorId> {
+        let s = moe.shared.as_ref()?;
+        let rows = self.tokens;
+        let c = self.compute_size;
+        let h = self.hidden;
+        let so = self.dense_mlp(x, x_size, rows, s, &lp.shared);
+        Some(if let Some(g) = lp.shared_gate {
+            let (gl, _) = self.linear(x, x_size, rows, g);
+            let sg = self.op(rows * c, &[gl], &[], &[], &[]);
+            self.drop_(gl);
+            let y = self.mul(so, sg, rows * h * c);
+            self.drop_(so);
+            self.drop_(sg);
+            y
+        } else {
+            so
+        })
     }
 
     /// Adds the always-on shared expert (gated in Qwen2-MoE) to the routed output.
@@ -321,23 +370,18 @@ impl Builder<'_> {
         lp: &LayerParams,
         moe: &crate::model::MoeMlp,
         out: TensorId,
+        pre_shared: Option<TensorId>,
     ) -> TensorId {
-        let Some(s) = &moe.shared else { return out };
+        let so = match pre_shared {
+            Some(so) => so,
+            None => match self.shared_output(x, x_size, lp, moe) {
+                Some(so) => so,
+                None => return out,
+            },
+        };
         let rows = self.tokens;
         let c = self.compute_size;
         let h = self.hidden;
-        let so = self.dense_mlp(x, x_size, rows, s, &lp.shared);
-        let so = if let Some(g) = lp.shared_gate {
-            let (gl, _) = self.linear(x, x_size, rows, g);
-            let sg = self.op(rows * c, &[gl], &[], &[], &[]);
-            self.drop_(gl);
-            let y = self.mul(so, sg, rows * h * c);
-            self.drop_(so);
-            self.drop_(sg);
-            y
-        } else {
-            so
-        };
         let sum = self.op(rows * h * c, &[out, so], &[], &[], &[]);
         self.drop_(out);
         self.drop_(so);

@@ -229,6 +229,8 @@ pub(crate) struct Builder<'a> {
     cache: Vec<Option<(TensorId, TensorId, u128)>>,
     /// tensors bound to Python locals of the MoE block, released when it returns
     mlp_locals: Vec<TensorId>,
+    /// the current layer's rotary embedding runs in fp32 (`Attention::rope_fp32`)
+    rope_fp32: bool,
 }
 
 impl Drop for Builder<'_> {
@@ -343,6 +345,7 @@ impl<'a> Builder<'a> {
             train: TrainState::default(),
             cache: Vec::new(),
             mlp_locals: Vec::new(),
+            rope_fp32: false,
         }
     }
 

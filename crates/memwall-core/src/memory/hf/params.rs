@@ -415,6 +415,11 @@ impl Builder<'_> {
                 if moe.router_extra_params > 0 {
                     self.new_param(u128::from(moe.router_extra_params), true);
                 }
+                // ERNIE 4.5 `moe_statics.e_score_correction_bias`: fp32, requires_grad=False
+                if moe.frozen_router_params > 0 {
+                    let n = u128::from(moe.frozen_router_params);
+                    self.new_frozen(n, 0, 1, n * 4);
+                }
                 if let Some(s) = &moe.shared {
                     lp.shared = self.mlp_params(s);
                 }
