@@ -204,6 +204,11 @@ BASE: dict[str, tuple[str | None, dict]] = {
         residual_multiplier=0.22, attention_multiplier=0.015625, position_embedding_type="nope",
         tie_word_embeddings=True, hidden_act="silu", attention_bias=False, attention_dropout=0.0,
         bos_token_id=100257, eos_token_id=100257, pad_token_id=100256)),
+    # ---------------- MoE families of issue 14 ----------------
+    "olmoe-1b-7b": ("allenai/OLMoE-1B-7B-0924.json", {}),
+    "gpt-oss-20b": ("openai/gpt-oss-20b.json", {}),
+    "gpt-oss-120b": ("openai/gpt-oss-120b.json", {}),
+    "ernie-4.5-21b-a3b": ("baidu/ERNIE-4.5-21B-A3B-PT.json", {}),
 }
 
 # reduced-depth variants: name -> (base, layers)
@@ -221,6 +226,9 @@ REDUCED = {
     "phi-3-mini-4k-8l": ("phi-3-mini-4k", 8),
     "mamba-codestral-7b-2l": ("mamba-codestral-7b", 2),
     "granite-4.0-h-micro-6l": ("granite-4.0-h-micro", 6),  # 5 Mamba-2 layers + 1 attention layer
+    "olmoe-1b-7b-2l": ("olmoe-1b-7b", 2),
+    "gpt-oss-20b-2l": ("gpt-oss-20b", 2),
+    "ernie-4.5-21b-a3b-2l": ("ernie-4.5-21b-a3b", 2),  # layer 0 dense, layer 1 MoE (moe_layer_start_index=1)
 }
 
 

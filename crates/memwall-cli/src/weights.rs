@@ -406,7 +406,7 @@ pub fn is_bnb_4bit(model: &ModelSource) -> bool {
 /// model (`Trainer.__init__`: "You cannot perform fine-tuning on purely quantized models.
 /// Please attach trainable adapters"); with LoRA adapters memwall models the frozen base as
 /// QLoRA's NF4 (bitsandbytes 4-bit checkpoints); other quantised bases are refused rather
-/// than sized as bf16.
+/// than sized as bf16, except MXFP4, which transformers dequantises for training.
 pub fn check_trainable(
     model: &ModelSource,
     lora: Option<&memwall_core::workload::Lora>,
@@ -414,6 +414,13 @@ pub fn check_trainable(
     let Some(q) = &model.quant else {
         return Ok(());
     };
+    // MXFP4 (gpt-oss): transformers trains the dequantised bf16 model
+    // (quantizers/quantizer_mxfp4.py `is_trainable`: "please consider dequantizing the model
+    // first by passing quantization_config=Mxfp4Config(dequantize=True)"), which is what the
+    // training estimate sizes (the precision's dtype), with or without LoRA.
+    if matches!(q.method(), QuantMethod::Mxfp4) {
+        return Ok(());
+    }
     if lora.is_none() {
         return Err(UserError::new(
             format!(

@@ -738,6 +738,29 @@ fn serve_quantization_follows_vllm() {
 }
 
 #[test]
+fn mxfp4_checkpoints_train_dequantised_and_infer_as_stored() {
+    // transformers trains gpt-oss dequantised (Mxfp4Config(dequantize=True)): bf16 weights
+    let t = json_of(
+        &[
+            "train",
+            "-m",
+            "gpt-oss-20b",
+            "--attention",
+            "eager",
+            "--seq",
+            "256",
+        ],
+        &[],
+    );
+    assert_eq!(t["model"]["params_total"], 20_914_757_184u64, "{t}");
+    let w = t["at_peak"]["weights"].as_u64().unwrap() as f64;
+    assert!((w / 20_914_757_184f64 - 2.0).abs() < 1e-3, "{t}");
+    // inference keeps the experts as stored: e2m1 nibbles + one e8m0 scale per 32 values
+    let i = json_of(&["infer", "-m", "gpt-oss-20b", "--attention", "eager"], &[]);
+    assert!(i.to_string().contains("mxfp4"), "{i}");
+}
+
+#[test]
 fn training_a_quantised_checkpoint_needs_adapters() {
     refused(&["train", "-m", "deepseek-v3"], &["purely quantised"]);
     let s = Scratch::new("qlora");

@@ -62,6 +62,11 @@ pub enum Activation {
     GeluNew,
     /// `relu`.
     Relu,
+    /// gpt-oss's clamped SwiGLU (`GptOssExperts._apply_gate`, models/gpt_oss/modeling_gpt_oss.py):
+    /// on interleaved gate/up columns, `gate.clamp(max=limit)`, `up.clamp(-limit, limit)`,
+    /// `(up + 1) * (gate * sigmoid(gate * alpha))`. Only as the gated activation of an MLP; the
+    /// constants (`swiglu_alpha`, `swiglu_limit`) do not change memory.
+    ClampedSwiglu,
 }
 
 /// How attention heads are laid out.
@@ -134,6 +139,15 @@ pub struct Attention {
     /// dimension rotates (modeling_phi3.py and modeling_gpt_neox.py `apply_rotary_pos_emb`):
     /// they come out laid out `[B, H, S, D]` rather than as transposed projection views.
     pub rope_concat: bool,
+    /// Learned per-head attention-sink logits (gpt-oss `GptOssAttention.sinks`, one parameter
+    /// per query head): eager attention concatenates them as an extra key column before the
+    /// softmax and drops that column after it (`eager_attention_forward`,
+    /// models/gpt_oss/modeling_gpt_oss.py).
+    pub sinks: bool,
+    /// The rotary embedding runs in fp32 on fp32 cos/sin tables and casts back (ERNIE 4.5
+    /// `apply_rotary_pos_emb`, models/ernie4_5_moe/modeling_ernie4_5_moe.py:
+    /// `(q.float() * cos) + (rotate_half(q).float() * sin)`, then `.to(original_dtype)`).
+    pub rope_fp32: bool,
 }
 
 /// Family-specific eager attention code paths that change what is alive when.
@@ -255,10 +269,17 @@ impl Attention {
         }
     }
 
-    /// Parameters of the attention block, including q/k norms and MLA's internal norms.
+    /// Parameters of the attention block, including q/k norms, MLA's internal norms and
+    /// attention sinks.
     pub fn params(&self, hidden: u64) -> u128 {
         let linears: u128 = self.linears(hidden).iter().map(LinearShape::params).sum();
+        let sinks = if self.sinks {
+            u128::from(self.num_heads())
+        } else {
+            0
+        };
         linears
+            + sinks
             + self
                 .norm_dims()
                 .iter()
@@ -330,6 +351,20 @@ pub struct MoeMlp {
     /// outputs are fp32 too (DeepSeek-V3 `DeepseekV3TopkRouter`:
     /// `F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))`, sigmoid).
     pub router_fp32: bool,
+    /// The router takes the top-k of the raw logits and softmaxes only those k, in the compute
+    /// dtype (gpt-oss `GptOssTopKRouter`: `topk(router_logits)`, then
+    /// `softmax(top_value, dtype=top_value.dtype)`), instead of a softmax over all experts.
+    pub router_topk_then_softmax: bool,
+    /// With `router_fp32`: the fp32 routing weights are cast back to the hidden dtype before
+    /// they weight the experts (ERNIE 4.5 `Ernie4_5_MoeTopKRouter`:
+    /// `routing_weights.to(hidden_states.dtype)`), so the weighted outputs are not fp32.
+    pub router_weights_in_compute_dtype: bool,
+    /// The shared experts run before the router and their output is held until it is added
+    /// to the routed output (ERNIE 4.5 `Ernie4_5_MoeSparseMoeBlock.forward`).
+    pub shared_first: bool,
+    /// Frozen fp32 router parameters (`requires_grad=False`; ERNIE 4.5
+    /// `moe_statics.e_score_correction_bias`, one per expert): counted, never trained.
+    pub frozen_router_params: u64,
 }
 
 impl MoeMlp {
@@ -337,7 +372,10 @@ impl MoeMlp {
     pub fn params(&self, hidden: u64) -> u128 {
         let h = u128::from(hidden);
         let e = u128::from(self.num_experts);
-        let mut p = h * e + e * self.expert.params(hidden) + u128::from(self.router_extra_params);
+        let mut p = h * e
+            + e * self.expert.params(hidden)
+            + u128::from(self.router_extra_params)
+            + u128::from(self.frozen_router_params);
         if self.router_bias {
             p += e;
         }
@@ -709,6 +747,8 @@ pub(crate) mod tests {
                 eager_softmax_fp32: true,
                 eager_style: EagerStyle::Shared,
                 rope_concat: false,
+                sinks: false,
+                rope_fp32: false,
             },
             attn_output_outlives_mlp: false,
             mixer: Mixer::Attention,

@@ -235,7 +235,8 @@ pub fn linear_bytes(
     use crate::workload::WeightFormat as F;
     let numel = out_f * in_f;
     Some(match format {
-        F::Bf16 | F::Fp16 | F::Fp32 | F::Gguf(_) => return None,
+        // MXFP4 quantises only the routed experts (`expert_bytes`)
+        F::Bf16 | F::Fp16 | F::Fp32 | F::Gguf(_) | F::Mxfp4 => return None,
         F::Fp8 => fp8_block_bytes(out_f, in_f),
         F::Int8 => bnb_int8_bytes(out_f, in_f),
         F::Nf4 { double_quant } | F::Fp4 { double_quant } => bnb_4bit_bytes(numel, double_quant),
@@ -244,6 +245,26 @@ pub fn linear_bytes(
         }
         F::Awq { group } => grouped_int_bytes(out_f, in_f, 4, u128::from(group), false),
     })
+}
+
+/// Bytes of one routed expert's `out × in` projection in `format`: MXFP4 stores the experts
+/// as `*_blocks` `[.., out, in/32, 16]` uint8 (two e2m1 values per byte) and `*_scales`
+/// `[.., out, in/32]` uint8 (one e8m0 exponent per 32 values) (transformers
+/// integrations/mxfp4.py `_convert_moe_packed_tensors`: `blocks.shape[:-1] == scales.shape`,
+/// `Mxfp4GptOssExperts`: `gate_up_proj` `[E, 2I, H // 2]` uint8); other formats as
+/// [`linear_bytes`].
+pub fn expert_bytes(
+    format: crate::workload::WeightFormat,
+    out_f: u128,
+    in_f: u128,
+) -> Option<u128> {
+    match format {
+        crate::workload::WeightFormat::Mxfp4 => {
+            let groups = in_f.div_ceil(32);
+            Some(out_f * groups * (16 + 1))
+        }
+        other => linear_bytes(other, out_f, in_f),
+    }
 }
 
 /// A checkpoint's weights as stored, read from its files' headers (safetensors or GGUF):
@@ -290,6 +311,22 @@ pub fn with_stored_weights(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mxfp4_experts_are_4_25_bits_and_linears_stay_unquantised() {
+        use crate::workload::WeightFormat;
+        // gpt-oss-20b gate_up_proj of one expert: [2·2880, 2880] → blocks [5760, 90, 16] +
+        // scales [5760, 90] uint8
+        assert_eq!(
+            expert_bytes(WeightFormat::Mxfp4, 5760, 2880),
+            Some(5760 * 90 * 17)
+        );
+        assert_eq!(linear_bytes(WeightFormat::Mxfp4, 5760, 2880), None);
+        assert_eq!(
+            expert_bytes(WeightFormat::Fp8, 256, 256),
+            linear_bytes(WeightFormat::Fp8, 256, 256)
+        );
+    }
 
     #[test]
     fn ggml_block_sizes_give_the_published_bits_per_weight() {

@@ -366,33 +366,38 @@ pub fn weights_bytes_per_rank_in(
     let tp_f = tp.max(1) as f64;
     let h = model.hidden_size;
     let (mut plain, mut packed) = (0f64, 0f64);
-    let mut add = |out_f: u64, in_f: u64, copies: u64| {
+    let mut add = |out_f: u64, in_f: u64, copies: u64, expert: bool| {
         let (o, i, n) = (u128::from(out_f), u128::from(in_f), u128::from(copies));
-        if let Some(b) = crate::quant::linear_bytes(format, o, i) {
+        let bytes = if expert {
+            crate::quant::expert_bytes(format, o, i)
+        } else {
+            crate::quant::linear_bytes(format, o, i)
+        };
+        if let Some(b) = bytes {
             plain += (n * o * i * u128::from(dtype_bytes)) as f64;
             packed += (n * b) as f64;
         }
     };
     for l in &model.layers {
         for s in l.mixer_linears(h) {
-            add(s.out_features, s.in_features, 1);
+            add(s.out_features, s.in_features, 1, false);
         }
         match &l.mlp {
             Mlp::None => {}
             Mlp::Dense(d) => {
                 for s in d.linears(h) {
-                    add(s.out_features, s.in_features, 1);
+                    add(s.out_features, s.in_features, 1, false);
                 }
             }
             Mlp::Moe(m) => {
                 // per expert: gate and up `[I, H]` (or one of them), down `[H, I]`
                 let i = m.expert.intermediate;
                 let ins = if m.expert.gated { 2 } else { 1 };
-                add(i, h, m.num_experts * ins);
-                add(h, i, m.num_experts);
+                add(i, h, m.num_experts * ins, true);
+                add(h, i, m.num_experts, true);
                 if let Some(sh) = &m.shared {
                     for s in sh.linears(h) {
-                        add(s.out_features, s.in_features, 1);
+                        add(s.out_features, s.in_features, 1, false);
                     }
                 }
             }

@@ -232,6 +232,10 @@ pub enum WeightFormat {
     },
     /// A llama.cpp GGUF preset.
     Gguf(crate::quant::GgufPreset),
+    /// MXFP4 routed experts (gpt-oss checkpoints, transformers `Mxfp4Config`): e2m1 values two
+    /// per byte plus one e8m0 scale byte per 32 values; every `nn.Linear` stays in the compute
+    /// dtype (see [`crate::quant::expert_bytes`]).
+    Mxfp4,
 }
 
 impl WeightFormat {
@@ -262,6 +266,7 @@ impl WeightFormat {
             }
             WeightFormat::Gptq { bits, group } => format!("gptq-int{bits}-g{group}"),
             WeightFormat::Awq { group } => format!("awq-int4-g{group}"),
+            WeightFormat::Mxfp4 => "mxfp4".into(),
             WeightFormat::Gguf(p) => format!(
                 "gguf-{}",
                 match p {
@@ -298,6 +303,7 @@ impl WeightFormat {
             "fp16" | "f16" => Some(WeightFormat::Fp16),
             "fp32" | "f32" => Some(WeightFormat::Fp32),
             "fp8" => Some(WeightFormat::Fp8),
+            "mxfp4" => Some(WeightFormat::Mxfp4),
             "int8" | "llm.int8" => Some(WeightFormat::Int8),
             "nf4" => Some(WeightFormat::Nf4 {
                 double_quant: false,

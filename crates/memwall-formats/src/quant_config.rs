@@ -301,16 +301,17 @@ impl QuantConfig {
     /// The memwall-core weight format with exactly this storage layout, if there is one:
     /// fp8 with 128×128 blocks → `fp8`; GPTQ with a positive group → `gptq-int{b}-g{g}`;
     /// AWQ GEMM → `awq-int4-g{g}`; bitsandbytes → `nf4`/`fp4` (`-dq`) or `int8`;
-    /// compressed-tensors fp8 with 128×128 blocks → `fp8`. Others (per-tensor fp8,
-    /// per-column GPTQ, AWQ GEMV, other compressed-tensors schemes, MXFP4) have none: their
-    /// bytes come from the checkpoint header.
+    /// compressed-tensors fp8 with 128×128 blocks → `fp8`; MXFP4 → `mxfp4` (experts only).
+    /// Others (per-tensor fp8, per-column GPTQ, AWQ GEMV, other compressed-tensors schemes)
+    /// have none: their bytes come from the checkpoint header.
     pub fn weight_format(&self) -> Option<WeightFormat> {
         match &self.method {
             QuantMethod::Fp8 {
                 block: Some((128, 128)),
                 ..
             } => Some(WeightFormat::Fp8),
-            QuantMethod::Fp8 { .. } | QuantMethod::Mxfp4 => None,
+            QuantMethod::Mxfp4 => Some(WeightFormat::Mxfp4),
+            QuantMethod::Fp8 { .. } => None,
             QuantMethod::Gptq {
                 bits,
                 group_size: Some(g),

@@ -182,6 +182,15 @@ pub(crate) struct HfConfig {
     pub mamba_proj_bias: Option<bool>,
     pub shared_intermediate_size: Option<u64>,
     pub position_embedding_type: Option<String>,
+    // families of issue 14 (OLMoE, gpt-oss, Granite MoE, ERNIE 4.5 MoE)
+    pub clip_qkv: Option<f64>,
+    pub swiglu_limit: Option<f64>,
+    pub moe_num_experts: Option<u64>,
+    pub moe_k: Option<u64>,
+    pub moe_num_shared_experts: Option<u64>,
+    pub moe_layer_start_index: Option<i64>,
+    pub moe_layer_end_index: Option<i64>,
+    pub moe_layer_interval: Option<u64>,
 }
 
 /// A nested config object (`text_config`), as found.

@@ -313,6 +313,8 @@ pub(crate) struct AttnOpts {
     pub eager_softmax_fp32: bool,
     pub eager_style: EagerStyle,
     pub rope_concat: bool,
+    pub sinks: bool,
+    pub rope_fp32: bool,
 }
 
 impl AttnOpts {
@@ -328,6 +330,8 @@ impl AttnOpts {
             eager_softmax_fp32: true,
             eager_style: EagerStyle::Shared,
             rope_concat: false,
+            sinks: false,
+            rope_fp32: false,
         }
     }
 
@@ -348,6 +352,8 @@ impl AttnOpts {
             eager_softmax_fp32: self.eager_softmax_fp32,
             eager_style: self.eager_style,
             rope_concat: self.rope_concat,
+            sinks: self.sinks,
+            rope_fp32: self.rope_fp32,
         }
     }
 }

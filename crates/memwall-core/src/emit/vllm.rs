@@ -22,6 +22,8 @@ fn quantization(w: WeightFormat) -> Result<Option<&'static str>, EmitError> {
         WeightFormat::Awq { .. } => Some("awq"),
         WeightFormat::Nf4 { .. } | WeightFormat::Int8 => Some("bitsandbytes"),
         WeightFormat::Gguf(_) => Some("gguf"),
+        // vllm/model_executor/layers/quantization/__init__.py QuantizationMethods: "mxfp4"
+        WeightFormat::Mxfp4 => Some("mxfp4"),
         WeightFormat::Fp4 { .. } => {
             return Err(EmitError::unsupported(
                 KIND,

@@ -107,7 +107,7 @@ pub(crate) fn mixtral(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatErro
 }
 
 /// A routed MoE block without shared experts; `experts` = (field, value, class default).
-fn moe(
+pub(crate) fn moe(
     ctx: &Ctx,
     (field, experts, default): (&str, Option<u64>, u64),
     top_k: u64,
@@ -135,6 +135,10 @@ fn moe(
         shared_gate: false,
         router_extra_params: 0,
         router_fp32: false,
+        router_topk_then_softmax: false,
+        router_weights_in_compute_dtype: false,
+        shared_first: false,
+        frozen_router_params: 0,
     })
 }
 

@@ -7,6 +7,7 @@ mod gemma;
 mod gpt;
 mod granite_hybrid;
 mod llama;
+mod moe2026;
 mod ssm;
 
 use crate::error::FormatError;
@@ -20,6 +21,7 @@ type Normaliser = fn(&HfConfig, &Ctx) -> Result<ModelDesc, FormatError>;
 /// The registry, sorted by `model_type`.
 const REGISTRY: &[(&str, Normaliser)] = &[
     ("deepseek_v3", deepseek::deepseek_v3),
+    ("ernie4_5_moe", moe2026::ernie4_5_moe),
     ("falcon", gpt::falcon),
     ("gemma", gemma::gemma),
     ("gemma2", gemma::gemma2),
@@ -27,12 +29,14 @@ const REGISTRY: &[(&str, Normaliser)] = &[
     ("gemma3_text", gemma::gemma3_text),
     ("gpt2", gpt::gpt2),
     ("gpt_neox", gpt::gpt_neox),
+    ("gpt_oss", moe2026::gpt_oss),
     ("granitemoehybrid", granite_hybrid::granitemoehybrid),
     ("llama", llama::llama),
     ("mamba2", ssm::mamba2),
     ("mistral", llama::mistral),
     ("mixtral", llama::mixtral),
     ("olmo2", llama::olmo2),
+    ("olmoe", moe2026::olmoe),
     ("opt", gpt::opt),
     ("phi3", llama::phi3),
     ("qwen2", llama::qwen2),
@@ -45,6 +49,7 @@ const REGISTRY: &[(&str, Normaliser)] = &[
 /// The `model_type`s in [`REGISTRY`], same order.
 pub(crate) const SUPPORTED: &[&str] = &[
     "deepseek_v3",
+    "ernie4_5_moe",
     "falcon",
     "gemma",
     "gemma2",
@@ -52,12 +57,14 @@ pub(crate) const SUPPORTED: &[&str] = &[
     "gemma3_text",
     "gpt2",
     "gpt_neox",
+    "gpt_oss",
     "granitemoehybrid",
     "llama",
     "mamba2",
     "mistral",
     "mixtral",
     "olmo2",
+    "olmoe",
     "opt",
     "phi3",
     "qwen2",

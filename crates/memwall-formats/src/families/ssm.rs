@@ -34,6 +34,8 @@ pub(crate) fn no_attention() -> Attention {
         eager_softmax_fp32: true,
         eager_style: EagerStyle::Shared,
         rope_concat: false,
+        sinks: false,
+        rope_fp32: false,
     }
 }
 

@@ -182,7 +182,10 @@ fn mxfp4_quantises_only_the_experts() {
         json!({"modules_to_not_convert":["model.layers.*.self_attn","model.layers.*.mlp.router",
         "model.embed_tokens","lm_head"],"quant_method":"mxfp4"}),
     );
-    assert_eq!((name(&q), q.describe()), (None, "mxfp4 (experts)".into()));
+    assert_eq!(
+        (name(&q), q.describe()),
+        (Some("mxfp4".into()), "mxfp4 (experts)".into())
+    );
     assert!(q.is_quantized("model.layers.5.mlp.experts", ModuleKind::Experts));
     assert!(!q.is_quantized("model.layers.5.self_attn.q_proj", ModuleKind::Linear));
     assert!(!q.is_quantized("lm_head", ModuleKind::Linear));

@@ -25,7 +25,13 @@ impl Builder<'_> {
         let part = rows * heads * rot;
         let (cos, sin) = self.rope_tables.unwrap_or((0, 0));
         // transients: x*cos, neg half, cat, rotate*sin
-        let y = if rot == dim {
+        let y = if rot == dim && self.rope_fp32 {
+            // ERNIE 4.5: `(q.float() * cos) + (rotate_half(q).float() * sin)` cast back to the
+            // input dtype; at most three fp32 copies of q coexist (q·cos, the rotated fp32
+            // copy and its product with sin); cos/sin are fp32 and not trainable
+            self.t.transient(full * 4 * 3, Category::Activations);
+            self.op(full * x_size, &[x], &[cos, sin], &[], &[3 * full * 4])
+        } else if rot == dim {
             self.t.transient(
                 part * out_size * 2 + part * x_size / 2 + part * x_size,
                 Category::Activations,
@@ -81,6 +87,7 @@ impl Builder<'_> {
         let rows = self.tokens;
         let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
         let c = self.compute_size;
+        self.rope_fp32 = a.rope_fp32;
         let (heads, kv_heads, qk_dim, v_dim, rot, q, k, v, qs, ks) = match a.kind {
             AttentionKind::Standard {
                 num_heads,
@@ -580,6 +587,14 @@ impl Builder<'_> {
                 }
                 let masked = self.op(x * c, &[cur], &[], &[], &[]);
                 self.drop_(cur);
+                // with sinks, the masked scores stay bound to `attn_weights` until the
+                // dropout rebinds that name, i.e. through the softmax
+                let (masked, x, held_masked) = if a.sinks {
+                    let (shifted, x1) = self.sink_logits(masked, x, c);
+                    (shifted, x1, Some(masked))
+                } else {
+                    (masked, x, None)
+                };
 
                 // softmax saves its output; llama-style upcasts to fp32 and casts back
                 let sm = if a.eager_softmax_fp32 { 4 } else { c };
@@ -598,6 +613,9 @@ impl Builder<'_> {
                     probs32
                 };
                 self.drop_(masked);
+                if let Some(m) = held_masked {
+                    self.drop_(m);
+                }
                 if let Some(sc) = held_scores {
                     // rebinding `attention_scores` to the softmax frees the scores
                     self.drop_(sc);
@@ -654,6 +672,27 @@ impl Builder<'_> {
         let (y, _) = self.linear(out, c, rows, lin(LinearRole::O).unwrap_or(lin_zero()));
         self.drop_(out);
         y
+    }
+
+    /// Attention sinks in eager attention (gpt-oss `eager_attention_forward`,
+    /// models/gpt_oss/modeling_gpt_oss.py): the per-head sink logits are expanded (a view) and
+    /// concatenated as one more key column, `combined - combined.max(-1, keepdim).values`
+    /// (max saves its int64 indices for backward), then the softmax runs in the compute dtype
+    /// (`dtype=combined_logits.dtype`) and its output, with the sink column sliced off as a
+    /// view, is what the value matmul uses and saves. Returns the logits the softmax gets and
+    /// their element count (`x` with one more column per query row); `masked` stays the
+    /// caller's (it is still bound to `attn_weights`).
+    fn sink_logits(&mut self, masked: TensorId, x: u128, c: u128) -> (TensorId, u128) {
+        let rows_q = x / self.kv_len.max(1);
+        let x1 = rows_q * (self.kv_len + 1);
+        let cat = self.op(x1 * c, &[masked], &[], &[], &[]);
+        let idx = self.act(rows_q * 8, false);
+        let mx = self.op(rows_q * c, &[cat], &[idx], &[], &[]);
+        self.drop_(idx);
+        let shifted = self.op(x1 * c, &[cat, mx], &[], &[], &[]);
+        self.drop_(cat);
+        self.drop_(mx);
+        (shifted, x1)
     }
 
     /// The model-level causal mask, built once per forward by transformers' `create_causal_mask`

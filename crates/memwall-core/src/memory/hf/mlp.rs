@@ -8,9 +8,11 @@ impl Builder<'_> {
     fn activation(&mut self, x: TensorId, bytes: u128, act: Activation) -> TensorId {
         match act {
             // silu/gelu/relu: one op saving its input (relu saves its output)
-            Activation::Silu | Activation::Gelu | Activation::GeluTanh => {
-                self.op(bytes, &[x], &[x], &[], &[])
-            }
+            // (ClampedSwiglu only occurs as a gated activation, see `gate`)
+            Activation::Silu
+            | Activation::Gelu
+            | Activation::GeluTanh
+            | Activation::ClampedSwiglu => self.op(bytes, &[x], &[x], &[], &[]),
             Activation::Relu => self.op_saving_output(bytes, x),
             Activation::GeluNew => {
                 // 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3))) (transformers activations.py
@@ -36,6 +38,33 @@ impl Builder<'_> {
         }
     }
 
+    /// The gated product `act(g) * u` of `bytes` bytes (`g` and `u` may be views of one fused
+    /// output); the inputs stay owned by the caller.
+    fn gate(&mut self, g: TensorId, u: TensorId, bytes: u128, act: Activation) -> TensorId {
+        if act != Activation::ClampedSwiglu {
+            let a = self.activation(g, bytes, act);
+            let m = self.mul(a, u, bytes);
+            self.drop_(a);
+            return m;
+        }
+        // GptOssExperts._apply_gate (models/gpt_oss/modeling_gpt_oss.py): both clamps save
+        // their input (`clamp_backward` needs it); `gate * alpha` is a temporary of sigmoid
+        // (which saves its output); the products save their operands; locals die on return.
+        let gc = self.op(bytes, &[g], &[g], &[], &[]);
+        let uc = self.op(bytes, &[u], &[u], &[], &[]);
+        let ga = self.op(bytes, &[gc], &[], &[], &[]);
+        let sg = self.op_saving_output(bytes, ga);
+        self.drop_(ga);
+        let glu = self.mul(gc, sg, bytes);
+        let up1 = self.op(bytes, &[uc], &[], &[], &[]);
+        self.drop_(uc);
+        let m = self.mul(up1, glu, bytes);
+        for t in [gc, sg, glu, up1] {
+            self.drop_(t);
+        }
+        m
+    }
+
     pub(super) fn dense_mlp(
         &mut self,
         x: TensorId,
@@ -59,12 +88,21 @@ impl Builder<'_> {
                     self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(lin_zero()));
                 (g, u)
             };
-            let a = self.activation(g, rows * i * c, d.act);
-            self.drop_(g);
-            let m = self.mul(a, u, rows * i * c);
-            self.drop_(a);
-            self.drop_(u);
-            m
+            if d.act == Activation::ClampedSwiglu {
+                let m = self.gate(g, u, rows * i * c, d.act);
+                self.drop_(g);
+                self.drop_(u);
+                m
+            } else {
+                // `act_fn(gate_proj(x)) * up_proj(x)`: the gate projection is a temporary
+                // freed once the activation has it
+                let a = self.activation(g, rows * i * c, d.act);
+                self.drop_(g);
+                let m = self.mul(a, u, rows * i * c);
+                self.drop_(a);
+                self.drop_(u);
+                m
+            }
         } else {
             let (u, _) = self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(lin_zero()));
             let a = self.activation(u, rows * i * c, d.act);
@@ -99,6 +137,13 @@ impl Builder<'_> {
         let e = u128::from(moe.num_experts);
         let k = u128::from(moe.top_k);
         let router = lp.router.unwrap_or(lin_zero());
+        // ERNIE 4.5: `shared_output = self.shared_experts(hidden_states)` before the router,
+        // held until it is added to the routed output
+        let pre_shared = if moe.shared_first {
+            self.shared_output(x, x_size, lp, moe)
+        } else {
+            None
+        };
         let topw = if moe.router_fp32 {
             // DeepSeek-V3: fp32 copies of the input and the router weight, fp32 logits,
             // sigmoid scores (saved), biased scores for the group top-k, fp32 routing weights
@@ -112,6 +157,23 @@ impl Builder<'_> {
             self.t.transient(rows * e * 4 * 2, Category::Activations);
             let topw = self.op(rows * k * 4, &[scores], &[scores], &[], &[]);
             self.drop_(scores);
+            if moe.router_weights_in_compute_dtype {
+                // ERNIE 4.5: `routing_weights.to(hidden_states.dtype)`
+                let cw = self.cast(topw, rows * k * c);
+                self.drop_(topw);
+                cw
+            } else {
+                topw
+            }
+        } else if moe.router_topk_then_softmax {
+            // gpt-oss GptOssTopKRouter: top-k of the (biased) logits, softmax over those k in
+            // the compute dtype (saved); the logits stay bound to `_` in GptOssMLP.forward
+            // until the block returns
+            let (logits, _) = self.linear(x, x_size, rows, router);
+            let topv = self.op(rows * k * c, &[logits], &[], &[], &[]);
+            let topw = self.op_saving_output(rows * k * c, topv);
+            self.drop_(topv);
+            self.mlp_locals.push(logits);
             topw
         } else {
             // softmax(router_logits, dtype=float) saved; top-k weights cast to the hidden dtype
@@ -123,38 +185,57 @@ impl Builder<'_> {
             topw
         };
         // routing weights fp32 make the weighted expert outputs fp32 (type promotion)
-        let ws = if moe.router_fp32 { 4 } else { c };
+        let ws = if moe.router_fp32 && !moe.router_weights_in_compute_dtype {
+            4
+        } else {
+            c
+        };
         // experts: gathered rows (tokens*k), gate/up, act, mul, down, weighted
         let i = u128::from(moe.expert.intermediate);
         let ins = if moe.expert.gated { 2 } else { 1 };
         let ek = rows * k;
         if self.seq == 1 && self.mode.infer().is_some_and(|w| w.moe_decode_batched) {
-            return self.moe_batched_decode(x, x_size, lp, moe, topw);
+            return self.moe_batched_decode(x, x_size, lp, moe, topw, pre_shared);
         }
         let gathered = self.op(ek * h * x_size, &[x], &[], &[], &[]);
+        // expert biases (gpt-oss): `gate_up_proj_bias[expert_ids_g]` is gathered per row before
+        // the grouped matmul and added in place (`_grouped_linear`: `out.add_(bias)`); it stays
+        // bound to `selected_biases` until the down bias replaces it
+        let bias_gu = lp
+            .experts
+            .get(2)
+            .map(|b| self.op(ek * ins * i * c, &[], &[], &[b.id], &[]));
         // a grouped matmul saves its input only for the (fused) expert weight's gradient
         let experts_trainable = self.trainable(&lp.experts[0]);
         let saved_g: &[TensorId] = if experts_trainable { &[gathered] } else { &[] };
+        let gu_inputs: Vec<TensorId> = std::iter::once(gathered).chain(bias_gu).collect();
         let gu = self.op(
             ek * ins * i * c,
-            &[gathered],
+            &gu_inputs,
             saved_g,
             &[lp.experts[0].id],
             &[],
         );
-        let a = self.activation(gu, ek * i * c, moe.expert.act);
         let m = if moe.expert.gated {
-            self.mul(a, gu, ek * i * c)
+            self.gate(gu, gu, ek * i * c, moe.expert.act)
         } else {
-            a
+            self.activation(gu, ek * i * c, moe.expert.act)
         };
-        if moe.expert.gated {
-            self.drop_(a);
-        }
         self.drop_(gu);
+        let bias_down = lp
+            .experts
+            .get(3)
+            .map(|b| self.op(ek * h * c, &[], &[], &[b.id], &[]));
+        if let Some(b) = bias_gu {
+            self.drop_(b);
+        }
         let saved_m: &[TensorId] = if experts_trainable { &[m] } else { &[] };
-        let down = self.op(ek * h * c, &[m], saved_m, &[lp.experts[1].id], &[]);
+        let down_inputs: Vec<TensorId> = std::iter::once(m).chain(bias_down).collect();
+        let down = self.op(ek * h * c, &down_inputs, saved_m, &[lp.experts[1].id], &[]);
         self.drop_(m);
+        if let Some(b) = bias_down {
+            self.drop_(b);
+        }
         let weighted = self.mul(down, topw, ek * h * ws);
         self.drop_(topw);
         // `weighted_out[inv_perm]` (a gather, new tensor), then `.view(T, k, H).sum(1)`,
@@ -174,7 +255,10 @@ impl Builder<'_> {
         // function returns (integrations/moe.py `grouped_mm_experts_forward`)
         self.drop_(gathered);
         self.drop_(down);
-        self.shared_experts(x, x_size, lp, moe, out)
+        for t in std::mem::take(&mut self.mlp_locals) {
+            self.drop_(t);
+        }
+        self.shared_experts(x, x_size, lp, moe, out, pre_shared)
     }
 
     /// MoE experts during decode: `generate` on a GPU switches `grouped_mm` to `batched_mm`
@@ -190,6 +274,7 @@ impl Builder<'_> {
         lp: &LayerParams,
         moe: &crate::model::MoeMlp,
         topw: TensorId,
+        pre_shared: Option<TensorId>,
     ) -> TensorId {
         let rows = self.tokens;
         let c = self.compute_size;
@@ -198,9 +283,15 @@ impl Builder<'_> {
         let i = u128::from(moe.expert.intermediate);
         let ins = if moe.expert.gated { 2 } else { 1 };
         let ek = rows * k;
-        let ws = if moe.router_fp32 { 4 } else { c };
+        let ws = if moe.router_fp32 && !moe.router_weights_in_compute_dtype {
+            4
+        } else {
+            c
+        };
         let sel_h = self.op(ek * h * x_size, &[x], &[], &[], &[]);
         let w_gu = self.act(ek * ins * i * h * c, false);
+        // expert biases (gpt-oss): `gate_up_proj_bias[expert_ids]`, added in place
+        let bias_gu = (lp.experts.len() > 2).then(|| self.act(ek * ins * i * c, false));
         let gu = self.op(
             ek * ins * i * c,
             &[sel_h, w_gu],
@@ -208,18 +299,23 @@ impl Builder<'_> {
             &[lp.experts[0].id],
             &[],
         );
-        let a = self.activation(gu, ek * i * c, moe.expert.act);
         let m = if moe.expert.gated {
-            self.mul(a, gu, ek * i * c)
+            self.gate(gu, gu, ek * i * c, moe.expert.act)
         } else {
-            self.retain_id(a)
+            self.activation(gu, ek * i * c, moe.expert.act)
         };
-        self.drop_(a);
         self.drop_(gu);
         let w_down = self.act(ek * i * h * c, false);
         self.drop_(w_gu);
+        let bias_down = (lp.experts.len() > 3).then(|| self.act(ek * h * c, false));
+        if let Some(b) = bias_gu {
+            self.drop_(b);
+        }
         let down = self.op(ek * h * c, &[m, w_down], &[], &[lp.experts[1].id], &[]);
         self.drop_(m);
+        if let Some(b) = bias_down {
+            self.drop_(b);
+        }
         let weighted = self.mul(down, topw, ek * h * ws);
         self.drop_(topw);
         let summed = self.op(rows * h * ws, &[weighted], &[], &[], &[]);
@@ -234,7 +330,36 @@ impl Builder<'_> {
         for t in [sel_h, w_down, down] {
             self.drop_(t);
         }
-        self.shared_experts(x, x_size, lp, moe, out)
+        for t in std::mem::take(&mut self.mlp_locals) {
+            self.drop_(t);
+        }
+        self.shared_experts(x, x_size, lp, moe, out, pre_shared)
+    }
+
+    /// The shared experts' output (gated in Qwen2-MoE), `None` without shared experts.
+    fn shared_output(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        lp: &LayerParams,
+        moe: &crate::model::MoeMlp,
+    ) -> Option<TensorId> {
+        let s = moe.shared.as_ref()?;
+        let rows = self.tokens;
+        let c = self.compute_size;
+        let h = self.hidden;
+        let so = self.dense_mlp(x, x_size, rows, s, &lp.shared);
+        Some(if let Some(g) = lp.shared_gate {
+            let (gl, _) = self.linear(x, x_size, rows, g);
+            let sg = self.op(rows * c, &[gl], &[], &[], &[]);
+            self.drop_(gl);
+            let y = self.mul(so, sg, rows * h * c);
+            self.drop_(so);
+            self.drop_(sg);
+            y
+        } else {
+            so
+        })
     }
 
     /// Adds the always-on shared expert (gated in Qwen2-MoE) to the routed output.
@@ -245,23 +370,18 @@ impl Builder<'_> {
         lp: &LayerParams,
         moe: &crate::model::MoeMlp,
         out: TensorId,
+        pre_shared: Option<TensorId>,
     ) -> TensorId {
-        let Some(s) = &moe.shared else { return out };
+        let so = match pre_shared {
+            Some(so) => so,
+            None => match self.shared_output(x, x_size, lp, moe) {
+                Some(so) => so,
+                None => return out,
+            },
+        };
         let rows = self.tokens;
         let c = self.compute_size;
         let h = self.hidden;
-        let so = self.dense_mlp(x, x_size, rows, s, &lp.shared);
-        let so = if let Some(g) = lp.shared_gate {
-            let (gl, _) = self.linear(x, x_size, rows, g);
-            let sg = self.op(rows * c, &[gl], &[], &[], &[]);
-            self.drop_(gl);
-            let y = self.mul(so, sg, rows * h * c);
-            self.drop_(so);
-            self.drop_(sg);
-            y
-        } else {
-            so
-        };
         let sum = self.op(rows * h * c, &[out, so], &[], &[], &[]);
         self.drop_(out);
         self.drop_(so);

@@ -229,6 +229,10 @@ pub(crate) struct Builder<'a> {
     train: TrainState,
     /// inference only: per layer, the cached (k, v) storages and the tokens the cache layer keeps
     cache: Vec<Option<(TensorId, TensorId, u128)>>,
+    /// tensors bound to Python locals of the MoE block, released when it returns
+    mlp_locals: Vec<TensorId>,
+    /// the current layer's rotary embedding runs in fp32 (`Attention::rope_fp32`)
+    rope_fp32: bool,
 }
 
 impl Drop for Builder<'_> {
@@ -251,6 +255,8 @@ struct LayerParams {
     mla_norms: Vec<P>,
     /// State-space mixer parameters other than its projections (`ssm.rs`).
     ssm: Vec<P>,
+    /// Attention sinks (one logit per query head), when the attention has them.
+    sinks: Option<P>,
 }
 
 impl<'a> Builder<'a> {
@@ -342,6 +348,8 @@ impl<'a> Builder<'a> {
             block_outputs: Vec::new(),
             train: TrainState::default(),
             cache: Vec::new(),
+            mlp_locals: Vec::new(),
+            rope_fp32: false,
         }
     }
 

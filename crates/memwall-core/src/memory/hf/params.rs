@@ -82,6 +82,12 @@ impl Builder<'_> {
         if matches!(self.mode.weights(), Some(WeightFormat::Gguf(_))) {
             return None;
         }
+        if let Some(f @ WeightFormat::Mxfp4) = self.mode.weights() {
+            return Some((
+                crate::quant::expert_bytes(f, inter, hidden)?,
+                crate::quant::expert_bytes(f, hidden, inter)?,
+            ));
+        }
         Some((
             self.quantized_linear_bytes(Some(LinearRole::Gate), inter, hidden)?,
             self.quantized_linear_bytes(Some(LinearRole::Down), hidden, inter)?,
@@ -356,6 +362,10 @@ impl Builder<'_> {
             );
             lp.linears.push((shape.role, lin));
         }
+        // gpt-oss `GptOssAttention.sinks = nn.Parameter(torch.empty(num_attention_heads))`
+        if a.sinks {
+            lp.sinks = Some(self.new_param(u128::from(a.num_heads()), true));
+        }
         let norm_dims = if l.attention_block().is_some() {
             a.norm_dims()
         } else {
@@ -416,11 +426,19 @@ impl Builder<'_> {
                     self.t.resize_param(down.id, b);
                 }
                 lp.experts = vec![gu, down];
+                // expert biases: two parameters (gpt-oss `gate_up_proj_bias` [E, 2I] and
+                // `down_proj_bias` [E, H], models/gpt_oss/modeling_gpt_oss.py GptOssExperts)
                 if moe.expert.bias {
-                    lp.experts.push(self.new_param(e * (ins * i + h), true));
+                    lp.experts.push(self.new_param(e * ins * i, true));
+                    lp.experts.push(self.new_param(e * h, true));
                 }
                 if moe.router_extra_params > 0 {
                     self.new_param(u128::from(moe.router_extra_params), true);
+                }
+                // ERNIE 4.5 `moe_statics.e_score_correction_bias`: fp32, requires_grad=False
+                if moe.frozen_router_params > 0 {
+                    let n = u128::from(moe.frozen_router_params);
+                    self.new_frozen(n, 0, 1, n * 4);
                 }
                 if let Some(s) = &moe.shared {
                     lp.shared = self.mlp_params(s);
