@@ -174,6 +174,15 @@ BASE: dict[str, tuple[str | None, dict]] = {
         hidden_act="silu", tie_word_embeddings=False, pad_token_id=100277, eos_token_id=100257)),
     # ---------------- deepseek_v3 ----------------
     "deepseek-v3": ("deepseek-ai/DeepSeek-V3.json", {}),
+    # ---------------- llama4 (multimodal wrappers; the truth cases use their text_config) ----------------
+    "llama-4-scout-17b-16e": ("meta-llama/Llama-4-Scout-17B-16E-Instruct.json", {}),
+    "llama-4-maverick-17b-128e": ("meta-llama/Llama-4-Maverick-17B-128E-Instruct.json", {}),
+}
+
+# text towers of multimodal configs: name -> base (its `text_config`, verbatim)
+TEXT = {
+    "llama-4-scout-17b-16e-text": "llama-4-scout-17b-16e",
+    "llama-4-maverick-17b-128e-text": "llama-4-maverick-17b-128e",
 }
 
 # reduced-depth variants: name -> (base, layers)
@@ -189,10 +198,20 @@ REDUCED = {
     "deepseek-v3-4l": ("deepseek-v3", 4),  # first_k_dense_replace=3: 3 dense + 1 MoE layer
     "olmo-2-7b-4l": ("olmo-2-7b", 4),
     "phi-3-mini-4k-8l": ("phi-3-mini-4k", 8),
+    # 3 chunked-attention RoPE layers + 1 NoPE full-attention layer; all experts kept
+    "llama-4-scout-17b-16e-text-4l": ("llama-4-scout-17b-16e-text", 4),
+    "llama-4-maverick-17b-128e-text-4l": ("llama-4-maverick-17b-128e-text", 4),
 }
 
 
 def base_config(name: str) -> dict:
+    if name in TEXT:
+        outer = base_config(TEXT[name])
+        if not outer:
+            return {}
+        d = dict(outer["text_config"])
+        d["_memwall"] = f"text_config of {TEXT[name]} ({outer['_memwall']})"
+        return d
     src, fields = BASE[name]
     if src and (DATA / src).exists():
         d = json.loads((DATA / src).read_text())
@@ -229,6 +248,13 @@ def main() -> None:
         d = base_config(name)
         if not d:
             print(f"skip {name}: {BASE[name][0]} not present yet")
+            continue
+        write(name, d)
+        written.append(name)
+    for name in TEXT:
+        d = base_config(name)
+        if not d:
+            print(f"skip {name}")
             continue
         write(name, d)
         written.append(name)

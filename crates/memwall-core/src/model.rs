@@ -133,6 +133,16 @@ pub struct Attention {
     /// dimension rotates (modeling_phi3.py and modeling_gpt_neox.py `apply_rotary_pos_emb`):
     /// they come out laid out `[B, H, S, D]` rather than as transposed projection views.
     pub rope_concat: bool,
+    /// Rotary embedding by complex multiplication in fp32 (Llama 4 `apply_rotary_emb`,
+    /// models/llama4/modeling_llama4.py: `view_as_complex(x.float())`, `* freqs_cis`,
+    /// `view_as_real(...).type_as(x)`), with one complex64 `freqs_cis` table per forward.
+    pub rope_complex: bool,
+    /// A weightless L2 norm of q and k per head, after the rotary embedding (Llama 4
+    /// `Llama4TextL2Norm`: `x.float() * rsqrt(mean(x²) + eps)`, cast back).
+    pub l2_qk_norm: bool,
+    /// Llama 4 attention temperature tuning on a NoPE layer: the query is scaled per position by
+    /// `log1p(floor((pos + 1) / floor_scale)) * attn_scale + 1` (an fp32 product cast back).
+    pub temperature_tuning: bool,
 }
 
 /// Family-specific eager attention code paths that change what is alive when.
@@ -329,6 +339,12 @@ pub struct MoeMlp {
     /// outputs are fp32 too (DeepSeek-V3 `DeepseekV3TopkRouter`:
     /// `F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))`, sigmoid).
     pub router_fp32: bool,
+    /// Every token runs through every expert (Llama 4 `Llama4TextMoe`, transformers 5.23
+    /// models/llama4/modeling_llama4.py): the input is repeated once per expert, scaled by its
+    /// sigmoid router score (0 for experts not in the top-k) and passed through batched matmuls
+    /// over all experts (`Llama4TextExperts`: `bmm` with `gate_up_proj` `[E, H, 2I]` and
+    /// `down_proj` `[E, I, H]`), then summed over experts into the shared expert's output.
+    pub all_experts: bool,
 }
 
 impl MoeMlp {
@@ -654,6 +670,9 @@ pub(crate) mod tests {
                 eager_softmax_fp32: true,
                 eager_style: EagerStyle::Shared,
                 rope_concat: false,
+                rope_complex: false,
+                l2_qk_norm: false,
+                temperature_tuning: false,
             },
             attn_output_outlives_mlp: false,
             mlp: Mlp::Dense(DenseMlp {

@@ -313,6 +313,9 @@ pub(crate) struct AttnOpts {
     pub eager_softmax_fp32: bool,
     pub eager_style: EagerStyle,
     pub rope_concat: bool,
+    pub rope_complex: bool,
+    pub l2_qk_norm: bool,
+    pub temperature_tuning: bool,
 }
 
 impl AttnOpts {
@@ -328,6 +331,9 @@ impl AttnOpts {
             eager_softmax_fp32: true,
             eager_style: EagerStyle::Shared,
             rope_concat: false,
+            rope_complex: false,
+            l2_qk_norm: false,
+            temperature_tuning: false,
         }
     }
 
@@ -348,6 +354,9 @@ impl AttnOpts {
             eager_softmax_fp32: self.eager_softmax_fp32,
             eager_style: self.eager_style,
             rope_concat: self.rope_concat,
+            rope_complex: self.rope_complex,
+            l2_qk_norm: self.l2_qk_norm,
+            temperature_tuning: self.temperature_tuning,
         }
     }
 }

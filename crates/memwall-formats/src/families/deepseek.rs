@@ -173,5 +173,6 @@ fn moe_block(raw: &HfConfig, ctx: &Ctx, d: &Dims) -> Result<MoeMlp, FormatError>
         router_extra_params: 0,
         // modeling_deepseek_v3.py DeepseekV3TopkRouter: fp32 linear + sigmoid, fp32 weights
         router_fp32: true,
+        all_experts: false,
     })
 }

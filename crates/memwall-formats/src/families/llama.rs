@@ -135,6 +135,7 @@ fn moe(
         shared_gate: false,
         router_extra_params: 0,
         router_fp32: false,
+        all_experts: false,
     })
 }
 

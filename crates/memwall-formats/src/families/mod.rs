@@ -6,6 +6,7 @@ mod deepseek;
 mod gemma;
 mod gpt;
 mod llama;
+mod llama4;
 
 use crate::error::FormatError;
 use crate::raw::HfConfig;
@@ -26,6 +27,7 @@ const REGISTRY: &[(&str, Normaliser)] = &[
     ("gpt2", gpt::gpt2),
     ("gpt_neox", gpt::gpt_neox),
     ("llama", llama::llama),
+    ("llama4_text", llama4::llama4_text),
     ("mistral", llama::mistral),
     ("mixtral", llama::mixtral),
     ("olmo2", llama::olmo2),
@@ -49,6 +51,7 @@ pub(crate) const SUPPORTED: &[&str] = &[
     "gpt2",
     "gpt_neox",
     "llama",
+    "llama4_text",
     "mistral",
     "mixtral",
     "olmo2",
