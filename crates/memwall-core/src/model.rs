@@ -143,6 +143,11 @@ pub struct Attention {
     /// Llama 4 attention temperature tuning on a NoPE layer: the query is scaled per position by
     /// `log1p(floor((pos + 1) / floor_scale)) * attn_scale + 1` (an fp32 product cast back).
     pub temperature_tuning: bool,
+    /// Llama 4 chunked local attention: `sliding_window` holds `attention_chunk_size`. Hugging
+    /// Face caches and masks such a layer like a sliding window of that size
+    /// (cache_utils.py `LAYER_CLASS_MAP`: `DynamicSlidingWindowLayer`); vLLM gives it its own
+    /// KV spec (`ChunkedLocalAttentionSpec`).
+    pub chunked: bool,
 }
 
 /// Family-specific eager attention code paths that change what is alive when.
@@ -673,6 +678,7 @@ pub(crate) mod tests {
                 rope_complex: false,
                 l2_qk_norm: false,
                 temperature_tuning: false,
+                chunked: false,
             },
             attn_output_outlives_mlp: false,
             mlp: Mlp::Dense(DenseMlp {

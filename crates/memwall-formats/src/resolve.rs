@@ -316,6 +316,7 @@ pub(crate) struct AttnOpts {
     pub rope_complex: bool,
     pub l2_qk_norm: bool,
     pub temperature_tuning: bool,
+    pub chunked: bool,
 }
 
 impl AttnOpts {
@@ -334,6 +335,7 @@ impl AttnOpts {
             rope_complex: false,
             l2_qk_norm: false,
             temperature_tuning: false,
+            chunked: false,
         }
     }
 
@@ -357,6 +359,7 @@ impl AttnOpts {
             rope_complex: self.rope_complex,
             l2_qk_norm: self.l2_qk_norm,
             temperature_tuning: self.temperature_tuning,
+            chunked: self.chunked,
         }
     }
 }

@@ -226,16 +226,17 @@ fn llama4_named(raw: &HfConfig, ctx: &Ctx, model_type: &str) -> Result<ModelDesc
             // A chunked layer's cache is a DynamicSlidingWindowLayer of the chunk size and its
             // SDPA mask is materialised like a sliding window's (cache_utils.py
             // LAYER_CLASS_MAP, masking_utils.create_chunked_causal_mask `local_size`).
-            let w = if chunked.get(i).copied().unwrap_or(false) {
-                chunk
-            } else {
-                None
-            };
+            let is_chunked = chunked.get(i).copied().unwrap_or(false);
+            let w = if is_chunked { chunk } else { None };
             // Llama4TextDecoderLayer: input_layernorm, post_attention_layernorm
             // (Llama4TextRMSNorm: `_norm(x.float()).type_as(x) * weight`).
             let mlp = match (moe.get(i).copied().unwrap_or(false), block) {
                 (true, Some(m)) => Mlp::Moe(m),
                 _ => Mlp::Dense(gated(mlp_i, d.act)),
+            };
+            let attn = AttnOpts {
+                chunked: is_chunked,
+                ..attn
             };
             layer(n, NormPlacement::Pre, attn.build(d.heads, w), mlp)
         })
