@@ -238,7 +238,11 @@ fn llama4_named(raw: &HfConfig, ctx: &Ctx, model_type: &str) -> Result<ModelDesc
                 chunked: is_chunked,
                 ..attn
             };
-            layer(n, NormPlacement::Pre, attn.build(d.heads, w), mlp)
+            // Llama4TextDecoderLayer.forward binds `attention_states` and never rebinds it:
+            // the attention output lives until the layer returns
+            let mut l = layer(n, NormPlacement::Pre, attn.build(d.heads, w), mlp);
+            l.attn_output_outlives_mlp = true;
+            l
         })
         .collect();
     assemble(
