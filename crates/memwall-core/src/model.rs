@@ -506,6 +506,32 @@ pub struct ModelDesc {
     pub dropout: Dropout,
     /// The module names transformers gives each linear role (what `--lora-targets` names).
     pub linear_names: Vec<(LinearRole, String)>,
+    /// A vision-language model's vision tower and projector (`None` for a text-only model).
+    pub vision: Option<VisionTower>,
+}
+
+/// The vision encoder and multimodal projector of a vision-language model
+/// (`*ForConditionalGeneration`): their weights are sized exactly; their activations are not
+/// simulated (image tokens count as text tokens of the sequence).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VisionTower {
+    /// `model_type` of the vision config (`siglip_vision_model`, `pixtral`, …).
+    pub model_type: String,
+    /// Parameters of the vision encoder.
+    pub encoder_params: u64,
+    /// Parameters of the multimodal projector (patch merger, adapter, projection into the
+    /// text model's width).
+    pub projector_params: u64,
+    /// Whether a training step updates the vision tower and projector. Off by default: most
+    /// VLM fine-tuning recipes freeze the vision encoder (`--train-vision` turns this on).
+    pub trainable: bool,
+}
+
+impl VisionTower {
+    /// Encoder + projector parameters.
+    pub fn params(&self) -> u64 {
+        self.encoder_params.saturating_add(self.projector_params)
+    }
 }
 
 /// The runs of equal consecutive layers of `layers`, each once with its length: what sums
@@ -590,6 +616,14 @@ pub struct ParamCounts {
     pub lm_head: u64,
     /// Sum of the above.
     pub total: u64,
+    /// Vision tower and projector of a vision-language model (0 otherwise); included in
+    /// `total`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub vision: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 fn to_u64(v: u128, what: &'static str) -> Result<u64, CoreError> {
@@ -626,13 +660,17 @@ impl ModelDesc {
                     0
                 }
         };
-        let total = embed + layers + final_norm + lm_head;
+        let vision = self.vision.as_ref().map_or(0, |v| {
+            u128::from(v.encoder_params) + u128::from(v.projector_params)
+        });
+        let total = embed + layers + final_norm + lm_head + vision;
         Ok(ParamCounts {
             embeddings: to_u64(embed, "embedding parameters")?,
             layers: to_u64(layers, "layer parameters")?,
             final_norm: to_u64(final_norm, "final norm parameters")?,
             lm_head: to_u64(lm_head, "lm_head parameters")?,
             total: to_u64(total, "total parameters")?,
+            vision: to_u64(vision, "vision tower parameters")?,
         })
     }
 
@@ -710,6 +748,7 @@ pub(crate) mod tests {
             },
             dropout: Dropout::default(),
             linear_names: vec![],
+            vision: None,
         }
     }
 

@@ -175,6 +175,9 @@ pub(crate) struct HfConfig {
 
     // multimodal wrappers: the vision tower's config, kept as text, parsed by `vision.rs`
     pub vision_config: Option<Box<RawValue>>,
+    pub spatial_merge_size: Option<u64>,
+    pub vision_feature_layer: Option<Box<RawValue>>,
+    pub multimodal_projector_bias: Option<bool>,
 }
 
 /// A nested config object (`text_config`), as found.

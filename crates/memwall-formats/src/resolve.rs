@@ -501,6 +501,7 @@ pub(crate) fn assemble(ctx: &Ctx, model_type: &str, p: Parts) -> Result<ModelDes
         head: p.head,
         dropout: p.dropout,
         linear_names: p.linear_names,
+        vision: None,
     };
     if desc.param_counts().is_err() {
         return Err(FormatError::OutOfRange {

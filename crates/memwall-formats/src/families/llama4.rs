@@ -263,8 +263,8 @@ fn llama4_named(raw: &HfConfig, ctx: &Ctx, model_type: &str) -> Result<ModelDesc
 }
 
 /// Multimodal `llama4` (`Llama4ForConditionalGeneration`): the language model is the
-/// `text_config` (a `Llama4TextConfig`, `Llama4Config.sub_configs_defaults`).
-#[allow(dead_code)] // registered with the vision tower (step 2)
+/// `text_config` (a `Llama4TextConfig`, `Llama4Config.sub_configs_defaults`); the vision model
+/// and projector are sized by `vision.rs`.
 pub(crate) fn llama4(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> {
     let inner = match raw.text_config(ctx.prefix)? {
         Nested::Object(inner) => inner,
@@ -293,5 +293,9 @@ pub(crate) fn llama4(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError
         prefix: "text_config.",
         nested: true,
     };
-    llama4_named(&inner, &nested, "llama4")
+    let mut desc = llama4_named(&inner, &nested, "llama4")?;
+    desc.vision = Some(super::vision::llama4_vision(raw, desc.hidden_size)?);
+    // Llama4Config.tie_word_embeddings (default False) decides for the wrapper
+    desc.head.tied = raw.tie_word_embeddings.unwrap_or(false);
+    Ok(desc)
 }

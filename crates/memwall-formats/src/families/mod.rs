@@ -7,6 +7,8 @@ mod gemma;
 mod gpt;
 mod llama;
 mod llama4;
+mod vision;
+mod vlm;
 
 use crate::error::FormatError;
 use crate::raw::HfConfig;
@@ -27,14 +29,18 @@ const REGISTRY: &[(&str, Normaliser)] = &[
     ("gpt2", gpt::gpt2),
     ("gpt_neox", gpt::gpt_neox),
     ("llama", llama::llama),
+    ("llama4", llama4::llama4),
     ("llama4_text", llama4::llama4_text),
     ("mistral", llama::mistral),
+    ("mistral3", vlm::mistral3),
     ("mixtral", llama::mixtral),
     ("olmo2", llama::olmo2),
     ("opt", gpt::opt),
     ("phi3", llama::phi3),
     ("qwen2", llama::qwen2),
+    ("qwen2_5_vl", vlm::qwen2_5_vl),
     ("qwen2_moe", llama::qwen2_moe),
+    ("qwen2_vl", vlm::qwen2_vl),
     ("qwen3", llama::qwen3),
     ("qwen3_moe", llama::qwen3_moe),
     ("starcoder2", llama::starcoder2),
@@ -51,14 +57,18 @@ pub(crate) const SUPPORTED: &[&str] = &[
     "gpt2",
     "gpt_neox",
     "llama",
+    "llama4",
     "llama4_text",
     "mistral",
+    "mistral3",
     "mixtral",
     "olmo2",
     "opt",
     "phi3",
     "qwen2",
+    "qwen2_5_vl",
     "qwen2_moe",
+    "qwen2_vl",
     "qwen3",
     "qwen3_moe",
     "starcoder2",

@@ -18,7 +18,8 @@ impl Builder<'_> {
         let pos = self.act(s * 8, false);
         self.out_refs.push(pos);
         // freqs (fp32) + polar (complex64) alive while the scaled copy is made
-        self.t.transient(s * dim / 2 * 4 + s * dim * 4, Category::Activations);
+        self.t
+            .transient(s * dim / 2 * 4 + s * dim * 4, Category::Activations);
         let table = self.act(s * dim * 4, false);
         self.out_refs.push(table);
         table

@@ -317,6 +317,15 @@ impl Builder<'_> {
                 self.new_param(u128::from(e.vocab_size), true);
             }
         }
+        // A vision-language model's vision tower and projector: present in memory (root unit),
+        // trained only when asked (`VisionTower::trainable`); their activations are not
+        // simulated (text-only steps never run them). One flat tensor stands for all of them.
+        if let Some(v) = &m.vision {
+            let n = u128::from(v.encoder_params) + u128::from(v.projector_params);
+            if n > 0 {
+                self.new_param(n, v.trainable);
+            }
+        }
     }
 
     fn layer_params(&mut self, l: &LayerSpec) -> LayerParams {
