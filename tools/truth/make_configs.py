@@ -177,6 +177,8 @@ BASE: dict[str, tuple[str | None, dict]] = {
     # ---------------- llama4 (multimodal wrappers; the truth cases use their text_config) ----------------
     "llama-4-scout-17b-16e": ("meta-llama/Llama-4-Scout-17B-16E-Instruct.json", {}),
     "llama-4-maverick-17b-128e": ("meta-llama/Llama-4-Maverick-17B-128E-Instruct.json", {}),
+    # ---------------- vision-language wrappers ----------------
+    "mistral-small-3.1-24b": ("mistralai/Mistral-Small-3.1-24B-Instruct-2503.json", {}),
 }
 
 # text towers of multimodal configs: name -> base (its `text_config`, verbatim)
@@ -201,6 +203,9 @@ REDUCED = {
     # 3 chunked-attention RoPE layers + 1 NoPE full-attention layer; all experts kept
     "llama-4-scout-17b-16e-text-4l": ("llama-4-scout-17b-16e-text", 4),
     "llama-4-maverick-17b-128e-text-4l": ("llama-4-maverick-17b-128e-text", 4),
+    # wrappers: the text_config's layers are cut; the vision tower stays whole
+    "llama-4-scout-17b-16e-4l": ("llama-4-scout-17b-16e", 4),
+    "mistral-small-3.1-24b-4l": ("mistral-small-3.1-24b", 4),
 }
 
 
@@ -226,11 +231,13 @@ def base_config(name: str) -> dict:
 
 def reduce(d: dict, n: int, base: str) -> dict:
     d = json.loads(json.dumps(d))
-    key = "n_layer" if "n_layer" in d else "num_hidden_layers"
-    d[key] = n
+    # a vision-language wrapper: the language model's layers live in its text_config
+    t = d["text_config"] if isinstance(d.get("text_config"), dict) else d
+    key = "n_layer" if "n_layer" in t else "num_hidden_layers"
+    t[key] = n
     for lk in ("layer_types",):
-        if isinstance(d.get(lk), list):
-            d[lk] = d[lk][:n]
+        if isinstance(t.get(lk), list):
+            t[lk] = t[lk][:n]
     d["_memwall"] = f"{base} cut to {n} layers ({d['_memwall']})"
     return d
 

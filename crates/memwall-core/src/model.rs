@@ -525,6 +525,23 @@ pub struct VisionTower {
     /// Whether a training step updates the vision tower and projector. Off by default: most
     /// VLM fine-tuning recipes freeze the vision encoder (`--train-vision` turns this on).
     pub trainable: bool,
+    /// The tower's `nn.Linear` modules by name: peft matches LoRA `target_modules` by the last
+    /// component of the module name across the whole model, so `q_proj` also adapts a vision
+    /// tower whose attention has a `q_proj`.
+    pub linears: Vec<VisionLinear>,
+}
+
+/// `count` vision-tower linears of one name and shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VisionLinear {
+    /// Last component of the module name (`q_proj`, `fc1`, `linear_1`, …).
+    pub name: &'static str,
+    /// Input features.
+    pub in_features: u64,
+    /// Output features.
+    pub out_features: u64,
+    /// How many modules have this name and shape.
+    pub count: u64,
 }
 
 impl VisionTower {

@@ -6,7 +6,7 @@
 use crate::error::FormatError;
 use crate::raw::HfConfig;
 use crate::resolve::limits::*;
-use memwall_core::model::VisionTower;
+use memwall_core::model::{VisionLinear, VisionTower};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -122,6 +122,7 @@ impl Vision {
         encoder: u128,
         projector: u128,
         default_type: &str,
+        linears: &[(&'static str, u128, u128, u128)],
     ) -> Result<VisionTower, FormatError> {
         let too_big = |what: &str| FormatError::OutOfRange {
             field: "vision_config".into(),
@@ -137,6 +138,17 @@ impl Vision {
             encoder_params: u64::try_from(encoder).map_err(|_| too_big("encoder"))?,
             projector_params: u64::try_from(projector).map_err(|_| too_big("projector"))?,
             trainable: false,
+            linears: linears
+                .iter()
+                .map(|&(name, i, o, n)| {
+                    Ok(VisionLinear {
+                        name,
+                        in_features: u64::try_from(i).map_err(|_| too_big("linear"))?,
+                        out_features: u64::try_from(o).map_err(|_| too_big("linear"))?,
+                        count: u64::try_from(n).map_err(|_| too_big("linear"))?,
+                    })
+                })
+                .collect::<Result<_, FormatError>>()?,
         })
     }
 }
@@ -182,7 +194,20 @@ pub(crate) fn siglip_gemma3(top: &HfConfig, text_hidden: u64) -> Result<VisionTo
             + linear(i, h, true);
     }
     let projector = h * u128::from(text_hidden) + h;
-    v.tower(encoder, projector, "siglip_vision_model")
+    let head = u128::from(r.vision_use_head.unwrap_or(true));
+    v.tower(
+        encoder,
+        projector,
+        "siglip_vision_model",
+        &[
+            ("q_proj", h, h, layers),
+            ("k_proj", h, h, layers),
+            ("v_proj", h, h, layers),
+            ("out_proj", h, h, layers + head),
+            ("fc1", h, i, layers + head),
+            ("fc2", i, h, layers + head),
+        ],
+    )
 }
 
 /// Llama 4's vision model (`llama4/modeling_llama4.py` Llama4VisionModel, defaults from
@@ -226,7 +251,23 @@ pub(crate) fn llama4_vision(top: &HfConfig, text_hidden: u64) -> Result<VisionTo
     let adapter = linear(i, p_in, false) + linear(p_out, p_out, false);
     let encoder = embeddings + layers * layer + adapter;
     let projector = linear(out, u128::from(text_hidden), false);
-    v.tower(encoder, projector, "llama4_vision_model")
+    v.tower(
+        encoder,
+        projector,
+        "llama4_vision_model",
+        &[
+            ("linear", c * patch * patch, h, 1),
+            ("q_proj", h, h, layers),
+            ("k_proj", h, h, layers),
+            ("v_proj", h, h, layers),
+            ("o_proj", h, h, layers),
+            ("fc1", h, i, layers),
+            ("fc2", i, h, layers),
+            ("fc1", i, p_in, 1),
+            ("fc2", p_out, p_out, 1),
+            ("linear_1", out, u128::from(text_hidden), 1),
+        ],
+    )
 }
 
 /// Qwen2-VL's vision transformer (`qwen2_vl/modeling_qwen2_vl.py`
@@ -266,7 +307,19 @@ pub(crate) fn qwen2_vl_vision(top: &HfConfig) -> Result<VisionTower, FormatError
     // PatchMerger: ln_q LayerNorm(E), Linear(E·merge², E·merge²), GELU, Linear(E·merge², out)
     let wide = e * merge * merge;
     let projector = 2 * e + linear(wide, wide, true) + linear(wide, out, true);
-    v.tower(encoder, projector, "qwen2_vl")
+    v.tower(
+        encoder,
+        projector,
+        "qwen2_vl",
+        &[
+            ("qkv", e, 3 * e, depth),
+            ("proj", e, e, depth),
+            ("fc1", e, m, depth),
+            ("fc2", m, e, depth),
+            ("0", wide, wide, 1),
+            ("2", wide, out, 1),
+        ],
+    )
 }
 
 /// Qwen2.5-VL's vision transformer (`qwen2_5_vl/modeling_qwen2_5_vl.py`
@@ -299,7 +352,20 @@ pub(crate) fn qwen2_5_vl_vision(top: &HfConfig) -> Result<VisionTower, FormatErr
     let encoder = embed + depth * block;
     let wide = h * merge * merge;
     let projector = h + linear(wide, wide, true) + linear(wide, out, true);
-    v.tower(encoder, projector, "qwen2_5_vl")
+    v.tower(
+        encoder,
+        projector,
+        "qwen2_5_vl",
+        &[
+            ("qkv", h, 3 * h, depth),
+            ("proj", h, h, depth),
+            ("gate_proj", h, i, depth),
+            ("up_proj", h, i, depth),
+            ("down_proj", i, h, depth),
+            ("0", wide, wide, 1),
+            ("2", wide, out, 1),
+        ],
+    )
 }
 
 /// Mistral 3's Pixtral tower (`pixtral/modeling_pixtral.py` PixtralVisionModel, defaults from
@@ -361,5 +427,21 @@ pub(crate) fn pixtral_mistral3(
         + linear(h * merge * merge, h, false)
         + linear(h * feature_layers, t, bias)
         + linear(t, t, bias);
-    v.tower(encoder, projector, "pixtral")
+    v.tower(
+        encoder,
+        projector,
+        "pixtral",
+        &[
+            ("q_proj", h, h, layers),
+            ("k_proj", h, h, layers),
+            ("v_proj", h, h, layers),
+            ("o_proj", h, h, layers),
+            ("gate_proj", h, i, layers),
+            ("up_proj", h, i, layers),
+            ("down_proj", i, h, layers),
+            ("merging_layer", h * merge * merge, h, 1),
+            ("linear_1", h * feature_layers, t, 1),
+            ("linear_2", t, t, 1),
+        ],
+    )
 }

@@ -325,6 +325,24 @@ impl Builder<'_> {
             if n > 0 {
                 self.new_param(n, v.trainable);
             }
+            // peft matches `target_modules` by module name across the whole model: vision
+            // linears with a targeted name get adapters too (fp32, trainable). A text-only
+            // step never runs them, so they get no gradient and AdamW no state for them
+            // (`torch.optim` skips parameters whose `.grad` is None): weights only.
+            if let Some(l) = self.mode.lora() {
+                let rank = u128::from(l.rank);
+                for lin in v
+                    .linears
+                    .iter()
+                    .filter(|x| l.targets.iter().any(|t| t == x.name))
+                {
+                    let per = rank * (u128::from(lin.in_features) + u128::from(lin.out_features));
+                    let numel = per * u128::from(lin.count);
+                    self.t.param(numel * self.adapter_size, false);
+                    self.param_count += numel;
+                    self.train.trainable_count += numel;
+                }
+            }
         }
     }
 
