@@ -299,3 +299,97 @@ pub(crate) fn llama4(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError
     desc.head.tied = raw.tie_word_embeddings.unwrap_or(false);
     Ok(desc)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use crate::parse_hf_config;
+    use memwall_core::model::Mlp;
+
+    const SCOUT_4L: &str = r#"{"model_type":"llama4_text","hidden_size":5120,
+        "intermediate_size":8192,"intermediate_size_mlp":16384,"num_hidden_layers":4,
+        "num_attention_heads":40,"num_key_value_heads":8,"head_dim":128,"vocab_size":202048,
+        "num_local_experts":16,"num_experts_per_tok":1}"#;
+
+    fn with(extra: &str) -> String {
+        format!("{},{extra}}}", SCOUT_4L.trim_end_matches('}'))
+    }
+
+    #[test]
+    fn scout_layers_follow_the_config_defaults() {
+        let d = parse_hf_config(SCOUT_4L).unwrap();
+        // every 4th layer is NoPE, full attention, temperature-tuned, without qk norm
+        for (i, l) in d.layers.iter().enumerate() {
+            let nope = i == 3;
+            assert_eq!(l.attention.rotary_dim.is_none(), nope, "layer {i}");
+            assert_eq!(l.attention.chunked, !nope, "layer {i}");
+            assert_eq!(
+                l.attention.sliding_window,
+                (!nope).then_some(8192),
+                "layer {i}"
+            );
+            assert_eq!(l.attention.temperature_tuning, nope, "layer {i}");
+            assert_eq!(l.attention.l2_qk_norm, !nope, "layer {i}");
+            assert!(l.attn_output_outlives_mlp);
+            let Mlp::Moe(m) = l.mlp else {
+                panic!("layer {i} is dense")
+            };
+            assert!(m.all_experts && m.shared.is_some());
+        }
+    }
+
+    #[test]
+    fn maverick_interleaves_dense_and_moe_layers() {
+        let d = parse_hf_config(&with(
+            r#""interleave_moe_layer_step":2,"use_qk_norm":false"#,
+        ))
+        .unwrap();
+        let moe: Vec<bool> = d
+            .layers
+            .iter()
+            .map(|l| matches!(l.mlp, Mlp::Moe(_)))
+            .collect();
+        assert_eq!(moe, [false, true, false, true]);
+        assert!(d.layers.iter().all(|l| !l.attention.l2_qk_norm));
+    }
+
+    #[test]
+    fn bad_llama4_settings_are_refused_by_name() {
+        for (extra, field) in [
+            (
+                r#""interleave_moe_layer_step":0"#,
+                "interleave_moe_layer_step",
+            ),
+            (r#""no_rope_layers":[1,1,2,1]"#, "no_rope_layers"),
+            (r#""no_rope_layers":[1,1]"#, "no_rope_layers"),
+            (r#""moe_layers":[7]"#, "moe_layers"),
+            (
+                r#""layer_types":["sliding_attention","full_attention","full_attention","full_attention"]"#,
+                "layer_types",
+            ),
+            (r#""attention_chunk_size":null"#, "attention_chunk_size"),
+            (r#""no_rope_layer_interval":0"#, "no_rope_layer_interval"),
+        ] {
+            let e = parse_hf_config(&with(extra)).unwrap_err().to_string();
+            assert!(e.contains(field), "{extra}: {e}");
+        }
+    }
+
+    #[test]
+    fn vision_configs_are_checked() {
+        let base =
+            r#"{"model_type":"llama4","text_config":{"num_hidden_layers":2},"vision_config":"#;
+        let ok = parse_hf_config(&format!("{base}{{\"image_size\":[336,336]}}}}")).unwrap();
+        assert!(ok.vision.is_some_and(|v| v.params() > 0));
+        for (v, field) in [
+            (r#"{"image_size":[336,448]}"#, "image_size"),
+            (r#"{"hidden_size":0}"#, "hidden_size"),
+            (r#""none""#, "vision_config"),
+        ] {
+            let e = parse_hf_config(&format!("{base}{v}}}"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(field), "{v}: {e}");
+        }
+    }
+}
