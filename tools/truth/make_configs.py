@@ -179,6 +179,7 @@ BASE: dict[str, tuple[str | None, dict]] = {
     "llama-4-maverick-17b-128e": ("meta-llama/Llama-4-Maverick-17B-128E-Instruct.json", {}),
     # ---------------- vision-language wrappers ----------------
     "mistral-small-3.1-24b": ("mistralai/Mistral-Small-3.1-24B-Instruct-2503.json", {}),
+    "qwen2.5-vl-7b": ("Qwen/Qwen2.5-VL-7B-Instruct.json", {}),
 }
 
 # text towers of multimodal configs: name -> base (its `text_config`, verbatim)
@@ -206,6 +207,7 @@ REDUCED = {
     # wrappers: the text_config's layers are cut; the vision tower stays whole
     "llama-4-scout-17b-16e-4l": ("llama-4-scout-17b-16e", 4),
     "mistral-small-3.1-24b-4l": ("mistral-small-3.1-24b", 4),
+    "qwen2.5-vl-7b-4l": ("qwen2.5-vl-7b", 4),
 }
 
 
