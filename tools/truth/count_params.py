@@ -5,8 +5,9 @@ instantiating the model on the meta device, and write tests/truth/params.jsonl.
 Each line: {"file": <path relative to repo>, "model_type": ..., "class": ..., "params_total": int,
             "by_name_prefix": {"embed": .., "layers": .., "final_norm": .., "lm_head": .., "other": ..}}
 Parameters are de-duplicated (a tied lm_head shares the embedding and is counted once, under
-"embed"; "lm_head" only appears when untied).  Multimodal gemma3 configs are counted with
-their text_config and Gemma3ForCausalLM (noted as "note" in the line).
+"embed"; "lm_head" only appears when untied).  Vision-language configs (gemma3, llama4,
+mistral3, qwen2_vl, qwen2_5_vl) are counted with AutoModelForImageTextToText; their vision
+tower + projector is the "vision" group (noted as "note" in the line).
 
 Usage: python tools/truth/count_params.py
 """
@@ -45,6 +46,10 @@ NORM_RE = re.compile(r"(^|\.)(norm|norm_f|ln_f|final_layer_norm|final_layernorm|
 HEAD_RE = re.compile(r"(^|\.)(lm_head|embed_out)\.")
 
 
+# vision-language wrappers (counted as AutoModelForImageTextToText)
+VLM = ("gemma3", "llama4", "mistral3", "qwen2_vl", "qwen2_5_vl")
+
+
 def group(name: str) -> str:
     if HEAD_RE.search(name):
         return "lm_head"
@@ -64,24 +69,23 @@ def count(path: Path) -> dict:
     d = json.loads(path.read_text())
     note = None
     model_type = d.pop("model_type")
-    if model_type == "gemma3":
-        d = dict(d["text_config"])
-        d.pop("model_type", None)
-        model_type = "gemma3_text"
-        note = "multimodal gemma3 config: counted text_config with Gemma3ForCausalLM (no vision tower)"
+    vlm = model_type in VLM
     cfg = AutoConfig.for_model(model_type, **d)
     with torch.device("meta"):
-        if model_type == "gemma3_text":
-            from transformers import Gemma3ForCausalLM
+        if vlm:
+            from transformers import AutoModelForImageTextToText
 
-            model = Gemma3ForCausalLM(cfg)
+            model = AutoModelForImageTextToText.from_config(cfg)
+            note = "vision-language config: counted with its image-text-to-text class; vision = everything outside the language model and the LM head"
         else:
             model = AutoModelForCausalLM.from_config(cfg)
     groups = {"embed": 0, "layers": 0, "final_norm": 0, "lm_head": 0, "other": 0}
+    if vlm:
+        groups["vision"] = 0
     other_names = []
     # named_parameters() de-duplicates shared (tied) parameters, keeping the first name
     for name, p in model.named_parameters():
-        g = group(name)
+        g = "vision" if vlm and not ("language_model" in name or HEAD_RE.search(name)) else group(name)
         groups[g] += p.numel()
         if g == "other":
             other_names.append(name)

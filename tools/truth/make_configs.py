@@ -209,6 +209,18 @@ BASE: dict[str, tuple[str | None, dict]] = {
     "gpt-oss-20b": ("openai/gpt-oss-20b.json", {}),
     "gpt-oss-120b": ("openai/gpt-oss-120b.json", {}),
     "ernie-4.5-21b-a3b": ("baidu/ERNIE-4.5-21B-A3B-PT.json", {}),
+    # ---------------- llama4 (multimodal wrappers; the truth cases use their text_config) ----------------
+    "llama-4-scout-17b-16e": ("meta-llama/Llama-4-Scout-17B-16E-Instruct.json", {}),
+    "llama-4-maverick-17b-128e": ("meta-llama/Llama-4-Maverick-17B-128E-Instruct.json", {}),
+    # ---------------- vision-language wrappers ----------------
+    "mistral-small-3.1-24b": ("mistralai/Mistral-Small-3.1-24B-Instruct-2503.json", {}),
+    "qwen2.5-vl-7b": ("Qwen/Qwen2.5-VL-7B-Instruct.json", {}),
+}
+
+# text towers of multimodal configs: name -> base (its `text_config`, verbatim)
+TEXT = {
+    "llama-4-scout-17b-16e-text": "llama-4-scout-17b-16e",
+    "llama-4-maverick-17b-128e-text": "llama-4-maverick-17b-128e",
 }
 
 # reduced-depth variants: name -> (base, layers)
@@ -229,10 +241,24 @@ REDUCED = {
     "olmoe-1b-7b-2l": ("olmoe-1b-7b", 2),
     "gpt-oss-20b-2l": ("gpt-oss-20b", 2),
     "ernie-4.5-21b-a3b-2l": ("ernie-4.5-21b-a3b", 2),  # layer 0 dense, layer 1 MoE (moe_layer_start_index=1)
+    # 3 chunked-attention RoPE layers + 1 NoPE full-attention layer; all experts kept
+    "llama-4-scout-17b-16e-text-4l": ("llama-4-scout-17b-16e-text", 4),
+    "llama-4-maverick-17b-128e-text-4l": ("llama-4-maverick-17b-128e-text", 4),
+    # wrappers: the text_config's layers are cut; the vision tower stays whole
+    "llama-4-scout-17b-16e-4l": ("llama-4-scout-17b-16e", 4),
+    "mistral-small-3.1-24b-4l": ("mistral-small-3.1-24b", 4),
+    "qwen2.5-vl-7b-4l": ("qwen2.5-vl-7b", 4),
 }
 
 
 def base_config(name: str) -> dict:
+    if name in TEXT:
+        outer = base_config(TEXT[name])
+        if not outer:
+            return {}
+        d = dict(outer["text_config"])
+        d["_memwall"] = f"text_config of {TEXT[name]} ({outer['_memwall']})"
+        return d
     src, fields = BASE[name]
     if src and (DATA / src).exists():
         d = json.loads((DATA / src).read_text())
@@ -247,11 +273,13 @@ def base_config(name: str) -> dict:
 
 def reduce(d: dict, n: int, base: str) -> dict:
     d = json.loads(json.dumps(d))
-    key = "n_layer" if "n_layer" in d else "num_hidden_layers"
-    d[key] = n
+    # a vision-language wrapper: the language model's layers live in its text_config
+    t = d["text_config"] if isinstance(d.get("text_config"), dict) else d
+    key = "n_layer" if "n_layer" in t else "num_hidden_layers"
+    t[key] = n
     for lk in ("layer_types",):
-        if isinstance(d.get(lk), list):
-            d[lk] = d[lk][:n]
+        if isinstance(t.get(lk), list):
+            t[lk] = t[lk][:n]
     d["_memwall"] = f"{base} cut to {n} layers ({d['_memwall']})"
     return d
 
@@ -269,6 +297,13 @@ def main() -> None:
         d = base_config(name)
         if not d:
             print(f"skip {name}: {BASE[name][0]} not present yet")
+            continue
+        write(name, d)
+        written.append(name)
+    for name in TEXT:
+        d = base_config(name)
+        if not d:
+            print(f"skip {name}")
             continue
         write(name, d)
         written.append(name)

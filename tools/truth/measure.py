@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import os
 import subprocess
 import sys
@@ -113,6 +114,25 @@ def build_config(name: str, dropout: str):
         model_type = "gemma3_text"
         d.pop("model_type", None)
     return AutoConfig.for_model(model_type, **d)
+
+
+# vision-language wrappers measured whole (AutoModelForImageTextToText) on text-only inputs
+VLM = ("llama4", "mistral3", "qwen2_vl", "qwen2_5_vl")
+
+
+def build_model(cfg, **kw):
+    """The causal LM of `cfg`; a vision-language wrapper is built whole with its vision tower and
+    projector frozen (requires_grad False, as VLM fine-tuning recipes do by default), so their
+    weights are present and the optimizer skips them."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    if cfg.model_type not in VLM:
+        return AutoModelForCausalLM.from_config(cfg, **kw)
+    model = AutoModelForImageTextToText.from_config(cfg, **kw)
+    for name, p in model.named_parameters():
+        if not ("language_model" in name or re.search(r"(^|\.)lm_head\.", name)):
+            p.requires_grad_(False)
+    return model
 
 
 def make_optimizer(name: str, params):
@@ -391,9 +411,7 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
         try:
             # dtype passed explicitly: from_config otherwise honours a `torch_dtype`/`dtype` in the
             # config (e.g. gemma-2's "float32") over the default dtype, silently changing precision
-            model = AutoModelForCausalLM.from_config(
-                cfg, attn_implementation=case["attention"], dtype=model_dtype
-            )
+            model = build_model(cfg, attn_implementation=case["attention"], dtype=model_dtype)
         finally:
             torch.set_default_dtype(torch.float32)
         if case["checkpointing"]:
@@ -427,12 +445,12 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
             # the `batch` sequences of `seq` tokens concatenated into one row, position ids
             # restarting at 0 for each sequence; no KV cache (transformers only detects packed
             # sequences without one)
-            ids = torch.randint(0, cfg.vocab_size, (1, case["batch"] * case["seq"]))
+            ids = torch.randint(0, cfg.get_text_config().vocab_size, (1, case["batch"] * case["seq"]))
             call_kwargs["position_ids"] = torch.arange(case["seq"]).repeat(case["batch"]).unsqueeze(0)
             call_kwargs["use_cache"] = False
             n_label_rows = 1
         else:
-            ids = torch.randint(0, cfg.vocab_size, (case["batch"], case["seq"]))
+            ids = torch.randint(0, cfg.get_text_config().vocab_size, (case["batch"], case["seq"]))
             n_label_rows = case["batch"]
         n_non_ignore = case["batch"] * case["seq"] - n_label_rows
         causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model

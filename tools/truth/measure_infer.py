@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import build_config, fast_mem_tracker_class, read_case_specs, read_existing, run_cases  # noqa: E402  (torch imported lazily there)
+from measure import build_config, build_model, fast_mem_tracker_class, read_case_specs, read_existing, run_cases  # noqa: E402  (torch imported lazily there)
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = REPO / "tools/truth/cases/infer.toml"
@@ -136,7 +136,7 @@ def run_case(case: dict, debug: bool = False) -> dict:
         torch.set_default_dtype(dtype)
         try:
             # dtype explicit: from_config would otherwise honour a `torch_dtype` in the config
-            model = AutoModelForCausalLM.from_config(cfg, attn_implementation=case["attention"], dtype=dtype)
+            model = build_model(cfg, attn_implementation=case["attention"], dtype=dtype)
         finally:
             torch.set_default_dtype(torch.float32)
         model.eval()

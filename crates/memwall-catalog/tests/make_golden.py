@@ -3,8 +3,8 @@
 Run: /work/venvs/truth/bin/python crates/memwall-catalog/tests/make_golden.py
 
 Counts come from transformers itself on the meta device:
-AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg)) (Gemma3ForCausalLM on
-`text_config` for multimodal gemma3), sum(p.numel() for p in model.parameters()).
+AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg)) (vision-language wrappers:
+AutoModelForImageTextToText, vision tower included), sum(p.numel() for p in model.parameters()).
 """
 import json, pathlib, tomllib
 import torch, transformers
@@ -20,9 +20,8 @@ for m in index.get("model", []):
         cfg.pop(k, None)
     try:
         with torch.device("meta"):
-            if cfg["model_type"] == "gemma3":
-                text = dict(cfg["text_config"]); text.pop("model_type", None)
-                model = transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(**text))
+            if cfg["model_type"] in ("gemma3", "llama4", "mistral3", "qwen2_vl", "qwen2_5_vl"):
+                model = transformers.AutoModelForImageTextToText.from_config(AutoConfig.for_model(**cfg))
             else:
                 model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg))
     except Exception as e:  # transformers itself cannot build it: recorded as null

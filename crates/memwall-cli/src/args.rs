@@ -310,6 +310,10 @@ pub struct InferArgs {
     /// Output format.
     #[command(flatten)]
     pub output: OutputArgs,
+    /// Vision-language models: image tokens per sequence for the vision tower's activations
+    /// (not simulated yet: refused; count image tokens in --prompt).
+    #[arg(long, help_heading = "Vision-language models")]
+    pub image_tokens: Option<u64>,
 }
 
 /// Resolved `infer` settings.
@@ -348,6 +352,7 @@ impl InferSettings {
             alloc_margin,
             cpu_kernels,
             output,
+            image_tokens,
         } = a;
         let format = output.resolve()?;
         // numbers first: they need neither the model nor the GPU
@@ -355,7 +360,8 @@ impl InferSettings {
         count("prompt", prompt, limits::MAX_SEQ)?;
         count("new_tokens", new_tokens, limits::MAX_SEQ)?;
         let explicit = weights.as_deref().map(WeightFormat::parse).transpose()?;
-        let model = model_source::load(&model)?;
+        let mut model = model_source::load(&model)?;
+        crate::vision::apply(&mut model, false, image_tokens, false)?;
         let choice = crate::weights::choose(&model, explicit)?;
         let weights = choice.format;
         let gpu = resolve_gpu(&gpu)?;
@@ -700,6 +706,14 @@ pub struct TrainArgs {
     /// or used to derive --grad-accum when that is left at 1.
     #[arg(long, help_heading = "Distributed")]
     pub global_batch: Option<u64>,
+    /// Vision-language models: train the vision tower and projector too (default: frozen, as
+    /// most VLM fine-tuning recipes do; their weights are counted either way).
+    #[arg(long, help_heading = "Vision-language models")]
+    pub train_vision: bool,
+    /// Vision-language models: image tokens per sequence for the vision tower's activations
+    /// (not simulated yet: refused; count image tokens in --seq).
+    #[arg(long, help_heading = "Vision-language models")]
+    pub image_tokens: Option<u64>,
 }
 
 /// The gradient accumulation that makes `global` = micro-batch × accumulation × dp: derived
@@ -804,6 +818,8 @@ impl TrainSettings {
             offload,
             offload_device,
             global_batch,
+            train_vision,
+            image_tokens,
         } = a;
         let format = output.resolve()?;
         // numbers first (shared bounds from the core): they need neither the model nor the GPU
@@ -867,7 +883,8 @@ impl TrainSettings {
             }
             None
         };
-        let model = model_source::load(&model)?;
+        let mut model = model_source::load(&model)?;
+        crate::vision::apply(&mut model, train_vision, image_tokens, lora_rank.is_some())?;
         let gpu = resolve_gpu(&gpu)?;
         let lora = match (lora_rank, qlora) {
             (Some(rank), _) => {

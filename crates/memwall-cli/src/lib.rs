@@ -10,6 +10,7 @@ mod model_source;
 mod output;
 mod report;
 mod svg;
+mod vision;
 #[cfg(not(target_arch = "wasm32"))]
 mod web;
 mod weights;

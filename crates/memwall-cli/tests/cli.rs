@@ -280,6 +280,37 @@ fn bad_input_snapshots() {
         "missing_file",
         transcript(&["train", "--model", "./nope/config.json"])
     );
+    insta::assert_snapshot!(
+        "image_tokens_refused",
+        transcript(&[
+            "train",
+            "--model",
+            "qwen2.5-vl-7b-instruct",
+            "--image-tokens",
+            "256"
+        ])
+    );
+    insta::assert_snapshot!(
+        "image_tokens_without_vision_tower",
+        transcript(&["infer", "--model", "gpt2", "--image-tokens", "64"])
+    );
+    insta::assert_snapshot!(
+        "train_vision_without_vision_tower",
+        transcript(&["train", "--model", "gpt2", "--train-vision"])
+    );
+    insta::assert_snapshot!(
+        "train_vision_with_lora",
+        transcript(&[
+            "train",
+            "--model",
+            "mistral-small-3.1-24b-instruct",
+            "--train-vision",
+            "--lora-rank",
+            "8",
+            "--lora-targets",
+            "q_proj"
+        ])
+    );
 }
 
 #[test]
@@ -486,4 +517,47 @@ fn run_args_parsing_errors_end_with_a_hint() {
         lines.last().unwrap(),
         "hint: `memwall <command> --help` lists every flag with its accepted values"
     );
+}
+
+#[test]
+fn vlm_reports_state_the_vision_tower_and_the_image_token_assumption() {
+    let (code, stdout, _) = run(&[
+        "train",
+        "--model",
+        "qwen2-vl-7b-instruct",
+        "-s",
+        "512",
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    let j: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let v = &j["model"]["vision"];
+    assert_eq!(v["params"], 675_759_104u64);
+    assert_eq!(v["trainable"], false);
+    assert!(v["assumption"].as_str().unwrap().contains("image tokens"));
+    // frozen by default: the vision tower is not trainable
+    assert_eq!(
+        j["model"]["params_trainable"].as_u64().unwrap(),
+        j["model"]["params_total"].as_u64().unwrap() - 675_759_104
+    );
+    let (code, stdout, _) = run(&[
+        "train",
+        "--model",
+        "qwen2-vl-7b-instruct",
+        "-s",
+        "512",
+        "--train-vision",
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    let j: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(j["model"]["vision"]["trainable"], true);
+    assert_eq!(j["model"]["params_trainable"], j["model"]["params_total"]);
+    let (code, stdout, _) = run(&["infer", "--model", "llama-4-scout-17b-16e-instruct"]);
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("vision tower: llama4_vision_model"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("assumption: image tokens"), "{stdout}");
 }

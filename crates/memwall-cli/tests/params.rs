@@ -52,6 +52,7 @@ fn every_counted_config_matches_transformers_exactly() {
         assert_eq!(c.layers, get("layers"), "{}: layers", row.file);
         assert_eq!(c.final_norm, get("final_norm"), "{}: final norm", row.file);
         assert_eq!(c.lm_head, get("lm_head"), "{}: lm_head", row.file);
+        assert_eq!(c.vision, get("vision"), "{}: vision tower", row.file);
         assert_eq!(get("other"), 0, "{}: unattributed parameters", row.file);
         checked += 1;
         if row.file.starts_with("data/models/") {

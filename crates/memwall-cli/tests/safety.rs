@@ -945,14 +945,16 @@ const TRAIN_FLAGS: &[&str] = &[
     "--virtual-stages",
     "--global-batch",
     "--lora-rank",
+    "--image-tokens",
 ];
 const TRAIN_SWITCHES: &[&str] = &[
     "--sequence-parallel",
     "--checkpointing",
     "--no-dropout",
     "--json",
+    "--train-vision",
 ];
-const INFER_FLAGS: &[&str] = &["-b", "--prompt", "--new-tokens"];
+const INFER_FLAGS: &[&str] = &["-b", "--prompt", "--new-tokens", "--image-tokens"];
 const INFER_SWITCHES: &[&str] = &["--moe-grouped-decode", "--json"];
 const ROOFLINE_FLAGS: &[&str] = &[
     "-b",

@@ -148,6 +148,21 @@ pub struct Attention {
     /// `apply_rotary_pos_emb`, models/ernie4_5_moe/modeling_ernie4_5_moe.py:
     /// `(q.float() * cos) + (rotate_half(q).float() * sin)`, then `.to(original_dtype)`).
     pub rope_fp32: bool,
+    /// Rotary embedding by complex multiplication in fp32 (Llama 4 `apply_rotary_emb`,
+    /// models/llama4/modeling_llama4.py: `view_as_complex(x.float())`, `* freqs_cis`,
+    /// `view_as_real(...).type_as(x)`), with one complex64 `freqs_cis` table per forward.
+    pub rope_complex: bool,
+    /// A weightless L2 norm of q and k per head, after the rotary embedding (Llama 4
+    /// `Llama4TextL2Norm`: `x.float() * rsqrt(mean(x²) + eps)`, cast back).
+    pub l2_qk_norm: bool,
+    /// Llama 4 attention temperature tuning on a NoPE layer: the query is scaled per position by
+    /// `log1p(floor((pos + 1) / floor_scale)) * attn_scale + 1` (an fp32 product cast back).
+    pub temperature_tuning: bool,
+    /// Llama 4 chunked local attention: `sliding_window` holds `attention_chunk_size`. Hugging
+    /// Face caches and masks such a layer like a sliding window of that size
+    /// (cache_utils.py `LAYER_CLASS_MAP`: `DynamicSlidingWindowLayer`); vLLM gives it its own
+    /// KV spec (`ChunkedLocalAttentionSpec`).
+    pub chunked: bool,
 }
 
 /// Family-specific eager attention code paths that change what is alive when.
@@ -365,6 +380,12 @@ pub struct MoeMlp {
     /// Frozen fp32 router parameters (`requires_grad=False`; ERNIE 4.5
     /// `moe_statics.e_score_correction_bias`, one per expert): counted, never trained.
     pub frozen_router_params: u64,
+    /// Every token runs through every expert (Llama 4 `Llama4TextMoe`, transformers 5.23
+    /// models/llama4/modeling_llama4.py): the input is repeated once per expert, scaled by its
+    /// sigmoid router score (0 for experts not in the top-k) and passed through batched matmuls
+    /// over all experts (`Llama4TextExperts`: `bmm` with `gate_up_proj` `[E, H, 2I]` and
+    /// `down_proj` `[E, I, H]`), then summed over experts into the shared expert's output.
+    pub all_experts: bool,
 }
 
 impl MoeMlp {
@@ -574,6 +595,49 @@ pub struct ModelDesc {
     pub dropout: Dropout,
     /// The module names transformers gives each linear role (what `--lora-targets` names).
     pub linear_names: Vec<(LinearRole, String)>,
+    /// A vision-language model's vision tower and projector (`None` for a text-only model).
+    pub vision: Option<VisionTower>,
+}
+
+/// The vision encoder and multimodal projector of a vision-language model
+/// (`*ForConditionalGeneration`): their weights are sized exactly; their activations are not
+/// simulated (image tokens count as text tokens of the sequence).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VisionTower {
+    /// `model_type` of the vision config (`siglip_vision_model`, `pixtral`, …).
+    pub model_type: String,
+    /// Parameters of the vision encoder.
+    pub encoder_params: u64,
+    /// Parameters of the multimodal projector (patch merger, adapter, projection into the
+    /// text model's width).
+    pub projector_params: u64,
+    /// Whether a training step updates the vision tower and projector. Off by default: most
+    /// VLM fine-tuning recipes freeze the vision encoder (`--train-vision` turns this on).
+    pub trainable: bool,
+    /// The tower's `nn.Linear` modules by name: peft matches LoRA `target_modules` by the last
+    /// component of the module name across the whole model, so `q_proj` also adapts a vision
+    /// tower whose attention has a `q_proj`.
+    pub linears: Vec<VisionLinear>,
+}
+
+/// `count` vision-tower linears of one name and shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VisionLinear {
+    /// Last component of the module name (`q_proj`, `fc1`, `linear_1`, …).
+    pub name: &'static str,
+    /// Input features.
+    pub in_features: u64,
+    /// Output features.
+    pub out_features: u64,
+    /// How many modules have this name and shape.
+    pub count: u64,
+}
+
+impl VisionTower {
+    /// Encoder + projector parameters.
+    pub fn params(&self) -> u64 {
+        self.encoder_params.saturating_add(self.projector_params)
+    }
 }
 
 /// The runs of equal consecutive layers of `layers`, each once with its length: what sums
@@ -662,6 +726,14 @@ pub struct ParamCounts {
     pub lm_head: u64,
     /// Sum of the above.
     pub total: u64,
+    /// Vision tower and projector of a vision-language model (0 otherwise); included in
+    /// `total`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub vision: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 fn to_u64(v: u128, what: &'static str) -> Result<u64, CoreError> {
@@ -698,13 +770,17 @@ impl ModelDesc {
                     0
                 }
         };
-        let total = embed + layers + final_norm + lm_head;
+        let vision = self.vision.as_ref().map_or(0, |v| {
+            u128::from(v.encoder_params) + u128::from(v.projector_params)
+        });
+        let total = embed + layers + final_norm + lm_head + vision;
         Ok(ParamCounts {
             embeddings: to_u64(embed, "embedding parameters")?,
             layers: to_u64(layers, "layer parameters")?,
             final_norm: to_u64(final_norm, "final norm parameters")?,
             lm_head: to_u64(lm_head, "lm_head parameters")?,
             total: to_u64(total, "total parameters")?,
+            vision: to_u64(vision, "vision tower parameters")?,
         })
     }
 
@@ -749,6 +825,10 @@ pub(crate) mod tests {
                 rope_concat: false,
                 sinks: false,
                 rope_fp32: false,
+                rope_complex: false,
+                l2_qk_norm: false,
+                temperature_tuning: false,
+                chunked: false,
             },
             attn_output_outlives_mlp: false,
             mixer: Mixer::Attention,
@@ -784,6 +864,7 @@ pub(crate) mod tests {
             },
             dropout: Dropout::default(),
             linear_names: vec![],
+            vision: None,
         }
     }
 

@@ -61,6 +61,9 @@ pub struct KvGroup {
     pub page_size_bytes: u64,
     /// Window of a sliding group.
     pub sliding_window: Option<u64>,
+    /// Chunk of a chunked-local-attention group (Llama 4; `kind` is `chunked`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attention_chunk_size: Option<u64>,
 }
 
 /// vLLM's KV capacity for a deployment.
@@ -133,17 +136,24 @@ impl ServePlan {
         let b = cfg.block_size.max(1);
         self.groups
             .iter()
-            .map(|g| match g.sliding_window {
+            .map(|g| match (g.attention_chunk_size, g.sliding_window) {
                 // a state-space layer holds one state per request, whatever its length
                 _ if g.kind == crate::serve_ssm::KIND => 1,
-                Some(w) => {
+                // ChunkedLocalAttentionSpec.max_admission_blocks_per_request
+                // (v1/kv_cache_interface.py l.864): cdiv(min(chunk + in-flight tokens,
+                // max_model_len), block_size), in-flight = 2 batches (as for sliding windows)
+                (Some(chunk), _) => chunk
+                    .saturating_add(cfg.max_num_batched_tokens.saturating_mul(2))
+                    .min(tokens)
+                    .div_ceil(b),
+                (None, Some(w)) => {
                     let span = w
                         .saturating_sub(1)
                         .saturating_add(cfg.max_num_batched_tokens.saturating_mul(2))
                         .min(tokens);
                     span.div_ceil(b) + 1
                 }
-                None => tokens.div_ceil(b),
+                (None, None) => tokens.div_ceil(b),
             })
             .sum()
     }
@@ -195,7 +205,10 @@ pub fn plan(model: &ModelDesc, cfg: &ServeConfig) -> Result<ServePlan, CoreError
     };
     // page sizes per layer; ModelConfig.get_num_kv_heads: 1 for MLA, else max(1, kv // tp)
     let mut kv_heads_rank = 1;
-    let mut specs: Vec<(Option<u64>, u128)> = Vec::with_capacity(model.layers.len());
+    // (window, chunked, page): a chunked layer is its own spec (vLLM 0.33 keeps the hybrid KV
+    // cache manager for chunked local attention: VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE
+    // defaults to 1, envs.py l.272)
+    let mut specs: Vec<(Option<u64>, bool, u128)> = Vec::with_capacity(model.layers.len());
     for l in &model.layers {
         let (kvh, per_token_elems) = match l.attention.kind {
             AttentionKind::Standard {
@@ -215,41 +228,47 @@ pub fn plan(model: &ModelDesc, cfg: &ServeConfig) -> Result<ServePlan, CoreError
         kv_heads_rank = kvh;
         // block_size ≤ 2^26, kv heads and head dims ≤ 2^14 each: the product fits in u128
         let page = u128::from(cfg.block_size) * per_token_elems * u128::from(cfg.kv_dtype_bytes);
-        specs.push((l.attention.sliding_window, page));
+        specs.push((l.attention.sliding_window, l.attention.chunked, page));
     }
     // grouping (kv_cache_planning.py _get_kv_cache_groups_uniform_spec / _uniform_page_size)
-    let mut buckets: Vec<(Option<u64>, u128, u64)> = Vec::new();
-    for (w, page) in &specs {
-        match buckets.iter_mut().find(|(bw, bp, _)| bw == w && bp == page) {
-            Some(b) => b.2 += 1,
-            None => buckets.push((*w, *page, 1)),
+    let mut buckets: Vec<(Option<u64>, bool, u128, u64)> = Vec::new();
+    for (w, chunked, page) in &specs {
+        match buckets
+            .iter_mut()
+            .find(|(bw, bc, bp, _)| bw == w && bc == chunked && bp == page)
+        {
+            Some(b) => b.3 += 1,
+            None => buckets.push((*w, *chunked, *page, 1)),
         }
     }
-    let groups: Vec<KvGroup> = if buckets.len() == 1 {
-        let (w, page, n) = buckets[0];
-        vec![KvGroup {
-            kind: if w.is_some() { "sliding" } else { "full" },
+    let group = |w: Option<u64>, chunked: bool, n: u64, page: u128| -> Result<KvGroup, CoreError> {
+        Ok(KvGroup {
+            kind: match (chunked, w) {
+                (true, _) => "chunked",
+                (false, Some(_)) => "sliding",
+                (false, None) => "full",
+            },
             num_layers: n,
             page_size_bytes: block_bytes(page, cfg)?,
-            sliding_window: w,
-        }]
+            sliding_window: if chunked { None } else { w },
+            attention_chunk_size: if chunked { w } else { None },
+        })
+    };
+    let groups: Vec<KvGroup> = if buckets.len() == 1 {
+        let (w, chunked, page, n) = buckets[0];
+        vec![group(w, chunked, n, page)?]
     } else {
-        let min = buckets.iter().map(|b| b.2).min().unwrap_or(1);
-        let max = buckets.iter().map(|b| b.2).max().unwrap_or(1);
+        let min = buckets.iter().map(|b| b.3).min().unwrap_or(1);
+        let max = buckets.iter().map(|b| b.3).max().unwrap_or(1);
         let group_size = if (max as f64) < 1.5 * min as f64 {
             max
         } else {
             min
         };
         let mut gs = Vec::new();
-        for (w, page, n) in buckets {
+        for (w, chunked, page, n) in buckets {
             for _ in 0..n.div_ceil(group_size) {
-                gs.push(KvGroup {
-                    kind: if w.is_some() { "sliding" } else { "full" },
-                    num_layers: group_size,
-                    page_size_bytes: block_bytes(page, cfg)?,
-                    sliding_window: w,
-                });
+                gs.push(group(w, chunked, group_size, page)?);
             }
         }
         gs

@@ -98,6 +98,7 @@ pub fn plan(model: &ModelDesc, cfg: &ServeConfig) -> Result<ServePlan, CoreError
             num_layers,
             page_size_bytes: page,
             sliding_window: None,
+            attention_chunk_size: None,
         }],
         bytes_per_block,
         num_gpu_blocks,

@@ -191,6 +191,24 @@ pub(crate) struct HfConfig {
     pub moe_layer_start_index: Option<i64>,
     pub moe_layer_end_index: Option<i64>,
     pub moe_layer_interval: Option<u64>,
+    // Llama 4 (`llama4/configuration_llama4.py` Llama4TextConfig)
+    pub intermediate_size_mlp: Option<u64>,
+    #[serde(default, deserialize_with = "at_most_one_per_layer")]
+    pub moe_layers: Option<Vec<u64>>,
+    pub interleave_moe_layer_step: Option<u64>,
+    pub use_qk_norm: Option<bool>,
+    #[serde(default, deserialize_with = "at_most_one_per_layer")]
+    pub no_rope_layers: Option<Vec<u64>>,
+    pub no_rope_layer_interval: Option<u64>,
+    #[serde(default, deserialize_with = "present_or_null")]
+    pub attention_chunk_size: Option<Option<u64>>,
+    pub attn_temperature_tuning: Option<bool>,
+
+    // multimodal wrappers: the vision tower's config, kept as text, parsed by `vision.rs`
+    pub vision_config: Option<Box<RawValue>>,
+    pub spatial_merge_size: Option<u64>,
+    pub vision_feature_layer: Option<Box<RawValue>>,
+    pub multimodal_projector_bias: Option<bool>,
 }
 
 /// A nested config object (`text_config`), as found.

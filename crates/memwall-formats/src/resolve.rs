@@ -315,6 +315,10 @@ pub(crate) struct AttnOpts {
     pub rope_concat: bool,
     pub sinks: bool,
     pub rope_fp32: bool,
+    pub rope_complex: bool,
+    pub l2_qk_norm: bool,
+    pub temperature_tuning: bool,
+    pub chunked: bool,
 }
 
 impl AttnOpts {
@@ -332,6 +336,10 @@ impl AttnOpts {
             rope_concat: false,
             sinks: false,
             rope_fp32: false,
+            rope_complex: false,
+            l2_qk_norm: false,
+            temperature_tuning: false,
+            chunked: false,
         }
     }
 
@@ -354,6 +362,10 @@ impl AttnOpts {
             rope_concat: self.rope_concat,
             sinks: self.sinks,
             rope_fp32: self.rope_fp32,
+            rope_complex: self.rope_complex,
+            l2_qk_norm: self.l2_qk_norm,
+            temperature_tuning: self.temperature_tuning,
+            chunked: self.chunked,
         }
     }
 }
@@ -499,6 +511,7 @@ pub(crate) fn assemble(ctx: &Ctx, model_type: &str, p: Parts) -> Result<ModelDes
         head: p.head,
         dropout: p.dropout,
         linear_names: p.linear_names,
+        vision: None,
     };
     if desc.param_counts().is_err() {
         return Err(FormatError::OutOfRange {

@@ -130,6 +130,9 @@ impl Report for InferReport {
 
     fn write_table(&self, w: &mut dyn Write) -> io::Result<()> {
         writeln!(w, "memwall infer · {}", self.model_line())?;
+        if let Some(v) = &self.model.vision {
+            writeln!(w, "  {}", v.line())?;
+        }
         writeln!(w, "  {}", self.workload_line())?;
         writeln!(w, "  model from: {}", self.model.origin)?;
         writeln!(w, "  weights from: {}", self.weights_from)?;
@@ -187,6 +190,9 @@ impl Report for InferReport {
         writeln!(w, "# memwall infer · {}", md_text(&self.model.label))?;
         writeln!(w)?;
         writeln!(w, "{}  ", md_text(&self.model_line()))?;
+        if let Some(v) = &self.model.vision {
+            writeln!(w, "{}  ", md_text(&v.line()))?;
+        }
         writeln!(w, "{}  ", md_text(&self.workload_line()))?;
         writeln!(w, "Model from: {}  ", md_text(&self.model.origin))?;
         writeln!(w, "Weights from: {}", md_text(&self.weights_from))?;

@@ -131,6 +131,40 @@ pub struct ModelInfo {
     pub params_total: u64,
     /// Trainable parameters in this workload.
     pub params_trainable: u64,
+    /// A vision-language model's vision tower: its weights, whether they train, and the
+    /// estimate's assumption about image tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vision: Option<VisionInfo>,
+}
+
+/// The vision tower of a vision-language model, as reports state it.
+#[derive(Debug, Clone, Serialize)]
+pub struct VisionInfo {
+    /// `model_type` of the vision config.
+    pub model_type: String,
+    /// Vision encoder + projector parameters (included in `params_total`).
+    pub params: u64,
+    /// Whether the step trains them (`--train-vision`); frozen by default.
+    pub trainable: bool,
+    /// How image tokens enter the estimate.
+    pub assumption: &'static str,
+}
+
+impl VisionInfo {
+    /// The one line text and Markdown reports print under the model line.
+    pub fn line(&self) -> String {
+        format!(
+            "vision tower: {} ({} params, {}) · assumption: {}",
+            self.model_type,
+            text::count(self.params),
+            if self.trainable {
+                "trained (--train-vision)"
+            } else {
+                "frozen; --train-vision trains it"
+            },
+            self.assumption
+        )
+    }
 }
 
 impl ModelInfo {
@@ -144,6 +178,12 @@ impl ModelInfo {
             num_layers: m.desc.num_layers(),
             params_total: m.counts.total,
             params_trainable: trainable,
+            vision: m.desc.vision.as_ref().map(|v| VisionInfo {
+                model_type: v.model_type.clone(),
+                params: v.params(),
+                trainable: v.trainable,
+                assumption: crate::vision::IMAGE_TOKENS_ASSUMPTION,
+            }),
         }
     }
 }

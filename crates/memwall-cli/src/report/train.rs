@@ -534,6 +534,9 @@ impl Report for TrainReport {
 
     fn write_table(&self, w: &mut dyn Write) -> io::Result<()> {
         writeln!(w, "memwall train · {}", self.model_line())?;
+        if let Some(v) = &self.model.vision {
+            writeln!(w, "  {}", v.line())?;
+        }
         writeln!(w, "  {}", workload_line(&self.workload))?;
         writeln!(w)?;
         if let Some(d) = &self.distributed {
@@ -595,6 +598,9 @@ impl Report for TrainReport {
         writeln!(w, "# memwall train · {}", md_text(&self.model.label))?;
         writeln!(w)?;
         writeln!(w, "{}  ", md_text(&self.model_line()))?;
+        if let Some(v) = &self.model.vision {
+            writeln!(w, "{}  ", md_text(&v.line()))?;
+        }
         writeln!(w, "{}", md_text(&workload_line(&self.workload)))?;
         writeln!(w)?;
         if let Some(d) = &self.distributed {

@@ -177,5 +177,6 @@ fn moe_block(raw: &HfConfig, ctx: &Ctx, d: &Dims) -> Result<MoeMlp, FormatError>
         router_weights_in_compute_dtype: false,
         shared_first: false,
         frozen_router_params: 0,
+        all_experts: false,
     })
 }

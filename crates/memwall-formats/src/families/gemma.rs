@@ -196,7 +196,8 @@ fn gemma3_named(raw: &HfConfig, ctx: &Ctx, model_type: &str) -> Result<ModelDesc
 
 /// Multimodal `gemma3` (`Gemma3ForConditionalGeneration`): the language model is the
 /// `text_config` (a `Gemma3TextConfig`, `configuration_gemma3.py` Gemma3Config
-/// sub_configs_defaults), counted as `Gemma3ForCausalLM`; the vision tower is out of scope.
+/// sub_configs_defaults); the SigLIP vision tower and the projector are sized by `vision.rs`
+/// (`Gemma3ForConditionalGeneration`).
 pub(crate) fn gemma3(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> {
     let inner = match raw.text_config(ctx.prefix)? {
         Nested::Object(inner) => inner,
@@ -230,5 +231,9 @@ pub(crate) fn gemma3(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError
         prefix: "text_config.",
         nested: true,
     };
-    gemma3_named(&inner, &nested, "gemma3")
+    let mut desc = gemma3_named(&inner, &nested, "gemma3")?;
+    desc.vision = Some(super::vision::siglip_gemma3(raw, desc.hidden_size)?);
+    // Gemma3Config.tie_word_embeddings (default True) decides for the wrapper
+    desc.head.tied = raw.tie_word_embeddings.unwrap_or(true);
+    Ok(desc)
 }

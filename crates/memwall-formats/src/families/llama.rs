@@ -139,6 +139,7 @@ pub(crate) fn moe(
         router_weights_in_compute_dtype: false,
         shared_first: false,
         frozen_router_params: 0,
+        all_experts: false,
     })
 }
 

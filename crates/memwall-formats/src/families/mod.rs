@@ -6,9 +6,12 @@ mod deepseek;
 mod gemma;
 mod gpt;
 mod granite_hybrid;
+mod llama4;
 mod llama;
 mod moe2026;
 mod ssm;
+mod vision;
+mod vlm;
 
 use crate::error::FormatError;
 use crate::raw::HfConfig;
@@ -32,15 +35,20 @@ const REGISTRY: &[(&str, Normaliser)] = &[
     ("gpt_oss", moe2026::gpt_oss),
     ("granitemoehybrid", granite_hybrid::granitemoehybrid),
     ("llama", llama::llama),
+    ("llama4", llama4::llama4),
+    ("llama4_text", llama4::llama4_text),
     ("mamba2", ssm::mamba2),
     ("mistral", llama::mistral),
+    ("mistral3", vlm::mistral3),
     ("mixtral", llama::mixtral),
     ("olmo2", llama::olmo2),
     ("olmoe", moe2026::olmoe),
     ("opt", gpt::opt),
     ("phi3", llama::phi3),
     ("qwen2", llama::qwen2),
+    ("qwen2_5_vl", vlm::qwen2_5_vl),
     ("qwen2_moe", llama::qwen2_moe),
+    ("qwen2_vl", vlm::qwen2_vl),
     ("qwen3", llama::qwen3),
     ("qwen3_moe", llama::qwen3_moe),
     ("starcoder2", llama::starcoder2),
@@ -60,15 +68,20 @@ pub(crate) const SUPPORTED: &[&str] = &[
     "gpt_oss",
     "granitemoehybrid",
     "llama",
+    "llama4",
+    "llama4_text",
     "mamba2",
     "mistral",
+    "mistral3",
     "mixtral",
     "olmo2",
     "olmoe",
     "opt",
     "phi3",
     "qwen2",
+    "qwen2_5_vl",
     "qwen2_moe",
+    "qwen2_vl",
     "qwen3",
     "qwen3_moe",
     "starcoder2",

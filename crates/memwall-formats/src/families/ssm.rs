@@ -36,6 +36,10 @@ pub(crate) fn no_attention() -> Attention {
         rope_concat: false,
         sinks: false,
         rope_fp32: false,
+        rope_complex: false,
+        l2_qk_norm: false,
+        temperature_tuning: false,
+        chunked: false,
     }
 }
 

@@ -23,6 +23,9 @@ struct Row {
     final_norm: u64,
     lm_head: u64,
     total: u64,
+    /// Vision tower + projector of a vision-language wrapper.
+    #[serde(default)]
+    vision: u64,
 }
 
 fn golden() -> Golden {
@@ -46,17 +49,25 @@ fn golden_counts_match_transformers_to_the_parameter() {
         };
         assert_eq!(desc.model_type, row.model_type, "{}", row.file);
         let c = desc.param_counts().unwrap();
-        let got = (c.embeddings, c.layers, c.final_norm, c.lm_head, c.total);
+        let got = (
+            c.embeddings,
+            c.layers,
+            c.final_norm,
+            c.lm_head,
+            c.vision,
+            c.total,
+        );
         let want = (
             row.embeddings,
             row.layers,
             row.final_norm,
             row.lm_head,
+            row.vision,
             row.total,
         );
         if got != want {
             failures.push(format!(
-                "{}: (embeddings, layers, final_norm, lm_head, total) got {got:?}, transformers {want:?} (total off by {})",
+                "{}: (embeddings, layers, final_norm, lm_head, vision, total) got {got:?}, transformers {want:?} (total off by {})",
                 row.file,
                 i128::from(c.total) - i128::from(row.total)
             ));

@@ -231,7 +231,12 @@ impl Builder<'_> {
         }
         self.q_bhsd = matches!(a.kind, AttentionKind::Mla { .. })
             || (rot > 0 && (rot < qk_dim || a.rope_concat));
-        if rot > 0 {
+        if a.rope_complex {
+            let (q2, k2) = self.llama4_qk((q, k), qs, (heads, kv_heads, qk_dim), a);
+            self.drop_(q);
+            self.drop_(k);
+            (q, k) = (q2, k2);
+        } else if rot > 0 {
             let (q2, s2) = self.rope(q, qs, heads, qk_dim, rot);
             let (k2, s3) = self.rope(k, ks, kv_heads, qk_dim, rot);
             self.drop_(q);

@@ -131,6 +131,9 @@ impl Builder<'_> {
         lp: &LayerParams,
         moe: &crate::model::MoeMlp,
     ) -> TensorId {
+        if moe.all_experts {
+            return self.llama4_moe(x, x_size, lp, moe);
+        }
         let rows = self.tokens;
         let c = self.compute_size;
         let h = self.hidden;

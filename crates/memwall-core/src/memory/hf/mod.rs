@@ -21,6 +21,7 @@
 mod attention;
 mod forward;
 mod infer;
+mod llama4;
 mod mlp;
 mod modules;
 mod params;

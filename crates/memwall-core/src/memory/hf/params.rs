@@ -329,6 +329,33 @@ impl Builder<'_> {
                 self.new_param(u128::from(e.vocab_size), true);
             }
         }
+        // A vision-language model's vision tower and projector: present in memory (root unit),
+        // trained only when asked (`VisionTower::trainable`); their activations are not
+        // simulated (text-only steps never run them). One flat tensor stands for all of them.
+        if let Some(v) = &m.vision {
+            let n = u128::from(v.encoder_params) + u128::from(v.projector_params);
+            if n > 0 {
+                self.new_param(n, v.trainable);
+            }
+            // peft matches `target_modules` by module name across the whole model: vision
+            // linears with a targeted name get adapters too (fp32, trainable). A text-only
+            // step never runs them, so they get no gradient and AdamW no state for them
+            // (`torch.optim` skips parameters whose `.grad` is None): weights only.
+            if let Some(l) = self.mode.lora() {
+                let rank = u128::from(l.rank);
+                for lin in v
+                    .linears
+                    .iter()
+                    .filter(|x| l.targets.iter().any(|t| t == x.name))
+                {
+                    let per = rank * (u128::from(lin.in_features) + u128::from(lin.out_features));
+                    let numel = per * u128::from(lin.count);
+                    self.t.param(numel * self.adapter_size, false);
+                    self.param_count += numel;
+                    self.train.trainable_count += numel;
+                }
+            }
+        }
     }
 
     fn layer_params(&mut self, l: &LayerSpec) -> LayerParams {

@@ -32,7 +32,17 @@ impl Builder<'_> {
                     qk_rope_head_dim, ..
                 } => u128::from(qk_rope_head_dim),
             };
-            if dim > 0 {
+            if self.model.layers.iter().any(|l| l.attention.rope_complex) {
+                // Llama 4: one complex64 freqs_cis table of head_dim per forward, whatever the
+                // first layer is (Llama4TextModel always runs its rotary embedding;
+                // memory/hf/llama4.rs)
+                let head_dim = match a.kind {
+                    AttentionKind::Standard { head_dim, .. } => u128::from(head_dim),
+                    AttentionKind::Mla { .. } => dim,
+                };
+                let t = self.llama4_rope_table(head_dim);
+                self.rope_tables = Some((t, t));
+            } else if dim > 0 {
                 let sz = if self.amp { 4 } else { self.param_size };
                 let cos = self.act(rows * dim * sz, false);
                 let sin = self.act(rows * dim * sz, false);
