@@ -174,6 +174,33 @@ BASE: dict[str, tuple[str | None, dict]] = {
         hidden_act="silu", tie_word_embeddings=False, pad_token_id=100277, eos_token_id=100257)),
     # ---------------- deepseek_v3 ----------------
     "deepseek-v3": ("deepseek-ai/DeepSeek-V3.json", {}),
+    # ---------------- smollm3 ----------------
+    "smollm3-3b": ("HuggingFaceTB/SmolLM3-3B.json", {}),
+    # ---------------- seed_oss ----------------
+    # ByteDance-Seed/Seed-OSS-36B-Instruct: sizes from the model summary of
+    # github.com/ByteDance-Seed/seed-oss README.md (64 layers, 80/8/8 heads, head size 128,
+    # hidden 5120, 512K context, RoPE base 1e7); vocabulary 155136, intermediate 27648,
+    # attention_bias/attention_out_bias/dropouts = SeedOssConfig defaults (36.15B parameters,
+    # the published "36B")
+    "seed-oss-36b": (None, dict(
+        model_type="seed_oss", hidden_size=5120, intermediate_size=27648, num_hidden_layers=64,
+        num_attention_heads=80, num_key_value_heads=8, head_dim=128, vocab_size=155136,
+        max_position_embeddings=524288, rms_norm_eps=1e-6, rope_theta=10000000.0,
+        attention_bias=True, attention_out_bias=False, attention_dropout=0.1, residual_dropout=0.1,
+        mlp_bias=False, tie_word_embeddings=False, hidden_act="silu", bos_token_id=0,
+        eos_token_id=2, pad_token_id=1)),
+    # ---------------- hunyuan_v1_dense ----------------
+    # tencent/Hunyuan-7B-Instruct: sizes as vendored in two independent test suites
+    # (NVIDIA TensorRT model-connect families/hunyuan tests; a model-zoo size table): 32 layers,
+    # hidden 4096, 32/8 heads of 128, intermediate 14336, vocab 128167, tied embeddings,
+    # use_qk_norm, rope dynamic alpha 1000
+    "hunyuan-7b": (None, dict(
+        model_type="hunyuan_v1_dense", hidden_size=4096, intermediate_size=14336,
+        num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+        vocab_size=128167, max_position_embeddings=32768, rms_norm_eps=1e-5, rope_theta=10000.0,
+        rope_scaling={"type": "dynamic", "alpha": 1000.0, "factor": 1.0}, attention_bias=False,
+        attention_dropout=0.0, use_qk_norm=True, tie_word_embeddings=True, hidden_act="silu",
+        bos_token_id=127958, eos_token_id=127960, pad_token_id=127961)),
 }
 
 # reduced-depth variants: name -> (base, layers)
@@ -189,6 +216,9 @@ REDUCED = {
     "deepseek-v3-4l": ("deepseek-v3", 4),  # first_k_dense_replace=3: 3 dense + 1 MoE layer
     "olmo-2-7b-4l": ("olmo-2-7b", 4),
     "phi-3-mini-4k-8l": ("phi-3-mini-4k", 8),
+    "smollm3-3b-4l": ("smollm3-3b", 4),  # layers 0-2 RoPE, layer 3 NoPE (no_rope_layers 1,1,1,0)
+    "seed-oss-36b-2l": ("seed-oss-36b", 2),
+    "hunyuan-7b-2l": ("hunyuan-7b", 2),
 }
 
 
@@ -209,7 +239,7 @@ def reduce(d: dict, n: int, base: str) -> dict:
     d = json.loads(json.dumps(d))
     key = "n_layer" if "n_layer" in d else "num_hidden_layers"
     d[key] = n
-    for lk in ("layer_types",):
+    for lk in ("layer_types", "no_rope_layers"):
         if isinstance(d.get(lk), list):
             d[lk] = d[lk][:n]
     d["_memwall"] = f"{base} cut to {n} layers ({d['_memwall']})"

@@ -133,6 +133,10 @@ pub struct Attention {
     /// dimension rotates (modeling_phi3.py and modeling_gpt_neox.py `apply_rotary_pos_emb`):
     /// they come out laid out `[B, H, S, D]` rather than as transposed projection views.
     pub rope_concat: bool,
+    /// The q/k norms run on the rotated q/k instead of before the rotation
+    /// (modeling_hunyuan_v1_dense.py HunYuanDenseV1Attention: `apply_rotary_pos_emb` then
+    /// `query_layernorm`/`key_layernorm`; Qwen3, Gemma 3, OLMo 2 and EXAONE 4 normalise first).
+    pub qk_norm_after_rope: bool,
 }
 
 /// Family-specific eager attention code paths that change what is alive when.
@@ -485,6 +489,13 @@ pub struct ModelDesc {
     pub dropout: Dropout,
     /// The module names transformers gives each linear role (what `--lora-targets` names).
     pub linear_names: Vec<(LinearRole, String)>,
+    /// The config's `use_cache` (default true): a forward called without `use_cache` builds a
+    /// `DynamicCache` when it is true (`if use_cache and past_key_values is None:
+    /// past_key_values = DynamicCache(config=self.config)` in every `*Model.forward`, the
+    /// argument defaulting to the config's value through `merge_with_config_defaults`), so a
+    /// training forward without checkpointing keeps its keys and values in the cache.
+    /// `generate` always passes `use_cache=True`.
+    pub use_cache: bool,
 }
 
 /// The runs of equal consecutive layers of `layers`, each once with its length: what sums
@@ -654,6 +665,7 @@ pub(crate) mod tests {
                 eager_softmax_fp32: true,
                 eager_style: EagerStyle::Shared,
                 rope_concat: false,
+                qk_norm_after_rope: false,
             },
             attn_output_outlives_mlp: false,
             mlp: Mlp::Dense(DenseMlp {
@@ -685,6 +697,7 @@ pub(crate) mod tests {
             },
             dropout: Dropout::default(),
             linear_names: vec![],
+            use_cache: true,
         }
     }
 

@@ -159,6 +159,16 @@ pub(crate) struct HfConfig {
     /// (`attn_logit_softcapping`, `final_logit_softcapping`).
     #[serde(skip)]
     pub explicit_nulls: Vec<String>,
+
+    // SmolLM3 NoPE layers: `no_rope_layers[i]` is 1 where layer i applies rotary embeddings
+    // (configuration_smollm3.py); the default list comes from `no_rope_layer_interval`
+    #[serde(default, deserialize_with = "at_most_one_per_layer")]
+    pub no_rope_layers: Option<Vec<u64>>,
+    pub no_rope_layer_interval: Option<u64>,
+    // whether a forward called without `use_cache` builds a KV cache (PreTrainedConfig default True)
+    pub use_cache: Option<bool>,
+    // Seed-OSS: bias of o_proj (q/k/v follow attention_bias)
+    pub attention_out_bias: Option<bool>,
 }
 
 /// A nested config object (`text_config`), as found.

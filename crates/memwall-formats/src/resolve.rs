@@ -313,6 +313,7 @@ pub(crate) struct AttnOpts {
     pub eager_softmax_fp32: bool,
     pub eager_style: EagerStyle,
     pub rope_concat: bool,
+    pub qk_norm_after_rope: bool,
 }
 
 impl AttnOpts {
@@ -328,6 +329,7 @@ impl AttnOpts {
             eager_softmax_fp32: true,
             eager_style: EagerStyle::Shared,
             rope_concat: false,
+            qk_norm_after_rope: false,
         }
     }
 
@@ -348,6 +350,7 @@ impl AttnOpts {
             eager_softmax_fp32: self.eager_softmax_fp32,
             eager_style: self.eager_style,
             rope_concat: self.rope_concat,
+            qk_norm_after_rope: self.qk_norm_after_rope,
         }
     }
 }
@@ -489,6 +492,7 @@ pub(crate) fn assemble(ctx: &Ctx, model_type: &str, p: Parts) -> Result<ModelDes
         head: p.head,
         dropout: p.dropout,
         linear_names: p.linear_names,
+        use_cache: true,
     };
     if desc.param_counts().is_err() {
         return Err(FormatError::OutOfRange {

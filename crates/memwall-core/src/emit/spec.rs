@@ -69,6 +69,7 @@ pub const DECODER_LAYER_CLASSES: &[(&str, &str)] = &[
     ("gemma3_text", "Gemma3DecoderLayer"),
     ("gpt2", "GPT2Block"),
     ("gpt_neox", "GPTNeoXLayer"),
+    ("hunyuan_v1_dense", "HunYuanDenseV1DecoderLayer"),
     ("llama", "LlamaDecoderLayer"),
     ("mistral", "MistralDecoderLayer"),
     ("mixtral", "MixtralDecoderLayer"),
@@ -79,6 +80,8 @@ pub const DECODER_LAYER_CLASSES: &[(&str, &str)] = &[
     ("qwen2_moe", "Qwen2MoeDecoderLayer"),
     ("qwen3", "Qwen3DecoderLayer"),
     ("qwen3_moe", "Qwen3MoeDecoderLayer"),
+    ("seed_oss", "SeedOssDecoderLayer"),
+    ("smollm3", "SmolLM3DecoderLayer"),
     ("starcoder2", "Starcoder2DecoderLayer"),
 ];
 

@@ -5,7 +5,10 @@ mod common;
 mod deepseek;
 mod gemma;
 mod gpt;
+mod hunyuan;
 mod llama;
+mod seed_oss;
+mod smollm3;
 
 use crate::error::FormatError;
 use crate::raw::HfConfig;
@@ -25,6 +28,7 @@ const REGISTRY: &[(&str, Normaliser)] = &[
     ("gemma3_text", gemma::gemma3_text),
     ("gpt2", gpt::gpt2),
     ("gpt_neox", gpt::gpt_neox),
+    ("hunyuan_v1_dense", hunyuan::hunyuan_v1_dense),
     ("llama", llama::llama),
     ("mistral", llama::mistral),
     ("mixtral", llama::mixtral),
@@ -35,6 +39,8 @@ const REGISTRY: &[(&str, Normaliser)] = &[
     ("qwen2_moe", llama::qwen2_moe),
     ("qwen3", llama::qwen3),
     ("qwen3_moe", llama::qwen3_moe),
+    ("seed_oss", seed_oss::seed_oss),
+    ("smollm3", smollm3::smollm3),
     ("starcoder2", llama::starcoder2),
 ];
 
@@ -48,6 +54,7 @@ pub(crate) const SUPPORTED: &[&str] = &[
     "gemma3_text",
     "gpt2",
     "gpt_neox",
+    "hunyuan_v1_dense",
     "llama",
     "mistral",
     "mixtral",
@@ -58,6 +65,8 @@ pub(crate) const SUPPORTED: &[&str] = &[
     "qwen2_moe",
     "qwen3",
     "qwen3_moe",
+    "seed_oss",
+    "smollm3",
     "starcoder2",
 ];
 
@@ -88,7 +97,10 @@ pub(crate) fn normalise(raw: &HfConfig) -> Result<ModelDesc, FormatError> {
         prefix: "",
         nested: false,
     };
-    normaliser(raw, &ctx)
+    let mut desc = normaliser(raw, &ctx)?;
+    // configuration_utils.py PreTrainedConfig: use_cache defaults to True
+    desc.use_cache = raw.use_cache.unwrap_or(true);
+    Ok(desc)
 }
 
 #[cfg(test)]

@@ -182,45 +182,12 @@ impl Builder<'_> {
                 )
             }
         };
-        // q/k norms (Qwen3, Gemma 3 per head; OLMo 2 over the whole projection)
+        // q/k norms (Qwen3, Gemma 3 per head; OLMo 2 over the whole projection), before the
+        // rotation or, in HunYuan, after it
         let (mut q, mut k, mut qs, mut ks) = (q, k, qs, ks);
-        if let (Some((scope, kind)), Some((qn, kn))) = (a.qk_norm, lp.qk_norms) {
-            let (qrows, krows, qdim, kdim) = match scope {
-                QkNormScope::PerHead => {
-                    (rows * heads, rows * kv_heads, qk_dim as u64, qk_dim as u64)
-                }
-                QkNormScope::Full => (
-                    rows,
-                    rows,
-                    (heads * qk_dim) as u64,
-                    (kv_heads * qk_dim) as u64,
-                ),
-            };
-            let (q2, s2) = self.norm(
-                q,
-                qs,
-                qrows,
-                &Norm {
-                    kind,
-                    dim: qdim,
-                    bias: false,
-                },
-                (qn, None),
-            );
-            let (k2, s3) = self.norm(
-                k,
-                ks,
-                krows,
-                &Norm {
-                    kind,
-                    dim: kdim,
-                    bias: false,
-                },
-                (kn, None),
-            );
-            self.drop_(q);
-            self.drop_(k);
-            (q, k, qs, ks) = (q2, k2, s2, s3);
+        let norm_dims = (rows, heads, kv_heads, qk_dim);
+        if !a.qk_norm_after_rope {
+            (q, k, qs, ks) = self.qk_norms(a, lp, (q, qs), (k, ks), norm_dims);
         }
         self.q_bhsd = matches!(a.kind, AttentionKind::Mla { .. })
             || (rot > 0 && (rot < qk_dim || a.rope_concat));
@@ -231,6 +198,9 @@ impl Builder<'_> {
             self.drop_(k);
             (q, k, qs, ks) = (q2, k2, s2, s3);
         }
+        if a.qk_norm_after_rope {
+            (q, k, qs, ks) = self.qk_norms(a, lp, (q, qs), (k, ks), norm_dims);
+        }
         let mut vs = c;
         if self.mode.is_infer() {
             let (kc, ks, vc, vs) = self.cache_update((k, ks), (v, vs), kv_heads, qk_dim, v_dim, a);
@@ -240,8 +210,10 @@ impl Builder<'_> {
         // DynamicCache.update (transformers cache_utils.py) concatenates k/v into the cache,
         // which the model output keeps; HF disables the cache under gradient checkpointing, and a
         // padding-free step runs without one (`use_cache=False`: masking_utils detects packed
-        // sequences only when there is no cache).
+        // sequences only when there is no cache), as does a model whose config says
+        // `use_cache: false` (SmolLM3-3B's config.json).
         if !ckpt
+            && self.model.use_cache
             && !self.mode.kernels().padding_free
             && !matches!(a.kind, AttentionKind::Mla { .. })
         {
@@ -262,6 +234,55 @@ impl Builder<'_> {
                 .attention_core(q, qs, kc, ks, vc, vs, heads, kv_heads, qk_dim, v_dim, a, lp);
         }
         self.attention_core(q, qs, k, ks, v, vs, heads, kv_heads, qk_dim, v_dim, a, lp)
+    }
+
+    /// The q/k norms of `a` (none: q and k unchanged): each a new tensor, the input freed.
+    /// `dims` = (rows, heads, kv heads, q/k head dim).
+    fn qk_norms(
+        &mut self,
+        a: &Attention,
+        lp: &LayerParams,
+        (q, qs): (TensorId, u128),
+        (k, ks): (TensorId, u128),
+        (rows, heads, kv_heads, qk_dim): (u128, u128, u128, u128),
+    ) -> (TensorId, TensorId, u128, u128) {
+        let (Some((scope, kind)), Some((qn, kn))) = (a.qk_norm, lp.qk_norms) else {
+            return (q, k, qs, ks);
+        };
+        let (qrows, krows, qdim, kdim) = match scope {
+            QkNormScope::PerHead => (rows * heads, rows * kv_heads, qk_dim as u64, qk_dim as u64),
+            QkNormScope::Full => (
+                rows,
+                rows,
+                (heads * qk_dim) as u64,
+                (kv_heads * qk_dim) as u64,
+            ),
+        };
+        let (q2, s2) = self.norm(
+            q,
+            qs,
+            qrows,
+            &Norm {
+                kind,
+                dim: qdim,
+                bias: false,
+            },
+            (qn, None),
+        );
+        let (k2, s3) = self.norm(
+            k,
+            ks,
+            krows,
+            &Norm {
+                kind,
+                dim: kdim,
+                bias: false,
+            },
+            (kn, None),
+        );
+        self.drop_(q);
+        self.drop_(k);
+        (q2, k2, s2, s3)
     }
 
     #[allow(clippy::too_many_arguments)]

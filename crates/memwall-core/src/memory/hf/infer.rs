@@ -163,13 +163,8 @@ impl Builder<'_> {
         self.tokens = self.batch * q_len;
         let rows = self.tokens;
         let (mut x, xs) = self.embeddings();
-        if let Some(l) = self.model.layers.first() {
-            let dim = match l.attention.kind {
-                AttentionKind::Standard { .. } => l.attention.rotary_dim.map_or(0, u128::from),
-                AttentionKind::Mla {
-                    qk_rope_head_dim, ..
-                } => u128::from(qk_rope_head_dim),
-            };
+        {
+            let dim = self.rope_table_dim();
             if dim > 0 {
                 let cos = self.act(rows * dim * self.param_size, false);
                 let sin = self.act(rows * dim * self.param_size, false);

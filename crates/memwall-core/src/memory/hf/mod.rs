@@ -28,7 +28,7 @@ mod train;
 
 use super::dist_types::{ShardSim, Unit};
 use super::timeline::{Category, Ids, Node, SegKind, SegTag, TensorId, Timeline};
-use crate::model::{LinearRole, ModelDesc};
+use crate::model::{AttentionKind, LinearRole, ModelDesc};
 use crate::workload::{
     AttentionImpl, InferWorkload, KernelOptions, Lora, Precision, TrainWorkload, WeightFormat,
 };
@@ -364,6 +364,24 @@ impl<'a> Builder<'a> {
     /// layer of the model, so a reduced replay answers as the whole model does).
     fn any_layer(&self, f: impl Fn(&crate::model::LayerSpec) -> bool) -> bool {
         (0..self.n_layers()).any(|i| f(self.spec(i)))
+    }
+
+    /// Width of the model-level rotary cos/sin tables (`*RotaryEmbedding.forward`, run once per
+    /// forward and passed to every layer): the rotary dims of the first layer that rotates (MLA:
+    /// `qk_rope_head_dim`), 0 when none does. Layers that skip the rotation (SmolLM3's NoPE
+    /// layers, modeling_smollm3.py `if self.use_rope:`) still receive the tables.
+    fn rope_table_dim(&self) -> u128 {
+        self.model
+            .layers
+            .iter()
+            .map(|l| match l.attention.kind {
+                AttentionKind::Standard { .. } => l.attention.rotary_dim.map_or(0, u128::from),
+                AttentionKind::Mla {
+                    qk_rope_head_dim, ..
+                } => u128::from(qk_rope_head_dim),
+            })
+            .find(|&d| d > 0)
+            .unwrap_or(0)
     }
 
     /// Decoder layers replayed.

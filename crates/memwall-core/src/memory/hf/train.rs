@@ -4,7 +4,6 @@
 use super::Builder;
 use crate::memory::timeline::TensorId;
 use crate::memory::timeline::{Category, Ids, Marker, Node, Phase, SegKind};
-use crate::model::AttentionKind;
 use crate::optimizer::OptimTensor;
 use crate::workload::LossKernel;
 
@@ -25,13 +24,8 @@ impl Builder<'_> {
         self.unit_pre_forward(0);
         let (mut x, xs) = self.embeddings();
         // rotary cos/sin tables, [B, S, rotary_dim] in the compute dtype (fp32 under autocast)
-        if let Some(l) = self.model.layers.first() {
-            let dim = match l.attention.kind {
-                AttentionKind::Standard { .. } => l.attention.rotary_dim.map_or(0, u128::from),
-                AttentionKind::Mla {
-                    qk_rope_head_dim, ..
-                } => u128::from(qk_rope_head_dim),
-            };
+        {
+            let dim = self.rope_table_dim();
             if dim > 0 {
                 let sz = if self.amp { 4 } else { self.param_size };
                 let cos = self.act(rows * dim * sz, false);
