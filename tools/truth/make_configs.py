@@ -189,6 +189,34 @@ BASE: dict[str, tuple[str | None, dict]] = {
         attention_bias=True, attention_out_bias=False, attention_dropout=0.1, residual_dropout=0.1,
         mlp_bias=False, tie_word_embeddings=False, hidden_act="silu", bos_token_id=0,
         eos_token_id=2, pad_token_id=1)),
+    # ---------------- exaone4 ----------------
+    # LGAI-EXAONE/EXAONE-4.0-32B: hybrid attention, 3 sliding (4096) : 1 global layer without
+    # RoPE ("LLLG"), per the transformers exaone4 model doc and the LG technical report; sizes
+    # hidden 5120, intermediate 27392, 64 layers, 40/8 heads of 128, rope llama3 x16 (as vendored
+    # for the EXAONE 4.x text stack in NVIDIA TensorRT-LLM's exaone4_5 tests), vocab 102400,
+    # untied (32.0B parameters, the published "32B")
+    "exaone-4.0-32b": (None, dict(
+        model_type="exaone4", hidden_size=5120, intermediate_size=27392, num_hidden_layers=64,
+        num_attention_heads=40, num_key_value_heads=8, head_dim=128, vocab_size=102400,
+        max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=1000000.0,
+        rope_scaling={"factor": 16.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                      "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+        sliding_window=4096, sliding_window_pattern="LLLG",
+        layer_types=["full_attention" if (i + 1) % 4 == 0 else "sliding_attention" for i in range(64)],
+        attention_dropout=0.0, hidden_act="silu", tie_word_embeddings=False, use_cache=True,
+        bos_token_id=1, eos_token_id=361, pad_token_id=0)),
+    # LGAI-EXAONE/EXAONE-4.0-1.2B: the architecture fields of the transformers-saved config of a
+    # quantised derivative (GitHub his0si/EXAONE-4.0-1.2B@1840ff905c28:model/config.json, its
+    # quantization_config dropped): full attention with RoPE in all 30 layers, tied embeddings
+    "exaone-4.0-1.2b": (None, dict(
+        model_type="exaone4", hidden_size=2048, intermediate_size=4096, num_hidden_layers=30,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=64, vocab_size=102400,
+        max_position_embeddings=65536, rms_norm_eps=1e-5, rope_theta=1000000.0,
+        rope_scaling={"factor": 16.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                      "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+        sliding_window=None, sliding_window_pattern=None, layer_types=["full_attention"] * 30,
+        attention_dropout=0.0, hidden_act="silu", tie_word_embeddings=True, use_cache=True,
+        bos_token_id=1, eos_token_id=361, pad_token_id=0)),
     # ---------------- hunyuan_v1_dense ----------------
     # tencent/Hunyuan-7B-Instruct: sizes as vendored in two independent test suites
     # (NVIDIA TensorRT model-connect families/hunyuan tests; a model-zoo size table): 32 layers,
@@ -218,6 +246,8 @@ REDUCED = {
     "phi-3-mini-4k-8l": ("phi-3-mini-4k", 8),
     "smollm3-3b-4l": ("smollm3-3b", 4),  # layers 0-2 RoPE, layer 3 NoPE (no_rope_layers 1,1,1,0)
     "seed-oss-36b-2l": ("seed-oss-36b", 2),
+    "exaone-4.0-32b-4l": ("exaone-4.0-32b", 4),  # sliding, sliding, sliding, global (NoPE)
+    "exaone-4.0-1.2b-4l": ("exaone-4.0-1.2b", 4),
     "hunyuan-7b-2l": ("hunyuan-7b", 2),
 }
 

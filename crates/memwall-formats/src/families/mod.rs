@@ -3,6 +3,7 @@
 
 mod common;
 mod deepseek;
+mod exaone4;
 mod gemma;
 mod gpt;
 mod hunyuan;
@@ -21,6 +22,7 @@ type Normaliser = fn(&HfConfig, &Ctx) -> Result<ModelDesc, FormatError>;
 /// The registry, sorted by `model_type`.
 const REGISTRY: &[(&str, Normaliser)] = &[
     ("deepseek_v3", deepseek::deepseek_v3),
+    ("exaone4", exaone4::exaone4),
     ("falcon", gpt::falcon),
     ("gemma", gemma::gemma),
     ("gemma2", gemma::gemma2),
@@ -47,6 +49,7 @@ const REGISTRY: &[(&str, Normaliser)] = &[
 /// The `model_type`s in [`REGISTRY`], same order.
 pub(crate) const SUPPORTED: &[&str] = &[
     "deepseek_v3",
+    "exaone4",
     "falcon",
     "gemma",
     "gemma2",
