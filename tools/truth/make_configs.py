@@ -217,6 +217,16 @@ BASE: dict[str, tuple[str | None, dict]] = {
         sliding_window=None, sliding_window_pattern=None, layer_types=["full_attention"] * 30,
         attention_dropout=0.0, hidden_act="silu", tie_word_embeddings=True, use_cache=True,
         bos_token_id=1, eos_token_id=361, pad_token_id=0)),
+    # ---------------- ernie4_5 ----------------
+    # baidu/ERNIE-4.5-0.3B-PT: Ernie4_5Config's defaults are this model (0.36B parameters:
+    # hidden 1024, 18 layers, 16/2 heads of 128, intermediate 3072, vocab 103424, tied,
+    # 131072 positions, rope_theta 500000, no biases)
+    "ernie-4.5-0.3b": (None, dict(
+        model_type="ernie4_5", hidden_size=1024, intermediate_size=3072, num_hidden_layers=18,
+        num_attention_heads=16, num_key_value_heads=2, head_dim=128, vocab_size=103424,
+        max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=500000.0, use_bias=False,
+        tie_word_embeddings=True, hidden_act="silu", bos_token_id=1,
+        eos_token_id=2, pad_token_id=0)),
     # ---------------- hunyuan_v1_dense ----------------
     # tencent/Hunyuan-7B-Instruct: sizes as vendored in two independent test suites
     # (NVIDIA TensorRT model-connect families/hunyuan tests; a model-zoo size table): 32 layers,

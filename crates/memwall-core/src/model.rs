@@ -137,6 +137,11 @@ pub struct Attention {
     /// (modeling_hunyuan_v1_dense.py HunYuanDenseV1Attention: `apply_rotary_pos_emb` then
     /// `query_layernorm`/`key_layernorm`; Qwen3, Gemma 3, OLMo 2 and EXAONE 4 normalise first).
     pub qk_norm_after_rope: bool,
+    /// The rotation runs in fp32 on fp32 cos/sin tables (modeling_ernie4_5.py:
+    /// `Ernie4_5RotaryEmbedding.forward` returns them uncast; `apply_rotary_pos_emb`
+    /// repeat-interleaves half of each into new fp32 tables, which the multiplications save,
+    /// rotates `q.float()` and `rotate_half(q).float()` and casts the sum back).
+    pub rope_fp32: bool,
 }
 
 /// Family-specific eager attention code paths that change what is alive when.
@@ -666,6 +671,7 @@ pub(crate) mod tests {
                 eager_style: EagerStyle::Shared,
                 rope_concat: false,
                 qk_norm_after_rope: false,
+                rope_fp32: false,
             },
             attn_output_outlives_mlp: false,
             mlp: Mlp::Dense(DenseMlp {

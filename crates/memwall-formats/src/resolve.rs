@@ -314,6 +314,7 @@ pub(crate) struct AttnOpts {
     pub eager_style: EagerStyle,
     pub rope_concat: bool,
     pub qk_norm_after_rope: bool,
+    pub rope_fp32: bool,
 }
 
 impl AttnOpts {
@@ -330,6 +331,7 @@ impl AttnOpts {
             eager_style: EagerStyle::Shared,
             rope_concat: false,
             qk_norm_after_rope: false,
+            rope_fp32: false,
         }
     }
 
@@ -351,6 +353,7 @@ impl AttnOpts {
             eager_style: self.eager_style,
             rope_concat: self.rope_concat,
             qk_norm_after_rope: self.qk_norm_after_rope,
+            rope_fp32: self.rope_fp32,
         }
     }
 }

@@ -62,6 +62,7 @@ impl EngineConstants {
 /// transformers 5.23.0 (`gemma3_text` is `Gemma3ForCausalLM` in `models/gemma3/`).
 pub const DECODER_LAYER_CLASSES: &[(&str, &str)] = &[
     ("deepseek_v3", "DeepseekV3DecoderLayer"),
+    ("ernie4_5", "Ernie4_5DecoderLayer"),
     ("exaone4", "Exaone4DecoderLayer"),
     ("falcon", "FalconDecoderLayer"),
     ("gemma", "GemmaDecoderLayer"),

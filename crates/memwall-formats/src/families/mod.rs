@@ -3,6 +3,7 @@
 
 mod common;
 mod deepseek;
+mod ernie;
 mod exaone4;
 mod gemma;
 mod gpt;
@@ -22,6 +23,7 @@ type Normaliser = fn(&HfConfig, &Ctx) -> Result<ModelDesc, FormatError>;
 /// The registry, sorted by `model_type`.
 const REGISTRY: &[(&str, Normaliser)] = &[
     ("deepseek_v3", deepseek::deepseek_v3),
+    ("ernie4_5", ernie::ernie4_5),
     ("exaone4", exaone4::exaone4),
     ("falcon", gpt::falcon),
     ("gemma", gemma::gemma),
@@ -49,6 +51,7 @@ const REGISTRY: &[(&str, Normaliser)] = &[
 /// The `model_type`s in [`REGISTRY`], same order.
 pub(crate) const SUPPORTED: &[&str] = &[
     "deepseek_v3",
+    "ernie4_5",
     "exaone4",
     "falcon",
     "gemma",

@@ -53,6 +53,65 @@ impl Builder<'_> {
         (y, out_size)
     }
 
+    /// ERNIE 4.5's rotation (modeling_ernie4_5.py `apply_rotary_pos_emb`, `rotate_half`): new
+    /// fp32 `[S, D]` tables `cos[..., :D/2].repeat_interleave(2)` (and sin), saved by the
+    /// multiplications of q and of k; per tensor `q.float() * cos` and
+    /// `stack((-x2, x1)).flatten().float() * sin` in fp32, their sum cast back to q's dtype.
+    /// Returns the rotated q and k (same dtypes as given).
+    #[allow(clippy::too_many_arguments)]
+    fn rope_fp32(
+        &mut self,
+        q: TensorId,
+        qs: u128,
+        k: TensorId,
+        ks: u128,
+        heads: u128,
+        kv_heads: u128,
+        dim: u128,
+    ) -> (TensorId, TensorId) {
+        let table = self.seq * dim * 4;
+        let cos = self.act(table, false);
+        let sin = self.act(table, false);
+        let mut out = [q, k];
+        for (slot, (x, xs, h)) in [(q, qs, heads), (k, ks, kv_heads)].into_iter().enumerate() {
+            let n = self.tokens * h * dim;
+            // q.float() * cos (the fp32 copy is a temporary of the expression)
+            let xf = if xs != 4 {
+                self.cast(x, n * 4)
+            } else {
+                self.retain_id(x)
+            };
+            let t1 = self.op(n * 4, &[xf], &[cos], &[], &[]);
+            self.drop_(xf);
+            // rotate_half: -x2 (half width), stack (full width), then .float() * sin
+            let neg = self.op(n / 2 * xs, &[x], &[], &[], &[]);
+            let st = self.op(n * xs, &[neg], &[], &[], &[]);
+            self.drop_(neg);
+            let rf = if xs != 4 {
+                self.cast(st, n * 4)
+            } else {
+                self.retain_id(st)
+            };
+            self.drop_(st);
+            let t2 = self.op(n * 4, &[rf], &[sin], &[], &[]);
+            self.drop_(rf);
+            let e = self.op(n * 4, &[t1, t2], &[], &[], &[]);
+            self.drop_(t1);
+            self.drop_(t2);
+            let y = if xs != 4 {
+                self.cast(e, n * xs)
+            } else {
+                self.retain_id(e)
+            };
+            self.drop_(e);
+            self.drop_(x);
+            out[slot] = y;
+        }
+        self.drop_(cos);
+        self.drop_(sin);
+        (out[0], out[1])
+    }
+
     /// The attention block. Tensors bound to locals of the attention function (the fused qkv
     /// output: Falcon's `fused_qkv`, NeoX/Phi-3 `qkv`, GPT-2's query view) live until it returns.
     pub(super) fn attention(
@@ -191,7 +250,9 @@ impl Builder<'_> {
         }
         self.q_bhsd = matches!(a.kind, AttentionKind::Mla { .. })
             || (rot > 0 && (rot < qk_dim || a.rope_concat));
-        if rot > 0 {
+        if rot > 0 && a.rope_fp32 {
+            (q, k) = self.rope_fp32(q, qs, k, ks, heads, kv_heads, qk_dim);
+        } else if rot > 0 {
             let (q2, s2) = self.rope(q, qs, heads, qk_dim, rot);
             let (k2, s3) = self.rope(k, ks, kv_heads, qk_dim, rot);
             self.drop_(q);

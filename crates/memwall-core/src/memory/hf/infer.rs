@@ -166,8 +166,13 @@ impl Builder<'_> {
         {
             let dim = self.rope_table_dim();
             if dim > 0 {
-                let cos = self.act(rows * dim * self.param_size, false);
-                let sin = self.act(rows * dim * self.param_size, false);
+                let sz = if self.rope_tables_fp32() {
+                    4
+                } else {
+                    self.param_size
+                };
+                let cos = self.act(rows * dim * sz, false);
+                let sin = self.act(rows * dim * sz, false);
                 self.rope_tables = Some((cos, sin));
                 self.out_refs.push(cos);
                 self.out_refs.push(sin);

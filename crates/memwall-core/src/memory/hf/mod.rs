@@ -384,6 +384,13 @@ impl<'a> Builder<'a> {
             .unwrap_or(0)
     }
 
+    /// The rotary tables stay fp32 whatever the model dtype (ERNIE 4.5, [`Attention::rope_fp32`]).
+    ///
+    /// [`Attention::rope_fp32`]: crate::model::Attention::rope_fp32
+    fn rope_tables_fp32(&self) -> bool {
+        self.model.layers.iter().any(|l| l.attention.rope_fp32)
+    }
+
     /// Decoder layers replayed.
     fn n_layers(&self) -> usize {
         self.reduced

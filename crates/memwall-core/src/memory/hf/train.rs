@@ -27,7 +27,11 @@ impl Builder<'_> {
         {
             let dim = self.rope_table_dim();
             if dim > 0 {
-                let sz = if self.amp { 4 } else { self.param_size };
+                let sz = if self.amp || self.rope_tables_fp32() {
+                    4
+                } else {
+                    self.param_size
+                };
                 let cos = self.act(rows * dim * sz, false);
                 let sin = self.act(rows * dim * sz, false);
                 self.rope_tables = Some((cos, sin));
