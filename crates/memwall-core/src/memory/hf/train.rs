@@ -49,11 +49,15 @@ impl Builder<'_> {
                 self.t.recording = false;
                 let y = self.layer(i, x, xsize, true);
                 self.t.recording = true;
-                // the checkpoint keeps the layer's inputs for the recompute: the hidden state
-                // and the rotary cos/sin passed to every layer (torch/utils/checkpoint.py)
+                // the checkpoint keeps the layer's inputs for the recompute: the hidden state,
+                // the rotary cos/sin and the attention mask passed to every layer
+                // (torch/utils/checkpoint.py)
                 let mut kept = vec![x];
                 if let Some((cos, sin)) = self.rope_tables {
                     kept.extend([cos, sin]);
+                }
+                if let Some(m) = mask {
+                    kept.push(m);
                 }
                 self.t.record(Node {
                     saved: Ids::of(&kept),
