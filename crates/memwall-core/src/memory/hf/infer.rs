@@ -171,8 +171,8 @@ impl Builder<'_> {
                 } else {
                     self.param_size
                 };
-                let cos = self.act(rows * dim * sz, false);
-                let sin = self.act(rows * dim * sz, false);
+                let cos = self.act(q_len * dim * sz, false);
+                let sin = self.act(q_len * dim * sz, false);
                 self.rope_tables = Some((cos, sin));
                 self.out_refs.push(cos);
                 self.out_refs.push(sin);
