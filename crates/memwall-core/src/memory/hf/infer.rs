@@ -171,6 +171,8 @@ impl Builder<'_> {
                 } else {
                     self.param_size
                 };
+                // [1, q_len, dim]: the positions `arange(q_len) + past`, unsqueezed, shared
+                // by the batch
                 let cos = self.act(q_len * dim * sz, false);
                 let sin = self.act(q_len * dim * sz, false);
                 self.rope_tables = Some((cos, sin));

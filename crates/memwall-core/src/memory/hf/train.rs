@@ -23,7 +23,9 @@ impl Builder<'_> {
         self.t.set_phase(Phase::Forward);
         self.unit_pre_forward(0);
         let (mut x, xs) = self.embeddings();
-        // rotary cos/sin tables, [B, S, rotary_dim] in the compute dtype (fp32 under autocast)
+        // rotary cos/sin tables, [1, S, rotary_dim] in the compute dtype (fp32 under autocast):
+        // every *Model.forward builds `position_ids = arange(S).unsqueeze(0)`, shared by the
+        // batch (padding-free: the packed row's position ids, [1, B·S])
         {
             let dim = self.rope_table_dim();
             if dim > 0 {
@@ -32,8 +34,8 @@ impl Builder<'_> {
                 } else {
                     self.param_size
                 };
-                let cos = self.act(rows * dim * sz, false);
-                let sin = self.act(rows * dim * sz, false);
+                let cos = self.act(self.seq * dim * sz, false);
+                let sin = self.act(self.seq * dim * sz, false);
                 self.rope_tables = Some((cos, sin));
                 self.out_refs.push(cos);
                 self.out_refs.push(sin);
