@@ -221,6 +221,71 @@ BASE: dict[str, tuple[str | None, dict]] = {
 TEXT = {
     "llama-4-scout-17b-16e-text": "llama-4-scout-17b-16e",
     "llama-4-maverick-17b-128e-text": "llama-4-maverick-17b-128e",
+    # ---------------- smollm3 ----------------
+    "smollm3-3b": ("HuggingFaceTB/SmolLM3-3B.json", {}),
+    # ---------------- seed_oss ----------------
+    # ByteDance-Seed/Seed-OSS-36B-Instruct: sizes from the model summary of
+    # github.com/ByteDance-Seed/seed-oss README.md (64 layers, 80/8/8 heads, head size 128,
+    # hidden 5120, 512K context, RoPE base 1e7); vocabulary 155136, intermediate 27648,
+    # attention_bias/attention_out_bias/dropouts = SeedOssConfig defaults (36.15B parameters,
+    # the published "36B")
+    "seed-oss-36b": (None, dict(
+        model_type="seed_oss", hidden_size=5120, intermediate_size=27648, num_hidden_layers=64,
+        num_attention_heads=80, num_key_value_heads=8, head_dim=128, vocab_size=155136,
+        max_position_embeddings=524288, rms_norm_eps=1e-6, rope_theta=10000000.0,
+        attention_bias=True, attention_out_bias=False, attention_dropout=0.1, residual_dropout=0.1,
+        mlp_bias=False, tie_word_embeddings=False, hidden_act="silu", bos_token_id=0,
+        eos_token_id=2, pad_token_id=1)),
+    # ---------------- exaone4 ----------------
+    # LGAI-EXAONE/EXAONE-4.0-32B: hybrid attention, 3 sliding (4096) : 1 global layer without
+    # RoPE ("LLLG"), per the transformers exaone4 model doc and the LG technical report; sizes
+    # hidden 5120, intermediate 27392, 64 layers, 40/8 heads of 128, rope llama3 x16 (as vendored
+    # for the EXAONE 4.x text stack in NVIDIA TensorRT-LLM's exaone4_5 tests), vocab 102400,
+    # untied (32.0B parameters, the published "32B")
+    "exaone-4.0-32b": (None, dict(
+        model_type="exaone4", hidden_size=5120, intermediate_size=27392, num_hidden_layers=64,
+        num_attention_heads=40, num_key_value_heads=8, head_dim=128, vocab_size=102400,
+        max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=1000000.0,
+        rope_scaling={"factor": 16.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                      "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+        sliding_window=4096, sliding_window_pattern="LLLG",
+        layer_types=["full_attention" if (i + 1) % 4 == 0 else "sliding_attention" for i in range(64)],
+        attention_dropout=0.0, hidden_act="silu", tie_word_embeddings=False, use_cache=True,
+        bos_token_id=1, eos_token_id=361, pad_token_id=0)),
+    # LGAI-EXAONE/EXAONE-4.0-1.2B: the architecture fields of the transformers-saved config of a
+    # quantised derivative (GitHub his0si/EXAONE-4.0-1.2B@1840ff905c28:model/config.json, its
+    # quantization_config dropped): full attention with RoPE in all 30 layers, tied embeddings
+    "exaone-4.0-1.2b": (None, dict(
+        model_type="exaone4", hidden_size=2048, intermediate_size=4096, num_hidden_layers=30,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=64, vocab_size=102400,
+        max_position_embeddings=65536, rms_norm_eps=1e-5, rope_theta=1000000.0,
+        rope_scaling={"factor": 16.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                      "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+        sliding_window=None, sliding_window_pattern=None, layer_types=["full_attention"] * 30,
+        attention_dropout=0.0, hidden_act="silu", tie_word_embeddings=True, use_cache=True,
+        bos_token_id=1, eos_token_id=361, pad_token_id=0)),
+    # ---------------- ernie4_5 ----------------
+    # baidu/ERNIE-4.5-0.3B-PT: Ernie4_5Config's defaults are this model (0.36B parameters:
+    # hidden 1024, 18 layers, 16/2 heads of 128, intermediate 3072, vocab 103424, tied,
+    # 131072 positions, rope_theta 500000, no biases)
+    "ernie-4.5-0.3b": (None, dict(
+        model_type="ernie4_5", hidden_size=1024, intermediate_size=3072, num_hidden_layers=18,
+        num_attention_heads=16, num_key_value_heads=2, head_dim=128, vocab_size=103424,
+        max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=500000.0, use_bias=False,
+        tie_word_embeddings=True, hidden_act="silu", bos_token_id=1,
+        eos_token_id=2, pad_token_id=0)),
+    # ---------------- hunyuan_v1_dense ----------------
+    # tencent/Hunyuan-7B-Instruct: sizes as vendored in two independent test suites
+    # (NVIDIA TensorRT model-connect families/hunyuan tests; a model-zoo size table): 32 layers,
+    # hidden 4096, 32/8 heads of 128, intermediate 14336, vocab 128167, tied embeddings,
+    # use_qk_norm, rope dynamic alpha 1000
+    "hunyuan-7b": (None, dict(
+        model_type="hunyuan_v1_dense", hidden_size=4096, intermediate_size=14336,
+        num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+        vocab_size=128167, max_position_embeddings=32768, rms_norm_eps=1e-5, rope_theta=10000.0,
+        rope_scaling={"type": "dynamic", "alpha": 1000.0, "factor": 1.0}, attention_bias=False,
+        attention_dropout=0.0, use_qk_norm=True, tie_word_embeddings=True, hidden_act="silu",
+        bos_token_id=127958, eos_token_id=127960, pad_token_id=127961)),
 }
 
 # reduced-depth variants: name -> (base, layers)
@@ -248,6 +313,11 @@ REDUCED = {
     "llama-4-scout-17b-16e-4l": ("llama-4-scout-17b-16e", 4),
     "mistral-small-3.1-24b-4l": ("mistral-small-3.1-24b", 4),
     "qwen2.5-vl-7b-4l": ("qwen2.5-vl-7b", 4),
+    "smollm3-3b-4l": ("smollm3-3b", 4),  # layers 0-2 RoPE, layer 3 NoPE (no_rope_layers 1,1,1,0)
+    "seed-oss-36b-2l": ("seed-oss-36b", 2),
+    "exaone-4.0-32b-4l": ("exaone-4.0-32b", 4),  # sliding, sliding, sliding, global (NoPE)
+    "exaone-4.0-1.2b-4l": ("exaone-4.0-1.2b", 4),
+    "hunyuan-7b-2l": ("hunyuan-7b", 2),
 }
 
 
@@ -280,6 +350,11 @@ def reduce(d: dict, n: int, base: str) -> dict:
     for lk in ("layer_types",):
         if isinstance(t.get(lk), list):
             t[lk] = t[lk][:n]
+    key = "n_layer" if "n_layer" in d else "num_hidden_layers"
+    d[key] = n
+    for lk in ("layer_types", "no_rope_layers"):
+        if isinstance(d.get(lk), list):
+            d[lk] = d[lk][:n]
     d["_memwall"] = f"{base} cut to {n} layers ({d['_memwall']})"
     return d
 

@@ -163,6 +163,10 @@ pub struct Attention {
     /// (cache_utils.py `LAYER_CLASS_MAP`: `DynamicSlidingWindowLayer`); vLLM gives it its own
     /// KV spec (`ChunkedLocalAttentionSpec`).
     pub chunked: bool,
+    /// The q/k norms run on the rotated q/k instead of before the rotation
+    /// (modeling_hunyuan_v1_dense.py HunYuanDenseV1Attention: `apply_rotary_pos_emb` then
+    /// `query_layernorm`/`key_layernorm`; Qwen3, Gemma 3, OLMo 2 and EXAONE 4 normalise first).
+    pub qk_norm_after_rope: bool,
 }
 
 /// Family-specific eager attention code paths that change what is alive when.
@@ -597,6 +601,13 @@ pub struct ModelDesc {
     pub linear_names: Vec<(LinearRole, String)>,
     /// A vision-language model's vision tower and projector (`None` for a text-only model).
     pub vision: Option<VisionTower>,
+    /// The config's `use_cache` (default true): a forward called without `use_cache` builds a
+    /// `DynamicCache` when it is true (`if use_cache and past_key_values is None:
+    /// past_key_values = DynamicCache(config=self.config)` in every `*Model.forward`, the
+    /// argument defaulting to the config's value through `merge_with_config_defaults`), so a
+    /// training forward without checkpointing keeps its keys and values in the cache.
+    /// `generate` always passes `use_cache=True`.
+    pub use_cache: bool,
 }
 
 /// The vision encoder and multimodal projector of a vision-language model
@@ -829,6 +840,7 @@ pub(crate) mod tests {
                 l2_qk_norm: false,
                 temperature_tuning: false,
                 chunked: false,
+                qk_norm_after_rope: false,
             },
             attn_output_outlives_mlp: false,
             mixer: Mixer::Attention,
@@ -865,6 +877,7 @@ pub(crate) mod tests {
             dropout: Dropout::default(),
             linear_names: vec![],
             vision: None,
+            use_cache: true,
         }
     }
 

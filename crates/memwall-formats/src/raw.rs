@@ -64,12 +64,19 @@ pub(crate) struct HfConfig {
     pub alibi: Option<bool>,
 
     // attention pattern
+    #[serde(skip)]
     pub sliding_window: Option<u64>,
+    #[serde(
+        rename = "sliding_window",
+        default,
+        deserialize_with = "present_or_null"
+    )]
+    pub sliding_window_raw: Option<Option<u64>>,
     #[serde(default, deserialize_with = "at_most_one_per_layer")]
     pub layer_types: Option<Vec<String>>,
     pub use_sliding_window: Option<bool>,
     pub max_window_layers: Option<u64>,
-    pub sliding_window_pattern: Option<u64>,
+    pub sliding_window_pattern: Option<SlidingPattern>,
     pub use_bidirectional_attention: Option<bool>,
     pub query_pre_attn_scalar: Option<f64>,
     #[serde(skip)]
@@ -156,7 +163,7 @@ pub(crate) struct HfConfig {
     pub dtype: Option<Box<RawValue>>,
 
     /// Keys whose value is an explicit JSON `null` where `null` differs from absent
-    /// (`attn_logit_softcapping`, `final_logit_softcapping`).
+    /// (`attn_logit_softcapping`, `final_logit_softcapping`, `sliding_window`).
     #[serde(skip)]
     pub explicit_nulls: Vec<String>,
 
@@ -209,6 +216,21 @@ pub(crate) struct HfConfig {
     pub spatial_merge_size: Option<u64>,
     pub vision_feature_layer: Option<Box<RawValue>>,
     pub multimodal_projector_bias: Option<bool>,
+    // whether a forward called without `use_cache` builds a KV cache (PreTrainedConfig default True)
+    pub use_cache: Option<bool>,
+    // Seed-OSS: bias of o_proj (q/k/v follow attention_bias)
+    pub attention_out_bias: Option<bool>,
+}
+
+/// `sliding_window_pattern`: a count (every n-th layer is global: Gemma 3, EXAONE 4) or a
+/// letter pattern such as `"LLLG"` (EXAONE 4 configs, which then also list `layer_types`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum SlidingPattern {
+    /// Every n-th layer is global.
+    Every(u64),
+    /// One letter per layer of a repeating block (`L` local, `G` global).
+    Letters(String),
 }
 
 /// A nested config object (`text_config`), as found.
@@ -323,6 +345,13 @@ impl HfConfig {
                         Some(Some(v)) => *value = Some(v),
                         None => {}
                     }
+                }
+                // `sliding_window: null` differs from absent where the class default is a
+                // window (EXAONE 4: 4096)
+                match c.sliding_window_raw {
+                    Some(None) => c.explicit_nulls.push("sliding_window".to_owned()),
+                    Some(Some(w)) => c.sliding_window = Some(w),
+                    None => {}
                 }
                 Ok(c)
             }

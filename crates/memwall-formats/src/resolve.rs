@@ -319,6 +319,7 @@ pub(crate) struct AttnOpts {
     pub l2_qk_norm: bool,
     pub temperature_tuning: bool,
     pub chunked: bool,
+    pub qk_norm_after_rope: bool,
 }
 
 impl AttnOpts {
@@ -340,6 +341,7 @@ impl AttnOpts {
             l2_qk_norm: false,
             temperature_tuning: false,
             chunked: false,
+            qk_norm_after_rope: false,
         }
     }
 
@@ -366,6 +368,7 @@ impl AttnOpts {
             l2_qk_norm: self.l2_qk_norm,
             temperature_tuning: self.temperature_tuning,
             chunked: self.chunked,
+            qk_norm_after_rope: self.qk_norm_after_rope,
         }
     }
 }
@@ -512,6 +515,7 @@ pub(crate) fn assemble(ctx: &Ctx, model_type: &str, p: Parts) -> Result<ModelDes
         dropout: p.dropout,
         linear_names: p.linear_names,
         vision: None,
+        use_cache: true,
     };
     if desc.param_counts().is_err() {
         return Err(FormatError::OutOfRange {

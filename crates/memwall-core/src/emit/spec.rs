@@ -62,6 +62,8 @@ impl EngineConstants {
 /// transformers 5.23.0 (`gemma3_text` is `Gemma3ForCausalLM` in `models/gemma3/`).
 pub const DECODER_LAYER_CLASSES: &[(&str, &str)] = &[
     ("deepseek_v3", "DeepseekV3DecoderLayer"),
+    ("ernie4_5", "Ernie4_5DecoderLayer"),
+    ("exaone4", "Exaone4DecoderLayer"),
     ("falcon", "FalconDecoderLayer"),
     ("gemma", "GemmaDecoderLayer"),
     ("gemma2", "Gemma2DecoderLayer"),
@@ -69,6 +71,7 @@ pub const DECODER_LAYER_CLASSES: &[(&str, &str)] = &[
     ("gemma3_text", "Gemma3DecoderLayer"),
     ("gpt2", "GPT2Block"),
     ("gpt_neox", "GPTNeoXLayer"),
+    ("hunyuan_v1_dense", "HunYuanDenseV1DecoderLayer"),
     ("llama", "LlamaDecoderLayer"),
     ("mistral", "MistralDecoderLayer"),
     ("mixtral", "MixtralDecoderLayer"),
@@ -79,6 +82,8 @@ pub const DECODER_LAYER_CLASSES: &[(&str, &str)] = &[
     ("qwen2_moe", "Qwen2MoeDecoderLayer"),
     ("qwen3", "Qwen3DecoderLayer"),
     ("qwen3_moe", "Qwen3MoeDecoderLayer"),
+    ("seed_oss", "SeedOssDecoderLayer"),
+    ("smollm3", "SmolLM3DecoderLayer"),
     ("starcoder2", "Starcoder2DecoderLayer"),
 ];
 

@@ -666,14 +666,26 @@ impl Timeline {
     /// AccumulateGrad once the last one arrived (`torch/csrc/autograd/engine.cpp`): a tied
     /// embedding holds the LM head's gradient through the whole backward. AccumulateGrad then
     /// steals the buffer as `.grad`, or adds it in place when `.grad` exists (accumulation).
-    fn grad_for_param(&mut self, p: TensorId, given: Option<TensorId>) {
+    ///
+    /// This is the first half: the node's new gradient for `p` (none for a frozen parameter).
+    /// [`Timeline::accumulate_param_grad`] hands it to the AccumulateGrad input buffer after
+    /// the node's own incoming gradients are released (`Engine::evaluate_function`: the node's
+    /// inputs are moved into `call_function` and die with it, before its outputs are added to
+    /// the next nodes' input buffers).
+    fn grad_for_param(&mut self, p: TensorId, given: Option<TensorId>) -> Option<TensorId> {
+        let state = self.tensors[p as usize].param?;
+        if !state.trainable {
+            return None;
+        }
+        Some(self.new_grad(state.grad_bytes, given))
+    }
+
+    /// The second half of [`Timeline::grad_for_param`]: `new` into `p`'s input buffer (an
+    /// out-of-place sum with a pending gradient), then AccumulateGrad once the last use arrived.
+    fn accumulate_param_grad(&mut self, p: TensorId, new: TensorId) {
         let Some(state) = self.tensors[p as usize].param else {
             return;
         };
-        if !state.trainable {
-            return;
-        }
-        let new = self.new_grad(state.grad_bytes, given);
         let pending = match state.pending {
             None => new,
             Some(old) => {
@@ -723,15 +735,23 @@ impl Timeline {
                 self.grad_for_input(x, g);
             }
         }
+        // (parameter, its new gradient) pairs, inline: nodes hold at most six parameters
+        let (mut owners, mut news) = (Ids::default(), Ids::default());
         for &p in node.params.as_slice() {
             let g = next_given();
-            self.grad_for_param(p, g);
+            if let Some(new) = self.grad_for_param(p, g) {
+                owners.push(p);
+                news.push(new);
+            }
         }
         self.sub_live(temps, Category::Temporaries);
         for &o in node.outputs.as_slice() {
             if let Some(g) = self.tensors[o as usize].grad.take() {
                 self.release(g);
             }
+        }
+        for (&p, &new) in owners.as_slice().iter().zip(news.as_slice()) {
+            self.accumulate_param_grad(p, new);
         }
         for &s in node.saved.as_slice() {
             self.release(s);

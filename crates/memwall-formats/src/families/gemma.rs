@@ -4,10 +4,11 @@
 
 use super::common::{Decoder, Defaults, Dims};
 use crate::error::FormatError;
-use crate::raw::{HfConfig, Nested};
+use crate::raw::{HfConfig, Nested, SlidingPattern};
 use crate::resolve::{
     gated, llama_names, sliding_layers, window, AttnOpts, Ctx, HeadDimDefault, NormPlacement,
 };
+use memwall_core::error::untrusted;
 use memwall_core::model::{Activation, Mlp, ModelDesc, NormKind, QkNormScope};
 
 /// `gemma/configuration_gemma.py` `GemmaConfig` field defaults.
@@ -156,7 +157,18 @@ fn gemma3_named(raw: &HfConfig, ctx: &Ctx, model_type: &str) -> Result<ModelDesc
         w = w.map(|w| w / 2 + 1);
     }
     let w = window(ctx, w)?;
-    let pattern = raw.sliding_window_pattern.unwrap_or(6);
+    let pattern = match &raw.sliding_window_pattern {
+        None => 6,
+        Some(SlidingPattern::Every(n)) => *n,
+        Some(SlidingPattern::Letters(s)) => {
+            return Err(FormatError::Unsupported {
+                field: ctx.field("sliding_window_pattern"),
+                value: format!("\"{}\"", untrusted(s)),
+                reason: "Gemma 3 counts layers here (every n-th layer is global)".into(),
+                hint: "use an integer, e.g. 6 (five local layers, then one global)".into(),
+            })
+        }
+    };
     if pattern == 0 {
         return Err(FormatError::OutOfRange {
             field: ctx.field("sliding_window_pattern"),

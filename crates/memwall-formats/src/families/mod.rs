@@ -3,12 +3,17 @@
 
 mod common;
 mod deepseek;
+mod ernie;
+mod exaone4;
 mod gemma;
 mod gpt;
 mod granite_hybrid;
-mod llama4;
+mod hunyuan;
 mod llama;
+mod llama4;
 mod moe2026;
+mod seed_oss;
+mod smollm3;
 mod ssm;
 mod vision;
 mod vlm;
@@ -24,7 +29,9 @@ type Normaliser = fn(&HfConfig, &Ctx) -> Result<ModelDesc, FormatError>;
 /// The registry, sorted by `model_type`.
 const REGISTRY: &[(&str, Normaliser)] = &[
     ("deepseek_v3", deepseek::deepseek_v3),
+    ("ernie4_5", ernie::ernie4_5),
     ("ernie4_5_moe", moe2026::ernie4_5_moe),
+    ("exaone4", exaone4::exaone4),
     ("falcon", gpt::falcon),
     ("gemma", gemma::gemma),
     ("gemma2", gemma::gemma2),
@@ -34,6 +41,7 @@ const REGISTRY: &[(&str, Normaliser)] = &[
     ("gpt_neox", gpt::gpt_neox),
     ("gpt_oss", moe2026::gpt_oss),
     ("granitemoehybrid", granite_hybrid::granitemoehybrid),
+    ("hunyuan_v1_dense", hunyuan::hunyuan_v1_dense),
     ("llama", llama::llama),
     ("llama4", llama4::llama4),
     ("llama4_text", llama4::llama4_text),
@@ -51,13 +59,17 @@ const REGISTRY: &[(&str, Normaliser)] = &[
     ("qwen2_vl", vlm::qwen2_vl),
     ("qwen3", llama::qwen3),
     ("qwen3_moe", llama::qwen3_moe),
+    ("seed_oss", seed_oss::seed_oss),
+    ("smollm3", smollm3::smollm3),
     ("starcoder2", llama::starcoder2),
 ];
 
 /// The `model_type`s in [`REGISTRY`], same order.
 pub(crate) const SUPPORTED: &[&str] = &[
     "deepseek_v3",
+    "ernie4_5",
     "ernie4_5_moe",
+    "exaone4",
     "falcon",
     "gemma",
     "gemma2",
@@ -67,6 +79,7 @@ pub(crate) const SUPPORTED: &[&str] = &[
     "gpt_neox",
     "gpt_oss",
     "granitemoehybrid",
+    "hunyuan_v1_dense",
     "llama",
     "llama4",
     "llama4_text",
@@ -84,6 +97,8 @@ pub(crate) const SUPPORTED: &[&str] = &[
     "qwen2_vl",
     "qwen3",
     "qwen3_moe",
+    "seed_oss",
+    "smollm3",
     "starcoder2",
 ];
 
@@ -114,7 +129,10 @@ pub(crate) fn normalise(raw: &HfConfig) -> Result<ModelDesc, FormatError> {
         prefix: "",
         nested: false,
     };
-    normaliser(raw, &ctx)
+    let mut desc = normaliser(raw, &ctx)?;
+    // configuration_utils.py PreTrainedConfig: use_cache defaults to True
+    desc.use_cache = raw.use_cache.unwrap_or(true);
+    Ok(desc)
 }
 
 #[cfg(test)]

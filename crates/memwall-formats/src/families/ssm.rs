@@ -4,11 +4,12 @@
 
 use crate::error::FormatError;
 use crate::raw::HfConfig;
-use crate::resolve::{activation, assemble, limits::*, names, norm, token_embeddings, Ctx, Parts};
+use crate::resolve::{
+    activation, assemble, limits::*, names, norm, token_embeddings, AttnOpts, Ctx, Heads, Parts,
+};
 use memwall_core::mixer::{Mamba2, Mixer};
 use memwall_core::model::{
-    Activation, Attention, AttentionKind, Dropout, EagerStyle, Head, LayerSpec, LinearRole, Mlp,
-    ModelDesc, NormKind, Residual,
+    Activation, Attention, Dropout, Head, LayerSpec, LinearRole, Mlp, ModelDesc, NormKind, Residual,
 };
 
 /// Upper bound on the SSM state size and the convolution width (published models: state 16 to
@@ -18,29 +19,18 @@ const MAX_STATE: u64 = 1 << 12;
 /// The `attention` field of a layer whose mixer is not attention: no heads, no projections
 /// (never read: [`LayerSpec::attention_block`] is `None` for such layers).
 pub(crate) fn no_attention() -> Attention {
-    Attention {
-        kind: AttentionKind::Standard {
+    AttnOpts {
+        rotary_dim: None,
+        ..AttnOpts::rope(0)
+    }
+    .build(
+        Heads {
             num_heads: 0,
             num_kv_heads: 0,
             head_dim: 0,
         },
-        qkv_bias: false,
-        o_bias: false,
-        fused_qkv: false,
-        qk_norm: None,
-        rotary_dim: None,
-        sliding_window: None,
-        logit_softcap: None,
-        eager_softmax_fp32: true,
-        eager_style: EagerStyle::Shared,
-        rope_concat: false,
-        sinks: false,
-        rope_fp32: false,
-        rope_complex: false,
-        l2_qk_norm: false,
-        temperature_tuning: false,
-        chunked: false,
-    }
+        None,
+    )
 }
 
 /// `mamba2`: `Mamba2Config` defaults (configuration_mamba2.py): vocab 32768, hidden 4096,

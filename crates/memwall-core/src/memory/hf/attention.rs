@@ -25,13 +25,7 @@ impl Builder<'_> {
         let part = rows * heads * rot;
         let (cos, sin) = self.rope_tables.unwrap_or((0, 0));
         // transients: x*cos, neg half, cat, rotate*sin
-        let y = if rot == dim && self.rope_fp32 {
-            // ERNIE 4.5: `(q.float() * cos) + (rotate_half(q).float() * sin)` cast back to the
-            // input dtype; at most three fp32 copies of q coexist (q·cos, the rotated fp32
-            // copy and its product with sin); cos/sin are fp32 and not trainable
-            self.t.transient(full * 4 * 3, Category::Activations);
-            self.op(full * x_size, &[x], &[cos, sin], &[], &[3 * full * 4])
-        } else if rot == dim {
+        let y = if rot == dim {
             self.t.transient(
                 part * out_size * 2 + part * x_size / 2 + part * x_size,
                 Category::Activations,
@@ -57,6 +51,65 @@ impl Builder<'_> {
             y
         };
         (y, out_size)
+    }
+
+    /// ERNIE 4.5's rotation (modeling_ernie4_5.py `apply_rotary_pos_emb`, `rotate_half`): new
+    /// fp32 `[S, D]` tables `cos[..., :D/2].repeat_interleave(2)` (and sin), saved by the
+    /// multiplications of q and of k; per tensor `q.float() * cos` and
+    /// `stack((-x2, x1)).flatten().float() * sin` in fp32, their sum cast back to q's dtype.
+    /// Returns the rotated q and k (same dtypes as given).
+    #[allow(clippy::too_many_arguments)]
+    fn rope_fp32(
+        &mut self,
+        q: TensorId,
+        qs: u128,
+        k: TensorId,
+        ks: u128,
+        heads: u128,
+        kv_heads: u128,
+        dim: u128,
+    ) -> (TensorId, TensorId) {
+        let table = self.seq * dim * 4;
+        let cos = self.act(table, false);
+        let sin = self.act(table, false);
+        let mut out = [q, k];
+        for (slot, (x, xs, h)) in [(q, qs, heads), (k, ks, kv_heads)].into_iter().enumerate() {
+            let n = self.tokens * h * dim;
+            // q.float() * cos (the fp32 copy is a temporary of the expression)
+            let xf = if xs != 4 {
+                self.cast(x, n * 4)
+            } else {
+                self.retain_id(x)
+            };
+            let t1 = self.op(n * 4, &[xf], &[cos], &[], &[]);
+            self.drop_(xf);
+            // rotate_half: -x2 (half width), stack (full width), then .float() * sin
+            let neg = self.op(n / 2 * xs, &[x], &[], &[], &[]);
+            let st = self.op(n * xs, &[neg], &[], &[], &[]);
+            self.drop_(neg);
+            let rf = if xs != 4 {
+                self.cast(st, n * 4)
+            } else {
+                self.retain_id(st)
+            };
+            self.drop_(st);
+            let t2 = self.op(n * 4, &[rf], &[sin], &[], &[]);
+            self.drop_(rf);
+            let e = self.op(n * 4, &[t1, t2], &[], &[], &[]);
+            self.drop_(t1);
+            self.drop_(t2);
+            let y = if xs != 4 {
+                self.cast(e, n * xs)
+            } else {
+                self.retain_id(e)
+            };
+            self.drop_(e);
+            self.drop_(x);
+            out[slot] = y;
+        }
+        self.drop_(cos);
+        self.drop_(sin);
+        (out[0], out[1])
     }
 
     /// The attention block. Tensors bound to locals of the attention function (the fused qkv
@@ -87,7 +140,6 @@ impl Builder<'_> {
         let rows = self.tokens;
         let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
         let c = self.compute_size;
-        self.rope_fp32 = a.rope_fp32;
         let (heads, kv_heads, qk_dim, v_dim, rot, q, k, v, qs, ks) = match a.kind {
             AttentionKind::Standard {
                 num_heads,
@@ -189,45 +241,12 @@ impl Builder<'_> {
                 )
             }
         };
-        // q/k norms (Qwen3, Gemma 3 per head; OLMo 2 over the whole projection)
+        // q/k norms (Qwen3, Gemma 3 per head; OLMo 2 over the whole projection), before the
+        // rotation or, in HunYuan, after it
         let (mut q, mut k, mut qs, mut ks) = (q, k, qs, ks);
-        if let (Some((scope, kind)), Some((qn, kn))) = (a.qk_norm, lp.qk_norms) {
-            let (qrows, krows, qdim, kdim) = match scope {
-                QkNormScope::PerHead => {
-                    (rows * heads, rows * kv_heads, qk_dim as u64, qk_dim as u64)
-                }
-                QkNormScope::Full => (
-                    rows,
-                    rows,
-                    (heads * qk_dim) as u64,
-                    (kv_heads * qk_dim) as u64,
-                ),
-            };
-            let (q2, s2) = self.norm(
-                q,
-                qs,
-                qrows,
-                &Norm {
-                    kind,
-                    dim: qdim,
-                    bias: false,
-                },
-                (qn, None),
-            );
-            let (k2, s3) = self.norm(
-                k,
-                ks,
-                krows,
-                &Norm {
-                    kind,
-                    dim: kdim,
-                    bias: false,
-                },
-                (kn, None),
-            );
-            self.drop_(q);
-            self.drop_(k);
-            (q, k, qs, ks) = (q2, k2, s2, s3);
+        let norm_dims = (rows, heads, kv_heads, qk_dim);
+        if !a.qk_norm_after_rope {
+            (q, k, qs, ks) = self.qk_norms(a, lp, (q, qs), (k, ks), norm_dims);
         }
         self.q_bhsd = matches!(a.kind, AttentionKind::Mla { .. })
             || (rot > 0 && (rot < qk_dim || a.rope_concat));
@@ -236,12 +255,17 @@ impl Builder<'_> {
             self.drop_(q);
             self.drop_(k);
             (q, k) = (q2, k2);
+        } else if rot > 0 && a.rope_fp32 {
+            (q, k) = self.rope_fp32(q, qs, k, ks, heads, kv_heads, qk_dim);
         } else if rot > 0 {
             let (q2, s2) = self.rope(q, qs, heads, qk_dim, rot);
             let (k2, s3) = self.rope(k, ks, kv_heads, qk_dim, rot);
             self.drop_(q);
             self.drop_(k);
             (q, k, qs, ks) = (q2, k2, s2, s3);
+        }
+        if a.qk_norm_after_rope {
+            (q, k, qs, ks) = self.qk_norms(a, lp, (q, qs), (k, ks), norm_dims);
         }
         let mut vs = c;
         if self.mode.is_infer() {
@@ -252,8 +276,10 @@ impl Builder<'_> {
         // DynamicCache.update (transformers cache_utils.py) concatenates k/v into the cache,
         // which the model output keeps; HF disables the cache under gradient checkpointing, and a
         // padding-free step runs without one (`use_cache=False`: masking_utils detects packed
-        // sequences only when there is no cache).
+        // sequences only when there is no cache), as does a model whose config says
+        // `use_cache: false` (SmolLM3-3B's config.json).
         if !ckpt
+            && self.model.use_cache
             && !self.mode.kernels().padding_free
             && !matches!(a.kind, AttentionKind::Mla { .. })
         {
@@ -274,6 +300,55 @@ impl Builder<'_> {
                 .attention_core(q, qs, kc, ks, vc, vs, heads, kv_heads, qk_dim, v_dim, a, lp);
         }
         self.attention_core(q, qs, k, ks, v, vs, heads, kv_heads, qk_dim, v_dim, a, lp)
+    }
+
+    /// The q/k norms of `a` (none: q and k unchanged): each a new tensor, the input freed.
+    /// `dims` = (rows, heads, kv heads, q/k head dim).
+    fn qk_norms(
+        &mut self,
+        a: &Attention,
+        lp: &LayerParams,
+        (q, qs): (TensorId, u128),
+        (k, ks): (TensorId, u128),
+        (rows, heads, kv_heads, qk_dim): (u128, u128, u128, u128),
+    ) -> (TensorId, TensorId, u128, u128) {
+        let (Some((scope, kind)), Some((qn, kn))) = (a.qk_norm, lp.qk_norms) else {
+            return (q, k, qs, ks);
+        };
+        let (qrows, krows, qdim, kdim) = match scope {
+            QkNormScope::PerHead => (rows * heads, rows * kv_heads, qk_dim as u64, qk_dim as u64),
+            QkNormScope::Full => (
+                rows,
+                rows,
+                (heads * qk_dim) as u64,
+                (kv_heads * qk_dim) as u64,
+            ),
+        };
+        let (q2, s2) = self.norm(
+            q,
+            qs,
+            qrows,
+            &Norm {
+                kind,
+                dim: qdim,
+                bias: false,
+            },
+            (qn, None),
+        );
+        let (k2, s3) = self.norm(
+            k,
+            ks,
+            krows,
+            &Norm {
+                kind,
+                dim: kdim,
+                bias: false,
+            },
+            (kn, None),
+        );
+        self.drop_(q);
+        self.drop_(k);
+        (q2, k2, s2, s3)
     }
 
     #[allow(clippy::too_many_arguments)]

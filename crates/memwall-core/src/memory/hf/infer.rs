@@ -163,26 +163,24 @@ impl Builder<'_> {
         self.tokens = self.batch * q_len;
         let rows = self.tokens;
         let (mut x, xs) = self.embeddings();
-        if let Some(a) = self.model.layers.iter().find_map(|l| l.attention_block()) {
-            let dim = match a.kind {
-                AttentionKind::Standard { .. } => a.rotary_dim.map_or(0, u128::from),
-                AttentionKind::Mla {
-                    qk_rope_head_dim, ..
-                } => u128::from(qk_rope_head_dim),
-            };
-            if self.model.layers.iter().any(|l| l.attention.rope_complex) {
-                // Llama 4: one complex64 freqs_cis table of head_dim per forward, whatever the
-                // first layer is (Llama4TextModel always runs its rotary embedding;
-                // memory/hf/llama4.rs)
-                let head_dim = match a.kind {
-                    AttentionKind::Standard { head_dim, .. } => u128::from(head_dim),
-                    AttentionKind::Mla { .. } => dim,
+        if let Some(head_dim) = self.complex_rope_head_dim() {
+            // Llama 4: one complex64 freqs_cis table of head_dim per forward, whatever the
+            // first layer is (Llama4TextModel always runs its rotary embedding;
+            // memory/hf/llama4.rs)
+            let t = self.llama4_rope_table(head_dim);
+            self.rope_tables = Some((t, t));
+        } else {
+            let dim = self.rope_table_dim();
+            if dim > 0 {
+                let sz = if self.rope_tables_fp32() {
+                    4
+                } else {
+                    self.param_size
                 };
-                let t = self.llama4_rope_table(head_dim);
-                self.rope_tables = Some((t, t));
-            } else if dim > 0 {
-                let cos = self.act(rows * dim * self.param_size, false);
-                let sin = self.act(rows * dim * self.param_size, false);
+                // [1, q_len, dim]: the positions `arange(q_len) + past`, unsqueezed, shared
+                // by the batch
+                let cos = self.act(q_len * dim * sz, false);
+                let sin = self.act(q_len * dim * sz, false);
                 self.rope_tables = Some((cos, sin));
                 self.out_refs.push(cos);
                 self.out_refs.push(sin);

@@ -31,7 +31,7 @@ mod train;
 
 use super::dist_types::{ShardSim, Unit};
 use super::timeline::{Category, Ids, Node, SegKind, SegTag, TensorId, Timeline};
-use crate::model::{LinearRole, ModelDesc};
+use crate::model::{AttentionKind, LinearRole, ModelDesc};
 use crate::workload::{
     AttentionImpl, InferWorkload, KernelOptions, Lora, Precision, TrainWorkload, WeightFormat,
 };
@@ -232,8 +232,6 @@ pub(crate) struct Builder<'a> {
     cache: Vec<Option<(TensorId, TensorId, u128)>>,
     /// tensors bound to Python locals of the MoE block, released when it returns
     mlp_locals: Vec<TensorId>,
-    /// the current layer's rotary embedding runs in fp32 (`Attention::rope_fp32`)
-    rope_fp32: bool,
 }
 
 impl Drop for Builder<'_> {
@@ -350,7 +348,6 @@ impl<'a> Builder<'a> {
             train: TrainState::default(),
             cache: Vec::new(),
             mlp_locals: Vec::new(),
-            rope_fp32: false,
         }
     }
 
@@ -377,6 +374,49 @@ impl<'a> Builder<'a> {
     /// layer of the model, so a reduced replay answers as the whole model does).
     fn any_layer(&self, f: impl Fn(&crate::model::LayerSpec) -> bool) -> bool {
         (0..self.n_layers()).any(|i| f(self.spec(i)))
+    }
+
+    /// Width of the model-level rotary cos/sin tables (`*RotaryEmbedding.forward`, run once per
+    /// forward and passed to every layer): the rotary dims of the first layer that rotates (MLA:
+    /// `qk_rope_head_dim`), 0 when none does. Layers that skip the rotation (SmolLM3's NoPE
+    /// layers, modeling_smollm3.py `if self.use_rope:`) still receive the tables.
+    fn rope_table_dim(&self) -> u128 {
+        self.model
+            .layers
+            .iter()
+            .filter_map(|l| l.attention_block())
+            .map(|a| match a.kind {
+                AttentionKind::Standard { .. } => a.rotary_dim.map_or(0, u128::from),
+                AttentionKind::Mla {
+                    qk_rope_head_dim, ..
+                } => u128::from(qk_rope_head_dim),
+            })
+            .find(|&d| d > 0)
+            .unwrap_or(0)
+    }
+
+    /// Llama 4's rotary embedding by complex multiplication ([`Attention::rope_complex`]): the
+    /// per-head width of its one `freqs_cis` table, when any layer rotates that way.
+    ///
+    /// [`Attention::rope_complex`]: crate::model::Attention::rope_complex
+    fn complex_rope_head_dim(&self) -> Option<u128> {
+        if !self.model.layers.iter().any(|l| l.attention.rope_complex) {
+            return None;
+        }
+        let a = self.model.layers.iter().find_map(|l| l.attention_block())?;
+        Some(match a.kind {
+            AttentionKind::Standard { head_dim, .. } => u128::from(head_dim),
+            AttentionKind::Mla {
+                qk_rope_head_dim, ..
+            } => u128::from(qk_rope_head_dim),
+        })
+    }
+
+    /// The rotary tables stay fp32 whatever the model dtype (ERNIE 4.5, [`Attention::rope_fp32`]).
+    ///
+    /// [`Attention::rope_fp32`]: crate::model::Attention::rope_fp32
+    fn rope_tables_fp32(&self) -> bool {
+        self.model.layers.iter().any(|l| l.attention.rope_fp32)
     }
 
     /// Decoder layers replayed.

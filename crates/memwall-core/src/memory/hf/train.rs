@@ -4,7 +4,6 @@
 use super::Builder;
 use crate::memory::timeline::TensorId;
 use crate::memory::timeline::{Category, Ids, Marker, Node, Phase, SegKind};
-use crate::model::AttentionKind;
 use crate::optimizer::OptimTensor;
 use crate::workload::LossKernel;
 
@@ -24,28 +23,25 @@ impl Builder<'_> {
         self.t.set_phase(Phase::Forward);
         self.unit_pre_forward(0);
         let (mut x, xs) = self.embeddings();
-        // rotary cos/sin tables, [B, S, rotary_dim] in the compute dtype (fp32 under autocast)
-        if let Some(a) = self.model.layers.iter().find_map(|l| l.attention_block()) {
-            let dim = match a.kind {
-                AttentionKind::Standard { .. } => a.rotary_dim.map_or(0, u128::from),
-                AttentionKind::Mla {
-                    qk_rope_head_dim, ..
-                } => u128::from(qk_rope_head_dim),
-            };
-            if self.model.layers.iter().any(|l| l.attention.rope_complex) {
-                // Llama 4: one complex64 freqs_cis table of head_dim per forward, whatever the
-                // first layer is (Llama4TextModel always runs its rotary embedding;
-                // memory/hf/llama4.rs)
-                let head_dim = match a.kind {
-                    AttentionKind::Standard { head_dim, .. } => u128::from(head_dim),
-                    AttentionKind::Mla { .. } => dim,
+        // rotary cos/sin tables, [1, S, rotary_dim] in the compute dtype (fp32 under autocast):
+        // every *Model.forward builds `position_ids = arange(S).unsqueeze(0)`, shared by the
+        // batch (padding-free: the packed row's position ids, [1, B·S])
+        if let Some(head_dim) = self.complex_rope_head_dim() {
+            // Llama 4: one complex64 freqs_cis table of head_dim per forward, whatever the
+            // first layer is (Llama4TextModel always runs its rotary embedding;
+            // memory/hf/llama4.rs)
+            let t = self.llama4_rope_table(head_dim);
+            self.rope_tables = Some((t, t));
+        } else {
+            let dim = self.rope_table_dim();
+            if dim > 0 {
+                let sz = if self.amp || self.rope_tables_fp32() {
+                    4
+                } else {
+                    self.param_size
                 };
-                let t = self.llama4_rope_table(head_dim);
-                self.rope_tables = Some((t, t));
-            } else if dim > 0 {
-                let sz = if self.amp { 4 } else { self.param_size };
-                let cos = self.act(rows * dim * sz, false);
-                let sin = self.act(rows * dim * sz, false);
+                let cos = self.act(self.seq * dim * sz, false);
+                let sin = self.act(self.seq * dim * sz, false);
                 self.rope_tables = Some((cos, sin));
                 self.out_refs.push(cos);
                 self.out_refs.push(sin);
@@ -61,11 +57,15 @@ impl Builder<'_> {
                 self.t.recording = false;
                 let y = self.layer(i, x, xsize, true);
                 self.t.recording = true;
-                // the checkpoint keeps the layer's inputs for the recompute: the hidden state
-                // and the rotary cos/sin passed to every layer (torch/utils/checkpoint.py)
+                // the checkpoint keeps the layer's inputs for the recompute: the hidden state,
+                // the rotary cos/sin and the attention mask passed to every layer
+                // (torch/utils/checkpoint.py)
                 let mut kept = vec![x];
                 if let Some((cos, sin)) = self.rope_tables {
                     kept.extend([cos, sin]);
+                }
+                if let Some(m) = mask {
+                    kept.push(m);
                 }
                 self.t.record(Node {
                     saved: Ids::of(&kept),
