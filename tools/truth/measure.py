@@ -41,7 +41,9 @@ DEFAULTS = {
     "dropout": "config",
     "loss": "torch",
     "padding_free": False,
+    "loop": "trainer",
 }
+LOOPS = {"trainer", "keep-outputs"}
 LOSSES = {"torch", "fused", "fused-linear"}
 PRECISIONS = {"bf16", "fp16", "fp32", "amp-bf16", "amp-fp16"}
 OPTIMIZERS = {"adamw", "adamw-fused", "adamw-forloop", "sgd", "sgd-momentum", "adafactor", "lion", "adamw-8bit"}
@@ -77,6 +79,8 @@ def load_cases(path: Path = CASES) -> list[dict]:
             raise SystemExit(f"{case['id']}: bad dropout {case['dropout']}")
         if case["loss"] not in LOSSES:
             raise SystemExit(f"{case['id']}: bad loss {case['loss']}")
+        if case["loop"] not in LOOPS:
+            raise SystemExit(f"{case['id']}: bad loop {case['loop']}")
         if not isinstance(case["padding_free"], bool):
             raise SystemExit(f"{case['id']}: padding_free must be true or false")
         if not (CONFIG_DIR / f"{case['config']}.json").exists():
@@ -464,6 +468,7 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
                 liger_causal_lm_forward(n_non_ignore, lambda: lm_head_pre_hook(None, None)), causal_lm
             )
         first_step_peak = None
+        keep_outputs = case["loop"] == "keep-outputs"
         t0 = time.time()
         with mt:
             for it in range(2):
@@ -483,14 +488,28 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
                         mt.reset_mod_stats()
                     step_state["in_model"] = True
                     with (torch.autocast("cpu", dtype=amp_dtype) if amp_dtype is not None else contextlib.nullcontext()):
-                        # like HF Trainer: only the loss is kept, the output object (logits) is dropped
-                        loss = model(input_ids=ids, labels=ids, **call_kwargs).loss
+                        if keep_outputs:
+                            # HF no_trainer / accelerate examples (run_clm_no_trainer.py):
+                            # `outputs = model(**batch); loss = outputs.loss`.  The output object
+                            # (logits, KV cache) stays bound until the name is rebound, i.e. after
+                            # the next forward has returned (it lives through backward, the
+                            # optimizer step and the next forward).
+                            outputs = model(input_ids=ids, labels=ids, **call_kwargs)
+                            loss = outputs.loss
+                        else:
+                            # like HF Trainer: only the loss is kept, the output object (logits) is dropped
+                            loss = model(input_ids=ids, labels=ids, **call_kwargs).loss
                     step_state["in_model"] = False
                     marks.append(("loss", running_peak()))
-                    if n_acc > 1:
-                        loss = loss / n_acc
-                    loss.backward()
-                    del loss
+                    if keep_outputs:
+                        # accelerator.backward(loss): `loss = loss / gradient_accumulation_steps`
+                        # (a local of backward), then `loss.backward()`; `loss` itself stays bound
+                        (loss / n_acc if n_acc > 1 else loss).backward()
+                    else:
+                        if n_acc > 1:
+                            loss = loss / n_acc
+                        loss.backward()
+                        del loss
                     marks.append(("backward", running_peak()))
                 opt.step()
                 opt.zero_grad(set_to_none=True)
@@ -545,6 +564,8 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
         result["loss"] = case["loss"]
     if case["padding_free"]:
         result["padding_free"] = True
+    if case["loop"] != "trainer":
+        result["loop"] = case["loop"]
     result["measured"] = {
         "peak_bytes": int(peak),
         "at_peak": at_peak,

@@ -14,7 +14,8 @@ use memwall_core::plan::AllowItem;
 use memwall_core::roofline::{MathDtype, RooflinePhase, RooflineWorkload};
 use memwall_core::workload::limits::{self, count, fraction};
 use memwall_core::workload::{
-    AttentionImpl, KernelOptions, KvDtype, Lora, LossKernel, Optimizer, Precision, TrainWorkload,
+    AttentionImpl, KernelOptions, KvDtype, LoopOptions, Lora, LossKernel, Optimizer, Precision,
+    TrainLoop, TrainWorkload,
 };
 
 /// The value parser of a core enum: its accepted names and their help come from the enum's one
@@ -636,6 +637,11 @@ pub struct TrainArgs {
     /// batch's sequences packed into one row; --seq is then their mean length.
     #[arg(long)]
     pub padding_free: bool,
+    /// Training loop: `trainer` keeps only the loss (HF Trainer); `keep-outputs` keeps the
+    /// model's output object (logits, KV cache) until the next forward returns
+    /// (`outputs = model(**batch)` in HF's no_trainer / accelerate examples).
+    #[arg(long = "loop", value_name = "LOOP", value_parser = named::<TrainLoop>(), default_value = "trainer")]
+    pub train_loop: TrainLoop,
     /// GPU to check the fit against (see `memwall gpus`).
     #[arg(long, default_value = "h100-sxm")]
     pub gpu: String,
@@ -784,6 +790,7 @@ impl TrainSettings {
             no_dropout,
             loss,
             padding_free,
+            train_loop,
             gpu,
             output,
             emit,
@@ -920,6 +927,9 @@ impl TrainSettings {
             grad_accum,
             dropout: !no_dropout,
             kernels: KernelOptions { loss, padding_free },
+            step_loop: LoopOptions {
+                outputs: train_loop,
+            },
         };
         workload.validate()?;
         if let Some(l) = &layout {
@@ -1125,6 +1135,9 @@ pub struct PlanArgs {
     /// Loss kernel.
     #[arg(long, value_parser = named::<LossKernel>(), default_value = "torch")]
     pub loss: LossKernel,
+    /// Training loop (as `memwall train --loop`): every plan keeps it.
+    #[arg(long = "loop", value_name = "LOOP", value_parser = named::<TrainLoop>(), default_value = "trainer")]
+    pub train_loop: TrainLoop,
     /// Disable dropout.
     #[arg(long)]
     pub no_dropout: bool,
@@ -1183,6 +1196,7 @@ impl PlanSettings {
             optimizer,
             attention,
             loss,
+            train_loop,
             no_dropout,
             lora_rank,
             lora_targets,
@@ -1247,6 +1261,7 @@ impl PlanSettings {
         base.attention = attention;
         base.dropout = !no_dropout;
         base.kernels.loss = loss;
+        base.step_loop.outputs = train_loop;
         let request = memwall_core::plan::PlanRequest {
             gpus,
             gpus_per_node,

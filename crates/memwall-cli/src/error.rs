@@ -91,6 +91,7 @@ pub const FLAGS: &[(&str, &str)] = &[
     ("activation_peak_bytes", "--activation-bytes"),
     ("cuda_graph_bytes", "--cuda-graph-bytes"),
     ("request_lengths", "--request-lengths"),
+    ("loop", "--loop"),
 ];
 
 /// The flag of a core field, or `None` for a field of the model's config.

@@ -420,6 +420,63 @@ fn fused_losses_need_less_than_the_transformers_loss() {
 }
 
 #[test]
+fn keeping_the_model_outputs_costs_the_logits_and_the_cache() {
+    let run_json = |extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--model",
+            "llama-3.1-8b",
+            "--batch",
+            "2",
+            "--seq",
+            "4096",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (code, stdout, stderr) = run(&args);
+        assert_eq!(code, 0, "{stderr}");
+        serde_json::from_str::<TrainJson>(&stdout).unwrap()
+    };
+    let trainer = run_json(&[]);
+    assert!(
+        trainer.workload.get("step_loop").is_none(),
+        "the default loop stays out of the JSON"
+    );
+    assert_eq!(
+        run_json(&["--loop", "trainer"]).peak_bytes,
+        trainer.peak_bytes
+    );
+    let keep = run_json(&["--loop", "keep-outputs"]);
+    assert_eq!(keep.workload["step_loop"]["loop"], "keep-outputs");
+    // at least the bf16 logits [2, 4096, 128256] stay alive
+    assert!(
+        keep.peak_bytes >= trainer.peak_bytes + 2 * 4096 * 128_256 * 2,
+        "{} {}",
+        keep.peak_bytes,
+        trainer.peak_bytes
+    );
+    // with checkpointing there is no cache, only the logits (and the loss) are kept
+    let ckpt = run_json(&["--checkpointing"]);
+    let ckpt_keep = run_json(&["--checkpointing", "--loop", "keep-outputs"]);
+    assert!(ckpt_keep.peak_bytes > ckpt.peak_bytes);
+}
+
+#[test]
+fn keep_outputs_loop_is_named_in_the_workload_line() {
+    insta::assert_snapshot!(transcript(&[
+        "train",
+        "--model",
+        "smollm2-135m-instruct",
+        "--batch",
+        "4",
+        "--seq",
+        "512",
+        "--loop",
+        "keep-outputs"
+    ]));
+}
+
+#[test]
 fn megatron_refuses_the_fused_losses() {
     insta::assert_snapshot!(transcript(&[
         "train",

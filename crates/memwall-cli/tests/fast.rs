@@ -15,7 +15,8 @@ use memwall_core::layout::{Layout, Offload, Schedule, Strategy as Sharding};
 use memwall_core::memory::{self, fast, DistOptions, Kernels};
 use memwall_core::model::{AttentionKind, LayerSpec, Mlp, ModelDesc};
 use memwall_core::workload::{
-    AttentionImpl, InferWorkload, KvDtype, Lora, Optimizer, Precision, TrainWorkload, WeightFormat,
+    AttentionImpl, InferWorkload, KvDtype, Lora, Optimizer, Precision, TrainLoop, TrainWorkload,
+    WeightFormat,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -196,6 +197,8 @@ struct Train {
     grad_accum: u64,
     dropout: bool,
     cpu: bool,
+    /// `--loop keep-outputs`
+    keep_outputs: bool,
 }
 
 fn train() -> impl Strategy<Value = Train> {
@@ -204,7 +207,7 @@ fn train() -> impl Strategy<Value = Train> {
         (0..Precision::ALL.len(), 0..Optimizer::ALL.len()),
         (any::<bool>(), 0usize..3),
         prop::option::of((1u64..33, any::<u8>(), any::<bool>())),
-        (1u64..5, any::<bool>(), any::<bool>()),
+        (1u64..5, any::<bool>(), any::<bool>(), any::<bool>()),
     )
         .prop_map(
             |(
@@ -212,7 +215,7 @@ fn train() -> impl Strategy<Value = Train> {
                 (precision, optimizer),
                 (checkpointing, attention),
                 lora,
-                (grad_accum, dropout, cpu),
+                (grad_accum, dropout, cpu, keep_outputs),
             )| Train {
                 batch,
                 seq,
@@ -224,6 +227,7 @@ fn train() -> impl Strategy<Value = Train> {
                 grad_accum,
                 dropout,
                 cpu,
+                keep_outputs,
             },
         )
 }
@@ -244,6 +248,9 @@ fn workload(t: &Train, m: &ModelDesc) -> TrainWorkload {
     w.attention = attention(t.attention);
     w.grad_accum = t.grad_accum;
     w.dropout = t.dropout;
+    if t.keep_outputs {
+        w.step_loop.outputs = TrainLoop::KeepOutputs;
+    }
     if let Some((rank, pick, qlora)) = t.lora {
         let names: Vec<String> = m.linear_names.iter().map(|(_, n)| n.clone()).collect();
         if !names.is_empty() {

@@ -1000,3 +1000,27 @@ proptest! {
         never_panics(&argv("serve", &model(m), SERVE_FLAGS, &chosen, SERVE_SWITCHES, &on))?;
     }
 }
+
+#[test]
+fn training_loop_values_are_checked() {
+    // an unknown loop names the flag, the value and the accepted names
+    refused_naming(
+        &["train", "--loop", "accelerate"],
+        &["--loop", "accelerate", "trainer", "keep-outputs"],
+    );
+    refused_naming(&["plan", "--loop", ""], &["--loop"]);
+    refused_naming(&["doctor", "--loop", "keep"], &["--loop", "keep"]);
+    // Megatron-LM runs its own loop: refused with the flag named, not ignored
+    refused_naming(
+        &[
+            "train",
+            "--gpus",
+            "2",
+            "--tp",
+            "2",
+            "--loop",
+            "keep-outputs",
+        ],
+        &["--loop", "keep-outputs", "Megatron"],
+    );
+}

@@ -6,7 +6,8 @@
 
 use memwall_core::memory::{simulate_train, Kernels};
 use memwall_core::workload::{
-    AttentionImpl, KernelOptions, Lora, LossKernel, Optimizer, Precision, TrainWorkload,
+    AttentionImpl, KernelOptions, LoopOptions, Lora, LossKernel, Optimizer, Precision, TrainLoop,
+    TrainWorkload,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -37,6 +38,9 @@ struct Case {
     /// the batch packed into one row (absent: padded batches)
     #[serde(default)]
     padding_free: bool,
+    /// `keep-outputs` (absent: the HF Trainer's loop)
+    #[serde(default)]
+    r#loop: Option<String>,
     measured: Measured,
     versions: BTreeMap<String, String>,
 }
@@ -121,6 +125,11 @@ fn workload(c: &Case) -> TrainWorkload {
             }),
             padding_free: c.padding_free,
         },
+        step_loop: LoopOptions {
+            outputs: c.r#loop.as_deref().map_or(TrainLoop::Trainer, |l| {
+                l.parse().unwrap_or_else(|e| panic!("{}: {e}", c.id))
+            }),
+        },
     }
 }
 
@@ -158,7 +167,9 @@ impl Row {
 }
 
 fn category(c: &Case) -> String {
-    if let Some(loss) = &c.loss {
+    if let Some(l) = &c.r#loop {
+        format!("loop {l}")
+    } else if let Some(loss) = &c.loss {
         format!("loss {loss}")
     } else if c.padding_free {
         "padding-free".into()

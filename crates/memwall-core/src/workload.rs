@@ -56,6 +56,44 @@ impl KernelOptions {
     }
 }
 
+crate::names::named_enum! {
+    /// How the training loop holds the model's output object (`--loop`).
+    #[derive(Default)]
+    pub enum TrainLoop in "loop" {
+        /// The HF Trainer (`Trainer.compute_loss`): only the loss is kept; the output object
+        /// (logits, KV cache) is dropped as soon as the model call returns.
+        #[default]
+        Trainer = "trainer": "HF Trainer: only the loss is kept, the output object (logits, KV cache) is dropped at once",
+        /// The HF `no_trainer` / accelerate examples (`outputs = model(**batch);
+        /// loss = outputs.loss; accelerator.backward(loss)`, transformers
+        /// `examples/pytorch/language-modeling/run_clm_no_trainer.py`): the output object stays
+        /// bound, so its logits and KV cache live through backward, the optimizer step and the
+        /// next forward, until the name is rebound when that forward returns.
+        KeepOutputs = "keep-outputs": "outputs = model(**batch) kept (HF no_trainer/accelerate examples): logits and KV cache live until the next forward returns",
+    }
+}
+
+/// How the training loop around the model is written (left out of JSON when it is the HF
+/// Trainer's).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct LoopOptions {
+    /// What the loop keeps of the model's output.
+    #[serde(rename = "loop")]
+    pub outputs: TrainLoop,
+}
+
+impl LoopOptions {
+    /// The HF Trainer's loop.
+    pub fn is_default(&self) -> bool {
+        *self == LoopOptions::default()
+    }
+
+    /// The output object is kept until the next forward returns.
+    pub fn keeps_outputs(&self) -> bool {
+        self.outputs == TrainLoop::KeepOutputs
+    }
+}
+
 /// LoRA adapters (peft semantics).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Lora {
@@ -91,6 +129,9 @@ pub struct TrainWorkload {
     /// Fused kernels and padding-free batches (left out of JSON when they are the defaults).
     #[serde(skip_serializing_if = "KernelOptions::is_default")]
     pub kernels: KernelOptions,
+    /// The training loop around the model (left out of JSON when it is the HF Trainer's).
+    #[serde(skip_serializing_if = "LoopOptions::is_default")]
+    pub step_loop: LoopOptions,
 }
 
 /// The bounds every front end applies to user input, from one place: counts stay far from
@@ -167,6 +208,7 @@ impl TrainWorkload {
             grad_accum: 1,
             dropout: true,
             kernels: KernelOptions::default(),
+            step_loop: LoopOptions::default(),
         }
     }
 

@@ -342,7 +342,8 @@ fn workload_line(w: &TrainWorkload) -> String {
     )
 }
 
-/// ` · loss fused-linear · padding-free` when the kernels are not transformers' defaults.
+/// ` · loss fused-linear · padding-free · loop keep-outputs` when the kernels and the loop are
+/// not transformers' and the HF Trainer's defaults.
 fn kernels_part(w: &TrainWorkload) -> String {
     let mut s = String::new();
     if w.kernels.loss != memwall_core::workload::LossKernel::Torch {
@@ -350,6 +351,9 @@ fn kernels_part(w: &TrainWorkload) -> String {
     }
     if w.kernels.padding_free {
         s.push_str(" · padding-free");
+    }
+    if !w.step_loop.is_default() {
+        s.push_str(&format!(" · loop {}", w.step_loop.outputs));
     }
     s
 }

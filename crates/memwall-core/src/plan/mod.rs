@@ -129,6 +129,9 @@ pub fn train_args(w: &TrainWorkload, layout: Option<&Layout>) -> Vec<String> {
     if w.kernels.loss != crate::workload::LossKernel::Torch {
         push("--loss", w.kernels.loss.name().to_owned());
     }
+    if !w.step_loop.is_default() {
+        push("--loop", w.step_loop.outputs.name().to_owned());
+    }
     if let Some(l) = &w.lora {
         push("--lora-rank", l.rank.to_string());
         push("--lora-targets", l.targets.join(","));

@@ -252,8 +252,9 @@ impl Builder<'_> {
             self.drop_(v);
             self.t.retain(kc);
             self.t.retain(vc);
-            self.out_refs.push(kc);
-            self.out_refs.push(vc);
+            // the model output's `past_key_values` holds them
+            self.cache_refs.push(kc);
+            self.cache_refs.push(vc);
             k = kc;
             ks = cache_size;
             vs = cache_size;

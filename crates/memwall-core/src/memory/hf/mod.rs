@@ -128,6 +128,11 @@ impl<'a> Mode<'a> {
         self.train().is_some_and(|w| w.dropout)
     }
 
+    /// The training loop keeps the model's output object (`--loop keep-outputs`).
+    fn keeps_outputs(self) -> bool {
+        self.train().is_some_and(|w| w.step_loop.keeps_outputs())
+    }
+
     /// HF gradient checkpointing (training only).
     fn checkpointing(self) -> bool {
         self.train().is_some_and(|w| w.checkpointing)
@@ -227,6 +232,13 @@ pub(crate) struct Builder<'a> {
     train: TrainState,
     /// inference only: per layer, the cached (k, v) storages and the tokens the cache layer keeps
     cache: Vec<Option<(TensorId, TensorId, u128)>>,
+    /// training: the KV cache's (k, v) storages the model output holds (`past_key_values`)
+    cache_refs: Vec<TensorId>,
+    /// training: what the model output of the running forward holds (logits, cache, loss)
+    /// when the loop keeps it (`--loop keep-outputs`)
+    outputs_kept: Vec<TensorId>,
+    /// training: the previous forward's kept output object, freed when the next forward returns
+    outputs_prev: Vec<TensorId>,
 }
 
 impl Drop for Builder<'_> {
@@ -338,6 +350,9 @@ impl<'a> Builder<'a> {
             block_outputs: Vec::new(),
             train: TrainState::default(),
             cache: Vec::new(),
+            cache_refs: Vec::new(),
+            outputs_kept: Vec::new(),
+            outputs_prev: Vec::new(),
         }
     }
 
