@@ -112,6 +112,7 @@ const FIELDS = {
     F('attention', 'select', 'sdpa', 'attention'),
     F('loss', 'select', 'torch', 'loss kernel'),
     F('checkpointing', 'check', false, 'activation checkpointing'),
+    F('checkpointing-policy', 'text', '', 'checkpointing policy (full, every-k:K)'),
     F('no-dropout', 'check', false, 'no dropout'),
     F('padding-free', 'check', false, 'padding-free batches'),
     F('loop', 'select', 'trainer', 'training loop'),

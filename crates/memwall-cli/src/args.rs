@@ -14,8 +14,8 @@ use memwall_core::plan::AllowItem;
 use memwall_core::roofline::{MathDtype, RooflinePhase, RooflineWorkload};
 use memwall_core::workload::limits::{self, count, fraction};
 use memwall_core::workload::{
-    AttentionImpl, KernelOptions, KvDtype, LoopOptions, Lora, LossKernel, Optimizer, Precision,
-    TrainLoop, TrainWorkload,
+    AttentionImpl, CheckpointPolicy, KernelOptions, KvDtype, Lora, LossKernel, Optimizer,
+    Precision, StepOptions, TrainLoop, TrainWorkload,
 };
 
 /// The value parser of a core enum: its accepted names and their help come from the enum's one
@@ -612,6 +612,11 @@ pub struct TrainArgs {
     /// HF activation checkpointing per decoder layer (non-reentrant).
     #[arg(long)]
     pub checkpointing: bool,
+    /// Which decoder layers checkpointing recomputes (turns checkpointing on): `full` (every
+    /// layer, as --checkpointing) or `every-k:K` (every K-th layer, torchtitan's layer-level
+    /// selective AC).
+    #[arg(long, value_name = "POLICY")]
+    pub checkpointing_policy: Option<String>,
     /// Attention implementation.
     #[arg(long, value_parser = named::<AttentionImpl>(), default_value = "sdpa")]
     pub attention: AttentionImpl,
@@ -782,6 +787,7 @@ impl TrainSettings {
             precision,
             optimizer,
             checkpointing,
+            checkpointing_policy,
             attention,
             lora_rank,
             lora_targets,
@@ -827,6 +833,13 @@ impl TrainSettings {
         if let Some(rank) = lora_rank {
             count("lora_rank", rank, limits::MAX_LORA_RANK)?;
         }
+        // a policy names what checkpointing recomputes, so it turns checkpointing on
+        let checkpointing_policy = checkpointing_policy
+            .as_deref()
+            .map(str::parse::<CheckpointPolicy>)
+            .transpose()?;
+        let checkpointing = checkpointing || checkpointing_policy.is_some();
+        let checkpointing_policy = checkpointing_policy.unwrap_or_default();
         // a layout-only setting makes the job a layout, so that a setting that does nothing
         // on one GPU (sequence parallelism, a schedule, NVMe) is refused rather than ignored
         count(
@@ -927,8 +940,9 @@ impl TrainSettings {
             grad_accum,
             dropout: !no_dropout,
             kernels: KernelOptions { loss, padding_free },
-            step_loop: LoopOptions {
+            step_options: StepOptions {
                 outputs: train_loop,
+                checkpointing_policy,
             },
         };
         workload.validate()?;
@@ -1135,6 +1149,10 @@ pub struct PlanArgs {
     /// Loss kernel.
     #[arg(long, value_parser = named::<LossKernel>(), default_value = "torch")]
     pub loss: LossKernel,
+    /// What checkpointing recomputes in the plans that checkpoint (as `memwall train
+    /// --checkpointing-policy`): `full` or `every-k:K`.
+    #[arg(long, value_name = "POLICY", default_value = "full")]
+    pub checkpointing_policy: String,
     /// Training loop (as `memwall train --loop`): every plan keeps it.
     #[arg(long = "loop", value_name = "LOOP", value_parser = named::<TrainLoop>(), default_value = "trainer")]
     pub train_loop: TrainLoop,
@@ -1196,6 +1214,7 @@ impl PlanSettings {
             optimizer,
             attention,
             loss,
+            checkpointing_policy,
             train_loop,
             no_dropout,
             lora_rank,
@@ -1261,7 +1280,8 @@ impl PlanSettings {
         base.attention = attention;
         base.dropout = !no_dropout;
         base.kernels.loss = loss;
-        base.step_loop.outputs = train_loop;
+        base.step_options.outputs = train_loop;
+        base.step_options.checkpointing_policy = checkpointing_policy.parse()?;
         let request = memwall_core::plan::PlanRequest {
             gpus,
             gpus_per_node,

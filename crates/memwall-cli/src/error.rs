@@ -92,6 +92,7 @@ pub const FLAGS: &[(&str, &str)] = &[
     ("cuda_graph_bytes", "--cuda-graph-bytes"),
     ("request_lengths", "--request-lengths"),
     ("loop", "--loop"),
+    ("checkpointing_policy", "--checkpointing-policy"),
 ];
 
 /// The flag of a core field, or `None` for a field of the model's config.

@@ -15,8 +15,8 @@ use memwall_core::layout::{Layout, Offload, Schedule, Strategy as Sharding};
 use memwall_core::memory::{self, fast, DistOptions, Kernels};
 use memwall_core::model::{AttentionKind, LayerSpec, Mlp, ModelDesc};
 use memwall_core::workload::{
-    AttentionImpl, InferWorkload, KvDtype, Lora, Optimizer, Precision, TrainLoop, TrainWorkload,
-    WeightFormat,
+    AttentionImpl, CheckpointPolicy, InferWorkload, KvDtype, Lora, Optimizer, Precision, TrainLoop,
+    TrainWorkload, WeightFormat,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -199,6 +199,8 @@ struct Train {
     cpu: bool,
     /// `--loop keep-outputs`
     keep_outputs: bool,
+    /// `--checkpointing-policy every-k:K` when 1..=4, `selective-attn` when 5 (0: full)
+    every: u64,
 }
 
 fn train() -> impl Strategy<Value = Train> {
@@ -208,6 +210,7 @@ fn train() -> impl Strategy<Value = Train> {
         (any::<bool>(), 0usize..3),
         prop::option::of((1u64..33, any::<u8>(), any::<bool>())),
         (1u64..5, any::<bool>(), any::<bool>(), any::<bool>()),
+        0u64..6,
     )
         .prop_map(
             |(
@@ -216,6 +219,7 @@ fn train() -> impl Strategy<Value = Train> {
                 (checkpointing, attention),
                 lora,
                 (grad_accum, dropout, cpu, keep_outputs),
+                every,
             )| Train {
                 batch,
                 seq,
@@ -228,6 +232,7 @@ fn train() -> impl Strategy<Value = Train> {
                 dropout,
                 cpu,
                 keep_outputs,
+                every,
             },
         )
 }
@@ -249,7 +254,14 @@ fn workload(t: &Train, m: &ModelDesc) -> TrainWorkload {
     w.grad_accum = t.grad_accum;
     w.dropout = t.dropout;
     if t.keep_outputs {
-        w.step_loop.outputs = TrainLoop::KeepOutputs;
+        w.step_options.outputs = TrainLoop::KeepOutputs;
+    }
+    if t.checkpointing && t.every > 0 {
+        w.step_options.checkpointing_policy = if t.every == 5 {
+            CheckpointPolicy::SelectiveAttn
+        } else {
+            CheckpointPolicy::EveryK(t.every)
+        };
     }
     if let Some((rank, pick, qlora)) = t.lora {
         let names: Vec<String> = m.linear_names.iter().map(|(_, n)| n.clone()).collect();

@@ -1024,3 +1024,42 @@ fn training_loop_values_are_checked() {
         &["--loop", "keep-outputs", "Megatron"],
     );
 }
+
+#[test]
+fn checkpointing_policy_values_are_checked() {
+    for bad in [
+        "every-k:0",
+        "every-k:x",
+        "every-k:",
+        "every-k:65537",
+        "selective",
+        "",
+        "FULL",
+    ] {
+        let stderr = refused_naming(
+            &["train", "--checkpointing-policy", bad],
+            &["--checkpointing-policy"],
+        );
+        assert!(!stderr.contains("checkpointing_policy"), "{stderr}");
+    }
+    refused_naming(
+        &["plan", "--checkpointing-policy", "every-k:0"],
+        &["--checkpointing-policy every-k:0"],
+    );
+    refused_naming(
+        &["doctor", "--checkpointing-policy", "every-2"],
+        &["--checkpointing-policy every-2"],
+    );
+    refused_naming(
+        &[
+            "train",
+            "--gpus",
+            "2",
+            "--tp",
+            "2",
+            "--checkpointing-policy",
+            "every-k:2",
+        ],
+        &["--checkpointing-policy `every-k:2`", "Megatron"],
+    );
+}

@@ -6,8 +6,8 @@
 
 use memwall_core::memory::{simulate_train, Kernels};
 use memwall_core::workload::{
-    AttentionImpl, KernelOptions, LoopOptions, Lora, LossKernel, Optimizer, Precision, TrainLoop,
-    TrainWorkload,
+    AttentionImpl, CheckpointPolicy, KernelOptions, Lora, LossKernel, Optimizer, Precision,
+    StepOptions, TrainLoop, TrainWorkload,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -41,6 +41,9 @@ struct Case {
     /// `keep-outputs` (absent: the HF Trainer's loop)
     #[serde(default)]
     r#loop: Option<String>,
+    /// `every-k:K` (absent: every layer when checkpointing)
+    #[serde(default)]
+    checkpointing_policy: Option<String>,
     measured: Measured,
     versions: BTreeMap<String, String>,
 }
@@ -125,10 +128,16 @@ fn workload(c: &Case) -> TrainWorkload {
             }),
             padding_free: c.padding_free,
         },
-        step_loop: LoopOptions {
+        step_options: StepOptions {
             outputs: c.r#loop.as_deref().map_or(TrainLoop::Trainer, |l| {
                 l.parse().unwrap_or_else(|e| panic!("{}: {e}", c.id))
             }),
+            checkpointing_policy: c
+                .checkpointing_policy
+                .as_deref()
+                .map_or(CheckpointPolicy::Full, |p| {
+                    p.parse().unwrap_or_else(|e| panic!("{}: {e}", c.id))
+                }),
         },
     }
 }
@@ -167,7 +176,9 @@ impl Row {
 }
 
 fn category(c: &Case) -> String {
-    if let Some(l) = &c.r#loop {
+    if c.checkpointing_policy.is_some() {
+        "checkpointing policy".into()
+    } else if let Some(l) = &c.r#loop {
         format!("loop {l}")
     } else if let Some(loss) = &c.loss {
         format!("loss {loss}")

@@ -13,7 +13,7 @@ use crate::dtype::Precision;
 use crate::error::CoreError;
 use crate::layout::{Layout, Offload, OffloadDevice, Strategy};
 use crate::optimizer::Optimizer;
-use crate::workload::{LossKernel, TrainLoop, TrainWorkload};
+use crate::workload::{CheckpointPolicy, LossKernel, TrainLoop, TrainWorkload};
 
 /// DeepSpeed ZeRO stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -100,6 +100,9 @@ pub struct Capabilities {
     pub padding_free: Rule<bool>,
     /// Training loops (`--loop`).
     pub loops: Rule<TrainLoop>,
+    /// Checkpointing policies other than full per-layer recomputation (`--checkpointing-policy`;
+    /// `true` = accepted).
+    pub checkpoint_policies: Rule<bool>,
 }
 
 const ALL_OPTIMIZERS: &[Optimizer] = &[
@@ -150,6 +153,17 @@ const HF_PADDING_FREE: Rule<bool> = all(
 );
 const NO: &[bool] = &[false];
 const ALL_LOOPS: &[TrainLoop] = &[TrainLoop::Trainer, TrainLoop::KeepOutputs];
+/// Checkpointing policies on the engines that replay the transformers step (each rank runs the
+/// same decoder layers).
+const HF_CHECKPOINT_POLICIES: Rule<bool> = all(
+    YES,
+    "full: transformers gradient_checkpointing_enable() on every decoder layer; every-k:K: \
+     torchtitan's layer-level selective AC (torchtitan/models/llama3/infra/parallelize.py \
+     `_apply_ac_to_transformer_block`, layers K-1, 2K-1, …) on the same transformers layers; \
+     selective-attn: Megatron-LM's selective recomputation of the core attention only \
+     (megatron/core/transformer/attention.py `_checkpointed_attention_forward`) around \
+     transformers' attention function (measured on one GPU)",
+);
 /// The training loops on the engines that replay the transformers step (each rank runs its own
 /// loop around the model as one GPU does).
 const HF_LOOPS: Rule<TrainLoop> = all(
@@ -273,6 +287,7 @@ pub const TABLE: [Capabilities; 8] = [
         losses: HF_LOSSES,
         padding_free: HF_PADDING_FREE,
         loops: HF_LOOPS,
+        checkpoint_policies: HF_CHECKPOINT_POLICIES,
     },
     Capabilities {
         engine: Engine::Ddp,
@@ -300,6 +315,7 @@ pub const TABLE: [Capabilities; 8] = [
         losses: HF_LOSSES,
         padding_free: HF_PADDING_FREE,
         loops: HF_LOOPS,
+        checkpoint_policies: HF_CHECKPOINT_POLICIES,
     },
     Capabilities {
         engine: Engine::Fsdp2,
@@ -340,6 +356,7 @@ pub const TABLE: [Capabilities; 8] = [
         losses: HF_LOSSES,
         padding_free: HF_PADDING_FREE,
         loops: HF_LOOPS,
+        checkpoint_policies: HF_CHECKPOINT_POLICIES,
     },
     Capabilities {
         engine: Engine::Zero(ZeroStage::One),
@@ -357,6 +374,7 @@ pub const TABLE: [Capabilities; 8] = [
         losses: HF_LOSSES,
         padding_free: HF_PADDING_FREE,
         loops: HF_LOOPS,
+        checkpoint_policies: HF_CHECKPOINT_POLICIES,
     },
     Capabilities {
         engine: Engine::Zero(ZeroStage::Two),
@@ -374,6 +392,7 @@ pub const TABLE: [Capabilities; 8] = [
         losses: HF_LOSSES,
         padding_free: HF_PADDING_FREE,
         loops: HF_LOOPS,
+        checkpoint_policies: HF_CHECKPOINT_POLICIES,
     },
     Capabilities {
         engine: Engine::Zero(ZeroStage::Three),
@@ -402,6 +421,7 @@ pub const TABLE: [Capabilities; 8] = [
         losses: HF_LOSSES,
         padding_free: HF_PADDING_FREE,
         loops: HF_LOOPS,
+        checkpoint_policies: HF_CHECKPOINT_POLICIES,
     },
     Capabilities {
         engine: Engine::Megatron,
@@ -482,6 +502,16 @@ pub const TABLE: [Capabilities; 8] = [
              its micro-batches), so a loop that keeps the model outputs does not apply",
             "drop --loop, or use it without --tp/--pp/--cp/--ep",
         ),
+        checkpoint_policies: rule(
+            NO,
+            "",
+            "not modelled: Megatron-LM's partial recomputation (`--recompute-method block \
+             --recompute-num-layers N`: the first N layers of each stage) and its selective \
+             recomputation are not in memwall's Megatron-LM formula yet, and every-k is \
+             torchtitan's pattern",
+            "drop --checkpointing-policy (full recomputation is --checkpointing), or use it \
+             without --tp/--pp/--cp/--ep",
+        ),
     },
     Capabilities {
         engine: Engine::Vllm,
@@ -499,6 +529,7 @@ pub const TABLE: [Capabilities; 8] = [
         losses: rule(&[LossKernel::Torch], "", SERVES, "use memwall serve"),
         padding_free: rule(NO, "", SERVES, "use memwall serve"),
         loops: rule(&[TrainLoop::Trainer], "", SERVES, "use memwall serve"),
+        checkpoint_policies: rule(NO, "", SERVES, "use memwall serve"),
     },
 ];
 
@@ -584,11 +615,20 @@ impl Engine {
         if w.kernels.padding_free {
             self.require(&c.padding_free, true, "padding_free", "true")?;
         }
+        let policy = w.step_options.checkpointing_policy;
+        if w.checkpointing && policy != CheckpointPolicy::Full {
+            self.require(
+                &c.checkpoint_policies,
+                true,
+                "checkpointing_policy",
+                &policy.name(),
+            )?;
+        }
         self.require(
             &c.loops,
-            w.step_loop.outputs,
+            w.step_options.outputs,
             "loop",
-            w.step_loop.outputs.name(),
+            w.step_options.outputs.name(),
         )?;
         Ok(())
     }
@@ -751,6 +791,11 @@ mod tests {
                     c.padding_free.allowed.len() < 2,
                     c.padding_free.refused,
                     c.padding_free.hint,
+                ),
+                (
+                    c.checkpoint_policies.allowed.len() < 2,
+                    c.checkpoint_policies.refused,
+                    c.checkpoint_policies.hint,
                 ),
                 (
                     c.loops.allowed.len() < TrainLoop::ALL.len(),

@@ -327,7 +327,11 @@ fn workload_line(w: &TrainWorkload) -> String {
         serde_name(&w.precision),
         serde_name(&w.optimizer),
         serde_name(&w.attention),
-        if w.checkpointing { "on" } else { "off" },
+        match (w.checkpointing, w.step_options.checkpointing_policy) {
+            (false, _) => "off".to_owned(),
+            (true, memwall_core::workload::CheckpointPolicy::Full) => "on".to_owned(),
+            (true, policy) => policy.name(),
+        },
         w.grad_accum,
         match &w.lora {
             Some(l) => format!(
@@ -352,8 +356,8 @@ fn kernels_part(w: &TrainWorkload) -> String {
     if w.kernels.padding_free {
         s.push_str(" · padding-free");
     }
-    if !w.step_loop.is_default() {
-        s.push_str(&format!(" · loop {}", w.step_loop.outputs));
+    if w.step_options.keeps_outputs() {
+        s.push_str(&format!(" · loop {}", w.step_options.outputs));
     }
     s
 }

@@ -129,8 +129,8 @@ pub fn train_args(w: &TrainWorkload, layout: Option<&Layout>) -> Vec<String> {
     if w.kernels.loss != crate::workload::LossKernel::Torch {
         push("--loss", w.kernels.loss.name().to_owned());
     }
-    if !w.step_loop.is_default() {
-        push("--loop", w.step_loop.outputs.name().to_owned());
+    if w.step_options.keeps_outputs() {
+        push("--loop", w.step_options.outputs.name().to_owned());
     }
     if let Some(l) = &w.lora {
         push("--lora-rank", l.rank.to_string());
@@ -165,7 +165,13 @@ pub fn train_args(w: &TrainWorkload, layout: Option<&Layout>) -> Vec<String> {
         a.push("--qlora".to_owned());
     }
     if w.checkpointing {
-        a.push("--checkpointing".to_owned());
+        let policy = w.step_options.checkpointing_policy;
+        if policy == crate::workload::CheckpointPolicy::Full {
+            a.push("--checkpointing".to_owned());
+        } else {
+            a.push("--checkpointing-policy".to_owned());
+            a.push(policy.name());
+        }
     }
     if let Some(l) = layout {
         if l.sequence_parallel {

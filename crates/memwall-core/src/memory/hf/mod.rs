@@ -130,7 +130,7 @@ impl<'a> Mode<'a> {
 
     /// The training loop keeps the model's output object (`--loop keep-outputs`).
     fn keeps_outputs(self) -> bool {
-        self.train().is_some_and(|w| w.step_loop.keeps_outputs())
+        self.train().is_some_and(|w| w.step_options.keeps_outputs())
     }
 
     /// HF gradient checkpointing (training only).
@@ -239,6 +239,25 @@ pub(crate) struct Builder<'a> {
     outputs_kept: Vec<TensorId>,
     /// training: the previous forward's kept output object, freed when the next forward returns
     outputs_prev: Vec<TensorId>,
+    /// training: the model-level attention mask passed to every layer's attention function
+    attn_mask: Option<TensorId>,
+    /// training: the checkpointed core-attention calls (`selective-attn`), by tape index
+    core_calls: Vec<CoreCall>,
+}
+
+/// One core-attention call under a checkpoint (`--checkpointing-policy selective-attn`): what
+/// its recomputation in backward needs.
+#[derive(Debug, Clone, Copy)]
+struct CoreCall {
+    slot: usize,
+    q: (TensorId, u128),
+    k: (TensorId, u128),
+    v: (TensorId, u128),
+    heads: u128,
+    kv_heads: u128,
+    qk_dim: u128,
+    v_dim: u128,
+    q_bhsd: bool,
 }
 
 impl Drop for Builder<'_> {
@@ -353,6 +372,8 @@ impl<'a> Builder<'a> {
             cache_refs: Vec::new(),
             outputs_kept: Vec::new(),
             outputs_prev: Vec::new(),
+            attn_mask: None,
+            core_calls: Vec::new(),
         }
     }
 
@@ -390,6 +411,15 @@ impl<'a> Builder<'a> {
     /// Full-model index of the layer slot `slot` runs.
     fn orig_layer(&self, slot: usize) -> usize {
         self.reduced.map_or(slot, |r| r.layers[slot])
+    }
+
+    /// Whether layer slot `slot` runs under activation checkpointing (the policy covers its
+    /// full-model layer).
+    fn checkpoints_slot(&self, slot: usize) -> bool {
+        let layer = self.orig_layer(slot);
+        self.mode
+            .train()
+            .is_some_and(|w| w.checkpoints_layer(layer))
     }
 
     /// The layer slot `slot` runs.

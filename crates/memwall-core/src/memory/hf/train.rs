@@ -43,11 +43,13 @@ impl Builder<'_> {
         }
         let mut xsize = xs;
         let mask = self.causal_mask(self.seq, self.seq);
+        self.attn_mask = mask;
+        self.core_calls.clear();
         for i in 0..self.n_layers() {
             self.seg(Some(i), SegKind::Forward);
             self.mark(Marker::PostBackward(i + 1));
             self.unit_pre_forward(i + 1);
-            let y = if ckpt {
+            let y = if self.checkpoints_slot(i) {
                 self.t.recording = false;
                 let y = self.layer(i, x, xsize, true);
                 self.t.recording = true;
@@ -66,7 +68,10 @@ impl Builder<'_> {
                 });
                 y
             } else {
-                self.layer(i, x, xsize, false)
+                // a layer the policy leaves alone keeps its activations; the model still runs
+                // without a KV cache when checkpointing is on (`use_cache` is forced off for the
+                // whole model by `merge_with_config_defaults`, utils/generic.py)
+                self.layer(i, x, xsize, ckpt)
             };
             self.unit_post_forward(i + 1);
             self.mark(Marker::PreBackward(i + 1));
@@ -290,6 +295,10 @@ impl Builder<'_> {
                 self.drop_(y);
                 continue;
             }
+            if let Some(index) = node.recompute_attention {
+                self.recompute_kernel(&node, index);
+                continue;
+            }
             self.t.backward_node(&node);
             self.after_backward_node(&node);
         }
@@ -351,7 +360,7 @@ impl Builder<'_> {
         self.build_params();
         self.shard_setup();
         self.optimizer_states();
-        if w.step_loop.keeps_outputs() {
+        if w.step_options.keeps_outputs() {
             // the previous step's last micro-batch, whose output object is still bound when
             // this step starts (the harness measures the second of two steps the same way)
             self.forward_and_loss();
