@@ -116,6 +116,7 @@ const FIELDS = {
     F('no-dropout', 'check', false, 'no dropout'),
     F('padding-free', 'check', false, 'padding-free batches'),
     F('loop', 'select', 'trainer', 'training loop'),
+    F('use-cache', 'text', '', 'use_cache (true/false; default: the config)'),
     F('lora-rank', 'num', '', 'LoRA rank'),
     F('lora-targets', 'text', '', 'LoRA targets'),
     F('qlora', 'check', false, 'QLoRA (4-bit base)'),

@@ -43,6 +43,7 @@ DEFAULTS = {
     "padding_free": False,
     "loop": "trainer",
     "checkpointing_policy": "full",
+    "use_cache": None,
 }
 LOOPS = {"trainer", "keep-outputs"}
 
@@ -95,6 +96,8 @@ def load_cases(path: Path = CASES) -> list[dict]:
             raise SystemExit(f"{case['id']}: bad checkpointing_policy {pol}")
         if pol != "full" and not case["checkpointing"]:
             raise SystemExit(f"{case['id']}: checkpointing_policy needs checkpointing = true")
+        if case["use_cache"] not in (None, True, False):
+            raise SystemExit(f"{case['id']}: use_cache must be true or false")
         if case["loop"] not in LOOPS:
             raise SystemExit(f"{case['id']}: bad loop {case['loop']}")
         if not isinstance(case["padding_free"], bool):
@@ -477,6 +480,12 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
             )
             with _fake_swap_workaround():
                 model = get_peft_model(model, lcfg)  # peft defaults (autocast_adapter_dtype=True)
+        if case["use_cache"] is not None:
+            # what training scripts do (`model.config.use_cache = False`, TRL/HF examples): the
+            # forward's `use_cache` defaults to the config's (utils/generic.py
+            # `merge_with_config_defaults`); gradient checkpointing forces it off regardless
+            causal = model.get_base_model() if hasattr(model, "get_base_model") else model
+            causal.config.use_cache = bool(case["use_cache"])
         model.train()
         lm_head = model.get_output_embeddings()
         all_params = {id(p): p for p in model.parameters()}
@@ -628,6 +637,8 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
         result["loop"] = case["loop"]
     if case["checkpointing_policy"] != "full":
         result["checkpointing_policy"] = case["checkpointing_policy"]
+    if case["use_cache"] is not None:
+        result["use_cache"] = case["use_cache"]
     result["measured"] = {
         "peak_bytes": int(peak),
         "at_peak": at_peak,

@@ -647,6 +647,11 @@ pub struct TrainArgs {
     /// (`outputs = model(**batch)` in HF's no_trainer / accelerate examples).
     #[arg(long = "loop", value_name = "LOOP", value_parser = named::<TrainLoop>(), default_value = "trainer")]
     pub train_loop: TrainLoop,
+    /// The model's `use_cache` while training (`model.config.use_cache = false`): without
+    /// checkpointing, a forward with it on builds a KV cache (default: the config's, true when
+    /// absent).
+    #[arg(long, value_name = "BOOL")]
+    pub use_cache: Option<bool>,
     /// GPU to check the fit against (see `memwall gpus`).
     #[arg(long, default_value = "h100-sxm")]
     pub gpu: String,
@@ -797,6 +802,7 @@ impl TrainSettings {
             loss,
             padding_free,
             train_loop,
+            use_cache,
             gpu,
             output,
             emit,
@@ -943,6 +949,7 @@ impl TrainSettings {
             step_options: StepOptions {
                 outputs: train_loop,
                 checkpointing_policy,
+                use_cache,
             },
         };
         workload.validate()?;
@@ -1153,6 +1160,9 @@ pub struct PlanArgs {
     /// --checkpointing-policy`): `full` or `every-k:K`.
     #[arg(long, value_name = "POLICY", default_value = "full")]
     pub checkpointing_policy: String,
+    /// The model's `use_cache` while training (as `memwall train --use-cache`).
+    #[arg(long, value_name = "BOOL")]
+    pub use_cache: Option<bool>,
     /// Training loop (as `memwall train --loop`): every plan keeps it.
     #[arg(long = "loop", value_name = "LOOP", value_parser = named::<TrainLoop>(), default_value = "trainer")]
     pub train_loop: TrainLoop,
@@ -1216,6 +1226,7 @@ impl PlanSettings {
             loss,
             checkpointing_policy,
             train_loop,
+            use_cache,
             no_dropout,
             lora_rank,
             lora_targets,
@@ -1281,6 +1292,7 @@ impl PlanSettings {
         base.dropout = !no_dropout;
         base.kernels.loss = loss;
         base.step_options.outputs = train_loop;
+        base.step_options.use_cache = use_cache;
         base.step_options.checkpointing_policy = checkpointing_policy.parse()?;
         let request = memwall_core::plan::PlanRequest {
             gpus,

@@ -544,6 +544,42 @@ fn checkpointing_policy_is_named_in_the_workload_line() {
 }
 
 #[test]
+fn use_cache_off_drops_the_training_kv_cache() {
+    let run_json = |extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--model",
+            "dolly-v2-3b",
+            "--batch",
+            "4",
+            "--seq",
+            "1024",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (code, stdout, stderr) = run(&args);
+        assert_eq!(code, 0, "{stderr}");
+        serde_json::from_str::<TrainJson>(&stdout).unwrap()
+    };
+    let default = run_json(&[]);
+    assert!(default.workload.get("step_options").is_none());
+    assert_eq!(
+        run_json(&["--use-cache", "true"]).peak_bytes,
+        default.peak_bytes
+    );
+    // GPT-NeoX: without the cache's `torch.cat` copies, attention saves v as a view of the
+    // fused qkv output, which keeps the whole qkv alive: more memory, not less
+    let off = run_json(&["--use-cache", "false"]);
+    assert_eq!(off.workload["step_options"]["use_cache"], false);
+    assert!(off.peak_bytes > default.peak_bytes);
+    // checkpointing turns the cache off on its own
+    assert_eq!(
+        run_json(&["--checkpointing", "--use-cache", "false"]).peak_bytes,
+        run_json(&["--checkpointing"]).peak_bytes
+    );
+}
+
+#[test]
 fn megatron_refuses_the_fused_losses() {
     insta::assert_snapshot!(transcript(&[
         "train",

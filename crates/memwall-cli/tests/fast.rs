@@ -256,6 +256,10 @@ fn workload(t: &Train, m: &ModelDesc) -> TrainWorkload {
     if t.keep_outputs {
         w.step_options.outputs = TrainLoop::KeepOutputs;
     }
+    if t.every == 0 && !t.checkpointing {
+        // the cache-less step (`model.config.use_cache = False`) on some of the others
+        w.step_options.use_cache = Some(t.batch % 2 == 0);
+    }
     if t.checkpointing && t.every > 0 {
         w.step_options.checkpointing_policy = if t.every == 5 {
             CheckpointPolicy::SelectiveAttn

@@ -1063,3 +1063,11 @@ fn checkpointing_policy_values_are_checked() {
         &["--checkpointing-policy `every-k:2`", "Megatron"],
     );
 }
+
+#[test]
+fn use_cache_values_are_checked() {
+    for bad in ["yes", "", "2", "on"] {
+        refused_naming(&["train", "--use-cache", bad], &["--use-cache"]);
+    }
+    refused_naming(&["plan", "--use-cache", "maybe"], &["--use-cache"]);
+}

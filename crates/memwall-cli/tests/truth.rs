@@ -44,6 +44,9 @@ struct Case {
     /// `every-k:K` (absent: every layer when checkpointing)
     #[serde(default)]
     checkpointing_policy: Option<String>,
+    /// `model.config.use_cache` as set (absent: the config's)
+    #[serde(default)]
+    use_cache: Option<bool>,
     measured: Measured,
     versions: BTreeMap<String, String>,
 }
@@ -138,6 +141,7 @@ fn workload(c: &Case) -> TrainWorkload {
                 .map_or(CheckpointPolicy::Full, |p| {
                     p.parse().unwrap_or_else(|e| panic!("{}: {e}", c.id))
                 }),
+            use_cache: c.use_cache,
         },
     }
 }
@@ -176,7 +180,9 @@ impl Row {
 }
 
 fn category(c: &Case) -> String {
-    if c.checkpointing_policy.is_some() {
+    if c.use_cache.is_some() {
+        "use_cache".into()
+    } else if c.checkpointing_policy.is_some() {
         "checkpointing policy".into()
     } else if let Some(l) = &c.r#loop {
         format!("loop {l}")

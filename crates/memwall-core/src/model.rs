@@ -485,6 +485,14 @@ pub struct ModelDesc {
     pub dropout: Dropout,
     /// The module names transformers gives each linear role (what `--lora-targets` names).
     pub linear_names: Vec<(LinearRole, String)>,
+    /// The config's `use_cache` (transformers `PretrainedConfig` default: true): a training
+    /// forward without checkpointing builds a `DynamicCache` when it is on.
+    #[serde(skip_serializing_if = "is_true")]
+    pub use_cache: bool,
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// The runs of equal consecutive layers of `layers`, each once with its length: what sums
@@ -685,6 +693,7 @@ pub(crate) mod tests {
             },
             dropout: Dropout::default(),
             linear_names: vec![],
+            use_cache: true,
         }
     }
 

@@ -185,8 +185,8 @@ impl Serialize for CheckpointPolicy {
     }
 }
 
-/// How the training step is driven around the model: the loop that calls it and the
-/// checkpointing policy (left out of JSON when they are the HF Trainer's defaults).
+/// How the training step is driven around the model: the loop that calls it, the checkpointing
+/// policy and the KV cache (left out of JSON when they are the HF Trainer's defaults).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct StepOptions {
     /// What the loop keeps of the model's output.
@@ -194,6 +194,11 @@ pub struct StepOptions {
     pub outputs: TrainLoop,
     /// Which layers checkpointing recomputes (with `checkpointing` on).
     pub checkpointing_policy: CheckpointPolicy,
+    /// The model's `use_cache` in training (`model.config.use_cache = …`); `None`: the config's
+    /// (true when absent). Without checkpointing, a forward with it on builds a `DynamicCache`
+    /// whose `torch.cat` copies of k and v are what attention saves; checkpointing forces it off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub use_cache: Option<bool>,
 }
 
 impl StepOptions {

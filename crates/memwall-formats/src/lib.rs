@@ -57,7 +57,9 @@ pub struct ParsedConfig {
 /// `raw` module: keys memwall does not read are skipped unbuilt, lists are capped).
 pub fn parse_hf_config_with_dtype(json: &str) -> Result<ParsedConfig, FormatError> {
     let raw = raw::HfConfig::from_json(json, "")?;
-    let desc = families::normalise(&raw)?;
+    let mut desc = families::normalise(&raw)?;
+    // transformers `PretrainedConfig.use_cache` defaults to true (configuration_utils.py)
+    desc.use_cache = raw.use_cache.unwrap_or(true);
     Ok(ParsedConfig {
         desc,
         checkpoint_dtype: raw.checkpoint_dtype(),

@@ -49,6 +49,7 @@ pub(crate) struct HfConfig {
     pub max_position_embeddings: Option<u64>,
     pub n_positions: Option<u64>,
     pub tie_word_embeddings: Option<bool>,
+    pub use_cache: Option<bool>,
 
     // activation
     pub hidden_act: Option<String>,

@@ -489,6 +489,7 @@ pub(crate) fn assemble(ctx: &Ctx, model_type: &str, p: Parts) -> Result<ModelDes
         head: p.head,
         dropout: p.dropout,
         linear_names: p.linear_names,
+        use_cache: true,
     };
     if desc.param_counts().is_err() {
         return Err(FormatError::OutOfRange {

@@ -359,6 +359,13 @@ fn kernels_part(w: &TrainWorkload) -> String {
     if w.step_options.keeps_outputs() {
         s.push_str(&format!(" · loop {}", w.step_options.outputs));
     }
+    if let Some(c) = w.step_options.use_cache {
+        s.push_str(if c {
+            " · use_cache on"
+        } else {
+            " · use_cache off"
+        });
+    }
     s
 }
 

@@ -132,6 +132,9 @@ pub fn train_args(w: &TrainWorkload, layout: Option<&Layout>) -> Vec<String> {
     if w.step_options.keeps_outputs() {
         push("--loop", w.step_options.outputs.name().to_owned());
     }
+    if let Some(c) = w.step_options.use_cache {
+        push("--use-cache", c.to_string());
+    }
     if let Some(l) = &w.lora {
         push("--lora-rank", l.rank.to_string());
         push("--lora-targets", l.targets.join(","));

@@ -143,6 +143,8 @@ def _flag_args(name: str, value: Any) -> List[str]:
         return []
     if name == "dropout":
         return [] if value else ["--no-dropout"]
+    if name == "use_cache":  # a flag with a value: --use-cache=true|false
+        return [f"--use-cache={'true' if value else 'false'}"]
     flag = "--" + name.replace("_", "-")
     if value is True:
         return [flag]
@@ -200,6 +202,7 @@ def train(
     loss: Optional[str] = None,
     padding_free: Optional[bool] = None,
     loop: Optional[str] = None,
+    use_cache: Optional[bool] = None,
     gpu: Optional[str] = None,
     matmul_efficiency: Optional[float] = None,
     bandwidth_efficiency: Optional[float] = None,
@@ -245,6 +248,7 @@ def doctor(
     loss: Optional[str] = None,
     padding_free: Optional[bool] = None,
     loop: Optional[str] = None,
+    use_cache: Optional[bool] = None,
     gpu: Optional[str] = None,
     matmul_efficiency: Optional[float] = None,
     bandwidth_efficiency: Optional[float] = None,
@@ -362,6 +366,7 @@ def plan(
     loss: Optional[str] = None,
     checkpointing_policy: Optional[str] = None,
     loop: Optional[str] = None,
+    use_cache: Optional[bool] = None,
     dropout: Optional[bool] = None,
     lora_rank: Optional[int] = None,
     lora_targets: Union[str, Sequence[str], None] = None,

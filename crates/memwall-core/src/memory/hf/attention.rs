@@ -238,10 +238,12 @@ impl Builder<'_> {
                 .attention_core(q, qs, kc, ks, vc, vs, heads, kv_heads, qk_dim, v_dim, a, lp);
         }
         // DynamicCache.update (transformers cache_utils.py) concatenates k/v into the cache,
-        // which the model output keeps; HF disables the cache under gradient checkpointing, and a
+        // which the model output keeps; there is none with `use_cache` off (the config's, or
+        // `model.config.use_cache = False`), HF disables it under gradient checkpointing, and a
         // padding-free step runs without one (`use_cache=False`: masking_utils detects packed
         // sequences only when there is no cache).
         if !ckpt
+            && self.mode.use_cache(self.model)
             && !self.mode.kernels().padding_free
             && !matches!(a.kind, AttentionKind::Mla { .. })
         {

@@ -133,6 +133,13 @@ impl<'a> Mode<'a> {
         self.train().is_some_and(|w| w.step_options.keeps_outputs())
     }
 
+    /// A training forward builds a KV cache: `use_cache` as the workload sets it, else the
+    /// config's (checkpointing and padding-free batches turn it off on their own).
+    fn use_cache(self, model: &ModelDesc) -> bool {
+        self.train()
+            .is_some_and(|w| w.step_options.use_cache.unwrap_or(model.use_cache))
+    }
+
     /// HF gradient checkpointing (training only).
     fn checkpointing(self) -> bool {
         self.train().is_some_and(|w| w.checkpointing)
