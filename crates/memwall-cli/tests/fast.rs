@@ -258,7 +258,7 @@ fn workload(t: &Train, m: &ModelDesc) -> TrainWorkload {
     }
     if t.every == 0 && !t.checkpointing {
         // the cache-less step (`model.config.use_cache = False`) on some of the others
-        w.step_options.use_cache = Some(t.batch % 2 == 0);
+        w.step_options.use_cache = Some(t.batch.is_multiple_of(2));
     }
     if t.checkpointing && t.every > 0 {
         w.step_options.checkpointing_policy = if t.every == 5 {
@@ -666,5 +666,48 @@ fn long_models_agree() {
         let r = memory::simulate_infer(m, &i, Kernels::Cuda).unwrap();
         let f = fast::simulate_infer(m, &i, Kernels::Cuda).unwrap();
         assert_eq!(r, f, "infer {} layers", m.layers.len());
+    }
+}
+
+/// The loop, the checkpointing policies and the cache switch keep the fast path (no fallback
+/// to the full replay), so the planner's cost does not grow with the layers for them either.
+#[test]
+fn step_options_take_the_fast_path() {
+    let mut options: Vec<(&str, TrainWorkload)> = Vec::new();
+    let mut w = TrainWorkload::new(1, 512);
+    w.step_options.outputs = TrainLoop::KeepOutputs;
+    options.push(("keep-outputs", w.clone()));
+    w.step_options.outputs = TrainLoop::Trainer;
+    w.step_options.use_cache = Some(false);
+    options.push(("use_cache off", w.clone()));
+    w.step_options.use_cache = None;
+    w.checkpointing = true;
+    for (name, policy) in [
+        ("every-k:2", CheckpointPolicy::EveryK(2)),
+        ("every-k:3", CheckpointPolicy::EveryK(3)),
+        ("selective-attn", CheckpointPolicy::SelectiveAttn),
+    ] {
+        w.step_options.checkpointing_policy = policy;
+        options.push((name, w.clone()));
+    }
+    for (name, m) in bases() {
+        if m.layers.len() < 24 {
+            continue;
+        }
+        for (what, w) in &options {
+            let r = memory::simulate_train(m, w, Kernels::Cuda);
+            let f = fast::simulate_train_traced(m, w, Kernels::Cuda);
+            match (r, f) {
+                (Ok(r), Ok((f, path))) => {
+                    assert_eq!(r, f, "{name} {what}");
+                    assert!(
+                        !matches!(path, fast::Path::Fallback(_)),
+                        "{name} {what} fell back: {path:?}"
+                    );
+                }
+                (Err(a), Err(b)) => assert_eq!(a, b),
+                (a, b) => panic!("{name} {what}: {a:?} vs {b:?}"),
+            }
+        }
     }
 }
