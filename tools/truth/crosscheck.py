@@ -34,6 +34,19 @@ CASES = [
     dict(id="xc-tinyllama-flce-ga2", config="tinyllama-1.1b", batch=1, seq=128, loss="fused-linear",
          grad_accum=2, optimizer="sgd"),
     dict(id="xc-smollm135m-pf", config="smollm-135m", batch=4, seq=64, padding_free=True),
+    # training loops, checkpointing policies, the training KV cache (issue 17)
+    dict(id="xc-smollm135m-keep-ga2", config="smollm-135m", batch=2, seq=128, loop="keep-outputs",
+         grad_accum=2),
+    dict(id="xc-smollm135m-every2", config="smollm-135m", batch=2, seq=128, checkpointing=True,
+         checkpointing_policy="every-k:2"),
+    dict(id="xc-smollm135m-selattn-eager", config="smollm-135m", batch=2, seq=128,
+         attention="eager", checkpointing=True, checkpointing_policy="selective-attn"),
+    dict(id="xc-pythia160m-fp32-cache-on", config="pythia-160m", batch=2, seq=128, precision="fp32",
+         use_cache=True),
+    dict(id="xc-pythia160m-fp32-cache-off", config="pythia-160m", batch=2, seq=128,
+         precision="fp32", use_cache=False),
+    dict(id="xc-smollm135m-cache-off", config="smollm-135m", batch=2, seq=128, use_cache=False),
+    dict(id="xc-gpt2-cache-off", config="gpt2", batch=2, seq=128, dropout="off", use_cache=False),
 ]
 
 

@@ -42,7 +42,21 @@ DEFAULTS = {
     "dropout": "config",
     "loss": "torch",
     "padding_free": False,
+    "loop": "trainer",
+    "checkpointing_policy": "full",
+    "use_cache": None,
 }
+LOOPS = {"trainer", "keep-outputs"}
+
+
+def every_k(policy: str) -> int | None:
+    """K of a `checkpointing_policy = "every-k:K"`, else None."""
+    if policy.startswith("every-k:"):
+        k = int(policy.split(":", 1)[1])
+        if k < 1:
+            raise ValueError(policy)
+        return k
+    return None
 LOSSES = {"torch", "fused", "fused-linear"}
 PRECISIONS = {"bf16", "fp16", "fp32", "amp-bf16", "amp-fp16"}
 OPTIMIZERS = {"adamw", "adamw-fused", "adamw-forloop", "sgd", "sgd-momentum", "adafactor", "lion", "adamw-8bit"}
@@ -78,6 +92,15 @@ def load_cases(path: Path = CASES) -> list[dict]:
             raise SystemExit(f"{case['id']}: bad dropout {case['dropout']}")
         if case["loss"] not in LOSSES:
             raise SystemExit(f"{case['id']}: bad loss {case['loss']}")
+        pol = case["checkpointing_policy"]
+        if pol not in ("full", "selective-attn") and every_k(pol) is None:
+            raise SystemExit(f"{case['id']}: bad checkpointing_policy {pol}")
+        if pol != "full" and not case["checkpointing"]:
+            raise SystemExit(f"{case['id']}: checkpointing_policy needs checkpointing = true")
+        if case["use_cache"] not in (None, True, False):
+            raise SystemExit(f"{case['id']}: use_cache must be true or false")
+        if case["loop"] not in LOOPS:
+            raise SystemExit(f"{case['id']}: bad loop {case['loop']}")
         if not isinstance(case["padding_free"], bool):
             raise SystemExit(f"{case['id']}: padding_free must be true or false")
         if not (CONFIG_DIR / f"{case['config']}.json").exists():
@@ -416,6 +439,50 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
             torch.set_default_dtype(torch.float32)
         if case["checkpointing"]:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            k = every_k(case["checkpointing_policy"])
+            if k is not None:
+                # torchtitan's layer-level selective AC (`selective_ac_option = "<k>"`,
+                # torchtitan/models/llama3/infra/parallelize.py `_apply_ac_to_transformer_block`):
+                # a counter over the blocks from 1, checkpoint when `count % k == 0`, i.e. layers
+                # k-1, 2k-1, ...  Applied to the HF model by switching the other decoder layers'
+                # `gradient_checkpointing` off again; the base model's flag stays on, so the model
+                # runs without a KV cache as under full checkpointing (`use_cache` forced False).
+                from transformers.modeling_layers import GradientCheckpointingLayer
+
+                blocks = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+                for i, block in enumerate(blocks):
+                    if (i + 1) % k != 0:
+                        block.gradient_checkpointing = False
+            if case["checkpointing_policy"] == "selective-attn":
+                # Megatron-LM's selective recomputation (`--recompute-granularity selective`,
+                # megatron/core/transformer/attention.py `_checkpointed_attention_forward`; Korthikanti
+                # et al. 2022 §5): only the core attention -- transformers' attention function,
+                # softmax(QK^T)V with its repeat_kv, mask and dropout -- runs under a
+                # (non-reentrant) checkpoint, which keeps its inputs (q, k, v, mask) and recomputes
+                # it in backward.  No decoder layer is checkpointed; the base model keeps its
+                # `gradient_checkpointing` flag, so there is no KV cache, as under full checkpointing.
+                import torch.utils.checkpoint
+                from transformers.modeling_layers import GradientCheckpointingLayer
+                from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+                for m in model.modules():
+                    if isinstance(m, GradientCheckpointingLayer):
+                        m.gradient_checkpointing = False
+                impl = case["attention"]
+                if impl == "eager":
+                    import sys
+
+                    layer_mod = next(m for m in model.modules() if isinstance(m, GradientCheckpointingLayer))
+                    core = sys.modules[type(layer_mod).__module__].eager_attention_forward
+                else:
+                    core = ALL_ATTENTION_FUNCTIONS[impl]
+
+                def checkpointed_core(module, query, key, value, attention_mask, _core=core, **kwargs):
+                    return torch.utils.checkpoint.checkpoint(
+                        _core, module, query, key, value, attention_mask, use_reentrant=False, **kwargs
+                    )
+
+                ALL_ATTENTION_FUNCTIONS[impl] = checkpointed_core
         if case["lora"]:
             from peft import LoraConfig, get_peft_model
 
@@ -431,6 +498,12 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
             )
             with _fake_swap_workaround():
                 model = get_peft_model(model, lcfg)  # peft defaults (autocast_adapter_dtype=True)
+        if case["use_cache"] is not None:
+            # what training scripts do (`model.config.use_cache = False`, TRL/HF examples): the
+            # forward's `use_cache` defaults to the config's (utils/generic.py
+            # `merge_with_config_defaults`); gradient checkpointing forces it off regardless
+            causal = model.get_base_model() if hasattr(model, "get_base_model") else model
+            causal.config.use_cache = bool(case["use_cache"])
         model.train()
         lm_head = model.get_output_embeddings()
         all_params = {id(p): p for p in model.parameters()}
@@ -482,6 +555,7 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
                 liger_causal_lm_forward(n_non_ignore, lambda: lm_head_pre_hook(None, None)), causal_lm
             )
         first_step_peak = None
+        keep_outputs = case["loop"] == "keep-outputs"
         t0 = time.time()
         with mt:
             for it in range(2):
@@ -501,14 +575,28 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
                         mt.reset_mod_stats()
                     step_state["in_model"] = True
                     with (torch.autocast("cpu", dtype=amp_dtype) if amp_dtype is not None else contextlib.nullcontext()):
-                        # like HF Trainer: only the loss is kept, the output object (logits) is dropped
-                        loss = model(input_ids=ids, labels=ids, **call_kwargs).loss
+                        if keep_outputs:
+                            # HF no_trainer / accelerate examples (run_clm_no_trainer.py):
+                            # `outputs = model(**batch); loss = outputs.loss`.  The output object
+                            # (logits, KV cache) stays bound until the name is rebound, i.e. after
+                            # the next forward has returned (it lives through backward, the
+                            # optimizer step and the next forward).
+                            outputs = model(input_ids=ids, labels=ids, **call_kwargs)
+                            loss = outputs.loss
+                        else:
+                            # like HF Trainer: only the loss is kept, the output object (logits) is dropped
+                            loss = model(input_ids=ids, labels=ids, **call_kwargs).loss
                     step_state["in_model"] = False
                     marks.append(("loss", running_peak()))
-                    if n_acc > 1:
-                        loss = loss / n_acc
-                    loss.backward()
-                    del loss
+                    if keep_outputs:
+                        # accelerator.backward(loss): `loss = loss / gradient_accumulation_steps`
+                        # (a local of backward), then `loss.backward()`; `loss` itself stays bound
+                        (loss / n_acc if n_acc > 1 else loss).backward()
+                    else:
+                        if n_acc > 1:
+                            loss = loss / n_acc
+                        loss.backward()
+                        del loss
                     marks.append(("backward", running_peak()))
                 opt.step()
                 opt.zero_grad(set_to_none=True)
@@ -563,6 +651,12 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
         result["loss"] = case["loss"]
     if case["padding_free"]:
         result["padding_free"] = True
+    if case["loop"] != "trainer":
+        result["loop"] = case["loop"]
+    if case["checkpointing_policy"] != "full":
+        result["checkpointing_policy"] = case["checkpointing_policy"]
+    if case["use_cache"] is not None:
+        result["use_cache"] = case["use_cache"]
     result["measured"] = {
         "peak_bytes": int(peak),
         "at_peak": at_peak,

@@ -14,7 +14,8 @@ use memwall_core::plan::AllowItem;
 use memwall_core::roofline::{MathDtype, RooflinePhase, RooflineWorkload};
 use memwall_core::workload::limits::{self, count, fraction};
 use memwall_core::workload::{
-    AttentionImpl, KernelOptions, KvDtype, Lora, LossKernel, Optimizer, Precision, TrainWorkload,
+    AttentionImpl, CheckpointPolicy, KernelOptions, KvDtype, Lora, LossKernel, Optimizer,
+    Precision, StepOptions, TrainLoop, TrainWorkload,
 };
 
 /// The value parser of a core enum: its accepted names and their help come from the enum's one
@@ -617,6 +618,11 @@ pub struct TrainArgs {
     /// HF activation checkpointing per decoder layer (non-reentrant).
     #[arg(long)]
     pub checkpointing: bool,
+    /// Which decoder layers checkpointing recomputes (turns checkpointing on): `full` (every
+    /// layer, as --checkpointing) or `every-k:K` (every K-th layer, torchtitan's layer-level
+    /// selective AC).
+    #[arg(long, value_name = "POLICY")]
+    pub checkpointing_policy: Option<String>,
     /// Attention implementation.
     #[arg(long, value_parser = named::<AttentionImpl>(), default_value = "sdpa")]
     pub attention: AttentionImpl,
@@ -642,6 +648,16 @@ pub struct TrainArgs {
     /// batch's sequences packed into one row; --seq is then their mean length.
     #[arg(long)]
     pub padding_free: bool,
+    /// Training loop: `trainer` keeps only the loss (HF Trainer); `keep-outputs` keeps the
+    /// model's output object (logits, KV cache) until the next forward returns
+    /// (`outputs = model(**batch)` in HF's no_trainer / accelerate examples).
+    #[arg(long = "loop", value_name = "LOOP", value_parser = named::<TrainLoop>(), default_value = "trainer")]
+    pub train_loop: TrainLoop,
+    /// The model's `use_cache` while training (`model.config.use_cache = false`): without
+    /// checkpointing, a forward with it on builds a KV cache (default: the config's, true when
+    /// absent).
+    #[arg(long, value_name = "BOOL")]
+    pub use_cache: Option<bool>,
     /// GPU to check the fit against (see `memwall gpus`).
     #[arg(long, default_value = "h100-sxm")]
     pub gpu: String,
@@ -790,6 +806,7 @@ impl TrainSettings {
             precision,
             optimizer,
             checkpointing,
+            checkpointing_policy,
             attention,
             lora_rank,
             lora_targets,
@@ -798,6 +815,8 @@ impl TrainSettings {
             no_dropout,
             loss,
             padding_free,
+            train_loop,
+            use_cache,
             gpu,
             output,
             emit,
@@ -836,6 +855,13 @@ impl TrainSettings {
         if let Some(rank) = lora_rank {
             count("lora_rank", rank, limits::MAX_LORA_RANK)?;
         }
+        // a policy names what checkpointing recomputes, so it turns checkpointing on
+        let checkpointing_policy = checkpointing_policy
+            .as_deref()
+            .map(str::parse::<CheckpointPolicy>)
+            .transpose()?;
+        let checkpointing = checkpointing || checkpointing_policy.is_some();
+        let checkpointing_policy = checkpointing_policy.unwrap_or_default();
         // a layout-only setting makes the job a layout, so that a setting that does nothing
         // on one GPU (sequence parallelism, a schedule, NVMe) is refused rather than ignored
         count(
@@ -937,6 +963,11 @@ impl TrainSettings {
             grad_accum,
             dropout: !no_dropout,
             kernels: KernelOptions { loss, padding_free },
+            step_options: StepOptions {
+                outputs: train_loop,
+                checkpointing_policy,
+                use_cache,
+            },
         };
         workload.validate()?;
         if let Some(l) = &layout {
@@ -1142,6 +1173,16 @@ pub struct PlanArgs {
     /// Loss kernel.
     #[arg(long, value_parser = named::<LossKernel>(), default_value = "torch")]
     pub loss: LossKernel,
+    /// What checkpointing recomputes in the plans that checkpoint (as `memwall train
+    /// --checkpointing-policy`): `full` or `every-k:K`.
+    #[arg(long, value_name = "POLICY", default_value = "full")]
+    pub checkpointing_policy: String,
+    /// The model's `use_cache` while training (as `memwall train --use-cache`).
+    #[arg(long, value_name = "BOOL")]
+    pub use_cache: Option<bool>,
+    /// Training loop (as `memwall train --loop`): every plan keeps it.
+    #[arg(long = "loop", value_name = "LOOP", value_parser = named::<TrainLoop>(), default_value = "trainer")]
+    pub train_loop: TrainLoop,
     /// Disable dropout.
     #[arg(long)]
     pub no_dropout: bool,
@@ -1200,6 +1241,9 @@ impl PlanSettings {
             optimizer,
             attention,
             loss,
+            checkpointing_policy,
+            train_loop,
+            use_cache,
             no_dropout,
             lora_rank,
             lora_targets,
@@ -1264,6 +1308,9 @@ impl PlanSettings {
         base.attention = attention;
         base.dropout = !no_dropout;
         base.kernels.loss = loss;
+        base.step_options.outputs = train_loop;
+        base.step_options.use_cache = use_cache;
+        base.step_options.checkpointing_policy = checkpointing_policy.parse()?;
         let request = memwall_core::plan::PlanRequest {
             gpus,
             gpus_per_node,

@@ -93,6 +93,9 @@ pub const FLAGS: &[(&str, &str)] = &[
     ("request_lengths", "--request-lengths"),
     ("train_vision", "--train-vision"),
     ("image_tokens", "--image-tokens"),
+    ("loop", "--loop"),
+    ("checkpointing_policy", "--checkpointing-policy"),
+    ("use_cache", "--use-cache"),
 ];
 
 /// The flag of a core field, or `None` for a field of the model's config.

@@ -451,6 +451,166 @@ fn fused_losses_need_less_than_the_transformers_loss() {
 }
 
 #[test]
+fn keeping_the_model_outputs_costs_the_logits_and_the_cache() {
+    let run_json = |extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--model",
+            "llama-3.1-8b",
+            "--batch",
+            "2",
+            "--seq",
+            "4096",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (code, stdout, stderr) = run(&args);
+        assert_eq!(code, 0, "{stderr}");
+        serde_json::from_str::<TrainJson>(&stdout).unwrap()
+    };
+    let trainer = run_json(&[]);
+    assert!(
+        trainer.workload.get("step_options").is_none(),
+        "the default loop stays out of the JSON"
+    );
+    assert_eq!(
+        run_json(&["--loop", "trainer"]).peak_bytes,
+        trainer.peak_bytes
+    );
+    let keep = run_json(&["--loop", "keep-outputs"]);
+    assert_eq!(keep.workload["step_options"]["loop"], "keep-outputs");
+    // at least the bf16 logits [2, 4096, 128256] stay alive
+    assert!(
+        keep.peak_bytes >= trainer.peak_bytes + 2 * 4096 * 128_256 * 2,
+        "{} {}",
+        keep.peak_bytes,
+        trainer.peak_bytes
+    );
+    // with checkpointing there is no cache, only the logits (and the loss) are kept
+    let ckpt = run_json(&["--checkpointing"]);
+    let ckpt_keep = run_json(&["--checkpointing", "--loop", "keep-outputs"]);
+    assert!(ckpt_keep.peak_bytes > ckpt.peak_bytes);
+}
+
+#[test]
+fn keep_outputs_loop_is_named_in_the_workload_line() {
+    insta::assert_snapshot!(transcript(&[
+        "train",
+        "--model",
+        "smollm2-135m-instruct",
+        "--batch",
+        "4",
+        "--seq",
+        "512",
+        "--loop",
+        "keep-outputs"
+    ]));
+}
+
+#[test]
+fn checkpointing_every_kth_layer_lies_between_none_and_full() {
+    let peak = |extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--model",
+            "llama-3.1-8b",
+            "--batch",
+            "2",
+            "--seq",
+            "4096",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (code, stdout, stderr) = run(&args);
+        assert_eq!(code, 0, "{stderr}");
+        serde_json::from_str::<TrainJson>(&stdout).unwrap()
+    };
+    let none = peak(&[]);
+    let full = peak(&["--checkpointing"]);
+    // `full` is --checkpointing, and every-k:1 is full
+    assert_eq!(
+        peak(&["--checkpointing-policy", "full"]).peak_bytes,
+        full.peak_bytes
+    );
+    assert_eq!(
+        peak(&["--checkpointing", "--checkpointing-policy", "every-k:1"]).peak_bytes,
+        full.peak_bytes
+    );
+    assert!(
+        full.workload.get("step_options").is_none(),
+        "the default policy stays out of the JSON"
+    );
+    let every2 = peak(&["--checkpointing-policy", "every-k:2"]);
+    let every4 = peak(&["--checkpointing-policy", "every-k:4"]);
+    assert_eq!(every2.workload["checkpointing"], true);
+    assert_eq!(
+        every2.workload["step_options"]["checkpointing_policy"],
+        "every-k:2"
+    );
+    assert!(
+        full.peak_bytes < every2.peak_bytes
+            && every2.peak_bytes < every4.peak_bytes
+            && every4.peak_bytes < none.peak_bytes,
+        "{} {} {} {}",
+        full.peak_bytes,
+        every2.peak_bytes,
+        every4.peak_bytes,
+        none.peak_bytes
+    );
+}
+
+#[test]
+fn checkpointing_policy_is_named_in_the_workload_line() {
+    insta::assert_snapshot!(transcript(&[
+        "train",
+        "--model",
+        "smollm2-135m-instruct",
+        "--batch",
+        "4",
+        "--seq",
+        "512",
+        "--checkpointing-policy",
+        "every-k:3"
+    ]));
+}
+
+#[test]
+fn use_cache_off_drops_the_training_kv_cache() {
+    let run_json = |extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--model",
+            "dolly-v2-3b",
+            "--batch",
+            "4",
+            "--seq",
+            "1024",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (code, stdout, stderr) = run(&args);
+        assert_eq!(code, 0, "{stderr}");
+        serde_json::from_str::<TrainJson>(&stdout).unwrap()
+    };
+    let default = run_json(&[]);
+    assert!(default.workload.get("step_options").is_none());
+    assert_eq!(
+        run_json(&["--use-cache", "true"]).peak_bytes,
+        default.peak_bytes
+    );
+    // GPT-NeoX: without the cache's `torch.cat` copies, attention saves v as a view of the
+    // fused qkv output, which keeps the whole qkv alive: more memory, not less
+    let off = run_json(&["--use-cache", "false"]);
+    assert_eq!(off.workload["step_options"]["use_cache"], false);
+    assert!(off.peak_bytes > default.peak_bytes);
+    // checkpointing turns the cache off on its own
+    assert_eq!(
+        run_json(&["--checkpointing", "--use-cache", "false"]).peak_bytes,
+        run_json(&["--checkpointing"]).peak_bytes
+    );
+}
+
+#[test]
 fn megatron_refuses_the_fused_losses() {
     insta::assert_snapshot!(transcript(&[
         "train",

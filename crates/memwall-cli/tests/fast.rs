@@ -15,7 +15,8 @@ use memwall_core::layout::{Layout, Offload, Schedule, Strategy as Sharding};
 use memwall_core::memory::{self, fast, DistOptions, Kernels};
 use memwall_core::model::{AttentionKind, LayerSpec, Mlp, ModelDesc};
 use memwall_core::workload::{
-    AttentionImpl, InferWorkload, KvDtype, Lora, Optimizer, Precision, TrainWorkload, WeightFormat,
+    AttentionImpl, CheckpointPolicy, InferWorkload, KvDtype, Lora, Optimizer, Precision, TrainLoop,
+    TrainWorkload, WeightFormat,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -197,6 +198,10 @@ struct Train {
     grad_accum: u64,
     dropout: bool,
     cpu: bool,
+    /// `--loop keep-outputs`
+    keep_outputs: bool,
+    /// `--checkpointing-policy every-k:K` when 1..=4, `selective-attn` when 5 (0: full)
+    every: u64,
 }
 
 fn train() -> impl Strategy<Value = Train> {
@@ -205,7 +210,8 @@ fn train() -> impl Strategy<Value = Train> {
         (0..Precision::ALL.len(), 0..Optimizer::ALL.len()),
         (any::<bool>(), 0usize..3),
         prop::option::of((1u64..33, any::<u8>(), any::<bool>())),
-        (1u64..5, any::<bool>(), any::<bool>()),
+        (1u64..5, any::<bool>(), any::<bool>(), any::<bool>()),
+        0u64..6,
     )
         .prop_map(
             |(
@@ -213,7 +219,8 @@ fn train() -> impl Strategy<Value = Train> {
                 (precision, optimizer),
                 (checkpointing, attention),
                 lora,
-                (grad_accum, dropout, cpu),
+                (grad_accum, dropout, cpu, keep_outputs),
+                every,
             )| Train {
                 batch,
                 seq,
@@ -225,6 +232,8 @@ fn train() -> impl Strategy<Value = Train> {
                 grad_accum,
                 dropout,
                 cpu,
+                keep_outputs,
+                every,
             },
         )
 }
@@ -245,6 +254,20 @@ fn workload(t: &Train, m: &ModelDesc) -> TrainWorkload {
     w.attention = attention(t.attention);
     w.grad_accum = t.grad_accum;
     w.dropout = t.dropout;
+    if t.keep_outputs {
+        w.step_options.outputs = TrainLoop::KeepOutputs;
+    }
+    if t.every == 0 && !t.checkpointing {
+        // the cache-less step (`model.config.use_cache = False`) on some of the others
+        w.step_options.use_cache = Some(t.batch.is_multiple_of(2));
+    }
+    if t.checkpointing && t.every > 0 {
+        w.step_options.checkpointing_policy = if t.every == 5 {
+            CheckpointPolicy::SelectiveAttn
+        } else {
+            CheckpointPolicy::EveryK(t.every)
+        };
+    }
     if let Some((rank, pick, qlora)) = t.lora {
         let names: Vec<String> = m.linear_names.iter().map(|(_, n)| n.clone()).collect();
         if !names.is_empty() {
@@ -644,5 +667,48 @@ fn long_models_agree() {
         let r = memory::simulate_infer(m, &i, Kernels::Cuda).unwrap();
         let f = fast::simulate_infer(m, &i, Kernels::Cuda).unwrap();
         assert_eq!(r, f, "infer {} layers", m.layers.len());
+    }
+}
+
+/// The loop, the checkpointing policies and the cache switch keep the fast path (no fallback
+/// to the full replay), so the planner's cost does not grow with the layers for them either.
+#[test]
+fn step_options_take_the_fast_path() {
+    let mut options: Vec<(&str, TrainWorkload)> = Vec::new();
+    let mut w = TrainWorkload::new(1, 512);
+    w.step_options.outputs = TrainLoop::KeepOutputs;
+    options.push(("keep-outputs", w.clone()));
+    w.step_options.outputs = TrainLoop::Trainer;
+    w.step_options.use_cache = Some(false);
+    options.push(("use_cache off", w.clone()));
+    w.step_options.use_cache = None;
+    w.checkpointing = true;
+    for (name, policy) in [
+        ("every-k:2", CheckpointPolicy::EveryK(2)),
+        ("every-k:3", CheckpointPolicy::EveryK(3)),
+        ("selective-attn", CheckpointPolicy::SelectiveAttn),
+    ] {
+        w.step_options.checkpointing_policy = policy;
+        options.push((name, w.clone()));
+    }
+    for (name, m) in bases() {
+        if m.layers.len() < 24 {
+            continue;
+        }
+        for (what, w) in &options {
+            let r = memory::simulate_train(m, w, Kernels::Cuda);
+            let f = fast::simulate_train_traced(m, w, Kernels::Cuda);
+            match (r, f) {
+                (Ok(r), Ok((f, path))) => {
+                    assert_eq!(r, f, "{name} {what}");
+                    assert!(
+                        !matches!(path, fast::Path::Fallback(_)),
+                        "{name} {what} fell back: {path:?}"
+                    );
+                }
+                (Err(a), Err(b)) => assert_eq!(a, b),
+                (a, b) => panic!("{name} {what}: {a:?} vs {b:?}"),
+            }
+        }
     }
 }

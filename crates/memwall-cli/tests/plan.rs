@@ -316,3 +316,40 @@ fn emit_refusals_name_the_problem_and_hint() {
         );
     }
 }
+
+#[test]
+fn plans_keep_the_loop_and_the_checkpointing_policy_and_reproduce() {
+    let (code, out, err) = run(&[
+        "plan",
+        "-m",
+        "llama-3.1-8b",
+        "--gpus",
+        "8",
+        "--seq",
+        "4096",
+        "--global-batch",
+        "64",
+        "--loop",
+        "keep-outputs",
+        "--checkpointing-policy",
+        "every-k:2",
+        "--top",
+        "6",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let j: PlanJson = serde_json::from_str(&out).unwrap();
+    assert!(!j.plans.is_empty());
+    for p in &j.plans {
+        let args = p.train_args.join(" ");
+        assert!(args.contains("--loop keep-outputs"), "{args}");
+        assert_eq!(
+            args.contains("--checkpointing-policy every-k:2"),
+            p.checkpointing,
+            "{args}"
+        );
+        assert!(!args.contains("--checkpointing "), "{args}");
+        let (peak, _) = train_peak(&p.train_args);
+        assert_eq!(peak, p.peak_bytes, "{args}");
+    }
+}

@@ -1002,3 +1002,74 @@ proptest! {
         never_panics(&argv("serve", &model(m), SERVE_FLAGS, &chosen, SERVE_SWITCHES, &on))?;
     }
 }
+
+#[test]
+fn training_loop_values_are_checked() {
+    // an unknown loop names the flag, the value and the accepted names
+    refused_naming(
+        &["train", "--loop", "accelerate"],
+        &["--loop", "accelerate", "trainer", "keep-outputs"],
+    );
+    refused_naming(&["plan", "--loop", ""], &["--loop"]);
+    refused_naming(&["doctor", "--loop", "keep"], &["--loop", "keep"]);
+    // Megatron-LM runs its own loop: refused with the flag named, not ignored
+    refused_naming(
+        &[
+            "train",
+            "--gpus",
+            "2",
+            "--tp",
+            "2",
+            "--loop",
+            "keep-outputs",
+        ],
+        &["--loop", "keep-outputs", "Megatron"],
+    );
+}
+
+#[test]
+fn checkpointing_policy_values_are_checked() {
+    for bad in [
+        "every-k:0",
+        "every-k:x",
+        "every-k:",
+        "every-k:65537",
+        "selective",
+        "",
+        "FULL",
+    ] {
+        let stderr = refused_naming(
+            &["train", "--checkpointing-policy", bad],
+            &["--checkpointing-policy"],
+        );
+        assert!(!stderr.contains("checkpointing_policy"), "{stderr}");
+    }
+    refused_naming(
+        &["plan", "--checkpointing-policy", "every-k:0"],
+        &["--checkpointing-policy every-k:0"],
+    );
+    refused_naming(
+        &["doctor", "--checkpointing-policy", "every-2"],
+        &["--checkpointing-policy every-2"],
+    );
+    refused_naming(
+        &[
+            "train",
+            "--gpus",
+            "2",
+            "--tp",
+            "2",
+            "--checkpointing-policy",
+            "every-k:2",
+        ],
+        &["--checkpointing-policy `every-k:2`", "Megatron"],
+    );
+}
+
+#[test]
+fn use_cache_values_are_checked() {
+    for bad in ["yes", "", "2", "on"] {
+        refused_naming(&["train", "--use-cache", bad], &["--use-cache"]);
+    }
+    refused_naming(&["plan", "--use-cache", "maybe"], &["--use-cache"]);
+}

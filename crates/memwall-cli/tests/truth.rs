@@ -6,7 +6,8 @@
 
 use memwall_core::memory::{simulate_train, Kernels};
 use memwall_core::workload::{
-    AttentionImpl, KernelOptions, Lora, LossKernel, Optimizer, Precision, TrainWorkload,
+    AttentionImpl, CheckpointPolicy, KernelOptions, Lora, LossKernel, Optimizer, Precision,
+    StepOptions, TrainLoop, TrainWorkload,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -37,6 +38,15 @@ struct Case {
     /// the batch packed into one row (absent: padded batches)
     #[serde(default)]
     padding_free: bool,
+    /// `keep-outputs` (absent: the HF Trainer's loop)
+    #[serde(default)]
+    r#loop: Option<String>,
+    /// `every-k:K` (absent: every layer when checkpointing)
+    #[serde(default)]
+    checkpointing_policy: Option<String>,
+    /// `model.config.use_cache` as set (absent: the config's)
+    #[serde(default)]
+    use_cache: Option<bool>,
     measured: Measured,
     versions: BTreeMap<String, String>,
 }
@@ -121,6 +131,18 @@ fn workload(c: &Case) -> TrainWorkload {
             }),
             padding_free: c.padding_free,
         },
+        step_options: StepOptions {
+            outputs: c.r#loop.as_deref().map_or(TrainLoop::Trainer, |l| {
+                l.parse().unwrap_or_else(|e| panic!("{}: {e}", c.id))
+            }),
+            checkpointing_policy: c
+                .checkpointing_policy
+                .as_deref()
+                .map_or(CheckpointPolicy::Full, |p| {
+                    p.parse().unwrap_or_else(|e| panic!("{}: {e}", c.id))
+                }),
+            use_cache: c.use_cache,
+        },
     }
 }
 
@@ -158,7 +180,13 @@ impl Row {
 }
 
 fn category(c: &Case) -> String {
-    if let Some(loss) = &c.loss {
+    if c.use_cache.is_some() {
+        "use_cache".into()
+    } else if c.checkpointing_policy.is_some() {
+        "checkpointing policy".into()
+    } else if let Some(l) = &c.r#loop {
+        format!("loop {l}")
+    } else if let Some(loss) = &c.loss {
         format!("loss {loss}")
     } else if c.padding_free {
         "padding-free".into()

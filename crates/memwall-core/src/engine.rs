@@ -13,7 +13,7 @@ use crate::dtype::Precision;
 use crate::error::CoreError;
 use crate::layout::{Layout, Offload, OffloadDevice, Strategy};
 use crate::optimizer::Optimizer;
-use crate::workload::{LossKernel, TrainWorkload};
+use crate::workload::{CheckpointPolicy, LossKernel, TrainLoop, TrainWorkload};
 
 /// DeepSpeed ZeRO stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -98,6 +98,11 @@ pub struct Capabilities {
     pub losses: Rule<LossKernel>,
     /// Padding-free (packed) batches (`true` = accepted).
     pub padding_free: Rule<bool>,
+    /// Training loops (`--loop`).
+    pub loops: Rule<TrainLoop>,
+    /// Checkpointing policies other than full per-layer recomputation (`--checkpointing-policy`;
+    /// `true` = accepted).
+    pub checkpoint_policies: Rule<bool>,
 }
 
 const ALL_OPTIMIZERS: &[Optimizer] = &[
@@ -147,6 +152,26 @@ const HF_PADDING_FREE: Rule<bool> = all(
      position ids restarting per sequence, no KV cache (measured on one GPU)",
 );
 const NO: &[bool] = &[false];
+const ALL_LOOPS: &[TrainLoop] = &[TrainLoop::Trainer, TrainLoop::KeepOutputs];
+/// Checkpointing policies on the engines that replay the transformers step (each rank runs the
+/// same decoder layers).
+const HF_CHECKPOINT_POLICIES: Rule<bool> = all(
+    YES,
+    "full: transformers gradient_checkpointing_enable() on every decoder layer; every-k:K: \
+     torchtitan's layer-level selective AC (torchtitan/models/llama3/infra/parallelize.py \
+     `_apply_ac_to_transformer_block`, layers K-1, 2K-1, …) on the same transformers layers; \
+     selective-attn: Megatron-LM's selective recomputation of the core attention only \
+     (megatron/core/transformer/attention.py `_checkpointed_attention_forward`) around \
+     transformers' attention function (measured on one GPU)",
+);
+/// The training loops on the engines that replay the transformers step (each rank runs its own
+/// loop around the model as one GPU does).
+const HF_LOOPS: Rule<TrainLoop> = all(
+    ALL_LOOPS,
+    "trainer: transformers Trainer.compute_loss keeps only the loss; keep-outputs: \
+     `outputs = model(**batch)` kept until the next forward returns (transformers \
+     examples/pytorch/language-modeling/run_clm_no_trainer.py; measured on one GPU)",
+);
 const FSDP_STRATEGIES: &[Strategy] = &[Strategy::FsdpFull, Strategy::FsdpGradOp, Strategy::Hsdp];
 
 /// A rule that refuses some values.
@@ -261,6 +286,8 @@ pub const TABLE: [Capabilities; 8] = [
         grad_accum: all(YES, "gradients accumulate into `.grad` between micro-batches"),
         losses: HF_LOSSES,
         padding_free: HF_PADDING_FREE,
+        loops: HF_LOOPS,
+        checkpoint_policies: HF_CHECKPOINT_POLICIES,
     },
     Capabilities {
         engine: Engine::Ddp,
@@ -287,6 +314,8 @@ pub const TABLE: [Capabilities; 8] = [
         grad_accum: all(YES, "every micro-batch all-reduces (no `no_sync`)"),
         losses: HF_LOSSES,
         padding_free: HF_PADDING_FREE,
+        loops: HF_LOOPS,
+        checkpoint_policies: HF_CHECKPOINT_POLICIES,
     },
     Capabilities {
         engine: Engine::Fsdp2,
@@ -326,6 +355,8 @@ pub const TABLE: [Capabilities; 8] = [
         ),
         losses: HF_LOSSES,
         padding_free: HF_PADDING_FREE,
+        loops: HF_LOOPS,
+        checkpoint_policies: HF_CHECKPOINT_POLICIES,
     },
     Capabilities {
         engine: Engine::Zero(ZeroStage::One),
@@ -342,6 +373,8 @@ pub const TABLE: [Capabilities; 8] = [
         grad_accum: all(YES, "gradients accumulate in the 16-bit model"),
         losses: HF_LOSSES,
         padding_free: HF_PADDING_FREE,
+        loops: HF_LOOPS,
+        checkpoint_policies: HF_CHECKPOINT_POLICIES,
     },
     Capabilities {
         engine: Engine::Zero(ZeroStage::Two),
@@ -358,6 +391,8 @@ pub const TABLE: [Capabilities; 8] = [
         grad_accum: all(YES, "gradients accumulate in the rank's partition"),
         losses: HF_LOSSES,
         padding_free: HF_PADDING_FREE,
+        loops: HF_LOOPS,
+        checkpoint_policies: HF_CHECKPOINT_POLICIES,
     },
     Capabilities {
         engine: Engine::Zero(ZeroStage::Three),
@@ -385,6 +420,8 @@ pub const TABLE: [Capabilities; 8] = [
         grad_accum: all(YES, "gradients accumulate in the rank's partition"),
         losses: HF_LOSSES,
         padding_free: HF_PADDING_FREE,
+        loops: HF_LOOPS,
+        checkpoint_policies: HF_CHECKPOINT_POLICIES,
     },
     Capabilities {
         engine: Engine::Megatron,
@@ -458,6 +495,23 @@ pub const TABLE: [Capabilities; 8] = [
             "not modelled: Megatron-LM's packed sequences (THD format, `PackedSeqParams`) are not simulated",
             "drop --padding-free, or use it without --tp/--pp/--cp/--ep",
         ),
+        loops: rule(
+            &[TrainLoop::Trainer],
+            "Megatron-LM's own training loop (megatron/training/training.py `train_step`)",
+            "not modelled: Megatron-LM runs its own loop (schedules.py keeps only the losses of \
+             its micro-batches), so a loop that keeps the model outputs does not apply",
+            "drop --loop, or use it without --tp/--pp/--cp/--ep",
+        ),
+        checkpoint_policies: rule(
+            NO,
+            "",
+            "not modelled: Megatron-LM's partial recomputation (`--recompute-method block \
+             --recompute-num-layers N`: the first N layers of each stage) and its selective \
+             recomputation are not in memwall's Megatron-LM formula yet, and every-k is \
+             torchtitan's pattern",
+            "drop --checkpointing-policy (full recomputation is --checkpointing), or use it \
+             without --tp/--pp/--cp/--ep",
+        ),
     },
     Capabilities {
         engine: Engine::Vllm,
@@ -474,6 +528,8 @@ pub const TABLE: [Capabilities; 8] = [
         grad_accum: rule(NO, "", SERVES, "use memwall serve"),
         losses: rule(&[LossKernel::Torch], "", SERVES, "use memwall serve"),
         padding_free: rule(NO, "", SERVES, "use memwall serve"),
+        loops: rule(&[TrainLoop::Trainer], "", SERVES, "use memwall serve"),
+        checkpoint_policies: rule(NO, "", SERVES, "use memwall serve"),
     },
 ];
 
@@ -559,6 +615,21 @@ impl Engine {
         if w.kernels.padding_free {
             self.require(&c.padding_free, true, "padding_free", "true")?;
         }
+        let policy = w.step_options.checkpointing_policy;
+        if w.checkpointing && policy != CheckpointPolicy::Full {
+            self.require(
+                &c.checkpoint_policies,
+                true,
+                "checkpointing_policy",
+                &policy.name(),
+            )?;
+        }
+        self.require(
+            &c.loops,
+            w.step_options.outputs,
+            "loop",
+            w.step_options.outputs.name(),
+        )?;
         Ok(())
     }
 
@@ -720,6 +791,16 @@ mod tests {
                     c.padding_free.allowed.len() < 2,
                     c.padding_free.refused,
                     c.padding_free.hint,
+                ),
+                (
+                    c.checkpoint_policies.allowed.len() < 2,
+                    c.checkpoint_policies.refused,
+                    c.checkpoint_policies.hint,
+                ),
+                (
+                    c.loops.allowed.len() < TrainLoop::ALL.len(),
+                    c.loops.refused,
+                    c.loops.hint,
                 ),
                 (
                     c.strategies.allowed.len() < Strategy::ALL.len(),

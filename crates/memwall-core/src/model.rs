@@ -607,6 +607,7 @@ pub struct ModelDesc {
     /// argument defaulting to the config's value through `merge_with_config_defaults`), so a
     /// training forward without checkpointing keeps its keys and values in the cache.
     /// `generate` always passes `use_cache=True`.
+    #[serde(skip_serializing_if = "is_true")]
     pub use_cache: bool,
 }
 
@@ -649,6 +650,10 @@ impl VisionTower {
     pub fn params(&self) -> u64 {
         self.encoder_params.saturating_add(self.projector_params)
     }
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// The runs of equal consecutive layers of `layers`, each once with its length: what sums

@@ -56,6 +56,163 @@ impl KernelOptions {
     }
 }
 
+crate::names::named_enum! {
+    /// How the training loop holds the model's output object (`--loop`).
+    #[derive(Default)]
+    pub enum TrainLoop in "loop" {
+        /// The HF Trainer (`Trainer.compute_loss`): only the loss is kept; the output object
+        /// (logits, KV cache) is dropped as soon as the model call returns.
+        #[default]
+        Trainer = "trainer": "HF Trainer: only the loss is kept, the output object (logits, KV cache) is dropped at once",
+        /// The HF `no_trainer` / accelerate examples (`outputs = model(**batch);
+        /// loss = outputs.loss; accelerator.backward(loss)`, transformers
+        /// `examples/pytorch/language-modeling/run_clm_no_trainer.py`): the output object stays
+        /// bound, so its logits and KV cache live through backward, the optimizer step and the
+        /// next forward, until the name is rebound when that forward returns.
+        KeepOutputs = "keep-outputs": "outputs = model(**batch) kept (HF no_trainer/accelerate examples): logits and KV cache live until the next forward returns",
+    }
+}
+
+/// Which decoder layers activation checkpointing recomputes (`--checkpointing-policy`; only
+/// meaningful with checkpointing on).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum CheckpointPolicy {
+    /// Every decoder layer: transformers `gradient_checkpointing_enable()` (non-reentrant),
+    /// torchtitan `activation_checkpoint.mode = "full"`, Megatron-LM
+    /// `--recompute-granularity full --recompute-method uniform --recompute-num-layers 1`.
+    #[default]
+    Full,
+    /// Every k-th decoder layer, layers `k-1, 2k-1, …` (torchtitan's layer-level selective AC,
+    /// `selective_ac_option = "<k>"`: `torchtitan/models/llama3/infra/parallelize.py`
+    /// `_apply_ac_to_transformer_block` counts the blocks from 1 and wraps those with
+    /// `count % k == 0`); the other layers keep their activations. `every-k:1` is `full`.
+    EveryK(u64),
+    /// Megatron-LM's selective recomputation (`--recompute-granularity selective`,
+    /// megatron/core/transformer/attention.py `_checkpointed_attention_forward`; Korthikanti et
+    /// al. 2022, "Reducing Activation Recomputation in Large Transformer Models", §5): in every
+    /// layer only the core attention (transformers' attention function: `repeat_kv`, the
+    /// kernel or softmax(QKᵀ)V, the output's contiguous copy) runs under a non-reentrant
+    /// checkpoint that keeps its inputs (q, k, v, the mask) and recomputes it in backward.
+    SelectiveAttn,
+}
+
+impl CheckpointPolicy {
+    /// The field name errors use.
+    pub const FIELD: &'static str = "checkpointing_policy";
+    /// The accepted spellings, for help and errors.
+    pub const SYNTAX: &'static str = "full, every-k:K, selective-attn";
+
+    /// Whether decoder layer `layer` (0-based, full-model index) is checkpointed whole.
+    pub fn covers(self, layer: usize) -> bool {
+        match self {
+            CheckpointPolicy::Full => true,
+            CheckpointPolicy::SelectiveAttn => false,
+            CheckpointPolicy::EveryK(k) => {
+                let k = usize::try_from(k).unwrap_or(usize::MAX).max(1);
+                (layer + 1).is_multiple_of(k)
+            }
+        }
+    }
+
+    /// The CLI name (`full`, `every-k:4`).
+    pub fn name(self) -> String {
+        match self {
+            CheckpointPolicy::Full => "full".into(),
+            CheckpointPolicy::EveryK(k) => format!("every-k:{k}"),
+            CheckpointPolicy::SelectiveAttn => "selective-attn".into(),
+        }
+    }
+
+    /// Whether only the core attention of every layer is checkpointed.
+    pub fn recomputes_attention_only(self) -> bool {
+        self == CheckpointPolicy::SelectiveAttn
+    }
+
+    /// Fraction of the decoder layers recomputed whole (`covers` over `layers` layers).
+    pub fn share(self, layers: usize) -> f64 {
+        if layers == 0 {
+            return 0.0;
+        }
+        let n = (0..layers).filter(|&i| self.covers(i)).count();
+        n as f64 / layers as f64
+    }
+}
+
+impl std::fmt::Display for CheckpointPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+impl std::str::FromStr for CheckpointPolicy {
+    type Err = CoreError;
+
+    /// Parses `full` or `every-k:K` with K in `1..=`[`limits::MAX_CHECKPOINT_EVERY`].
+    fn from_str(s: &str) -> Result<Self, CoreError> {
+        match s {
+            "full" => return Ok(CheckpointPolicy::Full),
+            "selective-attn" => return Ok(CheckpointPolicy::SelectiveAttn),
+            _ => {}
+        }
+        if let Some(k) = s.strip_prefix("every-k:") {
+            if let Ok(k) = k.parse::<u64>() {
+                if (1..=limits::MAX_CHECKPOINT_EVERY).contains(&k) {
+                    return Ok(CheckpointPolicy::EveryK(k));
+                }
+            }
+            return Err(CoreError::invalid_value(
+                Self::FIELD,
+                s,
+                format!(
+                    "K must be a whole number of layers in 1..={}",
+                    limits::MAX_CHECKPOINT_EVERY
+                ),
+                "every-k:K checkpoints every K-th decoder layer, e.g. every-k:2",
+            ));
+        }
+        Err(CoreError::invalid_value(
+            Self::FIELD,
+            s,
+            format!("unknown policy (accepted: {})", Self::SYNTAX),
+            "use full (every layer), every-k:K (every K-th layer, torchtitan's layer-level selective AC) or selective-attn (only the core attention, Megatron-LM's selective recomputation)",
+        ))
+    }
+}
+
+impl Serialize for CheckpointPolicy {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.name())
+    }
+}
+
+/// How the training step is driven around the model: the loop that calls it, the checkpointing
+/// policy and the KV cache (left out of JSON when they are the HF Trainer's defaults).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct StepOptions {
+    /// What the loop keeps of the model's output.
+    #[serde(rename = "loop")]
+    pub outputs: TrainLoop,
+    /// Which layers checkpointing recomputes (with `checkpointing` on).
+    pub checkpointing_policy: CheckpointPolicy,
+    /// The model's `use_cache` in training (`model.config.use_cache = …`); `None`: the config's
+    /// (true when absent). Without checkpointing, a forward with it on builds a `DynamicCache`
+    /// whose `torch.cat` copies of k and v are what attention saves; checkpointing forces it off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub use_cache: Option<bool>,
+}
+
+impl StepOptions {
+    /// The HF Trainer's loop, full checkpointing.
+    pub fn is_default(&self) -> bool {
+        *self == StepOptions::default()
+    }
+
+    /// The output object is kept until the next forward returns.
+    pub fn keeps_outputs(&self) -> bool {
+        self.outputs == TrainLoop::KeepOutputs
+    }
+}
+
 /// LoRA adapters (peft semantics).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Lora {
@@ -91,6 +248,9 @@ pub struct TrainWorkload {
     /// Fused kernels and padding-free batches (left out of JSON when they are the defaults).
     #[serde(skip_serializing_if = "KernelOptions::is_default")]
     pub kernels: KernelOptions,
+    /// The training loop around the model (left out of JSON when it is the HF Trainer's).
+    #[serde(skip_serializing_if = "StepOptions::is_default")]
+    pub step_options: StepOptions,
 }
 
 /// The bounds every front end applies to user input, from one place: counts stay far from
@@ -107,6 +267,8 @@ pub mod limits {
     pub const MAX_GRAD_ACCUM: u64 = 1 << 16;
     /// Largest accepted LoRA rank.
     pub const MAX_LORA_RANK: u64 = 1 << 16;
+    /// Largest accepted K of `--checkpointing-policy every-k:K` (beyond any layer count).
+    pub const MAX_CHECKPOINT_EVERY: u64 = 1 << 16;
     /// Largest serving context (`max_model_len`, request lengths): the largest
     /// `max_position_embeddings` a config may state (`memwall_formats::limits::MAX_POSITIONS`).
     pub const MAX_CONTEXT: u64 = 1 << 26;
@@ -154,6 +316,12 @@ pub mod limits {
 }
 
 impl TrainWorkload {
+    /// Whether decoder layer `layer` (full-model index) runs under activation checkpointing:
+    /// checkpointing is on and its policy covers the layer.
+    pub fn checkpoints_layer(&self, layer: usize) -> bool {
+        self.checkpointing && self.step_options.checkpointing_policy.covers(layer)
+    }
+
     /// A default bf16 AdamW step.
     pub fn new(batch: u64, seq: u64) -> Self {
         TrainWorkload {
@@ -167,6 +335,7 @@ impl TrainWorkload {
             grad_accum: 1,
             dropout: true,
             kernels: KernelOptions::default(),
+            step_options: StepOptions::default(),
         }
     }
 
@@ -175,6 +344,18 @@ impl TrainWorkload {
         limits::count("batch", self.batch, limits::MAX_BATCH)?;
         limits::count("seq", self.seq, limits::MAX_SEQ)?;
         limits::count("grad_accum", self.grad_accum, limits::MAX_GRAD_ACCUM)?;
+        let policy = self.step_options.checkpointing_policy;
+        if let CheckpointPolicy::EveryK(k) = policy {
+            limits::count(CheckpointPolicy::FIELD, k, limits::MAX_CHECKPOINT_EVERY)?;
+        }
+        if policy != CheckpointPolicy::Full && !self.checkpointing {
+            return Err(CoreError::invalid_value(
+                CheckpointPolicy::FIELD,
+                policy.name(),
+                "a checkpointing policy needs checkpointing on",
+                "turn `checkpointing` on, or leave the policy at full",
+            ));
+        }
         if let Some(l) = &self.lora {
             limits::count("lora_rank", l.rank, limits::MAX_LORA_RANK)?;
             if l.targets.is_empty() {

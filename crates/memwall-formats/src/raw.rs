@@ -49,6 +49,7 @@ pub(crate) struct HfConfig {
     pub max_position_embeddings: Option<u64>,
     pub n_positions: Option<u64>,
     pub tie_word_embeddings: Option<bool>,
+    pub use_cache: Option<bool>,
 
     // activation
     pub hidden_act: Option<String>,
@@ -216,8 +217,6 @@ pub(crate) struct HfConfig {
     pub spatial_merge_size: Option<u64>,
     pub vision_feature_layer: Option<Box<RawValue>>,
     pub multimodal_projector_bias: Option<bool>,
-    // whether a forward called without `use_cache` builds a KV cache (PreTrainedConfig default True)
-    pub use_cache: Option<bool>,
     // Seed-OSS: bias of o_proj (q/k/v follow attention_bias)
     pub attention_out_bias: Option<bool>,
 }

@@ -327,7 +327,11 @@ fn workload_line(w: &TrainWorkload) -> String {
         serde_name(&w.precision),
         serde_name(&w.optimizer),
         serde_name(&w.attention),
-        if w.checkpointing { "on" } else { "off" },
+        match (w.checkpointing, w.step_options.checkpointing_policy) {
+            (false, _) => "off".to_owned(),
+            (true, memwall_core::workload::CheckpointPolicy::Full) => "on".to_owned(),
+            (true, policy) => policy.name(),
+        },
         w.grad_accum,
         match &w.lora {
             Some(l) => format!(
@@ -342,7 +346,8 @@ fn workload_line(w: &TrainWorkload) -> String {
     )
 }
 
-/// ` · loss fused-linear · padding-free` when the kernels are not transformers' defaults.
+/// ` · loss fused-linear · padding-free · loop keep-outputs` when the kernels and the loop are
+/// not transformers' and the HF Trainer's defaults.
 fn kernels_part(w: &TrainWorkload) -> String {
     let mut s = String::new();
     if w.kernels.loss != memwall_core::workload::LossKernel::Torch {
@@ -350,6 +355,16 @@ fn kernels_part(w: &TrainWorkload) -> String {
     }
     if w.kernels.padding_free {
         s.push_str(" · padding-free");
+    }
+    if w.step_options.keeps_outputs() {
+        s.push_str(&format!(" · loop {}", w.step_options.outputs));
+    }
+    if let Some(c) = w.step_options.use_cache {
+        s.push_str(if c {
+            " · use_cache on"
+        } else {
+            " · use_cache off"
+        });
     }
     s
 }

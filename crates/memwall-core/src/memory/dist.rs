@@ -378,7 +378,9 @@ fn fast_rank(
     let mut dims: Vec<u128> = Vec::new();
     let ev = crate::memory::fast::evaluate(
         model.layers.len(),
-        |i, j| model.layers[i] == model.layers[j],
+        |i, j| {
+            model.layers[i] == model.layers[j] && w.checkpoints_layer(i) == w.checkpoints_layer(j)
+        },
         |red, rec| {
             let mut b = Builder::train(model, w, kernels, Some(shard));
             b.set_reduced(red);

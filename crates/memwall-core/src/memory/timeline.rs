@@ -157,6 +157,9 @@ pub struct Node {
     /// that write a gradient in place (flash-attn's cross-entropy over the logits' storage) or
     /// compute it in the forward (Liger's fused linear cross-entropy) work like this.
     pub grads_in_saved: bool,
+    /// When set, this node stands for a checkpointed core attention to recompute first (the
+    /// simulator's index of the call).
+    pub recompute_attention: Option<u32>,
 }
 
 /// A hook point on the tape: backward reaches it like an op and the simulator runs the hook.

@@ -4,6 +4,8 @@
 //! Face "Methods and tools for efficient training on a single GPU" guide orders them the same
 //! way: batch size and gradient accumulation, gradient checkpointing, mixed precision,
 //! optimizer choice, then DeepSpeed ZeRO / offload, then PEFT):
+//! 0. a loop that keeps the model output (`--loop keep-outputs`) drops it (same result, no
+//!    compute: the logits and KV cache no longer outlive the forward);
 //! 1. a smaller micro-batch with more accumulation (same global batch, same result);
 //! 2. activation checkpointing (same result, about a third more compute);
 //! 3. lower precision (`fp32` → `amp-bf16`; `amp-*` → `bf16` changes the result where no fp32
@@ -123,6 +125,20 @@ pub fn train(
         peak: m.peak_bytes,
         steps: Vec::new(),
     };
+    // 0. a loop that keeps the model output: drop it (same result, no compute)
+    if t.cur.w.step_options.keeps_outputs() {
+        let mut probe = t.cur.clone();
+        probe.w.step_options.outputs = crate::workload::TrainLoop::Trainer;
+        if t.try_fix(
+            probe,
+            "drop the model output before backward: `loss = model(**batch).loss`, or `del outputs` \
+             after taking the loss (the HF Trainer's loop; logits and KV cache no longer outlive the forward)"
+                .into(),
+            false,
+        ) {
+            return Ok(t.finish(diagnosis));
+        }
+    }
     // 1. smaller micro-batch, more accumulation: the largest divisor of the batch that fits,
     // else micro-batch 1
     if t.cur.w.batch > 1 {
@@ -590,6 +606,21 @@ mod tests {
             assert!(p[1].peak_bytes < p[0].peak_bytes, "{:#?}", d.steps);
         }
         assert!(d.fixed && !d.fits);
+    }
+
+    #[test]
+    fn a_loop_that_keeps_the_outputs_drops_them_first() {
+        let gpu = crate::advice::tests::gpu("a100-40gb", 40, "ampere");
+        let mut w = TrainWorkload::new(4, 2048);
+        w.step_options.outputs = crate::workload::TrainLoop::KeepOutputs;
+        let d = train(&llama2_7b(), &w, None, &gpu, 0.05, Kernels::Cuda).unwrap();
+        assert!(
+            d.steps[0].change.starts_with("drop the model output"),
+            "{:#?}",
+            d.steps
+        );
+        assert!(d.steps[0].args.iter().all(|a| a != "--loop"));
+        assert!(d.steps[1].change.starts_with("micro-batch"));
     }
 
     #[test]

@@ -129,6 +129,12 @@ pub fn train_args(w: &TrainWorkload, layout: Option<&Layout>) -> Vec<String> {
     if w.kernels.loss != crate::workload::LossKernel::Torch {
         push("--loss", w.kernels.loss.name().to_owned());
     }
+    if w.step_options.keeps_outputs() {
+        push("--loop", w.step_options.outputs.name().to_owned());
+    }
+    if let Some(c) = w.step_options.use_cache {
+        push("--use-cache", c.to_string());
+    }
     if let Some(l) = &w.lora {
         push("--lora-rank", l.rank.to_string());
         push("--lora-targets", l.targets.join(","));
@@ -162,7 +168,13 @@ pub fn train_args(w: &TrainWorkload, layout: Option<&Layout>) -> Vec<String> {
         a.push("--qlora".to_owned());
     }
     if w.checkpointing {
-        a.push("--checkpointing".to_owned());
+        let policy = w.step_options.checkpointing_policy;
+        if policy == crate::workload::CheckpointPolicy::Full {
+            a.push("--checkpointing".to_owned());
+        } else {
+            a.push("--checkpointing-policy".to_owned());
+            a.push(policy.name());
+        }
     }
     if let Some(l) = layout {
         if l.sequence_parallel {

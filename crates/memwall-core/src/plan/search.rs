@@ -460,6 +460,10 @@ pub fn search_with_progress(
                             let mut w = r.base.clone();
                             w.seq = seq;
                             w.checkpointing = checkpointing;
+                            if !checkpointing {
+                                // the asked policy applies to the plans that checkpoint
+                                w.step_options.checkpointing_policy = Default::default();
+                            }
                             w.precision = precision;
                             w.optimizer = optimizer;
                             w.lora = lora.clone();

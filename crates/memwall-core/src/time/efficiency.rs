@@ -4,7 +4,7 @@
 
 use super::hardware::Hardware;
 use crate::layout::{Layout, Schedule};
-use crate::workload::{AttentionImpl, TrainWorkload};
+use crate::workload::{AttentionImpl, CheckpointPolicy, TrainWorkload};
 use serde::Serialize;
 
 /// Fraction of the dense peak the best-shaped GEMM reaches when the catalogue has no
@@ -213,12 +213,36 @@ impl Recompute {
         }
     }
 
-    /// What a workload's `checkpointing` switch means (per-layer, full).
+    /// What a workload's `checkpointing` switch and policy mean: `full` recomputes every layer;
+    /// `selective-attn` the attention cores; `every-k:K` one layer in K (exact when the layer count is a multiple of K; see
+    /// [`Recompute::for_layers`]).
     pub fn from_workload(w: &TrainWorkload) -> Recompute {
-        if w.checkpointing {
-            Recompute::FULL
-        } else {
-            Recompute::NONE
+        match (w.checkpointing, w.step_options.checkpointing_policy) {
+            (false, _) => Recompute::NONE,
+            (true, CheckpointPolicy::Full) => Recompute::FULL,
+            (true, CheckpointPolicy::EveryK(k)) => Recompute::every_nth_layer(k),
+            (true, CheckpointPolicy::SelectiveAttn) => Recompute::SELECTIVE_ATTENTION,
+        }
+    }
+
+    /// [`Recompute::from_workload`] for a model of `layers` decoder layers: the share of the
+    /// layers the policy checkpoints (`every-k:K` covers `⌊layers / K⌋` of them), each recomputed
+    /// whole.
+    pub fn for_layers(w: &TrainWorkload, layers: usize) -> Recompute {
+        if !w.checkpointing {
+            return Recompute::NONE;
+        }
+        if w.step_options
+            .checkpointing_policy
+            .recomputes_attention_only()
+        {
+            return Recompute::SELECTIVE_ATTENTION;
+        }
+        let f = w.step_options.checkpointing_policy.share(layers);
+        Recompute {
+            gemm: f,
+            attention: f,
+            elementwise: f,
         }
     }
 }

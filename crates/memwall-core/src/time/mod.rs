@@ -390,7 +390,11 @@ pub fn estimate_step_time_defaults(
     gpu: &GpuSpec,
 ) -> Result<StepTime, CoreError> {
     let hardware = Hardware::from_gpu(gpu);
-    let execution = Execution::defaults(layout, workload, &hardware);
+    let mut execution = Execution::defaults(layout, workload, &hardware);
+    if !execution.megatron {
+        // the exact share of the model's layers the checkpointing policy recomputes
+        execution.recompute = Recompute::for_layers(workload, model.layers.len());
+    }
     let efficiencies = Efficiencies::defaults(&hardware, execution.attention);
     estimate_step_time(&StepTimeInputs {
         model,
@@ -423,7 +427,11 @@ pub fn estimate_step_time_with(
     let single = Layout::single();
     let layout = layout.unwrap_or(&single);
     let hardware = Hardware::from_gpu(gpu);
-    let execution = Execution::defaults(layout, workload, &hardware);
+    let mut execution = Execution::defaults(layout, workload, &hardware);
+    if !execution.megatron {
+        // the exact share of the model's layers the checkpointing policy recomputes
+        execution.recompute = Recompute::for_layers(workload, model.layers.len());
+    }
     let mut efficiencies = Efficiencies::defaults(&hardware, execution.attention);
     if let Some(m) = overrides.matmul {
         efficiencies.matmul = m;

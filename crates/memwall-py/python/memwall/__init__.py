@@ -143,6 +143,8 @@ def _flag_args(name: str, value: Any) -> List[str]:
         return []
     if name == "dropout":
         return [] if value else ["--no-dropout"]
+    if name == "use_cache":  # a flag with a value: --use-cache=true|false
+        return [f"--use-cache={'true' if value else 'false'}"]
     flag = "--" + name.replace("_", "-")
     if value is True:
         return [flag]
@@ -190,6 +192,7 @@ def train(
     precision: Optional[str] = None,
     optimizer: Optional[str] = None,
     checkpointing: Optional[bool] = None,
+    checkpointing_policy: Optional[str] = None,
     attention: Optional[str] = None,
     lora_rank: Optional[int] = None,
     lora_targets: Union[str, Sequence[str], None] = None,
@@ -198,6 +201,8 @@ def train(
     dropout: Optional[bool] = None,
     loss: Optional[str] = None,
     padding_free: Optional[bool] = None,
+    loop: Optional[str] = None,
+    use_cache: Optional[bool] = None,
     gpu: Optional[str] = None,
     matmul_efficiency: Optional[float] = None,
     bandwidth_efficiency: Optional[float] = None,
@@ -233,6 +238,7 @@ def doctor(
     precision: Optional[str] = None,
     optimizer: Optional[str] = None,
     checkpointing: Optional[bool] = None,
+    checkpointing_policy: Optional[str] = None,
     attention: Optional[str] = None,
     lora_rank: Optional[int] = None,
     lora_targets: Union[str, Sequence[str], None] = None,
@@ -241,6 +247,8 @@ def doctor(
     dropout: Optional[bool] = None,
     loss: Optional[str] = None,
     padding_free: Optional[bool] = None,
+    loop: Optional[str] = None,
+    use_cache: Optional[bool] = None,
     gpu: Optional[str] = None,
     matmul_efficiency: Optional[float] = None,
     bandwidth_efficiency: Optional[float] = None,
@@ -356,6 +364,9 @@ def plan(
     optimizer: Optional[str] = None,
     attention: Optional[str] = None,
     loss: Optional[str] = None,
+    checkpointing_policy: Optional[str] = None,
+    loop: Optional[str] = None,
+    use_cache: Optional[bool] = None,
     dropout: Optional[bool] = None,
     lora_rank: Optional[int] = None,
     lora_targets: Union[str, Sequence[str], None] = None,

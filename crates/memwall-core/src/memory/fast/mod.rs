@@ -245,7 +245,9 @@ pub fn simulate_train_traced(
     let engine = check_train(model, w)?;
     let ev = evaluate(
         model.layers.len(),
-        |i, j| model.layers[i] == model.layers[j],
+        |i, j| {
+            model.layers[i] == model.layers[j] && w.checkpoints_layer(i) == w.checkpoints_layer(j)
+        },
         |red, rec| {
             let mut b = Builder::train(model, w, kernels, None);
             b.set_reduced(red);

@@ -2,7 +2,7 @@
 //! concatenation, the attention kernels (SDPA math, flash / efficient, eager) and the
 //! model-level causal mask.
 
-use super::{lin_zero, Builder, Kernels, LayerParams};
+use super::{lin_zero, Builder, CoreCall, Kernels, LayerParams};
 use crate::memory::timeline::{Category, Ids, Node, TensorId};
 use crate::model::{Attention, AttentionKind, LinearRole, Norm, NormKind, QkNormScope};
 use crate::workload::AttentionImpl;
@@ -274,12 +274,13 @@ impl Builder<'_> {
                 .attention_core(q, qs, kc, ks, vc, vs, heads, kv_heads, qk_dim, v_dim, a, lp);
         }
         // DynamicCache.update (transformers cache_utils.py) concatenates k/v into the cache,
-        // which the model output keeps; HF disables the cache under gradient checkpointing, and a
+        // which the model output keeps; there is none with `use_cache` off (the config's, or
+        // `model.config.use_cache = False`), HF disables it under gradient checkpointing, and a
         // padding-free step runs without one (`use_cache=False`: masking_utils detects packed
         // sequences only when there is no cache), as does a model whose config says
         // `use_cache: false` (SmolLM3-3B's config.json).
         if !ckpt
-            && self.model.use_cache
+            && self.mode.use_cache(self.model)
             && !self.mode.kernels().padding_free
             && !matches!(a.kind, AttentionKind::Mla { .. })
         {
@@ -290,8 +291,9 @@ impl Builder<'_> {
             self.drop_(v);
             self.t.retain(kc);
             self.t.retain(vc);
-            self.out_refs.push(kc);
-            self.out_refs.push(vc);
+            // the model output's `past_key_values` holds them
+            self.cache_refs.push(kc);
+            self.cache_refs.push(vc);
             k = kc;
             ks = cache_size;
             vs = cache_size;
@@ -367,10 +369,56 @@ impl Builder<'_> {
         a: &Attention,
         lp: &LayerParams,
     ) -> TensorId {
-        let (b, s, kv) = (self.batch, self.seq, self.kv_len);
         let rows = self.tokens;
         let c = self.compute_size;
         let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
+        let call = CoreCall {
+            slot: self.cur_layer,
+            q: (q, qs),
+            k: (k, ks),
+            v: (v, vs),
+            heads,
+            kv_heads,
+            qk_dim,
+            v_dim,
+            q_bhsd: self.q_bhsd,
+        };
+        let selective = self.mode.train().is_some_and(|w| {
+            w.checkpointing
+                && w.step_options
+                    .checkpointing_policy
+                    .recomputes_attention_only()
+        });
+        let out = if selective {
+            self.checkpointed_kernel(call, a)
+        } else {
+            self.attention_kernel(call, a)
+        };
+        self.drop_(q);
+        self.drop_(k);
+        self.drop_(v);
+        let (y, _) = self.linear(out, c, rows, lin(LinearRole::O).unwrap_or(lin_zero()));
+        self.drop_(out);
+        y
+    }
+
+    /// transformers' attention function without the output projection: `repeat_kv`, the
+    /// kernel (SDPA, eager softmax(QKᵀ)V, flash) and the output's layout copy. The caller keeps
+    /// q, k and v.
+    fn attention_kernel(&mut self, call: CoreCall, a: &Attention) -> TensorId {
+        let CoreCall {
+            q: (q, qs),
+            k: (k, ks),
+            v: (v, vs),
+            heads,
+            kv_heads,
+            qk_dim,
+            v_dim,
+            ..
+        } = call;
+        let (b, s, kv) = (self.batch, self.seq, self.kv_len);
+        let rows = self.tokens;
+        let c = self.compute_size;
         let attn_dropout = if self.mode.dropout() {
             self.model.dropout.attention
         } else {
@@ -382,7 +430,7 @@ impl Builder<'_> {
         let cpu_math = self.kernels == Kernels::Cpu
             && self.mode.attention() == AttentionImpl::Sdpa
             && (attn_dropout > 0.0 || qk_dim != v_dim);
-        let out = match self.mode.attention() {
+        match self.mode.attention() {
             AttentionImpl::Sdpa if cpu_math => {
                 // On CPU, SDPA with dropout has no fused kernel and runs
                 // `_scaled_dot_product_attention_math` (aten/src/ATen/native/transformers/attention.cpp):
@@ -745,12 +793,30 @@ impl Builder<'_> {
                 }
                 oc
             }
-        };
-        self.drop_(q);
-        self.drop_(k);
-        self.drop_(v);
-        let (y, _) = self.linear(out, c, rows, lin(LinearRole::O).unwrap_or(lin_zero()));
-        self.drop_(out);
+        }
+    }
+
+    /// The attention function under a non-reentrant checkpoint (`selective-attn`): run without
+    /// saving (torch/utils/checkpoint.py `_checkpoint_without_reentrant_generator`), then one
+    /// node that keeps the function's tensor inputs (`_NoopSaveInputs` saves q, k, v and the
+    /// mask) and recomputes it when backward reaches it ([`Builder::recompute_kernel`]).
+    fn checkpointed_kernel(&mut self, call: CoreCall, a: &Attention) -> TensorId {
+        let recording = self.t.recording;
+        self.t.recording = false;
+        let y = self.attention_kernel(call, a);
+        self.t.recording = recording;
+        let mut saved = Ids::of(&[call.q.0, call.k.0, call.v.0]);
+        if let Some(m) = self.attn_mask {
+            saved.push(m);
+        }
+        let index = u32::try_from(self.core_calls.len()).unwrap_or(u32::MAX);
+        self.core_calls.push(call);
+        self.t.record(Node {
+            saved,
+            outputs: Ids::of(&[y]),
+            recompute_attention: Some(index),
+            ..Node::default()
+        });
         y
     }
 
@@ -773,6 +839,34 @@ impl Builder<'_> {
         self.drop_(cat);
         self.drop_(mx);
         (shifted, x1)
+    }
+
+    /// Backward reached a checkpointed attention function: keep its inputs until its backward
+    /// is done, re-run it with saving on, and hand the output's gradient to the recomputed twin.
+    /// What the re-run returns is dropped (the eager probabilities too: the recomputation's
+    /// outputs are not bound to any local).
+    pub(super) fn recompute_kernel(&mut self, node: &Node, index: u32) {
+        let Some(call) = self.core_calls.get(index as usize).copied() else {
+            return;
+        };
+        let out = node.outputs.as_slice()[0];
+        self.t.tape.push(Node {
+            saved: node.saved,
+            ..Node::default()
+        });
+        let a = &self.spec(call.slot).attention;
+        let q_bhsd = std::mem::replace(&mut self.q_bhsd, call.q_bhsd);
+        let locals = self.layer_locals.len();
+        let y = self.attention_kernel(call, a);
+        self.q_bhsd = q_bhsd;
+        for t in self.layer_locals.split_off(locals) {
+            self.drop_(t);
+        }
+        for t in std::mem::take(&mut self.attn_locals) {
+            self.drop_(t);
+        }
+        self.t.move_grad(out, y);
+        self.drop_(y);
     }
 
     /// The model-level causal mask, built once per forward by transformers' `create_causal_mask`

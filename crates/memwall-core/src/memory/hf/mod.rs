@@ -131,6 +131,18 @@ impl<'a> Mode<'a> {
         self.train().is_some_and(|w| w.dropout)
     }
 
+    /// The training loop keeps the model's output object (`--loop keep-outputs`).
+    fn keeps_outputs(self) -> bool {
+        self.train().is_some_and(|w| w.step_options.keeps_outputs())
+    }
+
+    /// A training forward builds a KV cache: `use_cache` as the workload sets it, else the
+    /// config's (checkpointing and padding-free batches turn it off on their own).
+    fn use_cache(self, model: &ModelDesc) -> bool {
+        self.train()
+            .is_some_and(|w| w.step_options.use_cache.unwrap_or(model.use_cache))
+    }
+
     /// HF gradient checkpointing (training only).
     fn checkpointing(self) -> bool {
         self.train().is_some_and(|w| w.checkpointing)
@@ -232,6 +244,32 @@ pub(crate) struct Builder<'a> {
     cache: Vec<Option<(TensorId, TensorId, u128)>>,
     /// tensors bound to Python locals of the MoE block, released when it returns
     mlp_locals: Vec<TensorId>,
+    /// training: the KV cache's (k, v) storages the model output holds (`past_key_values`)
+    cache_refs: Vec<TensorId>,
+    /// training: what the model output of the running forward holds (logits, cache, loss)
+    /// when the loop keeps it (`--loop keep-outputs`)
+    outputs_kept: Vec<TensorId>,
+    /// training: the previous forward's kept output object, freed when the next forward returns
+    outputs_prev: Vec<TensorId>,
+    /// training: the model-level attention mask passed to every layer's attention function
+    attn_mask: Option<TensorId>,
+    /// training: the checkpointed core-attention calls (`selective-attn`), by tape index
+    core_calls: Vec<CoreCall>,
+}
+
+/// One core-attention call under a checkpoint (`--checkpointing-policy selective-attn`): what
+/// its recomputation in backward needs.
+#[derive(Debug, Clone, Copy)]
+struct CoreCall {
+    slot: usize,
+    q: (TensorId, u128),
+    k: (TensorId, u128),
+    v: (TensorId, u128),
+    heads: u128,
+    kv_heads: u128,
+    qk_dim: u128,
+    v_dim: u128,
+    q_bhsd: bool,
 }
 
 impl Drop for Builder<'_> {
@@ -348,6 +386,11 @@ impl<'a> Builder<'a> {
             train: TrainState::default(),
             cache: Vec::new(),
             mlp_locals: Vec::new(),
+            cache_refs: Vec::new(),
+            outputs_kept: Vec::new(),
+            outputs_prev: Vec::new(),
+            attn_mask: None,
+            core_calls: Vec::new(),
         }
     }
 
@@ -428,6 +471,15 @@ impl<'a> Builder<'a> {
     /// Full-model index of the layer slot `slot` runs.
     fn orig_layer(&self, slot: usize) -> usize {
         self.reduced.map_or(slot, |r| r.layers[slot])
+    }
+
+    /// Whether layer slot `slot` runs under activation checkpointing (the policy covers its
+    /// full-model layer).
+    fn checkpoints_slot(&self, slot: usize) -> bool {
+        let layer = self.orig_layer(slot);
+        self.mode
+            .train()
+            .is_some_and(|w| w.checkpoints_layer(layer))
     }
 
     /// The layer slot `slot` runs.

@@ -49,11 +49,13 @@ impl Builder<'_> {
         }
         let mut xsize = xs;
         let mask = self.causal_mask(self.seq, self.seq);
+        self.attn_mask = mask;
+        self.core_calls.clear();
         for i in 0..self.n_layers() {
             self.seg(Some(i), SegKind::Forward);
             self.mark(Marker::PostBackward(i + 1));
             self.unit_pre_forward(i + 1);
-            let y = if ckpt {
+            let y = if self.checkpoints_slot(i) {
                 self.t.recording = false;
                 let y = self.layer(i, x, xsize, true);
                 self.t.recording = true;
@@ -76,7 +78,10 @@ impl Builder<'_> {
                 });
                 y
             } else {
-                self.layer(i, x, xsize, false)
+                // a layer the policy leaves alone keeps its activations; the model still runs
+                // without a KV cache when checkpointing is on (`use_cache` is forced off for the
+                // whole model by `merge_with_config_defaults`, utils/generic.py)
+                self.layer(i, x, xsize, ckpt)
             };
             self.unit_post_forward(i + 1);
             self.mark(Marker::PreBackward(i + 1));
@@ -92,22 +97,41 @@ impl Builder<'_> {
             LossKernel::FusedLinear => self.fused_linear_loss(fx, fs, rows),
             kind => self.logits_loss(fx, fs, rows, kind),
         };
-        // the training loop keeps only the loss: outputs (logits, cache) are dropped
+        // the model's locals go when its forward returns; the output object (logits, cache)
+        // with them when the loop keeps only the loss (HF Trainer), else it stays bound
         for r in std::mem::take(&mut self.out_refs) {
             self.drop_(r);
+        }
+        let cache = std::mem::take(&mut self.cache_refs);
+        if self.mode.keeps_outputs() {
+            self.outputs_kept.extend(cache);
+        } else {
+            for r in cache {
+                self.drop_(r);
+            }
         }
         for r in std::mem::take(&mut self.autocast_cache) {
             self.drop_(r);
         }
         // the model's forward (the root unit's) returns here, after the loss
         self.unit_post_forward(0);
+        // `outputs = model(**batch)` rebinds the name: the previous output object goes now
+        for r in std::mem::take(&mut self.outputs_prev) {
+            self.drop_(r);
+        }
         self.t.set_phase(Phase::Backward);
         self.t.seed_grad(loss);
         self.unit_pre_backward(0);
         self.backward();
         self.seg(None, SegKind::Fixed);
         self.finish_backward();
-        self.drop_(loss);
+        if self.mode.keeps_outputs() {
+            // `loss = outputs.loss` stays bound with the output object
+            self.outputs_kept.push(loss);
+            self.outputs_prev = std::mem::take(&mut self.outputs_kept);
+        } else {
+            self.drop_(loss);
+        }
     }
 
     /// The LM head's logits and a cross-entropy over them; returns the loss. The logits' Python
@@ -163,7 +187,7 @@ impl Builder<'_> {
             let loss = self.op(4, &[losses], &[], &[], &[]);
             self.drop_(losses);
             self.drop_(z_losses);
-            self.drop_(logits);
+            self.drop_logits(logits);
             return loss;
         }
         let c = self.compute_size;
@@ -194,8 +218,18 @@ impl Builder<'_> {
             ..Node::default()
         });
         self.drop_(ls);
-        self.drop_(logits);
+        self.drop_logits(logits);
         loss
+    }
+
+    /// The loss function returns: the logits' reference goes, unless the loop keeps the model
+    /// output (`outputs.logits`).
+    fn drop_logits(&mut self, logits: TensorId) {
+        if self.mode.keeps_outputs() {
+            self.outputs_kept.push(logits);
+        } else {
+            self.drop_(logits);
+        }
     }
 
     /// Liger's fused linear cross-entropy (Liger-Kernel 0.8.5,
@@ -285,6 +319,10 @@ impl Builder<'_> {
                 self.drop_(y);
                 continue;
             }
+            if let Some(index) = node.recompute_attention {
+                self.recompute_kernel(&node, index);
+                continue;
+            }
             self.t.backward_node(&node);
             self.after_backward_node(&node);
         }
@@ -346,6 +384,15 @@ impl Builder<'_> {
         self.build_params();
         self.shard_setup();
         self.optimizer_states();
+        if w.step_options.keeps_outputs() {
+            // the previous step's last micro-batch, whose output object is still bound when
+            // this step starts (the harness measures the second of two steps the same way)
+            self.forward_and_loss();
+            self.optimizer_step();
+            self.t.zero_grad();
+            self.shard_zero_grad();
+            self.t.set_phase(Phase::Forward);
+        }
         self.t.reset_peak();
         let micro = w.grad_accum.min(2);
         for _ in 0..micro {
