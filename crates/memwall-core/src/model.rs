@@ -133,6 +133,11 @@ pub struct Attention {
     /// dimension rotates (modeling_phi3.py and modeling_gpt_neox.py `apply_rotary_pos_emb`):
     /// they come out laid out `[B, H, S, D]` rather than as transposed projection views.
     pub rope_concat: bool,
+    /// The partial-rotary split is bound to locals of the attention function
+    /// (models/phi/modeling_phi.py `PhiAttention.forward`: `query_rot, query_pass = ...`, then
+    /// `query_rot, key_rot = apply_rotary_pos_emb(...)`): the q/k projection outputs (behind the
+    /// pass-through views) and the rotated parts stay alive until the function returns.
+    pub rope_locals: bool,
 }
 
 /// Family-specific eager attention code paths that change what is alive when.
@@ -377,7 +382,8 @@ pub enum Residual {
     /// `h = x + attn(n1(x)); out = h + mlp(n2(h))` (pre-norm; Llama and most).
     Sequential,
     /// `out = x + attn(n1(x)) + mlp(n2(x))` (GPT-NeoX `use_parallel_residual`, Falcon
-    /// `parallel_attn`); with no `mlp_norm` the MLP reads `n1(x)` too (Falcon-7B).
+    /// `parallel_attn`); with no `mlp_norm` the MLP reads `n1(x)` too (Falcon-7B, Phi-2,
+    /// Cohere).
     Parallel,
     /// Post-norm: `h = n1(x + attn(x)); out = n2(h + mlp(h))` (OPT `do_layer_norm_before=False`).
     PostNorm,
@@ -404,6 +410,10 @@ pub struct LayerSpec {
     /// alive during the MLP (`GPT2Block.forward` keeps `attn_output`; Llama-style layers rebind
     /// `hidden_states` and free it).
     pub attn_output_outlives_mlp: bool,
+    /// Each sub-block's output is multiplied by a scalar before the residual add, a new tensor
+    /// (Granite `residual + hidden_states * self.residual_multiplier`,
+    /// models/granite/modeling_granite.py `GraniteDecoderLayer.forward`).
+    pub residual_scale: bool,
 }
 
 impl LayerSpec {
@@ -434,7 +444,8 @@ pub struct Embeddings {
     pub learned_positions: Option<u64>,
     /// OPT `project_in`/`project_out` (bias-free linears between `dim` and hidden).
     pub projections: bool,
-    /// Gemma multiplies embeddings by `sqrt(hidden)` (a new tensor in the forward).
+    /// The embeddings are multiplied by a scalar, a new tensor in the forward (Gemma's
+    /// `sqrt(hidden)` normalizer, Granite's `embedding_multiplier`).
     pub scaled: bool,
     /// LayerNorm right after the embeddings (Falcon/OPT have none; BLOOM-style models do).
     pub norm: Option<Norm>,
@@ -464,6 +475,10 @@ pub struct Head {
     pub bias: bool,
     /// Gemma 2 `final_logit_softcapping`.
     pub logit_softcap: Option<f64>,
+    /// The logits are multiplied or divided by a scalar, a new `[tokens, vocab]` tensor
+    /// (Cohere `logits * self.logit_scale`, models/cohere/modeling_cohere.py; Granite
+    /// `logits / self.config.logits_scaling`, models/granite/modeling_granite.py).
+    pub logit_scale: bool,
 }
 
 /// A whole decoder-only causal LM.
@@ -596,7 +611,12 @@ impl ModelDesc {
             .sum();
         let final_norm = self.head.final_norm.map_or(0, |n| n.params());
         let lm_head = if self.head.tied {
-            0
+            // a tied head shares its weight only; a bias stays its own parameter
+            if self.head.bias {
+                u128::from(e.vocab_size)
+            } else {
+                0
+            }
         } else {
             u128::from(e.vocab_size) * dim
                 + if self.head.bias {
@@ -654,8 +674,10 @@ pub(crate) mod tests {
                 eager_softmax_fp32: true,
                 eager_style: EagerStyle::Shared,
                 rope_concat: false,
+                rope_locals: false,
             },
             attn_output_outlives_mlp: false,
+            residual_scale: false,
             mlp: Mlp::Dense(DenseMlp {
                 intermediate: 11008,
                 gated: true,
@@ -682,6 +704,7 @@ pub(crate) mod tests {
                 tied: false,
                 bias: false,
                 logit_softcap: None,
+                logit_scale: false,
             },
             dropout: Dropout::default(),
             linear_names: vec![],

@@ -159,6 +159,12 @@ pub(crate) struct HfConfig {
     /// (`attn_logit_softcapping`, `final_logit_softcapping`).
     #[serde(skip)]
     pub explicit_nulls: Vec<String>,
+
+    // Phi (phi-2): LayerNorm on q/k per head
+    pub qk_layernorm: Option<bool>,
+    // Cohere / Cohere2: logits multiplied by `logit_scale`; LayerNorm on q/k
+    pub logit_scale: Option<f64>,
+    pub use_qk_norm: Option<bool>,
 }
 
 /// A nested config object (`text_config`), as found.

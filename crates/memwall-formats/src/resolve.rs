@@ -313,6 +313,7 @@ pub(crate) struct AttnOpts {
     pub eager_softmax_fp32: bool,
     pub eager_style: EagerStyle,
     pub rope_concat: bool,
+    pub rope_locals: bool,
 }
 
 impl AttnOpts {
@@ -328,6 +329,7 @@ impl AttnOpts {
             eager_softmax_fp32: true,
             eager_style: EagerStyle::Shared,
             rope_concat: false,
+            rope_locals: false,
         }
     }
 
@@ -348,6 +350,7 @@ impl AttnOpts {
             eager_softmax_fp32: self.eager_softmax_fp32,
             eager_style: self.eager_style,
             rope_concat: self.rope_concat,
+            rope_locals: self.rope_locals,
         }
     }
 }
@@ -401,6 +404,7 @@ pub(crate) fn layer(norm: Norm, place: NormPlacement, attention: Attention, mlp:
         attention,
         mlp,
         attn_output_outlives_mlp: false,
+        residual_scale: false,
     }
 }
 
@@ -432,6 +436,7 @@ pub(crate) fn head(final_norm: Option<Norm>, tied: bool, logit_softcap: Option<f
         tied,
         bias: false,
         logit_softcap,
+        logit_scale: false,
     }
 }
 

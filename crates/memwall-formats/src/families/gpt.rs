@@ -30,6 +30,7 @@ fn ln_layer(
         attention,
         mlp,
         attn_output_outlives_mlp: false,
+        residual_scale: false,
     }
 }
 

@@ -4,8 +4,11 @@
 mod common;
 mod deepseek;
 mod gemma;
+mod glm;
 mod gpt;
+mod granite;
 mod llama;
+mod phi;
 
 use crate::error::FormatError;
 use crate::raw::HfConfig;
@@ -23,13 +26,17 @@ const REGISTRY: &[(&str, Normaliser)] = &[
     ("gemma2", gemma::gemma2),
     ("gemma3", gemma::gemma3),
     ("gemma3_text", gemma::gemma3_text),
+    ("glm", glm::glm),
+    ("glm4", glm::glm4),
     ("gpt2", gpt::gpt2),
     ("gpt_neox", gpt::gpt_neox),
+    ("granite", granite::granite),
     ("llama", llama::llama),
     ("mistral", llama::mistral),
     ("mixtral", llama::mixtral),
     ("olmo2", llama::olmo2),
     ("opt", gpt::opt),
+    ("phi", phi::phi),
     ("phi3", llama::phi3),
     ("qwen2", llama::qwen2),
     ("qwen2_moe", llama::qwen2_moe),
@@ -46,13 +53,17 @@ pub(crate) const SUPPORTED: &[&str] = &[
     "gemma2",
     "gemma3",
     "gemma3_text",
+    "glm",
+    "glm4",
     "gpt2",
     "gpt_neox",
+    "granite",
     "llama",
     "mistral",
     "mixtral",
     "olmo2",
     "opt",
+    "phi",
     "phi3",
     "qwen2",
     "qwen2_moe",

@@ -25,7 +25,7 @@ def split(model):
             out["layers"] += n
         elif name.startswith("lm_head"):
             out["lm_head"] += n
-        elif re.search(r"(^|\.)(norm|ln_f|final_layer_norm)\.", name):
+        elif re.search(r"(^|\.)(norm|ln_f|final_layer_norm|final_layernorm)\.", name):
             out["final_norm"] += n
         else:
             out["embeddings"] += n

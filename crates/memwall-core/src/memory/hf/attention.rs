@@ -17,6 +17,7 @@ impl Builder<'_> {
         heads: u128,
         dim: u128,
         rot: u128,
+        keep_rotated: bool,
     ) -> (TensorId, u128) {
         let rows = self.tokens;
         // cos/sin are fp32 under autocast (computed outside autocast's matmul list): the result promotes
@@ -47,7 +48,12 @@ impl Builder<'_> {
                 &[3 * part * out_size],
             );
             let y = self.op(full * out_size, &[r, x], &[], &[], &[]);
-            self.drop_(r);
+            if keep_rotated {
+                // bound to a local of the attention function (Phi's `query_rot`)
+                self.attn_locals.push(r);
+            } else {
+                self.drop_(r);
+            }
             y
         };
         (y, out_size)
@@ -160,9 +166,9 @@ impl Builder<'_> {
                 self.drop_(kvn);
                 let _ = kvr;
                 // k = cat(k_nope, k_rope.expand(heads)), q = cat(q_nope, rope(q_rope)) (new tensors)
-                let (kr, _) = self.rope(kva, c, 1, ropd, ropd);
+                let (kr, _) = self.rope(kva, c, 1, ropd, ropd, false);
                 self.drop_(kva);
-                let (qr, _) = self.rope(q, c, heads, ropd, ropd);
+                let (qr, _) = self.rope(q, c, heads, ropd, ropd, false);
                 let qf = self.op(rows * heads * (nope + ropd) * c, &[q, qr], &[], &[], &[]);
                 self.drop_(q);
                 self.drop_(qr);
@@ -225,10 +231,17 @@ impl Builder<'_> {
         self.q_bhsd = matches!(a.kind, AttentionKind::Mla { .. })
             || (rot > 0 && (rot < qk_dim || a.rope_concat));
         if rot > 0 {
-            let (q2, s2) = self.rope(q, qs, heads, qk_dim, rot);
-            let (k2, s3) = self.rope(k, ks, kv_heads, qk_dim, rot);
-            self.drop_(q);
-            self.drop_(k);
+            let keep = a.rope_locals && rot < qk_dim;
+            let (q2, s2) = self.rope(q, qs, heads, qk_dim, rot, keep);
+            let (k2, s3) = self.rope(k, ks, kv_heads, qk_dim, rot, keep);
+            if keep {
+                // the pass-through views keep the projection outputs alive until return
+                self.attn_locals.push(q);
+                self.attn_locals.push(k);
+            } else {
+                self.drop_(q);
+                self.drop_(k);
+            }
             (q, k, qs, ks) = (q2, k2, s2, s3);
         }
         let mut vs = c;

@@ -227,6 +227,8 @@ pub(crate) struct Builder<'a> {
     train: TrainState,
     /// inference only: per layer, the cached (k, v) storages and the tokens the cache layer keeps
     cache: Vec<Option<(TensorId, TensorId, u128)>>,
+    /// the LM head's bias (Phi-2 `lm_head = nn.Linear(..., bias=True)`), also when the weight is tied
+    lm_head_bias: Option<P>,
 }
 
 impl Drop for Builder<'_> {
@@ -338,6 +340,7 @@ impl<'a> Builder<'a> {
             block_outputs: Vec::new(),
             train: TrainState::default(),
             cache: Vec::new(),
+            lm_head_bias: None,
         }
     }
 

@@ -313,9 +313,10 @@ impl Builder<'_> {
             ) {
                 self.t.resize_param(h.id, b);
             }
-            if m.head.bias {
-                self.new_param(u128::from(e.vocab_size), true);
-            }
+        }
+        // a tied head shares only the weight: `lm_head.bias` stays its own parameter
+        if m.head.bias {
+            self.lm_head_bias = Some(self.new_param(u128::from(e.vocab_size), true));
         }
     }
 

@@ -117,6 +117,13 @@ impl Builder<'_> {
             logits = self.op(rows * v * c, &[th], &[], &[], &[]);
             self.drop_(th);
         }
+        if self.model.head.logit_scale {
+            // Cohere `logits * logit_scale`, Granite `logits / logits_scaling`: a new tensor,
+            // the head's output freed when the name is rebound
+            let y = self.op(rows * v * c, &[logits], &[], &[], &[]);
+            self.drop_(logits);
+            logits = y;
+        }
         self.t.retag(logits, Category::LossBuffers);
         if kind == LossKernel::Fused {
             // flash-attn `CrossEntropyLossFunction` (flash-attention 058ad35,
