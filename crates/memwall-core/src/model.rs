@@ -22,6 +22,10 @@ pub enum NormKind {
     Olmo2RmsNorm,
     /// `torch.nn.LayerNorm`.
     LayerNorm,
+    /// `CohereLayerNorm` (models/cohere/modeling_cohere.py): a bias-free LayerNorm written out
+    /// in fp32 ops: `x.float()`, `mean`, `(x - mean).pow(2).mean()`, `(x - mean) *
+    /// rsqrt(var + eps)`, `weight.float() * h`, cast back.
+    CohereLayerNorm,
 }
 
 /// One normalisation layer.
@@ -138,6 +142,10 @@ pub struct Attention {
     /// `query_rot, key_rot = apply_rotary_pos_emb(...)`): the q/k projection outputs (behind the
     /// pass-through views) and the rotated parts stay alive until the function returns.
     pub rope_locals: bool,
+    /// `apply_rotary_pos_emb` upcasts q and k to fp32 and casts the rotated result back, with
+    /// an interleaved `rotate_half` (`torch.stack([-x2, x1], -1).flatten(-2)`)
+    /// (models/cohere/modeling_cohere.py, models/cohere2/modeling_cohere2.py).
+    pub rope_fp32: bool,
 }
 
 /// Family-specific eager attention code paths that change what is alive when.
@@ -414,6 +422,10 @@ pub struct LayerSpec {
     /// (Granite `residual + hidden_states * self.residual_multiplier`,
     /// models/granite/modeling_granite.py `GraniteDecoderLayer.forward`).
     pub residual_scale: bool,
+    /// A parallel block sums `residual + attn + mlp` (the residual first: Cohere,
+    /// models/cohere/modeling_cohere.py `CohereDecoderLayer.forward`) rather than
+    /// `attn + mlp + residual` (GPT-NeoX, Phi, Falcon).
+    pub parallel_residual_first: bool,
 }
 
 impl LayerSpec {
@@ -675,9 +687,11 @@ pub(crate) mod tests {
                 eager_style: EagerStyle::Shared,
                 rope_concat: false,
                 rope_locals: false,
+                rope_fp32: false,
             },
             attn_output_outlives_mlp: false,
             residual_scale: false,
+            parallel_residual_first: false,
             mlp: Mlp::Dense(DenseMlp {
                 intermediate: 11008,
                 gated: true,

@@ -162,8 +162,7 @@ pub(crate) struct HfConfig {
 
     // Phi (phi-2): LayerNorm on q/k per head
     pub qk_layernorm: Option<bool>,
-    // Cohere / Cohere2: logits multiplied by `logit_scale`; LayerNorm on q/k
-    pub logit_scale: Option<f64>,
+    // Cohere: CohereLayerNorm on q/k
     pub use_qk_norm: Option<bool>,
 }
 

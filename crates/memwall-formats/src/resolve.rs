@@ -314,6 +314,7 @@ pub(crate) struct AttnOpts {
     pub eager_style: EagerStyle,
     pub rope_concat: bool,
     pub rope_locals: bool,
+    pub rope_fp32: bool,
 }
 
 impl AttnOpts {
@@ -330,6 +331,7 @@ impl AttnOpts {
             eager_style: EagerStyle::Shared,
             rope_concat: false,
             rope_locals: false,
+            rope_fp32: false,
         }
     }
 
@@ -351,6 +353,7 @@ impl AttnOpts {
             eager_style: self.eager_style,
             rope_concat: self.rope_concat,
             rope_locals: self.rope_locals,
+            rope_fp32: self.rope_fp32,
         }
     }
 }
@@ -405,6 +408,7 @@ pub(crate) fn layer(norm: Norm, place: NormPlacement, attention: Attention, mlp:
         mlp,
         attn_output_outlives_mlp: false,
         residual_scale: false,
+        parallel_residual_first: false,
     }
 }
 

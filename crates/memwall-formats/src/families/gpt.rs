@@ -31,6 +31,7 @@ fn ln_layer(
         mlp,
         attn_output_outlives_mlp: false,
         residual_scale: false,
+        parallel_residual_first: false,
     }
 }
 

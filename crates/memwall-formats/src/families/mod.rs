@@ -1,6 +1,7 @@
 //! The architecture registry: `model_type` → normaliser. Adding a family = one row here, one
 //! normaliser function, one golden row in `tests/golden/param_counts.json`.
 
+mod cohere;
 mod common;
 mod deepseek;
 mod gemma;
@@ -20,6 +21,8 @@ type Normaliser = fn(&HfConfig, &Ctx) -> Result<ModelDesc, FormatError>;
 
 /// The registry, sorted by `model_type`.
 const REGISTRY: &[(&str, Normaliser)] = &[
+    ("cohere", cohere::cohere),
+    ("cohere2", cohere::cohere2),
     ("deepseek_v3", deepseek::deepseek_v3),
     ("falcon", gpt::falcon),
     ("gemma", gemma::gemma),
@@ -47,6 +50,8 @@ const REGISTRY: &[(&str, Normaliser)] = &[
 
 /// The `model_type`s in [`REGISTRY`], same order.
 pub(crate) const SUPPORTED: &[&str] = &[
+    "cohere",
+    "cohere2",
     "deepseek_v3",
     "falcon",
     "gemma",

@@ -74,6 +74,7 @@ pub(crate) fn phi(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> {
         mlp: Mlp::Dense(plain(d.intermediate, true, d.act)),
         attn_output_outlives_mlp: false,
         residual_scale: false,
+        parallel_residual_first: false,
     };
     assemble(
         ctx,

@@ -59,6 +59,66 @@ impl Builder<'_> {
         (y, out_size)
     }
 
+    /// Cohere's `apply_rotary_pos_emb` on q and k together (models/cohere/modeling_cohere.py):
+    /// `q = q.float(); k = k.float()` (locals until it returns), `q * cos + rotate_half(q) *
+    /// sin` with `rotate_half = stack([-x2, x1], -1).flatten(-2)`, the same for k, then both
+    /// cast back to the input dtype. `q_width`/`k_width` are elements per token.
+    fn rope_fp32(
+        &mut self,
+        q: TensorId,
+        qs: u128,
+        k: TensorId,
+        ks: u128,
+        q_width: u128,
+        k_width: u128,
+    ) -> (TensorId, TensorId, u128, u128) {
+        let rows = self.tokens;
+        let (nq, nk) = (rows * q_width, rows * k_width);
+        let q32 = if qs != 4 {
+            self.cast(q, nq * 4)
+        } else {
+            self.retain_id(q)
+        };
+        let k32 = if ks != 4 {
+            self.cast(k, nk * 4)
+        } else {
+            self.retain_id(k)
+        };
+        let qe = self.rotate_fp32(q32, nq);
+        let ke = self.rotate_fp32(k32, nk);
+        let qo = if qs != 4 {
+            self.cast(qe, nq * qs)
+        } else {
+            self.retain_id(qe)
+        };
+        let ko = if ks != 4 {
+            self.cast(ke, nk * ks)
+        } else {
+            self.retain_id(ke)
+        };
+        for t in [q32, k32, qe, ke, q, k] {
+            self.drop_(t);
+        }
+        (qo, ko, qs, ks)
+    }
+
+    /// `(x * cos) + (rotate_half(x) * sin)` on an fp32 `x` of `n` elements: `x * cos` and
+    /// `r * sin` save the (shared) cos/sin tables; the negated half and the stacked rotation
+    /// are freed as soon as they are consumed.
+    fn rotate_fp32(&mut self, x: TensorId, n: u128) -> TensorId {
+        let (cos, sin) = self.rope_tables.unwrap_or((0, 0));
+        let xc = self.op(n * 4, &[x], &[cos], &[], &[]);
+        let neg = self.op(n * 2, &[x], &[], &[], &[]);
+        let st = self.op(n * 4, &[neg, x], &[], &[], &[]);
+        self.drop_(neg);
+        let rsn = self.op(n * 4, &[st], &[sin], &[], &[]);
+        self.drop_(st);
+        let y = self.op(n * 4, &[xc, rsn], &[], &[], &[]);
+        self.drop_(xc);
+        self.drop_(rsn);
+        y
+    }
+
     /// The attention block. Tensors bound to locals of the attention function (the fused qkv
     /// output: Falcon's `fused_qkv`, NeoX/Phi-3 `qkv`, GPT-2's query view) live until it returns.
     pub(super) fn attention(
@@ -230,7 +290,9 @@ impl Builder<'_> {
         }
         self.q_bhsd = matches!(a.kind, AttentionKind::Mla { .. })
             || (rot > 0 && (rot < qk_dim || a.rope_concat));
-        if rot > 0 {
+        if rot > 0 && a.rope_fp32 {
+            (q, k, qs, ks) = self.rope_fp32(q, qs, k, ks, heads * qk_dim, kv_heads * qk_dim);
+        } else if rot > 0 {
             let keep = a.rope_locals && rot < qk_dim;
             let (q2, s2) = self.rope(q, qs, heads, qk_dim, rot, keep);
             let (k2, s3) = self.rope(k, ks, kv_heads, qk_dim, rot, keep);

@@ -212,6 +212,15 @@ impl Builder<'_> {
                 } else {
                     m
                 };
+                if spec.parallel_residual_first {
+                    // Cohere: `residual + hidden_states_attention + hidden_states_mlp`
+                    let xa = add(self, x, a, rs);
+                    self.drop_(a);
+                    let out = add(self, xa, m, rs);
+                    self.drop_(xa);
+                    self.drop_(m);
+                    return out;
+                }
                 let am = add(self, m, a, c);
                 self.drop_(a);
                 self.drop_(m);
