@@ -104,3 +104,34 @@ fn build(
     desc.head.logit_scale = true;
     Ok(desc)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use crate::parse_hf_config;
+    use memwall_core::model::{NormKind, Residual};
+
+    #[test]
+    fn cohere2_alternates_sliding_rope_layers_and_global_nope_layers() {
+        let d = parse_hf_config(
+            r#"{"model_type":"cohere2","hidden_size":256,"intermediate_size":512,
+                "num_hidden_layers":8,"num_attention_heads":4,"num_key_value_heads":2,
+                "vocab_size":1000,"sliding_window":64}"#,
+        )
+        .unwrap();
+        for (i, l) in d.layers.iter().enumerate() {
+            let global = (i + 1) % 4 == 0;
+            assert_eq!(
+                l.attention.sliding_window,
+                (!global).then_some(64),
+                "layer {i}"
+            );
+            assert_eq!(l.attention.rotary_dim, (!global).then_some(64), "layer {i}");
+            assert_eq!(l.residual, Residual::Parallel);
+            assert!(l.parallel_residual_first && l.mlp_norm.is_none());
+            assert_eq!(l.attn_norm.unwrap().kind, NormKind::CohereLayerNorm);
+            assert!(!l.attn_norm.unwrap().bias);
+        }
+        assert!(d.head.tied && d.head.logit_scale);
+    }
+}

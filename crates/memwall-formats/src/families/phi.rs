@@ -111,3 +111,27 @@ pub(crate) fn phi(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> {
         },
     )
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use crate::parse_hf_config;
+
+    #[test]
+    fn phi_rotates_a_fraction_and_refuses_qk_layernorm() {
+        let d = parse_hf_config(
+            r#"{"model_type":"phi","vocab_size":1000,"hidden_size":2048,"num_hidden_layers":2,
+                "num_attention_heads":32}"#,
+        )
+        .unwrap();
+        // PhiConfig defaults: hidden 2048 / 32 heads = 64, partial_rotary_factor 0.5
+        assert_eq!(d.layers[0].attention.rotary_dim, Some(32));
+        assert!(d.head.bias && !d.head.tied);
+        let e = parse_hf_config(
+            r#"{"model_type":"phi","vocab_size":1000,"hidden_size":2048,"num_hidden_layers":2,
+                "num_attention_heads":32,"qk_layernorm":true}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("qk_layernorm"), "{e}");
+    }
+}
