@@ -6,7 +6,7 @@ use crate::memory::timeline::TensorId;
 use crate::memory::timeline::{Category, Ids, Marker, Node, Phase, SegKind};
 use crate::model::AttentionKind;
 use crate::optimizer::OptimTensor;
-use crate::workload::LossKernel;
+use crate::workload::{AttentionImpl, LossKernel};
 
 /// Rows of one chunk of Liger's fused linear cross-entropy (Liger-Kernel 0.8.5,
 /// `fused_linear_cross_entropy_forward`, `chunk_mem_const = 1`): `inc_factor = cdiv(V, H)`,
@@ -56,6 +56,19 @@ impl Builder<'_> {
                 let mut kept = vec![x];
                 if let Some((cos, sin)) = self.rope_tables {
                     kept.extend([cos, sin]);
+                }
+                // ... and the boolean sliding-window mask an SDPA sliding layer is called with
+                // (`causal_mask_mapping["sliding_attention"]`), until that layer's backward
+                let sliding_sdpa = self.mode.attention() == AttentionImpl::Sdpa
+                    && !self.mode.kernels().padding_free
+                    && self.spec(i).attention.eager_style != crate::model::EagerStyle::Falcon
+                    && self
+                        .spec(i)
+                        .attention
+                        .sliding_window
+                        .is_some_and(|w| u128::from(w) < self.seq);
+                if let (Some(m), true) = (mask, sliding_sdpa) {
+                    kept.push(m);
                 }
                 self.t.record(Node {
                     saved: Ids::of(&kept),
