@@ -286,6 +286,48 @@ TEXT = {
         rope_scaling={"type": "dynamic", "alpha": 1000.0, "factor": 1.0}, attention_bias=False,
         attention_dropout=0.0, use_qk_norm=True, tie_word_embeddings=True, hidden_act="silu",
         bos_token_id=127958, eos_token_id=127960, pad_token_id=127961)),
+    # ---------------- phi ----------------
+    "phi-2": (None, dict(  # microsoft/phi-2
+        model_type="phi", hidden_size=2560, intermediate_size=10240, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=32, vocab_size=51200, max_position_embeddings=2048,
+        partial_rotary_factor=0.4, qk_layernorm=False, layer_norm_eps=1e-5, rope_theta=10000.0,
+        rope_scaling=None, hidden_act="gelu_new", attention_dropout=0.0, embd_pdrop=0.0, resid_pdrop=0.1,
+        tie_word_embeddings=False, bos_token_id=50256, eos_token_id=50256)),
+    # ---------------- granite ----------------
+    "granite-3.1-2b": (None, dict(  # ibm-granite/granite-3.1-2b-instruct
+        model_type="granite", hidden_size=2048, intermediate_size=8192, num_hidden_layers=40,
+        num_attention_heads=32, num_key_value_heads=8, vocab_size=49155, max_position_embeddings=131072,
+        rms_norm_eps=1e-5, rope_theta=5000000.0, rope_scaling=None, hidden_act="silu",
+        attention_bias=False, mlp_bias=False, attention_dropout=0.1, embedding_multiplier=12.0,
+        attention_multiplier=0.015625, residual_multiplier=0.22, logits_scaling=8.0,
+        tie_word_embeddings=True, bos_token_id=0, eos_token_id=0, pad_token_id=0)),
+    # ---------------- cohere / cohere2 ----------------
+    "command-r-v01": (None, dict(  # CohereForAI/c4ai-command-r-v01
+        model_type="cohere", hidden_size=8192, intermediate_size=22528, num_hidden_layers=40,
+        num_attention_heads=64, num_key_value_heads=64, vocab_size=256000, max_position_embeddings=8192,
+        layer_norm_eps=1e-5, logit_scale=0.0625, rope_theta=8000000.0, use_qk_norm=False,
+        attention_bias=False, attention_dropout=0.0, hidden_act="silu", tie_word_embeddings=True,
+        bos_token_id=5, eos_token_id=255001, pad_token_id=0)),
+    "command-r7b": (None, dict(  # CohereForAI/c4ai-command-r7b-12-2024
+        model_type="cohere2", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=256000,
+        max_position_embeddings=8192, layer_norm_eps=1e-5, logit_scale=0.25, rope_theta=50000.0,
+        rope_scaling=None, sliding_window=4096, sliding_window_pattern=4, attention_bias=False,
+        attention_dropout=0.0, hidden_act="silu", tie_word_embeddings=True,
+        bos_token_id=5, eos_token_id=255001, pad_token_id=0)),
+    # ---------------- glm / glm4 ----------------
+    "glm-4-9b-chat-hf": (None, dict(  # THUDM/glm-4-9b-chat-hf
+        model_type="glm", hidden_size=4096, intermediate_size=13696, num_hidden_layers=40,
+        num_attention_heads=32, num_key_value_heads=2, head_dim=128, vocab_size=151552,
+        max_position_embeddings=131072, rms_norm_eps=1.5625e-07, rope_theta=10000.0,
+        partial_rotary_factor=0.5, attention_bias=True, attention_dropout=0.0, hidden_act="silu",
+        tie_word_embeddings=False, pad_token_id=151329, eos_token_id=[151329, 151336, 151338])),
+    "glm-4-9b-0414": (None, dict(  # THUDM/GLM-4-9B-0414
+        model_type="glm4", hidden_size=4096, intermediate_size=13696, num_hidden_layers=40,
+        num_attention_heads=32, num_key_value_heads=2, head_dim=128, vocab_size=151552,
+        max_position_embeddings=32768, rms_norm_eps=1e-5, rope_theta=10000.0,
+        partial_rotary_factor=0.5, attention_bias=True, attention_dropout=0.0, hidden_act="silu",
+        tie_word_embeddings=False, pad_token_id=151329, eos_token_id=[151329, 151336, 151338])),
 }
 
 # reduced-depth variants: name -> (base, layers)
@@ -318,6 +360,12 @@ REDUCED = {
     "exaone-4.0-32b-4l": ("exaone-4.0-32b", 4),  # sliding, sliding, sliding, global (NoPE)
     "exaone-4.0-1.2b-4l": ("exaone-4.0-1.2b", 4),
     "hunyuan-7b-2l": ("hunyuan-7b", 2),
+    "phi-2-4l": ("phi-2", 4),
+    "granite-3.1-2b-4l": ("granite-3.1-2b", 4),
+    "command-r-v01-2l": ("command-r-v01", 2),
+    "command-r7b-4l": ("command-r7b", 4),  # sliding_window_pattern=4: 3 sliding + 1 global layer
+    "glm-4-9b-chat-hf-4l": ("glm-4-9b-chat-hf", 4),
+    "glm-4-9b-0414-4l": ("glm-4-9b-0414", 4),
 }
 
 

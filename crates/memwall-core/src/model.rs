@@ -23,6 +23,10 @@ pub enum NormKind {
     Olmo2RmsNorm,
     /// `torch.nn.LayerNorm`.
     LayerNorm,
+    /// `CohereLayerNorm` (models/cohere/modeling_cohere.py): a bias-free LayerNorm written out
+    /// in fp32 ops: `x.float()`, `mean`, `(x - mean).pow(2).mean()`, `(x - mean) *
+    /// rsqrt(var + eps)`, `weight.float() * h`, cast back.
+    CohereLayerNorm,
 }
 
 /// One normalisation layer.
@@ -167,6 +171,15 @@ pub struct Attention {
     /// (modeling_hunyuan_v1_dense.py HunYuanDenseV1Attention: `apply_rotary_pos_emb` then
     /// `query_layernorm`/`key_layernorm`; Qwen3, Gemma 3, OLMo 2 and EXAONE 4 normalise first).
     pub qk_norm_after_rope: bool,
+    /// The partial-rotary split is bound to locals of the attention function
+    /// (models/phi/modeling_phi.py `PhiAttention.forward`: `query_rot, query_pass = ...`, then
+    /// `query_rot, key_rot = apply_rotary_pos_emb(...)`): the q/k projection outputs (behind the
+    /// pass-through views) and the rotated parts stay alive until the function returns.
+    pub rope_locals: bool,
+    /// `apply_rotary_pos_emb` upcasts q and k to fp32 and casts the rotated result back, with
+    /// an interleaved `rotate_half` (`torch.stack([-x2, x1], -1).flatten(-2)`)
+    /// (models/cohere/modeling_cohere.py, models/cohere2/modeling_cohere2.py).
+    pub rope_upcast_qk: bool,
 }
 
 /// Family-specific eager attention code paths that change what is alive when.
@@ -444,7 +457,8 @@ pub enum Residual {
     /// `h = x + attn(n1(x)); out = h + mlp(n2(h))` (pre-norm; Llama and most).
     Sequential,
     /// `out = x + attn(n1(x)) + mlp(n2(x))` (GPT-NeoX `use_parallel_residual`, Falcon
-    /// `parallel_attn`); with no `mlp_norm` the MLP reads `n1(x)` too (Falcon-7B).
+    /// `parallel_attn`); with no `mlp_norm` the MLP reads `n1(x)` too (Falcon-7B, Phi-2,
+    /// Cohere).
     Parallel,
     /// Post-norm: `h = n1(x + attn(x)); out = n2(h + mlp(h))` (OPT `do_layer_norm_before=False`).
     PostNorm,
@@ -480,6 +494,10 @@ pub struct LayerSpec {
     /// sub-block. Omitted from serialised output when false.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub residual_scaled: bool,
+    /// A parallel block sums `residual + attn + mlp` (the residual first: Cohere,
+    /// models/cohere/modeling_cohere.py `CohereDecoderLayer.forward`) rather than
+    /// `attn + mlp + residual` (GPT-NeoX, Phi, Falcon).
+    pub parallel_residual_first: bool,
 }
 
 impl LayerSpec {
@@ -539,7 +557,8 @@ pub struct Embeddings {
     pub learned_positions: Option<u64>,
     /// OPT `project_in`/`project_out` (bias-free linears between `dim` and hidden).
     pub projections: bool,
-    /// Gemma multiplies embeddings by `sqrt(hidden)` (a new tensor in the forward).
+    /// The embeddings are multiplied by a scalar, a new tensor in the forward (Gemma's
+    /// `sqrt(hidden)` normalizer, Granite's `embedding_multiplier`).
     pub scaled: bool,
     /// LayerNorm right after the embeddings (Falcon/OPT have none; BLOOM-style models do).
     pub norm: Option<Norm>,
@@ -574,7 +593,7 @@ pub struct Head {
     /// is what the loss reads and the output holds. Omitted from serialised output when false.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub logits_fp32: bool,
-    /// The model divides its logits by a scalar (Granite `logits / logits_scaling`): a new
+    /// The model scales its logits by a scalar (Granite `logits / logits_scaling`, Cohere `logits * logit_scale`): a new
     /// logits tensor replaces the LM head's output. Omitted from serialised output when false.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub logits_scaled: bool,
@@ -777,7 +796,12 @@ impl ModelDesc {
             .sum();
         let final_norm = self.head.final_norm.map_or(0, |n| n.params());
         let lm_head = if self.head.tied {
-            0
+            // a tied head shares its weight only; a bias stays its own parameter
+            if self.head.bias {
+                u128::from(e.vocab_size)
+            } else {
+                0
+            }
         } else {
             u128::from(e.vocab_size) * dim
                 + if self.head.bias {
@@ -846,10 +870,13 @@ pub(crate) mod tests {
                 temperature_tuning: false,
                 chunked: false,
                 qk_norm_after_rope: false,
+                rope_locals: false,
+                rope_upcast_qk: false,
             },
             attn_output_outlives_mlp: false,
             mixer: Mixer::Attention,
             residual_scaled: false,
+            parallel_residual_first: false,
             mlp: Mlp::Dense(DenseMlp {
                 intermediate: 11008,
                 gated: true,

@@ -385,7 +385,7 @@ impl Acc {
 /// FLOPs per element of a norm (square, sum, scale by rsqrt, weight; LayerNorm adds mean and bias).
 fn norm_flops(kind: NormKind) -> f64 {
     match kind {
-        NormKind::LayerNorm => 7.0,
+        NormKind::LayerNorm | NormKind::CohereLayerNorm => 7.0,
         _ => 4.0,
     }
 }

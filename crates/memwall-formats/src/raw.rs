@@ -219,6 +219,8 @@ pub(crate) struct HfConfig {
     pub multimodal_projector_bias: Option<bool>,
     // Seed-OSS: bias of o_proj (q/k/v follow attention_bias)
     pub attention_out_bias: Option<bool>,
+    // Phi (phi-2): LayerNorm on q/k per head
+    pub qk_layernorm: Option<bool>,
 }
 
 /// `sliding_window_pattern`: a count (every n-th layer is global: Gemma 3, EXAONE 4) or a

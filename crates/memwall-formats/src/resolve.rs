@@ -320,6 +320,8 @@ pub(crate) struct AttnOpts {
     pub temperature_tuning: bool,
     pub chunked: bool,
     pub qk_norm_after_rope: bool,
+    pub rope_locals: bool,
+    pub rope_upcast_qk: bool,
 }
 
 impl AttnOpts {
@@ -342,6 +344,8 @@ impl AttnOpts {
             temperature_tuning: false,
             chunked: false,
             qk_norm_after_rope: false,
+            rope_locals: false,
+            rope_upcast_qk: false,
         }
     }
 
@@ -369,6 +373,8 @@ impl AttnOpts {
             temperature_tuning: self.temperature_tuning,
             chunked: self.chunked,
             qk_norm_after_rope: self.qk_norm_after_rope,
+            rope_locals: self.rope_locals,
+            rope_upcast_qk: self.rope_upcast_qk,
         }
     }
 }
@@ -424,6 +430,7 @@ pub(crate) fn layer(norm: Norm, place: NormPlacement, attention: Attention, mlp:
         attn_output_outlives_mlp: false,
         mixer: Mixer::Attention,
         residual_scaled: false,
+        parallel_residual_first: false,
     }
 }
 

@@ -184,7 +184,7 @@ impl ModelShape {
         };
         let rms_norm = first
             .and_then(|l| l.attn_norm.or(l.mlp_norm))
-            .is_some_and(|n| n.kind != NormKind::LayerNorm);
+            .is_some_and(|n| !matches!(n.kind, NormKind::LayerNorm | NormKind::CohereLayerNorm));
         let linear_bias = first.is_some_and(|l| {
             l.attention.o_bias
                 || match &l.mlp {

@@ -210,7 +210,7 @@ impl ComputeContext<'_> {
                 .layers
                 .first()
                 .and_then(|l| l.attn_norm.or(l.mlp_norm))
-                .is_some_and(|n| n.kind == NormKind::LayerNorm),
+                .is_some_and(|n| matches!(n.kind, NormKind::LayerNorm | NormKind::CohereLayerNorm)),
             gated: self.model.layers.iter().any(|l| match &l.mlp {
                 crate::model::Mlp::Dense(d) => d.gated,
                 crate::model::Mlp::Moe(m) => m.expert.gated,

@@ -32,6 +32,7 @@ fn ln_layer(
         attn_output_outlives_mlp: false,
         mixer: Mixer::Attention,
         residual_scaled: false,
+        parallel_residual_first: false,
     }
 }
 

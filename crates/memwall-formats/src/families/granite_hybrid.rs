@@ -161,6 +161,7 @@ pub(crate) fn granitemoehybrid(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, F
             attn_output_outlives_mlp: false,
             mixer,
             residual_scaled,
+            parallel_residual_first: false,
         });
     }
     let embeddings = token_embeddings(vocab, hidden, true);

@@ -1,17 +1,21 @@
 //! The architecture registry: `model_type` → normaliser. Adding a family = one row here, one
 //! normaliser function, one golden row in `tests/golden/param_counts.json`.
 
+mod cohere;
 mod common;
 mod deepseek;
 mod ernie;
 mod exaone4;
 mod gemma;
+mod glm;
 mod gpt;
+mod granite;
 mod granite_hybrid;
 mod hunyuan;
 mod llama;
 mod llama4;
 mod moe2026;
+mod phi;
 mod seed_oss;
 mod smollm3;
 mod ssm;
@@ -28,6 +32,8 @@ type Normaliser = fn(&HfConfig, &Ctx) -> Result<ModelDesc, FormatError>;
 
 /// The registry, sorted by `model_type`.
 const REGISTRY: &[(&str, Normaliser)] = &[
+    ("cohere", cohere::cohere),
+    ("cohere2", cohere::cohere2),
     ("deepseek_v3", deepseek::deepseek_v3),
     ("ernie4_5", ernie::ernie4_5),
     ("ernie4_5_moe", moe2026::ernie4_5_moe),
@@ -37,9 +43,12 @@ const REGISTRY: &[(&str, Normaliser)] = &[
     ("gemma2", gemma::gemma2),
     ("gemma3", gemma::gemma3),
     ("gemma3_text", gemma::gemma3_text),
+    ("glm", glm::glm),
+    ("glm4", glm::glm4),
     ("gpt2", gpt::gpt2),
     ("gpt_neox", gpt::gpt_neox),
     ("gpt_oss", moe2026::gpt_oss),
+    ("granite", granite::granite),
     ("granitemoehybrid", granite_hybrid::granitemoehybrid),
     ("hunyuan_v1_dense", hunyuan::hunyuan_v1_dense),
     ("llama", llama::llama),
@@ -52,6 +61,7 @@ const REGISTRY: &[(&str, Normaliser)] = &[
     ("olmo2", llama::olmo2),
     ("olmoe", moe2026::olmoe),
     ("opt", gpt::opt),
+    ("phi", phi::phi),
     ("phi3", llama::phi3),
     ("qwen2", llama::qwen2),
     ("qwen2_5_vl", vlm::qwen2_5_vl),
@@ -66,6 +76,8 @@ const REGISTRY: &[(&str, Normaliser)] = &[
 
 /// The `model_type`s in [`REGISTRY`], same order.
 pub(crate) const SUPPORTED: &[&str] = &[
+    "cohere",
+    "cohere2",
     "deepseek_v3",
     "ernie4_5",
     "ernie4_5_moe",
@@ -75,9 +87,12 @@ pub(crate) const SUPPORTED: &[&str] = &[
     "gemma2",
     "gemma3",
     "gemma3_text",
+    "glm",
+    "glm4",
     "gpt2",
     "gpt_neox",
     "gpt_oss",
+    "granite",
     "granitemoehybrid",
     "hunyuan_v1_dense",
     "llama",
@@ -90,6 +105,7 @@ pub(crate) const SUPPORTED: &[&str] = &[
     "olmo2",
     "olmoe",
     "opt",
+    "phi",
     "phi3",
     "qwen2",
     "qwen2_5_vl",

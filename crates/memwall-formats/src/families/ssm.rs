@@ -105,6 +105,7 @@ pub(crate) fn mamba2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError
         attn_output_outlives_mlp: false,
         mixer: Mixer::Mamba2(mixer),
         residual_scaled: false,
+        parallel_residual_first: false,
     };
     let n = usize::try_from(layers).unwrap_or(usize::MAX);
     assemble(

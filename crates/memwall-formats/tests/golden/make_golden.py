@@ -39,7 +39,7 @@ def split(model, vlm=False):
             out["layers"] += n
         elif re.search(r"(^|\.)lm_head\.", name):
             out["lm_head"] += n
-        elif re.search(r"(^|\.)(norm|norm_f|ln_f|final_layer_norm)\.", name):
+        elif re.search(r"(^|\.)(norm|norm_f|ln_f|final_layer_norm|final_layernorm)\.", name):
             out["final_norm"] += n
         else:
             out["embeddings"] += n

@@ -17,6 +17,7 @@ impl Builder<'_> {
         heads: u128,
         dim: u128,
         rot: u128,
+        keep_rotated: bool,
     ) -> (TensorId, u128) {
         let rows = self.tokens;
         // cos/sin are fp32 under autocast (computed outside autocast's matmul list): the result promotes
@@ -47,7 +48,12 @@ impl Builder<'_> {
                 &[3 * part * out_size],
             );
             let y = self.op(full * out_size, &[r, x], &[], &[], &[]);
-            self.drop_(r);
+            if keep_rotated {
+                // bound to a local of the attention function (Phi's `query_rot`)
+                self.attn_locals.push(r);
+            } else {
+                self.drop_(r);
+            }
             y
         };
         (y, out_size)
@@ -110,6 +116,66 @@ impl Builder<'_> {
         self.drop_(cos);
         self.drop_(sin);
         (out[0], out[1])
+    }
+
+    /// Cohere's `apply_rotary_pos_emb` on q and k together (models/cohere/modeling_cohere.py):
+    /// `q = q.float(); k = k.float()` (locals until it returns), `q * cos + rotate_half(q) *
+    /// sin` with `rotate_half = stack([-x2, x1], -1).flatten(-2)`, the same for k, then both
+    /// cast back to the input dtype. `q_width`/`k_width` are elements per token.
+    fn rope_upcast_qk(
+        &mut self,
+        q: TensorId,
+        qs: u128,
+        k: TensorId,
+        ks: u128,
+        q_width: u128,
+        k_width: u128,
+    ) -> (TensorId, TensorId, u128, u128) {
+        let rows = self.tokens;
+        let (nq, nk) = (rows * q_width, rows * k_width);
+        let q32 = if qs != 4 {
+            self.cast(q, nq * 4)
+        } else {
+            self.retain_id(q)
+        };
+        let k32 = if ks != 4 {
+            self.cast(k, nk * 4)
+        } else {
+            self.retain_id(k)
+        };
+        let qe = self.rotate_fp32(q32, nq);
+        let ke = self.rotate_fp32(k32, nk);
+        let qo = if qs != 4 {
+            self.cast(qe, nq * qs)
+        } else {
+            self.retain_id(qe)
+        };
+        let ko = if ks != 4 {
+            self.cast(ke, nk * ks)
+        } else {
+            self.retain_id(ke)
+        };
+        for t in [q32, k32, qe, ke, q, k] {
+            self.drop_(t);
+        }
+        (qo, ko, qs, ks)
+    }
+
+    /// `(x * cos) + (rotate_half(x) * sin)` on an fp32 `x` of `n` elements: `x * cos` and
+    /// `r * sin` save the (shared) cos/sin tables; the negated half and the stacked rotation
+    /// are freed as soon as they are consumed.
+    fn rotate_fp32(&mut self, x: TensorId, n: u128) -> TensorId {
+        let (cos, sin) = self.rope_tables.unwrap_or((0, 0));
+        let xc = self.op(n * 4, &[x], &[cos], &[], &[]);
+        let neg = self.op(n * 2, &[x], &[], &[], &[]);
+        let st = self.op(n * 4, &[neg, x], &[], &[], &[]);
+        self.drop_(neg);
+        let rsn = self.op(n * 4, &[st], &[sin], &[], &[]);
+        self.drop_(st);
+        let y = self.op(n * 4, &[xc, rsn], &[], &[], &[]);
+        self.drop_(xc);
+        self.drop_(rsn);
+        y
     }
 
     /// The attention block. Tensors bound to locals of the attention function (the fused qkv
@@ -219,9 +285,9 @@ impl Builder<'_> {
                 self.drop_(kvn);
                 let _ = kvr;
                 // k = cat(k_nope, k_rope.expand(heads)), q = cat(q_nope, rope(q_rope)) (new tensors)
-                let (kr, _) = self.rope(kva, c, 1, ropd, ropd);
+                let (kr, _) = self.rope(kva, c, 1, ropd, ropd, false);
                 self.drop_(kva);
-                let (qr, _) = self.rope(q, c, heads, ropd, ropd);
+                let (qr, _) = self.rope(q, c, heads, ropd, ropd, false);
                 let qf = self.op(rows * heads * (nope + ropd) * c, &[q, qr], &[], &[], &[]);
                 self.drop_(q);
                 self.drop_(qr);
@@ -257,11 +323,20 @@ impl Builder<'_> {
             (q, k) = (q2, k2);
         } else if rot > 0 && a.rope_fp32 {
             (q, k) = self.rope_fp32(q, qs, k, ks, heads, kv_heads, qk_dim);
+        } else if rot > 0 && a.rope_upcast_qk {
+            (q, k, qs, ks) = self.rope_upcast_qk(q, qs, k, ks, heads * qk_dim, kv_heads * qk_dim);
         } else if rot > 0 {
-            let (q2, s2) = self.rope(q, qs, heads, qk_dim, rot);
-            let (k2, s3) = self.rope(k, ks, kv_heads, qk_dim, rot);
-            self.drop_(q);
-            self.drop_(k);
+            let keep = a.rope_locals && rot < qk_dim;
+            let (q2, s2) = self.rope(q, qs, heads, qk_dim, rot, keep);
+            let (k2, s3) = self.rope(k, ks, kv_heads, qk_dim, rot, keep);
+            if keep {
+                // the pass-through views keep the projection outputs alive until return
+                self.attn_locals.push(q);
+                self.attn_locals.push(k);
+            } else {
+                self.drop_(q);
+                self.drop_(k);
+            }
             (q, k, qs, ks) = (q2, k2, s2, s3);
         }
         if a.qk_norm_after_rope {

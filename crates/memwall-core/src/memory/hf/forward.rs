@@ -18,7 +18,9 @@ impl Builder<'_> {
         // has gradient checkpointing on (peft_model.py `prepare_model_for_gradient_checkpointing`):
         // the frozen embedding's output becomes a leaf that requires grad, so layer 0 saves its
         // activations and the leaf's gradient lives until the graph is freed after backward.
-        if self.mode.lora().is_some() && self.mode.checkpointing() && !self.t.requires_grad(emb) {
+        let input_leaf =
+            self.mode.lora().is_some() && self.mode.checkpointing() && !self.t.requires_grad(emb);
+        if input_leaf {
             self.t.set_requires_grad(emb, true);
             self.t.record(Node {
                 outputs: Ids::of(&[emb]),
@@ -44,8 +46,13 @@ impl Builder<'_> {
             x = y;
         }
         if e.scaled {
-            // Gemma: hidden_states * normalizer (a new tensor)
-            let y = self.op(rows * h * s, &[x], &[], &[], &[]);
+            // Gemma: hidden_states * normalizer; Granite: inputs_embeds * embedding_multiplier
+            // (a new tensor). A multiplication saves nothing for a constant factor, but when
+            // the embeddings are peft's grad-requiring leaf, the leaf's AccumulateGrad node
+            // (torch/csrc/autograd/functions/accumulate_grad.h: it holds the variable) keeps
+            // the embeddings alive until backward reaches it, as a saved tensor would.
+            let saved: &[TensorId] = if input_leaf { &[x] } else { &[] };
+            let y = self.op(rows * h * s, &[x], saved, &[], &[]);
             self.drop_(x);
             x = y;
         }
@@ -130,8 +137,11 @@ impl Builder<'_> {
                 self.drop_(n1);
                 let (a, _) = post(self, a, self.compute_size, 1, spec.attn_post_norm);
                 let a = self.dropout(a, rows * h * self.compute_size, self.compute_size, p_drop);
-                let a = self.residual_scale(a, spec.residual_scaled);
-                let mut hdn = add(self, x, a, rs);
+                let a_scaled = self.residual_scaled(a, &spec);
+                let mut hdn = add(self, x, a_scaled, rs);
+                if a_scaled != a {
+                    self.drop_(a_scaled);
+                }
                 let kept_attn = if spec.attn_output_outlives_mlp {
                     Some(a)
                 } else {
@@ -158,8 +168,11 @@ impl Builder<'_> {
                 self.drop_(n2);
                 let (m, _) = post(self, m, self.compute_size, 3, spec.mlp_post_norm);
                 let m = self.dropout(m, rows * h * self.compute_size, self.compute_size, p_drop);
-                let m = self.residual_scale(m, spec.residual_scaled);
-                let mut out = add(self, hdn, m, rs);
+                let m_scaled = self.residual_scaled(m, &spec);
+                let mut out = add(self, hdn, m_scaled, rs);
+                if m_scaled != m {
+                    self.drop_(m_scaled);
+                }
                 self.drop_(m);
                 self.drop_(hdn);
                 if let Some(a) = kept_attn {
@@ -185,18 +198,47 @@ impl Builder<'_> {
                         (n1, n1s)
                     }
                 };
+                // GPT-NeoX (`post_attention_dropout`, `post_mlp_dropout`) and Phi
+                // (`resid_dropout` twice, models/phi/modeling_phi.py PhiDecoderLayer.forward)
+                // drop each branch before the sum; Falcon drops the sum (`dropout_add`,
+                // models/falcon/modeling_falcon.py FalconDecoderLayer.forward)
+                let per_branch = spec.attention.eager_style != crate::model::EagerStyle::Falcon;
+                let c = self.compute_size;
                 let a = self.attention(n1, n1s, &spec.attention, lp, ckpt);
                 self.drop_(n1);
+                let a = if per_branch {
+                    self.dropout(a, rows * h * c, c, p_drop)
+                } else {
+                    a
+                };
                 let m = match &spec.mlp {
                     Mlp::Dense(d) => self.dense_mlp(n2, n2s, rows, d, &lp.linears),
                     Mlp::Moe(moe) => self.moe_mlp(n2, n2s, lp, moe),
                     Mlp::None => self.retain_id(n2),
                 };
                 self.drop_(n2);
-                let am = add(self, m, a, self.compute_size);
+                let m = if per_branch {
+                    self.dropout(m, rows * h * c, c, p_drop)
+                } else {
+                    m
+                };
+                if spec.parallel_residual_first {
+                    // Cohere: `residual + hidden_states_attention + hidden_states_mlp`
+                    let xa = add(self, x, a, rs);
+                    self.drop_(a);
+                    let out = add(self, xa, m, rs);
+                    self.drop_(xa);
+                    self.drop_(m);
+                    return out;
+                }
+                let am = add(self, m, a, c);
                 self.drop_(a);
                 self.drop_(m);
-                let am = self.dropout(am, rows * h * self.compute_size, self.compute_size, p_drop);
+                let am = if per_branch {
+                    am
+                } else {
+                    self.dropout(am, rows * h * c, c, p_drop)
+                };
                 let out = add(self, am, x, rs);
                 self.drop_(am);
                 out
@@ -204,22 +246,20 @@ impl Builder<'_> {
         }
     }
 
-    /// A sub-block's output times a scalar before its residual add (Granite
-    /// `hidden_states * self.residual_multiplier`: a new tensor, nothing saved since the factor
-    /// is a Python float); `x` when the layer has no such factor.
-    fn residual_scale(&mut self, x: TensorId, scaled: bool) -> TensorId {
-        if !scaled {
-            return x;
+    /// A sub-block output times the residual multiplier (Granite: `hidden_states *
+    /// self.residual_multiplier`, a new tensor, nothing saved for a Python scalar); the input
+    /// itself when the layer has none. The input stays bound until the residual add returns.
+    fn residual_scaled(&mut self, y: TensorId, spec: &crate::model::LayerSpec) -> TensorId {
+        if !spec.residual_scaled {
+            return y;
         }
-        let y = self.op(
+        self.op(
             self.tokens * self.hidden * self.compute_size,
-            &[x],
+            &[y],
             &[],
             &[],
             &[],
-        );
-        self.drop_(x);
-        y
+        )
     }
 
     /// After the last decoder layer: the causal mask and the kept block outputs go, then the
@@ -278,7 +318,7 @@ impl Builder<'_> {
                 numel: v * dim,
                 ..self.lm_head.unwrap_or(self.embed)
             },
-            b: None,
+            b: self.lm_head_bias,
             lora: None,
             in_f: dim,
             out_f: v,

@@ -255,6 +255,8 @@ pub(crate) struct Builder<'a> {
     attn_mask: Option<TensorId>,
     /// training: the checkpointed core-attention calls (`selective-attn`), by tape index
     core_calls: Vec<CoreCall>,
+    /// the LM head's bias (Phi-2 `lm_head = nn.Linear(..., bias=True)`), also when the weight is tied
+    lm_head_bias: Option<P>,
 }
 
 /// One core-attention call under a checkpoint (`--checkpointing-policy selective-attn`): what
@@ -391,6 +393,7 @@ impl<'a> Builder<'a> {
             outputs_prev: Vec::new(),
             attn_mask: None,
             core_calls: Vec::new(),
+            lm_head_bias: None,
         }
     }
 

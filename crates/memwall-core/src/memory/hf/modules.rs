@@ -186,6 +186,7 @@ impl Builder<'_> {
                 }
                 (y, out_size)
             }
+            NormKind::CohereLayerNorm => self.cohere_norm(x, x_size, rows, dim, p.0),
             NormKind::RmsNorm | NormKind::Olmo2RmsNorm | NormKind::GemmaRmsNorm => {
                 // Shared prefix of LlamaRMSNorm, Olmo2RMSNorm and GemmaRMSNorm (transformers
                 // models/{llama,olmo2,gemma}/modeling_*.py):
@@ -228,6 +229,62 @@ impl Builder<'_> {
                 (y, x_size)
             }
         }
+    }
+
+    /// `CohereLayerNorm.forward` (models/cohere/modeling_cohere.py), op by op: every step is an
+    /// fp32 tensor; `pow` saves its input, `rsqrt` its result, the two multiplications their
+    /// operands crosswise (`tools/autograd/derivatives.yaml`).
+    fn cohere_norm(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        rows: u128,
+        dim: u128,
+        w: P,
+    ) -> (TensorId, u128) {
+        let n = rows * dim;
+        // hidden_states = hidden_states.to(torch.float32)
+        let x32 = if x_size != 4 { self.cast(x, n * 4) } else { x };
+        let mean = self.op(rows * 4, &[x32], &[], &[], &[]);
+        // variance = (hidden_states - mean).pow(2).mean(-1, keepdim=True)
+        let c1 = self.op(n * 4, &[x32, mean], &[], &[], &[]);
+        let sq = self.op(n * 4, &[c1], &[c1], &[], &[]);
+        self.drop_(c1);
+        let var = self.op(rows * 4, &[sq], &[], &[], &[]);
+        self.drop_(sq);
+        // (hidden_states - mean) * torch.rsqrt(variance + eps)
+        let c2 = self.op(n * 4, &[x32, mean], &[], &[], &[]);
+        let ve = self.op(rows * 4, &[var], &[], &[], &[]);
+        let rs = self.op_saving_output(rows * 4, ve);
+        self.drop_(ve);
+        let h = self.mul(c2, rs, n * 4);
+        self.drop_(c2);
+        self.drop_(rs);
+        if x32 != x {
+            self.drop_(x32);
+        }
+        // self.weight.to(torch.float32) * hidden_states
+        let y32 = if self.param_size != 4 {
+            let wf = self.op(dim * 4, &[], &[], &[w.id], &[]);
+            let y = self.mul(wf, h, n * 4);
+            self.drop_(wf);
+            y
+        } else {
+            let saved: &[TensorId] = if self.trainable(&w) { &[h] } else { &[] };
+            self.op(n * 4, &[h], saved, &[w.id], &[])
+        };
+        self.drop_(h);
+        // `return hidden_states.to(input_dtype)`: mean and variance are locals until then
+        let out = if x_size != 4 {
+            let y = self.cast(y32, n * x_size);
+            self.drop_(y32);
+            (y, x_size)
+        } else {
+            (y32, 4)
+        };
+        self.drop_(mean);
+        self.drop_(var);
+        out
     }
 
     /// Training-mode dropout; p = 0 returns the input itself (`ATen/native/Dropout.cpp`).

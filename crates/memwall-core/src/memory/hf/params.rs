@@ -325,9 +325,10 @@ impl Builder<'_> {
             ) {
                 self.t.resize_param(h.id, b);
             }
-            if m.head.bias {
-                self.new_param(u128::from(e.vocab_size), true);
-            }
+        }
+        // a tied head shares only the weight: `lm_head.bias` stays its own parameter
+        if m.head.bias {
+            self.lm_head_bias = Some(self.new_param(u128::from(e.vocab_size), true));
         }
         // A vision-language model's vision tower and projector: present in memory (root unit),
         // trained only when asked (`VisionTower::trainable`); their activations are not
