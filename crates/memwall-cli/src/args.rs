@@ -14,7 +14,7 @@ use memwall_core::plan::AllowItem;
 use memwall_core::roofline::{MathDtype, RooflinePhase, RooflineWorkload};
 use memwall_core::workload::limits::{self, count, fraction};
 use memwall_core::workload::{
-    AttentionImpl, KernelOptions, KvDtype, Lora, LossKernel, Optimizer, Precision, TrainWorkload,
+    AttentionImpl, KernelOptions, KernelSet, KvDtype, Lora, LossKernel, Optimizer, Precision, TrainWorkload,
 };
 
 /// The value parser of a core enum: its accepted names and their help come from the enum's one
@@ -556,6 +556,7 @@ impl RooflineSettings {
             flops_efficiency,
             bandwidth_efficiency,
             loss: LossKernel::Torch,
+            kernels: KernelSet::Torch,
         };
         // the bounds that need no model first, then the model (`tp` must divide its heads)
         workload.validate_numbers()?;
@@ -636,6 +637,10 @@ pub struct TrainArgs {
     /// batch's sequences packed into one row; --seq is then their mean length.
     #[arg(long)]
     pub padding_free: bool,
+    /// Layer kernels: `liger` runs Liger-Kernel's RMSNorm, SwiGLU/GeGLU and RoPE as
+    /// transformers' `use_liger_kernel=True` patches them in, and implies --loss fused-linear.
+    #[arg(long, value_parser = named::<KernelSet>(), default_value = "torch")]
+    pub kernels: KernelSet,
     /// GPU to check the fit against (see `memwall gpus`).
     #[arg(long, default_value = "h100-sxm")]
     pub gpu: String,
@@ -705,6 +710,25 @@ pub struct TrainArgs {
 /// The gradient accumulation that makes `global` = micro-batch × accumulation × dp: derived
 /// when `grad_accum` is left at 1, else checked. Inputs are already bounded; the arithmetic is
 /// checked all the same.
+/// The loss kernel of `--loss` under `--kernels`: Liger brings its fused linear cross-entropy
+/// (`apply_liger_kernel_to_*` default `fused_linear_cross_entropy=True`), so `--kernels liger`
+/// turns the default `torch` loss into `fused-linear` and refuses flash-attn's `fused`.
+fn loss_with(kernels: KernelSet, loss: LossKernel) -> Result<LossKernel> {
+    match (kernels, loss) {
+        (KernelSet::Torch, l) => Ok(l),
+        (KernelSet::Liger, LossKernel::Torch | LossKernel::FusedLinear) => {
+            Ok(LossKernel::FusedLinear)
+        }
+        (KernelSet::Liger, l) => Err(UserError::flag(
+            "--loss",
+            l,
+            "--kernels liger computes the loss with Liger's fused linear cross-entropy",
+            "drop --loss (--kernels liger implies --loss fused-linear), or drop --kernels liger",
+        )
+        .into()),
+    }
+}
+
 fn grad_accum_for_global_batch(global: u64, batch: u64, grad_accum: u64, dp: u64) -> Result<u64> {
     use memwall_core::error::checked_mul;
     let per_step = checked_mul("batch", batch, dp)?;
@@ -784,6 +808,7 @@ impl TrainSettings {
             no_dropout,
             loss,
             padding_free,
+            kernels,
             gpu,
             output,
             emit,
@@ -919,7 +944,11 @@ impl TrainSettings {
             lora,
             grad_accum,
             dropout: !no_dropout,
-            kernels: KernelOptions { loss, padding_free },
+            kernels: KernelOptions {
+                loss: loss_with(kernels, loss)?,
+                padding_free,
+                layers: kernels,
+            },
         };
         workload.validate()?;
         if let Some(l) = &layout {

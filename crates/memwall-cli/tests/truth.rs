@@ -6,7 +6,8 @@
 
 use memwall_core::memory::{simulate_train, Kernels};
 use memwall_core::workload::{
-    AttentionImpl, KernelOptions, Lora, LossKernel, Optimizer, Precision, TrainWorkload,
+    AttentionImpl, KernelOptions, KernelSet, Lora, LossKernel, Optimizer, Precision,
+    TrainWorkload,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -37,6 +38,9 @@ struct Case {
     /// the batch packed into one row (absent: padded batches)
     #[serde(default)]
     padding_free: bool,
+    /// `liger` (absent: transformers' eager modules)
+    #[serde(default)]
+    kernels: Option<String>,
     measured: Measured,
     versions: BTreeMap<String, String>,
 }
@@ -120,6 +124,9 @@ fn workload(c: &Case) -> TrainWorkload {
                 l.parse().unwrap_or_else(|e| panic!("{}: {e}", c.id))
             }),
             padding_free: c.padding_free,
+            layers: c.kernels.as_deref().map_or(KernelSet::Torch, |k| {
+                k.parse().unwrap_or_else(|e| panic!("{}: {e}", c.id))
+            }),
         },
     }
 }
@@ -158,7 +165,9 @@ impl Row {
 }
 
 fn category(c: &Case) -> String {
-    if let Some(loss) = &c.loss {
+    if let Some(k) = &c.kernels {
+        format!("kernels {k}")
+    } else if let Some(loss) = &c.loss {
         format!("loss {loss}")
     } else if c.padding_free {
         "padding-free".into()

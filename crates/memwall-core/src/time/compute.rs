@@ -198,6 +198,7 @@ impl ComputeContext<'_> {
             flops_efficiency: 1.0,
             bandwidth_efficiency: 1.0,
             loss: w.kernels.loss,
+            kernels: w.kernels.layers,
         };
         let records = op_records(self.model, &rw)?;
         let cp = l.cp.max(1) as f64;

@@ -18,6 +18,9 @@ impl Builder<'_> {
         dim: u128,
         rot: u128,
     ) -> (TensorId, u128) {
+        if self.liger() {
+            return self.liger_rope(x, x_size);
+        }
         let rows = self.tokens;
         // cos/sin are fp32 under autocast (computed outside autocast's matmul list): the result promotes
         let out_size = if self.amp { 4 } else { x_size };
@@ -51,6 +54,23 @@ impl Builder<'_> {
             y
         };
         (y, out_size)
+    }
+
+    /// Liger's `LigerRopeFunction` (Liger-Kernel 0.8.5 `ops/rope.py`): q (or k) is transposed
+    /// back to its physical `[B, S, heads, D]` layout, which is contiguous for a projection's
+    /// output, and rotated in place; `cos, sin` are saved. The output is the input's storage, and
+    /// backward rotates the incoming gradient in place, so the gradient reaches the projection
+    /// as it left attention.
+    fn liger_rope(&mut self, x: TensorId, x_size: u128) -> (TensorId, u128) {
+        if self.rg(x) {
+            if let Some((cos, sin)) = self.rope_tables {
+                self.t.record(Node {
+                    saved: Ids::of(&[cos, sin]),
+                    ..Node::default()
+                });
+            }
+        }
+        (self.retain_id(x), x_size)
     }
 
     /// The attention block. Tensors bound to locals of the attention function (the fused qkv

@@ -391,6 +391,12 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// Liger's layer kernels replace the norms, the gated activation and the rotary embedding
+    /// (`--kernels liger`; `crate::liger` refuses the families whose patch is not modelled).
+    fn liger(&self) -> bool {
+        self.mode.kernels().layers == crate::workload::KernelSet::Liger
+    }
+
     fn act(&mut self, bytes: u128, requires_grad: bool) -> TensorId {
         self.t.alloc(bytes, Category::Activations, requires_grad)
     }
