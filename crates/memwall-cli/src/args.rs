@@ -1154,6 +1154,9 @@ pub struct PlanArgs {
     /// Loss kernel.
     #[arg(long, value_parser = named::<LossKernel>(), default_value = "torch")]
     pub loss: LossKernel,
+    /// Layer kernels (`liger`: Liger-Kernel, implies --loss fused-linear; see `memwall train --help`).
+    #[arg(long, value_parser = named::<KernelSet>(), default_value = "torch")]
+    pub kernels: KernelSet,
     /// Disable dropout.
     #[arg(long)]
     pub no_dropout: bool,
@@ -1212,6 +1215,7 @@ impl PlanSettings {
             optimizer,
             attention,
             loss,
+            kernels,
             no_dropout,
             lora_rank,
             lora_targets,
@@ -1275,7 +1279,10 @@ impl PlanSettings {
         base.optimizer = optimizer;
         base.attention = attention;
         base.dropout = !no_dropout;
-        base.kernels.loss = loss;
+        base.kernels.loss = loss_with(kernels, loss)?;
+        base.kernels.layers = kernels;
+        // refused up front: the search would otherwise find no plan without saying why
+        memwall_core::liger::check(&model.desc, &base)?;
         let request = memwall_core::plan::PlanRequest {
             gpus,
             gpus_per_node,

@@ -13,7 +13,7 @@ use crate::dtype::Precision;
 use crate::error::CoreError;
 use crate::layout::{Layout, Offload, OffloadDevice, Strategy};
 use crate::optimizer::Optimizer;
-use crate::workload::{LossKernel, TrainWorkload};
+use crate::workload::{KernelSet, LossKernel, TrainWorkload};
 
 /// DeepSpeed ZeRO stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -98,6 +98,8 @@ pub struct Capabilities {
     pub losses: Rule<LossKernel>,
     /// Padding-free (packed) batches (`true` = accepted).
     pub padding_free: Rule<bool>,
+    /// Layer kernels (`--kernels`).
+    pub kernels: Rule<KernelSet>,
 }
 
 const ALL_OPTIMIZERS: &[Optimizer] = &[
@@ -145,6 +147,15 @@ const HF_PADDING_FREE: Rule<bool> = all(
     YES,
     "transformers DataCollatorWithFlattening / TRL padding_free: one row of batch × seq tokens, \
      position ids restarting per sequence, no KV cache (measured on one GPU)",
+);
+const ALL_KERNELS: &[KernelSet] = &[KernelSet::Torch, KernelSet::Liger];
+/// The layer kernels on the engines that replay the transformers step (each rank runs its
+/// layers as one GPU does).
+const HF_KERNELS: Rule<KernelSet> = all(
+    ALL_KERNELS,
+    "torch: transformers' eager modules; liger: Liger-Kernel 0.8.5 RMSNorm, SwiGLU/GeGLU, RoPE \
+     and fused linear cross-entropy as use_liger_kernel=True patches them in (measured on one GPU \
+     through CPU references, tools/truth/kernels.py)",
 );
 const NO: &[bool] = &[false];
 const FSDP_STRATEGIES: &[Strategy] = &[Strategy::FsdpFull, Strategy::FsdpGradOp, Strategy::Hsdp];
@@ -261,6 +272,7 @@ pub const TABLE: [Capabilities; 8] = [
         grad_accum: all(YES, "gradients accumulate into `.grad` between micro-batches"),
         losses: HF_LOSSES,
         padding_free: HF_PADDING_FREE,
+        kernels: HF_KERNELS,
     },
     Capabilities {
         engine: Engine::Ddp,
@@ -287,6 +299,7 @@ pub const TABLE: [Capabilities; 8] = [
         grad_accum: all(YES, "every micro-batch all-reduces (no `no_sync`)"),
         losses: HF_LOSSES,
         padding_free: HF_PADDING_FREE,
+        kernels: HF_KERNELS,
     },
     Capabilities {
         engine: Engine::Fsdp2,
@@ -326,6 +339,7 @@ pub const TABLE: [Capabilities; 8] = [
         ),
         losses: HF_LOSSES,
         padding_free: HF_PADDING_FREE,
+        kernels: HF_KERNELS,
     },
     Capabilities {
         engine: Engine::Zero(ZeroStage::One),
@@ -342,6 +356,7 @@ pub const TABLE: [Capabilities; 8] = [
         grad_accum: all(YES, "gradients accumulate in the 16-bit model"),
         losses: HF_LOSSES,
         padding_free: HF_PADDING_FREE,
+        kernels: HF_KERNELS,
     },
     Capabilities {
         engine: Engine::Zero(ZeroStage::Two),
@@ -358,6 +373,7 @@ pub const TABLE: [Capabilities; 8] = [
         grad_accum: all(YES, "gradients accumulate in the rank's partition"),
         losses: HF_LOSSES,
         padding_free: HF_PADDING_FREE,
+        kernels: HF_KERNELS,
     },
     Capabilities {
         engine: Engine::Zero(ZeroStage::Three),
@@ -385,6 +401,7 @@ pub const TABLE: [Capabilities; 8] = [
         grad_accum: all(YES, "gradients accumulate in the rank's partition"),
         losses: HF_LOSSES,
         padding_free: HF_PADDING_FREE,
+        kernels: HF_KERNELS,
     },
     Capabilities {
         engine: Engine::Megatron,
@@ -458,6 +475,12 @@ pub const TABLE: [Capabilities; 8] = [
             "not modelled: Megatron-LM's packed sequences (THD format, `PackedSeqParams`) are not simulated",
             "drop --padding-free, or use it without --tp/--pp/--cp/--ep",
         ),
+        kernels: rule(
+            &[KernelSet::Torch],
+            "Megatron-LM's own fused kernels (Transformer Engine / apex layer norms, fused bias-SwiGLU)",
+            "Liger-Kernel patches transformers modules; Megatron-LM's layers are its own",
+            "drop --kernels, or use it without --tp/--pp/--cp/--ep",
+        ),
     },
     Capabilities {
         engine: Engine::Vllm,
@@ -474,6 +497,7 @@ pub const TABLE: [Capabilities; 8] = [
         grad_accum: rule(NO, "", SERVES, "use memwall serve"),
         losses: rule(&[LossKernel::Torch], "", SERVES, "use memwall serve"),
         padding_free: rule(NO, "", SERVES, "use memwall serve"),
+        kernels: rule(&[KernelSet::Torch], "", SERVES, "use memwall serve"),
     },
 ];
 
@@ -555,6 +579,7 @@ impl Engine {
         if w.grad_accum > 1 {
             self.require(&c.grad_accum, true, "grad_accum", &w.grad_accum.to_string())?;
         }
+        self.require(&c.kernels, w.kernels.layers, "kernels", w.kernels.layers.name())?;
         self.require(&c.losses, w.kernels.loss, "loss", w.kernels.loss.name())?;
         if w.kernels.padding_free {
             self.require(&c.padding_free, true, "padding_free", "true")?;
@@ -720,6 +745,11 @@ mod tests {
                     c.padding_free.allowed.len() < 2,
                     c.padding_free.refused,
                     c.padding_free.hint,
+                ),
+                (
+                    c.kernels.allowed.len() < KernelSet::ALL.len(),
+                    c.kernels.refused,
+                    c.kernels.hint,
                 ),
                 (
                     c.strategies.allowed.len() < Strategy::ALL.len(),

@@ -85,9 +85,7 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload) -> Result<(), CoreError> {
             format!(
                 "Liger patches `{mt}`, but the simulator does not model that patch: {why}"
             ),
-            format!(
-                "--kernels liger is modelled for {modelled}; for `{mt}` use --loss fused-linear (Liger's loss alone)"
-            ),
+            format!("drop --kernels liger for `{mt}` (it is modelled for {modelled})"),
         )),
         LigerFamily::Unsupported => Err(CoreError::invalid_value(
             "kernels",

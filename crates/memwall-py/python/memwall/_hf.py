@@ -354,6 +354,28 @@ def _attention(config: Any) -> Optional[str]:
     return mapped
 
 
+def _check_liger_config(config: Any) -> None:
+    """The ``liger_kernel_config`` of ``TrainingArguments`` (keywords of Liger's
+    ``apply_liger_kernel_to_<family>``): memwall models Liger's defaults; a config that turns a
+    kernel off or the plain cross-entropy on is refused by name."""
+    if not config:
+        return
+    if not isinstance(config, dict):
+        raise MemwallError(
+            f"liger_kernel_config `{config!r}` is not a dict",
+            "pass a dict of apply_liger_kernel_to_* keywords, or leave it unset",
+            field="liger_kernel_config",
+        )
+    defaults = {"rope": True, "rms_norm": True, "swiglu": True, "geglu": True, "fused_linear_cross_entropy": True, "cross_entropy": False}
+    for key, value in config.items():
+        if key in defaults and value != defaults[key]:
+            raise MemwallError(
+                f"liger_kernel_config `{key}={value!r}` is not modelled: --kernels liger is Liger's default set",
+                "leave liger_kernel_config unset (rope, rms_norm, swiglu/geglu and fused_linear_cross_entropy on)",
+                field="liger_kernel_config",
+            )
+
+
 def training_args_kwargs(
     training_args: Any,
     model_config: Any = None,
@@ -372,7 +394,9 @@ def training_args_kwargs(
     ``zero_optimization.stage`` → zeroN, ``offload_optimizer``/``offload_param`` → offload),
     ``fsdp``/``fsdp_config`` → fsdp-full, fsdp-grad-op, hsdp (``cpu_offload`` → offload both),
     the world size (``world_size``, else ``WORLD_SIZE``; ``LOCAL_WORLD_SIZE`` per node) → gpus,
-    TRL's ``max_length``/``max_seq_length`` → seq and ``padding_free``.
+    TRL's ``max_length``/``max_seq_length`` → seq and ``padding_free``, ``use_liger_kernel`` →
+    kernels="liger" (Liger's default kernel set; a ``liger_kernel_config`` that changes it is
+    refused).
 
     ``model_config`` is what :func:`memwall.train` takes as ``model=`` (a PretrainedConfig, a
     dict, a catalogue id, a path), or the model itself: then its config, its dtype, its
@@ -422,6 +446,11 @@ def training_args_kwargs(
             break
     if _get(training_args, "padding_free", False) is True:
         kw["padding_free"] = True
+    if _get(training_args, "use_liger_kernel", False) is True:
+        # the Trainer patches the model with Liger's kernels (rope, rms_norm, swiglu/geglu and
+        # fused linear cross-entropy by default; liger_kernel_config can switch them off)
+        _check_liger_config(_get(training_args, "liger_kernel_config", None))
+        kw["kernels"] = "liger"
     attention = _attention(config if module is None else getattr(module, "config", config))
     if attention is not None:
         kw["attention"] = attention
