@@ -14,7 +14,8 @@ use memwall_core::plan::AllowItem;
 use memwall_core::roofline::{MathDtype, RooflinePhase, RooflineWorkload};
 use memwall_core::workload::limits::{self, count, fraction};
 use memwall_core::workload::{
-    AttentionImpl, KernelOptions, KernelSet, KvDtype, Lora, LossKernel, Optimizer, Precision, TrainWorkload,
+    AttentionImpl, KernelOptions, KernelSet, KvDtype, Lora, LossKernel, Optimizer, Precision,
+    TrainWorkload,
 };
 
 /// The value parser of a core enum: its accepted names and their help come from the enum's one

@@ -398,7 +398,10 @@ fn overflow_and_range_errors_name_the_field() {
 #[test]
 fn liger_kernels_are_refused_by_name_where_not_modelled() {
     // Liger has no patch for GPT-2: `use_liger_kernel=True` would change nothing
-    let e = refused_naming(&["train", "-m", "gpt2", "--kernels", "liger"], &["--kernels", "gpt2"]);
+    let e = refused_naming(
+        &["train", "-m", "gpt2", "--kernels", "liger"],
+        &["--kernels", "gpt2"],
+    );
     assert!(hint(&e).contains("drop --kernels liger"), "{e}");
     // Liger patches Gemma 2, with kernels the simulator does not model
     let e = refused_naming(

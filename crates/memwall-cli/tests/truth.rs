@@ -6,8 +6,7 @@
 
 use memwall_core::memory::{simulate_train, Kernels};
 use memwall_core::workload::{
-    AttentionImpl, KernelOptions, KernelSet, Lora, LossKernel, Optimizer, Precision,
-    TrainWorkload,
+    AttentionImpl, KernelOptions, KernelSet, Lora, LossKernel, Optimizer, Precision, TrainWorkload,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;

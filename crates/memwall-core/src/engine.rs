@@ -579,7 +579,12 @@ impl Engine {
         if w.grad_accum > 1 {
             self.require(&c.grad_accum, true, "grad_accum", &w.grad_accum.to_string())?;
         }
-        self.require(&c.kernels, w.kernels.layers, "kernels", w.kernels.layers.name())?;
+        self.require(
+            &c.kernels,
+            w.kernels.layers,
+            "kernels",
+            w.kernels.layers.name(),
+        )?;
         self.require(&c.losses, w.kernels.loss, "loss", w.kernels.loss.name())?;
         if w.kernels.padding_free {
             self.require(&c.padding_free, true, "padding_free", "true")?;

@@ -112,7 +112,10 @@ mod tests {
         for mt in LIGER_MODELLED {
             assert_eq!(liger_family(mt), LigerFamily::Modelled);
         }
-        assert!(matches!(liger_family("gemma2"), LigerFamily::NotModelled(_)));
+        assert!(matches!(
+            liger_family("gemma2"),
+            LigerFamily::NotModelled(_)
+        ));
         assert_eq!(liger_family("gpt2"), LigerFamily::Unsupported);
     }
 }

@@ -421,8 +421,17 @@ impl Builder<'_> {
                 let falcon = a.eager_style == crate::model::EagerStyle::Falcon;
                 let falcon_mask = (falcon || self.mode.kernels().padding_free)
                     && self.mode.attention() == AttentionImpl::Sdpa;
+                // (transformers `_ignore_causal_mask_sdpa`: no skip once `kv_length >=
+                // local_attention_size`, so a training sequence exactly as long as the window gets
+                // one; measured: kern-mistral7b-4l-liger-b2s4096, mix-gemma3-1b-fp32-sgdmom-lora-r16.
+                // Inference keeps the strict bound its prefill fixtures were measured with.)
+                let train = !self.mode.is_infer();
                 let masked = match a.sliding_window {
-                    Some(win) if u128::from(win) < kv && s > 1 => true,
+                    Some(win)
+                        if (u128::from(win) < kv || (train && u128::from(win) == kv)) && s > 1 =>
+                    {
+                        true
+                    }
                     _ => falcon_mask,
                 };
                 // With a mask, transformers does not use SDPA's `enable_gqa`
@@ -709,9 +718,10 @@ impl Builder<'_> {
                     || self.any_layer(|l| {
                         l.attention.eager_style == crate::model::EagerStyle::Falcon
                             || (q_len > 1
-                                && l.attention
-                                    .sliding_window
-                                    .is_some_and(|w| u128::from(w) < kv_len))
+                                && l.attention.sliding_window.is_some_and(|w| {
+                                    u128::from(w) < kv_len
+                                        || (!self.mode.is_infer() && u128::from(w) == kv_len)
+                                }))
                     }) =>
             {
                 Some(self.act(q_len * kv_len, false))
