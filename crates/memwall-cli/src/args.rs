@@ -639,7 +639,8 @@ pub struct TrainArgs {
     #[arg(long)]
     pub padding_free: bool,
     /// Layer kernels: `liger` runs Liger-Kernel's RMSNorm, SwiGLU/GeGLU and RoPE as
-    /// transformers' `use_liger_kernel=True` patches them in, and implies --loss fused-linear.
+    /// transformers' `use_liger_kernel=True` patches them in, and implies --loss fused-linear;
+    /// `rmsnorm` only a fused RMSNorm (Liger's alone, or torchtitan's `fused_rmsnorm`).
     #[arg(long, value_parser = named::<KernelSet>(), default_value = "torch")]
     pub kernels: KernelSet,
     /// GPU to check the fit against (see `memwall gpus`).
@@ -716,7 +717,7 @@ pub struct TrainArgs {
 /// turns the default `torch` loss into `fused-linear` and refuses flash-attn's `fused`.
 fn loss_with(kernels: KernelSet, loss: LossKernel) -> Result<LossKernel> {
     match (kernels, loss) {
-        (KernelSet::Torch, l) => Ok(l),
+        (KernelSet::Torch | KernelSet::Rmsnorm, l) => Ok(l),
         (KernelSet::Liger, LossKernel::Torch | LossKernel::FusedLinear) => {
             Ok(LossKernel::FusedLinear)
         }

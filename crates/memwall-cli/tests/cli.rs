@@ -452,6 +452,14 @@ fn liger_kernels_need_less_than_its_loss_alone() {
         liger.peak_bytes,
         linear.peak_bytes
     );
+    // a fused RMSNorm alone keeps transformers' loss
+    let torch = run_json(&[]);
+    let norm = run_json(&["--kernels", "rmsnorm"]);
+    assert_eq!(norm.workload["kernels"]["layers"], "rmsnorm");
+    assert!(norm.workload["kernels"]
+        .get("loss")
+        .is_none_or(|l| l == "torch"));
+    assert!(norm.peak_bytes < torch.peak_bytes && liger.peak_bytes < norm.peak_bytes);
     // the same kernels on every FSDP2 rank
     let (code, _, stderr) = run(&[
         "train",

@@ -148,14 +148,14 @@ const HF_PADDING_FREE: Rule<bool> = all(
     "transformers DataCollatorWithFlattening / TRL padding_free: one row of batch × seq tokens, \
      position ids restarting per sequence, no KV cache (measured on one GPU)",
 );
-const ALL_KERNELS: &[KernelSet] = &[KernelSet::Torch, KernelSet::Liger];
+const ALL_KERNELS: &[KernelSet] = &[KernelSet::Torch, KernelSet::Liger, KernelSet::Rmsnorm];
 /// The layer kernels on the engines that replay the transformers step (each rank runs its
 /// layers as one GPU does).
 const HF_KERNELS: Rule<KernelSet> = all(
     ALL_KERNELS,
     "torch: transformers' eager modules; liger: Liger-Kernel 0.8.5 RMSNorm, SwiGLU/GeGLU, RoPE \
      and fused linear cross-entropy as use_liger_kernel=True patches them in (measured on one GPU \
-     through CPU references, tools/truth/kernels.py)",
+     through CPU references, tools/truth/kernels.py); rmsnorm: Liger's RMSNorm alone",
 );
 const NO: &[bool] = &[false];
 const FSDP_STRATEGIES: &[Strategy] = &[Strategy::FsdpFull, Strategy::FsdpGradOp, Strategy::Hsdp];

@@ -416,7 +416,10 @@ impl Acc {
     /// backward is counted at 2×).
     fn norm(&mut self, n: f64, kind: NormKind, eb: f64, kernels: KernelSet) {
         let bw = match (kernels, kind) {
-            (KernelSet::Liger, NormKind::RmsNorm | NormKind::GemmaRmsNorm) => 1.5,
+            (
+                KernelSet::Liger | KernelSet::Rmsnorm,
+                NormKind::RmsNorm | NormKind::GemmaRmsNorm | NormKind::Olmo2RmsNorm,
+            ) => 1.5,
             _ => 2.0,
         };
         self.elementwise_bw("norm", n, norm_flops(kind), 1.0, eb, bw);

@@ -46,6 +46,11 @@ crate::names::named_enum! {
         /// Liger-Kernel's Triton kernels as transformers' `use_liger_kernel=True` patches them in
         /// (RMSNorm, SwiGLU/GeGLU, RoPE; with Liger's fused linear cross-entropy as the loss).
         Liger = "liger": "Liger-Kernel (use_liger_kernel=True): RMSNorm, SwiGLU/GeGLU, RoPE, fused linear cross-entropy",
+        /// Only a fused RMSNorm kernel (Liger's `LigerRMSNormFunction` alone, as
+        /// `liger_kernel_config` with only `rms_norm` gives; torchtitan's `fused_rmsnorm` keeps
+        /// the same tensors: input, weight and an fp32 rstd per row); activations, RoPE and the
+        /// loss stay eager.
+        Rmsnorm = "rmsnorm": "a fused RMSNorm kernel only (Liger's, or torchtitan's fused_rmsnorm)",
     }
 }
 

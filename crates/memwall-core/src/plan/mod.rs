@@ -127,7 +127,7 @@ pub fn train_args(w: &TrainWorkload, layout: Option<&Layout>) -> Vec<String> {
         push("--grad-accum", w.grad_accum.to_string());
     }
     let liger = w.kernels.layers == crate::workload::KernelSet::Liger;
-    if liger {
+    if w.kernels.layers != crate::workload::KernelSet::Torch {
         push("--kernels", w.kernels.layers.name().to_owned());
     }
     // `--kernels liger` implies its fused linear cross-entropy

@@ -364,7 +364,9 @@ impl ComputeContext<'_> {
             OpKind::Elementwise => {
                 // Liger's RMSNorm and SwiGLU/GeGLU are one kernel each (ops/rms_norm.py,
                 // ops/swiglu.py, ops/geglu.py); LayerNorm is one native kernel anyway
-                let liger_fused = self.liger() && matches!(r.name, "norm" | "mlp.activation");
+                let fused_norm = self.workload.kernels.layers != crate::workload::KernelSet::Torch;
+                let liger_fused = (self.liger() && r.name == "mlp.activation")
+                    || (fused_norm && r.name == "norm");
                 let f = if fused || liger_fused || (r.name == "norm" && self.exec.fused_norm) {
                     1.0
                 } else {

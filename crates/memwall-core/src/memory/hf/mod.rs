@@ -397,6 +397,11 @@ impl<'a> Builder<'a> {
         self.mode.kernels().layers == crate::workload::KernelSet::Liger
     }
 
+    /// A fused RMSNorm kernel replaces the eager norm (`--kernels liger` or `rmsnorm`).
+    fn fused_norm(&self) -> bool {
+        self.mode.kernels().layers != crate::workload::KernelSet::Torch
+    }
+
     fn act(&mut self, bytes: u128, requires_grad: bool) -> TensorId {
         self.t.alloc(bytes, Category::Activations, requires_grad)
     }

@@ -186,7 +186,9 @@ impl Builder<'_> {
                 }
                 (y, out_size)
             }
-            NormKind::RmsNorm | NormKind::Olmo2RmsNorm | NormKind::GemmaRmsNorm if self.liger() => {
+            NormKind::RmsNorm | NormKind::Olmo2RmsNorm | NormKind::GemmaRmsNorm
+                if self.fused_norm() =>
+            {
                 self.liger_rms_norm(x, x_size, rows, dim, p.0)
             }
             NormKind::RmsNorm | NormKind::Olmo2RmsNorm | NormKind::GemmaRmsNorm => {
