@@ -168,6 +168,9 @@ def test_use_liger_kernel_maps_to_kernels_liger(repo: Any) -> None:
     report = memwall.train(**kw)  # the CLI takes it: Liger's loss and layer kernels
     plain = memwall.train(**memwall.training_args_kwargs(args(), str(repo / QWEN)))
     assert report.peak_bytes < plain.peak_bytes
+    norm_only = {"rope": False, "swiglu": False, "geglu": False, "fused_linear_cross_entropy": False}
+    kw = memwall.training_args_kwargs(args(use_liger_kernel=True, liger_kernel_config=norm_only))
+    assert kw["kernels"] == "rmsnorm"
     with pytest.raises(memwall.MemwallError) as e:
         memwall.training_args_kwargs(args(use_liger_kernel=True, liger_kernel_config={"swiglu": False}))
     assert e.value.field == "liger_kernel_config"
