@@ -45,6 +45,7 @@ DEFAULTS = {
     "loop": "trainer",
     "checkpointing_policy": "full",
     "use_cache": None,
+    "kernels": "torch",
 }
 LOOPS = {"trainer", "keep-outputs"}
 
@@ -58,6 +59,7 @@ def every_k(policy: str) -> int | None:
         return k
     return None
 LOSSES = {"torch", "fused", "fused-linear"}
+KERNELS = {"torch", "liger"}
 PRECISIONS = {"bf16", "fp16", "fp32", "amp-bf16", "amp-fp16"}
 OPTIMIZERS = {"adamw", "adamw-fused", "adamw-forloop", "sgd", "sgd-momentum", "adafactor", "lion", "adamw-8bit"}
 LR = 1e-4
@@ -103,6 +105,13 @@ def load_cases(path: Path = CASES) -> list[dict]:
             raise SystemExit(f"{case['id']}: bad loop {case['loop']}")
         if not isinstance(case["padding_free"], bool):
             raise SystemExit(f"{case['id']}: padding_free must be true or false")
+        if case["kernels"] not in KERNELS:
+            raise SystemExit(f"{case['id']}: bad kernels {case['kernels']}")
+        if case["kernels"] == "liger":
+            # use_liger_kernel=True: Liger's layer kernels and its fused linear cross-entropy
+            if case["loss"] not in ("torch", "fused-linear"):
+                raise SystemExit(f"{case['id']}: kernels = liger implies loss = fused-linear")
+            case["loss"] = "fused-linear"
         if not (CONFIG_DIR / f"{case['config']}.json").exists():
             raise SystemExit(f"{case['id']}: missing config {case['config']}")
         cases.append(case)
@@ -546,6 +555,10 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
                 marks.append(("forward", running_peak()))
 
         hook = lm_head.register_forward_pre_hook(lm_head_pre_hook)
+        if case["kernels"] == "liger":
+            from kernels import apply_liger_to_instance
+
+            apply_liger_to_instance(causal_lm)
         if case["loss"] == "fused-linear":
             import types
 
@@ -657,6 +670,8 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
         result["checkpointing_policy"] = case["checkpointing_policy"]
     if case["use_cache"] is not None:
         result["use_cache"] = case["use_cache"]
+    if case["kernels"] != "torch":
+        result["kernels"] = case["kernels"]
     result["measured"] = {
         "peak_bytes": int(peak),
         "at_peak": at_peak,

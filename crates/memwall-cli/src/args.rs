@@ -14,8 +14,8 @@ use memwall_core::plan::AllowItem;
 use memwall_core::roofline::{MathDtype, RooflinePhase, RooflineWorkload};
 use memwall_core::workload::limits::{self, count, fraction};
 use memwall_core::workload::{
-    AttentionImpl, CheckpointPolicy, KernelOptions, KvDtype, Lora, LossKernel, Optimizer,
-    Precision, StepOptions, TrainLoop, TrainWorkload,
+    AttentionImpl, CheckpointPolicy, KernelOptions, KernelSet, KvDtype, Lora, LossKernel,
+    Optimizer, Precision, StepOptions, TrainLoop, TrainWorkload,
 };
 
 /// The value parser of a core enum: its accepted names and their help come from the enum's one
@@ -563,6 +563,7 @@ impl RooflineSettings {
             flops_efficiency,
             bandwidth_efficiency,
             loss: LossKernel::Torch,
+            kernels: KernelSet::Torch,
         };
         // the bounds that need no model first, then the model (`tp` must divide its heads)
         workload.validate_numbers()?;
@@ -658,6 +659,11 @@ pub struct TrainArgs {
     /// absent).
     #[arg(long, value_name = "BOOL")]
     pub use_cache: Option<bool>,
+    /// Layer kernels: `liger` runs Liger-Kernel's RMSNorm, SwiGLU/GeGLU and RoPE as
+    /// transformers' `use_liger_kernel=True` patches them in, and implies --loss fused-linear;
+    /// `rmsnorm` only a fused RMSNorm (Liger's alone, or torchtitan's `fused_rmsnorm`).
+    #[arg(long, value_parser = named::<KernelSet>(), default_value = "torch")]
+    pub kernels: KernelSet,
     /// GPU to check the fit against (see `memwall gpus`).
     #[arg(long, default_value = "h100-sxm")]
     pub gpu: String,
@@ -735,6 +741,25 @@ pub struct TrainArgs {
 /// The gradient accumulation that makes `global` = micro-batch × accumulation × dp: derived
 /// when `grad_accum` is left at 1, else checked. Inputs are already bounded; the arithmetic is
 /// checked all the same.
+/// The loss kernel of `--loss` under `--kernels`: Liger brings its fused linear cross-entropy
+/// (`apply_liger_kernel_to_*` default `fused_linear_cross_entropy=True`), so `--kernels liger`
+/// turns the default `torch` loss into `fused-linear` and refuses flash-attn's `fused`.
+fn loss_with(kernels: KernelSet, loss: LossKernel) -> Result<LossKernel> {
+    match (kernels, loss) {
+        (KernelSet::Torch | KernelSet::Rmsnorm, l) => Ok(l),
+        (KernelSet::Liger, LossKernel::Torch | LossKernel::FusedLinear) => {
+            Ok(LossKernel::FusedLinear)
+        }
+        (KernelSet::Liger, l) => Err(UserError::flag(
+            "--loss",
+            l,
+            "--kernels liger computes the loss with Liger's fused linear cross-entropy",
+            "drop --loss (--kernels liger implies --loss fused-linear), or drop --kernels liger",
+        )
+        .into()),
+    }
+}
+
 fn grad_accum_for_global_batch(global: u64, batch: u64, grad_accum: u64, dp: u64) -> Result<u64> {
     use memwall_core::error::checked_mul;
     let per_step = checked_mul("batch", batch, dp)?;
@@ -817,6 +842,7 @@ impl TrainSettings {
             padding_free,
             train_loop,
             use_cache,
+            kernels,
             gpu,
             output,
             emit,
@@ -962,7 +988,11 @@ impl TrainSettings {
             lora,
             grad_accum,
             dropout: !no_dropout,
-            kernels: KernelOptions { loss, padding_free },
+            kernels: KernelOptions {
+                loss: loss_with(kernels, loss)?,
+                padding_free,
+                layers: kernels,
+            },
             step_options: StepOptions {
                 outputs: train_loop,
                 checkpointing_policy,
@@ -1183,6 +1213,9 @@ pub struct PlanArgs {
     /// Training loop (as `memwall train --loop`): every plan keeps it.
     #[arg(long = "loop", value_name = "LOOP", value_parser = named::<TrainLoop>(), default_value = "trainer")]
     pub train_loop: TrainLoop,
+    /// Layer kernels (`liger`: Liger-Kernel, implies --loss fused-linear; see `memwall train --help`).
+    #[arg(long, value_parser = named::<KernelSet>(), default_value = "torch")]
+    pub kernels: KernelSet,
     /// Disable dropout.
     #[arg(long)]
     pub no_dropout: bool,
@@ -1244,6 +1277,7 @@ impl PlanSettings {
             checkpointing_policy,
             train_loop,
             use_cache,
+            kernels,
             no_dropout,
             lora_rank,
             lora_targets,
@@ -1307,10 +1341,13 @@ impl PlanSettings {
         base.optimizer = optimizer;
         base.attention = attention;
         base.dropout = !no_dropout;
-        base.kernels.loss = loss;
+        base.kernels.loss = loss_with(kernels, loss)?;
+        base.kernels.layers = kernels;
         base.step_options.outputs = train_loop;
         base.step_options.use_cache = use_cache;
         base.step_options.checkpointing_policy = checkpointing_policy.parse()?;
+        // refused up front: the search would otherwise find no plan without saying why
+        memwall_core::liger::check(&model.desc, &base)?;
         let request = memwall_core::plan::PlanRequest {
             gpus,
             gpus_per_node,

@@ -721,3 +721,76 @@ fn vlm_reports_state_the_vision_tower_and_the_image_token_assumption() {
     );
     assert!(stdout.contains("assumption: image tokens"), "{stdout}");
 }
+
+#[test]
+fn liger_kernels_need_less_than_its_loss_alone() {
+    let run_json = |extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--model",
+            "llama-3.1-8b",
+            "--batch",
+            "4",
+            "--seq",
+            "2048",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (code, stdout, stderr) = run(&args);
+        assert_eq!(code, 0, "{stderr}");
+        serde_json::from_str::<TrainJson>(&stdout).unwrap()
+    };
+    let linear = run_json(&["--loss", "fused-linear"]);
+    let liger = run_json(&["--kernels", "liger"]);
+    // --kernels liger implies Liger's loss, and --loss fused-linear says the same
+    assert_eq!(liger.workload["kernels"]["loss"], "fused-linear");
+    assert_eq!(liger.workload["kernels"]["layers"], "liger");
+    assert_eq!(
+        run_json(&["--kernels", "liger", "--loss", "fused-linear"]).peak_bytes,
+        liger.peak_bytes
+    );
+    assert!(
+        liger.peak_bytes < linear.peak_bytes,
+        "{} {}",
+        liger.peak_bytes,
+        linear.peak_bytes
+    );
+    // a fused RMSNorm alone keeps transformers' loss
+    let torch = run_json(&[]);
+    let norm = run_json(&["--kernels", "rmsnorm"]);
+    assert_eq!(norm.workload["kernels"]["layers"], "rmsnorm");
+    assert!(norm.workload["kernels"]
+        .get("loss")
+        .is_none_or(|l| l == "torch"));
+    assert!(norm.peak_bytes < torch.peak_bytes && liger.peak_bytes < norm.peak_bytes);
+    // the same kernels on every FSDP2 rank
+    let (code, _, stderr) = run(&[
+        "train",
+        "--model",
+        "llama-3.1-8b",
+        "--gpus",
+        "8",
+        "--strategy",
+        "fsdp-full",
+        "--kernels",
+        "liger",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+}
+
+#[test]
+fn liger_kernels_on_train() {
+    insta::assert_snapshot!(transcript(&[
+        "train",
+        "--model",
+        "qwen2.5-3b",
+        "--batch",
+        "4",
+        "--seq",
+        "2048",
+        "--kernels",
+        "liger",
+        "--gpu",
+        "a100-40gb-sxm"
+    ]));
+}

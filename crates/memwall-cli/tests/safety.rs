@@ -396,6 +396,33 @@ fn overflow_and_range_errors_name_the_field() {
 
 /// Every refusal found in the binary, the core and the config parser, one argument vector each.
 #[test]
+fn liger_kernels_are_refused_by_name_where_not_modelled() {
+    // Liger has no patch for GPT-2: `use_liger_kernel=True` would change nothing
+    let e = refused_naming(
+        &["train", "-m", "gpt2", "--kernels", "liger"],
+        &["--kernels", "gpt2"],
+    );
+    assert!(hint(&e).contains("drop --kernels liger"), "{e}");
+    // Liger patches Gemma 2, with kernels the simulator does not model
+    let e = refused_naming(
+        &["train", "-m", "gemma-2-2b", "--kernels", "liger"],
+        &["--kernels", "gemma2", "not model"],
+    );
+    assert!(hint(&e).contains("drop --kernels liger"), "{e}");
+    // Liger brings its own loss
+    let e = refused_naming(
+        &["train", "--kernels", "liger", "--loss", "fused"],
+        &["--loss", "fused", "--kernels liger"],
+    );
+    assert!(hint(&e).contains("drop --loss"), "{e}");
+    // Megatron-LM's layers are its own
+    refused_naming(
+        &["train", "--gpus", "2", "--tp", "2", "--kernels", "liger"],
+        &["--kernels", "liger", "Megatron"],
+    );
+}
+
+#[test]
 fn every_exit_2_path_prints_one_hint() {
     let data = |f: &str| {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -440,6 +467,12 @@ fn every_exit_2_path_prints_one_hint() {
         &["train", "--matmul-efficiency", "inf"],
         &["train", "--bandwidth-efficiency", "1.5"],
         &["train", "--lora-rank", "0", "--lora-targets", "q_proj"],
+        &["train", "--kernels", "triton"],
+        &["train", "--kernels", "liger", "--loss", "fused"],
+        &["train", "-m", "gpt2", "--kernels", "liger"],
+        &["train", "-m", "gemma-2-2b", "--kernels", "liger"],
+        &["train", "--gpus", "2", "--tp", "2", "--kernels", "liger"],
+        &["plan", "-m", "gpt2", "--kernels", "liger"],
         &["train", "--global-batch", "8"],
         &["train", "--gpus", "2", "--global-batch", "3"],
         &[

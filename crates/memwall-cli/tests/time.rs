@@ -463,3 +463,136 @@ fn layouts_differ_the_way_measured_runs_do() {
         }
     }
 }
+
+/// The memory verdict of a published run: it ran, so memwall must say it fits.
+enum Verdict {
+    /// memwall's worst rank needs this much of the GPU (required, device bytes).
+    Evaluated { required: u64, memory: u64 },
+    /// What memwall cannot simulate about the run's memory.
+    NotEvaluable(String),
+}
+
+/// The run's memory as memwall simulates it (`memwall train` with the run's layout, the kernels
+/// its stack runs, the default allocator margin) on the run's GPU.
+fn fit_verdict(run: &Run, m: &ModelDesc, stack_kernels: bool) -> Verdict {
+    use memwall_core::advice::GpuFit;
+    use memwall_core::memory::{fast::simulate_train_dist, Kernels};
+    let checkpointing = match run.recompute.as_str() {
+        "none" => false,
+        "full" => true,
+        // Megatron's selective (core-attention) recompute, torchtitan's op-level SAC and
+        // every-N-th-layer checkpointing keep a different set of activations than HF's
+        // per-layer checkpointing, which is all memwall simulates
+        other => {
+            return Verdict::NotEvaluable(format!(
+                "recompute `{other}` (memwall: none or every layer)"
+            ))
+        }
+    };
+    if run.compile {
+        return Verdict::NotEvaluable("torch.compile (Inductor's buffers)".into());
+    }
+    let layout = Layout {
+        gpus: run.gpus,
+        gpus_per_node: run.gpus_per_node,
+        strategy: strategy(&run.strategy),
+        tp: run.tp,
+        sequence_parallel: run.sequence_parallel,
+        pp: run.pp,
+        schedule: if run.virtual_stages > 1 {
+            Schedule::Interleaved
+        } else {
+            Schedule::OneFOneB
+        },
+        virtual_stages: run.virtual_stages,
+        cp: run.cp,
+        ep: 1,
+        offload: Offload::None,
+        offload_device: OffloadDevice::Cpu,
+    };
+    let mut w = TrainWorkload::new(run.micro_batch, run.seq);
+    w.precision = precision(&run.precision);
+    w.grad_accum = run.global_batch / (run.micro_batch * layout.dp());
+    w.checkpointing = checkpointing;
+    w.attention = match run.attention.as_str() {
+        "eager" => AttentionImpl::Eager,
+        _ => AttentionImpl::Flash,
+    };
+    // the kernels each stack runs: torchtitan's loss is `cross_entropy(pred.float())` (the fp32
+    // upcast, memwall's `torch` loss), its activations and RoPE eager, its norm eager or, with
+    // `norm_type = "fused_rmsnorm"` (`fused_norm` here), a Triton RMSNorm that keeps what
+    // Liger's does (`--kernels rmsnorm`). Megatron-LM's fused kernels are its engine's own. No
+    // run here used Liger's full set or a fused linear cross-entropy.
+    if stack_kernels && run.fused_norm && run.engine != "megatron" {
+        w.kernels.layers = memwall_core::workload::KernelSet::Rmsnorm;
+    }
+    let gpu = memwall_catalog::find_gpu(&run.gpu).unwrap();
+    match simulate_train_dist(m, &w, &layout, Kernels::Cuda) {
+        Ok(e) => {
+            let fit = GpuFit::new(gpu, e.peak_bytes, memwall_core::plan::DEFAULT_ALLOC_MARGIN);
+            Verdict::Evaluated {
+                required: fit.required_bytes,
+                memory: fit.memory_bytes,
+            }
+        }
+        Err(err) => Verdict::NotEvaluable(err.to_string()),
+    }
+}
+
+/// Every published run ran on its GPUs, so the fit verdict of every run memwall can simulate,
+/// with the kernels the run's stack used, must be "fits" (issue 15: runs of this kind were
+/// reported as not fitting). With transformers' eager kernels instead, the one FSDP run without
+/// activation checkpointing (torchtitan, Llama-2-13B, `fused_rmsnorm`) flips to "does not fit".
+#[test]
+fn every_published_run_that_ran_fits() {
+    let text = std::fs::read_to_string(root().join("tests/time/published_runs.toml")).unwrap();
+    let fixture: Fixture = toml::from_str(&text).unwrap();
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let (mut fits, mut skipped, mut not_fitting, mut flipped) = (0, 0, Vec::new(), Vec::new());
+    for run in &fixture.run {
+        let m = model(run);
+        match (fit_verdict(run, &m, true), fit_verdict(run, &m, false)) {
+            (
+                Verdict::Evaluated { required, memory },
+                Verdict::Evaluated {
+                    required: eager, ..
+                },
+            ) => {
+                println!(
+                    "{}: needs {:.2} GiB of {:.2} GiB — {} (eager kernels: {:.2} GiB)",
+                    run.id,
+                    gib(required),
+                    gib(memory),
+                    if required <= memory {
+                        "fits"
+                    } else {
+                        "does NOT fit"
+                    },
+                    gib(eager)
+                );
+                if required <= memory {
+                    fits += 1;
+                } else {
+                    not_fitting.push(run.id.clone());
+                }
+                if (required <= memory) != (eager <= memory) {
+                    flipped.push(run.id.clone());
+                }
+            }
+            (Verdict::NotEvaluable(why), _) | (_, Verdict::NotEvaluable(why)) => {
+                println!("{}: not evaluated: {why}", run.id);
+                skipped += 1;
+            }
+        }
+    }
+    println!(
+        "{fits} fit, {} do not, {skipped} not evaluated; the stack's kernels flip {flipped:?}",
+        not_fitting.len()
+    );
+    assert!(
+        not_fitting.is_empty(),
+        "ran but reported as not fitting: {not_fitting:?}"
+    );
+    assert_eq!(flipped, ["torchtitan-a100-llama2-13b-no-ac"]);
+    assert!(fits >= 18, "{fits} runs evaluated");
+}

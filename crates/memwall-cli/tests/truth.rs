@@ -6,8 +6,8 @@
 
 use memwall_core::memory::{simulate_train, Kernels};
 use memwall_core::workload::{
-    AttentionImpl, CheckpointPolicy, KernelOptions, Lora, LossKernel, Optimizer, Precision,
-    StepOptions, TrainLoop, TrainWorkload,
+    AttentionImpl, CheckpointPolicy, KernelOptions, KernelSet, Lora, LossKernel, Optimizer,
+    Precision, StepOptions, TrainLoop, TrainWorkload,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -47,6 +47,9 @@ struct Case {
     /// `model.config.use_cache` as set (absent: the config's)
     #[serde(default)]
     use_cache: Option<bool>,
+    /// `liger` (absent: transformers' eager modules)
+    #[serde(default)]
+    kernels: Option<String>,
     measured: Measured,
     versions: BTreeMap<String, String>,
 }
@@ -130,6 +133,9 @@ fn workload(c: &Case) -> TrainWorkload {
                 l.parse().unwrap_or_else(|e| panic!("{}: {e}", c.id))
             }),
             padding_free: c.padding_free,
+            layers: c.kernels.as_deref().map_or(KernelSet::Torch, |k| {
+                k.parse().unwrap_or_else(|e| panic!("{}: {e}", c.id))
+            }),
         },
         step_options: StepOptions {
             outputs: c.r#loop.as_deref().map_or(TrainLoop::Trainer, |l| {
@@ -180,7 +186,9 @@ impl Row {
 }
 
 fn category(c: &Case) -> String {
-    if c.use_cache.is_some() {
+    if let Some(k) = &c.kernels {
+        format!("kernels {k}")
+    } else if c.use_cache.is_some() {
         "use_cache".into()
     } else if c.checkpointing_policy.is_some() {
         "checkpointing policy".into()

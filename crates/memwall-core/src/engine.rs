@@ -13,7 +13,7 @@ use crate::dtype::Precision;
 use crate::error::CoreError;
 use crate::layout::{Layout, Offload, OffloadDevice, Strategy};
 use crate::optimizer::Optimizer;
-use crate::workload::{CheckpointPolicy, LossKernel, TrainLoop, TrainWorkload};
+use crate::workload::{CheckpointPolicy, KernelSet, LossKernel, TrainLoop, TrainWorkload};
 
 /// DeepSpeed ZeRO stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -103,6 +103,8 @@ pub struct Capabilities {
     /// Checkpointing policies other than full per-layer recomputation (`--checkpointing-policy`;
     /// `true` = accepted).
     pub checkpoint_policies: Rule<bool>,
+    /// Layer kernels (`--kernels`).
+    pub kernels: Rule<KernelSet>,
 }
 
 const ALL_OPTIMIZERS: &[Optimizer] = &[
@@ -150,6 +152,15 @@ const HF_PADDING_FREE: Rule<bool> = all(
     YES,
     "transformers DataCollatorWithFlattening / TRL padding_free: one row of batch × seq tokens, \
      position ids restarting per sequence, no KV cache (measured on one GPU)",
+);
+const ALL_KERNELS: &[KernelSet] = &[KernelSet::Torch, KernelSet::Liger, KernelSet::Rmsnorm];
+/// The layer kernels on the engines that replay the transformers step (each rank runs its
+/// layers as one GPU does).
+const HF_KERNELS: Rule<KernelSet> = all(
+    ALL_KERNELS,
+    "torch: transformers' eager modules; liger: Liger-Kernel 0.8.5 RMSNorm, SwiGLU/GeGLU, RoPE \
+     and fused linear cross-entropy as use_liger_kernel=True patches them in (measured on one GPU \
+     through CPU references, tools/truth/kernels.py); rmsnorm: Liger's RMSNorm alone",
 );
 const NO: &[bool] = &[false];
 const ALL_LOOPS: &[TrainLoop] = &[TrainLoop::Trainer, TrainLoop::KeepOutputs];
@@ -288,6 +299,7 @@ pub const TABLE: [Capabilities; 8] = [
         padding_free: HF_PADDING_FREE,
         loops: HF_LOOPS,
         checkpoint_policies: HF_CHECKPOINT_POLICIES,
+        kernels: HF_KERNELS,
     },
     Capabilities {
         engine: Engine::Ddp,
@@ -316,6 +328,7 @@ pub const TABLE: [Capabilities; 8] = [
         padding_free: HF_PADDING_FREE,
         loops: HF_LOOPS,
         checkpoint_policies: HF_CHECKPOINT_POLICIES,
+        kernels: HF_KERNELS,
     },
     Capabilities {
         engine: Engine::Fsdp2,
@@ -357,6 +370,7 @@ pub const TABLE: [Capabilities; 8] = [
         padding_free: HF_PADDING_FREE,
         loops: HF_LOOPS,
         checkpoint_policies: HF_CHECKPOINT_POLICIES,
+        kernels: HF_KERNELS,
     },
     Capabilities {
         engine: Engine::Zero(ZeroStage::One),
@@ -375,6 +389,7 @@ pub const TABLE: [Capabilities; 8] = [
         padding_free: HF_PADDING_FREE,
         loops: HF_LOOPS,
         checkpoint_policies: HF_CHECKPOINT_POLICIES,
+        kernels: HF_KERNELS,
     },
     Capabilities {
         engine: Engine::Zero(ZeroStage::Two),
@@ -393,6 +408,7 @@ pub const TABLE: [Capabilities; 8] = [
         padding_free: HF_PADDING_FREE,
         loops: HF_LOOPS,
         checkpoint_policies: HF_CHECKPOINT_POLICIES,
+        kernels: HF_KERNELS,
     },
     Capabilities {
         engine: Engine::Zero(ZeroStage::Three),
@@ -422,6 +438,7 @@ pub const TABLE: [Capabilities; 8] = [
         padding_free: HF_PADDING_FREE,
         loops: HF_LOOPS,
         checkpoint_policies: HF_CHECKPOINT_POLICIES,
+        kernels: HF_KERNELS,
     },
     Capabilities {
         engine: Engine::Megatron,
@@ -512,6 +529,12 @@ pub const TABLE: [Capabilities; 8] = [
             "drop --checkpointing-policy (full recomputation is --checkpointing), or use it \
              without --tp/--pp/--cp/--ep",
         ),
+        kernels: rule(
+            &[KernelSet::Torch],
+            "Megatron-LM's own fused kernels (Transformer Engine / apex layer norms, fused bias-SwiGLU)",
+            "Liger-Kernel patches transformers modules; Megatron-LM's layers are its own",
+            "drop --kernels, or use it without --tp/--pp/--cp/--ep",
+        ),
     },
     Capabilities {
         engine: Engine::Vllm,
@@ -530,6 +553,7 @@ pub const TABLE: [Capabilities; 8] = [
         padding_free: rule(NO, "", SERVES, "use memwall serve"),
         loops: rule(&[TrainLoop::Trainer], "", SERVES, "use memwall serve"),
         checkpoint_policies: rule(NO, "", SERVES, "use memwall serve"),
+        kernels: rule(&[KernelSet::Torch], "", SERVES, "use memwall serve"),
     },
 ];
 
@@ -611,6 +635,12 @@ impl Engine {
         if w.grad_accum > 1 {
             self.require(&c.grad_accum, true, "grad_accum", &w.grad_accum.to_string())?;
         }
+        self.require(
+            &c.kernels,
+            w.kernels.layers,
+            "kernels",
+            w.kernels.layers.name(),
+        )?;
         self.require(&c.losses, w.kernels.loss, "loss", w.kernels.loss.name())?;
         if w.kernels.padding_free {
             self.require(&c.padding_free, true, "padding_free", "true")?;
@@ -801,6 +831,11 @@ mod tests {
                     c.loops.allowed.len() < TrainLoop::ALL.len(),
                     c.loops.refused,
                     c.loops.hint,
+                ),
+                (
+                    c.kernels.allowed.len() < KernelSet::ALL.len(),
+                    c.kernels.refused,
+                    c.kernels.hint,
                 ),
                 (
                     c.strategies.allowed.len() < Strategy::ALL.len(),

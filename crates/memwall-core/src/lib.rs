@@ -16,6 +16,7 @@ pub mod engine;
 pub mod error;
 pub mod gpu;
 pub mod layout;
+pub mod liger;
 pub mod memory;
 pub mod mixer;
 pub mod model;

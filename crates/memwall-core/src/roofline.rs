@@ -15,7 +15,7 @@
 
 use crate::error::CoreError;
 use crate::model::{AttentionKind, LayerSpec, LinearRole, Mlp, ModelDesc, NormKind};
-use crate::workload::LossKernel;
+use crate::workload::{KernelSet, LossKernel};
 use serde::Serialize;
 
 /// Which part of the workload is analysed.
@@ -158,6 +158,14 @@ pub struct RooflineWorkload {
     /// memory). Left out of JSON when it is transformers' own loss.
     #[serde(skip_serializing_if = "is_torch_loss")]
     pub loss: LossKernel,
+    /// Training: the layer kernels (Liger's fused norm and gated-activation backward read and
+    /// write less). Left out of JSON when they are transformers' eager modules.
+    #[serde(skip_serializing_if = "is_torch_kernels")]
+    pub kernels: KernelSet,
+}
+
+fn is_torch_kernels(k: &KernelSet) -> bool {
+    *k == KernelSet::Torch
 }
 
 fn is_torch_loss(l: &LossKernel) -> bool {
@@ -376,9 +384,45 @@ impl Acc {
     /// An elementwise op over `n` elements: `flops_per` FLOPs each, reading `reads` tensors and
     /// writing one, `eb` bytes per element (backward ≈ twice the traffic and math).
     fn elementwise(&mut self, name: &'static str, n: f64, flops_per: f64, reads: f64, eb: f64) {
+        self.elementwise_bw(name, n, flops_per, reads, eb, 2.0);
+    }
+
+    /// [`Acc::elementwise`] whose backward moves `backward_bytes` times the forward's bytes.
+    fn elementwise_bw(
+        &mut self,
+        name: &'static str,
+        n: f64,
+        flops_per: f64,
+        reads: f64,
+        eb: f64,
+        backward_bytes: f64,
+    ) {
         let flops = n * flops_per;
         let bytes = n * eb * (reads + 1.0);
-        self.record(name, OpKind::Elementwise, false, flops, bytes, 2.0, 2.0);
+        self.record(
+            name,
+            OpKind::Elementwise,
+            false,
+            flops,
+            bytes,
+            2.0,
+            backward_bytes,
+        );
+    }
+
+    /// A norm over `n` elements. Liger's RMSNorm backward (Liger-Kernel 0.8.5
+    /// `ops/rms_norm.py` `_rms_norm_backward_kernel`) reads `dY` and `X` and writes `dX` over
+    /// `dY` in one pass: 3 passes, 1.5× the forward's read-and-write (the eager decomposition's
+    /// backward is counted at 2×).
+    fn norm(&mut self, n: f64, kind: NormKind, eb: f64, kernels: KernelSet) {
+        let bw = match (kernels, kind) {
+            (
+                KernelSet::Liger | KernelSet::Rmsnorm,
+                NormKind::RmsNorm | NormKind::GemmaRmsNorm | NormKind::Olmo2RmsNorm,
+            ) => 1.5,
+            _ => 2.0,
+        };
+        self.elementwise_bw("norm", n, norm_flops(kind), 1.0, eb, bw);
     }
 }
 
@@ -455,7 +499,7 @@ fn collect(model: &ModelDesc, w: &RooflineWorkload) -> Result<Acc, CoreError> {
     acc.layer = None;
     // final norm + LM head: prefill keeps the last position only (`logits_to_keep=1`)
     if let Some(n) = model.head.final_norm {
-        acc.elementwise("norm", rows * h, norm_flops(n.kind), 1.0, ab);
+        acc.norm(rows * h, n.kind, ab, w.kernels);
     }
     let v = model.embeddings.vocab_size as f64;
     let head_rows = match w.phase {
@@ -715,7 +759,7 @@ fn layer_ops(
     .into_iter()
     .flatten()
     {
-        acc.elementwise("norm", rows * h, norm_flops(n.kind), 1.0, ab);
+        acc.norm(rows * h, n.kind, ab, w.kernels);
     }
     if let Some(m) = layer.mamba2() {
         mamba2_ops(acc, m, rows, h, ab, wb, tp);
@@ -817,12 +861,20 @@ fn layer_ops(
                 acc.gemm(name, Some(l.role), rows, k, n, ab, wb);
             }
             let i = d.intermediate as f64 / tp;
-            acc.elementwise(
+            // Liger's SwiGLU/GeGLU backward (ops/swiglu.py, ops/geglu.py) reads dc, a and b and
+            // writes da and db over a and b: 5 passes, 5/3 of the forward's three
+            let bw = if d.gated && w.kernels == KernelSet::Liger {
+                5.0 / 3.0
+            } else {
+                2.0
+            };
+            acc.elementwise_bw(
                 "mlp.activation",
                 rows * i,
                 if d.gated { 5.0 } else { 4.0 },
                 if d.gated { 2.0 } else { 1.0 },
                 ab,
+                bw,
             );
         }
         Mlp::Moe(m) => {
@@ -906,6 +958,7 @@ mod tests {
             flops_efficiency: 1.0,
             bandwidth_efficiency: 1.0,
             loss: LossKernel::Torch,
+            kernels: KernelSet::Torch,
         }
     }
 
@@ -982,6 +1035,24 @@ mod tests {
             time(LossKernel::FusedLinear),
         );
         assert!(linear < fused && fused < torch, "{linear} {fused} {torch}");
+    }
+
+    #[test]
+    fn liger_layer_kernels_move_fewer_bytes_than_the_eager_modules() {
+        let m = llama2_7b();
+        let time = |kernels| {
+            let mut w = w(RooflinePhase::Train, 4, 2048);
+            w.kernels = kernels;
+            analyze(&m, &w, &h100()).unwrap().time_s
+        };
+        assert!(time(KernelSet::Liger) < time(KernelSet::Torch));
+        // inference does not run the training kernels' backward: no change
+        let infer = |kernels| {
+            let mut w = w(RooflinePhase::Prefill, 4, 2048);
+            w.kernels = kernels;
+            analyze(&m, &w, &h100()).unwrap().time_s
+        };
+        assert_eq!(infer(KernelSet::Liger), infer(KernelSet::Torch));
     }
 
     #[test]

@@ -68,6 +68,7 @@ pub fn train_speed(
         flops_efficiency: 1.0,
         bandwidth_efficiency: 1.0,
         loss: workload.kernels.loss,
+        kernels: workload.kernels.layers,
     };
     let ceilings = gpu.ceilings();
     let bound = roofline::analyze(model, &w, &ceilings)?;

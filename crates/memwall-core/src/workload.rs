@@ -35,6 +35,25 @@ crate::names::named_enum! {
     }
 }
 
+crate::names::named_enum! {
+    /// Which kernels run the decoder layers' norms, gated activations and rotary embedding
+    /// (`--kernels`).
+    #[derive(Default)]
+    pub enum KernelSet in "kernels" {
+        /// transformers' eager modules (`LlamaRMSNorm`, `act_fn(gate) * up`, `apply_rotary_pos_emb`).
+        #[default]
+        Torch = "torch": "transformers' eager modules",
+        /// Liger-Kernel's Triton kernels as transformers' `use_liger_kernel=True` patches them in
+        /// (RMSNorm, SwiGLU/GeGLU, RoPE; with Liger's fused linear cross-entropy as the loss).
+        Liger = "liger": "Liger-Kernel (use_liger_kernel=True): RMSNorm, SwiGLU/GeGLU, RoPE, fused linear cross-entropy",
+        /// Only a fused RMSNorm kernel (Liger's `LigerRMSNormFunction` alone, as
+        /// `liger_kernel_config` with only `rms_norm` gives; torchtitan's `fused_rmsnorm` keeps
+        /// the same tensors: input, weight and an fp32 rstd per row); activations, RoPE and the
+        /// loss stay eager.
+        Rmsnorm = "rmsnorm": "a fused RMSNorm kernel only (Liger's, or torchtitan's fused_rmsnorm)",
+    }
+}
+
 /// The kernels a training step runs where the eager transformers step has alternatives users
 /// switch on (TRL/transformers `use_liger_kernel`, `padding_free`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -47,6 +66,8 @@ pub struct KernelOptions {
     /// not the longest. No KV cache is built (transformers detects packed sequences only
     /// without one).
     pub padding_free: bool,
+    /// The layer kernels (norms, gated activations, rotary embedding).
+    pub layers: KernelSet,
 }
 
 impl KernelOptions {

@@ -162,6 +162,20 @@ def test_trl_fields_and_overrides() -> None:
     assert kw["seq"] == 1024 and kw["padding_free"] is True and kw["gpu"] == "a100-80gb-sxm"
 
 
+def test_use_liger_kernel_maps_to_kernels_liger(repo: Any) -> None:
+    kw = memwall.training_args_kwargs(args(use_liger_kernel=True), str(repo / QWEN))
+    assert kw["kernels"] == "liger"
+    report = memwall.train(**kw)  # the CLI takes it: Liger's loss and layer kernels
+    plain = memwall.train(**memwall.training_args_kwargs(args(), str(repo / QWEN)))
+    assert report.peak_bytes < plain.peak_bytes
+    norm_only = {"rope": False, "swiglu": False, "geglu": False, "fused_linear_cross_entropy": False}
+    kw = memwall.training_args_kwargs(args(use_liger_kernel=True, liger_kernel_config=norm_only))
+    assert kw["kernels"] == "rmsnorm"
+    with pytest.raises(memwall.MemwallError) as e:
+        memwall.training_args_kwargs(args(use_liger_kernel=True, liger_kernel_config={"swiglu": False}))
+    assert e.value.field == "liger_kernel_config"
+
+
 def test_a_peft_model_gives_its_adapter(repo: Any) -> None:
     class Param:
         dtype = "torch.bfloat16"

@@ -346,10 +346,13 @@ fn workload_line(w: &TrainWorkload) -> String {
     )
 }
 
-/// ` · loss fused-linear · padding-free · loop keep-outputs` when the kernels and the loop are
-/// not transformers' and the HF Trainer's defaults.
+/// ` · kernels liger · loss fused-linear · padding-free · loop keep-outputs` when the kernels and
+/// the loop are not transformers' and the HF Trainer's defaults.
 fn kernels_part(w: &TrainWorkload) -> String {
     let mut s = String::new();
+    if w.kernels.layers != memwall_core::workload::KernelSet::Torch {
+        s.push_str(&format!(" · kernels {}", w.kernels.layers));
+    }
     if w.kernels.loss != memwall_core::workload::LossKernel::Torch {
         s.push_str(&format!(" · loss {}", w.kernels.loss));
     }

@@ -243,3 +243,34 @@ fn every_supported_model_type_has_a_decoder_layer_class() {
     assert_eq!(sorted, DECODER_LAYER_CLASSES.to_vec());
     assert_eq!(decoder_layer_class("llama"), Some("LlamaDecoderLayer"));
 }
+
+#[test]
+fn trainer_turns_liger_on_as_the_simulator_models_it() {
+    use crate::workload::{KernelSet, LossKernel};
+    let args = |layers: KernelSet| -> serde_json::Value {
+        let mut w = workload();
+        w.kernels.layers = layers;
+        w.kernels.loss = if layers == KernelSet::Liger {
+            LossKernel::FusedLinear
+        } else {
+            LossKernel::Torch
+        };
+        let files = emit(EmitKind::Trainer, &spec(&Layout::single(), &w)).unwrap();
+        serde_json::from_str(file(&files, "training_args.json")).unwrap()
+    };
+    assert!(args(KernelSet::Torch).get("use_liger_kernel").is_none());
+    let liger = args(KernelSet::Liger);
+    assert_eq!(liger["use_liger_kernel"], true);
+    assert!(
+        liger.get("liger_kernel_config").is_none(),
+        "Liger's defaults"
+    );
+    let norm = args(KernelSet::Rmsnorm);
+    assert_eq!(norm["use_liger_kernel"], true);
+    assert_eq!(norm["liger_kernel_config"]["rms_norm"], true);
+    assert_eq!(norm["liger_kernel_config"]["swiglu"], false);
+    assert_eq!(
+        norm["liger_kernel_config"]["fused_linear_cross_entropy"],
+        false
+    );
+}

@@ -109,6 +109,21 @@ pub(super) fn emit(spec: &LaunchSpec) -> Result<Vec<EmittedFile>, EmitError> {
             );
         }
     }
+    if w.kernels.layers == crate::workload::KernelSet::Liger {
+        // TrainingArguments.use_liger_kernel: the Trainer runs Liger's
+        // `_apply_liger_kernel_to_instance(model)` (rope, rms_norm, swiglu/geglu and
+        // fused_linear_cross_entropy by default; liger_kernel/transformers/monkey_patch.py)
+        args.insert("use_liger_kernel".into(), json!(true));
+    }
+    if w.kernels.layers == crate::workload::KernelSet::Rmsnorm {
+        // Liger's RMSNorm alone (keywords of apply_liger_kernel_to_*)
+        args.insert("use_liger_kernel".into(), json!(true));
+        args.insert(
+            "liger_kernel_config".into(),
+            json!({"rope": false, "swiglu": false, "geglu": false, "cross_entropy": false,
+                   "fused_linear_cross_entropy": false, "rms_norm": true}),
+        );
+    }
     let offloaded_optimizer = zero && matches!(l.offload, Offload::Optimizer | Offload::Both);
     if !offloaded_optimizer {
         let (name, optim_args) = optim(w.optimizer)?;

@@ -128,6 +128,7 @@ fn simulate(
     // here, by name (engine::TABLE)
     let engine = Engine::resolve(Some(layout));
     engine.check(w, Some(layout))?;
+    crate::liger::check(model, w)?;
     let kind = match engine {
         Engine::Megatron => {
             return super::megatron::simulate(model, w, layout).map(|e| (e, Path::Formula))

@@ -89,6 +89,7 @@ fn check_train(model: &ModelDesc, w: &TrainWorkload) -> Result<Engine, CoreError
     w.validate()?;
     let engine = Engine::resolve(None);
     engine.check(w, None)?;
+    crate::liger::check(model, w)?;
     if model.layers.is_empty() {
         return Err(CoreError::invalid(
             "num_hidden_layers",

@@ -160,6 +160,9 @@ pub struct Node {
     /// When set, this node stands for a checkpointed core attention to recompute first (the
     /// simulator's index of the call).
     pub recompute_attention: Option<u32>,
+    /// The gradient of the first input is the first output's gradient tensor itself, rewritten
+    /// in place (Liger's RMSNorm writes `dX` over `dY`): handed on, no allocation.
+    pub input_grad_is_output_grad: bool,
 }
 
 /// A hook point on the tape: backward reaches it like an op and the simulator runs the hook.
@@ -732,8 +735,17 @@ impl Timeline {
                 None
             }
         };
+        let mut from_output = node
+            .input_grad_is_output_grad
+            .then(|| {
+                node.outputs
+                    .as_slice()
+                    .first()
+                    .and_then(|&o| self.tensors[o as usize].grad)
+            })
+            .flatten();
         for &x in node.inputs.as_slice() {
-            let g = next_given();
+            let g = from_output.take().or_else(&mut next_given);
             if self.tensors[x as usize].requires_grad {
                 self.grad_for_input(x, g);
             }

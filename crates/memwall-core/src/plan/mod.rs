@@ -126,7 +126,13 @@ pub fn train_args(w: &TrainWorkload, layout: Option<&Layout>) -> Vec<String> {
     if w.grad_accum > 1 {
         push("--grad-accum", w.grad_accum.to_string());
     }
-    if w.kernels.loss != crate::workload::LossKernel::Torch {
+    let liger = w.kernels.layers == crate::workload::KernelSet::Liger;
+    if w.kernels.layers != crate::workload::KernelSet::Torch {
+        push("--kernels", w.kernels.layers.name().to_owned());
+    }
+    // `--kernels liger` implies its fused linear cross-entropy
+    let implied = liger && w.kernels.loss == crate::workload::LossKernel::FusedLinear;
+    if w.kernels.loss != crate::workload::LossKernel::Torch && !implied {
         push("--loss", w.kernels.loss.name().to_owned());
     }
     if w.step_options.keeps_outputs() {

@@ -198,6 +198,7 @@ impl ComputeContext<'_> {
             flops_efficiency: 1.0,
             bandwidth_efficiency: 1.0,
             loss: w.kernels.loss,
+            kernels: w.kernels.layers,
         };
         let records = op_records(self.model, &rw)?;
         let cp = l.cp.max(1) as f64;
@@ -254,7 +255,8 @@ impl ComputeContext<'_> {
             };
             if rot > 0.0 {
                 let bytes = rows * (heads + kv_heads) * rot * 2.0 * act_bytes;
-                let f = if self.exec.fused_elementwise {
+                // Liger's RoPE rotates q and k in place in one kernel (ops/rope.py)
+                let f = if self.exec.fused_elementwise || self.liger() {
                     1.0
                 } else {
                     eager_factor("attention.rope", false, false)
@@ -278,6 +280,11 @@ impl ComputeContext<'_> {
             }
         }
         Ok(MicroBatchCompute { layers, pre, post })
+    }
+
+    /// Liger's layer kernels run the norms, the gated activation and RoPE (`--kernels liger`).
+    fn liger(&self) -> bool {
+        self.workload.kernels.layers == crate::workload::KernelSet::Liger
     }
 
     /// One recorded op's forward and backward seconds on this rank.
@@ -356,7 +363,12 @@ impl ComputeContext<'_> {
                 c.attention_fwd_s = c.fwd.attention;
             }
             OpKind::Elementwise => {
-                let f = if fused || (r.name == "norm" && self.exec.fused_norm) {
+                // Liger's RMSNorm and SwiGLU/GeGLU are one kernel each (ops/rms_norm.py,
+                // ops/swiglu.py, ops/geglu.py); LayerNorm is one native kernel anyway
+                let fused_norm = self.workload.kernels.layers != crate::workload::KernelSet::Torch;
+                let liger_fused = (self.liger() && r.name == "mlp.activation")
+                    || (fused_norm && r.name == "norm");
+                let f = if fused || liger_fused || (r.name == "norm" && self.exec.fused_norm) {
                     1.0
                 } else {
                     eager_factor(r.name, shape.layer_norm, shape.gated)

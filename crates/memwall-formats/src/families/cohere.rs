@@ -7,8 +7,8 @@
 use super::common::{Decoder, Defaults, Dims};
 use crate::error::FormatError;
 use crate::raw::{HfConfig, SlidingPattern};
-use memwall_core::error::untrusted;
 use crate::resolve::{gated, llama_names, sliding_layers, window, AttnOpts, Ctx, HeadDimDefault};
+use memwall_core::error::untrusted;
 use memwall_core::model::{Mlp, ModelDesc, NormKind, QkNormScope, Residual};
 
 /// `cohere/configuration_cohere.py` `CohereConfig` and `cohere2/configuration_cohere2.py`

@@ -354,6 +354,35 @@ def _attention(config: Any) -> Optional[str]:
     return mapped
 
 
+def _liger_kernels(config: Any) -> str:
+    """The ``kernels`` value of ``use_liger_kernel=True`` with this ``liger_kernel_config``
+    (keywords of Liger's ``apply_liger_kernel_to_<family>``): Liger's defaults are ``liger``;
+    RMSNorm alone (rope, swiglu/geglu and the fused linear cross-entropy off) is ``rmsnorm``;
+    any other set is refused by name."""
+    if not config:
+        return "liger"
+    if not isinstance(config, dict):
+        raise MemwallError(
+            f"liger_kernel_config `{config!r}` is not a dict",
+            "pass a dict of apply_liger_kernel_to_* keywords, or leave it unset",
+            field="liger_kernel_config",
+        )
+    defaults = {"rope": True, "rms_norm": True, "swiglu": True, "geglu": True, "fused_linear_cross_entropy": True, "cross_entropy": False}
+    norm_only = dict(defaults, rope=False, swiglu=False, geglu=False, fused_linear_cross_entropy=False)
+    unknown = [k for k in config if k not in defaults]
+    if not unknown:
+        merged = dict(defaults, **config)
+        if merged == defaults:
+            return "liger"
+        if merged == norm_only:
+            return "rmsnorm"
+    raise MemwallError(
+        f"liger_kernel_config `{config!r}` is not modelled: memwall models Liger's default set (kernels=\"liger\") and RMSNorm alone (kernels=\"rmsnorm\")",
+        "leave liger_kernel_config unset, or turn off rope, swiglu, geglu and fused_linear_cross_entropy for RMSNorm alone",
+        field="liger_kernel_config",
+    )
+
+
 def training_args_kwargs(
     training_args: Any,
     model_config: Any = None,
@@ -372,7 +401,9 @@ def training_args_kwargs(
     ``zero_optimization.stage`` → zeroN, ``offload_optimizer``/``offload_param`` → offload),
     ``fsdp``/``fsdp_config`` → fsdp-full, fsdp-grad-op, hsdp (``cpu_offload`` → offload both),
     the world size (``world_size``, else ``WORLD_SIZE``; ``LOCAL_WORLD_SIZE`` per node) → gpus,
-    TRL's ``max_length``/``max_seq_length`` → seq and ``padding_free``.
+    TRL's ``max_length``/``max_seq_length`` → seq and ``padding_free``, ``use_liger_kernel`` →
+    kernels="liger" (Liger's default kernel set) or "rmsnorm" (``liger_kernel_config`` with only
+    ``rms_norm``; any other ``liger_kernel_config`` is refused).
 
     ``model_config`` is what :func:`memwall.train` takes as ``model=`` (a PretrainedConfig, a
     dict, a catalogue id, a path), or the model itself: then its config, its dtype, its
@@ -422,6 +453,10 @@ def training_args_kwargs(
             break
     if _get(training_args, "padding_free", False) is True:
         kw["padding_free"] = True
+    if _get(training_args, "use_liger_kernel", False) is True:
+        # the Trainer patches the model with Liger's kernels (rope, rms_norm, swiglu/geglu and
+        # fused linear cross-entropy by default; liger_kernel_config can switch them off)
+        kw["kernels"] = _liger_kernels(_get(training_args, "liger_kernel_config", None))
     attention = _attention(config if module is None else getattr(module, "config", config))
     if attention is not None:
         kw["attention"] = attention

@@ -19,6 +19,9 @@ impl Builder<'_> {
         rot: u128,
         keep_rotated: bool,
     ) -> (TensorId, u128) {
+        if self.liger() {
+            return self.liger_rope(x, x_size);
+        }
         let rows = self.tokens;
         // cos/sin are fp32 under autocast (computed outside autocast's matmul list): the result promotes
         let out_size = if self.amp { 4 } else { x_size };
@@ -176,6 +179,23 @@ impl Builder<'_> {
         self.drop_(xc);
         self.drop_(rsn);
         y
+    }
+
+    /// Liger's `LigerRopeFunction` (Liger-Kernel 0.8.5 `ops/rope.py`): q (or k) is transposed
+    /// back to its physical `[B, S, heads, D]` layout, which is contiguous for a projection's
+    /// output, and rotated in place; `cos, sin` are saved. The output is the input's storage, and
+    /// backward rotates the incoming gradient in place, so the gradient reaches the projection
+    /// as it left attention.
+    fn liger_rope(&mut self, x: TensorId, x_size: u128) -> (TensorId, u128) {
+        if self.rg(x) {
+            if let Some((cos, sin)) = self.rope_tables {
+                self.t.record(Node {
+                    saved: Ids::of(&[cos, sin]),
+                    ..Node::default()
+                });
+            }
+        }
+        (self.retain_id(x), x_size)
     }
 
     /// The attention block. Tensors bound to locals of the attention function (the fused qkv
@@ -611,8 +631,17 @@ impl Builder<'_> {
                 let falcon = a.eager_style == crate::model::EagerStyle::Falcon;
                 let falcon_mask = (falcon || self.mode.kernels().padding_free)
                     && self.mode.attention() == AttentionImpl::Sdpa;
+                // (transformers `_ignore_causal_mask_sdpa`: no skip once `kv_length >=
+                // local_attention_size`, so a training sequence exactly as long as the window gets
+                // one; measured: kern-mistral7b-4l-liger-b2s4096, mix-gemma3-1b-fp32-sgdmom-lora-r16.
+                // Inference keeps the strict bound its prefill fixtures were measured with.)
+                let train = !self.mode.is_infer();
                 let masked = match a.sliding_window {
-                    Some(win) if u128::from(win) < kv && s > 1 => true,
+                    Some(win)
+                        if (u128::from(win) < kv || (train && u128::from(win) == kv)) && s > 1 =>
+                    {
+                        true
+                    }
                     _ => falcon_mask,
                 };
                 // With a mask, transformers does not use SDPA's `enable_gqa`
@@ -982,9 +1011,10 @@ impl Builder<'_> {
                     || self.any_layer(|l| {
                         l.attention.eager_style == crate::model::EagerStyle::Falcon
                             || (q_len > 1
-                                && l.attention
-                                    .sliding_window
-                                    .is_some_and(|w| u128::from(w) < kv_len))
+                                && l.attention.sliding_window.is_some_and(|w| {
+                                    u128::from(w) < kv_len
+                                        || (!self.mode.is_infer() && u128::from(w) == kv_len)
+                                }))
                     }) =>
             {
                 Some(self.act(q_len * kv_len, false))

@@ -1,7 +1,7 @@
 //! The MLP block: activations, dense (gated or not) MLPs and mixtures of experts.
 
 use super::{lin_zero, Builder, LayerParams, LinearP};
-use crate::memory::timeline::{Category, TensorId};
+use crate::memory::timeline::{Category, Ids, Node, TensorId};
 use crate::model::{Activation, DenseMlp, LinearRole};
 
 impl Builder<'_> {
@@ -90,6 +90,24 @@ impl Builder<'_> {
             };
             if d.act == Activation::ClampedSwiglu {
                 let m = self.gate(g, u, rows * i * c, d.act);
+                self.drop_(g);
+                self.drop_(u);
+                m
+            } else if self.liger() {
+                // Liger's LigerSiLUMulFunction / LigerGELUMulFunction (Liger-Kernel 0.8.5
+                // ops/swiglu.py, ops/geglu.py): `c = empty_like(a)`, saves `a, b`; backward
+                // recomputes the activation and writes `da`, `db` over `a`, `b` (handed on)
+                let rg = self.rg(g) || self.rg(u);
+                let m = self.act(rows * i * c, rg);
+                if rg {
+                    self.t.record(Node {
+                        saved: Ids::of(&[g, u]),
+                        inputs: Ids::of(&[g, u]),
+                        outputs: Ids::of(&[m]),
+                        grads_in_saved: true,
+                        ..Node::default()
+                    });
+                }
                 self.drop_(g);
                 self.drop_(u);
                 m

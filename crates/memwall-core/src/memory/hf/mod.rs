@@ -499,6 +499,17 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// Liger's layer kernels replace the norms, the gated activation and the rotary embedding
+    /// (`--kernels liger`; `crate::liger` refuses the families whose patch is not modelled).
+    fn liger(&self) -> bool {
+        self.mode.kernels().layers == crate::workload::KernelSet::Liger
+    }
+
+    /// A fused RMSNorm kernel replaces the eager norm (`--kernels liger` or `rmsnorm`).
+    fn fused_norm(&self) -> bool {
+        self.mode.kernels().layers != crate::workload::KernelSet::Torch
+    }
+
     fn act(&mut self, bytes: u128, requires_grad: bool) -> TensorId {
         self.t.alloc(bytes, Category::Activations, requires_grad)
     }

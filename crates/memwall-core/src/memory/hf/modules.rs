@@ -3,7 +3,7 @@
 
 use super::params::NF4_BLOCK;
 use super::{Builder, Kernels, LinearP, P};
-use crate::memory::timeline::{Category, Ids, TensorId};
+use crate::memory::timeline::{Category, Ids, Node, TensorId};
 use crate::model::{Norm, NormKind};
 use crate::workload::WeightFormat;
 
@@ -187,6 +187,11 @@ impl Builder<'_> {
                 (y, out_size)
             }
             NormKind::CohereLayerNorm => self.cohere_norm(x, x_size, rows, dim, p.0),
+            NormKind::RmsNorm | NormKind::Olmo2RmsNorm | NormKind::GemmaRmsNorm
+                if self.fused_norm() =>
+            {
+                self.liger_rms_norm(x, x_size, rows, dim, p.0)
+            }
             NormKind::RmsNorm | NormKind::Olmo2RmsNorm | NormKind::GemmaRmsNorm => {
                 // Shared prefix of LlamaRMSNorm, Olmo2RMSNorm and GemmaRMSNorm (transformers
                 // models/{llama,olmo2,gemma}/modeling_*.py):
@@ -285,6 +290,44 @@ impl Builder<'_> {
         self.drop_(mean);
         self.drop_(var);
         out
+    }
+
+    /// Liger's `LigerRMSNormFunction` (Liger-Kernel 0.8.5 `ops/rms_norm.py`, llama and gemma
+    /// casting modes alike): `Y` in the input dtype and `RSTD` fp32 per row; saves `X, W, RSTD`.
+    /// Backward writes `dX` over `dY` (`in_place=True`), and for a trainable weight allocates the
+    /// fp32 partial sums `_dW [sm_count, H]`, then `_dW.sum(0)` (fp32) and its `.to(W.dtype)`.
+    fn liger_rms_norm(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        rows: u128,
+        dim: u128,
+        w: P,
+    ) -> (TensorId, u128) {
+        let w_tr = self.trainable(&w);
+        let rg = self.rg(x) || w_tr;
+        let y = self.act(rows * dim * x_size, rg);
+        let rstd = self.act(rows * 4, false);
+        if rg {
+            let w_elem = self.t.bytes(w.id) / w.numel.max(1);
+            let temps = if w_tr {
+                crate::liger::LIGER_SM_COUNT * dim * 4 + if w_elem != 4 { dim * 4 } else { 0 }
+            } else {
+                0
+            };
+            let inputs: &[TensorId] = if self.rg(x) { &[x] } else { &[] };
+            self.t.record(Node {
+                saved: Ids::of(&[x, rstd]),
+                inputs: Ids::of(inputs),
+                params: Ids::of(&[w.id]),
+                outputs: Ids::of(&[y]),
+                backward_temps: temps,
+                input_grad_is_output_grad: true,
+                ..Node::default()
+            });
+        }
+        self.drop_(rstd);
+        (y, x_size)
     }
 
     /// Training-mode dropout; p = 0 returns the input itself (`ATen/native/Dropout.cpp`).

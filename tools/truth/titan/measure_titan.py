@@ -1,0 +1,211 @@
+"""torchtitan 0.3.0's llama3 train step measured on CPU fake tensors with FSDPMemTracker, the way
+torchtitan's former scripts/estimate/estimation.py (removed in torchtitan commit 76d5c72e2, the
+config-system refactor) did on CUDA fake tensors.  See tools/truth/titan/README.md.
+
+    PY=/work/venvs/titan/bin/python
+    $PY tools/truth/titan/measure_titan.py                 # every case -> tests/truth/titan.jsonl
+    $PY tools/truth/titan/measure_titan.py --one ARGS...   # one configuration, printed
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+
+def measure_one(argv: list[str]) -> dict:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--flavor", default="8B")
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--world", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--ac", choices=["none", "full", "selective"], default="none")
+    ap.add_argument("--loss", choices=["chunked", "ce"], default="chunked")
+    ap.add_argument("--attn", default="flex")
+    args = ap.parse_args(argv)
+
+    import torch
+    import torch.distributed as dist
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from measure_dist import fsdp_tracker_class, patch_dtensor_propagation_fake_mode
+
+    patch_dtensor_propagation_fake_mode()
+
+    # torchtitan picks `_get_available_device_type() or "cuda"`: this CPU-only machine would get
+    # "cuda" meshes; the fake-tensor harness runs on the CPU device (as tools/truth/measure_dist.py)
+    import torchtitan.tools.utils as tt_utils
+
+    tt_utils.device_type, tt_utils.device_module = "cpu", torch.cpu
+    import torchtitan.distributed.parallel_dims as tt_pd
+
+    tt_pd.device_type = "cpu"
+    # torchtitan compiles flex_attention and create_block_mask (models/common/attention.py);
+    # Inductor's CPU code cannot run on fake tensors (it dereferences their data: segfault).
+    # Eager: the flex_attention HOP's fake implementation allocates what the fused kernel
+    # returns (out, logsumexp) and its backward the gradients; create_block_mask eager builds a
+    # dense [B, 1, S, S] boolean mask first (transient, before the first layer).
+    import torchtitan.models.common.attention as tt_attn
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    tt_attn.FlexAttention._compiled_flex_attn = staticmethod(flex_attention)
+    # flex_attention refuses backward on a CPU device (a Python guard: the CPU backend has no
+    # backward kernel); on fake tensors only the HOP's fake implementation runs
+    import torch.nn.attention.flex_attention as fa
+
+    fa._validate_device = lambda *a, **k: None
+    # eager flex_attention wraps the HOP in torch.compile(backend="eager", fullgraph=True),
+    # which dynamo refuses under a non-infra dispatch mode (the tracker): call the HOP directly
+    fa._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
+    tt_attn._compiled_create_block_mask = create_block_mask
+    from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
+    from torchtitan.distributed import ParallelDims
+    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+    from torchtitan.models.common.config_utils import decoder_vocab_size
+    from torchtitan.models.llama3 import model_registry
+    from torchtitan.models.llama3.config_registry import llama3_8b
+
+    W = args.world
+    os.environ.setdefault("WORLD_SIZE", str(W))
+    os.environ.setdefault("LOCAL_RANK", "0")
+    dist.init_process_group("fake", rank=0, world_size=W, store=FakeStore())
+
+    config = llama3_8b()
+    spec = model_registry(args.flavor, attn_backend=args.attn)
+    spec.model.layers = spec.model.layers[: args.layers]
+    config.model_spec = spec
+    config.training.local_batch_size = args.batch
+    config.training.seq_len = args.seq
+    config.compile.enable = False
+    config.parallelism.data_parallel_shard_degree = W
+    config.activation_checkpoint = {"none": None, "full": FullAC.Config(), "selective": SelectiveAC.Config()}[args.ac]
+    ce = CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(spec))
+    config.loss = ChunkedLossWrapper.Config(loss_fn=ce) if args.loss == "chunked" else ce
+
+    parallel_dims = ParallelDims.from_config(config.parallelism, W)
+    _ = parallel_dims.world_mesh  # outside FakeTensorMode, like estimation.py
+    cpu = torch.device("cpu")
+    model_config = spec.model
+    model_config.update_from_config(config=config)
+    t0 = time.time()
+    with FakeTensorMode():
+        with torch.device("meta"):
+            model = model_config.build()
+        model = spec.parallelize_fn(
+            model,
+            parallel_dims=parallel_dims,
+            training=config.training,
+            parallelism=config.parallelism,
+            compile_config=config.compile,
+            ac_config=config.activation_checkpoint,
+            dump_folder="/tmp/titan_dump",
+        )
+        model.to_empty(device="cpu")
+        model.train()
+        loss_fn = config.loss.build(compile_config=config.compile)
+        if isinstance(loss_fn, ChunkedLossWrapper):
+            loss_fn.set_lm_head(model.lm_head)
+            model._skip_lm_head = True
+        optimizers = config.optimizer.build(model_parts=[model])
+        vocab = model_config.vocab_size
+        inputs = torch.randint(0, vocab, (args.batch, args.seq))
+        labels = torch.randint(0, vocab, (args.batch, args.seq))
+        tracker_cls = fsdp_tracker_class()
+        # the flex_attention HOP (and its backward) pass through the tracker's
+        # __torch_dispatch__, which runs them (FakeTensorMode's rule) and tracks their outputs
+        tracker_cls.supports_higher_order_operators = True
+        mt = tracker_cls(model, optimizers.optimizers[0])
+        mt.track_inputs((inputs, labels))
+        gvt = torch.tensor(args.batch * args.seq)
+        # the dataloader's per-token positions (one document per row); the Trainer builds the
+        # flex/varlen masks from them (Trainer.post_dataloading_process)
+        positions = torch.arange(args.seq).repeat(args.batch, 1)
+        extra = {"positions": positions}
+        if args.attn in ("flex", "flex_flash", "varlen"):
+            extra["attention_masks"] = model.get_attention_masks(positions=positions)
+        with mt:
+            for it in range(2):
+                if it == 1:
+                    first = mt._peak_mem.get(cpu, 0)
+                    mt.reset_mod_stats()
+                    mt._peak_mem = {d: s["Total"] for d, s in mt._curr_mem_snap.items()}
+                    from copy import deepcopy
+
+                    mt._peak_mem_snap = deepcopy(mt._curr_mem_snap)
+                pred = model(inputs, **extra)
+                loss, _ = loss_fn(pred, labels, gvt, positions=positions)
+                del pred
+                loss.backward()
+                del loss
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+                optimizers.step()
+                optimizers.zero_grad()
+                gc.collect(1)
+        snap = mt.get_tracker_snapshot("peak")[cpu]
+    import importlib.metadata as md
+    import platform
+
+    return {
+        "flavor": args.flavor, "layers": args.layers, "world_size": W, "batch": args.batch,
+        "seq": args.seq, "activation_checkpoint": args.ac, "loss": args.loss,
+        "attention": args.attn,
+        "measured": {
+            "peak_bytes": int(snap["Total"]),
+            "at_peak": {str(k).split(".")[-1].lower(): int(v) for k, v in snap.items() if k != "Total"},
+            "first_step_peak_bytes": int(first),
+        },
+        "versions": {"torch": torch.__version__.split("+")[0], "torchtitan": md.version("torchtitan"),
+                     "python": platform.python_version()},
+        "_seconds": round(time.time() - t0, 1),
+    }
+
+
+CASES = [
+    # id, arguments (torchtitan llama3 "8B" with its first N layers, FSDP over W fake ranks)
+    ("titan-llama3-8b-2l-w8-s512", ["--layers", "2", "--world", "8", "--seq", "512", "--loss", "ce"]),
+    ("titan-llama3-8b-2l-w8-s512-fullac", ["--layers", "2", "--world", "8", "--seq", "512", "--loss", "ce", "--ac", "full"]),
+    ("titan-llama3-8b-4l-w8-s1024", ["--layers", "4", "--world", "8", "--seq", "1024", "--loss", "ce"]),
+    ("titan-llama3-8b-4l-w8-b2s2048", ["--layers", "4", "--world", "8", "--batch", "2", "--seq", "2048", "--loss", "ce"]),
+    ("titan-llama3-8b-4l-w64-s2048", ["--layers", "4", "--world", "64", "--seq", "2048", "--loss", "ce"]),
+]
+
+
+def main() -> None:
+    import json
+    import subprocess
+
+    if len(sys.argv) > 1 and sys.argv[1] == "--one":
+        print(json.dumps(measure_one(sys.argv[2:])))
+        return
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..")
+    out_path = os.path.join(root, "tests", "truth", "titan.jsonl")
+    rows = {}
+    if os.path.exists(out_path):
+        for line in open(out_path):
+            if line.strip():
+                r = json.loads(line)
+                rows[r["id"]] = r
+    for cid, argv in CASES:
+        p = subprocess.run([sys.executable, __file__, "--one", *argv], capture_output=True, text=True)
+        lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+        if p.returncode != 0 or not lines:
+            print(f"FAIL {cid}: {p.stderr[-2000:]}")
+            continue
+        r = {"id": cid, "kind": "torchtitan-train", **json.loads(lines[-1])}
+        r.pop("_seconds", None)
+        rows[cid] = r
+        print(f"ok   {cid}: peak={r['measured']['peak_bytes']}")
+        with open(out_path + ".tmp", "w") as f:
+            for k in sorted(rows):
+                f.write(json.dumps(rows[k]) + "\n")
+        os.replace(out_path + ".tmp", out_path)
+
+
+if __name__ == "__main__":
+    main()
