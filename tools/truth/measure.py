@@ -600,6 +600,7 @@ def run_cases(script: Path, cases: list[dict], jobs: int, timeout: float, out: P
         else list(cases)
     running: list[tuple[dict, subprocess.Popen, float, object]] = []
     failures = []
+    n_cases: dict[int, int] = {}  # cases given to each worker (its time limit is timeout x that)
     while pending or running:
         while pending and len(running) < jobs:
             c = pending.pop(0)
@@ -609,12 +610,38 @@ def run_cases(script: Path, cases: list[dict], jobs: int, timeout: float, out: P
                 stdout=buf, stderr=subprocess.STDOUT, text=True,
             )
             running.append((c, p, time.time(), buf))
+            n_cases[id(p)] = len(c) if isinstance(c, list) else 1
         time.sleep(0.5)
         for item in list(running):
             c, p, t0, buf = item
             rc = p.poll()
             dt = time.time() - t0
-            if rc is None and dt > timeout * (len(c) if isinstance(c, list) else 1):
+            if isinstance(c, list) and rc is None:
+                # a multi-case worker: record each case as soon as its RESULT line is complete
+                buf.seek(0)
+                done = []
+                for line in buf.read().splitlines(keepends=True):
+                    if line.startswith("RESULT ") and line.endswith("\n"):
+                        res = json.loads(line[len("RESULT "):])
+                        case = next((x for x in c if x["id"] == res["id"]), None)
+                        if case is not None:
+                            done.append((case, res))
+                buf.seek(0, 2)
+                for case, res in done:
+                    c.remove(case)
+                    secs = res.pop("_seconds")
+                    rows = read_existing(out)
+                    rows[res["id"]] = res
+                    write_rows(rows, out)
+                    m = res["measured"]
+                    line = time.strftime("%H:%M:%S ") + (
+                        f"ok   {case['id']}: peak={m['peak_bytes']} {describe(m)} "
+                        f"wall={time.time() - t0:.1f}s (in a worker) tracked={secs}s")
+                    print(line, flush=True)
+                    if log is not None:
+                        with open(log, "a") as lf:
+                            lf.write(line + "\n")
+            if rc is None and dt > timeout * n_cases[id(p)]:
                 p.kill()
                 p.wait()
                 rc = "timeout"
