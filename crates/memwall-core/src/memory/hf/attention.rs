@@ -578,12 +578,22 @@ impl Builder<'_> {
                     self.drop_(th);
                     cur = m;
                 }
-                let masked = self.op(x * c, &[cur], &[], &[], &[]);
+                // Falcon under autocast: `scores + attention_mask` promotes to the fp32 mask's
+                // dtype and `softmax(..., dtype=hidden_states.dtype)` stays fp32 (the hidden
+                // states are fp32); `probs @ value` then makes autocast's compute-dtype copy
+                // (models/falcon/modeling_falcon.py `FalconAttention.forward`)
+                let falcon_amp = falcon && self.amp;
+                let msz = if falcon_amp { 4 } else { c };
+                let masked = self.op(x * msz, &[cur], &[], &[], &[]);
                 self.drop_(cur);
 
                 // softmax saves its output; llama-style upcasts to fp32 and casts back
-                let sm = if a.eager_softmax_fp32 { 4 } else { c };
-                let f32in = if c != sm {
+                let sm = if a.eager_softmax_fp32 || falcon_amp {
+                    4
+                } else {
+                    c
+                };
+                let f32in = if msz != sm {
                     self.cast(masked, x * sm)
                 } else {
                     masked
