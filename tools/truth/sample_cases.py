@@ -103,6 +103,26 @@ def _intermediate(rng: random.Random, hidden: int) -> int:
 
 
 def random_config(model_type: str, rng: random.Random) -> dict:
+    """A random small config of one family (see `_random_config`), made buildable:
+    * a template's `pad_token_id` outside the drawn vocabulary is dropped (`nn.Embedding`
+      asserts `padding_idx < num_embeddings`);
+    * expert widths are rounded up to a multiple of 8: `torch._grouped_mm` requires 16-byte
+      aligned row strides (`_meta_grouped_mm_common`: "stride along 0 dim to be multiple of
+      16 bytes"), as every released MoE has.
+    Neither draws from `rng`, so the other configs and all cases stay as drawn."""
+    d = _random_config(model_type, rng)
+    pad = d.get("pad_token_id")
+    if isinstance(pad, int) and pad >= d["vocab_size"]:
+        d["pad_token_id"] = None
+    expert_width = {"mixtral": "intermediate_size", "qwen2_moe": "moe_intermediate_size",
+                    "qwen3_moe": "moe_intermediate_size", "deepseek_v3": "moe_intermediate_size"}
+    if model_type in expert_width:
+        k = expert_width[model_type]
+        d[k] = -(-d[k] // 8) * 8
+    return d
+
+
+def _random_config(model_type: str, rng: random.Random) -> dict:
     """A random small config of one family: the template's fields with new widths."""
     d = json.loads((CONFIG_DIR / f"{TEMPLATES[model_type]}.json").read_text())
     if model_type == "gemma3_text" and "text_config" in d:
