@@ -171,8 +171,10 @@ impl Builder<'_> {
                 } => u128::from(qk_rope_head_dim),
             };
             if dim > 0 {
-                let cos = self.act(rows * dim * self.param_size, false);
-                let sin = self.act(rows * dim * self.param_size, false);
+                // position ids made by the model from `cache_position.unsqueeze(0)`: the
+                // tables are [1, q_len, rotary_dim] whatever the batch (see the training forward)
+                let cos = self.act(q_len * dim * self.param_size, false);
+                let sin = self.act(q_len * dim * self.param_size, false);
                 self.rope_tables = Some((cos, sin));
                 self.out_refs.push(cos);
                 self.out_refs.push(sin);

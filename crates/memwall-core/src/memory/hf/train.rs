@@ -24,7 +24,15 @@ impl Builder<'_> {
         self.t.set_phase(Phase::Forward);
         self.unit_pre_forward(0);
         let (mut x, xs) = self.embeddings();
-        // rotary cos/sin tables, [B, S, rotary_dim] in the compute dtype (fp32 under autocast)
+        // rotary cos/sin tables in the compute dtype (fp32 under autocast), shaped like the
+        // position ids: without them the model makes `cache_position.unsqueeze(0)`, [1, S]
+        // (e.g. models/llama/modeling_llama.py `LlamaModel.forward`), so the tables are
+        // [1, S, rotary_dim] whatever the batch; a padding-free batch passes [1, B·S]
+        let table_rows = if self.mode.kernels().padding_free {
+            rows
+        } else {
+            self.seq
+        };
         if let Some(l) = self.model.layers.first() {
             let dim = match l.attention.kind {
                 AttentionKind::Standard { .. } => l.attention.rotary_dim.map_or(0, u128::from),
@@ -34,8 +42,8 @@ impl Builder<'_> {
             };
             if dim > 0 {
                 let sz = if self.amp { 4 } else { self.param_size };
-                let cos = self.act(rows * dim * sz, false);
-                let sin = self.act(rows * dim * sz, false);
+                let cos = self.act(table_rows * dim * sz, false);
+                let sin = self.act(table_rows * dim * sz, false);
                 self.rope_tables = Some((cos, sin));
                 self.out_refs.push(cos);
                 self.out_refs.push(sin);
