@@ -689,8 +689,11 @@ impl Builder<'_> {
                     } else {
                         1
                     };
+                // in the embeddings' dtype (`create_causal_mask(..., dtype=inputs_embeds.dtype)`):
+                // fp32 under autocast, whose lists do not cover the mask construction
+                let mask_size = if self.amp { 4 } else { self.compute_size };
                 Some(self.act(
-                    masks * self.batch * q_len * kv_len * self.compute_size,
+                    masks * self.batch * q_len * kv_len * mask_size,
                     false,
                 ))
             }

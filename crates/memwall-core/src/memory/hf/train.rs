@@ -65,6 +65,10 @@ impl Builder<'_> {
                 if let Some((cos, sin)) = self.rope_tables {
                     kept.extend([cos, sin]);
                 }
+                // and the materialised attention mask passed to every layer (eager attention,
+                // Falcon, sliding windows, packed sequences): the recompute closure holds it
+                // after the model's forward has returned, until the first layer's backward
+                kept.extend(mask);
                 self.t.record(Node {
                     saved: Ids::of(&kept),
                     inputs: Ids::of(&[]),
