@@ -692,10 +692,7 @@ impl Builder<'_> {
                 // in the embeddings' dtype (`create_causal_mask(..., dtype=inputs_embeds.dtype)`):
                 // fp32 under autocast, whose lists do not cover the mask construction
                 let mask_size = if self.amp { 4 } else { self.compute_size };
-                Some(self.act(
-                    masks * self.batch * q_len * kv_len * mask_size,
-                    false,
-                ))
+                Some(self.act(masks * self.batch * q_len * kv_len * mask_size, false))
             }
             AttentionImpl::Sdpa
                 if self.mode.kernels().padding_free
