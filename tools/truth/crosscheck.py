@@ -49,11 +49,27 @@ CASES = [
     dict(id="xc-gpt2-cache-off", config="gpt2", batch=2, seq=128, dropout="off", use_cache=False),
 ]
 
+# cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),
+# chosen to cover every option kind: MoE + LoRA + autocast, falcon fp16 checkpointing, gemma3
+# sliding windows + lion + accumulation, neox fp32, gemma2 eager LoRA, packed sequences, gpt2
+# dropout under autocast, opt, deepseek MLA + LoRA, fused losses, fused AdamW fp16
+RANDOM_IDS = [
+    "rnd-t17-000-qwen2moe", "rnd-t17-002-falcon", "rnd-t17-004-gemma3text", "rnd-t17-012-gptneox",
+    "rnd-t17-014-gemma2", "rnd-t17-019-qwen2", "rnd-t17-029-gpt2", "rnd-t17-030-opt",
+    "rnd-t17-044-deepseekv3", "rnd-t17-045-qwen2", "rnd-t17-049-llama", "rnd-t17-059-opt",
+]
+
+
+def random_cases() -> list[dict]:
+    """The RANDOM_IDS cases as specified in random_train.toml, ids prefixed with ``xc-``."""
+    by_id = {c["id"]: c for c in measure.load_cases(measure.REPO / "tools/truth/cases/random_train.toml")}
+    return [dict(by_id[i], id="xc-" + i) for i in RANDOM_IDS]
+
 
 def main() -> None:
     only = sys.argv[1] if len(sys.argv) > 1 else None  # optional id substring
     rows = []
-    for spec in CASES:
+    for spec in CASES + random_cases():
         if only and only not in spec["id"]:
             continue
         case = dict(measure.DEFAULTS)

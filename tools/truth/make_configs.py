@@ -439,6 +439,10 @@ def main() -> None:
         written.append(name)
     lines = ["# origin of each config in this folder (written by tools/truth/make_configs.py)"]
     lines += [f'"{k}" = "{v}"' for k, v in sorted(sources.items())]
+    # the random sample's configs are written by sample_cases.py: keep their lines
+    old = OUT / "SOURCES.toml"
+    if old.exists():
+        lines += [l for l in old.read_text().splitlines() if l.startswith('"rnd-')]
     (OUT / "SOURCES.toml").write_text("\n".join(lines) + "\n")
     print(f"wrote {len(written)} configs")
 

@@ -712,17 +712,22 @@ def write_rows(rows: dict[str, dict], out: Path = OUT) -> None:
 
 
 def run_cases(script: Path, cases: list[dict], jobs: int, timeout: float, out: Path,
-              describe, log: Path | None = None) -> list[str]:
+              describe, log: Path | None = None, per_worker: int = 1) -> list[str]:
     """Measures each case in a fresh ``script --worker CASE`` subprocess, ``jobs`` at a time.
 
     The worker prints ``RESULT <json>``; this parent is the only writer of ``out`` (rewritten
     atomically after every finished case).  ``describe(measured)`` adds case-specific fields to
     the ok line; ok/FAIL lines go to stdout and, when given, are appended to ``log``.
+    With ``per_worker`` K > 1 one worker process measures K cases one after the other (its
+    argument is a JSON list; each case still builds its own model, FakeTensorMode and tracker,
+    so only the interpreter start-up is shared; ``timeout`` is per case).
     Returns the ids that failed or timed out.
     """
-    pending = list(cases)
+    pending = [cases[i:i + per_worker] for i in range(0, len(cases), per_worker)] if per_worker > 1 \
+        else list(cases)
     running: list[tuple[dict, subprocess.Popen, float, object]] = []
     failures = []
+    n_cases: dict[int, int] = {}  # cases given to each worker (its time limit is timeout x that)
     while pending or running:
         while pending and len(running) < jobs:
             c = pending.pop(0)
@@ -732,12 +737,38 @@ def run_cases(script: Path, cases: list[dict], jobs: int, timeout: float, out: P
                 stdout=buf, stderr=subprocess.STDOUT, text=True,
             )
             running.append((c, p, time.time(), buf))
+            n_cases[id(p)] = len(c) if isinstance(c, list) else 1
         time.sleep(0.5)
         for item in list(running):
             c, p, t0, buf = item
             rc = p.poll()
             dt = time.time() - t0
-            if rc is None and dt > timeout:
+            if isinstance(c, list) and rc is None:
+                # a multi-case worker: record each case as soon as its RESULT line is complete
+                buf.seek(0)
+                done = []
+                for line in buf.read().splitlines(keepends=True):
+                    if line.startswith("RESULT ") and line.endswith("\n"):
+                        res = json.loads(line[len("RESULT "):])
+                        case = next((x for x in c if x["id"] == res["id"]), None)
+                        if case is not None:
+                            done.append((case, res))
+                buf.seek(0, 2)
+                for case, res in done:
+                    c.remove(case)
+                    secs = res.pop("_seconds")
+                    rows = read_existing(out)
+                    rows[res["id"]] = res
+                    write_rows(rows, out)
+                    m = res["measured"]
+                    line = time.strftime("%H:%M:%S ") + (
+                        f"ok   {case['id']}: peak={m['peak_bytes']} {describe(m)} "
+                        f"wall={time.time() - t0:.1f}s (in a worker) tracked={secs}s")
+                    print(line, flush=True)
+                    if log is not None:
+                        with open(log, "a") as lf:
+                            lf.write(line + "\n")
+            if rc is None and dt > timeout * n_cases[id(p)]:
                 p.kill()
                 p.wait()
                 rc = "timeout"
@@ -747,28 +778,53 @@ def run_cases(script: Path, cases: list[dict], jobs: int, timeout: float, out: P
             buf.seek(0)
             text = buf.read()
             buf.close()
-            res = None
+            results = {}
             for line in text.splitlines():
                 if line.startswith("RESULT "):
                     res = json.loads(line[len("RESULT "):])
-            if res is not None:
-                secs = res.pop("_seconds")
-                rows = read_existing(out)
-                rows[res["id"]] = res
-                write_rows(rows, out)
-                m = res["measured"]
-                msg = (f"ok   {c['id']}: peak={m['peak_bytes']} {describe(m)} "
-                       f"wall={dt:.1f}s tracked={secs}s")
-            else:
-                tail = "\n".join(text.strip().splitlines()[-3:])
-                msg = f"FAIL {c['id']} (rc={rc}, {dt:.1f}s): {tail}"
-                failures.append(c["id"])
-            line = time.strftime("%H:%M:%S ") + msg
-            print(line, flush=True)
-            if log is not None:
-                with open(log, "a") as lf:
-                    lf.write(line + "\n")
+                    results[res["id"]] = res
+            msgs = []
+            for case in (c if isinstance(c, list) else [c]):
+                res = results.get(case["id"])
+                if res is not None:
+                    secs = res.pop("_seconds")
+                    rows = read_existing(out)
+                    rows[res["id"]] = res
+                    write_rows(rows, out)
+                    m = res["measured"]
+                    msgs.append(f"ok   {case['id']}: peak={m['peak_bytes']} {describe(m)} "
+                                f"wall={dt:.1f}s tracked={secs}s")
+                else:
+                    tail = "\n".join(text.strip().splitlines()[-3:])
+                    msgs.append(f"FAIL {case['id']} (rc={rc}, {dt:.1f}s): {tail}")
+                    failures.append(case["id"])
+            for msg in msgs:
+                line = time.strftime("%H:%M:%S ") + msg
+                print(line, flush=True)
+                if log is not None:
+                    with open(log, "a") as lf:
+                        lf.write(line + "\n")
     return failures
+
+
+def worker_main(arg: str, run) -> None:
+    """Worker side of run_cases: one case (a JSON object) or several (a JSON list), each
+    measured by ``run(case)`` and printed as a ``RESULT`` line as soon as it is done (a case
+    that raises prints its traceback and the worker goes on with the next one)."""
+    import traceback
+
+    spec = json.loads(arg)
+    for case in (spec if isinstance(spec, list) else [spec]):
+        try:
+            res = run(case)
+        except Exception:  # noqa: BLE001 - reported as this case's FAIL by the parent
+            traceback.print_exc()
+            print(f"case {case['id']} failed", flush=True)
+            import torch
+
+            torch.set_default_dtype(torch.float32)  # run_case may have left another one set
+            continue
+        print("RESULT " + json.dumps(res), flush=True)
 
 
 def main() -> None:
@@ -780,13 +836,14 @@ def main() -> None:
     ap.add_argument("--cases", default=str(CASES))
     ap.add_argument("--missing", action="store_true", help="run only cases not yet in train.jsonl")
     ap.add_argument("--first", help="comma-separated ids to run before the others (scheduling only)")
+    ap.add_argument("--out", default=str(OUT), help="fixture file to write (default tests/truth/train.jsonl)")
+    ap.add_argument("--per-worker", type=int, default=1,
+                    help="cases measured one after the other in one worker process (saves start-up)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     if args.worker:
-        case = json.loads(args.worker)
-        res = run_case(case)
-        print("RESULT " + json.dumps(res))
+        worker_main(args.worker, run_case)
         return
 
     cases = load_cases(Path(args.cases))
@@ -800,13 +857,14 @@ def main() -> None:
     if args.only:
         cases = [c for c in cases if args.only in c["id"]]
     if args.missing:
-        have = read_existing()
+        have = read_existing(Path(args.out))
         cases = [c for c in cases if c["id"] not in have]
     if args.first:
         first = args.first.split(",")
         cases.sort(key=lambda c: first.index(c["id"]) if c["id"] in first else len(first))
-    failures = run_cases(Path(__file__), cases, args.jobs, args.timeout, OUT,
-                         lambda m: f"phase={m['phase']}", REPO / "tools/truth/measure.log")
+    failures = run_cases(Path(__file__), cases, args.jobs, args.timeout, Path(args.out),
+                         lambda m: f"phase={m['phase']}", REPO / "tools/truth/measure.log",
+                         per_worker=args.per_worker)
     if failures:
         print(f"{len(failures)} failed: {failures}")
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import build_config, build_model, fast_mem_tracker_class, read_case_specs, read_existing, run_cases  # noqa: E402  (torch imported lazily there)
+from measure import build_config, build_model, fast_mem_tracker_class, read_case_specs, read_existing, run_cases, worker_main  # noqa: E402  (torch imported lazily there)
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = REPO / "tools/truth/cases/infer.toml"
@@ -289,12 +289,14 @@ def main() -> None:
     ap.add_argument("--missing", action="store_true", help="run only cases not yet in infer.jsonl")
     ap.add_argument("--first", help="comma-separated ids to run before the others (scheduling only)")
     ap.add_argument("--log", help="also append ok/FAIL lines to this file (default: stdout only)")
+    ap.add_argument("--out", default=str(OUT), help="fixture file to write (default tests/truth/infer.jsonl)")
+    ap.add_argument("--per-worker", type=int, default=1,
+                    help="cases measured one after the other in one worker process (saves start-up)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     if args.worker:
-        res = run_case(json.loads(args.worker))
-        print("RESULT " + json.dumps(res))
+        worker_main(args.worker, run_case)
         return
 
     cases = load_cases(Path(args.cases))
@@ -308,16 +310,17 @@ def main() -> None:
     if args.only:
         cases = [c for c in cases if args.only in c["id"]]
     if args.missing:
-        have = read_existing(OUT)
+        have = read_existing(Path(args.out))
         cases = [c for c in cases if c["id"] not in have]
     if args.first:
         first = args.first.split(",")
         cases.sort(key=lambda c: first.index(c["id"]) if c["id"] in first else len(first))
 
     failures = run_cases(
-        Path(__file__), cases, args.jobs, args.timeout, OUT,
+        Path(__file__), cases, args.jobs, args.timeout, Path(args.out),
         lambda m: f"phase={m['phase']} prefill_peak={m['prefill_peak_bytes']} final={m['final_bytes']}",
         Path(args.log) if args.log else None,
+        per_worker=args.per_worker,
     )
     if failures:
         print(f"{len(failures)} failed: {failures}")

@@ -216,8 +216,25 @@ fn category(c: &Case) -> String {
 }
 
 fn rows() -> Vec<Row> {
-    let text =
-        std::fs::read_to_string(root().join("tests/truth/train.jsonl")).expect("read train.jsonl");
+    train_rows_of("tests/truth/train.jsonl")
+}
+
+/// The random training sample (`tests/truth/random_train.jsonl`, cases drawn by
+/// `tools/truth/sample_cases.py`); empty when not measured.
+fn random_rows() -> Vec<Row> {
+    if !root().join("tests/truth/random_train.jsonl").exists() {
+        return Vec::new();
+    }
+    train_rows_of("tests/truth/random_train.jsonl")
+}
+
+/// The random inference sample (`tests/truth/random_infer.jsonl`); empty when not measured.
+fn random_infer_rows() -> Vec<Row> {
+    infer_rows_of("tests/truth/random_infer.jsonl")
+}
+
+fn train_rows_of(file: &str) -> Vec<Row> {
+    let text = std::fs::read_to_string(root().join(file)).expect("read training fixtures");
     let mut out = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let c: Case =
@@ -302,9 +319,13 @@ struct InferMeasured {
 }
 
 fn infer_rows() -> Vec<Row> {
+    infer_rows_of("tests/truth/infer.jsonl")
+}
+
+fn infer_rows_of(file: &str) -> Vec<Row> {
     use memwall_core::memory::simulate_infer;
     use memwall_core::workload::{InferWorkload, KvDtype, WeightFormat};
-    let Ok(text) = std::fs::read_to_string(root().join("tests/truth/infer.jsonl")) else {
+    let Ok(text) = std::fs::read_to_string(root().join(file)) else {
         return Vec::new();
     };
     let mut out = Vec::new();
@@ -619,7 +640,19 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-fn report(rows: &[Row], infer: &[Row], dist: &[Row], phases: &[PhaseRow]) -> String {
+/// The random sample's rows: (training, inference).
+struct RandomRows {
+    train: Vec<Row>,
+    infer: Vec<Row>,
+}
+
+fn report(
+    rows: &[Row],
+    infer: &[Row],
+    dist: &[Row],
+    phases: &[PhaseRow],
+    random: &RandomRows,
+) -> String {
     let mut s = section_report(
         rows,
         "# Accuracy against measured PyTorch peaks\n\n## Training steps",
@@ -649,6 +682,22 @@ fn report(rows: &[Row], infer: &[Row], dist: &[Row], phases: &[PhaseRow]) -> Str
             ))
         );
     }
+    if !random.train.is_empty() {
+        s.push('\n');
+        s.push_str(&section_report(
+            &random.train,
+            "## Random sample, training steps (`tests/truth/random_train.jsonl`; cases drawn by \
+             `tools/truth/sample_cases.py`, seed in `tools/truth/cases/random_train.toml`)",
+        ));
+    }
+    if !random.infer.is_empty() {
+        s.push('\n');
+        s.push_str(&section_report(
+            &random.infer,
+            "## Random sample, inference (`tests/truth/random_infer.jsonl`; cases drawn by \
+             `tools/truth/sample_cases.py`)",
+        ));
+    }
     let gaps = known_gaps();
     if !gaps.is_empty() {
         let _ = writeln!(
@@ -661,6 +710,8 @@ fn report(rows: &[Row], infer: &[Row], dist: &[Row], phases: &[PhaseRow]) -> Str
                 .iter()
                 .chain(infer)
                 .chain(dist)
+                .chain(&random.train)
+                .chain(&random.infer)
                 .find(|r| &r.id == id)
                 .map_or_else(
                     || "not measured".to_owned(),
@@ -784,9 +835,20 @@ fn every_distributed_case_within_three_percent() {
 }
 
 #[test]
+fn every_random_case_within_three_percent() {
+    // the random sample (issue 17): the same bounds as the hand-picked fixtures
+    check(&random_rows(), "random training");
+    check(&random_infer_rows(), "random inference");
+}
+
+#[test]
 fn accuracy_report_is_current() {
     let (dist, phases) = dist_rows();
-    let text = report(&rows(), &infer_rows(), &dist, &phases);
+    let random = RandomRows {
+        train: random_rows(),
+        infer: random_infer_rows(),
+    };
+    let text = report(&rows(), &infer_rows(), &dist, &phases, &random);
     let path = root().join("docs/accuracy.md");
     if std::env::var_os("MEMWALL_UPDATE_ACCURACY").is_some() {
         std::fs::write(&path, &text).expect("write docs/accuracy.md");

@@ -817,7 +817,13 @@ impl Builder<'_> {
                     self.drop_(th);
                     cur = m;
                 }
-                let masked = self.op(x * c, &[cur], &[], &[], &[]);
+                // Falcon under autocast: `scores + attention_mask` promotes to the fp32 mask's
+                // dtype and `softmax(..., dtype=hidden_states.dtype)` stays fp32 (the hidden
+                // states are fp32); `probs @ value` then makes autocast's compute-dtype copy
+                // (models/falcon/modeling_falcon.py `FalconAttention.forward`)
+                let falcon_amp = falcon && self.amp;
+                let msz = if falcon_amp { 4 } else { c };
+                let masked = self.op(x * msz, &[cur], &[], &[], &[]);
                 self.drop_(cur);
                 // with sinks, the masked scores stay bound to `attn_weights` until the
                 // dropout rebinds that name, i.e. through the softmax
@@ -829,8 +835,12 @@ impl Builder<'_> {
                 };
 
                 // softmax saves its output; llama-style upcasts to fp32 and casts back
-                let sm = if a.eager_softmax_fp32 { 4 } else { c };
-                let f32in = if c != sm {
+                let sm = if a.eager_softmax_fp32 || falcon_amp {
+                    4
+                } else {
+                    c
+                };
+                let f32in = if msz != sm {
                     self.cast(masked, x * sm)
                 } else {
                     masked
@@ -1001,10 +1011,10 @@ impl Builder<'_> {
                     } else {
                         1
                     };
-                Some(self.act(
-                    masks * self.batch * q_len * kv_len * self.compute_size,
-                    false,
-                ))
+                // in the embeddings' dtype (`create_causal_mask(..., dtype=inputs_embeds.dtype)`):
+                // fp32 under autocast, whose lists do not cover the mask construction
+                let mask_size = if self.amp { 4 } else { self.compute_size };
+                Some(self.act(masks * self.batch * q_len * kv_len * mask_size, false))
             }
             AttentionImpl::Sdpa
                 if self.mode.kernels().padding_free

@@ -205,6 +205,10 @@ impl Builder<'_> {
             self.drop_(probs);
             topw
         };
+        // `torch._grouped_mm` is not autocast-enabled: transformers casts the input to the
+        // expert weights' dtype (integrations/moe.py `_grouped_mm`, `input.to(weight.dtype)`),
+        // so under autocast the experts run in the fp32 parameter dtype
+        let c = if self.amp { self.param_size } else { c };
         // routing weights fp32 make the weighted expert outputs fp32 (type promotion)
         let ws = if moe.router_fp32 && !moe.router_weights_in_compute_dtype {
             4

@@ -1,7 +1,7 @@
 //! The training driver: forward with the loss, backward (with checkpoint recomputation), the
 //! optimizer states and step, and the steady-state step that strings them together.
 
-use super::Builder;
+use super::{Builder, Kernels};
 use crate::memory::timeline::TensorId;
 use crate::memory::timeline::{Category, Ids, Marker, Node, Phase, SegKind};
 use crate::optimizer::OptimTensor;
@@ -174,6 +174,15 @@ impl Builder<'_> {
             let losses = self.act(rows * 4, true);
             let lse = self.act(rows * 4, false);
             let z_losses = self.act(rows * 4, false);
+            if self.kernels == Kernels::Cpu && c != 4 {
+                // the CPU reference of the Triton forward (tools/truth/kernels.py,
+                // `FlashCrossEntropy.forward`) computes the log-sum-exp a block of rows at a time:
+                // `logits[r0:r1].float()`, `max(1, 2**20 // (V * 4))` rows (≤ 1 MiB of fp32
+                // scratch; `.float()` of fp32 logits is no copy). The Triton kernel keeps this
+                // in registers, so CUDA semantics have no such buffer.
+                let block_rows = ((1u128 << 20) / (v * 4)).max(1).min(rows);
+                self.t.transient(block_rows * v * 4, Category::LossBuffers);
+            }
             self.t.record(Node {
                 saved: Ids::of(&[logits, lse]),
                 inputs: Ids::of(&[logits]),
