@@ -1348,6 +1348,7 @@ impl PlanSettings {
         base.step_options.checkpointing_policy = checkpointing_policy.parse()?;
         // refused up front: the search would otherwise find no plan without saying why
         memwall_core::liger::check(&model.desc, &base)?;
+        memwall_core::memory::check_attention(&model.desc, base.attention)?;
         let request = memwall_core::plan::PlanRequest {
             gpus,
             gpus_per_node,

@@ -794,3 +794,17 @@ fn liger_kernels_on_train() {
         "a100-40gb-sxm"
     ]));
 }
+
+#[test]
+fn attention_sinks_refuse_sdpa_by_name() {
+    // transformers 5.23 GptOssPreTrainedModel._supports_sdpa = False: an SDPA estimate would
+    // describe a run that cannot happen, so train, plan and infer refuse it with the way out
+    for cmd in ["train", "plan", "infer"] {
+        let (code, _, stderr) = run(&[cmd, "--model", "gpt-oss-20b", "--attention", "sdpa"]);
+        assert_eq!(code, 2, "{cmd}: {stderr}");
+        assert!(stderr.contains("--attention sdpa"), "{cmd}: {stderr}");
+        assert_eq!(stderr.matches("hint:").count(), 1, "{cmd}: {stderr}");
+    }
+    let (code, _, stderr) = run(&["train", "--model", "gpt-oss-20b", "--attention", "eager"]);
+    assert_eq!(code, 0, "{stderr}");
+}

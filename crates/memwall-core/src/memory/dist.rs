@@ -129,6 +129,7 @@ fn simulate(
     let engine = Engine::resolve(Some(layout));
     engine.check(w, Some(layout))?;
     crate::liger::check(model, w)?;
+    super::check_attention(model, w.attention)?;
     let kind = match engine {
         Engine::Megatron => {
             return super::megatron::simulate(model, w, layout).map(|e| (e, Path::Formula))

@@ -90,6 +90,7 @@ fn check_train(model: &ModelDesc, w: &TrainWorkload) -> Result<Engine, CoreError
     let engine = Engine::resolve(None);
     engine.check(w, None)?;
     crate::liger::check(model, w)?;
+    check_attention(model, w.attention)?;
     if model.layers.is_empty() {
         return Err(CoreError::invalid(
             "num_hidden_layers",
@@ -152,9 +153,37 @@ pub fn simulate_infer(
     run_infer(model, w, kernels)
 }
 
+/// Attention implementations transformers refuses for the model: a model with attention sinks
+/// (gpt-oss) has no SDPA path (transformers 5.23 models/gpt_oss/modeling_gpt_oss.py
+/// `GptOssPreTrainedModel._supports_sdpa = False`; `from_pretrained(attn_implementation="sdpa")`
+/// raises), so an SDPA estimate would describe a run that cannot happen.
+pub fn check_attention(
+    model: &ModelDesc,
+    attention: crate::workload::AttentionImpl,
+) -> Result<(), CoreError> {
+    let sinks = model
+        .layers
+        .iter()
+        .filter_map(|l| l.attention_block())
+        .any(|a| a.sinks);
+    if sinks && attention == crate::workload::AttentionImpl::Sdpa {
+        return Err(CoreError::invalid_value(
+            "attention",
+            "sdpa",
+            format!(
+                "transformers has no SDPA attention for `{}` (attention sinks: `_supports_sdpa = False`); it runs eager or a flash kernel with sinks",
+                crate::error::untrusted(&model.model_type)
+            ),
+            "use --attention eager (the measured path) or --attention flash",
+        ));
+    }
+    Ok(())
+}
+
 /// What every inference estimate checks first.
 fn check_infer(model: &ModelDesc, w: &crate::workload::InferWorkload) -> Result<(), CoreError> {
     w.validate()?;
+    check_attention(model, w.attention)?;
     if model.layers.is_empty() {
         return Err(CoreError::invalid(
             "num_hidden_layers",
