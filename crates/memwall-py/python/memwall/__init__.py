@@ -204,6 +204,8 @@ def train(
     loop: Optional[str] = None,
     use_cache: Optional[bool] = None,
     kernels: Optional[str] = None,
+    train_vision: Optional[bool] = None,
+    image_tokens: Optional[int] = None,
     gpu: Optional[str] = None,
     matmul_efficiency: Optional[float] = None,
     bandwidth_efficiency: Optional[float] = None,
@@ -251,6 +253,8 @@ def doctor(
     loop: Optional[str] = None,
     use_cache: Optional[bool] = None,
     kernels: Optional[str] = None,
+    train_vision: Optional[bool] = None,
+    image_tokens: Optional[int] = None,
     gpu: Optional[str] = None,
     matmul_efficiency: Optional[float] = None,
     bandwidth_efficiency: Optional[float] = None,
@@ -277,6 +281,7 @@ def doctor(
 def infer(
     model: Optional[ModelArg] = None,
     *,
+    image_tokens: Optional[int] = None,
     batch: Optional[int] = None,
     prompt: Optional[int] = None,
     new_tokens: Optional[int] = None,
@@ -294,6 +299,7 @@ def infer(
 def doctor_infer(
     model: Optional[ModelArg] = None,
     *,
+    image_tokens: Optional[int] = None,
     batch: Optional[int] = None,
     prompt: Optional[int] = None,
     new_tokens: Optional[int] = None,

@@ -263,6 +263,8 @@ def train(
     loop: Optional[str] = ...,
     use_cache: Optional[bool] = ...,
     kernels: Optional[str] = ...,
+    train_vision: Optional[bool] = ...,
+    image_tokens: Optional[int] = ...,
     gpu: Optional[str] = ...,
     matmul_efficiency: Optional[float] = ...,
     bandwidth_efficiency: Optional[float] = ...,
@@ -301,6 +303,8 @@ def doctor(
     loop: Optional[str] = ...,
     use_cache: Optional[bool] = ...,
     kernels: Optional[str] = ...,
+    train_vision: Optional[bool] = ...,
+    image_tokens: Optional[int] = ...,
     gpu: Optional[str] = ...,
     matmul_efficiency: Optional[float] = ...,
     bandwidth_efficiency: Optional[float] = ...,
@@ -322,6 +326,7 @@ def doctor(
 def infer(
     model: Optional[ModelArg] = ...,
     *,
+    image_tokens: Optional[int] = ...,
     batch: Optional[int] = ...,
     prompt: Optional[int] = ...,
     new_tokens: Optional[int] = ...,
@@ -335,6 +340,7 @@ def infer(
 def doctor_infer(
     model: Optional[ModelArg] = ...,
     *,
+    image_tokens: Optional[int] = ...,
     batch: Optional[int] = ...,
     prompt: Optional[int] = ...,
     new_tokens: Optional[int] = ...,
