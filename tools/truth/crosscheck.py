@@ -47,6 +47,13 @@ CASES = [
          precision="fp32", use_cache=False),
     dict(id="xc-smollm135m-cache-off", config="smollm-135m", batch=2, seq=128, use_cache=False),
     dict(id="xc-gpt2-cache-off", config="gpt2", batch=2, seq=128, dropout="off", use_cache=False),
+    # torchtitan's op-level SAC and save_on_cpu activation offloading (issue 17, item 3)
+    dict(id="xc-i17b-smollm135m-sacop", config="smollm-135m", batch=2, seq=128, checkpointing=True,
+         checkpointing_policy="selective-op"),
+    dict(id="xc-i17b-gpt2-sacop-eager", config="gpt2", batch=2, seq=128, attention="eager",
+         checkpointing=True, checkpointing_policy="selective-op"),
+    dict(id="xc-i17b-smollm135m-offload", config="smollm-135m", batch=2, seq=128,
+         activation_offload=True),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),

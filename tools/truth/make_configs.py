@@ -14,6 +14,7 @@ only config keys).
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -185,6 +186,23 @@ BASE: dict[str, tuple[str | None, dict]] = {
         time_step_min=0.001, time_step_max=0.1, time_step_floor=0.0001, hidden_act="silu",
         initializer_range=0.1, tie_word_embeddings=False, bos_token_id=0, eos_token_id=0,
         pad_token_id=0)),
+    # ---------------- mamba (Mamba-1 selective scan) ----------------
+    "mamba-2.8b": ("state-spaces/mamba-2.8b-hf.json", {}),
+    # ---------------- jamba (Mamba-1 + attention hybrid, MoE every 2nd layer) ----------------
+    # ai21labs/AI21-Jamba-1.5-Mini: published hyper-parameters; no verbatim config.json was
+    # found. Values from a Python-dict copy of its config.json in public ONNX-export test code
+    # (`get_ai21_jamba_15_mini`, which points at huggingface.co/ai21labs/AI21-Jamba-1.5-Mini/
+    # blob/main/config.json; that copy sets use_mamba_kernels False, read by nothing in
+    # transformers 5.23, so it is left out here).
+    "jamba-1.5-mini": (None, dict(
+        model_type="jamba", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, attn_layer_offset=4, attn_layer_period=8,
+        expert_layer_offset=1, expert_layer_period=2, mamba_conv_bias=True, mamba_d_conv=4,
+        mamba_d_state=16, mamba_dt_rank=256, mamba_expand=2, mamba_proj_bias=False,
+        max_position_embeddings=262144, num_experts=16, num_experts_per_tok=2,
+        output_router_logits=False, rms_norm_eps=1e-6, router_aux_loss_coef=0.001,
+        tie_word_embeddings=False, hidden_act="silu", attention_dropout=0.0, vocab_size=65536,
+        bos_token_id=1, eos_token_id=[2, 518], pad_token_id=0)),
     # ---------------- granitemoehybrid (Mamba-2 + attention, muP multipliers) ----------------
     # ibm-granite/granite-4.0-h-micro: published hyper-parameters; no verbatim config.json was
     # found. Geometry and layer_types as quoted from huggingface.co/ibm-granite/
@@ -204,6 +222,10 @@ BASE: dict[str, tuple[str | None, dict]] = {
         residual_multiplier=0.22, attention_multiplier=0.015625, position_embedding_type="nope",
         tie_word_embeddings=True, hidden_act="silu", attention_bias=False, attention_dropout=0.0,
         bos_token_id=100257, eos_token_id=100257, pad_token_id=100256)),
+    # ---------------- qwen3_next (gated DeltaNet + gated attention, MoE) ----------------
+    # Qwen/Qwen3-Next-80B-A3B-Instruct config.json, typed into data/models (no verbatim copy was
+    # found in the code index; see data/models/index.toml)
+    "qwen3-next-80b-a3b": ("Qwen/Qwen3-Next-80B-A3B-Instruct.json", {}),
     # ---------------- MoE families of issue 14 ----------------
     "olmoe-1b-7b": ("allenai/OLMoE-1B-7B-0924.json", {}),
     "gpt-oss-20b": ("openai/gpt-oss-20b.json", {}),
@@ -215,6 +237,7 @@ BASE: dict[str, tuple[str | None, dict]] = {
     # ---------------- vision-language wrappers ----------------
     "mistral-small-3.1-24b": ("mistralai/Mistral-Small-3.1-24B-Instruct-2503.json", {}),
     "qwen2.5-vl-7b": ("Qwen/Qwen2.5-VL-7B-Instruct.json", {}),
+    "qwen2-vl-7b": ("Qwen/Qwen2-VL-7B-Instruct.json", {}),
 }
 
 # text towers of multimodal configs: name -> base (its `text_config`, verbatim)
@@ -286,6 +309,46 @@ TEXT = {
         rope_scaling={"type": "dynamic", "alpha": 1000.0, "factor": 1.0}, attention_bias=False,
         attention_dropout=0.0, use_qk_norm=True, tie_word_embeddings=True, hidden_act="silu",
         bos_token_id=127958, eos_token_id=127960, pad_token_id=127961)),
+    # ---------------- Granite MoE / HunYuan MoE / Granite 4.0-H with experts (issue 14) ----------------
+    "granite-3.1-1b-a400m": ("ibm-granite/granite-3.1-1b-a400m-instruct.json", {}),
+    # granitemoeshared: no released config was found (transformers' docs name only a test model);
+    # granite-3.1-1b-a400m-instruct's fields (verbatim in data/models) with model_type
+    # granitemoeshared and shared_intermediate_size=1024 added: a constructed config, sizes real
+    "granite-moeshared-1b-s1024": (None, dict(
+        _source="constructed: granite-3.1-1b-a400m-instruct's fields with model_type granitemoeshared and shared_intermediate_size 1024 (no released granitemoeshared config found), typed into tools/truth/make_configs.py",
+        model_type="granitemoeshared", hidden_size=1024, intermediate_size=512,
+        shared_intermediate_size=1024, num_hidden_layers=24, num_attention_heads=16,
+        num_key_value_heads=8, num_local_experts=32, num_experts_per_tok=8, vocab_size=49155,
+        max_position_embeddings=131072, rms_norm_eps=1e-6, rope_theta=1500000.0,
+        embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.015625,
+        logits_scaling=6.0, attention_bias=False, attention_dropout=0.0, hidden_act="silu",
+        tie_word_embeddings=True, output_router_logits=False, router_aux_loss_coef=0.0,
+        bos_token_id=0, eos_token_id=0, pad_token_id=0)),
+    # tencent/Hunyuan-A13B-Instruct: published hyper-parameters (hidden 4096, 32 layers, 32/8
+    # heads of 128, intermediate 3072 = expert and shared-MLP width in transformers 5.23, 64
+    # experts, top-8 (the Hub file lists moe_topk per layer; one value here), vocab 128167)
+    "hunyuan-a13b": (None, dict(
+        model_type="hunyuan_v1_moe", hidden_size=4096, intermediate_size=3072,
+        num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+        num_experts=64, moe_topk=8, vocab_size=128167, max_position_embeddings=32768,
+        rms_norm_eps=1e-5, rope_theta=10000.0, attention_bias=False, attention_dropout=0.0,
+        tie_word_embeddings=True, hidden_act="silu", bos_token_id=1, eos_token_id=127960)),
+    # ibm-granite/granite-4.0-h-tiny: published hyper-parameters as quoted by public test code
+    # (hidden 1536, 40 layers, 12/4 heads, attention at 5/15/25/35, 64 experts of 512, top-6,
+    # shared MLP 1024, mamba 48 heads x 64, state 128, 1 group, conv 4, chunk 256, vocab
+    # 100352, tied); the multipliers are h-micro's (they set no size)
+    "granite-4.0-h-tiny": (None, dict(
+        model_type="granitemoehybrid", hidden_size=1536, intermediate_size=512,
+        shared_intermediate_size=1024, num_hidden_layers=40, num_attention_heads=12,
+        num_key_value_heads=4, vocab_size=100352, max_position_embeddings=131072,
+        rms_norm_eps=1e-5,
+        layer_types=(["mamba"] * 5 + ["attention"] + (["mamba"] * 9 + ["attention"]) * 3 + ["mamba"] * 4),
+        mamba_n_heads=48, mamba_d_head=64, mamba_d_state=128, mamba_n_groups=1, mamba_d_conv=4,
+        mamba_expand=2, mamba_chunk_size=256, mamba_conv_bias=True, mamba_proj_bias=False,
+        num_local_experts=64, num_experts_per_tok=6, embedding_multiplier=12.0, logits_scaling=8.0,
+        residual_multiplier=0.22, attention_multiplier=0.015625, position_embedding_type="nope",
+        tie_word_embeddings=True, hidden_act="silu", attention_bias=False, attention_dropout=0.0,
+        bos_token_id=100257, eos_token_id=100257, pad_token_id=100256)),
     # ---------------- phi ----------------
     "phi-2": (None, dict(  # microsoft/phi-2
         model_type="phi", hidden_size=2560, intermediate_size=10240, num_hidden_layers=32,
@@ -330,6 +393,10 @@ TEXT = {
         tie_word_embeddings=False, pad_token_id=151329, eos_token_id=[151329, 151336, 151338])),
 }
 
+# entries merged into TEXT by mistake are base configs (name -> (file, fields)): move them to BASE
+for _name in [k for k, v in TEXT.items() if isinstance(v, tuple)]:
+    BASE[_name] = TEXT.pop(_name)
+
 # reduced-depth variants: name -> (base, layers)
 REDUCED = {
     "llama-3.1-8b-4l": ("llama-3.1-8b", 4),
@@ -344,8 +411,13 @@ REDUCED = {
     "olmo-2-7b-4l": ("olmo-2-7b", 4),
     "phi-3-mini-4k-8l": ("phi-3-mini-4k", 8),
     "mamba-codestral-7b-2l": ("mamba-codestral-7b", 2),
+    "mamba-2.8b-2l": ("mamba-2.8b", 2),
+    # layers 0-4: Mamba (dense MLP), Mamba (MoE), Mamba (dense), Mamba (MoE), attention (dense)
+    "jamba-1.5-mini-5l": ("jamba-1.5-mini", 5),
     "granite-4.0-h-micro-6l": ("granite-4.0-h-micro", 6),  # 5 Mamba-2 layers + 1 attention layer
     "olmoe-1b-7b-2l": ("olmoe-1b-7b", 2),
+    # full_attention_interval 4: layers 0-2 gated DeltaNet, layer 3 gated full attention
+    "qwen3-next-80b-a3b-4l": ("qwen3-next-80b-a3b", 4),
     "gpt-oss-20b-2l": ("gpt-oss-20b", 2),
     "ernie-4.5-21b-a3b-2l": ("ernie-4.5-21b-a3b", 2),  # layer 0 dense, layer 1 MoE (moe_layer_start_index=1)
     # 3 chunked-attention RoPE layers + 1 NoPE full-attention layer; all experts kept
@@ -355,18 +427,40 @@ REDUCED = {
     "llama-4-scout-17b-16e-4l": ("llama-4-scout-17b-16e", 4),
     "mistral-small-3.1-24b-4l": ("mistral-small-3.1-24b", 4),
     "qwen2.5-vl-7b-4l": ("qwen2.5-vl-7b", 4),
+    "qwen2-vl-7b-4l": ("qwen2-vl-7b", 4),
     "smollm3-3b-4l": ("smollm3-3b", 4),  # layers 0-2 RoPE, layer 3 NoPE (no_rope_layers 1,1,1,0)
     "seed-oss-36b-2l": ("seed-oss-36b", 2),
     "exaone-4.0-32b-4l": ("exaone-4.0-32b", 4),  # sliding, sliding, sliding, global (NoPE)
     "exaone-4.0-1.2b-4l": ("exaone-4.0-1.2b", 4),
     "hunyuan-7b-2l": ("hunyuan-7b", 2),
     "phi-2-4l": ("phi-2", 4),
+    "granite-3.1-1b-a400m-4l": ("granite-3.1-1b-a400m", 4),
+    "granite-moeshared-1b-s1024-4l": ("granite-moeshared-1b-s1024", 4),
+    "hunyuan-a13b-2l": ("hunyuan-a13b", 2),
+    "granite-4.0-h-tiny-6l": ("granite-4.0-h-tiny", 6),  # 5 Mamba-2 layers + 1 attention layer, MoE in all
     "granite-3.1-2b-4l": ("granite-3.1-2b", 4),
     "command-r-v01-2l": ("command-r-v01", 2),
     "command-r7b-4l": ("command-r7b", 4),  # sliding_window_pattern=4: 3 sliding + 1 global layer
     "glm-4-9b-chat-hf-4l": ("glm-4-9b-chat-hf", 4),
     "glm-4-9b-0414-4l": ("glm-4-9b-0414", 4),
 }
+
+
+# wrappers with image inputs (cases with `image_tokens`): name -> (base, text layers, vision depth);
+# Qwen2.5-VL's full-attention blocks are cut to the last kept block (the others are windowed)
+VISION_REDUCED = {
+    "qwen2-vl-7b-2l-v2": ("qwen2-vl-7b", 2, 2),
+    "qwen2.5-vl-7b-2l-v2": ("qwen2.5-vl-7b", 2, 2),
+}
+
+
+def reduce_vision(d: dict, depth: int) -> dict:
+    v = d["vision_config"]
+    v["depth"] = depth
+    if isinstance(v.get("fullatt_block_indexes"), list):
+        v["fullatt_block_indexes"] = [depth - 1]
+    d["_memwall"] = d["_memwall"].replace(" layers (", f" text layers and {depth} vision blocks (", 1)
+    return d
 
 
 def base_config(name: str) -> dict:
@@ -383,7 +477,8 @@ def base_config(name: str) -> dict:
         d["_memwall"] = f"verbatim copy of data/models/{src}"  # moved to SOURCES.toml on write
     elif fields:
         d = dict(fields)
-        d["_memwall"] = "published hyper-parameters of this model, typed into tools/truth/make_configs.py"
+        # a config that is not a published model's says so in its own "_source" entry
+        d["_memwall"] = d.pop("_source", "published hyper-parameters of this model, typed into tools/truth/make_configs.py")
     else:
         return {}
     return d
@@ -400,6 +495,9 @@ def reduce(d: dict, n: int, base: str) -> dict:
             t[lk] = t[lk][:n]
     key = "n_layer" if "n_layer" in d else "num_hidden_layers"
     d[key] = n
+    if "num_hidden_layers" in d:
+        # configs with both (state-spaces/mamba-*-hf): transformers reads num_hidden_layers
+        d["num_hidden_layers"] = n
     for lk in ("layer_types", "no_rope_layers"):
         if isinstance(d.get(lk), list):
             d[lk] = d[lk][:n]
@@ -409,6 +507,8 @@ def reduce(d: dict, n: int, base: str) -> dict:
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
+    # `make_configs.py NAME ...` writes only those configs and keeps the other SOURCES lines
+    only = set(sys.argv[1:])
     written = []
     sources = {}
 
@@ -416,7 +516,12 @@ def main() -> None:
         sources[name] = d.pop("_memwall")
         (OUT / f"{name}.json").write_text(json.dumps(d, indent=2) + "\n")
 
+    def wanted(name: str) -> bool:
+        return not only or name in only
+
     for name in BASE:
+        if not wanted(name):
+            continue
         d = base_config(name)
         if not d:
             print(f"skip {name}: {BASE[name][0]} not present yet")
@@ -424,6 +529,8 @@ def main() -> None:
         write(name, d)
         written.append(name)
     for name in TEXT:
+        if not wanted(name):
+            continue
         d = base_config(name)
         if not d:
             print(f"skip {name}")
@@ -431,16 +538,37 @@ def main() -> None:
         write(name, d)
         written.append(name)
     for name, (base, n) in REDUCED.items():
+        if not wanted(name):
+            continue
         d = base_config(base)
         if not d:
             print(f"skip {name}")
             continue
         write(name, reduce(d, n, base))
         written.append(name)
+    for name, (base, n, depth) in VISION_REDUCED.items():
+        if not wanted(name):
+            continue
+        d = base_config(base)
+        if not d:
+            print(f"skip {name}")
+            continue
+        write(name, reduce_vision(reduce(d, n, base), depth))
+        written.append(name)
+    old = OUT / "SOURCES.toml"
+    if only and old.exists():
+        # keep the file as it is; replace the written configs' lines in place, append new ones
+        lines = []
+        for l in old.read_text().splitlines():
+            k = l.split(" = ", 1)[0].strip('"')
+            lines.append(f'"{k}" = "{sources.pop(k)}"' if k in sources else l)
+        lines += [f'"{k}" = "{v}"' for k, v in sorted(sources.items())]
+        (OUT / "SOURCES.toml").write_text("\n".join(lines) + "\n")
+        print(f"wrote {len(written)} configs")
+        return
     lines = ["# origin of each config in this folder (written by tools/truth/make_configs.py)"]
     lines += [f'"{k}" = "{v}"' for k, v in sorted(sources.items())]
     # the random sample's configs are written by sample_cases.py: keep their lines
-    old = OUT / "SOURCES.toml"
     if old.exists():
         lines += [l for l in old.read_text().splitlines() if l.startswith('"rnd-')]
     (OUT / "SOURCES.toml").write_text("\n".join(lines) + "\n")

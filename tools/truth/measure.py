@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import os
 import subprocess
@@ -46,6 +47,8 @@ DEFAULTS = {
     "checkpointing_policy": "full",
     "use_cache": None,
     "kernels": "torch",
+    "image_tokens": None,
+    "activation_offload": False,
 }
 LOOPS = {"trainer", "keep-outputs"}
 
@@ -95,7 +98,7 @@ def load_cases(path: Path = CASES) -> list[dict]:
         if case["loss"] not in LOSSES:
             raise SystemExit(f"{case['id']}: bad loss {case['loss']}")
         pol = case["checkpointing_policy"]
-        if pol not in ("full", "selective-attn") and every_k(pol) is None:
+        if pol not in ("full", "selective-attn", "selective-op") and every_k(pol) is None:
             raise SystemExit(f"{case['id']}: bad checkpointing_policy {pol}")
         if pol != "full" and not case["checkpointing"]:
             raise SystemExit(f"{case['id']}: checkpointing_policy needs checkpointing = true")
@@ -105,6 +108,12 @@ def load_cases(path: Path = CASES) -> list[dict]:
             raise SystemExit(f"{case['id']}: bad loop {case['loop']}")
         if not isinstance(case["padding_free"], bool):
             raise SystemExit(f"{case['id']}: padding_free must be true or false")
+        if not isinstance(case["activation_offload"], bool):
+            raise SystemExit(f"{case['id']}: activation_offload must be true or false")
+        if case["activation_offload"] and (case["checkpointing"] or case["loss"] != "torch"
+                                           or case["kernels"] != "torch" or case["padding_free"]):
+            raise SystemExit(f"{case['id']}: activation_offload is measured without checkpointing, "
+                             "fused losses, kernels or padding-free batches")
         if case["kernels"] not in KERNELS:
             raise SystemExit(f"{case['id']}: bad kernels {case['kernels']}")
         if case["kernels"] == "liger":
@@ -114,8 +123,64 @@ def load_cases(path: Path = CASES) -> list[dict]:
             case["loss"] = "fused-linear"
         if not (CONFIG_DIR / f"{case['config']}.json").exists():
             raise SystemExit(f"{case['id']}: missing config {case['config']}")
+        check_image_tokens(case)
         cases.append(case)
     return cases
+
+
+# wrappers whose image inputs the harness builds (`image_tokens` cases)
+IMAGE_FAMILIES = ("qwen2_vl", "qwen2_5_vl")
+
+
+def check_image_tokens(case: dict) -> None:
+    """`image_tokens = N`: N of the `seq`/`prompt` tokens of every row are one image's tokens."""
+    n = case.get("image_tokens")
+    if n is None:
+        return
+    with open(CONFIG_DIR / f"{case['config']}.json") as f:
+        model_type = json.load(f).get("model_type")
+    if model_type not in IMAGE_FAMILIES:
+        raise SystemExit(f"{case['id']}: image_tokens is for {IMAGE_FAMILIES}, not {model_type}")
+    length = case.get("seq", case.get("prompt"))
+    if not isinstance(n, int) or n < 1 or n + 3 > int(length):
+        raise SystemExit(f"{case['id']}: image_tokens must be 1..seq-3")
+
+
+def image_grid(n: int, merge: int) -> tuple[int, int]:
+    """(h, w) in patches of one image of `n` LLM tokens: Qwen2-VL's processor resizes an image to
+    multiples of patch·merge pixels and the PatchMerger turns merge×merge patches into one token,
+    so n = (h/merge)·(w/merge); the most nearly square factorisation n = a·b (a <= b)."""
+    a = max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
+    return a * merge, (n // a) * merge
+
+
+def image_inputs(cfg, batch: int, seq: int, n: int) -> tuple:
+    """Input ids with one image of `n` tokens per row (`<|vision_start|>`, n image tokens,
+    `<|vision_end|>` at positions 1..n+2, text tokens around them drawn below the special ids) and
+    the processor's outputs for those images: `mm_token_type_ids`, `pixel_values` [batch·h·w, C·T·P·P] fp32 (the image
+    processor returns float32) and `image_grid_thw` [[1, h, w]] per image.  Real tensors."""
+    import torch
+
+    vc = cfg.vision_config
+    merge = int(vc.spatial_merge_size)
+    h, w = image_grid(n, merge)
+    specials = [cfg.image_token_id, cfg.vision_start_token_id, cfg.vision_end_token_id]
+    tc = cfg.get_text_config()
+    others = [getattr(c, k, None) for c in (cfg, tc) for k in ("bos_token_id", "eos_token_id")]
+    text_vocab = min([tc.vocab_size] + [t for t in others if isinstance(t, int)] + specials)
+    ids = torch.randint(0, text_vocab, (batch, seq))
+    ids[:, 1] = cfg.vision_start_token_id
+    ids[:, 2 : 2 + n] = cfg.image_token_id
+    ids[:, 2 + n] = cfg.vision_end_token_id
+    channels = int(getattr(vc, "in_channels", None) or getattr(vc, "in_chans", 3))
+    width = channels * int(vc.temporal_patch_size) * int(vc.patch_size) ** 2
+    kwargs = {
+        "pixel_values": torch.randn(batch * h * w, width, dtype=torch.float32),
+        "image_grid_thw": torch.tensor([[1, h, w]] * batch),
+        # the processor's modality of every token (0 text, 1 image), which M-RoPE needs
+        "mm_token_type_ids": (ids == cfg.image_token_id).to(torch.int64),
+    }
+    return ids, kwargs
 
 
 # ----------------------------------------------------------------------------------------------
@@ -438,6 +503,12 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
     else:
         _mu.find_packed_sequence_indices = lambda position_ids: None
 
+    if case.get("image_tokens"):
+        # image inputs: the vision tower's index computations (cu_seqlens from the grid, rotary
+        # position ids, M-RoPE's get_rope_index, the placeholder check) read tensor data, which
+        # fake tensors refuse (DynamicOutputShapeException), so these cases run on real CPU
+        # tensors (the crosscheck shows real and fake tensors give the same bytes)
+        fake = False
     with (FakeTensorMode() if fake else contextlib.nullcontext()):
         torch.set_default_dtype(model_dtype)
         try:
@@ -447,7 +518,12 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
         finally:
             torch.set_default_dtype(torch.float32)
         if case["checkpointing"]:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            gc_kwargs = {"use_reentrant": False}
+            if case["checkpointing_policy"] == "selective-op":
+                from titan_sac import titan_selective_op_kwargs
+
+                gc_kwargs = titan_selective_op_kwargs(model)
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gc_kwargs)
             k = every_k(case["checkpointing_policy"])
             if k is not None:
                 # torchtitan's layer-level selective AC (`selective_ac_option = "<k>"`,
@@ -531,6 +607,10 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
             call_kwargs["position_ids"] = torch.arange(case["seq"]).repeat(case["batch"]).unsqueeze(0)
             call_kwargs["use_cache"] = False
             n_label_rows = 1
+        elif case.get("image_tokens"):
+            ids, image_kwargs = image_inputs(cfg, case["batch"], case["seq"], int(case["image_tokens"]))
+            call_kwargs.update(image_kwargs)
+            n_label_rows = case["batch"]
         else:
             ids = torch.randint(0, cfg.get_text_config().vocab_size, (case["batch"], case["seq"]))
             n_label_rows = case["batch"]
@@ -569,6 +649,11 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
             )
         first_step_peak = None
         keep_outputs = case["loop"] == "keep-outputs"
+        offload = None
+        if case["activation_offload"]:
+            from offload import SaveOnHost
+
+            offload = SaveOnHost()
         t0 = time.time()
         with mt:
             for it in range(2):
@@ -587,7 +672,8 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
                         # micro-batch), never the running peak.
                         mt.reset_mod_stats()
                     step_state["in_model"] = True
-                    with (torch.autocast("cpu", dtype=amp_dtype) if amp_dtype is not None else contextlib.nullcontext()):
+                    with (torch.autocast("cpu", dtype=amp_dtype) if amp_dtype is not None else contextlib.nullcontext()), \
+                            (offload if offload is not None else contextlib.nullcontext()):
                         if keep_outputs:
                             # HF no_trainer / accelerate examples (run_clm_no_trainer.py):
                             # `outputs = model(**batch); loss = outputs.loss`.  The output object
@@ -672,6 +758,11 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
         result["use_cache"] = case["use_cache"]
     if case["kernels"] != "torch":
         result["kernels"] = case["kernels"]
+    if case.get("image_tokens"):
+        result["image_tokens"] = int(case["image_tokens"])
+        result["tensors"] = "real"
+    if case["activation_offload"]:
+        result["activation_offload"] = True
     result["measured"] = {
         "peak_bytes": int(peak),
         "at_peak": at_peak,
@@ -680,6 +771,9 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
         "params_trainable": int(params_trainable),
         "first_step_peak_bytes": int(first_step_peak),
     }
+    if offload is not None:
+        # the host side: the most bytes the packed copies held at once (steady-state step)
+        result["measured"]["host_peak_bytes"] = int(offload.host_peak)
     result["versions"] = versions(case)
     result["_seconds"] = round(elapsed, 1)
     return result

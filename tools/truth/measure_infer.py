@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import build_config, build_model, fast_mem_tracker_class, read_case_specs, read_existing, run_cases, worker_main  # noqa: E402  (torch imported lazily there)
+from measure import build_config, build_model, check_image_tokens, fast_mem_tracker_class, image_inputs, read_case_specs, read_existing, run_cases, worker_main  # noqa: E402  (torch imported lazily there)
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = REPO / "tools/truth/cases/infer.toml"
@@ -37,6 +37,7 @@ DEFAULTS = {
     "weights": "bf16",
     "attention": "sdpa",
     "decode_experts": "batched_mm",
+    "image_tokens": None,
 }
 WEIGHTS = {"bf16", "fp16", "fp32"}
 
@@ -55,6 +56,7 @@ def load_cases(path: Path = CASES) -> list[dict]:
             raise SystemExit(f"{cid}: batch/prompt/new_tokens must be >= 1")
         if not (CONFIG_DIR / f"{case['config']}.json").exists():
             raise SystemExit(f"{cid}: missing config {case['config']}")
+        check_image_tokens(case)
         cases.append(case)
     return cases
 
@@ -132,7 +134,11 @@ def run_case(case: dict, debug: bool = False) -> dict:
     cpu = torch.device("cpu")
     B, S, N = int(case["batch"]), int(case["prompt"]), int(case["new_tokens"])
 
-    with FakeTensorMode():
+    import contextlib
+
+    n_image = case.get("image_tokens")
+    # image inputs run on real CPU tensors (the vision tower reads tensor data; measure.py)
+    with (contextlib.nullcontext() if n_image else FakeTensorMode()):
         torch.set_default_dtype(dtype)
         try:
             # dtype explicit: from_config would otherwise honour a `torch_dtype` in the config
@@ -164,6 +170,11 @@ def run_case(case: dict, debug: bool = False) -> dict:
         # transformers 5.23 generation/utils.py); Mamba2ForCausalLM ignores `past_key_values`.
         cache_kw = "cache_params" if "mamba" in type(model).__name__.lower() else "past_key_values"
 
+        image_kwargs = {}
+        if n_image:
+            # the processor's outputs, made before generate() (like the prompt, not its tensors)
+            image_ids, image_kwargs = image_inputs(model.config, B, S, int(n_image))
+
         mt = fast_mem_tracker_class()()
         mt.track_external(model)
 
@@ -181,7 +192,7 @@ def run_case(case: dict, debug: bool = False) -> dict:
             # default all-ones 2-D attention mask (_prepare_attention_mask_for_generation; grown by
             # torch.cat in _update_model_kwargs_for_generation).  The mask is kept and grown but
             # NOT passed to the model (see README: a fake mask defeats SDPA's mask skipping).
-            input_ids = torch.randint(0, vocab, (B, S))
+            input_ids = image_ids.clone() if n_image else torch.randint(0, vocab, (B, S))
             attention_mask = torch.ones((B, S), dtype=torch.long)
             unfinished = torch.ones(B, dtype=torch.long)
             cache = DynamicCache(config=text_cfg)
@@ -192,7 +203,8 @@ def run_case(case: dict, debug: bool = False) -> dict:
                 if step == 0:
                     # prepare_inputs_for_generation clones the (sliced) input ids
                     model_in = input_ids.clone(memory_format=torch.contiguous_format)
-                    out = model(input_ids=model_in, **{cache_kw: cache}, use_cache=True, logits_to_keep=1)
+                    # pixels go to the prefill only (prepare_inputs_for_generation drops them after)
+                    out = model(input_ids=model_in, **{cache_kw: cache}, use_cache=True, logits_to_keep=1, **image_kwargs)
                 else:
                     if step == 1:
                         marks.append(("prefill", running_peak()))
@@ -258,6 +270,9 @@ def run_case(case: dict, debug: bool = False) -> dict:
     }
     if switch_moe or (isinstance(experts_impl, dict) and "grouped_mm" in experts_impl.values()):
         result["decode_experts"] = case["decode_experts"]
+    if n_image:
+        result["image_tokens"] = int(n_image)
+        result["tensors"] = "real"
     result["measured"] = {
         "peak_bytes": peak,
         "at_peak": at_peak,

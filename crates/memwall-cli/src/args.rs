@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use memwall_core::error::untrusted;
 use memwall_core::gpu::GpuSpec;
 use memwall_core::layout::{Layout, Offload, OffloadDevice, Schedule, Strategy};
+use memwall_core::memory::titan::Runtime;
 use memwall_core::memory::Kernels;
 use memwall_core::names::{parse_named, Named};
 use memwall_core::plan::AllowItem;
@@ -311,8 +312,10 @@ pub struct InferArgs {
     /// Output format.
     #[command(flatten)]
     pub output: OutputArgs,
-    /// Vision-language models: image tokens per sequence for the vision tower's activations
-    /// (not simulated yet: refused; count image tokens in --prompt).
+    /// Vision-language models: N of the --prompt tokens of every sequence are one image's
+    /// tokens; the vision tower's forward over that image (N·merge² patches), the projector and
+    /// the merge into the embeddings are simulated in the prefill (qwen2_vl, qwen2_5_vl; other
+    /// families refuse it). Without it, image tokens count as text tokens.
     #[arg(long, help_heading = "Vision-language models")]
     pub image_tokens: Option<u64>,
 }
@@ -362,7 +365,20 @@ impl InferSettings {
         count("new_tokens", new_tokens, limits::MAX_SEQ)?;
         let explicit = weights.as_deref().map(WeightFormat::parse).transpose()?;
         let mut model = model_source::load(&model)?;
-        crate::vision::apply(&mut model, false, image_tokens, false)?;
+        crate::vision::apply(
+            &mut model,
+            false,
+            image_tokens,
+            false,
+            crate::vision::ImageContext {
+                seq: prompt,
+                seq_flag: "--prompt",
+                amp: false,
+                padding_free: false,
+                lora_targets: &[],
+                megatron: false,
+            },
+        )?;
         let choice = crate::weights::choose(&model, explicit)?;
         let weights = choice.format;
         let gpu = resolve_gpu(&gpu)?;
@@ -620,8 +636,10 @@ pub struct TrainArgs {
     #[arg(long)]
     pub checkpointing: bool,
     /// Which decoder layers checkpointing recomputes (turns checkpointing on): `full` (every
-    /// layer, as --checkpointing) or `every-k:K` (every K-th layer, torchtitan's layer-level
-    /// selective AC).
+    /// layer, as --checkpointing), `every-k:K` (every K-th layer, torchtitan's layer-level
+    /// selective AC), `selective-attn` (only the core attention, Megatron-LM's selective
+    /// recomputation) or `selective-op` (torchtitan 0.3.0 `SelectiveAC`: PyTorch SAC keeps the
+    /// matmul and attention outputs, every second unbiased matmul and the rest recomputed).
     #[arg(long, value_name = "POLICY")]
     pub checkpointing_policy: Option<String>,
     /// Attention implementation.
@@ -732,10 +750,24 @@ pub struct TrainArgs {
     /// most VLM fine-tuning recipes do; their weights are counted either way).
     #[arg(long, help_heading = "Vision-language models")]
     pub train_vision: bool,
-    /// Vision-language models: image tokens per sequence for the vision tower's activations
-    /// (not simulated yet: refused; count image tokens in --seq).
+    /// Vision-language models: N of the --seq tokens of every sequence are one image's tokens;
+    /// the frozen vision tower's forward over that image (N·merge² patches), the projector and
+    /// the merge into the embeddings are simulated (qwen2_vl, qwen2_5_vl; other families, --train-vision,
+    /// amp-* precisions, --padding-free and Megatron layouts (TP/PP/CP/EP) refuse it). Without it, image
+    /// tokens count as text tokens.
     #[arg(long, help_heading = "Vision-language models")]
     pub image_tokens: Option<u64>,
+    /// Whose training code runs: `hf` (transformers' model under the engine the layout picks)
+    /// or `torchtitan` (torchtitan 0.3.0's own Llama 3 under FSDP2; needs --precision amp-bf16,
+    /// defaults --strategy to fsdp-full).
+    #[arg(long, value_parser = named::<Runtime>(), default_value = "hf")]
+    pub runtime: Runtime,
+    /// Activation offloading to host: the model's forward (loss included) runs under
+    /// `torch.autograd.graph.save_on_cpu(pin_memory=True)` and backward outside it; every saved
+    /// tensor is copied to pinned host memory and back when its backward runs (one GPU, without
+    /// checkpointing, fused kernels or QLoRA).
+    #[arg(long)]
+    pub activation_offload: bool,
 }
 
 /// The gradient accumulation that makes `global` = micro-batch × accumulation × dp: derived
@@ -798,6 +830,84 @@ fn grad_accum_for_global_batch(global: u64, batch: u64, grad_accum: u64, dp: u64
     Ok(grad_accum)
 }
 
+/// torchtitan's model parallelism is not simulated: refused by flag before the layout is
+/// resolved (a layout with `--tp` > 1 would otherwise be read as Megatron-LM's).
+fn refuse_titan_model_parallel(tp: u64, pp: u64, cp: u64, ep: u64, sp: bool) -> Result<()> {
+    for (flag, value) in [("--tp", tp), ("--pp", pp), ("--cp", cp), ("--ep", ep)] {
+        if value > 1 {
+            return Err(UserError::flag(
+                flag,
+                value,
+                "torchtitan's tensor / sequence, pipeline, context and expert parallelism are not \
+                 simulated (--runtime torchtitan models one FSDP2 mesh, as FSDPMemTracker measures it)",
+                "drop it with --runtime torchtitan, or drop --runtime torchtitan (Megatron-LM's \
+                 profile models model parallelism)",
+            )
+            .into());
+        }
+    }
+    if sp {
+        return Err(UserError::flag(
+            "--sequence-parallel",
+            "true",
+            "torchtitan's sequence parallelism needs its tensor parallelism, which is not simulated",
+            "drop --sequence-parallel with --runtime torchtitan",
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// What a torchtitan plan cannot search, refused up front by name (the search would otherwise
+/// find no plan without saying why): the model, the base workload, and `--allow` items that
+/// need what torchtitan does not run.
+fn check_titan_plan(model: &ModelSource, base: &TrainWorkload, allow: &[AllowItem]) -> Result<()> {
+    memwall_core::memory::titan::shapes(&model.desc)?;
+    let mut probe = base.clone();
+    probe.precision = Precision::AmpBf16;
+    probe.optimizer = Optimizer::Adamw;
+    memwall_core::Engine::Torchtitan.check(&probe, None)?;
+    for (what, flag, value) in [
+        (
+            base.precision != Precision::AmpBf16,
+            "--precision",
+            base.precision.name(),
+        ),
+        (
+            base.optimizer != Optimizer::Adamw,
+            "--optimizer",
+            base.optimizer.name(),
+        ),
+    ] {
+        if what {
+            return Err(UserError::flag(
+                flag,
+                value,
+                "torchtitan's profile runs an fp32 model under bf16 MixedPrecisionPolicy with \
+                 foreach AdamW (the measured configuration)",
+                "drop it with --runtime torchtitan (plan's defaults are amp-bf16 and adamw)",
+            )
+            .into());
+        }
+    }
+    for item in allow {
+        let refused = matches!(
+            item,
+            AllowItem::Lora | AllowItem::Qlora | AllowItem::Offload | AllowItem::Adamw8bit
+        );
+        if refused {
+            return Err(UserError::flag(
+                "--allow",
+                item.name(),
+                "torchtitan's profile simulates no LoRA/QLoRA, offload or 8-bit AdamW",
+                "drop it from --allow with --runtime torchtitan",
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
 /// Fully resolved `train` settings.
 #[derive(Debug)]
 pub struct TrainSettings {
@@ -819,6 +929,8 @@ pub struct TrainSettings {
     pub emit: EmitArgs,
     /// The cluster layout, when the job is distributed.
     pub layout: Option<Layout>,
+    /// `--runtime`: whose training code is simulated.
+    pub runtime: Runtime,
 }
 
 impl TrainSettings {
@@ -865,6 +977,8 @@ impl TrainSettings {
             global_batch,
             train_vision,
             image_tokens,
+            runtime,
+            activation_offload,
         } = a;
         let format = output.resolve()?;
         // numbers first (shared bounds from the core): they need neither the model nor the GPU
@@ -895,7 +1009,11 @@ impl TrainSettings {
             gpus_per_node,
             memwall_core::layout::MAX_GPUS,
         )?;
-        let distributed = gpus != 1
+        // torchtitan always shards with FSDP2 (one rank too: `apply_fsdp_to_decoder` runs with
+        // shard degree 1), so its job is always a layout, fsdp-full unless named
+        let titan = runtime == Runtime::Torchtitan;
+        let distributed = titan
+            || gpus != 1
             || strategy.is_some()
             || tp != 1
             || pp != 1
@@ -906,11 +1024,18 @@ impl TrainSettings {
             || schedule != Schedule::OneFOneB
             || virtual_stages != 1
             || offload_device == OffloadDevice::Nvme;
+        if titan {
+            refuse_titan_model_parallel(tp, pp, cp, ep, sequence_parallel)?;
+        }
         let layout = if distributed {
             let l = Layout {
                 gpus,
                 gpus_per_node,
-                strategy: strategy.unwrap_or(Strategy::Ddp),
+                strategy: strategy.unwrap_or(if titan {
+                    Strategy::FsdpFull
+                } else {
+                    Strategy::Ddp
+                }),
                 tp,
                 sequence_parallel,
                 pp,
@@ -936,7 +1061,27 @@ impl TrainSettings {
             None
         };
         let mut model = model_source::load(&model)?;
-        crate::vision::apply(&mut model, train_vision, image_tokens, lora_rank.is_some())?;
+        crate::vision::apply(
+            &mut model,
+            train_vision,
+            image_tokens,
+            lora_rank.is_some(),
+            crate::vision::ImageContext {
+                seq,
+                seq_flag: "--seq",
+                amp: precision.autocast(),
+                padding_free,
+                lora_targets: if lora_rank.is_some() {
+                    &lora_targets
+                } else {
+                    &[]
+                },
+                megatron: matches!(
+                    memwall_core::engine::Engine::resolve(layout.as_ref()),
+                    memwall_core::engine::Engine::Megatron
+                ),
+            },
+        )?;
         let gpu = resolve_gpu(&gpu)?;
         let lora = match (lora_rank, qlora) {
             (Some(rank), _) => {
@@ -997,6 +1142,7 @@ impl TrainSettings {
                 outputs: train_loop,
                 checkpointing_policy,
                 use_cache,
+                activation_offload,
             },
         };
         workload.validate()?;
@@ -1024,6 +1170,7 @@ impl TrainSettings {
             alloc_margin,
             emit,
             layout,
+            runtime,
         })
     }
 }
@@ -1204,7 +1351,7 @@ pub struct PlanArgs {
     #[arg(long, value_parser = named::<LossKernel>(), default_value = "torch")]
     pub loss: LossKernel,
     /// What checkpointing recomputes in the plans that checkpoint (as `memwall train
-    /// --checkpointing-policy`): `full` or `every-k:K`.
+    /// --checkpointing-policy`): `full`, `every-k:K`, `selective-attn` or `selective-op`.
     #[arg(long, value_name = "POLICY", default_value = "full")]
     pub checkpointing_policy: String,
     /// The model's `use_cache` while training (as `memwall train --use-cache`).
@@ -1237,6 +1384,11 @@ pub struct PlanArgs {
     /// Output format.
     #[command(flatten)]
     pub output: OutputArgs,
+    /// Whose training code the plans run (as `memwall train --runtime`): `torchtitan` plans
+    /// are FSDP2 layouts of torchtitan's own Llama 3, one micro-batch per rank per step, and
+    /// --emit torchtitan launches them.
+    #[arg(long, value_parser = named::<Runtime>(), default_value = "hf")]
+    pub runtime: Runtime,
 }
 
 /// Resolved `plan` settings.
@@ -1254,6 +1406,8 @@ pub struct PlanSettings {
     pub emit: EmitArgs,
     /// Output format.
     pub format: Format,
+    /// `--runtime`: whose training code the plans run.
+    pub runtime: Runtime,
 }
 
 impl PlanSettings {
@@ -1285,6 +1439,7 @@ impl PlanSettings {
             plan_rank,
             emit,
             output,
+            runtime,
         } = a;
         let format = output.resolve()?;
         count("plan_rank", plan_rank as u64, top as u64)?;
@@ -1349,6 +1504,9 @@ impl PlanSettings {
         // refused up front: the search would otherwise find no plan without saying why
         memwall_core::liger::check(&model.desc, &base)?;
         memwall_core::memory::check_attention(&model.desc, base.attention)?;
+        if runtime == Runtime::Torchtitan {
+            check_titan_plan(&model, &base, &allow)?;
+        }
         let request = memwall_core::plan::PlanRequest {
             gpus,
             gpus_per_node,
@@ -1365,8 +1523,10 @@ impl PlanSettings {
             top,
             alloc_margin,
             kernels: Kernels::Cuda,
+            runtime,
         };
         Ok(PlanSettings {
+            runtime,
             model,
             gpu,
             request,

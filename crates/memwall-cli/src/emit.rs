@@ -28,19 +28,22 @@ pub fn model_id(m: &ModelSource) -> String {
     m.hf_repo.clone().unwrap_or_else(|| m.label.clone())
 }
 
-/// The files of the training configuration `w` on `layout` for `kind`.
+/// The files of the training configuration `w` on `layout` for `kind`, estimated with
+/// `runtime`.
 pub fn train_files(
     kind: memwall_core::emit::EmitKind,
     model: &ModelSource,
     w: &TrainWorkload,
     layout: Option<&Layout>,
+    runtime: memwall_core::memory::titan::Runtime,
     command: String,
     estimate: String,
 ) -> Result<Vec<EmittedFile>> {
     let spec = LaunchSpec::from_train(&model.desc, w, layout)
         .map_err(user_error)?
         .with_model_id(model_id(model))
-        .with_provenance(Provenance { command, estimate });
+        .with_provenance(Provenance { command, estimate })
+        .with_runtime(runtime);
     emit::emit(kind, &spec).map_err(user_error)
 }
 
@@ -91,12 +94,14 @@ pub fn train_command(
     gpu: &str,
     w: &TrainWorkload,
     layout: Option<&Layout>,
+    runtime: memwall_core::memory::titan::Runtime,
 ) -> String {
-    let args = crate::report::with_model_and_gpu(
-        &model.label,
-        gpu,
-        memwall_core::plan::train_args(w, layout),
-    );
+    let mut train = memwall_core::plan::train_args(w, layout);
+    if runtime != memwall_core::memory::titan::Runtime::Hf {
+        train.push("--runtime".to_owned());
+        train.push(runtime.to_string());
+    }
+    let args = crate::report::with_model_and_gpu(&model.label, gpu, train);
     format!("memwall train {}", args.join(" "))
 }
 

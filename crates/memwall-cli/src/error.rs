@@ -99,6 +99,7 @@ pub const FLAGS: &[(&str, &str)] = &[
     ("loop", "--loop"),
     ("checkpointing_policy", "--checkpointing-policy"),
     ("use_cache", "--use-cache"),
+    ("activation_offload", "--activation-offload"),
 ];
 
 /// The flag of a core field, or `None` for a field of the model's config.

@@ -53,13 +53,19 @@ fn run(cli: args::Cli, out: &mut dyn Write) -> Result<()> {
             let r = report::train::build(&s)?;
             if let Some(kind) = s.emit.emit {
                 let estimate = report::train::estimate_line(&r);
-                let command =
-                    emit::train_command(&s.model, &s.gpu.id, &s.workload, s.layout.as_ref());
+                let command = emit::train_command(
+                    &s.model,
+                    &s.gpu.id,
+                    &s.workload,
+                    s.layout.as_ref(),
+                    s.runtime,
+                );
                 let files = emit::train_files(
                     kind,
                     &s.model,
                     &s.workload,
                     s.layout.as_ref(),
+                    s.runtime,
                     command,
                     estimate,
                 )?;
@@ -92,9 +98,17 @@ fn run(cli: args::Cli, out: &mut dyn Write) -> Result<()> {
                     p.step_s,
                     p.tokens_per_s_per_gpu
                 );
-                let command = emit::train_command(&s.model, &s.gpu.id, &w, p.layout.as_ref());
-                let files =
-                    emit::train_files(kind, &s.model, &w, p.layout.as_ref(), command, estimate)?;
+                let command =
+                    emit::train_command(&s.model, &s.gpu.id, &w, p.layout.as_ref(), s.runtime);
+                let files = emit::train_files(
+                    kind,
+                    &s.model,
+                    &w,
+                    p.layout.as_ref(),
+                    s.runtime,
+                    command,
+                    estimate,
+                )?;
                 if !emit::deliver(&files, &s.emit, out)? {
                     return Ok(());
                 }

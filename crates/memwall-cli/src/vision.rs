@@ -1,38 +1,54 @@
 //! The vision-language flags: `--train-vision` (update the vision tower and projector in a
-//! training step; frozen by default, as most VLM fine-tuning recipes do) and `--image-tokens`
-//! (refused: the vision tower's activations are not simulated).
+//! training step; frozen by default, as most VLM fine-tuning recipes do) and `--image-tokens N`
+//! (N of every sequence's tokens are one image's tokens: the vision tower's forward over that
+//! image's patches, the projector and the merge into the text embeddings are simulated, for the
+//! families whose vision forward memwall models: qwen2_vl, qwen2_5_vl).
 
 use crate::error::UserError;
 use crate::model_source::ModelSource;
 use anyhow::Result;
 
-/// What every report of a vision-language model states (the estimate's assumption).
+/// What every report of a vision-language model states without `--image-tokens`.
 pub const IMAGE_TOKENS_ASSUMPTION: &str = "image tokens are counted as text tokens of the sequence (give them in --seq/--prompt); the vision tower's own activations are not simulated, only its weights";
 
-/// Applies `--train-vision` to the model and refuses `--image-tokens`, naming each flag.
+/// What a report states with `--image-tokens N`.
+pub fn image_tokens_note(n: u64) -> String {
+    format!("{n} of each sequence's tokens (--seq/--prompt) are one image's tokens: the frozen vision tower's forward over its patches (nothing of it saved for backward), the projector and the merge into the embeddings are simulated; the other tokens are text")
+}
+
+/// The families whose image forward is simulated, for hints.
+const IMAGE_FAMILIES: &str = "qwen2_vl and qwen2_5_vl";
+
+/// Where `--image-tokens` is checked: the length it is part of and what else the job uses.
+#[derive(Debug, Clone, Copy)]
+pub struct ImageContext<'a> {
+    /// Tokens per sequence (`--seq` or `--prompt`).
+    pub seq: u64,
+    /// The flag of that length, for messages.
+    pub seq_flag: &'a str,
+    /// Autocast precision (`amp-*`).
+    pub amp: bool,
+    /// Padding-free batches.
+    pub padding_free: bool,
+    /// LoRA target module names (empty without LoRA).
+    pub lora_targets: &'a [String],
+    /// A layout that Megatron-LM runs (TP, PP, CP or EP > 1), whose estimate is a formula
+    /// over the text layers.
+    pub megatron: bool,
+}
+
+/// Applies `--train-vision` and `--image-tokens` to the model, refusing what is not simulated
+/// by name.
 pub fn apply(
     model: &mut ModelSource,
     train_vision: bool,
     image_tokens: Option<u64>,
     lora: bool,
+    ctx: ImageContext<'_>,
 ) -> Result<()> {
     let has_vision = model.desc.vision.is_some();
     if let Some(n) = image_tokens {
-        let reason = if has_vision {
-            "memwall does not simulate the vision tower's forward activations yet".to_string()
-        } else {
-            format!(
-                "{} ({}) has no vision tower",
-                model.label, model.desc.model_type
-            )
-        };
-        return Err(UserError::flag(
-            "--image-tokens",
-            n,
-            reason,
-            "drop --image-tokens and count the image tokens as text tokens of --seq/--prompt (the language model sees them as tokens); the vision tower's weights are counted either way",
-        )
-        .into());
+        check_image_tokens(model, n, train_vision, ctx)?;
     }
     if train_vision {
         if !has_vision {
@@ -55,6 +71,88 @@ pub fn apply(
     }
     if let Some(v) = model.desc.vision.as_mut() {
         v.trainable = train_vision;
+        v.image_tokens = image_tokens;
+    }
+    Ok(())
+}
+
+fn check_image_tokens(
+    model: &ModelSource,
+    n: u64,
+    train_vision: bool,
+    ctx: ImageContext<'_>,
+) -> Result<()> {
+    let refuse = |reason: String, hint: String| -> Result<()> {
+        Err(UserError::flag("--image-tokens", n, reason, hint).into())
+    };
+    let Some(v) = model.desc.vision.as_ref() else {
+        return refuse(
+            format!(
+                "{} ({}) has no vision tower",
+                model.label, model.desc.model_type
+            ),
+            "drop --image-tokens; it is for vision-language models".into(),
+        );
+    };
+    if v.forward.is_none() {
+        return refuse(
+            format!(
+                "memwall does not simulate the {} vision tower's forward yet",
+                model.desc.model_type
+            ),
+            format!("drop --image-tokens and count the image tokens as text tokens of {} (the language model sees them as tokens; the vision tower's weights are counted either way); image inputs are simulated for {IMAGE_FAMILIES}", ctx.seq_flag),
+        );
+    }
+    if n == 0 || n > ctx.seq {
+        return refuse(
+            format!(
+                "the image tokens are part of each sequence's {} {} tokens, so N must be between 1 and {}",
+                ctx.seq_flag, ctx.seq, ctx.seq
+            ),
+            format!("give {} as the whole sequence, image tokens included", ctx.seq_flag),
+        );
+    }
+    if train_vision {
+        return refuse(
+            "with --train-vision the vision tower's activations are saved for backward, which memwall does not simulate yet".into(),
+            "drop --train-vision (the tower frozen, as most VLM recipes do), or drop --image-tokens and count the image tokens in --seq".into(),
+        );
+    }
+    if let Some(l) = v
+        .linears
+        .iter()
+        .find(|l| ctx.lora_targets.iter().any(|t| t == l.name))
+    {
+        return refuse(
+            format!("--lora-targets {} also adapts the vision tower's `{}` linears (peft matches module names across the whole model), and with image inputs those adapters run and train, which memwall does not simulate", ctx.lora_targets.join(","), l.name),
+            {
+                let mut names: Vec<&str> = Vec::new();
+                for l in &v.linears {
+                    if !names.contains(&l.name) {
+                        names.push(l.name);
+                    }
+                }
+                format!("target only linears the vision tower does not have (its linears: {}), or drop --image-tokens and count the image tokens as text tokens", names.join(", "))
+            },
+        );
+    }
+    if ctx.amp {
+        return refuse(
+            "the vision tower under autocast is not simulated".into(),
+            "use --precision bf16/fp16/fp32, or drop --image-tokens".into(),
+        );
+    }
+    if ctx.padding_free {
+        return refuse(
+            "image inputs are simulated for padded batches only".into(),
+            "drop --padding-free, or drop --image-tokens".into(),
+        );
+    }
+    if ctx.megatron {
+        return refuse(
+            "Megatron-LM's estimate (TP/PP/CP/EP layouts) is a formula over the text layers that has no vision tower".into(),
+            "use a data-parallel layout (--strategy ddp, zero1/2/3, fsdp-full, fsdp-grad-op, hsdp) or one GPU, or drop --image-tokens and count the image tokens in --seq".into(),
+        );
     }
     Ok(())
 }

@@ -285,9 +285,46 @@ fn bad_input_snapshots() {
         transcript(&[
             "train",
             "--model",
-            "qwen2.5-vl-7b-instruct",
+            "mistral-small-3.1-24b-instruct",
             "--image-tokens",
             "256"
+        ])
+    );
+    insta::assert_snapshot!(
+        "image_tokens_over_seq",
+        transcript(&[
+            "train",
+            "--model",
+            "qwen2-vl-7b-instruct",
+            "--seq",
+            "128",
+            "--image-tokens",
+            "256"
+        ])
+    );
+    insta::assert_snapshot!(
+        "image_tokens_with_train_vision",
+        transcript(&[
+            "train",
+            "--model",
+            "qwen2-vl-7b-instruct",
+            "--train-vision",
+            "--image-tokens",
+            "256"
+        ])
+    );
+    insta::assert_snapshot!(
+        "image_tokens_with_vision_lora",
+        transcript(&[
+            "train",
+            "--model",
+            "qwen2.5-vl-7b-instruct",
+            "--image-tokens",
+            "64",
+            "--lora-rank",
+            "8",
+            "--lora-targets",
+            "q_proj,up_proj"
         ])
     );
     insta::assert_snapshot!(
@@ -807,4 +844,156 @@ fn attention_sinks_refuse_sdpa_by_name() {
     }
     let (code, _, stderr) = run(&["train", "--model", "gpt-oss-20b", "--attention", "eager"]);
     assert_eq!(code, 0, "{stderr}");
+}
+
+/// `--runtime torchtitan`: the profile names itself, plan emits torchtitan's launch with its
+/// own reshard policy and AC subcommand, and what it does not simulate exits 2 naming the flag.
+#[test]
+fn the_torchtitan_runtime_estimates_plans_and_refuses_by_name() {
+    let base = [
+        "train",
+        "-m",
+        "llama-3.1-8b",
+        "--runtime",
+        "torchtitan",
+        "--precision",
+        "amp-bf16",
+        "--gpus",
+        "8",
+    ];
+    let (code, out, err) = run(&[
+        &base[..],
+        &["--checkpointing-policy", "selective-op", "--json"],
+    ]
+    .concat());
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["runtime_profile"], "torchtitan");
+    let (code, out, _) = run(&base);
+    assert_eq!(code, 0);
+    assert!(out.contains("(runtime profile: torchtitan)"), "{out}");
+    assert!(out.contains("attention flex (torchtitan)"), "{out}");
+    for (extra, flag) in [
+        (&["--tp", "2"][..], "--tp 2"),
+        (&["--strategy", "zero3"][..], "--strategy `zero3`"),
+        (
+            &["--lora-rank", "8", "--lora-targets", "q_proj"][..],
+            "--lora-rank",
+        ),
+        (&["--loss", "fused-linear"][..], "--loss `fused-linear`"),
+        (
+            &["--checkpointing-policy", "selective-attn"][..],
+            "selective-attn",
+        ),
+    ] {
+        let (code, _, err) = run(&[&base[..], extra].concat());
+        assert_eq!(code, 2, "{extra:?}: {err}");
+        assert!(
+            err.contains(flag) && err.contains("hint:"),
+            "{extra:?}: {err}"
+        );
+    }
+    let (code, _, err) = run(&[
+        "train",
+        "-m",
+        "qwen2.5-7b",
+        "--runtime",
+        "torchtitan",
+        "--precision",
+        "amp-bf16",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("model_type") && err.contains("torchtitan 0.3.0"),
+        "{err}"
+    );
+    // op-level SAC is also modelled on the transformers step (`memory/hf/sac.rs`), but not on
+    // a Megatron-LM layout, whose formula knows full recomputation only.
+    let (code, _, err) = run(&["train", "--checkpointing-policy", "selective-op"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(&[
+        "train",
+        "-m",
+        "llama-3.1-8b",
+        "--gpus",
+        "8",
+        "--tp",
+        "2",
+        "--checkpointing-policy",
+        "selective-op",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("selective-op") && err.contains("hint:"),
+        "{err}"
+    );
+    let (code, _, err) = run(&[
+        "doctor",
+        "--runtime",
+        "torchtitan",
+        "--precision",
+        "amp-bf16",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--runtime torchtitan"), "{err}");
+    let (code, out, err) = run(&[
+        "plan",
+        "-m",
+        "llama-3.1-8b",
+        "--runtime",
+        "torchtitan",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "16",
+        "--checkpointing-policy",
+        "selective-op",
+        "--emit",
+        "torchtitan",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("--runtime torchtitan"), "{out}");
+    assert!(
+        out.contains("--parallelism.fsdp-reshard-after-forward default")
+            || out.contains("--parallelism.fsdp-reshard-after-forward never"),
+        "{out}"
+    );
+}
+
+/// `--image-tokens N` on qwen2_vl: the report names N, and the vision tower's forward and the
+/// merge add to the forward phase (the tower is frozen: nothing of it outlives the forward).
+#[test]
+fn image_tokens_simulate_the_vision_forward() {
+    let peaks = |extra: &[&str]| -> (u64, u64, serde_json::Value) {
+        let mut args = vec![
+            "infer",
+            "--model",
+            "qwen2-vl-7b-instruct",
+            "--prompt",
+            "1152",
+            "--new-tokens",
+            "2",
+            "--attention",
+            "eager",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        let peak = v["peak_bytes"].as_u64().expect("peak");
+        let vision = v["model"]["vision"].clone();
+        (peak, vision["image_tokens"].as_u64().unwrap_or(0), vision)
+    };
+    let (text, n0, v0) = peaks(&[]);
+    let (image, n, v) = peaks(&["--image-tokens", "1024"]);
+    assert_eq!(n0, 0);
+    assert_eq!(n, 1024);
+    assert!(image > text, "{image} vs {text}");
+    assert!(v0["assumption"]
+        .as_str()
+        .is_some_and(|a| a.contains("counted as text")));
+    assert!(v["assumption"]
+        .as_str()
+        .is_some_and(|a| a.starts_with("1024 of each sequence's tokens")));
 }

@@ -98,6 +98,13 @@ fn build(s: &Shape) -> (String, ModelDesc) {
     if let Some((k, vocab, seed)) = s.shrink {
         shrink(&mut m, 64 * k + 32 * (seed % 2), vocab, seed);
     }
+    // vision-language models with a simulated vision forward: image tokens on every other
+    // shape (`--image-tokens`; 1 to 40, odd grids and partial Qwen2.5-VL windows included)
+    if let Some(v) = m.vision.as_mut() {
+        if v.forward.is_some() && s.run % 2 == 1 {
+            v.image_tokens = Some(1 + (s.layers as u64 * 7 + s.run as u64) % 40);
+        }
+    }
     (format!("{name} {s:?}"), m)
 }
 
@@ -200,7 +207,8 @@ struct Train {
     cpu: bool,
     /// `--loop keep-outputs`
     keep_outputs: bool,
-    /// `--checkpointing-policy every-k:K` when 1..=4, `selective-attn` when 5 (0: full)
+    /// `--checkpointing-policy every-k:K` when 1..=4, `selective-attn` when 5, `selective-op`
+    /// when 6 (0: full)
     every: u64,
 }
 
@@ -211,7 +219,7 @@ fn train() -> impl Strategy<Value = Train> {
         (any::<bool>(), 0usize..3),
         prop::option::of((1u64..33, any::<u8>(), any::<bool>())),
         (1u64..5, any::<bool>(), any::<bool>(), any::<bool>()),
-        0u64..6,
+        0u64..7,
     )
         .prop_map(
             |(
@@ -261,11 +269,15 @@ fn workload(t: &Train, m: &ModelDesc) -> TrainWorkload {
         // the cache-less step (`model.config.use_cache = False`) on some of the others
         w.step_options.use_cache = Some(t.batch.is_multiple_of(2));
     }
+    if !t.checkpointing && t.every >= 4 {
+        // activation offloading (`save_on_cpu`) on some of the checkpoint-free steps
+        w.step_options.activation_offload = true;
+    }
     if t.checkpointing && t.every > 0 {
-        w.step_options.checkpointing_policy = if t.every == 5 {
-            CheckpointPolicy::SelectiveAttn
-        } else {
-            CheckpointPolicy::EveryK(t.every)
+        w.step_options.checkpointing_policy = match t.every {
+            5 => CheckpointPolicy::SelectiveAttn,
+            6 => CheckpointPolicy::SelectiveOp,
+            k => CheckpointPolicy::EveryK(k),
         };
     }
     if let Some((rank, pick, qlora)) = t.lora {
@@ -682,11 +694,15 @@ fn step_options_take_the_fast_path() {
     w.step_options.use_cache = Some(false);
     options.push(("use_cache off", w.clone()));
     w.step_options.use_cache = None;
+    w.step_options.activation_offload = true;
+    options.push(("activation offload", w.clone()));
+    w.step_options.activation_offload = false;
     w.checkpointing = true;
     for (name, policy) in [
         ("every-k:2", CheckpointPolicy::EveryK(2)),
         ("every-k:3", CheckpointPolicy::EveryK(3)),
         ("selective-attn", CheckpointPolicy::SelectiveAttn),
+        ("selective-op", CheckpointPolicy::SelectiveOp),
     ] {
         w.step_options.checkpointing_policy = policy;
         options.push((name, w.clone()));
@@ -711,4 +727,106 @@ fn step_options_take_the_fast_path() {
             }
         }
     }
+}
+
+/// Qwen3-Next (gated DeltaNet + gated attention + MoE) is among the drawn bases, takes the fast
+/// path in training (with checkpointing and LoRA too) and agrees with the replay at inference,
+/// where its linear-attention layers keep a fixed-size state.
+#[test]
+fn gated_deltanet_takes_the_fast_path() {
+    let (name, m) = bases()
+        .iter()
+        .find(|(n, m)| n == "qwen3-next-80b-a3b-instruct" && !m.layers.is_empty())
+        .expect("Qwen3-Next in the catalogue");
+    assert!(m.layers.iter().any(|l| l.gated_delta_net().is_some()));
+    let mut plain = TrainWorkload::new(2, 300);
+    plain.precision = Precision::Bf16;
+    let mut ckpt = plain.clone();
+    ckpt.checkpointing = true;
+    for w in [plain, ckpt] {
+        let r = memory::simulate_train(m, &w, Kernels::Cpu).unwrap();
+        let (f, path) = fast::simulate_train_traced(m, &w, Kernels::Cpu).unwrap();
+        assert_eq!(r, f, "{name}");
+        assert!(!matches!(path, fast::Path::Fallback(_)), "{path:?}");
+    }
+    let i = InferWorkload {
+        batch: 2,
+        prompt: 300,
+        new_tokens: 50,
+        attention: AttentionImpl::Sdpa,
+        weights: WeightFormat::parse("bf16").unwrap(),
+        kv_dtype: KvDtype::Auto,
+        moe_decode_batched: true,
+    };
+    let r = memory::simulate_infer(m, &i, Kernels::Cpu).unwrap();
+    let f = fast::simulate_infer(m, &i, Kernels::Cpu).unwrap();
+    assert_eq!(r, f, "infer {name}");
+}
+
+/// Every model with a simulated vision forward, with image tokens (odd grids, partial
+/// Qwen2.5-VL windows), long enough to be extrapolated: the fast path equals the replay.
+#[test]
+fn fast_equals_the_replay_with_image_tokens() {
+    let mut seen = 0;
+    for (i, (_, base)) in bases().iter().enumerate() {
+        if base.vision.as_ref().is_none_or(|v| v.forward.is_none()) {
+            continue;
+        }
+        for (n, attention, cpu) in [(7u64, 0usize, true), (100, 1, true), (64, 0, false)] {
+            let s = Shape {
+                base: i,
+                layers: 9,
+                how: 0,
+                run: 1,
+                shrink: None,
+            };
+            let (name, mut m) = build(&s);
+            m.vision.as_mut().unwrap().image_tokens = Some(n);
+            for lora in [None, Some((16, 3, false))] {
+                let t = Train {
+                    batch: 2,
+                    seq: n + 9,
+                    precision: 0,
+                    optimizer: 0,
+                    checkpointing: lora.is_some(),
+                    attention,
+                    lora,
+                    grad_accum: 1,
+                    dropout: false,
+                    cpu,
+                    keep_outputs: false,
+                    every: 0,
+                };
+                let w = workload(&t, &m);
+                let k = kernels(cpu);
+                let r = memory::simulate_train(&m, &w, k);
+                let f = fast::simulate_train(&m, &w, k);
+                assert!(r.is_ok(), "{name} train {n}: {r:?}");
+                assert_eq!(r, f, "{name} train {n}");
+            }
+            let inf = Infer {
+                batch: 2,
+                prompt: n + 5,
+                new_tokens: 3,
+                attention,
+                weights: 0,
+                kv: 0,
+                batched: true,
+                cpu,
+            };
+            let w = infer_workload(&inf);
+            let k = kernels(cpu);
+            assert!(
+                memory::simulate_infer(&m, &w, k).is_ok(),
+                "{name} infer {n}"
+            );
+            assert_eq!(
+                memory::simulate_infer(&m, &w, k),
+                fast::simulate_infer(&m, &w, k),
+                "{name} infer {n}"
+            );
+            seen += 1;
+        }
+    }
+    assert!(seen >= 6, "{seen}");
 }

@@ -50,6 +50,16 @@ struct Case {
     /// `liger` (absent: transformers' eager modules)
     #[serde(default)]
     kernels: Option<String>,
+    /// image tokens per sequence run through the vision tower (absent: text only)
+    #[serde(default)]
+    image_tokens: Option<u64>,
+    /// `real`: measured on real CPU tensors (absent: fake tensors)
+    #[serde(default)]
+    #[allow(dead_code)]
+    tensors: Option<String>,
+    /// the forward under `save_on_cpu(pin_memory=True)` (absent: no offloading)
+    #[serde(default)]
+    activation_offload: bool,
     measured: Measured,
     versions: BTreeMap<String, String>,
 }
@@ -73,6 +83,9 @@ struct Measured {
     #[serde(default)]
     #[allow(dead_code)]
     first_step_peak_bytes: Option<u64>,
+    /// activation offloading: the most host bytes the packed saved tensors held at once
+    #[serde(default)]
+    host_peak_bytes: Option<u64>,
 }
 
 fn root() -> PathBuf {
@@ -148,6 +161,7 @@ fn workload(c: &Case) -> TrainWorkload {
                     p.parse().unwrap_or_else(|e| panic!("{}: {e}", c.id))
                 }),
             use_cache: c.use_cache,
+            activation_offload: c.activation_offload,
         },
     }
 }
@@ -185,11 +199,36 @@ impl Row {
     }
 }
 
+/// `--image-tokens N` as the CLI applies it: the vision tower runs over N tokens' patches.
+fn with_image_tokens(desc: &mut memwall_core::model::ModelDesc, n: Option<u64>) {
+    if let Some(n) = n {
+        let v = desc
+            .vision
+            .as_mut()
+            .expect("image tokens need a vision tower");
+        assert!(
+            v.forward.is_some(),
+            "image tokens need a simulated vision forward"
+        );
+        v.image_tokens = Some(n);
+    }
+}
+
 fn category(c: &Case) -> String {
-    if let Some(k) = &c.kernels {
+    if c.image_tokens.is_some() {
+        "image tokens".into()
+    } else if c.activation_offload {
+        "activation offload".into()
+    } else if let Some(k) = &c.kernels {
         format!("kernels {k}")
     } else if c.use_cache.is_some() {
         "use_cache".into()
+    } else if let Some(p) = c
+        .checkpointing_policy
+        .as_deref()
+        .filter(|&p| p == "selective-op")
+    {
+        format!("checkpointing policy {p}")
     } else if c.checkpointing_policy.is_some() {
         "checkpointing policy".into()
     } else if let Some(l) = &c.r#loop {
@@ -242,9 +281,10 @@ fn train_rows_of(file: &str) -> Vec<Row> {
         assert_eq!(c.kind, "train");
         assert!(c.versions.contains_key("torch") && c.versions.contains_key("transformers"));
         let json = std::fs::read_to_string(root().join(&c.config)).expect("read config");
-        let desc =
+        let mut desc =
             memwall_formats::parse_hf_config(&json).unwrap_or_else(|e| panic!("{}: {e}", c.id));
         assert_eq!(desc.model_type, c.model_type, "{}", c.id);
+        with_image_tokens(&mut desc, c.image_tokens);
         let w = workload(&c);
         let e =
             simulate_train(&desc, &w, Kernels::Cpu).unwrap_or_else(|err| panic!("{}: {err}", c.id));
@@ -265,6 +305,17 @@ fn train_rows_of(file: &str) -> Vec<Row> {
             "{}: trainable parameters",
             c.id
         );
+        if let Some(host) = c.measured.host_peak_bytes {
+            // activation offloading: the host bytes the packed saved tensors hold, within 3% too
+            let err = (e.host_offload_bytes as f64 - host as f64) / host as f64 * 100.0;
+            assert!(
+                err.abs() <= 3.0,
+                "{}: host bytes {:+.2}% (measured {host}, estimated {})",
+                c.id,
+                err,
+                e.host_offload_bytes
+            );
+        }
         out.push(Row::new(
             &c.id,
             &c.model_type,
@@ -293,6 +344,13 @@ struct InferCase {
     /// transformers `experts_implementation` used for decode steps (MoE only)
     #[serde(default)]
     decode_experts: Option<String>,
+    /// image tokens per sequence run through the vision tower in the prefill
+    #[serde(default)]
+    image_tokens: Option<u64>,
+    /// `real`: measured on real CPU tensors (absent: fake tensors)
+    #[serde(default)]
+    #[allow(dead_code)]
+    tensors: Option<String>,
     measured: InferMeasured,
     versions: BTreeMap<String, String>,
 }
@@ -335,9 +393,10 @@ fn infer_rows_of(file: &str) -> Vec<Row> {
         assert_eq!(c.kind, "infer");
         assert!(c.versions.contains_key("torch"));
         let json = std::fs::read_to_string(root().join(&c.config)).expect("read config");
-        let desc =
+        let mut desc =
             memwall_formats::parse_hf_config(&json).unwrap_or_else(|e| panic!("{}: {e}", c.id));
         assert_eq!(desc.model_type, c.model_type, "{}", c.id);
+        with_image_tokens(&mut desc, c.image_tokens);
         let w = InferWorkload {
             batch: c.batch,
             prompt: c.prompt,
@@ -371,7 +430,11 @@ fn infer_rows_of(file: &str) -> Vec<Row> {
         out.push(Row::new(
             &c.id,
             &c.model_type,
-            format!("inference {}", c.attention),
+            if c.image_tokens.is_some() {
+                format!("inference image tokens {}", c.attention)
+            } else {
+                format!("inference {}", c.attention)
+            },
             (c.measured.peak_bytes, e.peak_bytes),
             &c.measured.phase,
             e.phase,
@@ -848,7 +911,11 @@ fn accuracy_report_is_current() {
         train: random_rows(),
         infer: random_infer_rows(),
     };
-    let text = report(&rows(), &infer_rows(), &dist, &phases, &random);
+    let mut text = report(&rows(), &infer_rows(), &dist, &phases, &random);
+    let titan = titan_rows();
+    if !titan.is_empty() {
+        text.push_str(&titan_section(&titan));
+    }
     let path = root().join("docs/accuracy.md");
     if std::env::var_os("MEMWALL_UPDATE_ACCURACY").is_some() {
         std::fs::write(&path, &text).expect("write docs/accuracy.md");
@@ -859,4 +926,194 @@ fn accuracy_report_is_current() {
         committed == text,
         "docs/accuracy.md is out of date: run `MEMWALL_UPDATE_ACCURACY=1 cargo test -p memwall-cli --test truth`"
     );
+}
+
+/// One measured torchtitan case (`tests/truth/titan.jsonl`, `tools/truth/titan/measure_titan.py`):
+/// torchtitan 0.3.0's Llama 3 step under FSDP2 on a fake process group, FSDPMemTracker.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TitanCase {
+    id: String,
+    kind: String,
+    flavor: String,
+    layers: usize,
+    world_size: u64,
+    batch: u64,
+    seq: u64,
+    /// none, full, selective (op-level SelectiveAC) or every-k:K
+    activation_checkpoint: String,
+    loss: String,
+    attention: String,
+    /// `fsdp_reshard_after_forward` (absent: "default")
+    #[serde(default)]
+    reshard_after_forward: Option<String>,
+    measured: TitanMeasured,
+    versions: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TitanMeasured {
+    peak_bytes: u64,
+    #[allow(dead_code)]
+    at_peak: BTreeMap<String, u64>,
+    #[allow(dead_code)]
+    first_step_peak_bytes: u64,
+}
+
+/// A torchtitan case: its row and the instant memwall puts the peak at.
+struct TitanRow {
+    row: Row,
+    instant: String,
+}
+
+fn titan_rows() -> Vec<TitanRow> {
+    use memwall_core::layout::{Layout, Offload, OffloadDevice, Schedule, Strategy};
+    use memwall_core::memory::titan::{
+        instants, simulate_train_titan, Instant, Job, ReshardPolicy, TitanOptions,
+    };
+    let Ok(text) = std::fs::read_to_string(root().join("tests/truth/titan.jsonl")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let c: TitanCase =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("bad fixture line: {e}\n{line}"));
+        assert_eq!(c.kind, "torchtitan-train");
+        assert_eq!((c.loss.as_str(), c.attention.as_str()), ("ce", "flex"));
+        assert_eq!(
+            c.versions.get("torchtitan").map(String::as_str),
+            Some("0.3.0")
+        );
+        let config = match c.flavor.as_str() {
+            "8B" => "data/models/meta-llama/Llama-3.1-8B.json",
+            "70B" => "data/models/meta-llama/Llama-3.1-70B.json",
+            "405B" => "data/models/meta-llama/Llama-3.1-405B.json",
+            f => panic!("{}: flavour {f}", c.id),
+        };
+        let json = std::fs::read_to_string(root().join(config)).expect("read config");
+        let mut desc = memwall_formats::parse_hf_config(&json).unwrap();
+        desc.layers.truncate(c.layers);
+        let mut w = TrainWorkload::new(c.batch, c.seq);
+        w.precision = Precision::AmpBf16;
+        w.optimizer = Optimizer::Adamw;
+        let policy = match c.activation_checkpoint.as_str() {
+            "none" => None,
+            "full" => Some(CheckpointPolicy::Full),
+            "selective" => Some(CheckpointPolicy::SelectiveOp),
+            p => Some(p.parse::<CheckpointPolicy>().unwrap()),
+        };
+        if let Some(p) = policy {
+            w.checkpointing = true;
+            w.step_options.checkpointing_policy = p;
+        }
+        let reshard = match c.reshard_after_forward.as_deref() {
+            None | Some("default") => ReshardPolicy::Default,
+            Some("always") => ReshardPolicy::Always,
+            Some("never") => ReshardPolicy::Never,
+            Some(r) => panic!("{}: reshard {r}", c.id),
+        };
+        let layout = Layout {
+            gpus: c.world_size,
+            gpus_per_node: c.world_size,
+            strategy: Strategy::FsdpFull,
+            tp: 1,
+            sequence_parallel: false,
+            pp: 1,
+            schedule: Schedule::OneFOneB,
+            virtual_stages: 1,
+            cp: 1,
+            ep: 1,
+            offload: Offload::None,
+            offload_device: OffloadDevice::Cpu,
+        };
+        let e = simulate_train_titan(
+            &desc,
+            &w,
+            &layout,
+            &TitanOptions {
+                reshard: Some(reshard),
+            },
+        )
+        .unwrap_or_else(|err| panic!("{}: {err}", c.id));
+        let job = Job {
+            shapes: memwall_core::memory::titan::shapes(&desc).unwrap(),
+            world: c.world_size,
+            batch: c.batch,
+            seq: c.seq,
+            checkpointing: policy,
+            reshard,
+        };
+        let all = instants(&job).unwrap();
+        let at = all
+            .iter()
+            .max_by_key(|x| (x.total(), std::cmp::Reverse(x.name.clone())))
+            .map(Instant::total)
+            .unwrap();
+        let instant = all.iter().find(|x| x.total() == at).unwrap().name.clone();
+        assert_eq!(u128::from(e.peak_bytes), at, "{}", c.id);
+        out.push(TitanRow {
+            row: Row::new(
+                &c.id,
+                "llama",
+                format!("ac {}", c.activation_checkpoint),
+                (c.measured.peak_bytes, e.peak_bytes),
+                "-",
+                e.groups[0].phase,
+            ),
+            instant,
+        });
+    }
+    out
+}
+
+fn titan_section(rows: &[TitanRow]) -> String {
+    let abs: Vec<f64> = rows.iter().map(|r| r.row.error_pct.abs()).collect();
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\n## torchtitan runtime profile (`--runtime torchtitan`; `tests/truth/titan.jsonl`)\n\n\
+         torchtitan 0.3.0's own Llama 3 step (its model, FSDP2 units and reshard policy, FullAC / \
+         SelectiveAC, CrossEntropyLoss, foreach AdamW) on a fake process group, measured by \
+         `tools/truth/titan/measure_titan.py` with FSDPMemTracker (rank 0, steady step); \
+         estimates: `memory/titan` (`--runtime torchtitan --precision amp-bf16 --strategy \
+         fsdp-full`).\n"
+    );
+    let _ = writeln!(s, "- cases: {}", rows.len());
+    let _ = writeln!(s, "- median |error|: {:.3}%", median(abs.clone()));
+    if let Some(w) = rows
+        .iter()
+        .max_by(|a, b| a.row.error_pct.abs().total_cmp(&b.row.error_pct.abs()))
+    {
+        let _ = writeln!(
+            s,
+            "- worst |error|: {:.3}% ({})",
+            w.row.error_pct.abs(),
+            w.row.id
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n| case | measured bytes | estimated bytes | error | memwall's peak instant |\n|---|---:|---:|---:|---|"
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {:+.3}% | {} |",
+            r.row.id, r.row.measured, r.row.estimated, r.row.error_pct, r.instant
+        );
+    }
+    s
+}
+
+#[test]
+fn every_torchtitan_case_within_three_percent() {
+    let rows = titan_rows();
+    assert!(
+        rows.len() >= 12,
+        "expected the committed torchtitan fixtures, found {}",
+        rows.len()
+    );
+    let plain: Vec<Row> = rows.into_iter().map(|r| r.row).collect();
+    check(&plain, "torchtitan");
 }

@@ -52,6 +52,9 @@ pub enum Engine {
     Megatron,
     /// vLLM serving.
     Vllm,
+    /// torchtitan 0.3.0's own training step (its Llama 3 model under FSDP2, `--runtime
+    /// torchtitan`; `memory/titan/`). Never resolved from a layout: the user names it.
+    Torchtitan,
 }
 
 /// What an engine accepts for one setting, and why it refuses the rest.
@@ -272,7 +275,7 @@ const ZERO12_OFFLOAD: Rule<Offload> = rule(
 const SERVES: &str = "vLLM serves models; it does not train";
 
 /// Every engine's capabilities, indexed by [`Engine`] (one row each; ZeRO one per stage).
-pub const TABLE: [Capabilities; 8] = [
+pub const TABLE: [Capabilities; 9] = [
     Capabilities {
         engine: Engine::Hf,
         name: "hf",
@@ -555,12 +558,13 @@ pub const TABLE: [Capabilities; 8] = [
         checkpoint_policies: rule(NO, "", SERVES, "use memwall serve"),
         kernels: rule(&[KernelSet::Torch], "", SERVES, "use memwall serve"),
     },
+    crate::memory::titan::CAPABILITIES,
 ];
 
 impl Engine {
     /// Every engine, in [`TABLE`] order.
-    pub const ALL: [Engine; 8] = {
-        let mut all = [Engine::Hf; 8];
+    pub const ALL: [Engine; 9] = {
+        let mut all = [Engine::Hf; 9];
         let mut i = 0;
         while i < TABLE.len() {
             all[i] = TABLE[i].engine;
@@ -598,6 +602,7 @@ impl Engine {
             Engine::Zero(ZeroStage::Three) => 5,
             Engine::Megatron => 6,
             Engine::Vllm => 7,
+            Engine::Torchtitan => 8,
         }
     }
 
@@ -606,7 +611,8 @@ impl Engine {
         &TABLE[self.index()]
     }
 
-    /// Short name (the runtime profile): `hf`, `ddp`, `fsdp`, `deepspeed`, `megatron`, `vllm`.
+    /// Short name (the runtime profile): `hf`, `ddp`, `fsdp`, `deepspeed`, `megatron`, `vllm`,
+    /// `torchtitan`.
     pub const fn name(self) -> &'static str {
         self.capabilities().name
     }
@@ -738,7 +744,7 @@ mod tests {
     /// A layout that resolves to `e` (None for the single-GPU step).
     fn layout_for(e: Engine) -> Option<Layout> {
         match e {
-            Engine::Hf | Engine::Vllm => None,
+            Engine::Hf | Engine::Vllm | Engine::Torchtitan => None,
             Engine::Ddp => Some(cluster(2, Strategy::Ddp)),
             Engine::Fsdp2 => Some(cluster(2, Strategy::FsdpFull)),
             Engine::Zero(ZeroStage::One) => Some(cluster(2, Strategy::Zero1)),
@@ -768,7 +774,8 @@ mod tests {
                 "deepspeed",
                 "deepspeed",
                 "megatron",
-                "vllm"
+                "vllm",
+                "torchtitan"
             ]
         );
         assert_eq!(
@@ -862,6 +869,10 @@ mod tests {
             for (o, name) in Optimizer::ALL {
                 let mut w = TrainWorkload::new(1, 64);
                 w.optimizer = o;
+                if e == Engine::Torchtitan {
+                    // torchtitan's only precision: an fp32 model under bf16 MixedPrecisionPolicy
+                    w.precision = Precision::AmpBf16;
+                }
                 let r = e.check(&w, None);
                 if c.optimizers.allowed.contains(&o) {
                     assert_eq!(r, Ok(()), "{e:?} {name}");
@@ -933,7 +944,8 @@ mod tests {
     fn every_optimizer_on_every_engine_is_accounted_or_refused() {
         let m = small();
         for e in Engine::ALL {
-            if e == Engine::Vllm {
+            // torchtitan simulates its own Llama model only (memory/titan/ tests its refusals)
+            if e == Engine::Vllm || e == Engine::Torchtitan {
                 continue;
             }
             for (o, _) in Optimizer::ALL {

@@ -5,7 +5,7 @@
 //! generically. The field comments name the Hugging Face modules they stand for.
 
 use crate::error::CoreError;
-pub use crate::mixer::{Mamba2, Mixer};
+pub use crate::mixer::{GatedDeltaNet, Mamba1, Mamba2, Mixer};
 use serde::Serialize;
 
 /// Normalisation layer kind.
@@ -180,6 +180,11 @@ pub struct Attention {
     /// an interleaved `rotate_half` (`torch.stack([-x2, x1], -1).flatten(-2)`)
     /// (models/cohere/modeling_cohere.py, models/cohere2/modeling_cohere2.py).
     pub rope_upcast_qk: bool,
+    /// A sigmoid output gate computed by the query projection (Qwen3-Next
+    /// `Qwen3NextAttention`, models/qwen3_next/modeling_qwen3_next.py: `q_proj` is twice as
+    /// wide, `torch.chunk` splits each head into query and gate, and `attn_output *
+    /// torch.sigmoid(gate)` feeds `o_proj`).
+    pub output_gate: bool,
 }
 
 /// Family-specific eager attention code paths that change what is alive when.
@@ -230,7 +235,12 @@ impl Attention {
                     vec![l(LinearRole::Qkv, hidden, q + 2 * kv, self.qkv_bias)]
                 } else {
                     vec![
-                        l(LinearRole::Q, hidden, q, self.qkv_bias),
+                        l(
+                            LinearRole::Q,
+                            hidden,
+                            if self.output_gate { 2 * q } else { q },
+                            self.qkv_bias,
+                        ),
                         l(LinearRole::K, hidden, kv, self.qkv_bias),
                         l(LinearRole::V, hidden, kv, self.qkv_bias),
                     ]
@@ -403,6 +413,17 @@ pub struct MoeMlp {
     /// over all experts (`Llama4TextExperts`: `bmm` with `gate_up_proj` `[E, H, 2I]` and
     /// `down_proj` `[E, I, H]`), then summed over experts into the shared expert's output.
     pub all_experts: bool,
+    /// Granite MoE's router (`GraniteMoeTopKRouter`, transformers 5.23
+    /// models/granitemoe/modeling_granitemoe.py): `F.linear(x, w).float()` (the fp32 logits stay
+    /// bound to `_` in `GraniteMoeMoE.forward` until the block returns), top-k of the fp32
+    /// logits, softmax over those k in fp32 (saved), `.type_as(hidden_states)`.
+    pub granite_router: bool,
+    /// HunYuan MoE's gate (`HunYuanMoEV1Gate`, transformers 5.23
+    /// models/hunyuan_v1_moe/modeling_hunyuan_v1_moe.py): an fp32 `wg` linear on
+    /// `hidden_states.float()` (no weight copy; the fp32 input is saved only for the weight's
+    /// gradient), softmax over all experts in fp32 (saved), top-k, renormalised in place, fp32
+    /// routing weights (the weighted expert outputs are fp32, as with `router_fp32`).
+    pub hunyuan_router: bool,
 }
 
 impl MoeMlp {
@@ -516,6 +537,8 @@ impl LayerSpec {
         let mixer = match &self.mixer {
             Mixer::Attention => self.attention.params(hidden),
             Mixer::Mamba2(m) => m.params(hidden),
+            Mixer::GatedDeltaNet(d) => d.params(hidden),
+            Mixer::Mamba1(m) => m.params(hidden),
         };
         norms + mixer + self.mlp.params(hidden)
     }
@@ -525,7 +548,7 @@ impl LayerSpec {
     pub fn attention_block(&self) -> Option<&Attention> {
         match self.mixer {
             Mixer::Attention => Some(&self.attention),
-            Mixer::Mamba2(_) => None,
+            Mixer::Mamba2(_) | Mixer::GatedDeltaNet(_) | Mixer::Mamba1(_) => None,
         }
     }
 
@@ -533,7 +556,33 @@ impl LayerSpec {
     pub fn mamba2(&self) -> Option<&Mamba2> {
         match &self.mixer {
             Mixer::Mamba2(m) => Some(m),
-            Mixer::Attention => None,
+            Mixer::Attention | Mixer::GatedDeltaNet(_) | Mixer::Mamba1(_) => None,
+        }
+    }
+
+    /// The layer's gated DeltaNet mixer, if it has one.
+    pub fn gated_delta_net(&self) -> Option<&GatedDeltaNet> {
+        match &self.mixer {
+            Mixer::GatedDeltaNet(d) => Some(d),
+            Mixer::Attention | Mixer::Mamba2(_) | Mixer::Mamba1(_) => None,
+        }
+    }
+
+    /// The layer's Mamba-1 mixer, if it has one.
+    pub fn mamba1(&self) -> Option<&Mamba1> {
+        match &self.mixer {
+            Mixer::Mamba1(m) => Some(m),
+            Mixer::Attention | Mixer::Mamba2(_) | Mixer::GatedDeltaNet(_) => None,
+        }
+    }
+
+    /// Whether the layer is a state-space block that keeps its residual in fp32
+    /// (`residual_in_fp32` of `Mamba2Block` / `MambaBlock`).
+    pub fn ssm_residual_in_fp32(&self) -> bool {
+        match &self.mixer {
+            Mixer::Mamba2(m) => m.residual_in_fp32,
+            Mixer::Mamba1(m) => m.residual_in_fp32,
+            Mixer::Attention | Mixer::GatedDeltaNet(_) => false,
         }
     }
 
@@ -542,6 +591,8 @@ impl LayerSpec {
         match &self.mixer {
             Mixer::Attention => self.attention.linears(hidden),
             Mixer::Mamba2(m) => m.linears(hidden),
+            Mixer::GatedDeltaNet(d) => d.linears(hidden),
+            Mixer::Mamba1(m) => m.linears(hidden),
         }
     }
 }
@@ -562,6 +613,11 @@ pub struct Embeddings {
     pub scaled: bool,
     /// LayerNorm right after the embeddings (Falcon/OPT have none; BLOOM-style models do).
     pub norm: Option<Norm>,
+    /// The scale is part of the embedding module's forward (Gemma's
+    /// `*TextScaledWordEmbedding`), so a forward hook on the module (peft's
+    /// `enable_input_require_grads`) sees the scaled tensor; Granite scales in the model's
+    /// forward, after the hook.
+    pub scale_in_module: bool,
 }
 
 /// Dropout probabilities used in training mode.
@@ -649,6 +705,56 @@ pub struct VisionTower {
     /// component of the module name across the whole model, so `q_proj` also adapts a vision
     /// tower whose attention has a `q_proj`.
     pub linears: Vec<VisionLinear>,
+    /// The shapes of the tower's forward over image patches, for the families whose image
+    /// forward memwall simulates (`None`: image inputs are refused, only the weights count).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forward: Option<VisionForward>,
+    /// Image tokens per sequence (`--image-tokens N`): N of the sequence's tokens are one
+    /// image's tokens, and the tower's forward, projector and merge into the embeddings are
+    /// simulated. `None`: text-only steps (image tokens, if any, count as text tokens).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_tokens: Option<u64>,
+}
+
+/// The vision transformer of Qwen2-VL or Qwen2.5-VL (`qwen2_vl/modeling_qwen2_vl.py`
+/// `Qwen2VisionTransformerPretrainedModel`): patches of `patch_in` values (C·T·P·P) embedded to
+/// `width`, `depth` blocks of full attention within each image (LayerNorm, `qkv` + 2-D rotary
+/// in fp32, quick-GELU MLP of `mlp` features), and the `PatchMerger` that turns `merge`² patches
+/// into one LLM token of `out` features.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VisionForward {
+    /// Values per patch (`in_channels · temporal_patch_size · patch_size²`).
+    pub patch_in: u64,
+    /// Embedding width of the blocks (`embed_dim`).
+    pub width: u64,
+    /// Attention heads (`num_heads`).
+    pub heads: u64,
+    /// MLP features (`embed_dim · mlp_ratio`).
+    pub mlp: u64,
+    /// Vision blocks (`depth`).
+    pub depth: u64,
+    /// `spatial_merge_size`: `merge`² patches make one LLM token.
+    pub merge: u64,
+    /// Projector output features (the text model's hidden size).
+    pub out: u64,
+    /// Which tower: the block's norm and MLP, and whether attention is windowed.
+    pub kind: VisionKind,
+    /// Qwen2.5-VL: the attention window's side in LLM tokens
+    /// (`window_size / spatial_merge_size / patch_size`); 0 for full attention everywhere.
+    pub window: u64,
+    /// Qwen2.5-VL: the blocks with full attention over each image (`fullatt_block_indexes`).
+    pub full_blocks: Vec<u64>,
+}
+
+/// The vision towers whose forward memwall simulates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VisionKind {
+    /// Qwen2-VL: LayerNorm, quick-GELU MLP, full attention per image.
+    Qwen2Vl,
+    /// Qwen2.5-VL (`qwen2_5_vl/modeling_qwen2_5_vl.py`): RMSNorm, SiLU-gated MLP, windowed
+    /// attention except in the full-attention blocks, patches reordered by window.
+    Qwen25Vl,
 }
 
 /// `count` vision-tower linears of one name and shape.
@@ -746,6 +852,9 @@ pub enum LinearRole {
     SsmIn,
     /// State-space mixer output projection (Mamba `out_proj`).
     SsmOut,
+    /// A linear-attention mixer's second input projection (Qwen3-Next gated DeltaNet
+    /// `in_proj_ba`: the per-head `beta` and decay inputs).
+    SsmGates,
 }
 
 /// Parameter counts by component, as transformers instantiates them.
@@ -872,6 +981,7 @@ pub(crate) mod tests {
                 qk_norm_after_rope: false,
                 rope_locals: false,
                 rope_upcast_qk: false,
+                output_gate: false,
             },
             attn_output_outlives_mlp: false,
             mixer: Mixer::Attention,
@@ -896,6 +1006,7 @@ pub(crate) mod tests {
                 projections: false,
                 scaled: false,
                 norm: None,
+                scale_in_module: false,
             },
             layers: vec![layer; 32],
             head: Head {

@@ -157,21 +157,40 @@ impl Optimizer {
     ///   everything else in place;
     /// - for-loop AdamW (`_single_tensor_adam`): `denom = (exp_avg_sq.sqrt() /
     ///   bias_correction2_sqrt).add_(eps)` allocates the square root and the division for one
-    ///   tensor at a time: 2 × the largest;
+    ///   tensor at a time, while the loop's `denom` still holds the previous parameter's
+    ///   (rebound only when the division returns): the largest `previous + 2 × current` over
+    ///   the parameters in order ([`Optimizer::forloop_step_temporaries`]);
     /// - Lion (lion-pytorch `update_fn`): `exp_avg.clone().mul_(beta1).add(grad, …)`: two
     ///   tensors for one parameter at a time;
     /// - foreach Adafactor (`_multi_tensor_adafactor`): `var_estimates` (`row_var @ col_var`,
     ///   or `variance.clone()` for vectors) is one tensor-sized list, then updated in place;
     /// - fused AdamW, foreach SGD (in place) and the bitsandbytes kernels: none.
     pub fn step_temporary_bytes(self, tensor_bytes: &[u128]) -> Option<u128> {
+        if self == Optimizer::AdamwForloop {
+            return Some(Self::forloop_step_temporaries(tensor_bytes.iter().copied()));
+        }
         self.step_temporaries(
             tensor_bytes.iter().sum(),
             tensor_bytes.iter().copied().max().unwrap_or(0),
         )
     }
 
+    /// For-loop AdamW's temporaries over the parameters in the optimizer's order: the square
+    /// root and the division of the current one while `denom`, a local of
+    /// `_single_tensor_adam`'s loop (torch/optim/adam.py), still holds the previous one's.
+    pub fn forloop_step_temporaries(bytes_in_order: impl IntoIterator<Item = u128>) -> u128 {
+        let mut prev = 0;
+        let mut peak = 0;
+        for b in bytes_in_order {
+            peak = peak.max(prev + 2 * b);
+            prev = b;
+        }
+        peak
+    }
+
     /// [`Optimizer::step_temporary_bytes`] from the two numbers it depends on: the bytes of
-    /// all the tensors the step updates and of the largest one.
+    /// all the tensors the step updates and of the largest one (for-loop AdamW: an upper
+    /// bound, see [`Optimizer::forloop_step_temporaries`] for the exact, order-dependent one).
     pub fn step_temporaries(self, total_bytes: u128, largest_bytes: u128) -> Option<u128> {
         match self {
             Optimizer::Adamw | Optimizer::Adafactor => Some(total_bytes),
@@ -245,9 +264,10 @@ mod tests {
     fn step_temporaries_follow_the_implementation() {
         let sizes = [10, 30, 20];
         assert_eq!(Optimizer::Adamw.step_temporary_bytes(&sizes), Some(60));
+        // 30's square root and division while `denom` still holds 10's (or 20's while 30's)
         assert_eq!(
             Optimizer::AdamwForloop.step_temporary_bytes(&sizes),
-            Some(60)
+            Some(70)
         );
         assert_eq!(Optimizer::Lion.step_temporary_bytes(&[10, 40]), Some(80));
         assert_eq!(Optimizer::AdamwFused.step_temporary_bytes(&sizes), None);

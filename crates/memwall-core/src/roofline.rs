@@ -686,6 +686,65 @@ pub fn decode_compute_bound_batch(
 /// `dt` in and `y` out (the kernel keeps the chunk states on chip). An estimate: no truth row
 /// times it.
 #[allow(clippy::too_many_arguments)]
+/// A gated DeltaNet mixer (Qwen3-Next): the three projections as GEMMs (column-parallel
+/// inputs, row-parallel `out_proj`), the depthwise convolution, the chunked delta rule
+/// (per chunk of `L` tokens and value head: `QKᵀ`, `KKᵀ`, the triangular solves and the state
+/// read/update, ≈ `4·L·dk + 2·L·dv + 6·dk·dv` FLOPs per token and head) and the gated norm.
+fn deltanet_ops(
+    acc: &mut Acc,
+    m: &crate::mixer::GatedDeltaNet,
+    rows: f64,
+    h: f64,
+    ab: f64,
+    wb: f64,
+    tp: f64,
+) {
+    for l in m.linears(h as u64) {
+        let (k, n) = match l.role {
+            LinearRole::SsmOut => (l.in_features as f64 / tp, l.out_features as f64),
+            _ => (l.in_features as f64, l.out_features as f64 / tp),
+        };
+        let name = if l.role == LinearRole::SsmOut {
+            "linear_attn.out_proj"
+        } else {
+            "linear_attn.in_proj"
+        };
+        acc.gemm(name, Some(l.role), rows, k, n, ab, wb);
+    }
+    let cd = m.conv_dim() as f64 / tp;
+    acc.elementwise(
+        "linear_attn.conv1d",
+        rows * cd,
+        2.0 * m.conv_kernel as f64 + 4.0,
+        1.0,
+        ab,
+    );
+    let heads = m.num_v_heads as f64 / tp;
+    let (l, dk, dv) = (
+        m.chunk_size as f64,
+        m.k_head_dim as f64,
+        m.v_head_dim as f64,
+    );
+    let flops = rows * heads * (4.0 * l * dk + 2.0 * l * dv + 6.0 * dk * dv);
+    let bytes = rows * (cd + m.value_dim() as f64 / tp) * ab;
+    acc.record(
+        "linear_attn.delta_rule",
+        OpKind::Elementwise,
+        true,
+        flops,
+        bytes,
+        2.0,
+        2.0,
+    );
+    acc.elementwise(
+        "linear_attn.gated_norm",
+        rows * m.value_dim() as f64 / tp,
+        8.0,
+        2.0,
+        ab,
+    );
+}
+
 fn mamba2_ops(
     acc: &mut Acc,
     m: &crate::mixer::Mamba2,
@@ -737,6 +796,57 @@ fn mamba2_ops(
     );
 }
 
+/// A Mamba-1 mixer: `in_proj`, `x_proj`, `dt_proj` and `out_proj` GEMMs (vLLM's `MambaMixer`
+/// splits `in_proj`/`dt_proj` column-wise and `x_proj`/`out_proj` row-wise over TP), the
+/// depthwise convolution, and the selective scan as one fused op. Scan FLOPs per token and
+/// channel (Gu & Dao 2023, Mamba, Algorithm 2 and §3.3.2 "selective scan"): per state element
+/// `exp(Δ·A)`, `Δ·B·x`, the state update `h·Ā + B̄x` and the output `C·h` (≈ 9 FLOPs), plus
+/// the skip `D·x` and the `silu(z)` gate. Bytes: `x`, `Δ`, `z`, `B`, `C` in and `y` out (the
+/// kernel keeps the state on chip). An estimate: no truth row times it.
+#[allow(clippy::too_many_arguments)]
+fn mamba1_ops(
+    acc: &mut Acc,
+    m: &crate::mixer::Mamba1,
+    rows: f64,
+    h: f64,
+    ab: f64,
+    wb: f64,
+    tp: f64,
+) {
+    let i = m.intermediate as f64 / tp;
+    let (r, n) = (m.time_step_rank as f64, m.state_size as f64);
+    acc.gemm(
+        "ssm.in_proj",
+        Some(LinearRole::SsmIn),
+        rows,
+        h,
+        2.0 * i,
+        ab,
+        wb,
+    );
+    acc.elementwise(
+        "ssm.conv1d",
+        rows * i,
+        2.0 * m.conv_kernel as f64 + 4.0,
+        1.0,
+        ab,
+    );
+    acc.gemm("ssm.x_proj", None, rows, i, r + 2.0 * n, ab, wb);
+    acc.gemm("ssm.dt_proj", None, rows, r, i, ab, wb);
+    let flops = rows * i * (9.0 * n + 6.0);
+    let bytes = rows * (4.0 * i + 2.0 * n) * ab;
+    acc.record(
+        "ssm.scan",
+        OpKind::Elementwise,
+        true,
+        flops,
+        bytes,
+        2.0,
+        2.0,
+    );
+    acc.gemm("ssm.out_proj", Some(LinearRole::SsmOut), rows, i, h, ab, wb);
+}
+
 #[allow(clippy::too_many_arguments)]
 fn layer_ops(
     acc: &mut Acc,
@@ -761,88 +871,101 @@ fn layer_ops(
     {
         acc.norm(rows * h, n.kind, ab, w.kernels);
     }
+    // a state-space mixer replaces the attention block; the layer's feed-forward block (Jamba,
+    // Granite 4.0-H) still runs below
+    let mut ssm = false;
     if let Some(m) = layer.mamba2() {
         mamba2_ops(acc, m, rows, h, ab, wb, tp);
-        return;
+        ssm = true;
     }
-    let a = &layer.attention;
-    for l in a.linears(h as u64) {
-        let name = match l.role {
-            LinearRole::O => "attention.out_proj",
-            _ => "attention.qkv_proj",
-        };
-        // TP splits q/k/v column-wise and the output projection row-wise
-        let (k, n) = match l.role {
-            LinearRole::O => (l.in_features as f64 / tp, l.out_features as f64),
-            _ => (l.in_features as f64, l.out_features as f64 / tp),
-        };
-        acc.gemm(name, Some(l.role), rows, k, n, ab, wb);
+    if let Some(m) = layer.mamba1() {
+        mamba1_ops(acc, m, rows, h, ab, wb, tp);
+        ssm = true;
     }
-    let (heads, kv_heads, qk_dim, v_dim) = match a.kind {
-        AttentionKind::Standard {
-            num_heads,
-            num_kv_heads,
-            head_dim,
-        } => (
-            num_heads as f64,
-            num_kv_heads as f64,
-            head_dim as f64,
-            head_dim as f64,
-        ),
-        AttentionKind::Mla {
-            num_heads,
-            kv_lora_rank,
-            qk_nope_head_dim,
-            qk_rope_head_dim,
-            v_head_dim,
-            ..
-        } => {
-            // training/prefill materialise per-head k and v; decode reads the latent cache
-            let _ = kv_lora_rank;
-            (
-                num_heads as f64,
-                num_heads as f64,
-                (qk_nope_head_dim + qk_rope_head_dim) as f64,
-                v_head_dim as f64,
-            )
+    if let Some(g) = layer.gated_delta_net() {
+        // the layer's `attention` has no heads: its records below are empty
+        deltanet_ops(acc, g, rows, h, ab, wb, tp);
+    }
+    if !ssm {
+        let a = &layer.attention;
+        for l in a.linears(h as u64) {
+            let name = match l.role {
+                LinearRole::O => "attention.out_proj",
+                _ => "attention.qkv_proj",
+            };
+            // TP splits q/k/v column-wise and the output projection row-wise
+            let (k, n) = match l.role {
+                LinearRole::O => (l.in_features as f64 / tp, l.out_features as f64),
+                _ => (l.in_features as f64, l.out_features as f64 / tp),
+            };
+            acc.gemm(name, Some(l.role), rows, k, n, ab, wb);
         }
-    };
-    let heads = heads / tp;
-    let kv_heads = (kv_heads / tp).max(1.0);
-    // attention core (fused flash kernel): QKᵀ and PV
-    let (ctx, causal) = match w.phase {
-        RooflinePhase::Decode => (s, 1.0),
-        _ => {
-            let window = a.sliding_window.map_or(s, |win| (win as f64).min(s));
-            (window, if window < s { 1.0 } else { 0.5 })
-        }
-    };
-    let q_rows = rows;
-    let fwd_flops = 2.0 * q_rows * heads * ctx * (qk_dim + v_dim) * causal;
-    let kv_read = match w.phase {
-        // decode streams the whole KV cache of every sequence
-        RooflinePhase::Decode => b * s * kv_heads * (qk_dim + v_dim) * w.kv_bytes,
-        _ => rows * kv_heads * (qk_dim + v_dim) * ab,
-    };
-    let fwd_bytes = q_rows * heads * (qk_dim + v_dim) * ab + kv_read;
-    // backward: FlashAttention-2 recomputes the scores and runs four GEMMs (2.5× the forward
-    // FLOPs; Dao 2023, benchmark_flash_attention.py), reading q, k, v, o, dO and writing dq, dk, dv
-    acc.record(
-        "attention.core",
-        OpKind::Attention {
-            heads,
-            q_rows,
-            context: ctx,
-            qk_dim,
-            v_dim,
-            causal,
-        },
-        true,
-        fwd_flops,
-        fwd_bytes,
-        2.5,
-        2.0,
-    );
+        let (heads, kv_heads, qk_dim, v_dim) = match a.kind {
+            AttentionKind::Standard {
+                num_heads,
+                num_kv_heads,
+                head_dim,
+            } => (
+                num_heads as f64,
+                num_kv_heads as f64,
+                head_dim as f64,
+                head_dim as f64,
+            ),
+            AttentionKind::Mla {
+                num_heads,
+                kv_lora_rank,
+                qk_nope_head_dim,
+                qk_rope_head_dim,
+                v_head_dim,
+                ..
+            } => {
+                // training/prefill materialise per-head k and v; decode reads the latent cache
+                let _ = kv_lora_rank;
+                (
+                    num_heads as f64,
+                    num_heads as f64,
+                    (qk_nope_head_dim + qk_rope_head_dim) as f64,
+                    v_head_dim as f64,
+                )
+            }
+        };
+        let heads = heads / tp;
+        let kv_heads = (kv_heads / tp).max(1.0);
+        // attention core (fused flash kernel): QKᵀ and PV
+        let (ctx, causal) = match w.phase {
+            RooflinePhase::Decode => (s, 1.0),
+            _ => {
+                let window = a.sliding_window.map_or(s, |win| (win as f64).min(s));
+                (window, if window < s { 1.0 } else { 0.5 })
+            }
+        };
+        let q_rows = rows;
+        let fwd_flops = 2.0 * q_rows * heads * ctx * (qk_dim + v_dim) * causal;
+        let kv_read = match w.phase {
+            // decode streams the whole KV cache of every sequence
+            RooflinePhase::Decode => b * s * kv_heads * (qk_dim + v_dim) * w.kv_bytes,
+            _ => rows * kv_heads * (qk_dim + v_dim) * ab,
+        };
+        let fwd_bytes = q_rows * heads * (qk_dim + v_dim) * ab + kv_read;
+        // backward: FlashAttention-2 recomputes the scores and runs four GEMMs (2.5× the forward
+        // FLOPs; Dao 2023, benchmark_flash_attention.py), reading q, k, v, o, dO and writing dq, dk, dv
+        acc.record(
+            "attention.core",
+            OpKind::Attention {
+                heads,
+                q_rows,
+                context: ctx,
+                qk_dim,
+                v_dim,
+                causal,
+            },
+            true,
+            fwd_flops,
+            fwd_bytes,
+            2.5,
+            2.0,
+        );
+    }
     let _ = b;
     match &layer.mlp {
         Mlp::None => {}
@@ -919,8 +1042,13 @@ fn layer_ops(
             }
         }
     }
-    // two residual adds per layer
-    acc.elementwise("residual_add", 2.0 * rows * h, 1.0, 2.0, ab);
+    // two residual adds per layer (one in a block without a feed-forward block: `MambaBlock`)
+    let adds = if matches!(layer.mlp, Mlp::None) {
+        1.0
+    } else {
+        2.0
+    };
+    acc.elementwise("residual_add", adds * rows * h, 1.0, 2.0, ab);
 }
 
 #[cfg(test)]

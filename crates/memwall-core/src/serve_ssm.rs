@@ -1,4 +1,4 @@
-//! vLLM's cache accounting for models whose layers are state-space mixers (Mamba-2).
+//! vLLM's cache accounting for models whose layers are state-space mixers (Mamba-1, Mamba-2).
 //!
 //! vLLM (v1 engine; `vllm/model_executor/layers/mamba/mamba_utils.py` and
 //! `vllm/v1/kv_cache_interface.py` `MambaSpec` at vllm-project/vllm commit
@@ -52,19 +52,55 @@ fn mamba2_page_elems(m: &crate::mixer::Mamba2, tp: u64) -> Result<u128, CoreErro
     Ok(conv + ssm)
 }
 
+/// The per-layer page of a Mamba-1 layer on one of `tp` ranks, in elements:
+/// `MambaStateShapeCalculator.mamba1_state_shape` (same file and commit) gives the conv state
+/// `(conv_kernel − 1, I / tp)` and the temporal state `(I / tp, state_size)`, in the dtypes of
+/// `mamba1_state_dtype` (= `_mamba_state_dtype`, as for Mamba-2). vLLM serves
+/// `MambaForCausalLM` with `MambaMixer` (`vllm/model_executor/models/mamba.py`), whose
+/// projections are column/row-split over `tp` (`divide(intermediate_size, tp)`).
+fn mamba1_page_elems(m: &crate::mixer::Mamba1, tp: u64) -> Result<u128, CoreError> {
+    if !m.intermediate.is_multiple_of(tp) {
+        return Err(CoreError::invalid_value(
+            "tp",
+            tp,
+            format!(
+                "the Mamba inner width {} is not divisible by the tensor-parallel size",
+                m.intermediate
+            ),
+            "vLLM shards the Mamba-1 inner channels over the ranks; pick a `tp` that divides them",
+        ));
+    }
+    let i = u128::from(m.intermediate / tp);
+    Ok(u128::from(m.conv_kernel.saturating_sub(1)) * i + i * u128::from(m.state_size))
+}
+
 /// The serve plan of a model made of state-space layers only.
 pub fn plan(model: &ModelDesc, cfg: &ServeConfig) -> Result<ServePlan, CoreError> {
+    if model.layers.iter().any(|l| l.gated_delta_net().is_some()) {
+        // vLLM sizes one gated DeltaNet layer's state by MambaStateShapeCalculator
+        // .gated_delta_net_state_shape (vllm/model_executor/layers/mamba/mamba_utils.py: conv
+        // state `(conv_dim / tp, kernel - 1)`, temporal state `(Hv / tp, dv, dk)`), but Qwen3-Next
+        // is a hybrid whose attention pages are padded to that state's page in one shared pool
+        return Err(CoreError::invalid_value(
+            "model",
+            &model.model_type,
+            "gated DeltaNet layers with attention layers need vLLM's hybrid cache (attention pages padded to the linear-attention state page, one shared pool), which is not modelled",
+            "estimate one request's memory with `memwall infer` instead",
+        ));
+    }
     let mut page: Option<u128> = None;
     for l in &model.layers {
-        let Some(m) = l.mamba2() else {
-            return Err(CoreError::invalid_value(
+        let elems = match (l.mamba2(), l.mamba1()) {
+            (Some(m), _) => mamba2_page_elems(m, cfg.tp)?,
+            (None, Some(m)) => mamba1_page_elems(m, cfg.tp)?,
+            (None, None) => return Err(CoreError::invalid_value(
                 "model",
                 &model.model_type,
                 "the model mixes attention and state-space layers; vLLM's hybrid cache (attention pages padded to the Mamba page, one shared pool) is not modelled",
                 "estimate one request's memory with `memwall infer` instead",
-            ));
+            )),
         };
-        let p = mamba2_page_elems(m, cfg.tp)? * u128::from(cfg.kv_dtype_bytes);
+        let p = elems * u128::from(cfg.kv_dtype_bytes);
         page = Some(page.map_or(p, |q: u128| q.max(p)));
     }
     let page = u64::try_from(page.unwrap_or(0)).map_err(|_| {
@@ -138,5 +174,23 @@ mod tests {
             3 * ((8192 + 2 * 16 * 128) / 16) + 8 * 64 * 128
         );
         assert!(mamba2_page_elems(&m, 3).is_err());
+    }
+
+    #[test]
+    fn mamba1_page_is_conv_plus_temporal_state() {
+        // mamba1_state_shape(tp=1) for mamba-2.8b: conv (3, 5120), temporal (5120, 16)
+        let m = crate::mixer::Mamba1 {
+            intermediate: 5120,
+            state_size: 16,
+            time_step_rank: 160,
+            conv_kernel: 4,
+            proj_bias: false,
+            conv_bias: true,
+            residual_in_fp32: true,
+            bcdt_norms: false,
+        };
+        assert_eq!(mamba1_page_elems(&m, 1).unwrap(), 3 * 5120 + 5120 * 16);
+        assert_eq!(mamba1_page_elems(&m, 4).unwrap(), 3 * 1280 + 1280 * 16);
+        assert!(mamba1_page_elems(&m, 3).is_err());
     }
 }

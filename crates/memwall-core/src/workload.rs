@@ -115,18 +115,28 @@ pub enum CheckpointPolicy {
     /// kernel or softmax(QKᵀ)V, the output's contiguous copy) runs under a non-reentrant
     /// checkpoint that keeps its inputs (q, k, v, the mask) and recomputes it in backward.
     SelectiveAttn,
+    /// torchtitan's op-level selective activation checkpointing (torchtitan 0.3.0,
+    /// `torchtitan/distributed/activation_checkpoint.py` `SelectiveAC`): every decoder layer
+    /// runs under a non-reentrant checkpoint (`early_stop=False`) with PyTorch's SAC
+    /// (`torch.utils.checkpoint.create_selective_checkpoint_contexts`); the outputs of the
+    /// compute-intensive ops (`mm`, `addmm`, `bmm`, the SDPA kernels, `topk`) are kept and
+    /// everything else is recomputed, except that every second unbiased matmul (`mm`/`linear`,
+    /// counted per layer call) is recomputed too ("save every other mm"). Simulated on
+    /// transformers' decoder layers (`memory/hf/sac.rs`) and on torchtitan's own model
+    /// (`--runtime torchtitan`, `memory/titan/`).
+    SelectiveOp,
 }
 
 impl CheckpointPolicy {
     /// The field name errors use.
     pub const FIELD: &'static str = "checkpointing_policy";
     /// The accepted spellings, for help and errors.
-    pub const SYNTAX: &'static str = "full, every-k:K, selective-attn";
+    pub const SYNTAX: &'static str = "full, every-k:K, selective-attn, selective-op";
 
     /// Whether decoder layer `layer` (0-based, full-model index) is checkpointed whole.
     pub fn covers(self, layer: usize) -> bool {
         match self {
-            CheckpointPolicy::Full => true,
+            CheckpointPolicy::Full | CheckpointPolicy::SelectiveOp => true,
             CheckpointPolicy::SelectiveAttn => false,
             CheckpointPolicy::EveryK(k) => {
                 let k = usize::try_from(k).unwrap_or(usize::MAX).max(1);
@@ -141,12 +151,19 @@ impl CheckpointPolicy {
             CheckpointPolicy::Full => "full".into(),
             CheckpointPolicy::EveryK(k) => format!("every-k:{k}"),
             CheckpointPolicy::SelectiveAttn => "selective-attn".into(),
+            CheckpointPolicy::SelectiveOp => "selective-op".into(),
         }
     }
 
     /// Whether only the core attention of every layer is checkpointed.
     pub fn recomputes_attention_only(self) -> bool {
         self == CheckpointPolicy::SelectiveAttn
+    }
+
+    /// Whether the checkpointed layers keep the outputs of their compute-intensive ops
+    /// (torchtitan's op-level selective AC) instead of recomputing everything.
+    pub fn saves_matmuls(self) -> bool {
+        self == CheckpointPolicy::SelectiveOp
     }
 
     /// Fraction of the decoder layers recomputed whole (`covers` over `layers` layers).
@@ -173,6 +190,7 @@ impl std::str::FromStr for CheckpointPolicy {
         match s {
             "full" => return Ok(CheckpointPolicy::Full),
             "selective-attn" => return Ok(CheckpointPolicy::SelectiveAttn),
+            "selective-op" => return Ok(CheckpointPolicy::SelectiveOp),
             _ => {}
         }
         if let Some(k) = s.strip_prefix("every-k:") {
@@ -195,7 +213,7 @@ impl std::str::FromStr for CheckpointPolicy {
             Self::FIELD,
             s,
             format!("unknown policy (accepted: {})", Self::SYNTAX),
-            "use full (every layer), every-k:K (every K-th layer, torchtitan's layer-level selective AC) or selective-attn (only the core attention, Megatron-LM's selective recomputation)",
+            "use full (every layer), every-k:K (every K-th layer, torchtitan's layer-level selective AC) selective-attn (only the core attention, Megatron-LM's selective recomputation) or selective-op (torchtitan's op-level selective AC: matmul and attention outputs kept)",
         ))
     }
 }
@@ -220,6 +238,12 @@ pub struct StepOptions {
     /// whose `torch.cat` copies of k and v are what attention saves; checkpointing forces it off.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub use_cache: Option<bool>,
+    /// Activation offloading to host memory: the loop runs the model's forward (loss included)
+    /// under `torch.autograd.graph.save_on_cpu(pin_memory=True)` and calls `backward()` outside
+    /// it (`--activation-offload`). Every tensor autograd saves is copied to pinned host memory
+    /// and copied back when its node's backward runs.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub activation_offload: bool,
 }
 
 impl StepOptions {
@@ -376,6 +400,29 @@ impl TrainWorkload {
                 "a checkpointing policy needs checkpointing on",
                 "turn `checkpointing` on, or leave the policy at full",
             ));
+        }
+        if self.step_options.activation_offload {
+            let clash = if self.checkpointing {
+                Some("checkpointing")
+            } else if self.kernels.loss != LossKernel::Torch {
+                Some("a fused loss")
+            } else if self.kernels.layers != KernelSet::Torch {
+                Some("fused layer kernels")
+            } else if self.kernels.padding_free {
+                Some("padding-free batches")
+            } else if self.lora.as_ref().is_some_and(|l| l.qlora) {
+                Some("QLoRA")
+            } else {
+                None
+            };
+            if let Some(what) = clash {
+                return Err(CoreError::invalid_value(
+                    "activation_offload",
+                    "true",
+                    format!("activation offloading with {what} is not modelled"),
+                    "offload activations without checkpointing, fused kernels, padding-free batches or QLoRA (the combinations measured)",
+                ));
+            }
         }
         if let Some(l) = &self.lora {
             limits::count("lora_rank", l.rank, limits::MAX_LORA_RANK)?;

@@ -102,6 +102,7 @@ pub(crate) struct HfConfig {
     pub num_experts: Option<u64>,
     pub n_routed_experts: Option<u64>,
     pub num_experts_per_tok: Option<u64>,
+    #[serde(default, deserialize_with = "one_or_uniform_per_layer")]
     pub moe_intermediate_size: Option<u64>,
     pub shared_expert_intermediate_size: Option<u64>,
     pub n_shared_experts: Option<u64>,
@@ -221,6 +222,43 @@ pub(crate) struct HfConfig {
     pub attention_out_bias: Option<bool>,
     // Phi (phi-2): LayerNorm on q/k per head
     pub qk_layernorm: Option<bool>,
+    // HunYuan MoE (`HunYuanMoEV1Config.moe_topk`: an int, or one entry per layer)
+    #[serde(default, deserialize_with = "one_or_per_layer")]
+    pub moe_topk: Option<OneOrPerLayer>,
+    // Qwen3-Next gated DeltaNet (`qwen3_next/configuration_qwen3_next.py` Qwen3NextConfig)
+    pub linear_conv_kernel_dim: Option<u64>,
+    pub linear_key_head_dim: Option<u64>,
+    pub linear_value_head_dim: Option<u64>,
+    pub linear_num_key_heads: Option<u64>,
+    pub linear_num_value_heads: Option<u64>,
+    pub full_attention_interval: Option<u64>,
+    // Mamba-1 (MambaConfig): `time_step_rank` is a number or "auto" (ceil(hidden / 16))
+    pub time_step_rank: Option<RankOrAuto>,
+    // Jamba (JambaConfig): attention / MoE layer placement, Mamba-1 dt rank
+    pub attn_layer_period: Option<u64>,
+    pub attn_layer_offset: Option<u64>,
+    pub expert_layer_period: Option<u64>,
+    pub expert_layer_offset: Option<u64>,
+    pub mamba_dt_rank: Option<RankOrAuto>,
+}
+
+/// A value given once, or once per layer (HunYuan MoE's `moe_topk`).
+#[derive(Debug, Clone)]
+pub(crate) enum OneOrPerLayer {
+    /// The same value for every layer.
+    One(u64),
+    /// One value per layer.
+    PerLayer(Vec<u64>),
+}
+
+/// A size that may be given as `"auto"` (MambaConfig `time_step_rank`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RankOrAuto {
+    /// An explicit size.
+    Rank(u64),
+    /// A word (`"auto"` is the only one transformers accepts).
+    Word(String),
 }
 
 /// `sliding_window_pattern`: a count (every n-th layer is global: Gemma 3, EXAONE 4) or a
@@ -459,5 +497,67 @@ impl HfConfig {
             }
         }
         Ok(None)
+    }
+}
+
+/// An integer, or a list of at most one integer per layer ([`MAX_LAYERS`]); `null` reads as
+/// absent (HunYuan MoE's `moe_topk`, `moe_intermediate_size`).
+fn one_or_per_layer<'de, D>(d: D) -> Result<Option<OneOrPerLayer>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    struct OneOrList;
+    impl<'de> Visitor<'de> for OneOrList {
+        type Value = Option<OneOrPerLayer>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(
+                f,
+                "a non-negative integer or a list of at most {MAX_LAYERS} of them (one per layer)"
+            )
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+            d.deserialize_any(self)
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Ok(Some(OneOrPerLayer::One(v)))
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(item) = seq.next_element::<u64>()? {
+                if out.len() as u64 >= MAX_LAYERS {
+                    return Err(serde::de::Error::custom(format!(
+                        "more than {MAX_LAYERS} entries; a model has at most {MAX_LAYERS} layers"
+                    )));
+                }
+                out.push(item);
+            }
+            Ok(Some(OneOrPerLayer::PerLayer(out)))
+        }
+    }
+    d.deserialize_option(OneOrList)
+}
+
+/// As [`one_or_per_layer`], for a size the families read once: a list must repeat one value
+/// (Hunyuan-A13B's config lists `moe_intermediate_size` per layer, all equal).
+fn one_or_uniform_per_layer<'de, D>(d: D) -> Result<Option<u64>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    match one_or_per_layer(d)? {
+        None => Ok(None),
+        Some(OneOrPerLayer::One(v)) => Ok(Some(v)),
+        Some(OneOrPerLayer::PerLayer(v)) => match v.split_first() {
+            None => Ok(None),
+            Some((first, rest)) if rest.iter().all(|x| x == first) => Ok(Some(*first)),
+            Some(_) => Err(serde::de::Error::custom(
+                "a per-layer list with different values; memwall reads one value for every layer",
+            )),
+        },
     }
 }

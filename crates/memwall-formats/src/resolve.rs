@@ -322,6 +322,8 @@ pub(crate) struct AttnOpts {
     pub qk_norm_after_rope: bool,
     pub rope_locals: bool,
     pub rope_upcast_qk: bool,
+    /// `Attention::output_gate`.
+    pub output_gate: bool,
 }
 
 impl AttnOpts {
@@ -346,6 +348,7 @@ impl AttnOpts {
             qk_norm_after_rope: false,
             rope_locals: false,
             rope_upcast_qk: false,
+            output_gate: false,
         }
     }
 
@@ -375,6 +378,7 @@ impl AttnOpts {
             qk_norm_after_rope: self.qk_norm_after_rope,
             rope_locals: self.rope_locals,
             rope_upcast_qk: self.rope_upcast_qk,
+            output_gate: self.output_gate,
         }
     }
 }
@@ -452,6 +456,7 @@ pub(crate) fn token_embeddings(vocab_size: u64, dim: u64, scaled: bool) -> Embed
         projections: false,
         scaled,
         norm: None,
+        scale_in_module: false,
     }
 }
 

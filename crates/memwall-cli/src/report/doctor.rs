@@ -88,7 +88,20 @@ pub struct DoctorReport {
 impl DoctorReport {
     /// The report of `d` for `model` on `gpu_id`.
     pub fn new(model: &ModelSource, gpu_id: &str, kind: DoctorKind, d: Doctor) -> Self {
-        let prefix = |args| super::with_model_and_gpu(&model.label, gpu_id, args);
+        let prefix = |args| {
+            let mut a = super::with_model_and_gpu(&model.label, gpu_id, args);
+            // the vision-language flags the fix keeps
+            if let Some(v) = &model.desc.vision {
+                if v.trainable {
+                    a.push("--train-vision".to_owned());
+                }
+                if let Some(n) = v.image_tokens {
+                    a.push("--image-tokens".to_owned());
+                    a.push(n.to_string());
+                }
+            }
+            a
+        };
         let steps = d
             .steps
             .into_iter()

@@ -147,7 +147,11 @@ pub struct VisionInfo {
     /// Whether the step trains them (`--train-vision`); frozen by default.
     pub trainable: bool,
     /// How image tokens enter the estimate.
-    pub assumption: &'static str,
+    pub assumption: String,
+    /// Image tokens per sequence simulated through the vision tower (`--image-tokens`);
+    /// absent: image tokens count as text tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_tokens: Option<u64>,
 }
 
 impl VisionInfo {
@@ -182,7 +186,11 @@ impl ModelInfo {
                 model_type: v.model_type.clone(),
                 params: v.params(),
                 trainable: v.trainable,
-                assumption: crate::vision::IMAGE_TOKENS_ASSUMPTION,
+                assumption: v.image_tokens.map_or_else(
+                    || crate::vision::IMAGE_TOKENS_ASSUMPTION.to_string(),
+                    crate::vision::image_tokens_note,
+                ),
+                image_tokens: v.image_tokens,
             }),
         }
     }

@@ -12,7 +12,7 @@ use memwall_core::layout::{Layout, Offload};
 use memwall_core::memory::{self, Phase};
 use memwall_core::time::{self, Breakdown, StepTime};
 use memwall_core::workload::TrainWorkload;
-use memwall_core::Bytes;
+use memwall_core::{Bytes, Engine};
 use serde::Serialize;
 use std::io::{self, Write};
 
@@ -53,6 +53,10 @@ pub struct TrainReport {
     /// When the (worst rank's) peak does not fit: the OOM doctor's fixes, cheapest first.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub doctor: Option<super::doctor::DoctorReport>,
+    /// `--activation-offload`: pinned host bytes the offloaded saved tensors hold at once (also
+    /// what each micro-batch copies to the host and back).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_offload_bytes: Option<u64>,
 }
 
 /// One rank of a distributed job.
@@ -192,8 +196,19 @@ fn train_speed(s: &TrainSettings) -> Result<Speed> {
 }
 
 fn dist_report(s: &TrainSettings, layout: &Layout) -> Result<TrainReport> {
-    let e = memory::fast::simulate_train_dist(&s.model.desc, &s.workload, layout, s.kernels)
-        .context("cannot simulate this distributed step")?;
+    let titan = s.runtime == memory::titan::Runtime::Torchtitan;
+    let e = if titan {
+        memory::titan::simulate_train_titan(
+            &s.model.desc,
+            &s.workload,
+            layout,
+            &memory::titan::TitanOptions::default(),
+        )
+        .context("cannot simulate this torchtitan step")?
+    } else {
+        memory::fast::simulate_train_dist(&s.model.desc, &s.workload, layout, s.kernels)
+            .context("cannot simulate this distributed step")?
+    };
     let worst = &e.groups[e.worst];
     let fit = GpuFit::new(s.gpu, e.peak_bytes, s.alloc_margin);
     let mut ranks: Vec<RankRow> = Vec::new();
@@ -228,7 +243,8 @@ fn dist_report(s: &TrainSettings, layout: &Layout) -> Result<TrainReport> {
             fits: GpuFit::new(s.gpu, g.peak_bytes, s.alloc_margin).fits,
         })
         .collect();
-    let fits_with = if fit.fits {
+    // the alternatives are searched with the hf profile's engines: not offered for torchtitan
+    let fits_with = if fit.fits || titan {
         Vec::new()
     } else {
         advice::fitting_alternatives(
@@ -275,6 +291,7 @@ fn dist_report(s: &TrainSettings, layout: &Layout) -> Result<TrainReport> {
         }),
         ranks: Some(ranks),
         doctor: None,
+        host_offload_bytes: None,
     }
     .with_doctor(s))
 }
@@ -304,14 +321,36 @@ pub fn build(s: &TrainSettings) -> Result<TrainReport> {
         distributed: None,
         ranks: None,
         doctor: None,
+        host_offload_bytes: s
+            .workload
+            .step_options
+            .activation_offload
+            .then_some(est.host_offload_bytes),
     }
     .with_doctor(s))
 }
 
 impl TrainReport {
     /// Adds the doctor's fixes when the peak does not fit (`doctor` is `None` otherwise).
+    /// The workload line; torchtitan runs its own attention (FlexAttention, its default
+    /// backend), whatever `--attention` names (memory/titan).
+    fn workload_text(&self) -> String {
+        let line = workload_line(&self.workload);
+        if self.runtime_profile == Engine::Torchtitan.name() {
+            let name = serde_name(&self.workload.attention);
+            line.replacen(
+                &format!("attention {name}"),
+                "attention flex (torchtitan)",
+                1,
+            )
+        } else {
+            line
+        }
+    }
+
     fn with_doctor(mut self, s: &TrainSettings) -> Self {
-        if !self.gpu.fits {
+        // the doctor's fixes are searched with the hf profile's engines
+        if !self.gpu.fits && s.runtime == memory::titan::Runtime::Hf {
             self.doctor = doctor(s).ok();
         }
         self
@@ -368,6 +407,9 @@ fn kernels_part(w: &TrainWorkload) -> String {
         } else {
             " · use_cache off"
         });
+    }
+    if w.step_options.activation_offload {
+        s.push_str(" · activation offload");
     }
     s
 }
@@ -555,7 +597,7 @@ impl Report for TrainReport {
         if let Some(v) = &self.model.vision {
             writeln!(w, "  {}", v.line())?;
         }
-        writeln!(w, "  {}", workload_line(&self.workload))?;
+        writeln!(w, "  {}", self.workload_text())?;
         writeln!(w)?;
         if let Some(d) = &self.distributed {
             write_dist_table(w, d, self.runtime_profile)?;
@@ -595,6 +637,13 @@ impl Report for TrainReport {
             "allocator_margin",
             Bytes(g.alloc_margin_bytes).to_string()
         )?;
+        if let Some(h) = self.host_offload_bytes {
+            writeln!(
+                w,
+                "host (pinned) for the offloaded activations: {} (save_on_cpu; copied over PCIe twice per micro-batch)",
+                Bytes(h)
+            )?;
+        }
         writeln!(w)?;
         writeln!(w, "speed on {}: {}", g.id, speed_line(self))?;
         writeln!(
@@ -619,7 +668,7 @@ impl Report for TrainReport {
         if let Some(v) = &self.model.vision {
             writeln!(w, "{}  ", md_text(&v.line()))?;
         }
-        writeln!(w, "{}", md_text(&workload_line(&self.workload)))?;
+        writeln!(w, "{}", md_text(&self.workload_text()))?;
         writeln!(w)?;
         if let Some(d) = &self.distributed {
             writeln!(w, "## Cluster")?;
@@ -749,6 +798,17 @@ impl Report for TrainReport {
 
 /// The training doctor for `s` (`memwall doctor`).
 pub fn doctor(s: &TrainSettings) -> Result<super::doctor::DoctorReport> {
+    if s.runtime == memory::titan::Runtime::Torchtitan {
+        return Err(crate::error::UserError::flag(
+            "--runtime",
+            "torchtitan",
+            "the doctor's fixes (checkpointing, kernels, LoRA, offload, other engines) are \
+             searched with the hf profile; a torchtitan doctor is not implemented",
+            "run `memwall train --runtime torchtitan …` for the estimate, or `memwall plan \
+             --runtime torchtitan …` for the torchtitan configurations that fit",
+        )
+        .into());
+    }
     let d = memwall_core::plan::doctor::train(
         &s.model.desc,
         &s.workload,

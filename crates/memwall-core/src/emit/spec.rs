@@ -239,6 +239,8 @@ pub struct LaunchSpec {
     pub constants: EngineConstants,
     /// The command and estimate, for the header comments.
     pub provenance: Provenance,
+    /// Whose training code the estimate simulated (`--runtime`).
+    pub runtime: crate::memory::titan::Runtime,
 }
 
 /// The placeholder written where the model id is unknown.
@@ -263,7 +265,14 @@ impl LaunchSpec {
             layout,
             constants: EngineConstants::SIMULATED,
             provenance: Provenance::default(),
+            runtime: crate::memory::titan::Runtime::Hf,
         })
+    }
+
+    /// Sets the runtime profile the estimate simulated (`--runtime`).
+    pub fn with_runtime(mut self, runtime: crate::memory::titan::Runtime) -> Self {
+        self.runtime = runtime;
+        self
     }
 
     /// Sets the model id (Hub repository or path) the files load.

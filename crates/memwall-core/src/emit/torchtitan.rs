@@ -14,7 +14,8 @@
 
 use super::{hash_comment, header_lines, shell, EmitError, EmittedFile, LaunchSpec};
 use crate::layout::{Offload, Strategy};
-use crate::workload::{Optimizer, Precision};
+use crate::memory::titan::{ReshardPolicy, Runtime};
+use crate::workload::{CheckpointPolicy, Optimizer, Precision};
 
 const KIND: &str = "torchtitan";
 
@@ -133,10 +134,15 @@ pub(super) fn args(
         replicate,
     );
     push(&mut a, "--parallelism.data-parallel-shard-degree", shard);
+    // the hf profile's FSDP2 reshards the root after forward too ("always"); the torchtitan
+    // profile simulates torchtitan's own "default" policy (memory/titan)
+    let titan = spec.runtime == Runtime::Torchtitan;
     push(
         &mut a,
         "--parallelism.fsdp-reshard-after-forward",
-        if spec.strategy() == Strategy::FsdpGradOp {
+        if titan {
+            ReshardPolicy::for_strategy(spec.strategy()).name()
+        } else if spec.strategy() == Strategy::FsdpGradOp {
             "never"
         } else {
             "always"
@@ -147,10 +153,19 @@ pub(super) fn args(
     push(&mut a, "--parallelism.context-parallel-degree", 1);
     push(&mut a, "--parallelism.expert-parallel-degree", 1);
     push(&mut a, "--optimizer.implementation", implementation);
-    let ac = if w.checkpointing {
-        "activation-checkpoint:full"
-    } else {
-        "activation-checkpoint:none"
+    let ac = match (w.checkpointing, w.step_options.checkpointing_policy) {
+        (false, _) => "activation-checkpoint:none",
+        (true, CheckpointPolicy::Full) => "activation-checkpoint:full",
+        (true, CheckpointPolicy::SelectiveOp) => "activation-checkpoint:selective",
+        (true, p) => {
+            return Err(EmitError::unsupported(
+                KIND,
+                format!(
+                    "torchtitan 0.3.0's activation checkpointing is none, full, selective (op-level) or memory-budget (distributed/activation_checkpoint.py); it has no `{p}` policy"
+                ),
+                "plan with --checkpointing-policy full or selective-op",
+            ))
+        }
     };
     Ok((module, config, a, ac))
 }
@@ -162,11 +177,23 @@ pub(super) fn emit(spec: &LaunchSpec) -> Result<Vec<EmittedFile>, EmitError> {
         "torchtitan 0.3.0 (config_registry + CLI overrides; torchtitan/config/configs.py)",
     );
     lines.push(String::new());
-    lines.push(
-        "torchtitan runs its own model implementation, not transformers': memwall's estimate is of"
-            .to_string(),
-    );
-    lines.push("the transformers model under the same FSDP2 layout. Download the HF assets to --hf-assets-path.".to_string());
+    if spec.runtime == Runtime::Torchtitan {
+        lines.push(
+            "memwall's estimate is of torchtitan's own Llama 3 step (--runtime torchtitan) with its"
+                .to_string(),
+        );
+        lines.push(
+            "CrossEntropyLoss; the registry config's default loss (ChunkedLossWrapper) needs less."
+                .to_string(),
+        );
+        lines.push("Download the HF assets to --hf-assets-path.".to_string());
+    } else {
+        lines.push(
+            "torchtitan runs its own model implementation, not transformers': memwall's estimate is of"
+                .to_string(),
+        );
+        lines.push("the transformers model under the same FSDP2 layout (--runtime torchtitan simulates torchtitan's own). Download the HF assets to --hf-assets-path.".to_string());
+    }
     let mut sh = String::from("#!/usr/bin/env bash\n");
     sh.push_str(&hash_comment(&lines));
     sh.push_str("set -euo pipefail\n");

@@ -129,6 +129,15 @@ fn simulate(
     let engine = Engine::resolve(Some(layout));
     engine.check(w, Some(layout))?;
     crate::liger::check(model, w)?;
+    crate::memory::hf::sac_check(model, w)?;
+    if w.step_options.activation_offload {
+        return Err(CoreError::invalid_value(
+            "activation_offload",
+            "true",
+            "activation offloading is modelled (and measured) for one GPU only",
+            "drop --activation-offload for a distributed layout, or estimate one GPU",
+        ));
+    }
     super::check_attention(model, w.attention)?;
     let kind = match engine {
         Engine::Megatron => {
@@ -148,7 +157,8 @@ fn simulate(
         Engine::Zero(stage) => ShardKind::Zero {
             stage: stage.number(),
         },
-        Engine::Hf | Engine::Vllm => {
+        // torchtitan is named by the user (`memory/titan`), never resolved from a layout
+        Engine::Hf | Engine::Vllm | Engine::Torchtitan => {
             return Err(CoreError::invalid(
                 "strategy",
                 format!(

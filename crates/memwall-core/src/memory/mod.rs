@@ -10,6 +10,7 @@ mod hf;
 mod megatron;
 mod ranks;
 pub mod timeline;
+pub mod titan;
 
 pub use crate::workload::InferWorkload;
 pub use dist::{simulate_train_dist, simulate_train_dist_with, DistOptions};
@@ -41,6 +42,14 @@ pub struct TrainEstimate {
     pub params_total: u64,
     /// Trainable parameters.
     pub params_trainable: u64,
+    /// Activation offloading (`--activation-offload`): the most host bytes the packed saved
+    /// tensors hold at once, also the bytes each micro-batch copies to the host and back.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub host_offload_bytes: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 fn to_u64(v: u128, what: &'static str) -> Result<u64, CoreError> {
@@ -90,6 +99,7 @@ fn check_train(model: &ModelDesc, w: &TrainWorkload) -> Result<Engine, CoreError
     let engine = Engine::resolve(None);
     engine.check(w, None)?;
     crate::liger::check(model, w)?;
+    crate::memory::hf::sac_check(model, w)?;
     check_attention(model, w.attention)?;
     if model.layers.is_empty() {
         return Err(CoreError::invalid(
@@ -119,6 +129,7 @@ fn run_train(
         phase_peaks: train_phase_peaks(t)?,
         params_total: to_u64(b.param_count, "parameters")?,
         params_trainable: to_u64(b.trainable_count(), "trainable parameters")?,
+        host_offload_bytes: to_u64(t.host.peak, "host offload bytes")?,
     })
 }
 

@@ -86,6 +86,8 @@ struct TensorRec {
     grad: Option<TensorId>,
     /// For parameters: whether it is trainable, and its persistent `.grad`.
     param: Option<ParamState>,
+    /// For a view ([`Timeline::view`]): the tensor whose storage it shares and keeps alive.
+    base: Option<TensorId>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -163,6 +165,16 @@ pub struct Node {
     /// The gradient of the first input is the first output's gradient tensor itself, rewritten
     /// in place (Liger's RMSNorm writes `dX` over `dY`): handed on, no allocation.
     pub input_grad_is_output_grad: bool,
+    /// The parameter gradients leave this node in the compute dtype (`backward_temps` holds
+    /// them) and the parameter's autocast cast converts them in its own `ToCopyBackward` node,
+    /// which runs after this node has released its incoming gradients and saved tensors
+    /// (`Engine::evaluate_function`, torch/csrc/autograd/engine.cpp: `call_function` consumes
+    /// the inputs and calls `release_variables` before the outputs reach the next nodes).
+    pub param_grads_cast: bool,
+    /// Activation offloading: the bytes of the tensors this node saved, copied to host memory
+    /// when it was recorded (its `saved` is then empty) and copied back to the device while its
+    /// backward runs.
+    pub offloaded: u128,
 }
 
 /// A hook point on the tape: backward reaches it like an op and the simulator runs the hook.
@@ -279,6 +291,24 @@ pub struct Timeline {
     seg: Segment,
     /// Closed segments since the last [`Timeline::reset_peak`].
     segments: Vec<Segment>,
+    /// Activation offloading to host memory (`save_on_cpu`).
+    pub host: HostOffload,
+}
+
+/// Activation offloading to host memory: `torch.autograd.graph.save_on_cpu(pin_memory=True)`
+/// (torch/autograd/graph.py). While `active`, every tensor a recorded node saves is packed into
+/// a new host tensor of its size (`pack_to_cpu`: `torch.empty(..., pin_memory=True).copy_(t)`),
+/// so the node keeps no reference on the device tensor; when the node's backward runs, each is
+/// unpacked by a copy back to the device (`unpack_from_cpu`: `tensor.to(device)`), alive while
+/// the node's backward runs, and the host copy goes with the node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostOffload {
+    /// Saved tensors are packed to host memory now.
+    pub active: bool,
+    /// Host bytes the packed copies hold.
+    pub live: u128,
+    /// The most host bytes held at once since the last [`Timeline::reset_peak`].
+    pub peak: u128,
 }
 
 impl Default for Timeline {
@@ -307,6 +337,7 @@ impl Timeline {
             segmenting: false,
             seg: Segment::open(SegTag::FIXED, Phase::Forward),
             segments: Vec::new(),
+            host: HostOffload::default(),
         }
     }
 
@@ -329,6 +360,7 @@ impl Timeline {
             segmenting: false,
             seg: Segment::open(SegTag::FIXED, Phase::Forward),
             segments: Vec::new(),
+            host: HostOffload::default(),
         }
     }
 
@@ -378,6 +410,7 @@ impl Timeline {
         self.seg_pending = false;
         self.segmenting = false;
         self.seg = Segment::open(SegTag::FIXED, Phase::Forward);
+        self.host = HostOffload::default();
     }
 
     /// Records segments from now on.
@@ -498,8 +531,31 @@ impl Timeline {
             requires_grad,
             grad: None,
             param: None,
+            base: None,
         });
         self.add_live(bytes, category);
+        id
+    }
+
+    /// A view of `base` (`chunk`, `split`): no storage of its own, one reference on `base` for as
+    /// long as the view lives, and a gradient of its own `bytes` (a split's backward receives
+    /// one gradient per piece and concatenates them into the base's gradient,
+    /// `split_backward` in torch/csrc/autograd/FunctionsManual.cpp).
+    pub fn view(&mut self, base: TensorId, bytes: u128, requires_grad: bool) -> TensorId {
+        let bytes = self.round(bytes);
+        let category = self.tensors[base as usize].category;
+        self.retain(base);
+        let id = TensorId::try_from(self.tensors.len()).unwrap_or(TensorId::MAX);
+        self.tensors.push(TensorRec {
+            bytes,
+            category,
+            refs: 1,
+            live: false,
+            requires_grad,
+            grad: None,
+            param: None,
+            base: Some(base),
+        });
         id
     }
 
@@ -611,6 +667,12 @@ impl Timeline {
             let (b, c) = (t.bytes, t.category);
             self.sub_live(b, c);
         }
+        let t = &mut self.tensors[id as usize];
+        if t.refs == 0 {
+            if let Some(base) = t.base.take() {
+                self.release(base);
+            }
+        }
     }
 
     /// Allocates and immediately frees `bytes` (a transient on top of what is live).
@@ -621,9 +683,22 @@ impl Timeline {
     }
 
     /// Records a node: takes a reference on each saved tensor (only while recording).
-    pub fn record(&mut self, node: Node) {
+    pub fn record(&mut self, mut node: Node) {
         if !self.recording {
             return;
+        }
+        if self.host.active && !node.grads_in_saved {
+            // save_on_cpu's pack hook: a host copy instead of a reference
+            let bytes: u128 = node
+                .saved
+                .as_slice()
+                .iter()
+                .map(|&s| self.tensors[s as usize].bytes)
+                .sum();
+            node.offloaded += bytes;
+            node.saved = Ids::default();
+            self.host.live += bytes;
+            self.host.peak = self.host.peak.max(self.host.live);
         }
         for &s in node.saved.as_slice() {
             self.retain(s);
@@ -725,6 +800,8 @@ impl Timeline {
 
     /// Runs one node's backward (without recompute handling).
     pub fn backward_node(&mut self, node: &Node) {
+        // save_on_cpu's unpack hook: the saved tensors copied back to the device first
+        self.add_live(node.offloaded, Category::Temporaries);
         let temps: u128 = node.backward_temps;
         self.add_live(temps, Category::Temporaries);
         let mut given = node.saved.as_slice().iter().copied();
@@ -750,6 +827,19 @@ impl Timeline {
                 self.grad_for_input(x, g);
             }
         }
+        let late = node.param_grads_cast;
+        if late {
+            self.sub_live(node.offloaded, Category::Temporaries);
+            self.host.live = self.host.live.saturating_sub(node.offloaded);
+            for &o in node.outputs.as_slice() {
+                if let Some(g) = self.tensors[o as usize].grad.take() {
+                    self.release(g);
+                }
+            }
+            for &s in node.saved.as_slice() {
+                self.release(s);
+            }
+        }
         // (parameter, its new gradient) pairs, inline: nodes hold at most six parameters
         let (mut owners, mut news) = (Ids::default(), Ids::default());
         for &p in node.params.as_slice() {
@@ -760,16 +850,23 @@ impl Timeline {
             }
         }
         self.sub_live(temps, Category::Temporaries);
-        for &o in node.outputs.as_slice() {
-            if let Some(g) = self.tensors[o as usize].grad.take() {
-                self.release(g);
+        if !late {
+            // the unpacked copies die with the node's apply; its host copies with the node
+            self.sub_live(node.offloaded, Category::Temporaries);
+            self.host.live = self.host.live.saturating_sub(node.offloaded);
+            for &o in node.outputs.as_slice() {
+                if let Some(g) = self.tensors[o as usize].grad.take() {
+                    self.release(g);
+                }
             }
         }
         for (&p, &new) in owners.as_slice().iter().zip(news.as_slice()) {
             self.accumulate_param_grad(p, new);
         }
-        for &s in node.saved.as_slice() {
-            self.release(s);
+        if !late {
+            for &s in node.saved.as_slice() {
+                self.release(s);
+            }
         }
     }
 
@@ -827,6 +924,7 @@ impl Timeline {
     /// Forgets the peak (steady-state measurement starts now).
     pub fn reset_peak(&mut self) {
         self.settle();
+        self.host.peak = self.host.live;
         self.phase_peaks = [0; 6];
         self.phase_peaks[self.phase as usize] = self.live;
         self.peak = self.live;

@@ -95,6 +95,28 @@ pub fn memory_of(
     }
 }
 
+/// [`memory_of`] with torchtitan's runtime profile (`memory/titan`, closed form: there is no
+/// separate fast path to agree with).
+pub fn memory_of_titan(
+    model: &ModelDesc,
+    w: &TrainWorkload,
+    layout: &Layout,
+) -> Result<Memory, CoreError> {
+    let e = memory::titan::simulate_train_titan(
+        model,
+        w,
+        layout,
+        &memory::titan::TitanOptions::default(),
+    )?;
+    let worst = e.groups.get(e.worst);
+    Ok(Memory {
+        peak_bytes: e.peak_bytes,
+        phase: worst.map_or(Phase::Forward, |g| g.phase),
+        at_peak: worst.map(|g| g.at_peak.clone()).unwrap_or_default(),
+        host_bytes_per_node: 0,
+    })
+}
+
 /// Step time of one optimizer step of `w` on `layout` (`None`: one GPU) with every default of
 /// the step-time model ([`crate::time::estimate_step_time_defaults`]: compute, recomputation,
 /// the engine's collectives and their overlap, pipeline bubble, offload, optimizer).

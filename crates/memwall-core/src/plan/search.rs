@@ -9,10 +9,11 @@
 //! micro-batches of that combination (a smaller micro-batch means more accumulation steps, and
 //! with pipeline parallelism more micro-batches in flight).
 
-use super::{keeps_master, memory_of, step_time, train_args, Fit};
+use super::{keeps_master, memory_of, memory_of_titan, step_time, train_args, Fit};
 use crate::error::CoreError;
 use crate::gpu::GpuSpec;
 use crate::layout::{Layout, Offload, Schedule, Strategy};
+use crate::memory::titan::Runtime;
 use crate::memory::Kernels;
 use crate::model::{LinearRole, Mlp, ModelDesc};
 use crate::optimizer::Optimizer;
@@ -111,6 +112,9 @@ pub struct PlanRequest {
     pub alloc_margin: f64,
     /// Kernel semantics to simulate.
     pub kernels: Kernels,
+    /// Whose training code the plans run (`--runtime`): torchtitan plans are FSDP2 layouts
+    /// (fsdp-full, fsdp-grad-op) simulated by `memory/titan`, one micro-batch per rank per step.
+    pub runtime: crate::memory::titan::Runtime,
 }
 
 /// One configuration that fits, with its cost.
@@ -165,6 +169,10 @@ impl Plan {
         w.grad_accum = self.grad_accum;
         w.seq = self.seq;
         w.checkpointing = self.checkpointing;
+        if !self.checkpointing {
+            // the asked policy applies to the plans that checkpoint (as in the search)
+            w.step_options.checkpointing_policy = Default::default();
+        }
         w.precision = self.precision;
         w.optimizer = self.optimizer;
         w.lora = self.lora.clone();
@@ -237,6 +245,20 @@ fn layouts(model: &ModelDesc, r: &PlanRequest) -> Vec<Option<Layout>> {
         gpus_per_node: r.gpus_per_node.min(r.gpus),
         ..Layout::single()
     };
+    if r.runtime == Runtime::Torchtitan {
+        // torchtitan shards with FSDP2 on one GPU too (`apply_fsdp_to_decoder` always runs)
+        let mut out: Vec<Option<Layout>> = [Strategy::FsdpFull, Strategy::FsdpGradOp]
+            .into_iter()
+            .map(|strategy| {
+                Some(Layout {
+                    strategy,
+                    ..base.clone()
+                })
+            })
+            .collect();
+        out.retain(|l| l.as_ref().is_none_or(|l| l.validate().is_ok()));
+        return out;
+    }
     if r.gpus == 1 {
         out.push(None);
         if r.allow.offload {
@@ -443,6 +465,7 @@ pub fn search_with_progress(
     let mut evaluated = 0u64;
     let mut found: Vec<Plan> = Vec::new();
     let total = layouts.len();
+    let titan = r.runtime == Runtime::Torchtitan;
     for (done, layout) in layouts.iter().enumerate() {
         progress(done, total);
         let dp = layout.as_ref().map_or(1, Layout::dp);
@@ -450,7 +473,11 @@ pub fn search_with_progress(
             continue;
         }
         let per_rank = r.global_batch / dp;
-        let mbs = divisors(per_rank);
+        let mbs = if titan {
+            vec![per_rank]
+        } else {
+            divisors(per_rank)
+        };
         space.micro_batches = space.micro_batches.max(mbs.len());
         for &seq in &seqs {
             for checkpointing in [false, true] {
@@ -474,9 +501,15 @@ pub fn search_with_progress(
                             {
                                 continue;
                             }
-                            let engine = crate::engine::Engine::resolve(layout.as_ref());
-                            w.batch = 1;
-                            w.grad_accum = per_rank;
+                            let engine = if titan {
+                                crate::engine::Engine::Torchtitan
+                            } else {
+                                crate::engine::Engine::resolve(layout.as_ref())
+                            };
+                            // torchtitan's gradient accumulation is not simulated: its plans
+                            // run the whole per-rank batch as one micro-batch
+                            (w.batch, w.grad_accum) =
+                                if titan { (per_rank, 1) } else { (1, per_rank) };
                             if engine.check(&w, layout.as_ref()).is_err() {
                                 continue;
                             }
@@ -576,7 +609,10 @@ fn best_micro_batch(
         let mut w = c.w.clone();
         w.batch = mb;
         w.grad_accum = per_rank / mb;
-        let m = memory_of(model, &w, c.layout.as_ref(), r.kernels).ok()?;
+        let m = match (r.runtime, c.layout.as_ref()) {
+            (Runtime::Torchtitan, Some(l)) => memory_of_titan(model, &w, l).ok()?,
+            _ => memory_of(model, &w, c.layout.as_ref(), r.kernels).ok()?,
+        };
         let fit = Fit::new(gpu, m.peak_bytes, r.alloc_margin);
         let host_ok = r
             .host_memory_per_node
@@ -643,7 +679,14 @@ fn best_micro_batch(
             optimizer: w.optimizer,
             lora: w.lora.clone(),
             changes_result: c.changes.clone(),
-            train_args: train_args(&w, c.layout.as_ref()),
+            train_args: {
+                let mut a = train_args(&w, c.layout.as_ref());
+                if r.runtime != Runtime::Hf {
+                    a.push("--runtime".to_owned());
+                    a.push(r.runtime.name().to_owned());
+                }
+                a
+            },
         });
     }
     if let Some(p) = fastest {
@@ -675,6 +718,7 @@ mod tests {
             top: 5,
             alloc_margin: super::super::DEFAULT_ALLOC_MARGIN,
             kernels: Kernels::Cuda,
+            runtime: Runtime::Hf,
         }
     }
 

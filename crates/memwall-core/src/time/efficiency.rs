@@ -4,7 +4,8 @@
 
 use super::hardware::Hardware;
 use crate::layout::{Layout, Schedule};
-use crate::workload::{AttentionImpl, CheckpointPolicy, TrainWorkload};
+use crate::model::{LinearRole, Mlp, ModelDesc};
+use crate::workload::{AttentionImpl, CheckpointPolicy, Lora, TrainWorkload};
 use serde::Serialize;
 
 /// Fraction of the dense peak the best-shaped GEMM reaches when the catalogue has no
@@ -222,6 +223,7 @@ impl Recompute {
             (true, CheckpointPolicy::Full) => Recompute::FULL,
             (true, CheckpointPolicy::EveryK(k)) => Recompute::every_nth_layer(k),
             (true, CheckpointPolicy::SelectiveAttn) => Recompute::SELECTIVE_ATTENTION,
+            (true, CheckpointPolicy::SelectiveOp) => Recompute::TORCHTITAN_OP,
         }
     }
 
@@ -238,12 +240,29 @@ impl Recompute {
         {
             return Recompute::SELECTIVE_ATTENTION;
         }
+        if w.step_options.checkpointing_policy.saves_matmuls() {
+            return Recompute::TORCHTITAN_OP;
+        }
         let f = w.step_options.checkpointing_policy.share(layers);
         Recompute {
             gemm: f,
             attention: f,
             elementwise: f,
         }
+    }
+
+    /// [`Recompute::for_layers`] for `model`, with `selective-op`'s GEMM share exact: the
+    /// FLOP-weighted share of the layers' matmuls the policy recomputes
+    /// (`selective_op_gemm_share`).
+    pub fn for_model(w: &TrainWorkload, model: &ModelDesc) -> Recompute {
+        let r = Recompute::for_layers(w, model.layers.len());
+        if w.checkpointing && w.step_options.checkpointing_policy.saves_matmuls() {
+            return Recompute {
+                gemm: selective_op_gemm_share(model, w.lora.as_ref()),
+                ..r
+            };
+        }
+        r
     }
 }
 
@@ -314,6 +333,57 @@ impl Execution {
             grad_bucket_bytes: grad_bytes,
             pp_scatter_gather: true,
         }
+    }
+}
+
+/// The FLOP-weighted share of the decoder layers' matmuls that torchtitan's op-level selective
+/// AC recomputes (`torchtitan/distributed/activation_checkpoint.py` `SelectiveAC`, 0.3.0):
+/// per layer call the unbiased linears (`aten.mm`) are counted in forward order and every second
+/// one runs again in backward; biased ones (`addmm`) are always kept (the memory replay,
+/// `memory/hf/sac.rs`, classifies the same ops). A LoRA adapter's two matmuls follow its base
+/// layer's (peft `lora.Linear.forward`: base, then `lora_B(lora_A(x))`) and take part in the
+/// count; their FLOPs (rank-sized) are counted too. The attention cores are kept
+/// (`Recompute::attention` 0).
+pub fn selective_op_gemm_share(model: &ModelDesc, lora: Option<&Lora>) -> f64 {
+    let hidden = model.hidden_size;
+    let targeted = |role: LinearRole| {
+        lora.is_some_and(|l| {
+            model
+                .linear_names
+                .iter()
+                .any(|(r, name)| *r == role && l.targets.iter().any(|t| t == name))
+        })
+    };
+    let (mut total, mut recomputed) = (0.0_f64, 0.0_f64);
+    for layer in &model.layers {
+        let mut linears = layer.mixer_linears(hidden);
+        if let Mlp::Dense(d) = &layer.mlp {
+            linears.extend(d.linears(hidden));
+        }
+        let mut count = 0u64;
+        let mut mm = |flops: f64, bias: bool| {
+            total += flops;
+            if !bias {
+                count += 1;
+                if count.is_multiple_of(2) {
+                    recomputed += flops;
+                }
+            }
+        };
+        for l in linears {
+            let (i, o) = (l.in_features as f64, l.out_features as f64);
+            mm(i * o, l.bias);
+            if let (Some(lo), true) = (lora, targeted(l.role)) {
+                let r = lo.rank as f64;
+                mm(i * r, false);
+                mm(r * o, false);
+            }
+        }
+    }
+    if total > 0.0 {
+        recomputed / total
+    } else {
+        0.0
     }
 }
 

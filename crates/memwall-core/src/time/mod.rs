@@ -13,6 +13,7 @@
 //! Using Megatron-LM", §2.2). `docs/time-model.md` lists every default with its source and
 //! the published runs the model is held to.
 
+mod act_offload;
 mod collective;
 mod comm;
 mod compute;
@@ -284,6 +285,7 @@ pub fn estimate_step_time(inp: &StepTimeInputs<'_>) -> Result<StepTime, CoreErro
     let p2p = comm.pipeline();
     let dp = comm.data_parallel(&stage_layers, crit.bwd + crit.recompute, crit.fwd);
     let (offload_s, host_optimizer_s) = comm.offload(&stage_layers, crit.bwd + crit.recompute);
+    let offload_s = offload_s + comm.activation_offload();
     let optimizer_s = if matches!(l.offload, Offload::Optimizer | Offload::Both) {
         host_optimizer_s
     } else {
@@ -393,7 +395,7 @@ pub fn estimate_step_time_defaults(
     let mut execution = Execution::defaults(layout, workload, &hardware);
     if !execution.megatron {
         // the exact share of the model's layers the checkpointing policy recomputes
-        execution.recompute = Recompute::for_layers(workload, model.layers.len());
+        execution.recompute = Recompute::for_model(workload, model);
     }
     let efficiencies = Efficiencies::defaults(&hardware, execution.attention);
     estimate_step_time(&StepTimeInputs {
@@ -430,7 +432,7 @@ pub fn estimate_step_time_with(
     let mut execution = Execution::defaults(layout, workload, &hardware);
     if !execution.megatron {
         // the exact share of the model's layers the checkpointing policy recomputes
-        execution.recompute = Recompute::for_layers(workload, model.layers.len());
+        execution.recompute = Recompute::for_model(workload, model);
     }
     let mut efficiencies = Efficiencies::defaults(&hardware, execution.attention);
     if let Some(m) = overrides.matmul {

@@ -184,3 +184,59 @@ fn liger_kernels_are_faster_than_the_eager_modules() {
     // the model FLOPs are the same: MFU rises with the speed
     assert!(liger.mfu > eager.mfu);
 }
+
+/// torchtitan's op-level SAC on a Llama layer (q, k, v, o, gate, up, down, none biased): the
+/// 2nd, 4th and 6th matmuls (k, o, up) run again, i.e. (2h² + h·i) of (4h² + 3h·i) FLOPs.
+#[test]
+fn selective_op_recomputes_every_other_unbiased_matmul() {
+    let m = model();
+    let mut w = TrainWorkload::new(1, 2048);
+    w.checkpointing = true;
+    w.step_options.checkpointing_policy = crate::workload::CheckpointPolicy::SelectiveOp;
+    let r = Recompute::for_model(&w, &m);
+    let (h, i) = (4096.0_f64, 11008.0_f64);
+    let want = (2.0 * h * h + h * i) / (4.0 * h * h + 3.0 * h * i);
+    assert!((r.gemm - want).abs() < 1e-12, "{} vs {want}", r.gemm);
+    assert_eq!(r.attention, 0.0);
+    assert_eq!(r.elementwise, 1.0);
+    // a LoRA adapter's two matmuls take part in the count: q, A, B, k, v, A, B, o, ... shifts
+    // the alternation (q, B, v, B, gate, down kept; A, k, A, o, up recomputed)
+    w.lora = Some(Lora {
+        rank: 16,
+        targets: vec!["q_proj".into(), "v_proj".into()],
+        qlora: false,
+    });
+    let r = Recompute::for_model(&w, &m);
+    let rk = 16.0;
+    let want = (h * h + 2.0 * h * rk + h * h + h * i) / (4.0 * h * h + 3.0 * h * i + 4.0 * h * rk);
+    assert!((r.gemm - want).abs() < 1e-12, "{} vs {want}", r.gemm);
+    // the step sits between no checkpointing and full recomputation
+    let t = |w: &TrainWorkload| run(w, &Layout::single()).step_s;
+    let op = t(&w);
+    w.step_options.checkpointing_policy = crate::workload::CheckpointPolicy::Full;
+    let full = t(&w);
+    w.checkpointing = false;
+    w.step_options.checkpointing_policy = crate::workload::CheckpointPolicy::Full;
+    let none = t(&w);
+    assert!(none < op && op < full, "{none} < {op} < {full}");
+}
+
+/// `--activation-offload`: the saved tensors cross PCIe twice per micro-batch, on the compute
+/// stream (nothing hidden).
+#[test]
+fn activation_offload_adds_its_pcie_traffic() {
+    let mut w = TrainWorkload::new(1, 2048);
+    let plain = run(&w, &Layout::single());
+    w.step_options.activation_offload = true;
+    let off = run(&w, &Layout::single());
+    let host = crate::memory::fast::simulate_train(&model(), &w, crate::memory::Kernels::Cuda)
+        .unwrap()
+        .host_offload_bytes as f64;
+    assert!(host > 1e9, "{host}");
+    let link =
+        hw().host_link() * Efficiencies::defaults(&hw(), AttentionKernel::Flash2).pcie_fraction;
+    let want = 2.0 * host / link;
+    let added = off.breakdown.offload_s - plain.breakdown.offload_s;
+    assert!((added - want).abs() < 1e-9 * want, "{added} vs {want}");
+    assert!(off.step_s > plain.step_s);
+}

@@ -178,5 +178,7 @@ fn moe_block(raw: &HfConfig, ctx: &Ctx, d: &Dims) -> Result<MoeMlp, FormatError>
         shared_first: false,
         frozen_router_params: 0,
         all_experts: false,
+        granite_router: false,
+        hunyuan_router: false,
     })
 }

@@ -54,6 +54,7 @@ pub(crate) fn gemma(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError>
     .build(ctx, "gemma", &d, |_| {
         Ok(Mlp::Dense(gated(d.intermediate, d.act)))
     })
+    .map(scale_in_module)
 }
 
 /// `gemma2/configuration_gemma2.py` `Gemma2Config` field defaults.
@@ -108,6 +109,7 @@ pub(crate) fn gemma2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError
     .build(ctx, "gemma2", &d, |_| {
         Ok(Mlp::Dense(gated(d.intermediate, d.act)))
     })
+    .map(scale_in_module)
 }
 
 /// A softcap with a class default, where JSON `null` disables it. The raw struct folds
@@ -204,6 +206,7 @@ fn gemma3_named(raw: &HfConfig, ctx: &Ctx, model_type: &str) -> Result<ModelDesc
     .build(ctx, model_type, &d, |_| {
         Ok(Mlp::Dense(gated(d.intermediate, d.act)))
     })
+    .map(scale_in_module)
 }
 
 /// Multimodal `gemma3` (`Gemma3ForConditionalGeneration`): the language model is the
@@ -248,4 +251,11 @@ pub(crate) fn gemma3(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError
     // Gemma3Config.tie_word_embeddings (default True) decides for the wrapper
     desc.head.tied = raw.tie_word_embeddings.unwrap_or(true);
     Ok(desc)
+}
+
+/// `*TextScaledWordEmbedding.forward` (models/gemma*/modeling_gemma*.py, transformers 5.23):
+/// `super().forward(input_ids) * self.embed_scale`, the scale inside the embedding module.
+fn scale_in_module(mut m: ModelDesc) -> ModelDesc {
+    m.embeddings.scale_in_module = true;
+    m
 }

@@ -4,9 +4,10 @@
 //! multipliers on the embeddings, every residual branch and the logits.
 //!
 //! `GraniteMoeHybridMambaLayer.forward` is `Mamba2Mixer.forward` line for line (same
-//! `mamba2_chunk_scan`), so its layers reuse [`Mixer::Mamba2`]. Routed experts
-//! (`num_local_experts > 0`, `GraniteMoeHybridMoE`: a top-k gate and `ParallelExperts`) are not
-//! modelled yet and are refused.
+//! `mamba2_chunk_scan`), so its layers reuse [`Mixer::Mamba2`]. With routed experts
+//! (`num_local_experts > 0`, `GraniteMoeHybridMoE`: Granite MoE's top-k router and grouped-mm
+//! experts, Granite 4.0-H tiny/small) the layer's feed-forward is `block_sparse_moe(x) +
+//! shared_mlp(x)`, the Granite MoE Shared block.
 
 use super::ssm::no_attention;
 use crate::error::FormatError;
@@ -17,7 +18,7 @@ use crate::resolve::{
 };
 use memwall_core::mixer::{Mamba2, Mixer};
 use memwall_core::model::{
-    DenseMlp, Dropout, Head, LayerSpec, LinearRole, Mlp, ModelDesc, NormKind, Residual,
+    DenseMlp, Dropout, Head, LayerSpec, LinearRole, Mlp, ModelDesc, MoeMlp, NormKind, Residual,
 };
 
 /// `granitemoehybrid`. Defaults from `GraniteMoeHybridConfig`: vocab 32000, hidden 4096, 32
@@ -35,15 +36,6 @@ pub(crate) fn granitemoehybrid(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, F
         MAX_HEADS,
     )?;
     let experts = raw.num_local_experts.unwrap_or(8);
-    if experts > 0 {
-        return Err(FormatError::Unsupported {
-            field: ctx.field("num_local_experts"),
-            value: experts.to_string(),
-            reason: "granitemoehybrid's routed experts (GraniteMoeHybridMoE) are not modelled yet"
-                .into(),
-            hint: "the dense Granite 4.0-H models (num_local_experts = 0, e.g. granite-4.0-h-micro) are supported".into(),
-        });
-    }
     let act_name = raw.hidden_act.as_deref().unwrap_or("silu");
     let act = activation(ctx, "hidden_act", act_name)?;
     // attention: q/k/v/o_proj with `attention_bias`; RoPE only with
@@ -119,6 +111,54 @@ pub(crate) fn granitemoehybrid(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, F
         bias: false,
         act,
     };
+    // GraniteMoeHybridDecoderLayer: `block_sparse_moe = GraniteMoeHybridMoE(config) if
+    // config.num_local_experts > 0`; then `moe_hidden_states + self.shared_mlp(hidden_states)`.
+    // GraniteMoeHybridTopKRouter is GraniteMoeTopKRouter; GraniteMoeHybridExperts:
+    // gate_up_proj [E, 2·I, H], down_proj [E, H, I] with I = intermediate_size (default 11008),
+    // num_experts_per_tok default 2
+    let mlp = if experts > 0 {
+        let intermediate = ctx.size(
+            raw.intermediate_size,
+            "intermediate_size",
+            11008,
+            MAX_INTERMEDIATE,
+        )?;
+        let top_k = ctx.check(
+            raw.num_experts_per_tok.unwrap_or(2),
+            "num_experts_per_tok",
+            MAX_EXPERTS,
+        )?;
+        let num_experts = ctx.check(experts, "num_local_experts", MAX_EXPERTS)?;
+        if top_k > num_experts {
+            return Err(ctx.inconsistent(
+                &["num_experts_per_tok", "num_local_experts"],
+                format!("each token picks {top_k} of only {num_experts} experts"),
+                "num_experts_per_tok must not exceed the number of routed experts",
+            ));
+        }
+        Mlp::Moe(MoeMlp {
+            num_experts,
+            top_k,
+            expert: DenseMlp {
+                intermediate,
+                ..shared
+            },
+            router_bias: false,
+            shared: Some(shared),
+            shared_gate: false,
+            router_extra_params: 0,
+            router_fp32: false,
+            router_topk_then_softmax: false,
+            router_weights_in_compute_dtype: false,
+            shared_first: false,
+            frozen_router_params: 0,
+            all_experts: false,
+            granite_router: true,
+            hunyuan_router: false,
+        })
+    } else {
+        Mlp::Dense(shared)
+    };
     let rms = norm(NormKind::RmsNorm, hidden);
     // the multipliers are applied whatever their value (`inputs_embeds * embedding_multiplier`,
     // `residual + hidden_states * residual_multiplier`, `logits / logits_scaling`): each is a
@@ -157,7 +197,7 @@ pub(crate) fn granitemoehybrid(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, F
             mlp_post_norm: None,
             residual: Residual::Sequential,
             attention,
-            mlp: Mlp::Dense(shared),
+            mlp,
             attn_output_outlives_mlp: false,
             mixer,
             residual_scaled,

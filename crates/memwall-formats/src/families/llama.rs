@@ -140,6 +140,8 @@ pub(crate) fn moe(
         shared_first: false,
         frozen_router_params: 0,
         all_experts: false,
+        granite_router: false,
+        hunyuan_router: false,
     })
 }
 
@@ -203,7 +205,7 @@ const QWEN2_MOE: Defaults = Defaults {
 /// Which layers are sparse, from `modeling_qwen2_moe.py`/`modeling_qwen3_moe.py`
 /// DecoderLayer: `layer_idx not in mlp_only_layers and num_experts > 0 and
 /// (layer_idx + 1) % decoder_sparse_step == 0` (defaults: `[]`, 1).
-fn sparse_layers(
+pub(crate) fn sparse_layers(
     raw: &HfConfig,
     ctx: &Ctx,
     d: &Dims,
@@ -235,7 +237,7 @@ fn sparse_layers(
 }
 
 /// `num_experts` for the Qwen MoE families: 0 is allowed (every layer dense).
-fn qwen_num_experts(
+pub(crate) fn qwen_num_experts(
     raw: &HfConfig,
     ctx: &Ctx,
     v: Option<u64>,

@@ -201,6 +201,8 @@ fn llama4_named(raw: &HfConfig, ctx: &Ctx, model_type: &str) -> Result<ModelDesc
             router_extra_params: 0,
             router_fp32: false,
             all_experts: true,
+            granite_router: false,
+            hunyuan_router: false,
             router_topk_then_softmax: false,
             router_weights_in_compute_dtype: false,
             shared_first: false,

@@ -11,11 +11,16 @@ mod glm;
 mod gpt;
 mod granite;
 mod granite_hybrid;
+mod granite_moe;
 mod hunyuan;
+mod hunyuan_moe;
+mod jamba;
 mod llama;
 mod llama4;
+mod mamba;
 mod moe2026;
 mod phi;
+mod qwen3_next;
 mod seed_oss;
 mod smollm3;
 mod ssm;
@@ -49,11 +54,16 @@ const REGISTRY: &[(&str, Normaliser)] = &[
     ("gpt_neox", gpt::gpt_neox),
     ("gpt_oss", moe2026::gpt_oss),
     ("granite", granite::granite),
+    ("granitemoe", granite_moe::granitemoe),
     ("granitemoehybrid", granite_hybrid::granitemoehybrid),
+    ("granitemoeshared", granite_moe::granitemoeshared),
     ("hunyuan_v1_dense", hunyuan::hunyuan_v1_dense),
+    ("hunyuan_v1_moe", hunyuan_moe::hunyuan_v1_moe),
+    ("jamba", jamba::jamba),
     ("llama", llama::llama),
     ("llama4", llama4::llama4),
     ("llama4_text", llama4::llama4_text),
+    ("mamba", mamba::mamba),
     ("mamba2", ssm::mamba2),
     ("mistral", llama::mistral),
     ("mistral3", vlm::mistral3),
@@ -69,6 +79,7 @@ const REGISTRY: &[(&str, Normaliser)] = &[
     ("qwen2_vl", vlm::qwen2_vl),
     ("qwen3", llama::qwen3),
     ("qwen3_moe", llama::qwen3_moe),
+    ("qwen3_next", qwen3_next::qwen3_next),
     ("seed_oss", seed_oss::seed_oss),
     ("smollm3", smollm3::smollm3),
     ("starcoder2", llama::starcoder2),
@@ -93,11 +104,16 @@ pub(crate) const SUPPORTED: &[&str] = &[
     "gpt_neox",
     "gpt_oss",
     "granite",
+    "granitemoe",
     "granitemoehybrid",
+    "granitemoeshared",
     "hunyuan_v1_dense",
+    "hunyuan_v1_moe",
+    "jamba",
     "llama",
     "llama4",
     "llama4_text",
+    "mamba",
     "mamba2",
     "mistral",
     "mistral3",
@@ -113,6 +129,7 @@ pub(crate) const SUPPORTED: &[&str] = &[
     "qwen2_vl",
     "qwen3",
     "qwen3_moe",
+    "qwen3_next",
     "seed_oss",
     "smollm3",
     "starcoder2",

@@ -6,7 +6,7 @@
 use crate::error::FormatError;
 use crate::raw::HfConfig;
 use crate::resolve::limits::*;
-use memwall_core::model::{VisionLinear, VisionTower};
+use memwall_core::model::{VisionForward, VisionKind, VisionLinear, VisionTower};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -33,6 +33,9 @@ struct RawVision {
     out_hidden_size: Option<u64>,
     vision_use_head: Option<bool>,
     vision_output_dim: Option<u64>,
+    num_heads: Option<u64>,
+    window_size: Option<u64>,
+    fullatt_block_indexes: Option<Vec<u64>>,
     projector_input_dim: Option<u64>,
     projector_output_dim: Option<u64>,
 }
@@ -149,6 +152,8 @@ impl Vision {
                     })
                 })
                 .collect::<Result<_, FormatError>>()?,
+            forward: None,
+            image_tokens: None,
         })
     }
 }
@@ -307,7 +312,8 @@ pub(crate) fn qwen2_vl_vision(top: &HfConfig) -> Result<VisionTower, FormatError
     // PatchMerger: ln_q LayerNorm(E), Linear(E·merge², E·merge²), GELU, Linear(E·merge², out)
     let wide = e * merge * merge;
     let projector = 2 * e + linear(wide, wide, true) + linear(wide, out, true);
-    v.tower(
+    let heads = v.size(r.num_heads, "num_heads", 16, MAX_HEADS)?;
+    let mut tower = v.tower(
         encoder,
         projector,
         "qwen2_vl",
@@ -319,7 +325,21 @@ pub(crate) fn qwen2_vl_vision(top: &HfConfig) -> Result<VisionTower, FormatError
             ("0", wide, wide, 1),
             ("2", wide, out, 1),
         ],
-    )
+    )?;
+    let as_u64 = |x: u128| u64::try_from(x).unwrap_or(u64::MAX);
+    tower.forward = Some(VisionForward {
+        patch_in: as_u64(c * t * patch * patch),
+        width: as_u64(e),
+        heads: as_u64(heads),
+        mlp: as_u64(m),
+        depth: as_u64(depth),
+        merge: as_u64(merge),
+        out: as_u64(out),
+        kind: VisionKind::Qwen2Vl,
+        window: 0,
+        full_blocks: Vec::new(),
+    });
+    Ok(tower)
 }
 
 /// Qwen2.5-VL's vision transformer (`qwen2_5_vl/modeling_qwen2_5_vl.py`
@@ -352,7 +372,14 @@ pub(crate) fn qwen2_5_vl_vision(top: &HfConfig) -> Result<VisionTower, FormatErr
     let encoder = embed + depth * block;
     let wide = h * merge * merge;
     let projector = h + linear(wide, wide, true) + linear(wide, out, true);
-    v.tower(
+    let heads = v.size(r.num_heads, "num_heads", 16, MAX_HEADS)?;
+    // Qwen2_5_VLVisionConfig defaults: window_size 112, fullatt_block_indexes [7, 15, 23, 31]
+    let window_px = v.size(r.window_size, "window_size", 112, MAX_IMAGE)?;
+    let full_blocks = r
+        .fullatt_block_indexes
+        .clone()
+        .unwrap_or_else(|| vec![7, 15, 23, 31]);
+    let mut tower = v.tower(
         encoder,
         projector,
         "qwen2_5_vl",
@@ -365,7 +392,23 @@ pub(crate) fn qwen2_5_vl_vision(top: &HfConfig) -> Result<VisionTower, FormatErr
             ("0", wide, wide, 1),
             ("2", wide, out, 1),
         ],
-    )
+    )?;
+    let as_u64 = |x: u128| u64::try_from(x).unwrap_or(u64::MAX);
+    tower.forward = Some(VisionForward {
+        patch_in: as_u64(c * t * patch * patch),
+        width: as_u64(h),
+        heads: as_u64(heads),
+        mlp: as_u64(i),
+        depth: as_u64(depth),
+        merge: as_u64(merge),
+        out: as_u64(out),
+        kind: VisionKind::Qwen25Vl,
+        // vit_merger_window_size = window_size // spatial_merge_size // patch_size
+        // (transformers vision_utils.py get_vision_window_index)
+        window: as_u64(window_px / merge / patch),
+        full_blocks,
+    });
+    Ok(tower)
 }
 
 /// Mistral 3's Pixtral tower (`pixtral/modeling_pixtral.py` PixtralVisionModel, defaults from

@@ -223,6 +223,8 @@ def train(
     offload: Optional[str] = None,
     offload_device: Optional[str] = None,
     global_batch: Optional[int] = None,
+    runtime: Optional[str] = None,
+    activation_offload: Optional[bool] = None,
 ) -> TrainReport:
     """Peak memory of one training step (``memwall train``); see ``memwall train --help``.
 
@@ -272,6 +274,8 @@ def doctor(
     offload: Optional[str] = None,
     offload_device: Optional[str] = None,
     global_batch: Optional[int] = None,
+    runtime: Optional[str] = None,
+    activation_offload: Optional[bool] = None,
 ) -> DoctorReport:
     """Where the training peak is and the cheapest fixes, in order, until it fits
     (``memwall doctor``); the keywords of :func:`train`."""
@@ -380,6 +384,7 @@ def plan(
     lora_rank: Optional[int] = None,
     lora_targets: Union[str, Sequence[str], None] = None,
     alloc_margin: Optional[float] = None,
+    runtime: Optional[str] = None,
 ) -> PlanReport:
     """The fastest training configurations that fit a cluster, ranked by tokens/s per GPU
     (``memwall plan``). Each plan's ``kwargs`` reproduce it with :func:`train`."""

@@ -282,6 +282,8 @@ def train(
     offload: Optional[str] = ...,
     offload_device: Optional[str] = ...,
     global_batch: Optional[int] = ...,
+    runtime: Optional[str] = ...,
+    activation_offload: Optional[bool] = ...,
 ) -> TrainReport: ...
 def doctor(
     model: Optional[ModelArg] = ...,
@@ -322,6 +324,8 @@ def doctor(
     offload: Optional[str] = ...,
     offload_device: Optional[str] = ...,
     global_batch: Optional[int] = ...,
+    runtime: Optional[str] = ...,
+    activation_offload: Optional[bool] = ...,
 ) -> DoctorReport: ...
 def infer(
     model: Optional[ModelArg] = ...,
@@ -408,6 +412,7 @@ def plan(
     lora_rank: Optional[int] = ...,
     lora_targets: Union[str, Sequence[str], None] = ...,
     alloc_margin: Optional[float] = ...,
+    runtime: Optional[str] = ...,
 ) -> PlanReport: ...
 def inspect(model: ModelArg) -> InspectReport: ...
 def models() -> List[ModelEntry]: ...

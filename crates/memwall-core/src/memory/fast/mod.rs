@@ -254,8 +254,11 @@ pub fn simulate_train_traced(
             b.t.start_segments();
             b.run();
             rec.segs.extend_from_slice(b.t.finish_segments());
-            rec.scalars
-                .extend([b.param_count as i128, b.trainable_count() as i128]);
+            rec.scalars.extend([
+                b.param_count as i128,
+                b.trainable_count() as i128,
+                b.t.host.peak as i128,
+            ]);
             Ok(())
         },
     )?;
@@ -282,6 +285,7 @@ pub fn simulate_train_traced(
             phase_peaks,
             params_total: scalar(ev.scalars[0], "parameters")?,
             params_trainable: scalar(ev.scalars[1], "trainable parameters")?,
+            host_offload_bytes: scalar(ev.scalars[2], "host offload bytes")?,
         },
         Path::Extrapolated,
     ))

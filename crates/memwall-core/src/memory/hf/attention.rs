@@ -2,6 +2,7 @@
 //! concatenation, the attention kernels (SDPA math, flash / efficient, eager) and the
 //! model-level causal mask.
 
+use super::sac::SacOp;
 use super::{lin_zero, Builder, CoreCall, Kernels, LayerParams};
 use crate::memory::timeline::{Category, Ids, Node, TensorId};
 use crate::model::{Attention, AttentionKind, LinearRole, Norm, NormKind, QkNormScope};
@@ -28,12 +29,16 @@ impl Builder<'_> {
         let full = rows * heads * dim;
         let part = rows * heads * rot;
         let (cos, sin) = self.rope_tables.unwrap_or((0, 0));
-        // transients: x*cos, neg half, cat, rotate*sin
+        // transients, in the order `x * cos + rotate_half(x) * sin` makes them: x*cos, then
+        // the negated half and the cat (`cat((-x2, x1))`, the half freed when cat returns),
+        // then cat*sin (the cat freed when the product returns), then the sum allocated
+        // while both products are alive; the largest of the three moments
         let y = if rot == dim {
-            self.t.transient(
-                part * out_size * 2 + part * x_size / 2 + part * x_size,
-                Category::Activations,
-            );
+            let with_neg = part * out_size + part * x_size / 2 + part * x_size;
+            let with_cat = 2 * part * out_size + part * x_size;
+            let with_sum = 2 * part * out_size + full * out_size;
+            self.t
+                .transient(with_neg.max(with_cat).max(with_sum), Category::Activations);
             self.op(
                 full * out_size,
                 &[x],
@@ -249,6 +254,14 @@ impl Builder<'_> {
                 } else {
                     let (q, _) =
                         self.linear(x, x_size, rows, lin(LinearRole::Q).unwrap_or(lin_zero()));
+                    if a.output_gate {
+                        // Qwen3NextAttention.forward: `torch.chunk(q_proj(x).view(..., 2·hd))`,
+                        // then `gate.reshape(*input_shape, -1)` copies the strided gate half;
+                        // the query half stays a view of the projection's output
+                        let g = self.op(rows * heads * hd * c, &[q], &[], &[], &[]);
+                        self.attn_locals.push(g);
+                        self.attn_gate = Some(g);
+                    }
                     let (k, _) =
                         self.linear(x, x_size, rows, lin(LinearRole::K).unwrap_or(lin_zero()));
                     let (v, _) =
@@ -492,6 +505,19 @@ impl Builder<'_> {
         self.drop_(q);
         self.drop_(k);
         self.drop_(v);
+        let out = match self.attn_gate.take() {
+            Some(g) => {
+                // `attn_output * torch.sigmoid(gate)`: sigmoid saves its output, the product
+                // both operands
+                let bytes = rows * heads * v_dim * c;
+                let sg = self.op_saving_output(bytes, g);
+                let y = self.mul(out, sg, bytes);
+                self.drop_(sg);
+                self.drop_(out);
+                y
+            }
+            None => out,
+        };
         let (y, _) = self.linear(out, c, rows, lin(LinearRole::O).unwrap_or(lin_zero()));
         self.drop_(out);
         y
@@ -574,13 +600,16 @@ impl Builder<'_> {
                 let ksc = self.op(nk * w, &[k32], &[], &[], &[]);
                 let kt = self.op(nk * w, &[ksc], &[], &[], &[]);
                 self.drop_(ksc);
+                let keep = self.sac_pre(SacOp::Saved);
                 let scores = self.mul(qsc, kt, x * w);
+                self.sac_keep(keep, &[scores]);
                 self.drop_(kt);
                 let masked = self.op(x * w, &[scores], &[], &[], &[]);
                 self.drop_(scores);
                 let probs = self.op_saving_output(x * w, masked);
                 self.drop_(masked);
                 let dropped = self.dropout(probs, x * w, w, attn_dropout);
+                let keep = self.sac_pre(SacOp::Saved);
                 let o32 = self.op(
                     rows * heads * v_dim * w,
                     &[dropped, v32],
@@ -588,6 +617,7 @@ impl Builder<'_> {
                     &[],
                     &[],
                 );
+                self.sac_keep(keep, &[o32]);
                 self.drop_(dropped);
                 self.drop_(v32);
                 let o = if c != w {
@@ -681,19 +711,29 @@ impl Builder<'_> {
                 } else {
                     (q, k, v)
                 };
+                let keep = self.sac_pre(SacOp::Saved);
                 let lse = self.act(b * heads * s * 4, false);
                 let mask = masked.then(|| self.act(b * s * kv * c, false));
-                let o = self.act(rows * heads * v_dim * c, true);
-                let mut saved = Ids::of(&[q2, k2, v2, o, lse]);
-                if let Some(m) = mask {
-                    saved.push(m);
+                // autograd records the kernel (and it saves anything) only when q, k or v
+                // requires grad (`compute_requires_grad`, torch/csrc/autograd/
+                // VariableTypeUtils.h): before the first trainable module of a LoRA model
+                // (frozen embeddings, no checkpointing) nothing does
+                let rg = self.rg(q2) || self.rg(k2) || self.rg(v2);
+                let o = self.act(rows * heads * v_dim * c, rg);
+                // torchtitan's SAC keeps both outputs of the flash kernel (`sac.rs`)
+                self.sac_keep(keep, &[o, lse]);
+                if rg {
+                    let mut saved = Ids::of(&[q2, k2, v2, o, lse]);
+                    if let Some(m) = mask {
+                        saved.push(m);
+                    }
+                    self.t.record(Node {
+                        saved,
+                        inputs: Ids::of(&[q2, k2, v2]),
+                        outputs: Ids::of(&[o]),
+                        ..Node::default()
+                    });
                 }
-                self.t.record(Node {
-                    saved,
-                    inputs: Ids::of(&[q2, k2, v2]),
-                    outputs: Ids::of(&[o]),
-                    ..Node::default()
-                });
                 self.drop_(lse);
                 if let Some(m) = mask {
                     self.drop_(m);
@@ -788,7 +828,9 @@ impl Builder<'_> {
                     self.t
                         .transient(kv_rows * heads * qk_dim * ks + x * c, Category::Activations);
                 }
+                let keep = self.sac_pre(SacOp::Saved);
                 let scores = self.mul(qm, km, x * c);
+                self.sac_keep(keep, &[scores]);
                 if qm != q {
                     self.drop_(qm);
                 }
@@ -884,13 +926,12 @@ impl Builder<'_> {
                 } else {
                     vr
                 };
-                let o = self.op(
-                    rows * heads * v_dim * c,
-                    &[probs, vm],
-                    &[probs, vm],
-                    &[],
-                    &[],
-                );
+                // `probs @ value` saves each operand only when the other needs a gradient
+                // (derivatives.yaml `bmm`, as `mul`): a frozen value path (layer 0 of a LoRA
+                // model without checkpointing and without a v_proj adapter) keeps no probs
+                let keep = self.sac_pre(SacOp::Saved);
+                let o = self.mul(probs, vm, rows * heads * v_dim * c);
+                self.sac_keep(keep, &[o]);
                 if vm != vr {
                     self.drop_(vm);
                 }

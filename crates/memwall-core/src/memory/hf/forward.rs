@@ -13,7 +13,15 @@ impl Builder<'_> {
         let dim = u128::from(e.dim);
         let h = self.hidden;
         // embedding backward: dense grad_weight (embedding_dense_backward)
-        let emb = self.op(rows * dim * s, &[], &[], &[self.embed.id], &[]);
+        let mut emb = self.op(rows * dim * s, &[], &[], &[self.embed.id], &[]);
+        if e.scaled && e.scale_in_module {
+            // Gemma's `*TextScaledWordEmbedding`: `super().forward(input_ids) * embed_scale`
+            // inside the module; the unscaled lookup is a temporary of its forward, and a
+            // forward hook on the module sees the scaled tensor
+            let y = self.op(rows * dim * s, &[emb], &[], &[], &[]);
+            self.drop_(emb);
+            emb = y;
+        }
         // peft's PeftModel.__init__ calls `enable_input_require_grads()` when the model already
         // has gradient checkpointing on (peft_model.py `prepare_model_for_gradient_checkpointing`):
         // the frozen embedding's output becomes a leaf that requires grad, so layer 0 saves its
@@ -27,6 +35,9 @@ impl Builder<'_> {
                 ..Node::default()
             });
         }
+        // a vision-language wrapper with image inputs: the vision tower runs and its features
+        // are scattered into the embeddings (memory/hf/vision.rs)
+        let emb = self.image_merge(emb);
         // `inputs_embeds` stays referenced by the model's forward until it returns
         self.t.retain(emb);
         self.out_refs.push(emb);
@@ -45,8 +56,8 @@ impl Builder<'_> {
             self.drop_(x);
             x = y;
         }
-        if e.scaled {
-            // Gemma: hidden_states * normalizer; Granite: inputs_embeds * embedding_multiplier
+        if e.scaled && !e.scale_in_module {
+            // Granite: inputs_embeds * embedding_multiplier in the model's forward
             // (a new tensor). A multiplication saves nothing for a constant factor, but when
             // the embeddings are peft's grad-requiring leaf, the leaf's AccumulateGrad node
             // (torch/csrc/autograd/functions/accumulate_grad.h: it holds the variable) keeps
@@ -92,9 +103,12 @@ impl Builder<'_> {
     ) -> TensorId {
         self.cur_layer = idx;
         let spec = *self.spec(idx);
-        if let (Some(m), Mlp::None) = (spec.mamba2(), &spec.mlp) {
-            // `Mamba2Block`: norm, mixer, residual (fp32 under `residual_in_fp32`)
-            return self.mamba2_block(lp, x, x_size, &spec, m);
+        if let (true, Mlp::None) = (
+            spec.mamba2().is_some() || spec.mamba1().is_some(),
+            &spec.mlp,
+        ) {
+            // `Mamba2Block` / `MambaBlock`: norm, mixer, residual (fp32 under `residual_in_fp32`)
+            return self.mamba2_block(lp, x, x_size, &spec);
         }
         let rows = self.tokens;
         let h = self.hidden;
@@ -130,9 +144,11 @@ impl Builder<'_> {
                     }
                 };
                 // the token mixer: attention, or a state-space mixer in its place
-                let a = match spec.mamba2() {
-                    Some(m) => self.mamba2_mixer(n1, n1s, lp, m),
-                    None => self.attention(n1, n1s, &spec.attention, lp, ckpt),
+                let a = match (spec.mamba2(), spec.gated_delta_net(), spec.mamba1()) {
+                    (Some(m), _, _) => self.mamba2_mixer(n1, n1s, lp, m),
+                    (None, Some(g), _) => self.deltanet_mixer(n1, n1s, lp, g),
+                    (None, None, Some(m)) => self.mamba1_mixer(n1, n1s, lp, m),
+                    (None, None, None) => self.attention(n1, n1s, &spec.attention, lp, ckpt),
                 };
                 self.drop_(n1);
                 let (a, _) = post(self, a, self.compute_size, 1, spec.attn_post_norm);

@@ -205,6 +205,7 @@ impl Builder<'_> {
         }
         self.seg(None, SegKind::Fixed);
         let (fx, fs) = self.body_tail(x, xs, rows, mask);
+        self.drop_image_locals();
         // logits_to_keep=1: the LM head sees the last position of each sequence
         let v = u128::from(self.model.embeddings.vocab_size);
         let head = self.lm_head_linear();

@@ -65,6 +65,25 @@ impl Builder<'_> {
         m
     }
 
+    /// `y.chunk(2, dim=-1)`: two views of `half` bytes each sharing `y`'s storage, and one
+    /// SplitBackward node that receives a half-size gradient per piece and concatenates them
+    /// into `y`'s full gradient (`split_backward`, torch/csrc/autograd/FunctionsManual.cpp).
+    /// Autograd would instead allocate a full-size gradient per consumer and sum them if both
+    /// pieces were the whole tensor; `y` keeps its own reference (the caller drops it).
+    fn chunk2(&mut self, y: TensorId, half: u128) -> (TensorId, TensorId) {
+        let rg = self.rg(y);
+        let a = self.t.view(y, half, rg);
+        let b = self.t.view(y, half, rg);
+        if rg {
+            self.t.record(Node {
+                inputs: Ids::of(&[y]),
+                outputs: Ids::of(&[a, b]),
+                ..Node::default()
+            });
+        }
+        (a, b)
+    }
+
     pub(super) fn dense_mlp(
         &mut self,
         x: TensorId,
@@ -79,8 +98,15 @@ impl Builder<'_> {
         let hidden_act = if d.gated {
             let (g, u) = if let Some(gu) = lin(LinearRole::GateUp) {
                 let (y, _) = self.linear(x, x_size, rows, gu);
-                self.t.retain(y);
-                (y, y)
+                if d.act == Activation::ClampedSwiglu || self.liger() {
+                    self.t.retain(y);
+                    (y, y)
+                } else {
+                    // `gate, up_states = up_states.chunk(2, dim=-1)` (Phi3MLP, Glm4MLP)
+                    let (g, u) = self.chunk2(y, rows * i * c);
+                    self.drop_(y);
+                    (g, u)
+                }
             } else {
                 let (g, _) =
                     self.linear(x, x_size, rows, lin(LinearRole::Gate).unwrap_or(lin_zero()));
@@ -165,7 +191,23 @@ impl Builder<'_> {
         } else {
             None
         };
-        let topw = if moe.router_fp32 {
+        let topw = if moe.hunyuan_router {
+            // HunYuanMoEV1Gate: `hidden_states.float()` (wg is an fp32 nn.Linear), fp32 logits,
+            // `softmax(dtype=torch.float)` (saved), topk, `routing_weights /= sum` in place
+            let xf = self.cast(x, rows * h * 4);
+            let saved: &[TensorId] = if self.trainable(&router.w) {
+                &[xf]
+            } else {
+                &[]
+            };
+            let logits = self.op(rows * e * 4, &[xf], saved, &[router.w.id], &[]);
+            self.drop_(xf);
+            let probs = self.op_saving_output(rows * e * 4, logits);
+            self.drop_(logits);
+            let topw = self.op(rows * k * 4, &[probs], &[], &[], &[]);
+            self.drop_(probs);
+            topw
+        } else if moe.router_fp32 {
             // DeepSeek-V3: fp32 copies of the input and the router weight, fp32 logits,
             // sigmoid scores (saved), biased scores for the group top-k, fp32 routing weights
             let xf = self.cast(x, rows * h * 4);
@@ -186,6 +228,21 @@ impl Builder<'_> {
             } else {
                 topw
             }
+        } else if moe.granite_router {
+            // GraniteMoeTopKRouter (models/granitemoe/modeling_granitemoe.py):
+            // `router_logits = F.linear(x, w).float()`, `topk`, `softmax(top_k_logits)` in fp32
+            // (saved), `.type_as(hidden_states)`; the fp32 logits stay bound to `_` in
+            // GraniteMoeMoE.forward until the block returns
+            let (logits, _) = self.linear(x, x_size, rows, router);
+            let lf = self.cast(logits, rows * e * 4);
+            self.drop_(logits);
+            let topv = self.op(rows * k * 4, &[lf], &[], &[], &[]);
+            let sm = self.op_saving_output(rows * k * 4, topv);
+            self.drop_(topv);
+            let topw = self.cast(sm, rows * k * c);
+            self.drop_(sm);
+            self.mlp_locals.push(lf);
+            topw
         } else if moe.router_topk_then_softmax {
             // gpt-oss GptOssTopKRouter: top-k of the (biased) logits, softmax over those k in
             // the compute dtype (saved); the logits stay bound to `_` in GptOssMLP.forward
@@ -210,7 +267,8 @@ impl Builder<'_> {
         // so under autocast the experts run in the fp32 parameter dtype
         let c = if self.amp { self.param_size } else { c };
         // routing weights fp32 make the weighted expert outputs fp32 (type promotion)
-        let ws = if moe.router_fp32 && !moe.router_weights_in_compute_dtype {
+        let ws = if moe.hunyuan_router || (moe.router_fp32 && !moe.router_weights_in_compute_dtype)
+        {
             4
         } else {
             c
@@ -241,8 +299,17 @@ impl Builder<'_> {
             &[lp.experts[0].id],
             &[],
         );
-        let m = if moe.expert.gated {
+        let m = if moe.expert.gated && moe.expert.act == Activation::ClampedSwiglu {
+            // GptOssExperts._apply_gate slices `gate_up[..., ::2]`, `gate_up[..., 1::2]`: two
+            // SliceBackward nodes, each a full-size gradient (models/gpt_oss/modeling_gpt_oss.py)
             self.gate(gu, gu, ek * i * c, moe.expert.act)
+        } else if moe.expert.gated {
+            // `_default_apply_gate` (integrations/moe.py): `gate, up = gate_up_out.chunk(2, -1)`
+            let (g, u) = self.chunk2(gu, ek * i * c);
+            let m = self.gate(g, u, ek * i * c, moe.expert.act);
+            self.drop_(g);
+            self.drop_(u);
+            m
         } else {
             self.activation(gu, ek * i * c, moe.expert.act)
         };
@@ -261,7 +328,32 @@ impl Builder<'_> {
         if let Some(b) = bias_down {
             self.drop_(b);
         }
-        let weighted = self.mul(down, topw, ek * h * ws);
+        // `proj_out * sample_weights_g.unsqueeze(-1)` (mul_tensor_backward,
+        // torch/csrc/autograd/FunctionsManual.cpp): the routing weights' gradient is
+        // `(grad * proj_out).sum_to(...)`, a full [S, H] product before the reduction, and the
+        // experts' gradient `grad * weights` is computed in the promoted result dtype and
+        // converted to proj_out's dtype only after the node returns (`validate_outputs`,
+        // engine.cpp); both transients of the node, beyond the gradients it hands on
+        let mut saved = Ids::default();
+        if self.rg(topw) {
+            saved.push(down);
+        }
+        if self.rg(down) {
+            saved.push(topw);
+        }
+        let sum_to = if self.rg(topw) { ek * h * ws } else { 0 };
+        let promoted = if self.rg(down) {
+            ek * h * (ws - c.min(ws))
+        } else {
+            0
+        };
+        let weighted = self.op(
+            ek * h * ws,
+            &[down, topw],
+            saved.as_slice(),
+            &[],
+            &[sum_to, promoted],
+        );
         self.drop_(topw);
         // `weighted_out[inv_perm]` (a gather, new tensor), then `.view(T, k, H).sum(1)`,
         // then `.to(hidden_states.dtype)`
@@ -308,7 +400,8 @@ impl Builder<'_> {
         let i = u128::from(moe.expert.intermediate);
         let ins = if moe.expert.gated { 2 } else { 1 };
         let ek = rows * k;
-        let ws = if moe.router_fp32 && !moe.router_weights_in_compute_dtype {
+        let ws = if moe.hunyuan_router || (moe.router_fp32 && !moe.router_weights_in_compute_dtype)
+        {
             4
         } else {
             c
@@ -324,8 +417,17 @@ impl Builder<'_> {
             &[lp.experts[0].id],
             &[],
         );
-        let m = if moe.expert.gated {
+        let m = if moe.expert.gated && moe.expert.act == Activation::ClampedSwiglu {
+            // GptOssExperts._apply_gate slices `gate_up[..., ::2]`, `gate_up[..., 1::2]`: two
+            // SliceBackward nodes, each a full-size gradient (models/gpt_oss/modeling_gpt_oss.py)
             self.gate(gu, gu, ek * i * c, moe.expert.act)
+        } else if moe.expert.gated {
+            // `_default_apply_gate` (integrations/moe.py): `gate, up = gate_up_out.chunk(2, -1)`
+            let (g, u) = self.chunk2(gu, ek * i * c);
+            let m = self.gate(g, u, ek * i * c, moe.expert.act);
+            self.drop_(g);
+            self.drop_(u);
+            m
         } else {
             self.activation(gu, ek * i * c, moe.expert.act)
         };

@@ -16,18 +16,23 @@
 //! - `train.rs`: the training step (forward with loss, backward, optimizer);
 //! - `infer.rs`: `generate` (prefill, decode, the KV cache);
 //! - `ssm.rs`: state-space (Mamba-2) mixers and their fixed-size inference state;
+//! - `mamba1.rs`: Mamba-1 mixers (the sequential selective scan) and their inference state;
 //! - `shard.rs`: the data-parallel sharding hooks (FSDP2, ZeRO, DDP).
 
 mod attention;
+mod deltanet;
 mod forward;
 mod infer;
 mod llama4;
+mod mamba1;
 mod mlp;
 mod modules;
 mod params;
+mod sac;
 mod shard;
 mod ssm;
 mod train;
+mod vision;
 
 use super::dist_types::{ShardSim, Unit};
 use super::timeline::{Category, Ids, Node, SegKind, SegTag, TensorId, Timeline};
@@ -35,6 +40,7 @@ use crate::model::{AttentionKind, LinearRole, ModelDesc};
 use crate::workload::{
     AttentionImpl, InferWorkload, KernelOptions, Lora, Precision, TrainWorkload, WeightFormat,
 };
+pub(crate) use sac::check as sac_check;
 
 /// Which device's kernels the simulation follows where CPU and CUDA differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -257,6 +263,16 @@ pub(crate) struct Builder<'a> {
     core_calls: Vec<CoreCall>,
     /// the LM head's bias (Phi-2 `lm_head = nn.Linear(..., bias=True)`), also when the weight is tied
     lm_head_bias: Option<P>,
+    /// the running attention's output gate (`Attention::output_gate`): the contiguous copy of
+    /// the gate half of `q_proj`'s output, a local of the attention function
+    attn_gate: Option<TensorId>,
+    /// image inputs: the vision tower's outputs and the placeholder masks, locals of the
+    /// wrapper's forward until the language model returns (memory/hf/vision.rs)
+    vision_refs: Vec<TensorId>,
+    /// inference: the prefill has run the vision tower (decode steps carry no pixels)
+    images_done: bool,
+    /// training: torchtitan's op-level SAC state of the checkpointed layer being run (`sac.rs`)
+    sac: sac::Sac,
 }
 
 /// One core-attention call under a checkpoint (`--checkpointing-policy selective-attn`): what
@@ -394,6 +410,10 @@ impl<'a> Builder<'a> {
             attn_mask: None,
             core_calls: Vec::new(),
             lm_head_bias: None,
+            attn_gate: None,
+            vision_refs: Vec::new(),
+            images_done: false,
+            sac: sac::Sac::default(),
         }
     }
 

@@ -2,6 +2,7 @@
 //! the norms and dropout.
 
 use super::params::NF4_BLOCK;
+use super::sac::SacOp;
 use super::{Builder, Kernels, LinearP, P};
 use crate::memory::timeline::{Category, Ids, Node, TensorId};
 use crate::model::{Norm, NormKind};
@@ -27,6 +28,13 @@ impl Builder<'_> {
             params.push(b.id);
         }
         let params = params.as_slice();
+        // torchtitan's SAC (`sac.rs`): a biased linear dispatches `addmm` (F.linear's 2-D and
+        // contiguous 3-D paths, GPT-2's `Conv1D`), always kept; an unbiased one `mm`, counted
+        let sac_op = if lin.b.is_some() {
+            SacOp::Saved
+        } else {
+            SacOp::Mm
+        };
         let y = if lin.nf4 && rows == 1 {
             // bnb `matmul_4bit` inference fast path: one token of one sequence runs `gemv_4bit`
             // on the packed weight, nothing dequantised
@@ -54,7 +62,10 @@ impl Builder<'_> {
             let dq = lin.w.numel * x_size + lin.w.numel.div_ceil(NF4_BLOCK) * 4;
             self.t
                 .transient(dq + rows * lin.out_f * x_size, Category::Activations);
-            self.op(rows * lin.out_f * x_size, &[x], &[], params, &[dq])
+            let keep = self.sac_pre(sac_op);
+            let y = self.op(rows * lin.out_f * x_size, &[x], &[], params, &[dq]);
+            self.sac_keep(keep, &[y]);
+            y
         } else if self.amp {
             // autocast caches the cast only for leaf tensors that require grad (`cached_cast`
             // in aten/src/ATen/autocast_mode.cpp); a frozen weight is cast per call
@@ -72,9 +83,26 @@ impl Builder<'_> {
             if w_tr {
                 saved.push(xc);
             }
-            // bf16 gradient of the cast weight, converted to the fp32 `.grad`
-            let temps: &[u128] = if w_tr { &[lin.w.numel * c] } else { &[] };
-            let y = self.op(rows * lin.out_f * c, &[xc], saved.as_slice(), params, temps);
+            // bf16 gradient of the cast weight, converted to the fp32 `.grad` by the cast's
+            // own ToCopyBackward node once the linear's node is done
+            let keep = self.sac_pre(sac_op);
+            let y = if w_tr {
+                let y = self.act(rows * lin.out_f * c, true);
+                let inputs: &[TensorId] = if self.rg(xc) { &[xc] } else { &[] };
+                self.t.record(Node {
+                    saved,
+                    inputs: Ids::of(inputs),
+                    params: Ids::of(params),
+                    outputs: Ids::of(&[y]),
+                    backward_temps: lin.w.numel * c,
+                    param_grads_cast: true,
+                    ..Node::default()
+                });
+                y
+            } else {
+                self.op(rows * lin.out_f * c, &[xc], saved.as_slice(), params, &[])
+            };
+            self.sac_keep(keep, &[y]);
             if xc != x {
                 self.drop_(xc);
             }
@@ -85,8 +113,20 @@ impl Builder<'_> {
             }
             y
         } else {
-            let saved: &[TensorId] = if w_tr { &[x] } else { &[] };
-            self.op(rows * lin.out_f * c, &[x], saved, params, &[])
+            let mut saved = Ids::default();
+            if w_tr {
+                saved.push(x);
+            }
+            if self.t.host.active && self.rg(x) {
+                // mm saves `weight.t()` for the input's gradient; the parameter stays alive
+                // anyway, so only activation offloading (which copies it to host and back in
+                // backward) makes this reference cost bytes
+                saved.push(lin.w.id);
+            }
+            let keep = self.sac_pre(sac_op);
+            let y = self.op(rows * lin.out_f * c, &[x], saved.as_slice(), params, &[]);
+            self.sac_keep(keep, &[y]);
+            y
         };
         let Some((a, b)) = lin.lora else {
             return (y, c);
@@ -128,11 +168,15 @@ impl Builder<'_> {
             let (hb, _) = self.linear(ha, c, rows, lb);
             (ha, hb, c)
         } else {
+            let keep = self.sac_pre(SacOp::Mm);
             let ha = self.op(rows * rank * s, &[xa], &[xa], &[a.id], &[]);
+            self.sac_keep(keep, &[ha]);
             if xa != x {
                 self.drop_(xa);
             }
+            let keep = self.sac_pre(SacOp::Mm);
             let hb = self.op(rows * lin.out_f * s, &[ha], &[ha], &[b.id], &[]);
+            self.sac_keep(keep, &[hb]);
             (ha, hb, s)
         };
         self.drop_(ha);
@@ -198,18 +242,34 @@ impl Builder<'_> {
                 //   h = x.to(float32); h = h * rsqrt(h.pow(2).mean(-1) + eps)
                 let x32 = if x_size != 4 { self.cast(x, n * 4) } else { x };
                 self.t.transient(n * 4, Category::Activations); // pow(2), freed after mean
-                let rs = self.op(rows * 4, &[x32], &[x32], &[], &[]);
-                let h32 = self.mul(x32, rs, n * 4);
+                                                                // The decomposed backward, op by op (tools/truth/probes/rmsnorm_backward.py):
+                                                                // pow/mean/rsqrt's node gets mean's expanded gradient and computes
+                                                                // `grad * 2 * x.pow(1)`, three fp32 [rows, dim] tensors at once of which the
+                                                                // last is the gradient it hands on: two temporaries beyond it
+                let rs = self.op(rows * 4, &[x32], &[x32], &[], &[2 * n * 4]);
+                // `h * rsqrt(...)`: each operand saved for the other's gradient; the
+                // row-broadcast factor's gradient `(grad * h).sum(-1)` is a full product before
+                // the reduction (mul_tensor_backward)
+                let mut hs = Ids::default();
+                if self.rg(rs) {
+                    hs.push(x32);
+                }
+                if self.rg(x32) {
+                    hs.push(rs);
+                }
+                let t_rs: &[u128] = if self.rg(rs) { &[n * 4] } else { &[] };
+                let h32 = self.op(n * 4, &[x32, rs], hs.as_slice(), &[], t_rs);
                 // mul saves `h` only for the weight's gradient (derivatives.yaml: mul saves
-                // `other` when `self` needs grad and `self` when `other` does); the decomposed
-                // backward holds up to four fp32 row-sized temporaries
+                // `other` when `self` needs grad and `self` when `other` does); the weight's
+                // gradient `(grad * h).sum_to(weight)` is a full product before the reduction
                 let w_tr = self.trainable(&p.0);
-                let temps = [4 * n * 4];
+                let temps = if w_tr { [n * 4] } else { [0] };
                 let y = if norm.kind == NormKind::RmsNorm && x_size != 4 {
                     // Llama: `weight * h.to(input_dtype)`: the weight multiplies in the input dtype
                     let hd = self.cast(h32, n * x_size);
                     self.drop_(h32);
                     let saved: &[TensorId] = if w_tr { &[hd] } else { &[] };
+                    let temps = if w_tr { [n * x_size] } else { [0] };
                     let y = self.op(n * x_size, &[hd], saved, params, &temps);
                     self.drop_(hd);
                     y

@@ -373,6 +373,12 @@ impl Builder<'_> {
         if let Some(m) = l.mamba2() {
             self.mamba2_params(m, &mut lp);
         }
+        if let Some(m) = l.gated_delta_net() {
+            self.deltanet_params(m, &mut lp);
+        }
+        if let Some(m) = l.mamba1() {
+            self.mamba1_params(m, &mut lp);
+        }
         let a = &l.attention;
         // shapes come from the model description, the one place they are defined (a layer
         // whose mixer is not attention has none here)

@@ -279,7 +279,7 @@ impl Builder<'_> {
             .push(self.new_param(u128::from(m.intermediate), true));
     }
 
-    /// `Mamba2Block.forward`: `norm(x.to(norm.weight.dtype))`, the mixer, and
+    /// `Mamba2Block.forward` (and `MambaBlock.forward`, Mamba-1): `norm(x.to(norm.weight.dtype))`, the mixer, and
     /// `residual + out` with the residual upcast to fp32 under `residual_in_fp32` (so the
     /// residual stream is fp32 from the first block on). Returns the output, whose bytes per
     /// element [`Builder::layer_out_size`] gives.
@@ -289,7 +289,6 @@ impl Builder<'_> {
         x: TensorId,
         x_size: u128,
         spec: &LayerSpec,
-        m: &Mamba2,
     ) -> TensorId {
         let rows = self.tokens;
         let h = self.hidden;
@@ -304,12 +303,19 @@ impl Builder<'_> {
             _ => (self.retain_id(xin), s),
         };
         self.drop_(xin);
-        let (res, res_size) = if m.residual_in_fp32 && x_size != F {
+        let (res, res_size) = if spec.ssm_residual_in_fp32() && x_size != F {
             (self.cast(x, rows * h * F), F)
         } else {
             (self.retain_id(x), x_size)
         };
-        let y = self.mamba2_mixer(n, ns, lp, m);
+        // `MambaBlock` (Mamba-1) is the same block around its own mixer
+        let y = match &spec.mixer {
+            crate::model::Mixer::Mamba1(m1) => self.mamba1_mixer(n, ns, lp, m1),
+            _ => match spec.mamba2() {
+                Some(m) => self.mamba2_mixer(n, ns, lp, m),
+                None => self.retain_id(n),
+            },
+        };
         self.drop_(n);
         let out = self.op(
             rows * h * res_size.max(self.compute_size),
@@ -327,7 +333,7 @@ impl Builder<'_> {
     /// upcast the residual; the parameters' dtype or fp32 under autocast otherwise).
     /// Attention layers keep their input's (fp32 under autocast).
     pub(super) fn layer_out_size(&self, slot: usize, x_size: u128) -> u128 {
-        if self.amp || self.spec(slot).mamba2().is_some_and(|m| m.residual_in_fp32) {
+        if self.amp || self.spec(slot).ssm_residual_in_fp32() {
             F
         } else {
             x_size

@@ -21,6 +21,11 @@ impl Builder<'_> {
         let rows = self.tokens;
         let ckpt = self.mode.checkpointing();
         self.t.set_phase(Phase::Forward);
+        // `with save_on_cpu(pin_memory=True): loss = model(**batch).loss` (--activation-offload)
+        self.t.host.active = self
+            .mode
+            .train()
+            .is_some_and(|w| w.step_options.activation_offload);
         self.unit_pre_forward(0);
         let (mut x, xs) = self.embeddings();
         // rotary cos/sin tables, [1, S, rotary_dim] in the compute dtype (fp32 under autocast):
@@ -57,7 +62,9 @@ impl Builder<'_> {
             self.unit_pre_forward(i + 1);
             let y = if self.checkpoints_slot(i) {
                 self.t.recording = false;
+                self.sac_begin(i, false);
                 let y = self.layer(i, x, xsize, true);
+                self.sac_end();
                 self.t.recording = true;
                 // the checkpoint keeps the layer's inputs for the recompute: the hidden state,
                 // the rotary cos/sin and the attention mask passed to every layer
@@ -91,6 +98,7 @@ impl Builder<'_> {
         }
         self.seg(None, SegKind::Fixed);
         let (fx, fs) = self.body_tail(x, xsize, rows, mask);
+        self.drop_image_locals();
         // the loss phase starts at the LM head (the harness's lm_head forward pre-hook)
         self.t.set_phase(Phase::Loss);
         let loss = match self.mode.kernels().loss {
@@ -119,6 +127,7 @@ impl Builder<'_> {
         for r in std::mem::take(&mut self.outputs_prev) {
             self.drop_(r);
         }
+        self.t.host.active = false;
         self.t.set_phase(Phase::Backward);
         self.t.seed_grad(loss);
         self.unit_pre_backward(0);
@@ -220,8 +229,12 @@ impl Builder<'_> {
             self.drop_(lf);
         }
         let loss = self.act(4, true);
-        // nll_loss_backward materialises a full fp32 [tokens, vocab] gradient
+        // nll_loss_backward materialises a full fp32 [tokens, vocab] gradient. nll_loss saves
+        // its input too (derivatives.yaml `nll_loss_forward`: `self`), which the log-softmax
+        // node keeps alive longer anyway; only offloading copies it a second time
+        let nll_saved: &[TensorId] = if self.t.host.active { &[ls] } else { &[] };
         self.t.record(Node {
+            saved: Ids::of(nll_saved),
             inputs: Ids::of(&[ls]),
             outputs: Ids::of(&[loss]),
             ..Node::default()
@@ -317,7 +330,9 @@ impl Builder<'_> {
                     ..Node::default()
                 });
                 let xsize = self.t.bytes(x) / (self.tokens * self.hidden).max(1);
+                self.sac_begin(i, true);
                 let y = self.layer(i, x, xsize, true);
+                self.sac_end();
                 // the recompute runs in its own autocast region (checkpoint.py re-enters the
                 // saved autocast state); leaving it clears autocast's weight-cast cache
                 // (`torch.clear_autocast_cache` when the nesting drops to 0)
@@ -351,7 +366,15 @@ impl Builder<'_> {
             total += b * self.unit_weight(p.unit);
             largest = largest.max(b);
         }
-        if let Some(b) = w.optimizer.step_temporaries(total, largest) {
+        let temps = if w.optimizer == crate::workload::Optimizer::AdamwForloop {
+            // the parameters in `model.parameters()` order, as the optimizer's group has them
+            Some(crate::workload::Optimizer::forloop_step_temporaries(
+                self.train.trainable.iter().map(|p| self.t.bytes(p.id)),
+            ))
+        } else {
+            w.optimizer.step_temporaries(total, largest)
+        };
+        if let Some(b) = temps {
             self.t.transient(b, Category::OptimizerTemporaries);
         }
     }

@@ -1,0 +1,421 @@
+//! Image inputs of a vision-language wrapper (`--image-tokens N`): the vision tower's forward
+//! over the patches of one image per sequence, the projector, and the merge of the image
+//! features into the text embeddings, op by op as transformers 5.23 runs them
+//! (`qwen2_vl/modeling_qwen2_vl.py`: `Qwen2VLModel.forward`, `get_image_features`,
+//! `get_placeholder_mask`, `Qwen2VisionTransformerPretrainedModel.forward`,
+//! `Qwen2VLVisionBlock`, `VisionAttention`, `apply_rotary_pos_emb_vision`, `VisionMlp`,
+//! `PatchMerger`; `qwen2_5_vl/modeling_qwen2_5_vl.py`: `Qwen2_5_VisionTransformerPretrainedModel`
+//! with `permute_input_for_window_attn`, `Qwen2_5_VLRMSNorm`, `Qwen2_5_VLMLP`, and
+//! transformers `vision_utils.py` `get_vision_window_index` for the windows).
+//!
+//! The tower is frozen (its parameters do not require grad) and `pixel_values` never require
+//! grad, so autograd records nothing in it: transformers does not wrap it in `no_grad`, but an
+//! op none of whose inputs requires grad saves nothing (`torch/csrc/autograd`), so every
+//! tensor of the tower is a transient freed by reference counting. What outlives the tower:
+//! its output object (`last_hidden_state` and the merged `pooler_output`), the concatenated
+//! `image_embeds` and both placeholder masks, all locals of `Qwen2VLModel.forward` until the
+//! language model returns; `masked_scatter` saves the image mask when the embeddings require
+//! grad (`tools/autograd/derivatives.yaml`: `masked_scatter` backward needs `mask` only).
+//! The pixel values themselves are the batch's input tensor (fp32, from the image processor),
+//! not counted, like the input ids.
+
+use super::Builder;
+use crate::memory::timeline::{Ids, Node, TensorId};
+use crate::model::{VisionForward, VisionKind};
+use crate::workload::AttentionImpl;
+
+impl Builder<'_> {
+    /// Runs the image path when the model has image tokens and this forward carries pixels
+    /// (every training forward; the prefill of an inference); returns the embeddings to go on
+    /// with, consuming `emb`'s reference.
+    pub(super) fn image_merge(&mut self, emb: TensorId) -> TensorId {
+        let Some(v) = self.model.vision.as_ref() else {
+            return emb;
+        };
+        let (Some(f), Some(n)) = (v.forward.as_ref(), v.image_tokens) else {
+            return emb;
+        };
+        if self.mode.is_infer() {
+            if self.images_done {
+                return emb;
+            }
+            self.images_done = true;
+        }
+        let s = self.param_size;
+        let n = u128::from(n);
+        let images = self.batch;
+        // get_image_features: `pixel_values.type(self.visual.dtype)` (a copy unless fp32)
+        let patches = images * n * u128::from(f.merge) * u128::from(f.merge);
+        let pv = (s != 4).then(|| self.act(patches * u128::from(f.patch_in) * s, false));
+        let (last, merged) = self.vision_tower(f, images, n);
+        if let Some(pv) = pv {
+            self.drop_(pv);
+        }
+        // `torch.cat(pooler_output splits).to(inputs_embeds.dtype)`: a copy
+        let out = u128::from(f.out);
+        let image_embeds = self.act(images * n * out * s, false);
+        // get_placeholder_mask: `input_ids == image_token_id` and `== video_token_id`, [B, S]
+        // bool each; the video mask is bound to `_` by the caller, a local too
+        let rows = self.tokens;
+        let image_mask = self.act(rows, false);
+        let video_mask = self.act(rows, false);
+        // `inputs_embeds.masked_scatter(image_mask, image_embeds)`: a new tensor
+        let rg = self.rg(emb);
+        let merged_embeds = self.act(rows * self.hidden * s, rg);
+        if rg {
+            self.t.record(Node {
+                saved: Ids::of(&[image_mask]),
+                inputs: Ids::of(&[emb]),
+                outputs: Ids::of(&[merged_embeds]),
+                ..Node::default()
+            });
+        }
+        self.drop_(emb);
+        self.vision_refs
+            .extend([last, merged, image_embeds, image_mask, video_mask]);
+        merged_embeds
+    }
+
+    /// Drops the wrapper's image locals when its language model has returned.
+    pub(super) fn drop_image_locals(&mut self) {
+        for r in std::mem::take(&mut self.vision_refs) {
+            self.drop_(r);
+        }
+    }
+
+    /// The vision transformer's forward (`Qwen2VisionTransformerPretrainedModel` /
+    /// `Qwen2_5_VisionTransformerPretrainedModel.forward`) over `images` images of `n` LLM
+    /// tokens each, no tensor requiring grad; returns (`last_hidden_state`, merged
+    /// `pooler_output`).
+    fn vision_tower(&mut self, f: &VisionForward, images: u128, n: u128) -> (TensorId, TensorId) {
+        let s = self.param_size;
+        let merge2 = u128::from(f.merge) * u128::from(f.merge);
+        let p = images * n * merge2;
+        let e = u128::from(f.width);
+        let heads = u128::from(f.heads).max(1);
+        let hd = e / heads;
+        let m = u128::from(f.mlp);
+        let qwen25 = f.kind == VisionKind::Qwen25Vl;
+        // attention chunks in patches, as runs of (patches, count): one per image
+        // (cu_seqlens), and Qwen2.5-VL's windows
+        let full = vec![(n * merge2, images)];
+        let windows = if qwen25 && f.window > 0 {
+            let mut runs: Vec<(u128, u128)> = Vec::new();
+            let per_image = window_chunks(n, u128::from(f.window));
+            let single = runs_of(per_image.iter().map(|t| t * merge2));
+            if single.len() == 1 {
+                runs.push((single[0].0, single[0].1 * images));
+            } else {
+                for _ in 0..images {
+                    for &(len, count) in &single {
+                        push_run(&mut runs, len, count);
+                    }
+                }
+            }
+            runs
+        } else {
+            full.clone()
+        };
+        // get_vision_position_ids: int64 [P, 2] (h, w coordinates)
+        let pos = self.act(p * 2 * 8, false);
+        // Qwen2.5-VL get_vision_window_index: int64 window_index over the LLM tokens
+        let widx = qwen25.then(|| self.act(p / merge2 * 8, false));
+        // PatchEmbed: Conv3d with kernel = stride = the patch, output [P, E]
+        let mut h = self.act(p * e * s, false);
+        if qwen25 {
+            // permute_input_for_window_attn: `x[window_index]`, a copy
+            let hw = self.act(p * e * s, false);
+            self.drop_(h);
+            h = hw;
+        }
+        // the vision rotary embedding: fp32 cos and sin, [P, head_dim] each (Qwen2.5-VL:
+        // permuted by window too, copies; the tuple is rebound)
+        let mut cos = self.act(p * hd * 4, false);
+        let mut sin = self.act(p * hd * 4, false);
+        if qwen25 {
+            let c2 = self.act(p * hd * 4, false);
+            let s2 = self.act(p * hd * 4, false);
+            self.drop_(cos);
+            self.drop_(sin);
+            cos = c2;
+            sin = s2;
+        }
+        for block in 0..f.depth {
+            let windowed = qwen25 && f.window > 0 && !f.full_blocks.contains(&block);
+            let chunks = if windowed { &windows } else { &full };
+            // hidden_states + attn(norm1(hidden_states)): norm1's output is attn's argument
+            let n1 = self.vision_norm(qwen25, p * e, p);
+            let qkv = self.act(p * 3 * e * s, false);
+            // apply_rotary_pos_emb_vision: q.float(), k.float(), then
+            // (x * cos) + (rotate_half(x) * sin) in fp32, cast back to the model dtype
+            let qf = self.act(p * e * 4, false);
+            let kf = self.act(p * e * 4, false);
+            let qe = self.vision_rotate_fp32(p * e);
+            let ke = self.vision_rotate_fp32(p * e);
+            let (q, k) = if s == 4 {
+                (qe, ke)
+            } else {
+                let q = self.act(p * e * s, false);
+                let k = self.act(p * e * s, false);
+                self.drop_(qe);
+                self.drop_(ke);
+                (q, k)
+            };
+            self.drop_(qf);
+            self.drop_(kf);
+            let cat = self.vision_attention(chunks, e, heads, s);
+            self.drop_(q);
+            self.drop_(k);
+            self.drop_(qkv);
+            let proj = self.act(p * e * s, false);
+            self.drop_(cat);
+            self.drop_(n1);
+            let h1 = self.act(p * e * s, false);
+            self.drop_(proj);
+            self.drop_(h);
+            // hidden_states + mlp(norm2(hidden_states))
+            let n2 = self.vision_norm(qwen25, p * e, p);
+            let g = if qwen25 {
+                // Qwen2_5_VLMLP: down(act(gate(x)) * up(x)), SiLU
+                let gate = self.act(p * m * s, false);
+                let act = self.act(p * m * s, false);
+                self.drop_(gate);
+                let up = self.act(p * m * s, false);
+                let g = self.act(p * m * s, false);
+                self.drop_(act);
+                self.drop_(up);
+                g
+            } else {
+                // VisionMlp: fc2(quick_gelu(fc1(x))), quick_gelu = x * sigmoid(1.702 * x)
+                let f1 = self.act(p * m * s, false);
+                let scaled = self.act(p * m * s, false);
+                let sig = self.act(p * m * s, false);
+                self.drop_(scaled);
+                let g = self.act(p * m * s, false);
+                self.drop_(sig);
+                self.drop_(f1);
+                g
+            };
+            let f2 = self.act(p * e * s, false);
+            self.drop_(g);
+            self.drop_(n2);
+            h = self.act(p * e * s, false);
+            self.drop_(f2);
+            self.drop_(h1);
+        }
+        // Qwen2.5-VL: `reverse_indices = torch.argsort(window_index)` before the merger
+        let rev = qwen25.then(|| self.act(p / merge2 * 8, false));
+        // PatchMerger: mlp(ln_q(x).view(-1, E·merge²)): Linear, GELU, Linear
+        let ln = self.vision_norm(qwen25, p * e, p);
+        let l1 = self.act(p * e * s, false);
+        self.drop_(ln);
+        let gelu = self.act(p * e * s, false);
+        self.drop_(l1);
+        let mut merged = self.act(p / merge2.max(1) * u128::from(f.out) * s, false);
+        self.drop_(gelu);
+        if qwen25 {
+            // `merged_hidden_states[reverse_indices, :]`: a copy, the unordered one rebound
+            let ordered = self.act(p / merge2.max(1) * u128::from(f.out) * s, false);
+            self.drop_(merged);
+            merged = ordered;
+        }
+        for x in [Some(pos), widx, rev, Some(cos), Some(sin)]
+            .into_iter()
+            .flatten()
+        {
+            self.drop_(x);
+        }
+        (h, merged)
+    }
+
+    /// The block's norm over `numel` elements in `rows` rows, no grad: Qwen2-VL's LayerNorm
+    /// (one output; its mean and rstd are freed at once), Qwen2.5-VL's `Qwen2_5_VLRMSNorm`
+    /// (`x.to(float32)`, `pow(2).mean(-1)`, `x * rsqrt(var + eps)`, `weight * x.to(dtype)`).
+    fn vision_norm(&mut self, rms: bool, numel: u128, rows: u128) -> TensorId {
+        let s = self.param_size;
+        if !rms {
+            let y = self.act(numel * s, false);
+            let stats = self.act(rows * 4 * 2, false);
+            self.drop_(stats);
+            return y;
+        }
+        let up = (s != 4).then(|| self.act(numel * 4, false));
+        let sq = self.act(numel * 4, false);
+        let var = self.act(rows * 4, false);
+        self.drop_(sq);
+        let ve = self.act(rows * 4, false);
+        let rs = self.act(rows * 4, false);
+        self.drop_(ve);
+        let y = self.act(numel * 4, false);
+        self.drop_(rs);
+        if let Some(up) = up {
+            self.drop_(up);
+        }
+        let out = if s == 4 {
+            self.act(numel * 4, false)
+        } else {
+            let down = self.act(numel * s, false);
+            let out = self.act(numel * s, false);
+            self.drop_(down);
+            out
+        };
+        self.drop_(y);
+        self.drop_(var);
+        out
+    }
+
+    /// `(x * cos) + (rotate_half(x) * sin)` on an fp32 copy of `numel` elements: returns the
+    /// result, its temporaries freed.
+    fn vision_rotate_fp32(&mut self, numel: u128) -> TensorId {
+        let a = self.act(numel * 4, false);
+        // rotate_half: torch.cat((-x2, x1), dim=-1)
+        let neg = self.act(numel / 2 * 4, false);
+        let cat = self.act(numel * 4, false);
+        self.drop_(neg);
+        let b = self.act(numel * 4, false);
+        self.drop_(cat);
+        let y = self.act(numel * 4, false);
+        self.drop_(a);
+        self.drop_(b);
+        y
+    }
+
+    /// `VisionAttention`'s core for SDPA and eager: one attention call per chunk of patches
+    /// (the `cu_seqlens` split: images, or Qwen2.5-VL's windows; [1, heads, len, head_dim],
+    /// not causal), each output made contiguous and kept in a list, then
+    /// `torch.cat(attn_outputs, dim=1)`; returns the concatenation, [P, E]. `chunks` are runs
+    /// of equal chunks, (patches, count): the live bytes grow from one call of a run to the
+    /// next (the list only grows), so a run's first `count - 1` outputs are allocated as one
+    /// block of their rounded sizes and its last call is replayed in full: the same peak.
+    fn vision_attention(
+        &mut self,
+        chunks: &[(u128, u128)],
+        e: u128,
+        heads: u128,
+        s: u128,
+    ) -> TensorId {
+        let p: u128 = chunks.iter().map(|(len, count)| len * count).sum();
+        let g = self.t.granularity.max(1);
+        let mut outs = Vec::new();
+        for &(pi, count) in chunks {
+            if count > 1 {
+                let each = (pi * e * s).div_ceil(g) * g;
+                outs.push(self.act((count - 1) * each, false));
+            }
+            let oc = match self.mode.attention() {
+                AttentionImpl::Eager => {
+                    // eager_attention_forward: matmul(q, kᵀ) * scaling, softmax in fp32 cast
+                    // back, matmul with v (dropout p = 0 returns its input); the weights go
+                    // when the call's result is indexed
+                    let w = self.act(heads * pi * pi * s, false);
+                    let ws = self.act(heads * pi * pi * s, false);
+                    self.drop_(w);
+                    let sm = if s == 4 {
+                        self.act(heads * pi * pi * 4, false)
+                    } else {
+                        // softmax(x, dtype=float32) converts its input first (aten
+                        // `softmax.int`: `input.toType(dtype)`), a copy freed on return
+                        let up = self.act(heads * pi * pi * 4, false);
+                        let sm32 = self.act(heads * pi * pi * 4, false);
+                        self.drop_(up);
+                        let sm = self.act(heads * pi * pi * s, false);
+                        self.drop_(sm32);
+                        sm
+                    };
+                    self.drop_(ws);
+                    let o = self.act(pi * e * s, false);
+                    let oc = self.act(pi * e * s, false);
+                    self.drop_(o);
+                    self.drop_(sm);
+                    oc
+                }
+                AttentionImpl::Sdpa | AttentionImpl::Flash => {
+                    // scaled_dot_product_attention: the output and the fp32 logsumexp of the
+                    // fused kernel, then `.transpose(1, 2).contiguous()`
+                    let o = self.act(pi * e * s, false);
+                    let lse = self.act(heads * pi * 4, false);
+                    self.drop_(lse);
+                    let oc = self.act(pi * e * s, false);
+                    self.drop_(o);
+                    oc
+                }
+            };
+            outs.push(oc);
+        }
+        let cat = self.act(p * e * s, false);
+        for o in outs {
+            self.drop_(o);
+        }
+        cat
+    }
+}
+
+/// Appends `count` chunks of `len` to run-length `runs`, merging with the last run.
+fn push_run(runs: &mut Vec<(u128, u128)>, len: u128, count: u128) {
+    match runs.last_mut() {
+        Some((l, c)) if *l == len => *c += count,
+        _ => runs.push((len, count)),
+    }
+}
+
+/// The runs of equal values of `chunks`.
+fn runs_of(chunks: impl Iterator<Item = u128>) -> Vec<(u128, u128)> {
+    let mut runs = Vec::new();
+    for c in chunks {
+        push_run(&mut runs, c, 1);
+    }
+    runs
+}
+
+/// One image's LLM-token grid as the truth harness and `--image-tokens` define it: the most
+/// nearly square `a × b = n` (a ≤ b, a the largest divisor of n up to √n).
+pub(crate) fn image_grid(n: u128) -> (u128, u128) {
+    let mut a = 1;
+    let mut d = 1;
+    while d * d <= n {
+        if n.is_multiple_of(d) {
+            a = d;
+        }
+        d += 1;
+    }
+    (a, n / a.max(1))
+}
+
+/// Qwen2.5-VL's attention windows of one image of `n` LLM tokens, in LLM tokens, in the order
+/// `get_vision_window_index` lays them out (transformers `vision_utils.py`): the `a × b` grid
+/// padded to multiples of the window side `w`, windows row by row; padding is dropped, so edge
+/// windows are smaller (and a grid side divisible by `w` adds an empty row or column of
+/// windows, which holds nothing).
+fn window_chunks(n: u128, w: u128) -> Vec<u128> {
+    let (a, b) = image_grid(n);
+    let sides = |x: u128| -> Vec<u128> {
+        let mut v = vec![w; (x / w) as usize];
+        if !x.is_multiple_of(w) {
+            v.push(x % w);
+        }
+        v
+    };
+    let (rows, cols) = (sides(a), sides(b));
+    let mut out = Vec::with_capacity(rows.len() * cols.len());
+    for r in &rows {
+        for c in &cols {
+            out.push(r * c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grids_and_windows() {
+        assert_eq!(image_grid(256), (16, 16));
+        assert_eq!(image_grid(100), (10, 10));
+        assert_eq!(image_grid(64), (8, 8));
+        assert_eq!(image_grid(7), (1, 7));
+        assert_eq!(window_chunks(100, 4), vec![16, 16, 8, 16, 16, 8, 8, 8, 4]);
+        assert_eq!(window_chunks(64, 4).len(), 4);
+    }
+}

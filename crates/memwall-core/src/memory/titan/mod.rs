@@ -1,0 +1,483 @@
+//! [`Engine::Torchtitan`]: torchtitan 0.3.0's own training step (`--runtime torchtitan`).
+//!
+//! torchtitan does not run the transformers model: it builds its own Llama 3 (plain PyTorch,
+//! `torchtitan/models/llama3/model.py` over `models/common/{decoder,attention,rope,
+//! feed_forward,nn_modules}.py`), wraps it with activation checkpointing and FSDP2
+//! (`models/llama3/parallelize.py` `parallelize_llama`, `distributed/fsdp.py`
+//! `apply_fsdp_to_decoder`, `distributed/activation_checkpoint.py`) and trains it with its own
+//! loss (`components/loss.py` `CrossEntropyLoss`) and `OptimizersContainer` (AdamW, foreach).
+//! Where its memory differs from the transformers step under FSDP2 ([`Engine::Fsdp2`]):
+//! - FSDP units: `tok_embeddings`, every block, and `[norm, lm_head]` together; by default
+//!   (`fsdp_reshard_after_forward = "default"`) the last unit is not resharded after forward
+//!   ("FSDP would prefetch them immediately", `apply_fsdp_to_decoder`).
+//! - The block: fused `wqkv`, complex RoPE over a per-layer `complex64` cache of `seq_len` rows
+//!   (`rope.py` `ComplexRoPE`, its `max_seq_len` set to `training.seq_len` by
+//!   `Decoder.Config.update_from_config`), FlexAttention (out, logsumexp and row max saved; the
+//!   default `attn_backend`), RMSNorm computed in fp32 (`x.float()` and the fp32 normalised
+//!   tensor saved), `w2(silu(w1(x)) * w3(x))`; no KV cache, no dropout, no output object.
+//! - The loss: `cross_entropy(pred.float())` summed and divided by the global token count.
+//!
+//! The step is a timeline of named instants, each summing what is alive then ([`instants`]);
+//! the peak is the largest. The tensors saved per block were read off the model with
+//! `torch.autograd.graph.saved_tensors_hooks` and every instant's contents off FSDPMemTracker's
+//! breakdown at the measured peaks (`tools/truth/titan/`, `tests/truth/titan.jsonl`). This
+//! profile is evaluated in closed form (a few dozen instants, no per-op replay), so it has no
+//! separate fast path: the fast evaluator is not involved.
+//!
+//! Refused by name (the capability row [`CAPABILITIES`] and [`check`]): tensor, sequence,
+//! context and pipeline parallelism (torchtitan's TP/SP/PP; not measured on fake process
+//! groups here), HSDP, CPU offload, float8 (`torchao` converters are not simulated),
+//! `torch.compile` (Inductor's generated code cannot run on fake tensors, so a compiled step
+//! cannot be measured honestly), LoRA, gradient accumulation, the chunked loss
+//! (`ChunkedLossWrapper`, torchtitan's default for `llama3_8b`: FSDPMemTracker refuses its
+//! repeated calls of the head unit, so it is not measured), and every family but Llama 3
+//! (DeepSeek-V3 and Qwen 3 have their own torchtitan models, not simulated).
+
+use super::ranks::{CommBuffer, DistEstimate, RankGroup, RankSet};
+use super::{Category, Phase};
+use crate::dtype::Precision;
+use crate::engine::{Capabilities, Engine, Rule};
+use crate::error::CoreError;
+use crate::layout::{Layout, Offload, OffloadDevice, Strategy};
+use crate::model::{Activation, AttentionKind, Mlp, ModelDesc, NormKind, Residual};
+use crate::optimizer::Optimizer;
+use crate::workload::{CheckpointPolicy, KernelSet, LossKernel, TrainLoop, TrainWorkload};
+
+mod step;
+
+pub use step::{instants, Instant, Job};
+
+crate::names::named_enum! {
+    /// Whose training code is simulated (`--runtime`): transformers' (the `hf` profile and the
+    /// engine a layout resolves to) or torchtitan's own.
+    #[derive(Default)]
+    pub enum Runtime in "runtime" {
+        /// transformers' step, under the engine the layout resolves to (hf, ddp, fsdp,
+        /// deepspeed, megatron).
+        #[default]
+        Hf = "hf": "transformers' model and step (the engine the layout picks)",
+        /// torchtitan 0.3.0's Llama 3 under FSDP2 ([`Engine::Torchtitan`]).
+        Torchtitan = "torchtitan": "torchtitan 0.3.0's own Llama 3 step under FSDP2",
+    }
+}
+
+const ENGINE: &str = "torchtitan 0.3.0";
+const NOT_MEASURED: &str = "use the hf profile (drop --runtime torchtitan) for this setting";
+
+/// torchtitan's capability row of `engine::TABLE`.
+pub const CAPABILITIES: Capabilities = Capabilities {
+    engine: Engine::Torchtitan,
+    name: "torchtitan",
+    title: ENGINE,
+    source: "torchtitan 0.3.0's Llama 3 step under FSDP2 (torchtitan/models/llama3/, \
+             models/common/, distributed/fsdp.py, distributed/activation_checkpoint.py; \
+             measured with FSDPMemTracker on fake tensors, tests/truth/titan.jsonl; memory/titan/)",
+    strategies: Rule {
+        allowed: &[Strategy::FsdpFull, Strategy::FsdpGradOp],
+        note: "fsdp-full = `fsdp_reshard_after_forward = \"default\"` (blocks and embeddings \
+               reshard after forward, `[norm, lm_head]` does not); fsdp-grad-op = \"never\"",
+        refused: "torchtitan's data parallelism is FSDP2 (`data_parallel_shard_degree`); its \
+                  HSDP (`data_parallel_replicate_degree` > 1) is not measured, and DDP / ZeRO \
+                  are other runtimes",
+        hint: "use --strategy fsdp-full or fsdp-grad-op, or drop --runtime torchtitan",
+    },
+    optimizers: Rule {
+        allowed: &[Optimizer::Adamw],
+        note: "torchtitan's default `optimizer.implementation = \"foreach\"` AdamW \
+               (components/optimizer.py `OptimizersContainer`; measured)",
+        refused: "not measured: torchtitan's fused and for-loop AdamW implementations and its \
+                  other optimizers",
+        hint: "use --optimizer adamw with --runtime torchtitan",
+    },
+    precisions: Rule {
+        allowed: &[Precision::AmpBf16],
+        note: "an fp32 model under `MixedPrecisionPolicy(param_dtype=bfloat16, \
+               reduce_dtype=float32)`: torchtitan's defaults `training.dtype = \"float32\"`, \
+               `mixed_precision_param = \"bfloat16\"`, `mixed_precision_reduce = \"float32\"` \
+               (config/configs.py; measured)",
+        refused: "not measured: torchtitan with `training.dtype = \"bfloat16\"` or fp32 compute",
+        hint: "use --precision amp-bf16 with --runtime torchtitan",
+    },
+    lora: Rule {
+        allowed: &[false],
+        note: "",
+        refused: "torchtitan has no LoRA/QLoRA trainer",
+        hint: "drop --runtime torchtitan for LoRA (the hf profile runs peft)",
+    },
+    qlora: Rule {
+        allowed: &[false],
+        note: "",
+        refused: "torchtitan has no LoRA/QLoRA trainer",
+        hint: "drop --runtime torchtitan for QLoRA (the hf profile runs peft)",
+    },
+    offload: Rule {
+        allowed: &[Offload::None],
+        note: "",
+        refused: "not measured: torchtitan's `training.enable_cpu_offload` (FSDP2 \
+                  CPUOffloadPolicy)",
+        hint: "drop --offload, or drop --runtime torchtitan",
+    },
+    offload_devices: Rule {
+        allowed: &[OffloadDevice::Cpu],
+        note: "",
+        refused: "NVMe offload is DeepSpeed ZeRO-Infinity",
+        hint: "drop --offload-device nvme",
+    },
+    grad_accum: Rule {
+        allowed: &[false],
+        note: "",
+        refused: "not measured: torchtitan's gradient accumulation (global batch > local batch \
+                  × dp)",
+        hint: NOT_MEASURED,
+    },
+    losses: Rule {
+        allowed: &[LossKernel::Torch],
+        note:
+            "torchtitan's `CrossEntropyLoss` (components/loss.py: `cross_entropy(pred.float())`, \
+               sum / global valid tokens; measured)",
+        refused: "torchtitan's own fused-linear-style loss (`ChunkedLossWrapper`, the default of \
+                  `llama3_8b()`) calls the head unit once per chunk, which FSDPMemTracker cannot \
+                  track, so it is not measured; flash-attn's and Liger's losses are not \
+                  torchtitan's",
+        hint: "drop --loss (torch = torchtitan's CrossEntropyLoss, set `loss` to it in the job)",
+    },
+    padding_free: Rule {
+        allowed: &[false],
+        note: "",
+        refused: "not measured: torchtitan's document masking / varlen batches",
+        hint: "drop --padding-free with --runtime torchtitan",
+    },
+    loops: Rule {
+        allowed: &[TrainLoop::Trainer],
+        note: "torchtitan's `Trainer.train_step` keeps only the loss",
+        refused: "torchtitan runs its own loop: the model output is dropped after the loss",
+        hint: "drop --loop with --runtime torchtitan",
+    },
+    checkpoint_policies: Rule {
+        allowed: &[true, false],
+        note: "full: `FullAC` (ptd checkpoint_wrapper per block); selective-op: `SelectiveAC` \
+               (op-level save list, every second matmul recomputed); every-k:K: `FullAC`'s \
+               wrapper on every K-th block (earlier torchtitan's layer-level selective AC; 0.3.0 \
+               dropped the option, measured with the same wrapper); selective-attn is refused \
+               (Megatron-LM's pattern)",
+        refused: "",
+        hint: "",
+    },
+    kernels: Rule {
+        allowed: &[KernelSet::Torch],
+        note: "torchtitan's own modules (RMSNorm in fp32, FlexAttention, SwiGLU)",
+        refused: "Liger-Kernel patches transformers modules, not torchtitan's",
+        hint: "drop --kernels with --runtime torchtitan",
+    },
+};
+
+/// torchtitan's `parallelism.fsdp_reshard_after_forward` (config/configs.py): which FSDP units
+/// free their unsharded parameters after forward (`distributed/fsdp.py`
+/// `get_fsdp_reshard_after_forward_policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReshardPolicy {
+    /// `"default"`: every unit but `[norm, lm_head]` (which backward needs first).
+    #[default]
+    Default,
+    /// `"always"`: every unit, `[norm, lm_head]` too.
+    Always,
+    /// `"never"`: no unit (parameters stay gathered from forward to the end of backward).
+    Never,
+}
+
+impl ReshardPolicy {
+    /// torchtitan's spelling.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ReshardPolicy::Default => "default",
+            ReshardPolicy::Always => "always",
+            ReshardPolicy::Never => "never",
+        }
+    }
+
+    /// The policy a layout's strategy stands for: `fsdp-grad-op` (FSDP's SHARD_GRAD_OP) is
+    /// `"never"`, `fsdp-full` torchtitan's `"default"`.
+    pub fn for_strategy(s: Strategy) -> ReshardPolicy {
+        if s == Strategy::FsdpGradOp {
+            ReshardPolicy::Never
+        } else {
+            ReshardPolicy::Default
+        }
+    }
+}
+
+/// Settings of the torchtitan job that are not in the workload or the layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TitanOptions {
+    /// `fsdp_reshard_after_forward`; `None` = the layout strategy's ([`ReshardPolicy::for_strategy`]).
+    pub reshard: Option<ReshardPolicy>,
+}
+
+/// The shapes of torchtitan's Llama 3 that its memory depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shapes {
+    /// `dim`.
+    pub dim: u64,
+    /// `n_heads`.
+    pub heads: u64,
+    /// `n_kv_heads`.
+    pub kv_heads: u64,
+    /// `dim / n_heads`.
+    pub head_dim: u64,
+    /// The feed-forward's `hidden_dim`.
+    pub ffn: u64,
+    /// `vocab_size`.
+    pub vocab: u64,
+    /// Blocks.
+    pub layers: u64,
+}
+
+fn refuse(
+    field: &'static str,
+    value: impl ToString,
+    reason: &'static str,
+    hint: &'static str,
+) -> CoreError {
+    CoreError::Unsupported {
+        field,
+        value: value.to_string(),
+        engine: ENGINE,
+        reason,
+        hint,
+    }
+}
+
+/// torchtitan's Llama 3 shapes of `model`, or a refusal naming what torchtitan's Llama 3 is not.
+pub fn shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
+    const ONLY_LLAMA: &str = "torchtitan 0.3.0's llama3 model is simulated (models/llama3/); its \
+                              DeepSeek-V3, Qwen 3 and other models are not";
+    const HINT: &str =
+        "use a Llama 3 / 3.1 model (e.g. llama-3.1-8b), or drop --runtime torchtitan";
+    if model.model_type != "llama" {
+        return Err(refuse("model_type", &model.model_type, ONLY_LLAMA, HINT));
+    }
+    let first = model
+        .layers
+        .first()
+        .ok_or_else(|| CoreError::invalid("num_hidden_layers", "the model has no layers"))?;
+    let (heads, kv_heads, head_dim) = match first.attention.kind {
+        AttentionKind::Standard {
+            num_heads,
+            num_kv_heads,
+            head_dim,
+        } => (num_heads, num_kv_heads, head_dim),
+        AttentionKind::Mla { .. } => return Err(refuse("model_type", "mla", ONLY_LLAMA, HINT)),
+    };
+    let ffn = match &first.mlp {
+        Mlp::Dense(d) if d.gated && d.act == Activation::Silu && !d.bias => d.intermediate,
+        _ => return Err(refuse("model_type", &model.model_type, ONLY_LLAMA, HINT)),
+    };
+    let same = model.layers.iter().all(|l| {
+        l.attention.kind == first.attention.kind
+            && l.mlp == first.mlp
+            && l.residual == Residual::Sequential
+            && !l.attention.qkv_bias
+            && !l.attention.o_bias
+            && l.attention.qk_norm.is_none()
+            && l.attention.sliding_window.is_none()
+            && l.attn_norm.is_some_and(|n| n.kind == NormKind::RmsNorm)
+            && l.mlp_norm.is_some_and(|n| n.kind == NormKind::RmsNorm)
+            && l.attn_post_norm.is_none()
+            && l.mlp_post_norm.is_none()
+            && l.mixer == crate::mixer::Mixer::Attention
+    });
+    if !same || heads == 0 || head_dim * heads != model.hidden_size {
+        return Err(refuse(
+            "model_type",
+            &model.model_type,
+            "this llama config differs from torchtitan's Llama 3 block (uniform pre-norm RMSNorm \
+             blocks, no biases, dim = n_heads × head_dim, gated SiLU feed-forward)",
+            HINT,
+        ));
+    }
+    if model.head.tied {
+        return Err(refuse(
+            "tie_word_embeddings",
+            "true",
+            "not measured: torchtitan's tied-embedding flavours (1B, 3B) shard embeddings, norm \
+             and head as one FSDP unit",
+            "use an untied Llama 3 / 3.1 model (8B, 70B, 405B), or drop --runtime torchtitan",
+        ));
+    }
+    if model.vision.is_some() {
+        return Err(refuse("model_type", "vision", ONLY_LLAMA, HINT));
+    }
+    Ok(Shapes {
+        dim: model.hidden_size,
+        heads,
+        kv_heads,
+        head_dim,
+        ffn,
+        vocab: model.embeddings.vocab_size,
+        layers: model.layers.len() as u64,
+    })
+}
+
+/// Refuses what the torchtitan profile does not simulate, by name (the capability row, then
+/// the layout's model parallelism and the attention / checkpointing policy).
+pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Shapes, CoreError> {
+    w.validate()?;
+    for (field, value) in [
+        ("tp", layout.tp),
+        ("pp", layout.pp),
+        ("cp", layout.cp),
+        ("ep", layout.ep),
+    ] {
+        if value > 1 {
+            return Err(refuse(
+                field,
+                value,
+                "not measured: torchtitan's tensor / sequence, pipeline, context and expert \
+                 parallelism are not simulated (FSDPMemTracker measures one FSDP mesh)",
+                "use --tp/--pp/--cp/--ep 1 with --runtime torchtitan, or drop --runtime \
+                 torchtitan (Megatron-LM's profile models model parallelism)",
+            ));
+        }
+    }
+    if layout.sequence_parallel {
+        return Err(refuse(
+            "sequence_parallel",
+            "true",
+            "not measured: torchtitan's sequence parallelism needs tensor parallelism",
+            "drop --sequence-parallel with --runtime torchtitan",
+        ));
+    }
+    layout.validate()?;
+    Engine::Torchtitan.check(w, Some(layout))?;
+    if w.grad_accum > 1 {
+        // the row refuses it too; kept explicit for the message's field
+        return Err(refuse(
+            "grad_accum",
+            w.grad_accum,
+            "not measured: torchtitan's gradient accumulation",
+            NOT_MEASURED,
+        ));
+    }
+    if w.checkpointing && w.step_options.checkpointing_policy == CheckpointPolicy::SelectiveAttn {
+        return Err(refuse(
+            CheckpointPolicy::FIELD,
+            "selective-attn",
+            "selective-attn is Megatron-LM's selective recomputation; torchtitan's selective AC \
+             is op-level (SelectiveAC)",
+            "use --checkpointing-policy selective-op, full or every-k:K with --runtime torchtitan",
+        ));
+    }
+    if w.attention == crate::workload::AttentionImpl::Eager {
+        return Err(refuse(
+            "attention",
+            "eager",
+            "torchtitan 0.3.0's language models run FlexAttention or varlen (flash) attention \
+             (models/common/attention.py); there is no eager path",
+            "drop --attention (torchtitan's FlexAttention is simulated)",
+        ));
+    }
+    if w.kernels.padding_free {
+        return Err(refuse(
+            "padding_free",
+            "true",
+            "not measured: torchtitan's document masking / varlen batches",
+            "drop --padding-free with --runtime torchtitan",
+        ));
+    }
+    shapes(model)
+}
+
+/// Simulates every rank of torchtitan's training step (all ranks of one FSDP mesh hold the
+/// same padded shards, so they form one group).
+pub fn simulate_train_titan(
+    model: &ModelDesc,
+    w: &TrainWorkload,
+    layout: &Layout,
+    opts: &TitanOptions,
+) -> Result<DistEstimate, CoreError> {
+    let s = check(model, w, layout)?;
+    let reshard = opts
+        .reshard
+        .unwrap_or_else(|| ReshardPolicy::for_strategy(layout.strategy));
+    let job = step::Job {
+        shapes: s,
+        world: layout.gpus,
+        batch: w.batch,
+        seq: w.seq,
+        checkpointing: w
+            .checkpointing
+            .then_some(w.step_options.checkpointing_policy),
+        reshard,
+    };
+    let all = instants(&job)?;
+    let (peak_i, peak) = all
+        .iter()
+        .enumerate()
+        .map(|(i, x)| (i, x.total()))
+        .max_by_key(|&(i, t)| (t, std::cmp::Reverse(i)))
+        .ok_or(CoreError::Overflow { what: "instants" })?;
+    let to64 =
+        |v: u128, what: &'static str| u64::try_from(v).map_err(|_| CoreError::Overflow { what });
+    let at = &all[peak_i];
+    let at_peak = Category::ALL
+        .iter()
+        .zip(at.bytes)
+        .map(|(c, v)| Ok((*c, to64(v, "breakdown")?)))
+        .collect::<Result<Vec<_>, CoreError>>()?;
+    let phase_peaks = [
+        Phase::Forward,
+        Phase::Loss,
+        Phase::Backward,
+        Phase::Optimizer,
+    ]
+    .iter()
+    .map(|p| {
+        let m = all
+            .iter()
+            .filter(|x| x.phase == *p)
+            .map(step::Instant::total)
+            .max()
+            .unwrap_or(0);
+        Ok((*p, to64(m, "phase peak")?))
+    })
+    .collect::<Result<Vec<_>, CoreError>>()?;
+    let sizes = step::Sizes::new(&job)?;
+    let group = RankGroup {
+        label: if layout.gpus == 1 {
+            "rank 0 (an FSDP mesh of one)".to_owned()
+        } else {
+            format!("all {} ranks (one FSDP mesh)", layout.gpus)
+        },
+        ranks: RankSet::span(0, layout.gpus.saturating_sub(1), layout.gpus),
+        peak_bytes: to64(peak, "peak bytes")?,
+        at_peak,
+        phase: at.phase,
+        host_bytes: 0,
+        model_state_bytes: to64(sizes.model_states(), "model states")?,
+        phase_peaks,
+    };
+    Ok(DistEstimate {
+        engine: Engine::Torchtitan,
+        groups: vec![group],
+        worst: 0,
+        peak_bytes: to64(peak, "peak bytes")?,
+        host_bytes_per_node: 0,
+        nvme_bytes_per_rank: 0,
+        comm_buffers: vec![
+            CommBuffer {
+                name: "FSDP2 all-gather output of the largest unit (bf16)".into(),
+                bytes: to64(sizes.largest_unsharded(), "all-gather")?,
+            },
+            CommBuffer {
+                name: "FSDP2 reduce-scatter input of the largest unit (fp32)".into(),
+                bytes: to64(2 * sizes.largest_unsharded(), "reduce-scatter")?,
+            },
+        ],
+        dp: layout.gpus,
+        global_batch: w.batch.saturating_mul(layout.gpus),
+        params_total: to64(sizes.params_total(), "parameters")?,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,359 @@
+//! torchtitan's training step as named instants (see the module docs of `memory/titan`).
+//!
+//! Bytes are per rank. `T` = local batch × seq tokens; `D` = dim, `q` = n_heads × head_dim,
+//! `kv` = n_kv_heads × head_dim, `F` = the feed-forward's hidden_dim, `V` = vocab_size.
+
+use super::{ReshardPolicy, Shapes};
+use crate::error::CoreError;
+use crate::memory::{Category, Phase};
+use crate::workload::CheckpointPolicy;
+
+/// One torchtitan training job on one FSDP mesh.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Job {
+    /// The model's shapes.
+    pub shapes: Shapes,
+    /// FSDP ranks (`data_parallel_shard_degree`).
+    pub world: u64,
+    /// `training.local_batch_size`.
+    pub batch: u64,
+    /// `training.seq_len`.
+    pub seq: u64,
+    /// The activation checkpointing policy (`None`: no AC).
+    pub checkpointing: Option<CheckpointPolicy>,
+    /// `parallelism.fsdp_reshard_after_forward`.
+    pub reshard: ReshardPolicy,
+}
+
+/// What is alive at one instant of the step, by [`Category`] (in [`Category::ALL`] order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instant {
+    /// What happens then.
+    pub name: String,
+    /// The phase it belongs to.
+    pub phase: Phase,
+    /// Live bytes by category.
+    pub bytes: [u128; 9],
+}
+
+impl Instant {
+    fn new(name: impl Into<String>, phase: Phase) -> Self {
+        Instant {
+            name: name.into(),
+            phase,
+            bytes: [0; 9],
+        }
+    }
+
+    fn add(&mut self, c: Category, bytes: u128) -> &mut Self {
+        let i = Category::ALL.iter().position(|x| *x == c).unwrap_or(0);
+        self.bytes[i] = self.bytes[i].saturating_add(bytes);
+        self
+    }
+
+    /// All live bytes.
+    pub fn total(&self) -> u128 {
+        self.bytes.iter().fold(0u128, |a, b| a.saturating_add(*b))
+    }
+}
+
+/// `(dim 0, the other dims' product)` of each parameter of one FSDP unit.
+type Params = Vec<(u128, u128)>;
+
+/// Parameter sizes of the FSDP units on one rank.
+#[derive(Debug, Clone)]
+pub(super) struct Sizes {
+    world: u128,
+    block: Params,
+    embedding: Params,
+    lm_head: Params,
+    final_norm: Params,
+    layers: u128,
+}
+
+impl Sizes {
+    pub(super) fn new(job: &Job) -> Result<Self, CoreError> {
+        let s = &job.shapes;
+        let d = u128::from(s.dim);
+        let q = u128::from(s.heads) * u128::from(s.head_dim);
+        let kv = u128::from(s.kv_heads) * u128::from(s.head_dim);
+        let f = u128::from(s.ffn);
+        let v = u128::from(s.vocab);
+        if job.world == 0 {
+            return Err(CoreError::invalid("gpus", "no ranks"));
+        }
+        Ok(Sizes {
+            world: u128::from(job.world),
+            // models/common/attention.py (fused `wqkv` when `fuse_qkv=True`, every llama3
+            // flavour), feed_forward.py (w1, w2, w3), llama3/model.py (the two norms)
+            block: vec![
+                (q + 2 * kv, d),
+                (d, q),
+                (f, d),
+                (d, f),
+                (f, d),
+                (d, 1),
+                (d, 1),
+            ],
+            embedding: vec![(v, d)],
+            lm_head: vec![(v, d)],
+            final_norm: vec![(d, 1)],
+            layers: u128::from(s.layers),
+        })
+    }
+
+    /// Elements of rank 0's shards: FSDP2 shards dim 0 in `ceil(dim0 / world)` rows per rank
+    /// and pads every rank's shard to that size (torch/distributed/fsdp/_fully_shard/
+    /// _fsdp_param.py `_init_sharded_param`).
+    fn sharded(&self, p: &Params) -> u128 {
+        p.iter()
+            .map(|(a, b)| a.div_ceil(self.world).saturating_mul(*b))
+            .fold(0, u128::saturating_add)
+    }
+
+    /// Elements of a unit gathered (the padded shards of every rank).
+    fn padded(&self, p: &Params) -> u128 {
+        self.sharded(p).saturating_mul(self.world)
+    }
+
+    /// Elements of all of rank 0's shards.
+    fn sharded_total(&self) -> u128 {
+        self.sharded(&self.block)
+            .saturating_mul(self.layers)
+            .saturating_add(self.sharded(&self.embedding))
+            .saturating_add(self.sharded(&self.lm_head))
+            .saturating_add(self.sharded(&self.final_norm))
+    }
+
+    /// Parameter tensors (each has its own AdamW `step` scalar).
+    fn tensors(&self) -> u128 {
+        7 * self.layers + 3
+    }
+
+    /// Parameters of the model.
+    pub(super) fn params_total(&self) -> u128 {
+        let n = |p: &Params| p.iter().map(|(a, b)| a * b).sum::<u128>();
+        n(&self.block) * self.layers + n(&self.embedding) + n(&self.lm_head) + n(&self.final_norm)
+    }
+
+    /// fp32 shards, fp32 gradient shards and AdamW's two fp32 states with its step scalars.
+    pub(super) fn model_states(&self) -> u128 {
+        16 * self.sharded_total() + 4 * self.tensors()
+    }
+
+    /// bf16 bytes of the largest unit gathered.
+    pub(super) fn largest_unsharded(&self) -> u128 {
+        let head = [self.final_norm.clone(), self.lm_head.clone()].concat();
+        2 * self
+            .padded(&self.block)
+            .max(self.padded(&self.embedding))
+            .max(self.padded(&head))
+    }
+}
+
+/// Saved bytes per token of one block, by what checkpointing keeps of it.
+struct BlockActs {
+    /// No AC: every tensor autograd saves (read with `saved_tensors_hooks` off torchtitan's
+    /// `Llama3TransformerBlock`, deduplicated by storage): per RMSNorm the fp32 input
+    /// (`x.float()`), the fp32 normalised tensor, the rstd and the bf16 output the next linear
+    /// saves (`2·(4D + 4D + 4 + 2D)` for the two norms); the per-layer RoPE cache rows gathered
+    /// by position (`head_dim/2` complex64 = `4·head_dim`); q and k after RoPE, v, the
+    /// FlexAttention output and its logsumexp and row max (`2q + 2kv + 2kv + 2q + 8·heads`);
+    /// `w1(x)`, `w3(x)`, `silu(w1(x))` and their product (`4 · 2F`).
+    none: u128,
+    /// FullAC (`ptd_checkpoint_wrapper`): the block's input only.
+    full: u128,
+    /// SelectiveAC: the input plus the outputs of the ops the policy must save: matmuls 1, 3 and
+    /// 5 of `wqkv, wo, w1, w3, w2` (every second matmul is recomputed: `mm_count % 2 == 0`) and
+    /// the FlexAttention HOP (out, logsumexp, max).
+    selective: u128,
+}
+
+impl BlockActs {
+    fn new(s: &Shapes) -> Self {
+        let d = u128::from(s.dim);
+        let q = u128::from(s.heads) * u128::from(s.head_dim);
+        let kv = u128::from(s.kv_heads) * u128::from(s.head_dim);
+        let f = u128::from(s.ffn);
+        let heads = u128::from(s.heads);
+        let hd = u128::from(s.head_dim);
+        let norm = 10 * d + 4;
+        let attention_out = 2 * q + 8 * heads;
+        BlockActs {
+            none: 2 * norm + 4 * hd + 2 * q + 4 * kv + attention_out + 8 * f,
+            full: 2 * d,
+            selective: 2 * d + 2 * (q + 2 * kv) + attention_out + 2 * f + 2 * d,
+        }
+    }
+
+    /// Saved bytes per token of block `i` (0-based).
+    fn of(&self, policy: Option<CheckpointPolicy>, i: usize) -> u128 {
+        match policy {
+            None => self.none,
+            Some(CheckpointPolicy::SelectiveOp) => self.selective,
+            Some(p) if p.covers(i) => self.full,
+            Some(_) => self.none,
+        }
+    }
+
+    /// Whether block `i` runs under a checkpoint wrapper.
+    fn checkpointed(policy: Option<CheckpointPolicy>, i: usize) -> bool {
+        match policy {
+            None => false,
+            Some(CheckpointPolicy::SelectiveOp) => true,
+            Some(p) => p.covers(i),
+        }
+    }
+}
+
+/// Every instant of the steady (second) step whose live bytes can be the peak. The forward is
+/// represented by its end (the logits): the instants inside the forward (a block gathered with
+/// the next one prefetched) are below the loss and backward instants in every measured case,
+/// so the forward's phase peak is a lower bound.
+pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
+    use Category::{
+        Activations, Buffers, CommBuffers, Gradients, LossBuffers, OptimizerStates,
+        OptimizerTemporaries, Temporaries, Weights,
+    };
+    let z = Sizes::new(job)?;
+    let s = &job.shapes;
+    let d = u128::from(s.dim);
+    let v = u128::from(s.vocab);
+    let layers = usize::try_from(s.layers).map_err(|_| CoreError::Overflow { what: "layers" })?;
+    let tokens = u128::from(job.batch).saturating_mul(u128::from(job.seq));
+    let acts = BlockActs::new(s);
+    let saved_below = |i: usize| -> u128 {
+        (0..i)
+            .map(|j| acts.of(job.checkpointing, j))
+            .fold(0u128, u128::saturating_add)
+            .saturating_mul(tokens)
+    };
+    let saved_all = saved_below(layers);
+    let head = [z.final_norm.clone(), z.lm_head.clone()].concat();
+    // bf16 units gathered (MixedPrecisionPolicy param_dtype=bfloat16)
+    let u_block = 2 * z.padded(&z.block);
+    let u_embedding = 2 * z.padded(&z.embedding);
+    let u_head = 2 * z.padded(&head);
+    let sharded = z.sharded_total();
+    let never = job.reshard == ReshardPolicy::Never;
+
+    // always alive: fp32 shards, AdamW's exp_avg and exp_avg_sq (fp32 like the shards) and a
+    // step scalar per tensor (torch/optim/adamw.py), the per-layer RoPE caches (seq_len rows of
+    // head_dim/2 complex64, models/common/rope.py), the token ids and labels (int64)
+    let base = |name: String, phase: Phase| {
+        let mut x = Instant::new(name, phase);
+        x.add(Weights, 4 * sharded)
+            .add(OptimizerStates, 8 * sharded + 4 * z.tensors())
+            .add(
+                Buffers,
+                z.layers * u128::from(job.seq) * u128::from(s.head_dim) * 4,
+            )
+            .add(Activations, 16 * tokens);
+        x
+    };
+    // positions (int64 per token, the dataloader's; models take them for RoPE and the masks)
+    let positions = 8 * tokens;
+    // final norm: fp32 input, fp32 normalised, rstd (and its bf16 output the LM head saves)
+    let final_norm_saved = (8 * d + 4) * tokens;
+    let final_norm_out = 2 * d * tokens;
+    // "never": embeddings and blocks stay gathered from their forward to their backward
+    let resident = |blocks: u128| {
+        if never {
+            u_embedding + blocks * u_block
+        } else {
+            0
+        }
+    };
+    let head_resident = job.reshard != ReshardPolicy::Always;
+
+    let mut out = Vec::new();
+
+    // the logits at the end of the forward (bf16, `lm_head`)
+    let mut x = base("forward: logits".into(), Phase::Forward);
+    x.add(Weights, resident(z.layers))
+        .add(Weights, if head_resident { u_head } else { 0 })
+        .add(
+            Activations,
+            saved_all + positions + final_norm_saved + final_norm_out,
+        )
+        .add(LossBuffers, 2 * v * tokens);
+    out.push(x);
+
+    // components/loss.py: `cross_entropy(pred.float(), …)`; at `log_softmax_backward` the
+    // fp32 log-softmax (saved), the gradient of it and the fp32 gradient of the logits are
+    // alive; the bf16 logits were dropped (`del pred`)
+    let mut x = base("loss backward: log-softmax gradient".into(), Phase::Loss);
+    x.add(Weights, resident(z.layers))
+        .add(Weights, if head_resident { u_head } else { 0 })
+        .add(
+            Activations,
+            saved_all + positions + final_norm_saved + final_norm_out,
+        )
+        .add(LossBuffers, 4 * v * tokens)
+        .add(Temporaries, 8 * v * tokens);
+    out.push(x);
+
+    // the LM head's gradient reduce-scatter: its bf16 gradient cast to fp32 into the
+    // reduce-scatter input (reduce_dtype=float32), its fp32 shard written, the head unit
+    // gathered with its all-gather output (FSDPMemTracker: both at this instant, every
+    // policy), the gradient of the final norm's output alive
+    let mut x = base(
+        "backward: LM head gradient reduce-scatter".into(),
+        Phase::Backward,
+    );
+    x.add(Weights, resident(z.layers) + u_head)
+        .add(CommBuffers, u_head + 4 * z.padded(&z.lm_head))
+        .add(Gradients, 4 * z.sharded(&z.lm_head))
+        .add(Activations, saved_all + positions + final_norm_saved)
+        .add(Temporaries, final_norm_out);
+    out.push(x);
+
+    let head_grads = 4 * z.sharded(&head);
+    let block_grad_shard = 4 * z.sharded(&z.block);
+    for i in (0..layers).rev() {
+        let done = head_grads + block_grad_shard * ((layers - 1 - i) as u128);
+        let ckpt = BlockActs::checkpointed(job.checkpointing, i);
+        let below = resident(i as u128);
+        // the recomputed forward of a checkpointed block: all its saved tensors again, the
+        // block gathered (a lower bound of its backward's live bytes)
+        if ckpt {
+            let mut x = base(format!("backward: block {i} recomputed"), Phase::Backward);
+            x.add(Weights, below + u_block)
+                .add(Gradients, done)
+                .add(Activations, saved_below(i) + positions + acts.none * tokens)
+                .add(Temporaries, 2 * d * tokens);
+            out.push(x);
+        }
+        // FSDP2 post_backward: the block's bf16 gradients copied (cast to fp32) into the
+        // reduce-scatter input; for block 0 the embeddings' all-gather is already issued
+        // (backward prefetch); measured under AC: the block's gathered parameters, its
+        // recomputed norms' fp32 buffers and two hidden-size tensors still alive
+        let mut x = base(
+            format!("backward: block {i} gradient reduce-scatter"),
+            Phase::Backward,
+        );
+        x.add(Weights, below)
+            .add(
+                CommBuffers,
+                4 * z.padded(&z.block) + if i == 0 && !never { u_embedding } else { 0 },
+            )
+            .add(Gradients, done + u_block)
+            .add(Activations, saved_below(i) + positions)
+            .add(Temporaries, 2 * d * tokens);
+        if ckpt {
+            x.add(Weights, u_block)
+                .add(Temporaries, (20 * d + 8) * tokens)
+                .add(Activations, 4 * d * tokens);
+        }
+        out.push(x);
+    }
+
+    // `clip_grad_norm_(foreach=True)` then foreach AdamW (torch/optim/adamw.py
+    // `_multi_tensor_adam`: `torch._foreach_sqrt(exp_avg_sqs)`, one fp32 list the size of the
+    // shards); every unit resharded after backward
+    let mut x = base("optimizer step (foreach AdamW)".into(), Phase::Optimizer);
+    x.add(Gradients, 4 * sharded)
+        .add(OptimizerTemporaries, 4 * sharded);
+    out.push(x);
+    Ok(out)
+}
