@@ -709,9 +709,9 @@ pub struct TrainArgs {
     /// GPUs in the cluster (reports every rank when > 1 or with --strategy).
     #[arg(long, default_value_t = 1, help_heading = "Distributed")]
     pub gpus: u64,
-    /// GPUs per node (host memory per node; HSDP shards within a node).
-    #[arg(long, default_value_t = 8, help_heading = "Distributed")]
-    pub gpus_per_node: u64,
+    /// GPUs per node (host memory per node; HSDP shards within a node) [default: 8].
+    #[arg(long, help_heading = "Distributed")]
+    pub gpus_per_node: Option<u64>,
     /// Data-parallel sharding strategy (default ddp when --gpus > 1).
     #[arg(long, value_parser = named::<Strategy>(), help_heading = "Distributed")]
     pub strategy: Option<Strategy>,
@@ -1004,11 +1004,9 @@ impl TrainSettings {
         let checkpointing_policy = checkpointing_policy.unwrap_or_default();
         // a layout-only setting makes the job a layout, so that a setting that does nothing
         // on one GPU (sequence parallelism, a schedule, NVMe) is refused rather than ignored
-        count(
-            "gpus_per_node",
-            gpus_per_node,
-            memwall_core::layout::MAX_GPUS,
-        )?;
+        if let Some(n) = gpus_per_node {
+            count("gpus_per_node", n, memwall_core::layout::MAX_GPUS)?;
+        }
         // torchtitan always shards with FSDP2 (one rank too: `apply_fsdp_to_decoder` runs with
         // shard degree 1), so its job is always a layout, fsdp-full unless named
         let titan = runtime == Runtime::Torchtitan;
@@ -1027,10 +1025,19 @@ impl TrainSettings {
         if titan {
             refuse_titan_model_parallel(tp, pp, cp, ep, sequence_parallel)?;
         }
+        if let (Some(n), false) = (gpus_per_node, distributed) {
+            return Err(UserError::flag(
+                "--gpus-per-node",
+                n,
+                "the node size shapes a cluster's layout, and this job runs on one GPU",
+                "drop --gpus-per-node, or give the cluster with --gpus N",
+            )
+            .into());
+        }
         let layout = if distributed {
             let l = Layout {
                 gpus,
-                gpus_per_node,
+                gpus_per_node: gpus_per_node.unwrap_or(8),
                 strategy: strategy.unwrap_or(if titan {
                     Strategy::FsdpFull
                 } else {

@@ -1047,6 +1047,23 @@ fn flags_an_engine_does_not_run_are_refused_not_ignored() {
         assert_eq!(code, 2, "{extra:?}: {out}");
         assert!(err.contains(flag) && err.contains("hint:"), "{err}");
     }
+    // a pure state-space model runs no attention kernel and keeps no KV cache
+    for args in [
+        &["infer", "-m", "mamba-2.8b", "--kv-dtype", "fp8"][..],
+        &["infer", "-m", "mamba-2.8b", "--attention", "eager"][..],
+        &["train", "-m", "mamba-2.8b", "--attention", "flash"][..],
+    ] {
+        let (code, _, err) = run(args);
+        assert_eq!(code, 2, "{args:?}");
+        assert!(err.contains(args[4]) && err.contains("hint:"), "{err}");
+    }
+    // a node size means nothing to a one-GPU job
+    let (code, _, err) = run(&["train", "-m", "gpt2", "--gpus-per-node", "4"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--gpus-per-node") && err.contains("hint:"),
+        "{err}"
+    );
     // the transformers engines accept --use-cache
     let (code, _, err) = run(&[&fsdp[..], &["--use-cache", "false"]].concat());
     assert_eq!(code, 0, "{err}");
