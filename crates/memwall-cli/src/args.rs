@@ -1373,9 +1373,9 @@ pub struct PlanArgs {
     /// Disable dropout.
     #[arg(long)]
     pub no_dropout: bool,
-    /// LoRA rank when --allow lora/qlora (default 16).
-    #[arg(long, default_value_t = 16)]
-    pub lora_rank: u64,
+    /// LoRA rank when --allow lora/qlora [default: 16].
+    #[arg(long)]
+    pub lora_rank: Option<u64>,
     /// LoRA targets when --allow lora/qlora (default: the attention projections).
     #[arg(long, value_delimiter = ',')]
     pub lora_targets: Vec<String>,
@@ -1463,7 +1463,26 @@ impl PlanSettings {
             limits::MAX_BATCH.saturating_mul(limits::MAX_GRAD_ACCUM),
         )?;
         count("top", top as u64, 1000)?;
-        count("lora_rank", lora_rank, limits::MAX_LORA_RANK)?;
+        if let Some(r) = lora_rank {
+            count("lora_rank", r, limits::MAX_LORA_RANK)?;
+        }
+        let lora_allowed = allow
+            .iter()
+            .any(|a| matches!(a, AllowItem::Lora | AllowItem::Qlora));
+        if !lora_allowed && (lora_rank.is_some() || !lora_targets.is_empty()) {
+            let (flag, value) = match lora_rank {
+                Some(r) => ("--lora-rank", r.to_string()),
+                None => ("--lora-targets", lora_targets.join(",")),
+            };
+            return Err(UserError::flag(
+                flag,
+                value,
+                "the search tries LoRA only when --allow admits it (LoRA changes the training result)",
+                "add --allow lora (or qlora) to let plans use these adapters, or drop the LoRA flags",
+            )
+            .into());
+        }
+        let lora_rank = lora_rank.unwrap_or(16);
         memwall_core::plan::check_alloc_margin(alloc_margin)?;
         if let Some(t) = max_step_s {
             if !(t.is_finite() && t > 0.0) {

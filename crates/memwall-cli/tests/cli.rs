@@ -1057,6 +1057,25 @@ fn flags_an_engine_does_not_run_are_refused_not_ignored() {
         assert_eq!(code, 2, "{args:?}");
         assert!(err.contains(args[4]) && err.contains("hint:"), "{err}");
     }
+    // plan tries LoRA only under --allow lora/qlora, so its LoRA flags need it
+    let plan = [
+        "plan",
+        "-m",
+        "llama-3.1-8b",
+        "--gpus",
+        "16",
+        "--global-batch",
+        "64",
+    ];
+    let (code, _, err) = run(&[&plan[..], &["--lora-rank", "8"]].concat());
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--lora-rank") && err.contains("--allow lora"),
+        "{err}"
+    );
+    let (code, out, err) = run(&[&plan[..], &["--lora-rank", "8", "--allow", "lora"]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("--lora-rank 8"), "{out}");
     // a node size means nothing to a one-GPU job
     let (code, _, err) = run(&["train", "-m", "gpt2", "--gpus-per-node", "4"]);
     assert_eq!(code, 2);
