@@ -1052,10 +1052,11 @@ fn flags_an_engine_does_not_run_are_refused_not_ignored() {
         &["infer", "-m", "mamba-2.8b", "--kv-dtype", "fp8"][..],
         &["infer", "-m", "mamba-2.8b", "--attention", "eager"][..],
         &["train", "-m", "mamba-2.8b", "--attention", "flash"][..],
+        &["serve", "-m", "mamba-2.8b", "--kv-cache-dtype", "fp8"][..],
     ] {
         let (code, _, err) = run(args);
         assert_eq!(code, 2, "{args:?}");
-        assert!(err.contains(args[4]) && err.contains("hint:"), "{err}");
+        assert!(err.contains(args[3]) && err.contains("hint:"), "{err}");
     }
     // plan tries LoRA only under --allow lora/qlora, so its LoRA flags need it
     let plan = [
