@@ -82,12 +82,14 @@ pub const CAPABILITIES: Capabilities = Capabilities {
         hint: "use --strategy fsdp-full or fsdp-grad-op, or drop --runtime torchtitan",
     },
     optimizers: Rule {
-        allowed: &[Optimizer::Adamw],
-        note: "torchtitan's default `optimizer.implementation = \"foreach\"` AdamW \
-               (components/optimizer.py `OptimizersContainer`; measured)",
-        refused: "not measured: torchtitan's fused and for-loop AdamW implementations and its \
+        allowed: &[Optimizer::AdamwFused, Optimizer::Adamw],
+        note: "adamw-fused = torchtitan 0.3.0's default `optimizer.implementation = \"fused\"` \
+               (components/optimizer/optimizer.py `OptimizersContainer`; every fixture), adamw = \
+               \"foreach\" (one fp32 list of the shards at the step; measured)",
+        refused: "not measured: torchtitan's for-loop AdamW, `fused_opt_states_bf16` and its \
                   other optimizers",
-        hint: "use --optimizer adamw with --runtime torchtitan",
+        hint: "use --optimizer adamw-fused (torchtitan's default) or adamw with --runtime \
+               torchtitan",
     },
     precisions: Rule {
         allowed: &[Precision::AmpBf16],
@@ -322,32 +324,25 @@ pub fn shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
 /// the layout's model parallelism and the attention / checkpointing policy).
 pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Shapes, CoreError> {
     w.validate()?;
-    for (field, value) in [
-        ("tp", layout.tp),
-        ("pp", layout.pp),
-        ("cp", layout.cp),
-        ("ep", layout.ep),
-    ] {
+    for (field, value) in [("pp", layout.pp), ("cp", layout.cp), ("ep", layout.ep)] {
         if value > 1 {
             return Err(refuse(
                 field,
                 value,
-                "not measured: torchtitan's tensor / sequence, pipeline, context and expert \
-                 parallelism are not simulated (FSDPMemTracker measures one FSDP mesh)",
-                "use --tp/--pp/--cp/--ep 1 with --runtime torchtitan, or drop --runtime \
-                 torchtitan (Megatron-LM's profile models model parallelism)",
+                "not measured: torchtitan's pipeline, context and expert parallelism are not \
+                 simulated (measured: FSDP2 over `dp_shard`, with tensor + sequence parallelism)",
+                "use --pp/--cp/--ep 1 with --runtime torchtitan, or drop --runtime torchtitan \
+                 (Megatron-LM's profile models them)",
             ));
         }
     }
-    if layout.sequence_parallel {
-        return Err(refuse(
-            "sequence_parallel",
-            "true",
-            "not measured: torchtitan's sequence parallelism needs tensor parallelism",
-            "drop --sequence-parallel with --runtime torchtitan",
-        ));
-    }
-    layout.validate()?;
+    check_tp(model, w, layout)?;
+    // the layout's own checks, with torchtitan's TP (checked above) in place of Megatron-LM's
+    // (which `Layout::validate` would resolve a `tp` > 1 to)
+    let mut dp_only = layout.clone();
+    dp_only.tp = 1;
+    dp_only.sequence_parallel = false;
+    dp_only.validate()?;
     Engine::Torchtitan.check(w, Some(layout))?;
     if w.grad_accum > 1 {
         // the row refuses it too; kept explicit for the message's field
@@ -387,6 +382,65 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
     shapes(model)
 }
 
+/// torchtitan's tensor parallelism as measured: `tensor_parallel_degree` with its default
+/// `enable_sequence_parallel = true` and `spmd_backend = "spmd_types"` (loss parallel always on
+/// with TP), `compile.enable_async_tensor_parallel = false` (async TP needs `torch.compile`,
+/// refused), on a 2-D mesh `(dp_shard, tp)`; shapes that split evenly.
+fn check_tp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(), CoreError> {
+    if layout.tp <= 1 {
+        if layout.sequence_parallel {
+            return Err(refuse(
+                "sequence_parallel",
+                "true",
+                "torchtitan's sequence parallelism splits along the tensor-parallel group, and \
+                 `tp` is 1",
+                "set --tp 2 or more, or drop --sequence-parallel",
+            ));
+        }
+        return Ok(());
+    }
+    if !layout.sequence_parallel {
+        return Err(refuse(
+            "sequence_parallel",
+            "false",
+            "not measured: torchtitan's tensor parallelism without sequence parallelism \
+             (`parallelism.enable_sequence_parallel = false`); its default (true) is simulated",
+            "add --sequence-parallel with --tp and --runtime torchtitan",
+        ));
+    }
+    if layout.gpus % layout.tp != 0 {
+        return Err(CoreError::invalid_value(
+            "gpus",
+            layout.gpus,
+            format!("torchtitan's mesh is dp_shard × tp, and `tp` = {}", layout.tp),
+            format!("use a multiple of {} GPUs", layout.tp),
+        ));
+    }
+    if w.seq % layout.tp != 0 {
+        return Err(CoreError::invalid_value(
+            "seq",
+            w.seq,
+            format!(
+                "torchtitan requires `training.seq_len` divisible by `tp` = {} under sequence \
+                 parallelism (trainer.py)",
+                layout.tp
+            ),
+            format!("use a `seq` that is a multiple of {}", layout.tp),
+        ));
+    }
+    let s = shapes(model)?;
+    if s.heads % layout.tp != 0 || s.kv_heads % layout.tp != 0 || s.ffn % layout.tp != 0 {
+        return Err(refuse(
+            "tp",
+            layout.tp,
+            "not measured: a `tp` that does not divide the attention heads, the key/value heads \
+             and the feed-forward width (torchtitan's column-parallel shards would be uneven)",
+            "use a --tp that divides num_key_value_heads (Llama 3: 8)",
+        ));
+    }
+    Ok(())
+}
+
 /// Simulates every rank of torchtitan's training step (all ranks of one FSDP mesh hold the
 /// same padded shards, so they form one group).
 pub fn simulate_train_titan(
@@ -402,12 +456,14 @@ pub fn simulate_train_titan(
     let job = step::Job {
         shapes: s,
         world: layout.gpus,
+        tp: layout.tp,
         batch: w.batch,
         seq: w.seq,
         checkpointing: w
             .checkpointing
             .then_some(w.step_options.checkpointing_policy),
         reshard,
+        fused_optimizer: w.optimizer == Optimizer::AdamwFused,
     };
     let all = instants(&job)?;
     let (peak_i, peak) = all
