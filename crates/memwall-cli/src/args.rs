@@ -830,32 +830,36 @@ fn grad_accum_for_global_batch(global: u64, batch: u64, grad_accum: u64, dp: u64
     Ok(grad_accum)
 }
 
-/// torchtitan's model parallelism is not simulated: refused by flag before the layout is
-/// resolved (a layout with `--tp` > 1 would otherwise be read as Megatron-LM's).
-fn refuse_titan_model_parallel(tp: u64, pp: u64, cp: u64, ep: u64, sp: bool) -> Result<()> {
-    for (flag, value) in [("--tp", tp), ("--pp", pp), ("--cp", cp), ("--ep", ep)] {
+/// torchtitan's pipeline, context and expert parallelism are not simulated: refused by flag
+/// before the layout is resolved. Its tensor parallelism is (`memory/titan`): `--tp` > 1 runs
+/// with sequence parallelism, torchtitan's default (`parallelism.enable_sequence_parallel =
+/// true`), so `--tp` implies `--sequence-parallel` there; `--sequence-parallel` alone needs a
+/// `--tp`. Returns whether sequence parallelism is on.
+fn titan_model_parallel(tp: u64, pp: u64, cp: u64, ep: u64, sp: bool) -> Result<bool> {
+    for (flag, value) in [("--pp", pp), ("--cp", cp), ("--ep", ep)] {
         if value > 1 {
             return Err(UserError::flag(
                 flag,
                 value,
-                "torchtitan's tensor / sequence, pipeline, context and expert parallelism are not \
-                 simulated (--runtime torchtitan models one FSDP2 mesh, as FSDPMemTracker measures it)",
+                "torchtitan's pipeline, context and expert parallelism are not simulated \
+                 (--runtime torchtitan models FSDP2 with tensor + sequence parallelism, as \
+                 measured on a fake 2-D mesh)",
                 "drop it with --runtime torchtitan, or drop --runtime torchtitan (Megatron-LM's \
                  profile models model parallelism)",
             )
             .into());
         }
     }
-    if sp {
+    if sp && tp < 2 {
         return Err(UserError::flag(
             "--sequence-parallel",
             "true",
-            "torchtitan's sequence parallelism needs its tensor parallelism, which is not simulated",
-            "drop --sequence-parallel with --runtime torchtitan",
+            "torchtitan's sequence parallelism splits along its tensor-parallel group, and --tp is 1",
+            "add --tp 2 or more, or drop --sequence-parallel",
         )
         .into());
     }
-    Ok(())
+    Ok(tp > 1)
 }
 
 /// What a torchtitan plan cannot search, refused up front by name (the search would otherwise
@@ -874,7 +878,7 @@ fn check_titan_plan(model: &ModelSource, base: &TrainWorkload, allow: &[AllowIte
             base.precision.name(),
         ),
         (
-            base.optimizer != Optimizer::Adamw,
+            !matches!(base.optimizer, Optimizer::Adamw | Optimizer::AdamwFused),
             "--optimizer",
             base.optimizer.name(),
         ),
@@ -884,7 +888,7 @@ fn check_titan_plan(model: &ModelSource, base: &TrainWorkload, allow: &[AllowIte
                 flag,
                 value,
                 "torchtitan's profile runs an fp32 model under bf16 MixedPrecisionPolicy with \
-                 foreach AdamW (the measured configuration)",
+                 fused or foreach AdamW (the measured configurations)",
                 "drop it with --runtime torchtitan (plan's defaults are amp-bf16 and adamw)",
             )
             .into());
@@ -1024,9 +1028,11 @@ impl TrainSettings {
             || schedule != Schedule::OneFOneB
             || virtual_stages != 1
             || offload_device == OffloadDevice::Nvme;
-        if titan {
-            refuse_titan_model_parallel(tp, pp, cp, ep, sequence_parallel)?;
-        }
+        let sequence_parallel = if titan {
+            titan_model_parallel(tp, pp, cp, ep, sequence_parallel)?
+        } else {
+            sequence_parallel
+        };
         let layout = if distributed {
             let l = Layout {
                 gpus,
@@ -1046,7 +1052,16 @@ impl TrainSettings {
                 offload,
                 offload_device,
             };
-            l.validate()?;
+            if titan {
+                // torchtitan's TP is checked by `memory/titan` (a `tp` > 1 layout would
+                // otherwise be validated as Megatron-LM's)
+                let mut dp_only = l.clone();
+                dp_only.tp = 1;
+                dp_only.sequence_parallel = false;
+                dp_only.validate()?;
+            } else {
+                l.validate()?;
+            }
             Some(l)
         } else {
             if let Some(g) = global_batch {
@@ -1147,7 +1162,11 @@ impl TrainSettings {
         };
         workload.validate()?;
         if let Some(l) = &layout {
-            l.validate_with(&workload)?;
+            if titan {
+                memwall_core::memory::titan::check(&model.desc, &workload, l)?;
+            } else {
+                l.validate_with(&workload)?;
+            }
         }
         if let (Some(g), Some(l)) = (global_batch, &layout) {
             workload.grad_accum = grad_accum_for_global_batch(g, batch, grad_accum, l.dp())?;

@@ -412,7 +412,10 @@ fn check_tp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(),
         return Err(CoreError::invalid_value(
             "gpus",
             layout.gpus,
-            format!("torchtitan's mesh is dp_shard × tp, and `tp` = {}", layout.tp),
+            format!(
+                "torchtitan's mesh is dp_shard × tp, and `tp` = {}",
+                layout.tp
+            ),
             format!("use a multiple of {} GPUs", layout.tp),
         ));
     }
@@ -501,6 +504,13 @@ pub fn simulate_train_titan(
     let group = RankGroup {
         label: if layout.gpus == 1 {
             "rank 0 (an FSDP mesh of one)".to_owned()
+        } else if layout.tp > 1 {
+            format!(
+                "all {} ranks (a dp_shard {} × tp {} mesh)",
+                layout.gpus,
+                layout.gpus / layout.tp,
+                layout.tp
+            )
         } else {
             format!("all {} ranks (one FSDP mesh)", layout.gpus)
         },
@@ -529,8 +539,8 @@ pub fn simulate_train_titan(
                 bytes: to64(2 * sizes.largest_unsharded(), "reduce-scatter")?,
             },
         ],
-        dp: layout.gpus,
-        global_batch: w.batch.saturating_mul(layout.gpus),
+        dp: layout.dp(),
+        global_batch: w.batch.saturating_mul(layout.dp()),
         params_total: to64(sizes.params_total(), "parameters")?,
     })
 }

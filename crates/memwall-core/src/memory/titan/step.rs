@@ -92,7 +92,10 @@ impl Sizes {
         let s = &job.shapes;
         let t = u128::from(job.tp);
         if job.world == 0 || job.tp == 0 || job.world % job.tp != 0 {
-            return Err(CoreError::invalid("gpus", "no ranks, or not a multiple of tp"));
+            return Err(CoreError::invalid(
+                "gpus",
+                "no ranks, or not a multiple of tp",
+            ));
         }
         let d = u128::from(s.dim);
         // column-parallel outputs and row-parallel inputs are split evenly (heads, kv heads
@@ -378,7 +381,10 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
     // reduce-scatter buffer is alive
     if layers > 0 {
         let mut x = base(
-            format!("backward: head re-gathered, block {} prefetched", layers - 1),
+            format!(
+                "backward: head re-gathered, block {} prefetched",
+                layers - 1
+            ),
             Phase::Backward,
         );
         x.add(Weights, resident(z.layers) + u_head)
@@ -427,7 +433,11 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
             };
             // under AC the recomputed set is the no-AC set (SelectiveAC's saved outputs are
             // the same tensors, replayed from its cache) besides the checkpoint's input
-            let own = if ckpt { acts.none + 2 * d * tl } else { acts.none };
+            let own = if ckpt {
+                acts.none + 2 * d * tl
+            } else {
+                acts.none
+            };
             let mut x = base(
                 format!("backward: block {i} feed-forward input gradient"),
                 Phase::Backward,
@@ -472,6 +482,30 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         out.push(x);
     }
 
+    // the embeddings' backward (measured: `titan-llama3-405b-1l-w32-tp8-s1024`): the unit
+    // gathered (re-gathered, or resident under "never"), block 0's reduce-scatter buffer still
+    // alive (waited for in the embeddings' post-backward), every other gradient shard written,
+    // the gradient of the embeddings' output (all-gathered to `T` tokens under SP, the
+    // backward of the vocab-parallel embedding's reduce-scatter) and `embedding_dense_backward`'s
+    // bf16 weight gradient
+    let mut x = base(
+        "backward: embeddings weight gradient".into(),
+        Phase::Backward,
+    );
+    x.add(Weights, u_embedding)
+        .add(
+            CommBuffers,
+            if layers > 0 {
+                4 * z.padded(&z.block)
+            } else {
+                0
+            },
+        )
+        .add(Gradients, 4 * (sharded - z.sharded(&z.embedding)))
+        .add(Activations, positions)
+        .add(Temporaries, 2 * z.padded(&z.embedding) + 2 * d * tokens);
+    out.push(x);
+
     // the embeddings' post-backward (FSDP2 `foreach_reduce`, measured on one FSDP rank:
     // `dp_shard = 1`): every other gradient shard written, the unit resharded, its bf16
     // gradient, the fp32 reduce-scatter input and the fp32 shard being written
@@ -480,7 +514,10 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         Phase::Backward,
     );
     x.add(Gradients, 4 * (sharded - z.sharded(&z.embedding)))
-        .add(Gradients, 2 * z.padded(&z.embedding) + 4 * z.sharded(&z.embedding))
+        .add(
+            Gradients,
+            2 * z.padded(&z.embedding) + 4 * z.sharded(&z.embedding),
+        )
         .add(CommBuffers, 4 * z.padded(&z.embedding))
         .add(Activations, positions);
     out.push(x);
