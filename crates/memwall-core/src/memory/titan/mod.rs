@@ -16,6 +16,13 @@
 //!   default `attn_backend`), RMSNorm computed in fp32 (`x.float()` and the fp32 normalised
 //!   tensor saved), `w2(silu(w1(x)) * w3(x))`; no KV cache, no dropout, no output object.
 //! - The loss: `cross_entropy(pred.float())` summed and divided by the global token count.
+//! - Tensor + sequence parallelism (`--tp`, torchtitan's `tensor_parallel_degree` with its
+//!   defaults `enable_sequence_parallel = true`, `spmd_backend = "spmd_types"`, no async TP):
+//!   the TP plan of `models/llama3/sharding.py` / `models/common/decoder_sharding.py` (colwise
+//!   `wqkv`, `w1`, `w3`, vocabulary-parallel `tok_embeddings` and `lm_head`, rowwise `wo`, `w2`,
+//!   replicated norms on the sequence shard), FSDP2 over `dp_shard = gpus / tp` on each
+//!   TP-local parameter, and the vocabulary-parallel loss (`_LossParallelCrossEntropy`); measured
+//!   on a fake 2-D mesh (see [`step`]).
 //!
 //! The step is a timeline of named instants, each summing what is alive then ([`instants`]);
 //! the peak is the largest. The tensors saved per block were read off the model with
@@ -24,9 +31,9 @@
 //! profile is evaluated in closed form (a few dozen instants, no per-op replay), so it has no
 //! separate fast path: the fast evaluator is not involved.
 //!
-//! Refused by name (the capability row [`CAPABILITIES`] and [`check`]): tensor, sequence,
-//! context and pipeline parallelism (torchtitan's TP/SP/PP; not measured on fake process
-//! groups here), HSDP, CPU offload, float8 (`torchao` converters are not simulated),
+//! Refused by name (the capability row [`CAPABILITIES`] and [`check`]): tensor parallelism
+//! without sequence parallelism and degrees that do not divide the heads, key/value heads and
+//! feed-forward width, context, expert and pipeline parallelism (not measured here), HSDP, CPU offload, float8 (`torchao` converters are not simulated),
 //! `torch.compile` (Inductor's generated code cannot run on fake tensors, so a compiled step
 //! cannot be measured honestly), LoRA, gradient accumulation, the chunked loss
 //! (`ChunkedLossWrapper`, torchtitan's default for `llama3_8b`: FSDPMemTracker refuses its
@@ -57,7 +64,7 @@ crate::names::named_enum! {
         #[default]
         Hf = "hf": "transformers' model and step (the engine the layout picks)",
         /// torchtitan 0.3.0's Llama 3 under FSDP2 ([`Engine::Torchtitan`]).
-        Torchtitan = "torchtitan": "torchtitan 0.3.0's own Llama 3 step under FSDP2",
+        Torchtitan = "torchtitan": "torchtitan 0.3.0's own Llama 3 step under FSDP2 (and its TP + SP)",
     }
 }
 
@@ -69,9 +76,10 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     engine: Engine::Torchtitan,
     name: "torchtitan",
     title: ENGINE,
-    source: "torchtitan 0.3.0's Llama 3 step under FSDP2 (torchtitan/models/llama3/, \
-             models/common/, distributed/fsdp.py, distributed/activation_checkpoint.py; \
-             measured with FSDPMemTracker on fake tensors, tests/truth/titan.jsonl; memory/titan/)",
+    source: "torchtitan 0.3.0's Llama 3 step under FSDP2, with its tensor + sequence \
+             parallelism (torchtitan/models/llama3/, models/common/, distributed/fsdp.py, \
+             distributed/activation_checkpoint.py; measured with FSDPMemTracker on fake tensors \
+             and a fake dp_shard × tp mesh, tests/truth/titan.jsonl; memory/titan/)",
     strategies: Rule {
         allowed: &[Strategy::FsdpFull, Strategy::FsdpGradOp],
         note: "fsdp-full = `fsdp_reshard_after_forward = \"default\"` (blocks and embeddings \
@@ -408,7 +416,7 @@ fn check_tp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(),
             "add --sequence-parallel with --tp and --runtime torchtitan",
         ));
     }
-    if layout.gpus % layout.tp != 0 {
+    if !layout.gpus.is_multiple_of(layout.tp) {
         return Err(CoreError::invalid_value(
             "gpus",
             layout.gpus,
@@ -419,7 +427,7 @@ fn check_tp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(),
             format!("use a multiple of {} GPUs", layout.tp),
         ));
     }
-    if w.seq % layout.tp != 0 {
+    if !w.seq.is_multiple_of(layout.tp) {
         return Err(CoreError::invalid_value(
             "seq",
             w.seq,
@@ -432,7 +440,10 @@ fn check_tp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(),
         ));
     }
     let s = shapes(model)?;
-    if s.heads % layout.tp != 0 || s.kv_heads % layout.tp != 0 || s.ffn % layout.tp != 0 {
+    if !s.heads.is_multiple_of(layout.tp)
+        || !s.kv_heads.is_multiple_of(layout.tp)
+        || !s.ffn.is_multiple_of(layout.tp)
+    {
         return Err(refuse(
             "tp",
             layout.tp,
@@ -444,8 +455,8 @@ fn check_tp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(),
     Ok(())
 }
 
-/// Simulates every rank of torchtitan's training step (all ranks of one FSDP mesh hold the
-/// same padded shards, so they form one group).
+/// Simulates every rank of torchtitan's training step (all ranks of the `dp_shard × tp` mesh
+/// hold the same padded shards of equal TP shards, so they form one group).
 pub fn simulate_train_titan(
     model: &ModelDesc,
     w: &TrainWorkload,

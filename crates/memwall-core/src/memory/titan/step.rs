@@ -91,7 +91,7 @@ impl Sizes {
     pub(super) fn new(job: &Job) -> Result<Self, CoreError> {
         let s = &job.shapes;
         let t = u128::from(job.tp);
-        if job.world == 0 || job.tp == 0 || job.world % job.tp != 0 {
+        if job.world == 0 || job.tp == 0 || !job.world.is_multiple_of(job.tp) {
             return Err(CoreError::invalid(
                 "gpus",
                 "no ranks, or not a multiple of tp",
