@@ -458,6 +458,43 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
                 );
             out.push(x);
         }
+        // the attention's backward at `wqkv` (the last weight gradient of the block; measured,
+        // `titan-llama3-70b-2l-w16-tp4-s1024-fullac`): every bf16 weight gradient of the block,
+        // the gradient of `wqkv`'s output and of its all-gathered input, the block's output
+        // gradient; alive of the block's activations: the attention norm's fp32 buffers and
+        // the all-gathered input `wqkv` saved (and the checkpoint's input under AC)
+        {
+            let q = u128::from(s.heads) * u128::from(s.head_dim) / tp;
+            let kv = u128::from(s.kv_heads) * u128::from(s.head_dim) / tp;
+            let previous_rs = if i + 1 == layers {
+                4 * z.padded(&z.final_norm)
+            } else {
+                4 * z.padded(&z.block)
+            };
+            let mut x = base(
+                format!("backward: block {i} attention input gradient"),
+                Phase::Backward,
+            );
+            x.add(Weights, below + u_block)
+                .add(
+                    CommBuffers,
+                    previous_rs + if i == 0 && !never { u_embedding } else { 0 },
+                )
+                .add(Gradients, done + u_block)
+                .add(
+                    Activations,
+                    saved_below(i)
+                        + positions
+                        + (8 * d + 4) * tl
+                        + 2 * d * tokens
+                        + if ckpt { 2 * d * tl } else { 0 },
+                )
+                .add(
+                    Temporaries,
+                    2 * d * tokens + 2 * (q + 2 * kv) * tokens + 2 * d * tl,
+                );
+            out.push(x);
+        }
         // FSDP2 post_backward: the block's bf16 gradients copied (cast to fp32) into the
         // reduce-scatter input; for block 0 the embeddings' all-gather is already issued
         // (backward prefetch); measured under AC: the block's gathered parameters, its
