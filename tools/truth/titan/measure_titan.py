@@ -328,6 +328,9 @@ CASES = [
     ("titan-llama3-70b-2l-w16-tp4-s1024-fullac", ["--flavor", "70B", "--layers", "2", "--world", "16", "--tp", "4", "--seq", "1024", "--loss", "ce", "--ac", "full"]),
     ("titan-llama3-8b-2l-w8-tp2-s512", ["--layers", "2", "--world", "8", "--tp", "2", "--seq", "512", "--loss", "ce"]),
     ("titan-llama3-405b-1l-w32-tp8-s1024", ["--flavor", "405B", "--layers", "1", "--world", "32", "--tp", "8", "--seq", "1024", "--loss", "ce"]),
+    ("titan-llama3-8b-4l-w8-tp2-s1024-selac", ["--layers", "4", "--world", "8", "--tp", "2", "--seq", "1024", "--loss", "ce", "--ac", "selective"]),
+    ("titan-llama3-70b-3l-w8-tp8-b2s1024-everyk2", ["--flavor", "70B", "--layers", "3", "--world", "8", "--tp", "8", "--batch", "2", "--seq", "1024", "--loss", "ce", "--ac", "every-k:2"]),
+    ("titan-llama3-70b-2l-w32-tp4-s2048-always", ["--flavor", "70B", "--layers", "2", "--world", "32", "--tp", "4", "--seq", "2048", "--loss", "ce", "--reshard", "always"]),
     ("titan-llama3-70b-2l-w32-tp8-s4096", ["--flavor", "70B", "--layers", "2", "--world", "32", "--tp", "8", "--seq", "4096", "--loss", "ce"]),
 ]
 
