@@ -34,6 +34,14 @@ def measure_one(argv: list[str]) -> dict:
     # probe: the steady step's allocation log (storages >= this many bytes, FSDP hook events),
     # printed to stderr (measure_dist.py's --debug format, abridged)
     ap.add_argument("--debug", type=int, default=None)
+    # cross-check (fake must equal real): run on REAL CPU tensors (uninitialised storage, the
+    # fake process group's collectives do not write) instead of FakeTensorMode; with
+    # --attn-stub, FlexAttention's kernel is replaced on both sides by an autograd function that
+    # allocates what the fused kernel's fake rule does (out, logsumexp and max forward, the
+    # three gradients backward), because flex_attention's eager CPU path materialises the dense
+    # scores (its math fallback), which the fused kernel never does
+    ap.add_argument("--real", action="store_true")
+    ap.add_argument("--attn-stub", action="store_true")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seq", type=int, default=1024)
     # every-k:K wraps every K-th block (counted from 1) in torchtitan's FullAC wrapper: the
@@ -74,6 +82,8 @@ def measure_one(argv: list[str]) -> dict:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     tt_attn.FlexAttention._compiled_flex_attn = staticmethod(flex_attention)
+    if args.attn_stub:
+        tt_attn.FlexAttention._compiled_flex_attn = staticmethod(stub_flex_attention)
     # flex_attention refuses backward on a CPU device (a Python guard: the CPU backend has no
     # backward kernel); on fake tensors only the HOP's fake implementation runs
     import torch.nn.attention.flex_attention as fa
@@ -142,7 +152,9 @@ def measure_one(argv: list[str]) -> dict:
     model_config = spec.model
     model_config.update_from_config(config=config)
     t0 = time.time()
-    with FakeTensorMode():
+    import contextlib
+
+    with contextlib.nullcontext() if args.real else FakeTensorMode():
         with torch.device("meta"):
             model = model_config.build()
         model = spec.parallelize_fn(
@@ -221,7 +233,8 @@ def measure_one(argv: list[str]) -> dict:
         "flavor": args.flavor, "layers": args.layers, "world_size": W, "batch": args.batch,
         "seq": args.seq, "activation_checkpoint": args.ac, "loss": args.loss,
         **({"tp": args.tp, "sequence_parallel": not args.no_sp} if args.tp > 1 else {}),
-        "attention": args.attn,
+        "attention": args.attn + ("-stub" if args.attn_stub else ""),
+        **({"tensors": "real"} if args.real else {}),
         **({"reshard_after_forward": args.reshard} if args.reshard != "default" else {}),
         **({"optimizer_implementation": args.optim} if args.optim != "fused" else {}),
         "measured": {
@@ -233,6 +246,31 @@ def measure_one(argv: list[str]) -> dict:
                      "python": platform.python_version()},
         "_seconds": round(time.time() - t0, 1),
     }
+
+
+def stub_flex_attention(q, k, v, *, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
+                        return_aux=None, kernel_options=None):
+    """The fused FlexAttention's allocations without its arithmetic (see --attn-stub)."""
+    import types
+
+    import torch
+
+    class _Stub(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v):
+            out = torch.empty_like(q)
+            lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
+            mx = q.new_empty(q.shape[:-1], dtype=torch.float32)
+            ctx.save_for_backward(q, k, v, out, lse, mx)
+            return out, lse
+
+        @staticmethod
+        def backward(ctx, grad_out, grad_lse):
+            q, k, v, *_ = ctx.saved_tensors
+            return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    out, lse = _Stub.apply(q, k, v)
+    return out, types.SimpleNamespace(lse=lse, max_scores=None)
 
 
 def saved_per_module(model, inputs, extra) -> dict:
@@ -335,12 +373,52 @@ CASES = [
 ]
 
 
+# fake vs real CPU tensors on torchtitan's small "debugmodel" flavour (dim 256), attention
+# stubbed on both sides (see --attn-stub) -> tests/truth/titan_crosscheck.jsonl
+CROSSCHECKS = [
+    ("xc-titan-debug-2l-w4-s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "4", "--seq", "256"]),
+    ("xc-titan-debug-2l-w4-tp2-s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "4", "--tp", "2", "--seq", "256"]),
+    ("xc-titan-debug-2l-w2-tp2-s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "2", "--tp", "2", "--seq", "256"]),
+    ("xc-titan-debug-3l-w8-tp4-b2s256-selac", ["--flavor", "debugmodel", "--layers", "3", "--world", "8", "--tp", "4", "--batch", "2", "--seq", "256", "--ac", "selective"]),
+    ("xc-titan-debug-2l-w4-tp2-s512-fullac-foreach", ["--flavor", "debugmodel", "--layers", "2", "--world", "4", "--tp", "2", "--seq", "512", "--ac", "full", "--optim", "foreach"]),
+]
+
+
+def crosscheck() -> None:
+    import json
+    import subprocess
+
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..")
+    out_path = os.path.join(root, "tests", "truth", "titan_crosscheck.jsonl")
+    rows = []
+    for cid, argv in CROSSCHECKS:
+        got = {}
+        for side in ("fake", "real"):
+            extra = ["--loss", "ce", "--attn-stub"] + (["--real"] if side == "real" else [])
+            p = subprocess.run([sys.executable, __file__, "--one", *argv, *extra], capture_output=True, text=True)
+            lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+            if p.returncode != 0 or not lines:
+                raise SystemExit(f"FAIL {cid} {side}: {p.stderr[-2000:]}")
+            got[side] = json.loads(lines[-1])
+        f, r = got["fake"]["measured"], got["real"]["measured"]
+        row = {"id": cid, "args": argv, "fake": f, "real": r,
+               "difference_bytes": r["peak_bytes"] - f["peak_bytes"], "versions": got["fake"]["versions"]}
+        print(f"{cid}: fake {f['peak_bytes']} real {r['peak_bytes']} diff {row['difference_bytes']}")
+        rows.append(row)
+    with open(out_path, "w") as fh:
+        for row in rows:
+            fh.write(json.dumps(row) + "\n")
+
+
 def main() -> None:
     import json
     import subprocess
 
     if len(sys.argv) > 1 and sys.argv[1] == "--one":
         print(json.dumps(measure_one(sys.argv[2:])))
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--crosscheck":
+        crosscheck()
         return
     root = os.path.join(os.path.dirname(__file__), "..", "..", "..")
     out_path = os.path.join(root, "tests", "truth", "titan.jsonl")
