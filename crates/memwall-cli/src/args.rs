@@ -758,8 +758,9 @@ pub struct TrainArgs {
     #[arg(long, help_heading = "Vision-language models")]
     pub image_tokens: Option<u64>,
     /// Whose training code runs: `hf` (transformers' model under the engine the layout picks)
-    /// or `torchtitan` (torchtitan 0.3.0's own Llama 3 under FSDP2; needs --precision amp-bf16,
-    /// defaults --strategy to fsdp-full).
+    /// or `torchtitan` (torchtitan 0.3.0's own Llama 3 under FSDP2, with its tensor + sequence
+    /// parallelism for --tp > 1 (--tp implies --sequence-parallel, torchtitan's default); needs
+    /// --precision amp-bf16, defaults --strategy to fsdp-full).
     #[arg(long, value_parser = named::<Runtime>(), default_value = "hf")]
     pub runtime: Runtime,
     /// Activation offloading to host: the model's forward (loss included) runs under
@@ -830,32 +831,36 @@ fn grad_accum_for_global_batch(global: u64, batch: u64, grad_accum: u64, dp: u64
     Ok(grad_accum)
 }
 
-/// torchtitan's model parallelism is not simulated: refused by flag before the layout is
-/// resolved (a layout with `--tp` > 1 would otherwise be read as Megatron-LM's).
-fn refuse_titan_model_parallel(tp: u64, pp: u64, cp: u64, ep: u64, sp: bool) -> Result<()> {
-    for (flag, value) in [("--tp", tp), ("--pp", pp), ("--cp", cp), ("--ep", ep)] {
+/// torchtitan's pipeline, context and expert parallelism are not simulated: refused by flag
+/// before the layout is resolved. Its tensor parallelism is (`memory/titan`): `--tp` > 1 runs
+/// with sequence parallelism, torchtitan's default (`parallelism.enable_sequence_parallel =
+/// true`), so `--tp` implies `--sequence-parallel` there; `--sequence-parallel` alone needs a
+/// `--tp`. Returns whether sequence parallelism is on.
+fn titan_model_parallel(tp: u64, pp: u64, cp: u64, ep: u64, sp: bool) -> Result<bool> {
+    for (flag, value) in [("--pp", pp), ("--cp", cp), ("--ep", ep)] {
         if value > 1 {
             return Err(UserError::flag(
                 flag,
                 value,
-                "torchtitan's tensor / sequence, pipeline, context and expert parallelism are not \
-                 simulated (--runtime torchtitan models one FSDP2 mesh, as FSDPMemTracker measures it)",
+                "torchtitan's pipeline, context and expert parallelism are not simulated \
+                 (--runtime torchtitan models FSDP2 with tensor + sequence parallelism, as \
+                 measured on a fake 2-D mesh)",
                 "drop it with --runtime torchtitan, or drop --runtime torchtitan (Megatron-LM's \
                  profile models model parallelism)",
             )
             .into());
         }
     }
-    if sp {
+    if sp && tp < 2 {
         return Err(UserError::flag(
             "--sequence-parallel",
             "true",
-            "torchtitan's sequence parallelism needs its tensor parallelism, which is not simulated",
-            "drop --sequence-parallel with --runtime torchtitan",
+            "torchtitan's sequence parallelism splits along its tensor-parallel group, and --tp is 1",
+            "add --tp 2 or more, or drop --sequence-parallel",
         )
         .into());
     }
-    Ok(())
+    Ok(tp > 1)
 }
 
 /// What a torchtitan plan cannot search, refused up front by name (the search would otherwise
@@ -874,7 +879,7 @@ fn check_titan_plan(model: &ModelSource, base: &TrainWorkload, allow: &[AllowIte
             base.precision.name(),
         ),
         (
-            base.optimizer != Optimizer::Adamw,
+            !matches!(base.optimizer, Optimizer::Adamw | Optimizer::AdamwFused),
             "--optimizer",
             base.optimizer.name(),
         ),
@@ -884,7 +889,7 @@ fn check_titan_plan(model: &ModelSource, base: &TrainWorkload, allow: &[AllowIte
                 flag,
                 value,
                 "torchtitan's profile runs an fp32 model under bf16 MixedPrecisionPolicy with \
-                 foreach AdamW (the measured configuration)",
+                 fused or foreach AdamW (the measured configurations)",
                 "drop it with --runtime torchtitan (plan's defaults are amp-bf16 and adamw)",
             )
             .into());
@@ -1022,9 +1027,11 @@ impl TrainSettings {
             || schedule != Schedule::OneFOneB
             || virtual_stages != 1
             || offload_device == OffloadDevice::Nvme;
-        if titan {
-            refuse_titan_model_parallel(tp, pp, cp, ep, sequence_parallel)?;
-        }
+        let sequence_parallel = if titan {
+            titan_model_parallel(tp, pp, cp, ep, sequence_parallel)?
+        } else {
+            sequence_parallel
+        };
         if let (Some(n), false) = (gpus_per_node, distributed) {
             return Err(UserError::flag(
                 "--gpus-per-node",
@@ -1053,7 +1060,16 @@ impl TrainSettings {
                 offload,
                 offload_device,
             };
-            l.validate()?;
+            if titan {
+                // torchtitan's TP is checked by `memory/titan` (a `tp` > 1 layout would
+                // otherwise be validated as Megatron-LM's)
+                let mut dp_only = l.clone();
+                dp_only.tp = 1;
+                dp_only.sequence_parallel = false;
+                dp_only.validate()?;
+            } else {
+                l.validate()?;
+            }
             Some(l)
         } else {
             if let Some(g) = global_batch {
@@ -1154,7 +1170,11 @@ impl TrainSettings {
         };
         workload.validate()?;
         if let Some(l) = &layout {
-            l.validate_with(&workload)?;
+            if titan {
+                memwall_core::memory::titan::check(&model.desc, &workload, l)?;
+            } else {
+                l.validate_with(&workload)?;
+            }
         }
         if let (Some(g), Some(l)) = (global_batch, &layout) {
             workload.grad_accum = grad_accum_for_global_batch(g, batch, grad_accum, l.dp())?;
@@ -1392,8 +1412,9 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub output: OutputArgs,
     /// Whose training code the plans run (as `memwall train --runtime`): `torchtitan` plans
-    /// are FSDP2 layouts of torchtitan's own Llama 3, one micro-batch per rank per step, and
-    /// --emit torchtitan launches them.
+    /// are FSDP2 layouts of torchtitan's own Llama 3 (with its tensor + sequence parallelism,
+    /// tp 1/2/4/8 within a node), one micro-batch per rank per step, and --emit torchtitan
+    /// launches them.
     #[arg(long, value_parser = named::<Runtime>(), default_value = "hf")]
     pub runtime: Runtime,
 }

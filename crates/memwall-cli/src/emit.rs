@@ -39,11 +39,16 @@ pub fn train_files(
     command: String,
     estimate: String,
 ) -> Result<Vec<EmittedFile>> {
-    let spec = LaunchSpec::from_train(&model.desc, w, layout)
-        .map_err(user_error)?
-        .with_model_id(model_id(model))
-        .with_provenance(Provenance { command, estimate })
-        .with_runtime(runtime);
+    let spec = match (runtime, layout) {
+        (memwall_core::memory::titan::Runtime::Torchtitan, Some(l)) => {
+            LaunchSpec::from_train_titan(&model.desc, w, l)
+        }
+        _ => LaunchSpec::from_train(&model.desc, w, layout),
+    }
+    .map_err(user_error)?
+    .with_model_id(model_id(model))
+    .with_provenance(Provenance { command, estimate })
+    .with_runtime(runtime);
     emit::emit(kind, &spec).map_err(user_error)
 }
 

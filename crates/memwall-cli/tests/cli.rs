@@ -873,8 +873,32 @@ fn the_torchtitan_runtime_estimates_plans_and_refuses_by_name() {
     assert_eq!(code, 0);
     assert!(out.contains("(runtime profile: torchtitan)"), "{out}");
     assert!(out.contains("attention flex (torchtitan)"), "{out}");
+    // torchtitan's tensor parallelism runs with its sequence parallelism (its default), and
+    // the emitted job says both
+    let (code, out, err) = run(&[&base[..], &["--tp", "2", "--seq", "4096"]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("tp 2 + sp") && out.contains("dp_shard 4 × tp 2"),
+        "{out}"
+    );
+    let (code, out, err) = run(&[
+        &base[..],
+        &["--tp", "4", "--seq", "4096", "--emit", "torchtitan"],
+    ]
+    .concat());
+    assert_eq!(code, 0, "{err}");
+    for line in [
+        "--parallelism.tensor-parallel-degree 4",
+        "--parallelism.data-parallel-shard-degree 2",
+        "--parallelism.enable-sequence-parallel",
+        "--training.disable-cuda-graphs",
+    ] {
+        assert!(out.contains(line), "{line}: {out}");
+    }
     for (extra, flag) in [
-        (&["--tp", "2"][..], "--tp 2"),
+        (&["--pp", "2"][..], "--pp 2"),
+        (&["--sequence-parallel"][..], "--sequence-parallel"),
+        (&["--tp", "2", "--seq", "4095"][..], "--seq"),
         (&["--strategy", "zero3"][..], "--strategy `zero3`"),
         (
             &["--lora-rank", "8", "--lora-targets", "q_proj"][..],

@@ -965,6 +965,15 @@ struct TitanCase {
     /// `fsdp_reshard_after_forward` (absent: "default")
     #[serde(default)]
     reshard_after_forward: Option<String>,
+    /// `optimizer.implementation` (absent: "fused", torchtitan 0.3.0's default)
+    #[serde(default)]
+    optimizer_implementation: Option<String>,
+    /// `tensor_parallel_degree` (absent: 1)
+    #[serde(default)]
+    tp: Option<u64>,
+    /// `enable_sequence_parallel` (present with `tp`)
+    #[serde(default)]
+    sequence_parallel: Option<bool>,
     measured: TitanMeasured,
     versions: BTreeMap<String, String>,
 }
@@ -1014,7 +1023,11 @@ fn titan_rows() -> Vec<TitanRow> {
         desc.layers.truncate(c.layers);
         let mut w = TrainWorkload::new(c.batch, c.seq);
         w.precision = Precision::AmpBf16;
-        w.optimizer = Optimizer::Adamw;
+        w.optimizer = match c.optimizer_implementation.as_deref() {
+            None | Some("fused") => Optimizer::AdamwFused,
+            Some("foreach") => Optimizer::Adamw,
+            Some(o) => panic!("{}: optimizer {o}", c.id),
+        };
         let policy = match c.activation_checkpoint.as_str() {
             "none" => None,
             "full" => Some(CheckpointPolicy::Full),
@@ -1035,8 +1048,8 @@ fn titan_rows() -> Vec<TitanRow> {
             gpus: c.world_size,
             gpus_per_node: c.world_size,
             strategy: Strategy::FsdpFull,
-            tp: 1,
-            sequence_parallel: false,
+            tp: c.tp.unwrap_or(1),
+            sequence_parallel: c.sequence_parallel.unwrap_or(false),
             pp: 1,
             schedule: Schedule::OneFOneB,
             virtual_stages: 1,
@@ -1057,10 +1070,12 @@ fn titan_rows() -> Vec<TitanRow> {
         let job = Job {
             shapes: memwall_core::memory::titan::shapes(&desc).unwrap(),
             world: c.world_size,
+            tp: c.tp.unwrap_or(1),
             batch: c.batch,
             seq: c.seq,
             checkpointing: policy,
             reshard,
+            fused_optimizer: c.optimizer_implementation.as_deref() != Some("foreach"),
         };
         let all = instants(&job).unwrap();
         let at = all

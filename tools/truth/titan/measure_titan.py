@@ -22,6 +22,26 @@ def measure_one(argv: list[str]) -> dict:
     ap.add_argument("--flavor", default="8B")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--world", type=int, default=8)
+    # tensor (+ sequence) parallelism: a 2-D mesh (dp_shard = world / tp, tp), torchtitan's
+    # `parallelism.tensor_parallel_degree` with its defaults `enable_sequence_parallel = True`,
+    # `spmd_backend = "spmd_types"` (loss parallel: `_LossParallelCrossEntropy` whenever the tp
+    # mesh is larger than 1, components/loss.py) and `compile.enable_async_tensor_parallel = False`
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--no-sp", action="store_true")
+    # probe: one forward under saved_tensors_hooks, the bytes autograd saves per top-level
+    # module (deduplicated by storage), printed instead of a measurement
+    ap.add_argument("--saved", action="store_true")
+    # probe: the steady step's allocation log (storages >= this many bytes, FSDP hook events),
+    # printed to stderr (measure_dist.py's --debug format, abridged)
+    ap.add_argument("--debug", type=int, default=None)
+    # cross-check (fake must equal real): run on REAL CPU tensors (uninitialised storage, the
+    # fake process group's collectives do not write) instead of FakeTensorMode; with
+    # --attn-stub, FlexAttention's kernel is replaced on both sides by an autograd function that
+    # allocates what the fused kernel's fake rule does (out, logsumexp and max forward, the
+    # three gradients backward), because flex_attention's eager CPU path materialises the dense
+    # scores (its math fallback), which the fused kernel never does
+    ap.add_argument("--real", action="store_true")
+    ap.add_argument("--attn-stub", action="store_true")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seq", type=int, default=1024)
     # every-k:K wraps every K-th block (counted from 1) in torchtitan's FullAC wrapper: the
@@ -30,6 +50,9 @@ def measure_one(argv: list[str]) -> dict:
     ap.add_argument("--ac", default="none")
     ap.add_argument("--loss", choices=["chunked", "ce"], default="chunked")
     ap.add_argument("--attn", default="flex")
+    # `optimizer.implementation`: torchtitan 0.3.0's default is "fused" (components/optimizer/
+    # optimizer.py; every case without this flag ran it)
+    ap.add_argument("--optim", choices=["fused", "foreach", "for-loop"], default="fused")
     ap.add_argument("--reshard", choices=["default", "always", "never"], default="default")
     args = ap.parse_args(argv)
 
@@ -59,6 +82,8 @@ def measure_one(argv: list[str]) -> dict:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     tt_attn.FlexAttention._compiled_flex_attn = staticmethod(flex_attention)
+    if args.attn_stub:
+        tt_attn.FlexAttention._compiled_flex_attn = staticmethod(stub_flex_attention)
     # flex_attention refuses backward on a CPU device (a Python guard: the CPU backend has no
     # backward kernel); on fake tensors only the HOP's fake implementation runs
     import torch.nn.attention.flex_attention as fa
@@ -87,7 +112,12 @@ def measure_one(argv: list[str]) -> dict:
     config.training.local_batch_size = args.batch
     config.training.seq_len = args.seq
     config.compile.enable = False
-    config.parallelism.data_parallel_shard_degree = W
+    config.optimizer.implementation = args.optim
+    if W % args.tp:
+        raise SystemExit(f"world {W} is not a multiple of tp {args.tp}")
+    config.parallelism.data_parallel_shard_degree = W // args.tp
+    config.parallelism.tensor_parallel_degree = args.tp
+    config.parallelism.enable_sequence_parallel = not args.no_sp
     config.parallelism.fsdp_reshard_after_forward = args.reshard
     if args.ac.startswith("every-k:"):
         every = int(args.ac.split(":")[1])
@@ -106,12 +136,25 @@ def measure_one(argv: list[str]) -> dict:
     config.loss = ChunkedLossWrapper.Config(loss_fn=ce) if args.loss == "chunked" else ce
 
     parallel_dims = ParallelDims.from_config(config.parallelism, W)
+    # Trainer.__init__ and _forward_backward_body (trainer.py): the SPMD backend
+    # (`parallelism.spmd_backend`, default "spmd_types") is set globally, and the step runs in
+    # `get_spmd_context`, which sets the current SPMD mesh: without it every module's
+    # redistribution (SP reduce-scatter / all-gather) and the loss-parallel branch of
+    # components/loss.py are skipped (`spmd_redistribute_per_axis` returns its input when the
+    # mesh is None)
+    import torchtitan.distributed.utils as tt_dist_utils
+    from torchtitan.distributed.spmd_types import annotate_input_spmd_types
+
+    tt_dist_utils.set_spmd_backend(config.parallelism.spmd_backend)
+    train_context = tt_dist_utils.get_spmd_context(parallel_dims=parallel_dims)
     _ = parallel_dims.world_mesh  # outside FakeTensorMode, like estimation.py
     cpu = torch.device("cpu")
     model_config = spec.model
     model_config.update_from_config(config=config)
     t0 = time.time()
-    with FakeTensorMode():
+    import contextlib
+
+    with contextlib.nullcontext() if args.real else FakeTensorMode():
         with torch.device("meta"):
             model = model_config.build()
         model = spec.parallelize_fn(
@@ -137,7 +180,7 @@ def measure_one(argv: list[str]) -> dict:
         # the flex_attention HOP (and its backward) pass through the tracker's
         # __torch_dispatch__, which runs them (FakeTensorMode's rule) and tracks their outputs
         tracker_cls.supports_higher_order_operators = True
-        mt = tracker_cls(model, optimizers.optimizers[0])
+        mt = tracker_cls(model, optimizers.optimizers[0], log_min_bytes=args.debug)
         mt.track_inputs((inputs, labels))
         gvt = torch.tensor(args.batch * args.seq)
         # the dataloader's per-token positions (one document per row); the Trainer builds the
@@ -146,6 +189,11 @@ def measure_one(argv: list[str]) -> dict:
         extra = {"positions": positions}
         if args.attn in ("flex", "flex_flash", "varlen"):
             extra["attention_masks"] = model.get_attention_masks(positions=positions)
+        if config.parallelism.spmd_backend == "spmd_types":  # Trainer.post_dataloading_process
+            inputs, labels, extra = annotate_input_spmd_types(parallel_dims, inputs, labels, extra)
+        if args.saved:
+            with train_context():
+                return saved_per_module(model, inputs, extra)
         with mt:
             for it in range(2):
                 if it == 1:
@@ -155,24 +203,40 @@ def measure_one(argv: list[str]) -> dict:
                     from copy import deepcopy
 
                     mt._peak_mem_snap = deepcopy(mt._curr_mem_snap)
-                pred = model(inputs, **extra)
-                loss, _ = loss_fn(pred, labels, gvt, positions=positions)
-                del pred
-                loss.backward()
-                del loss
+                    mt.log.clear()
+                with train_context():
+                    pred = model(inputs, **extra)
+                    loss, _ = loss_fn(pred, labels, gvt, positions=positions)
+                    del pred
+                    loss.backward()
+                    del loss
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
                 optimizers.step()
                 optimizers.zero_grad()
                 gc.collect(1)
         snap = mt.get_tracker_snapshot("peak")[cpu]
+    if args.debug is not None:
+        print(f"# peak after event: {mt.peak_event}", file=sys.stderr)
+        for entry in mt.log:
+            if entry[0] == "event":
+                _, name, snp = entry
+                cats = " ".join(f"{str(k).split('.')[-1]}={v}" for k, v in snp.items() if k != "Total" and v)
+                print(f"== {name:<40} total={snp.get('Total', 0)}  {cats}", file=sys.stderr)
+            else:
+                kind, ref, delta, old, in_opt, is_bw = entry
+                where = "opt" if in_opt else ("bw" if is_bw else "fw")
+                print(f"   {kind[0]}{delta:>13} {ref}{' (was ' + old + ')' if old else ''} [{where}]", file=sys.stderr)
     import importlib.metadata as md
     import platform
 
     return {
         "flavor": args.flavor, "layers": args.layers, "world_size": W, "batch": args.batch,
         "seq": args.seq, "activation_checkpoint": args.ac, "loss": args.loss,
-        "attention": args.attn,
+        **({"tp": args.tp, "sequence_parallel": not args.no_sp} if args.tp > 1 else {}),
+        "attention": args.attn + ("-stub" if args.attn_stub else ""),
+        **({"tensors": "real"} if args.real else {}),
         **({"reshard_after_forward": args.reshard} if args.reshard != "default" else {}),
+        **({"optimizer_implementation": args.optim} if args.optim != "fused" else {}),
         "measured": {
             "peak_bytes": int(snap["Total"]),
             "at_peak": {str(k).split(".")[-1].lower(): int(v) for k, v in snap.items() if k != "Total"},
@@ -182,6 +246,79 @@ def measure_one(argv: list[str]) -> dict:
                      "python": platform.python_version()},
         "_seconds": round(time.time() - t0, 1),
     }
+
+
+def stub_flex_attention(q, k, v, *, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
+                        return_aux=None, kernel_options=None):
+    """The fused FlexAttention's allocations without its arithmetic (see --attn-stub)."""
+    import types
+
+    import torch
+
+    class _Stub(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v):
+            out = torch.empty_like(q)
+            lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
+            mx = q.new_empty(q.shape[:-1], dtype=torch.float32)
+            ctx.save_for_backward(q, k, v, out, lse, mx)
+            return out, lse
+
+        @staticmethod
+        def backward(ctx, grad_out, grad_lse):
+            q, k, v, *_ = ctx.saved_tensors
+            return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    out, lse = _Stub.apply(q, k, v)
+    return out, types.SimpleNamespace(lse=lse, max_scores=None)
+
+
+def saved_per_module(model, inputs, extra) -> dict:
+    """Bytes autograd saves in one forward, by the top-level module (and block) saving them,
+    each storage counted once (the first module that saves it)."""
+    import torch
+
+    where = ["top"]
+    seen: set = set()
+    out: dict = {}
+
+    def pre(name):
+        def f(mod, args, kwargs=None):
+            where.append(name)
+
+        return f
+
+    def post(name):
+        def f(mod, args, output):
+            where.pop()
+
+        return f
+
+    for name, mod in model.named_children():
+        if name == "layers":
+            for lid, blk in mod.named_children():
+                blk.register_forward_pre_hook(pre(f"layers.{lid}"))
+                blk.register_forward_hook(post(f"layers.{lid}"))
+        else:
+            mod.register_forward_pre_hook(pre(name))
+            mod.register_forward_hook(post(name))
+
+    def pack(t):
+        try:
+            key = t.untyped_storage()._cdata if not hasattr(t, "_local_tensor") else t._local_tensor.untyped_storage()._cdata
+            nbytes = (t._local_tensor if hasattr(t, "_local_tensor") else t).untyped_storage().nbytes()
+        except Exception:
+            return t
+        if key not in seen:
+            seen.add(key)
+            k = where[-1]
+            out.setdefault(k, []).append((tuple(t.shape), str(t.dtype).replace("torch.", ""), nbytes))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        pred = model(inputs, **extra)
+    return {"saved": {k: {"bytes": sum(b for *_, b in v), "tensors": v} for k, v in out.items()},
+            "pred": [tuple(pred.shape), str(pred.dtype)]}
 
 
 CASES = [
@@ -208,7 +345,69 @@ CASES = [
     ("titan-llama3-70b-2l-w64-s4096", ["--flavor", "70B", "--layers", "2", "--world", "64", "--seq", "4096", "--loss", "ce"]),
     ("titan-llama3-8b-2l-w8-b4s4096-fullac", ["--layers", "2", "--world", "8", "--batch", "4", "--seq", "4096", "--loss", "ce", "--ac", "full"]),
     ("titan-llama3-8b-2l-w8-b2s2048-selac", ["--layers", "2", "--world", "8", "--batch", "2", "--seq", "2048", "--loss", "ce", "--ac", "selective"]),
+    # third batch (tensor + sequence parallelism, torchtitan's defaults: SP on, loss parallel,
+    # no async TP): a 2-D mesh (dp_shard = world / tp, tp)
+    ("titan-llama3-8b-2l-w8-tp2-s2048", ["--layers", "2", "--world", "8", "--tp", "2", "--seq", "2048", "--loss", "ce"]),
+    ("titan-llama3-8b-2l-w8-tp4-s2048", ["--layers", "2", "--world", "8", "--tp", "4", "--seq", "2048", "--loss", "ce"]),
+    ("titan-llama3-8b-2l-w8-tp8-s4096", ["--layers", "2", "--world", "8", "--tp", "8", "--seq", "4096", "--loss", "ce"]),
+    ("titan-llama3-8b-2l-w2-tp2-s2048", ["--layers", "2", "--world", "2", "--tp", "2", "--seq", "2048", "--loss", "ce"]),
+    ("titan-llama3-8b-2l-w8-tp2-s4096-fullac", ["--layers", "2", "--world", "8", "--tp", "2", "--seq", "4096", "--ac", "full", "--loss", "ce"]),
+    ("titan-llama3-8b-2l-w4-tp4-s8192-selac", ["--layers", "2", "--world", "4", "--tp", "4", "--seq", "8192", "--ac", "selective", "--loss", "ce"]),
+    ("titan-llama3-8b-4l-w16-tp4-b2s2048", ["--layers", "4", "--world", "16", "--tp", "4", "--batch", "2", "--seq", "2048", "--loss", "ce"]),
+    ("titan-llama3-8b-3l-w8-tp2-s8192-fullac", ["--layers", "3", "--world", "8", "--tp", "2", "--seq", "8192", "--ac", "full", "--loss", "ce"]),
+    ("titan-llama3-8b-4l-w8-tp4-s4096-everyk2", ["--layers", "4", "--world", "8", "--tp", "4", "--seq", "4096", "--ac", "every-k:2", "--loss", "ce"]),
+    ("titan-llama3-8b-2l-w8-tp2-s2048-never", ["--layers", "2", "--world", "8", "--tp", "2", "--seq", "2048", "--reshard", "never", "--loss", "ce"]),
+    ("titan-llama3-8b-2l-w8-tp2-s2048-always", ["--layers", "2", "--world", "8", "--tp", "2", "--seq", "2048", "--reshard", "always", "--loss", "ce"]),
+    ("titan-llama3-70b-2l-w8-tp4-s4096", ["--flavor", "70B", "--layers", "2", "--world", "8", "--tp", "4", "--seq", "4096", "--loss", "ce"]),
+    ("titan-llama3-70b-2l-w16-tp8-s8192-fullac", ["--flavor", "70B", "--layers", "2", "--world", "16", "--tp", "8", "--seq", "8192", "--ac", "full", "--loss", "ce"]),
+    ("titan-llama3-70b-3l-w16-tp4-s2048-selac", ["--flavor", "70B", "--layers", "3", "--world", "16", "--tp", "4", "--seq", "2048", "--ac", "selective", "--loss", "ce"]),
+    ("titan-llama3-8b-2l-w2-tp2-s2048-foreach", ["--layers", "2", "--world", "2", "--tp", "2", "--seq", "2048", "--loss", "ce", "--optim", "foreach"]),
+    ("titan-llama3-70b-2l-w8-tp8-s1024", ["--flavor", "70B", "--layers", "2", "--world", "8", "--tp", "8", "--seq", "1024", "--loss", "ce"]),
+    ("titan-llama3-70b-2l-w16-tp4-s1024-fullac", ["--flavor", "70B", "--layers", "2", "--world", "16", "--tp", "4", "--seq", "1024", "--loss", "ce", "--ac", "full"]),
+    ("titan-llama3-8b-2l-w8-tp2-s512", ["--layers", "2", "--world", "8", "--tp", "2", "--seq", "512", "--loss", "ce"]),
+    ("titan-llama3-405b-1l-w32-tp8-s1024", ["--flavor", "405B", "--layers", "1", "--world", "32", "--tp", "8", "--seq", "1024", "--loss", "ce"]),
+    ("titan-llama3-8b-4l-w8-tp2-s1024-selac", ["--layers", "4", "--world", "8", "--tp", "2", "--seq", "1024", "--loss", "ce", "--ac", "selective"]),
+    ("titan-llama3-70b-3l-w8-tp8-b2s1024-everyk2", ["--flavor", "70B", "--layers", "3", "--world", "8", "--tp", "8", "--batch", "2", "--seq", "1024", "--loss", "ce", "--ac", "every-k:2"]),
+    ("titan-llama3-70b-2l-w32-tp4-s2048-always", ["--flavor", "70B", "--layers", "2", "--world", "32", "--tp", "4", "--seq", "2048", "--loss", "ce", "--reshard", "always"]),
+    ("titan-llama3-70b-2l-w32-tp8-s4096", ["--flavor", "70B", "--layers", "2", "--world", "32", "--tp", "8", "--seq", "4096", "--loss", "ce"]),
 ]
+
+
+# fake vs real CPU tensors on torchtitan's small "debugmodel" flavour (dim 256), attention
+# stubbed on both sides (see --attn-stub) -> tests/truth/titan_crosscheck.jsonl
+CROSSCHECKS = [
+    ("xc-titan-debug-2l-w4-s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "4", "--seq", "256"]),
+    ("xc-titan-debug-2l-w4-tp2-s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "4", "--tp", "2", "--seq", "256"]),
+    ("xc-titan-debug-2l-w2-tp2-s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "2", "--tp", "2", "--seq", "256"]),
+    ("xc-titan-debug-3l-w8-tp4-b2s256-selac", ["--flavor", "debugmodel", "--layers", "3", "--world", "8", "--tp", "4", "--batch", "2", "--seq", "256", "--ac", "selective"]),
+    ("xc-titan-debug-2l-w4-tp2-s512-fullac-foreach", ["--flavor", "debugmodel", "--layers", "2", "--world", "4", "--tp", "2", "--seq", "512", "--ac", "full", "--optim", "foreach"]),
+]
+
+
+def crosscheck() -> None:
+    import json
+    import subprocess
+
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..")
+    out_path = os.path.join(root, "tests", "truth", "titan_crosscheck.jsonl")
+    rows = []
+    for cid, argv in CROSSCHECKS:
+        got = {}
+        for side in ("fake", "real"):
+            extra = ["--loss", "ce", "--attn-stub"] + (["--real"] if side == "real" else [])
+            p = subprocess.run([sys.executable, __file__, "--one", *argv, *extra], capture_output=True, text=True)
+            lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+            if p.returncode != 0 or not lines:
+                raise SystemExit(f"FAIL {cid} {side}: {p.stderr[-2000:]}")
+            got[side] = json.loads(lines[-1])
+        f, r = got["fake"]["measured"], got["real"]["measured"]
+        row = {"id": cid, "args": argv, "fake": f, "real": r,
+               "difference_bytes": r["peak_bytes"] - f["peak_bytes"], "versions": got["fake"]["versions"]}
+        print(f"{cid}: fake {f['peak_bytes']} real {r['peak_bytes']} diff {row['difference_bytes']}")
+        rows.append(row)
+    with open(out_path, "w") as fh:
+        for row in rows:
+            fh.write(json.dumps(row) + "\n")
 
 
 def main() -> None:
@@ -217,6 +416,9 @@ def main() -> None:
 
     if len(sys.argv) > 1 and sys.argv[1] == "--one":
         print(json.dumps(measure_one(sys.argv[2:])))
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--crosscheck":
+        crosscheck()
         return
     root = os.path.join(os.path.dirname(__file__), "..", "..", "..")
     out_path = os.path.join(root, "tests", "truth", "titan.jsonl")

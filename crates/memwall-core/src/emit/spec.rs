@@ -269,6 +269,27 @@ impl LaunchSpec {
         })
     }
 
+    /// The launch of a `memwall train --runtime torchtitan` estimate: checked as
+    /// `memory/titan` checks it (its tensor + sequence parallelism is torchtitan's, not the
+    /// Megatron-LM layout a `tp` > 1 resolves to under the hf profile).
+    pub fn from_train_titan(
+        model: &ModelDesc,
+        workload: &TrainWorkload,
+        layout: &Layout,
+    ) -> Result<LaunchSpec, EmitError> {
+        crate::memory::titan::check(model, workload, layout)?;
+        Ok(LaunchSpec {
+            model_id: MODEL_PLACEHOLDER.to_string(),
+            decoder_layer_class: decoder_layer_class(&model.model_type),
+            shape: ModelShape::of(model, workload.dropout),
+            workload: workload.clone(),
+            layout: layout.clone(),
+            constants: EngineConstants::SIMULATED,
+            provenance: Provenance::default(),
+            runtime: crate::memory::titan::Runtime::Torchtitan,
+        })
+    }
+
     /// Sets the runtime profile the estimate simulated (`--runtime`).
     pub fn with_runtime(mut self, runtime: crate::memory::titan::Runtime) -> Self {
         self.runtime = runtime;

@@ -10,7 +10,9 @@
 //! subcommands of `distributed/activation_checkpoint.py` (`FullAC`, `SelectiveAC`, none).
 //!
 //! torchtitan builds its own model (not transformers'), so only the FSDP2 layouts memwall
-//! simulates are emitted, for the model sizes torchtitan ships a config for.
+//! simulates are emitted (with `--runtime torchtitan` also its tensor + sequence
+//! parallelism: `--parallelism.tensor-parallel-degree`), for the model sizes torchtitan ships a
+//! config for.
 
 use super::{hash_comment, header_lines, shell, EmitError, EmittedFile, LaunchSpec};
 use crate::layout::{Offload, Strategy};
@@ -45,7 +47,11 @@ pub(super) fn args(
     let l = &spec.layout;
     let w = &spec.workload;
     let s = &spec.shape;
-    if !spec.strategy().is_fsdp() || spec.is_megatron() {
+    let titan = spec.runtime == Runtime::Torchtitan;
+    // torchtitan's own tensor + sequence parallelism is simulated by `memory/titan` (pp, cp
+    // and ep are refused there); under the hf profile a model-parallel layout is Megatron-LM's
+    let titan_tp = titan && l.tp > 1 && l.pp == 1 && l.cp == 1 && l.ep == 1;
+    if !spec.strategy().is_fsdp() || (spec.is_megatron() && !titan_tp) {
         return Err(EmitError::unsupported(
             KIND,
             format!(
@@ -124,9 +130,16 @@ pub(super) fn args(
         .to_string(),
         None,
     ));
+    if titan {
+        // memory/titan simulates the eager step with gradients freed between steps (measured
+        // so); torchtitan 0.3.0's default `training.disable_cuda_graphs = false` captures the
+        // forward + backward in a CUDA graph and zeroes gradients in place
+        // (`zero_grad(set_to_none=disable_cuda_graphs)`, trainer.py), which it does not simulate
+        a.push(("--training.disable-cuda-graphs".to_string(), None));
+    }
     let (replicate, shard) = match spec.strategy() {
         Strategy::Hsdp => (l.gpus / l.shard_group().max(1), l.shard_group()),
-        _ => (1, l.gpus),
+        _ => (1, l.gpus / l.tp.max(1)),
     };
     push(
         &mut a,
@@ -136,7 +149,6 @@ pub(super) fn args(
     push(&mut a, "--parallelism.data-parallel-shard-degree", shard);
     // the hf profile's FSDP2 reshards the root after forward too ("always"); the torchtitan
     // profile simulates torchtitan's own "default" policy (memory/titan)
-    let titan = spec.runtime == Runtime::Torchtitan;
     push(
         &mut a,
         "--parallelism.fsdp-reshard-after-forward",
@@ -148,7 +160,21 @@ pub(super) fn args(
             "always"
         },
     );
-    push(&mut a, "--parallelism.tensor-parallel-degree", 1);
+    // memory/titan's TP: sequence parallelism on (torchtitan's default, written out), loss
+    // parallel (automatic with TP under the default `spmd_backend`), async TP off (it needs
+    // torch.compile)
+    push(
+        &mut a,
+        "--parallelism.tensor-parallel-degree",
+        if titan_tp { l.tp } else { 1 },
+    );
+    if titan_tp {
+        a.push(("--parallelism.enable-sequence-parallel".to_string(), None));
+        a.push((
+            "--compile.no-enable-async-tensor-parallel".to_string(),
+            None,
+        ));
+    }
     push(&mut a, "--parallelism.pipeline-parallel-degree", 1);
     push(&mut a, "--parallelism.context-parallel-degree", 1);
     push(&mut a, "--parallelism.expert-parallel-degree", 1);

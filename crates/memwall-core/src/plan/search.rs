@@ -246,17 +246,36 @@ fn layouts(model: &ModelDesc, r: &PlanRequest) -> Vec<Option<Layout>> {
         ..Layout::single()
     };
     if r.runtime == Runtime::Torchtitan {
-        // torchtitan shards with FSDP2 on one GPU too (`apply_fsdp_to_decoder` always runs)
-        let mut out: Vec<Option<Layout>> = [Strategy::FsdpFull, Strategy::FsdpGradOp]
-            .into_iter()
-            .map(|strategy| {
-                Some(Layout {
+        // torchtitan shards with FSDP2 on one GPU too (`apply_fsdp_to_decoder` always runs);
+        // its tensor parallelism (with sequence parallelism, its default) within a node, in
+        // the degrees `memory/titan` simulates (dividing the heads, key/value heads and the
+        // feed-forward width); the layout's own checks without Megatron-LM's TP rules
+        let shapes = crate::memory::titan::shapes(model).ok();
+        let mut out: Vec<Option<Layout>> = Vec::new();
+        for tp in [1u64, 2, 4, 8] {
+            let even = shapes.is_some_and(|s| {
+                s.heads.is_multiple_of(tp)
+                    && s.kv_heads.is_multiple_of(tp)
+                    && s.ffn.is_multiple_of(tp)
+            });
+            if tp > 1 && (!even || tp > base.gpus_per_node || !r.gpus.is_multiple_of(tp)) {
+                continue;
+            }
+            for strategy in [Strategy::FsdpFull, Strategy::FsdpGradOp] {
+                let l = Layout {
                     strategy,
+                    tp,
+                    sequence_parallel: tp > 1,
                     ..base.clone()
-                })
-            })
-            .collect();
-        out.retain(|l| l.as_ref().is_none_or(|l| l.validate().is_ok()));
+                };
+                let mut dp_only = l.clone();
+                dp_only.tp = 1;
+                dp_only.sequence_parallel = false;
+                if dp_only.validate().is_ok() {
+                    out.push(Some(l));
+                }
+            }
+        }
         return out;
     }
     if r.gpus == 1 {

@@ -16,6 +16,13 @@
 //!   default `attn_backend`), RMSNorm computed in fp32 (`x.float()` and the fp32 normalised
 //!   tensor saved), `w2(silu(w1(x)) * w3(x))`; no KV cache, no dropout, no output object.
 //! - The loss: `cross_entropy(pred.float())` summed and divided by the global token count.
+//! - Tensor + sequence parallelism (`--tp`, torchtitan's `tensor_parallel_degree` with its
+//!   defaults `enable_sequence_parallel = true`, `spmd_backend = "spmd_types"`, no async TP):
+//!   the TP plan of `models/llama3/sharding.py` / `models/common/decoder_sharding.py` (colwise
+//!   `wqkv`, `w1`, `w3`, vocabulary-parallel `tok_embeddings` and `lm_head`, rowwise `wo`, `w2`,
+//!   replicated norms on the sequence shard), FSDP2 over `dp_shard = gpus / tp` on each
+//!   TP-local parameter, and the vocabulary-parallel loss (`_LossParallelCrossEntropy`); measured
+//!   on a fake 2-D mesh (see [`step`]).
 //!
 //! The step is a timeline of named instants, each summing what is alive then ([`instants`]);
 //! the peak is the largest. The tensors saved per block were read off the model with
@@ -24,9 +31,9 @@
 //! profile is evaluated in closed form (a few dozen instants, no per-op replay), so it has no
 //! separate fast path: the fast evaluator is not involved.
 //!
-//! Refused by name (the capability row [`CAPABILITIES`] and [`check`]): tensor, sequence,
-//! context and pipeline parallelism (torchtitan's TP/SP/PP; not measured on fake process
-//! groups here), HSDP, CPU offload, float8 (`torchao` converters are not simulated),
+//! Refused by name (the capability row [`CAPABILITIES`] and [`check`]): tensor parallelism
+//! without sequence parallelism and degrees that do not divide the heads, key/value heads and
+//! feed-forward width, context, expert and pipeline parallelism (not measured here), HSDP, CPU offload, float8 (`torchao` converters are not simulated),
 //! `torch.compile` (Inductor's generated code cannot run on fake tensors, so a compiled step
 //! cannot be measured honestly), LoRA, gradient accumulation, the chunked loss
 //! (`ChunkedLossWrapper`, torchtitan's default for `llama3_8b`: FSDPMemTracker refuses its
@@ -57,7 +64,7 @@ crate::names::named_enum! {
         #[default]
         Hf = "hf": "transformers' model and step (the engine the layout picks)",
         /// torchtitan 0.3.0's Llama 3 under FSDP2 ([`Engine::Torchtitan`]).
-        Torchtitan = "torchtitan": "torchtitan 0.3.0's own Llama 3 step under FSDP2",
+        Torchtitan = "torchtitan": "torchtitan 0.3.0's own Llama 3 step under FSDP2 (and its TP + SP)",
     }
 }
 
@@ -69,9 +76,10 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     engine: Engine::Torchtitan,
     name: "torchtitan",
     title: ENGINE,
-    source: "torchtitan 0.3.0's Llama 3 step under FSDP2 (torchtitan/models/llama3/, \
-             models/common/, distributed/fsdp.py, distributed/activation_checkpoint.py; \
-             measured with FSDPMemTracker on fake tensors, tests/truth/titan.jsonl; memory/titan/)",
+    source: "torchtitan 0.3.0's Llama 3 step under FSDP2, with its tensor + sequence \
+             parallelism (torchtitan/models/llama3/, models/common/, distributed/fsdp.py, \
+             distributed/activation_checkpoint.py; measured with FSDPMemTracker on fake tensors \
+             and a fake dp_shard × tp mesh, tests/truth/titan.jsonl; memory/titan/)",
     strategies: Rule {
         allowed: &[Strategy::FsdpFull, Strategy::FsdpGradOp],
         note: "fsdp-full = `fsdp_reshard_after_forward = \"default\"` (blocks and embeddings \
@@ -82,12 +90,14 @@ pub const CAPABILITIES: Capabilities = Capabilities {
         hint: "use --strategy fsdp-full or fsdp-grad-op, or drop --runtime torchtitan",
     },
     optimizers: Rule {
-        allowed: &[Optimizer::Adamw],
-        note: "torchtitan's default `optimizer.implementation = \"foreach\"` AdamW \
-               (components/optimizer.py `OptimizersContainer`; measured)",
-        refused: "not measured: torchtitan's fused and for-loop AdamW implementations and its \
+        allowed: &[Optimizer::AdamwFused, Optimizer::Adamw],
+        note: "adamw-fused = torchtitan 0.3.0's default `optimizer.implementation = \"fused\"` \
+               (components/optimizer/optimizer.py `OptimizersContainer`; every fixture), adamw = \
+               \"foreach\" (one fp32 list of the shards at the step; measured)",
+        refused: "not measured: torchtitan's for-loop AdamW, `fused_opt_states_bf16` and its \
                   other optimizers",
-        hint: "use --optimizer adamw with --runtime torchtitan",
+        hint: "use --optimizer adamw-fused (torchtitan's default) or adamw with --runtime \
+               torchtitan",
     },
     precisions: Rule {
         allowed: &[Precision::AmpBf16],
@@ -334,32 +344,25 @@ pub fn shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
 /// the layout's model parallelism and the attention / checkpointing policy).
 pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Shapes, CoreError> {
     w.validate()?;
-    for (field, value) in [
-        ("tp", layout.tp),
-        ("pp", layout.pp),
-        ("cp", layout.cp),
-        ("ep", layout.ep),
-    ] {
+    for (field, value) in [("pp", layout.pp), ("cp", layout.cp), ("ep", layout.ep)] {
         if value > 1 {
             return Err(refuse(
                 field,
                 value,
-                "not measured: torchtitan's tensor / sequence, pipeline, context and expert \
-                 parallelism are not simulated (FSDPMemTracker measures one FSDP mesh)",
-                "use --tp/--pp/--cp/--ep 1 with --runtime torchtitan, or drop --runtime \
-                 torchtitan (Megatron-LM's profile models model parallelism)",
+                "not measured: torchtitan's pipeline, context and expert parallelism are not \
+                 simulated (measured: FSDP2 over `dp_shard`, with tensor + sequence parallelism)",
+                "use --pp/--cp/--ep 1 with --runtime torchtitan, or drop --runtime torchtitan \
+                 (Megatron-LM's profile models them)",
             ));
         }
     }
-    if layout.sequence_parallel {
-        return Err(refuse(
-            "sequence_parallel",
-            "true",
-            "not measured: torchtitan's sequence parallelism needs tensor parallelism",
-            "drop --sequence-parallel with --runtime torchtitan",
-        ));
-    }
-    layout.validate()?;
+    check_tp(model, w, layout)?;
+    // the layout's own checks, with torchtitan's TP (checked above) in place of Megatron-LM's
+    // (which `Layout::validate` would resolve a `tp` > 1 to)
+    let mut dp_only = layout.clone();
+    dp_only.tp = 1;
+    dp_only.sequence_parallel = false;
+    dp_only.validate()?;
     Engine::Torchtitan.check(w, Some(layout))?;
     if w.grad_accum > 1 {
         // the row refuses it too; kept explicit for the message's field
@@ -399,8 +402,73 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
     shapes(model)
 }
 
-/// Simulates every rank of torchtitan's training step (all ranks of one FSDP mesh hold the
-/// same padded shards, so they form one group).
+/// torchtitan's tensor parallelism as measured: `tensor_parallel_degree` with its default
+/// `enable_sequence_parallel = true` and `spmd_backend = "spmd_types"` (loss parallel always on
+/// with TP), `compile.enable_async_tensor_parallel = false` (async TP needs `torch.compile`,
+/// refused), on a 2-D mesh `(dp_shard, tp)`; shapes that split evenly.
+fn check_tp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(), CoreError> {
+    if layout.tp <= 1 {
+        if layout.sequence_parallel {
+            return Err(refuse(
+                "sequence_parallel",
+                "true",
+                "torchtitan's sequence parallelism splits along the tensor-parallel group, and \
+                 `tp` is 1",
+                "set --tp 2 or more, or drop --sequence-parallel",
+            ));
+        }
+        return Ok(());
+    }
+    if !layout.sequence_parallel {
+        return Err(refuse(
+            "sequence_parallel",
+            "false",
+            "not measured: torchtitan's tensor parallelism without sequence parallelism \
+             (`parallelism.enable_sequence_parallel = false`); its default (true) is simulated",
+            "add --sequence-parallel with --tp and --runtime torchtitan",
+        ));
+    }
+    if !layout.gpus.is_multiple_of(layout.tp) {
+        return Err(CoreError::invalid_value(
+            "gpus",
+            layout.gpus,
+            format!(
+                "torchtitan's mesh is dp_shard × tp, and `tp` = {}",
+                layout.tp
+            ),
+            format!("use a multiple of {} GPUs", layout.tp),
+        ));
+    }
+    if !w.seq.is_multiple_of(layout.tp) {
+        return Err(CoreError::invalid_value(
+            "seq",
+            w.seq,
+            format!(
+                "torchtitan requires `training.seq_len` divisible by `tp` = {} under sequence \
+                 parallelism (trainer.py)",
+                layout.tp
+            ),
+            format!("use a `seq` that is a multiple of {}", layout.tp),
+        ));
+    }
+    let s = shapes(model)?;
+    if !s.heads.is_multiple_of(layout.tp)
+        || !s.kv_heads.is_multiple_of(layout.tp)
+        || !s.ffn.is_multiple_of(layout.tp)
+    {
+        return Err(refuse(
+            "tp",
+            layout.tp,
+            "not measured: a `tp` that does not divide the attention heads, the key/value heads \
+             and the feed-forward width (torchtitan's column-parallel shards would be uneven)",
+            "use a --tp that divides num_key_value_heads (Llama 3: 8)",
+        ));
+    }
+    Ok(())
+}
+
+/// Simulates every rank of torchtitan's training step (all ranks of the `dp_shard × tp` mesh
+/// hold the same padded shards of equal TP shards, so they form one group).
 pub fn simulate_train_titan(
     model: &ModelDesc,
     w: &TrainWorkload,
@@ -414,12 +482,14 @@ pub fn simulate_train_titan(
     let job = step::Job {
         shapes: s,
         world: layout.gpus,
+        tp: layout.tp,
         batch: w.batch,
         seq: w.seq,
         checkpointing: w
             .checkpointing
             .then_some(w.step_options.checkpointing_policy),
         reshard,
+        fused_optimizer: w.optimizer == Optimizer::AdamwFused,
     };
     let all = instants(&job)?;
     let (peak_i, peak) = all
@@ -457,6 +527,13 @@ pub fn simulate_train_titan(
     let group = RankGroup {
         label: if layout.gpus == 1 {
             "rank 0 (an FSDP mesh of one)".to_owned()
+        } else if layout.tp > 1 {
+            format!(
+                "all {} ranks (a dp_shard {} × tp {} mesh)",
+                layout.gpus,
+                layout.gpus / layout.tp,
+                layout.tp
+            )
         } else {
             format!("all {} ranks (one FSDP mesh)", layout.gpus)
         },
@@ -485,8 +562,8 @@ pub fn simulate_train_titan(
                 bytes: to64(2 * sizes.largest_unsharded(), "reduce-scatter")?,
             },
         ],
-        dp: layout.gpus,
-        global_batch: w.batch.saturating_mul(layout.gpus),
+        dp: layout.dp(),
+        global_batch: w.batch.saturating_mul(layout.dp()),
         params_total: to64(sizes.params_total(), "parameters")?,
     })
 }

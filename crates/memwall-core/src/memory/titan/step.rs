@@ -2,6 +2,16 @@
 //!
 //! Bytes are per rank. `T` = local batch × seq tokens; `D` = dim, `q` = n_heads × head_dim,
 //! `kv` = n_kv_heads × head_dim, `F` = the feed-forward's hidden_dim, `V` = vocab_size.
+//!
+//! Under tensor parallelism (`tp` > 1, torchtitan's defaults `enable_sequence_parallel = true`,
+//! `spmd_backend = "spmd_types"`): every rank holds its TP shard of each parameter
+//! (`models/common/decoder_sharding.py`: `wqkv`, `w1`, `w3`, `tok_embeddings` and `lm_head`
+//! sharded on dim 0, `wo` and `w2` on dim 1, the norms replicated), and FSDP2 shards that local
+//! tensor's dim 0 over the `dp_shard = world / tp` ranks; the residual stream and the norms
+//! run on `T / tp` tokens (sequence parallel), the inputs of the column-parallel linears are
+//! all-gathered to `T` tokens (and saved by them), the row-parallel outputs are reduce-scattered
+//! back, and the loss is vocabulary-parallel (`components/loss.py` `_LossParallelCrossEntropy`
+//! over `V / tp` logits).
 
 use super::{ReshardPolicy, Shapes};
 use crate::error::CoreError;
@@ -13,8 +23,10 @@ use crate::workload::CheckpointPolicy;
 pub struct Job {
     /// The model's shapes.
     pub shapes: Shapes,
-    /// FSDP ranks (`data_parallel_shard_degree`).
+    /// All ranks (`data_parallel_shard_degree × tensor_parallel_degree`).
     pub world: u64,
+    /// `tensor_parallel_degree` (1: no tensor parallelism); sequence parallelism on when > 1.
+    pub tp: u64,
     /// `training.local_batch_size`.
     pub batch: u64,
     /// `training.seq_len`.
@@ -23,6 +35,9 @@ pub struct Job {
     pub checkpointing: Option<CheckpointPolicy>,
     /// `parallelism.fsdp_reshard_after_forward`.
     pub reshard: ReshardPolicy,
+    /// `optimizer.implementation`: `true` = "fused" (torchtitan 0.3.0's default), `false` =
+    /// "foreach".
+    pub fused_optimizer: bool,
 }
 
 /// What is alive at one instant of the step, by [`Category`] (in [`Category::ALL`] order).
@@ -60,9 +75,10 @@ impl Instant {
 /// `(dim 0, the other dims' product)` of each parameter of one FSDP unit.
 type Params = Vec<(u128, u128)>;
 
-/// Parameter sizes of the FSDP units on one rank.
+/// Parameter sizes of the FSDP units on one rank (each parameter's TP-local shape).
 #[derive(Debug, Clone)]
 pub(super) struct Sizes {
+    /// FSDP ranks (`dp_shard`).
     world: u128,
     block: Params,
     embedding: Params,
@@ -74,18 +90,26 @@ pub(super) struct Sizes {
 impl Sizes {
     pub(super) fn new(job: &Job) -> Result<Self, CoreError> {
         let s = &job.shapes;
-        let d = u128::from(s.dim);
-        let q = u128::from(s.heads) * u128::from(s.head_dim);
-        let kv = u128::from(s.kv_heads) * u128::from(s.head_dim);
-        let f = u128::from(s.ffn);
-        let v = u128::from(s.vocab);
-        if job.world == 0 {
-            return Err(CoreError::invalid("gpus", "no ranks"));
+        let t = u128::from(job.tp);
+        if job.world == 0 || job.tp == 0 || !job.world.is_multiple_of(job.tp) {
+            return Err(CoreError::invalid(
+                "gpus",
+                "no ranks, or not a multiple of tp",
+            ));
         }
+        let d = u128::from(s.dim);
+        // column-parallel outputs and row-parallel inputs are split evenly (heads, kv heads
+        // and the feed-forward width divide by tp: checked by `check`); the vocabulary in
+        // chunks of ceil(V / tp) rows (models/common/embedding.py, components/loss.py)
+        let q = u128::from(s.heads) * u128::from(s.head_dim) / t;
+        let kv = u128::from(s.kv_heads) * u128::from(s.head_dim) / t;
+        let f = u128::from(s.ffn) / t;
+        let v = u128::from(s.vocab).div_ceil(t);
         Ok(Sizes {
-            world: u128::from(job.world),
+            world: u128::from(job.world / job.tp),
             // models/common/attention.py (fused `wqkv` when `fuse_qkv=True`, every llama3
-            // flavour), feed_forward.py (w1, w2, w3), llama3/model.py (the two norms)
+            // flavour), feed_forward.py (w1, w2, w3), llama3/model.py (the two norms); under
+            // TP the local shards (`colwise_config`: dim 0, `rowwise_config`: dim 1)
             block: vec![
                 (q + 2 * kv, d),
                 (d, q),
@@ -130,7 +154,7 @@ impl Sizes {
         7 * self.layers + 3
     }
 
-    /// Parameters of the model.
+    /// Parameters of the model on one TP rank (all of them without TP).
     pub(super) fn params_total(&self) -> u128 {
         let n = |p: &Params| p.iter().map(|(a, b)| a * b).sum::<u128>();
         n(&self.block) * self.layers + n(&self.embedding) + n(&self.lm_head) + n(&self.final_norm)
@@ -151,42 +175,48 @@ impl Sizes {
     }
 }
 
-/// Saved bytes per token of one block, by what checkpointing keeps of it.
+/// Saved bytes of one block for the job's tokens, by what checkpointing keeps of it. `T` =
+/// tokens, `Tl` = `T / tp` (the sequence-parallel shard; `T` without TP); `q`, `kv`, `F` and
+/// the heads are TP-local.
 struct BlockActs {
     /// No AC: every tensor autograd saves (read with `saved_tensors_hooks` off torchtitan's
-    /// `Llama3TransformerBlock`, deduplicated by storage): per RMSNorm the fp32 input
-    /// (`x.float()`), the fp32 normalised tensor, the rstd and the bf16 output the next linear
-    /// saves (`2·(4D + 4D + 4 + 2D)` for the two norms); the per-layer RoPE cache rows gathered
-    /// by position (`head_dim/2` complex64 = `4·head_dim`); q and k after RoPE, v, the
+    /// `Llama3TransformerBlock`, deduplicated by storage; `measure_titan.py --saved`): per
+    /// RMSNorm the fp32 input (`x.float()`), the fp32 normalised tensor and the rstd on `Tl`
+    /// tokens, and the bf16 output the next linear saves, all-gathered to `T` tokens under
+    /// SP (`2·((8D + 4)·Tl + 2D·T)` for the two norms); the per-layer RoPE cache rows gathered
+    /// by position (`head_dim/2` complex64 = `4·head_dim` per token); q and k after RoPE, v, the
     /// FlexAttention output and its logsumexp and row max (`2q + 2kv + 2kv + 2q + 8·heads`);
     /// `w1(x)`, `w3(x)`, `silu(w1(x))` and their product (`4 · 2F`).
     none: u128,
-    /// FullAC (`ptd_checkpoint_wrapper`): the block's input only.
+    /// FullAC (`ptd_checkpoint_wrapper`): the block's input only (`Tl` tokens).
     full: u128,
     /// SelectiveAC: the input plus the outputs of the ops the policy must save: matmuls 1, 3 and
     /// 5 of `wqkv, wo, w1, w3, w2` (every second matmul is recomputed: `mm_count % 2 == 0`) and
-    /// the FlexAttention HOP (out, logsumexp, max).
+    /// the FlexAttention HOP (out, logsumexp, max); `w2`'s output is the row-parallel partial
+    /// sum on `T` tokens (reduce-scattered after it, spmd_types' own collective, not saved).
     selective: u128,
 }
 
 impl BlockActs {
-    fn new(s: &Shapes) -> Self {
+    fn new(s: &Shapes, tp: u128, tokens: u128) -> Self {
         let d = u128::from(s.dim);
-        let q = u128::from(s.heads) * u128::from(s.head_dim);
-        let kv = u128::from(s.kv_heads) * u128::from(s.head_dim);
-        let f = u128::from(s.ffn);
-        let heads = u128::from(s.heads);
+        let q = u128::from(s.heads) * u128::from(s.head_dim) / tp;
+        let kv = u128::from(s.kv_heads) * u128::from(s.head_dim) / tp;
+        let f = u128::from(s.ffn) / tp;
+        let heads = u128::from(s.heads) / tp;
         let hd = u128::from(s.head_dim);
-        let norm = 10 * d + 4;
-        let attention_out = 2 * q + 8 * heads;
+        let t = tokens;
+        let tl = tokens / tp;
+        let norm = (8 * d + 4) * tl + 2 * d * t;
+        let attention_out = (2 * q + 8 * heads) * t;
         BlockActs {
-            none: 2 * norm + 4 * hd + 2 * q + 4 * kv + attention_out + 8 * f,
-            full: 2 * d,
-            selective: 2 * d + 2 * (q + 2 * kv) + attention_out + 2 * f + 2 * d,
+            none: 2 * norm + (4 * hd + 2 * q + 4 * kv + 8 * f) * t + attention_out,
+            full: 2 * d * tl,
+            selective: 2 * d * tl + (2 * (q + 2 * kv) + 2 * f + 2 * d) * t + attention_out,
         }
     }
 
-    /// Saved bytes per token of block `i` (0-based).
+    /// Saved bytes of block `i` (0-based).
     fn of(&self, policy: Option<CheckpointPolicy>, i: usize) -> u128 {
         match policy {
             None => self.none,
@@ -221,12 +251,15 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
     let v = u128::from(s.vocab);
     let layers = usize::try_from(s.layers).map_err(|_| CoreError::Overflow { what: "layers" })?;
     let tokens = u128::from(job.batch).saturating_mul(u128::from(job.seq));
-    let acts = BlockActs::new(s);
+    let tp = u128::from(job.tp.max(1));
+    // the sequence-parallel shard of the tokens (all of them without TP)
+    let tl = tokens / tp;
+    let vl = v.div_ceil(tp);
+    let acts = BlockActs::new(s, tp, tokens);
     let saved_below = |i: usize| -> u128 {
         (0..i)
             .map(|j| acts.of(job.checkpointing, j))
             .fold(0u128, u128::saturating_add)
-            .saturating_mul(tokens)
     };
     let saved_all = saved_below(layers);
     let head = [z.final_norm.clone(), z.lm_head.clone()].concat();
@@ -253,8 +286,9 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
     };
     // positions (int64 per token, the dataloader's; models take them for RoPE and the masks)
     let positions = 8 * tokens;
-    // final norm: fp32 input, fp32 normalised, rstd (and its bf16 output the LM head saves)
-    let final_norm_saved = (8 * d + 4) * tokens;
+    // final norm: fp32 input, fp32 normalised, rstd on the SP shard (and its bf16 output the
+    // LM head saves, all-gathered to every token: `pre_lm_head_norm_config`)
+    let final_norm_saved = (8 * d + 4) * tl;
     let final_norm_out = 2 * d * tokens;
     // "never": embeddings and blocks stay gathered from their forward to their backward
     let resident = |blocks: u128| {
@@ -276,22 +310,55 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
             Activations,
             saved_all + positions + final_norm_saved + final_norm_out,
         )
-        .add(LossBuffers, 2 * v * tokens);
+        .add(LossBuffers, 2 * vl * tokens);
     out.push(x);
 
-    // components/loss.py: `cross_entropy(pred.float(), …)`; at `log_softmax_backward` the
-    // fp32 log-softmax (saved), the gradient of it and the fp32 gradient of the logits are
-    // alive; the bf16 logits were dropped (`del pred`)
-    let mut x = base("loss backward: log-softmax gradient".into(), Phase::Loss);
-    x.add(Weights, resident(z.layers))
-        .add(Weights, if head_resident { u_head } else { 0 })
-        .add(
-            Activations,
-            saved_all + positions + final_norm_saved + final_norm_out,
-        )
-        .add(LossBuffers, 4 * v * tokens)
-        .add(Temporaries, 8 * v * tokens);
-    out.push(x);
+    if tp == 1 {
+        // components/loss.py: `cross_entropy(pred.float(), …)`; at `log_softmax_backward` the
+        // fp32 log-softmax (saved), the gradient of it and the fp32 gradient of the logits are
+        // alive; the bf16 logits were dropped (`del pred`)
+        let mut x = base("loss backward: log-softmax gradient".into(), Phase::Loss);
+        x.add(Weights, resident(z.layers))
+            .add(Weights, if head_resident { u_head } else { 0 })
+            .add(
+                Activations,
+                saved_all + positions + final_norm_saved + final_norm_out,
+            )
+            .add(LossBuffers, 4 * v * tokens)
+            .add(Temporaries, 8 * v * tokens);
+        out.push(x);
+    } else {
+        // loss parallel (components/loss.py `_LossParallelCrossEntropy.backward`, fp32 over
+        // the V/tp local logits): the saved `log_probs`, `grad_input = zeros_like(log_probs)`,
+        // `torch.exp(log_probs)`, their sum, then the product with `grad_output` while the sum
+        // is alive (four fp32 buffers besides `log_probs`, at most three at once); the forward's
+        // fp32 copy, `shifted` and `exp(shifted)` (with the bf16 logits) are one buffer fewer
+        let mut x = base(
+            "loss backward: vocab-parallel cross-entropy gradient".into(),
+            Phase::Loss,
+        );
+        x.add(Weights, resident(z.layers))
+            .add(Weights, if head_resident { u_head } else { 0 })
+            .add(
+                Activations,
+                saved_all + positions + final_norm_saved + final_norm_out,
+            )
+            .add(LossBuffers, 4 * vl * tokens)
+            .add(Temporaries, 12 * vl * tokens);
+        out.push(x);
+        // the LM head's backward: the bf16 gradient of the logits, the weight's bf16 gradient
+        // (its TP shard) and the gradient of its all-gathered input; the head unit is gathered
+        // (re-gathered by its pre-backward when resharded after forward)
+        let mut x = base("backward: LM head weight gradient".into(), Phase::Backward);
+        x.add(Weights, resident(z.layers) + u_head)
+            .add(
+                Activations,
+                saved_all + positions + final_norm_saved + final_norm_out,
+            )
+            .add(Temporaries, 2 * vl * tokens + final_norm_out)
+            .add(Gradients, 2 * z.padded(&z.lm_head));
+        out.push(x);
+    }
 
     // the LM head's gradient reduce-scatter: its bf16 gradient cast to fp32 into the
     // reduce-scatter input (reduce_dtype=float32), its fp32 shard written, the head unit
@@ -307,6 +374,29 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         .add(Activations, saved_all + positions + final_norm_saved)
         .add(Temporaries, final_norm_out);
     out.push(x);
+    // the head unit's second pre-backward (the final norm's output, reached after the LM head's
+    // post-backward resharded the unit: measured on the TP step's allocation log,
+    // `measure_titan.py --debug`): the unit re-gathered, and the last block's all-gather issued
+    // (backward prefetch: its bf16 copy-in and all-gather output) while the head's
+    // reduce-scatter buffer is alive
+    if layers > 0 {
+        let mut x = base(
+            format!(
+                "backward: head re-gathered, block {} prefetched",
+                layers - 1
+            ),
+            Phase::Backward,
+        );
+        x.add(Weights, resident(z.layers) + u_head)
+            .add(
+                CommBuffers,
+                4 * z.padded(&z.lm_head) + u_block + 2 * z.sharded(&z.block),
+            )
+            .add(Gradients, 4 * z.sharded(&z.lm_head))
+            .add(Activations, saved_all + positions + final_norm_saved)
+            .add(Temporaries, final_norm_out);
+        out.push(x);
+    }
 
     let head_grads = 4 * z.sharded(&head);
     let block_grad_shard = 4 * z.sharded(&z.block);
@@ -320,8 +410,89 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
             let mut x = base(format!("backward: block {i} recomputed"), Phase::Backward);
             x.add(Weights, below + u_block)
                 .add(Gradients, done)
-                .add(Activations, saved_below(i) + positions + acts.none * tokens)
-                .add(Temporaries, 2 * d * tokens);
+                .add(Activations, saved_below(i) + positions + acts.none)
+                .add(Temporaries, 2 * d * tl);
+            out.push(x);
+        }
+        // the feed-forward's backward at `w1` (the last of its weight gradients): measured on
+        // the TP step's allocation log (`measure_titan.py --debug`, selective AC): the block
+        // gathered, the previous unit's reduce-scatter buffer still alive (FSDP2 waits for it
+        // in the next post-backward: block `i + 1`'s, or the final norm's), block 0 with the embeddings' all-gather issued, the bf16
+        // gradients of `w2`, `w3` and `w1`, the gradients of `w3`'s and `w1`'s all-gathered
+        // input, one `[T, F/tp]` gradient and the block's output gradient; alive of the block's
+        // activations: all but the feed-forward's four `[T, F/tp]` tensors (recomputed under AC,
+        // whose checkpoint input stays saved too)
+        {
+            let f = u128::from(s.ffn) / tp;
+            // after the last block: the head unit's second post-backward (the final norm's
+            // gradient) waited for the LM head's reduce-scatter and issued the norm's
+            let previous_rs = if i + 1 == layers {
+                4 * z.padded(&z.final_norm)
+            } else {
+                4 * z.padded(&z.block)
+            };
+            // under AC the recomputed set is the no-AC set (SelectiveAC's saved outputs are
+            // the same tensors, replayed from its cache) besides the checkpoint's input
+            let own = if ckpt {
+                acts.none + 2 * d * tl
+            } else {
+                acts.none
+            };
+            let mut x = base(
+                format!("backward: block {i} feed-forward input gradient"),
+                Phase::Backward,
+            );
+            x.add(Weights, below + u_block)
+                .add(
+                    CommBuffers,
+                    previous_rs + if i == 0 && !never { u_embedding } else { 0 },
+                )
+                .add(Gradients, done + 2 * 3 * f * d)
+                .add(
+                    Activations,
+                    saved_below(i) + positions + own.saturating_sub(8 * f * tokens),
+                )
+                .add(
+                    Temporaries,
+                    2 * 2 * d * tokens + 2 * f * tokens + 2 * d * tl,
+                );
+            out.push(x);
+        }
+        // the attention's backward at `wqkv` (the last weight gradient of the block; measured,
+        // `titan-llama3-70b-2l-w16-tp4-s1024-fullac`): every bf16 weight gradient of the block,
+        // the gradient of `wqkv`'s output and of its all-gathered input, the block's output
+        // gradient; alive of the block's activations: the attention norm's fp32 buffers and
+        // the all-gathered input `wqkv` saved (and the checkpoint's input under AC)
+        {
+            let q = u128::from(s.heads) * u128::from(s.head_dim) / tp;
+            let kv = u128::from(s.kv_heads) * u128::from(s.head_dim) / tp;
+            let previous_rs = if i + 1 == layers {
+                4 * z.padded(&z.final_norm)
+            } else {
+                4 * z.padded(&z.block)
+            };
+            let mut x = base(
+                format!("backward: block {i} attention input gradient"),
+                Phase::Backward,
+            );
+            x.add(Weights, below + u_block)
+                .add(
+                    CommBuffers,
+                    previous_rs + if i == 0 && !never { u_embedding } else { 0 },
+                )
+                .add(Gradients, done + u_block)
+                .add(
+                    Activations,
+                    saved_below(i)
+                        + positions
+                        + (8 * d + 4) * tl
+                        + 2 * d * tokens
+                        + if ckpt { 2 * d * tl } else { 0 },
+                )
+                .add(
+                    Temporaries,
+                    2 * d * tokens + 2 * (q + 2 * kv) * tokens + 2 * d * tl,
+                );
             out.push(x);
         }
         // FSDP2 post_backward: the block's bf16 gradients copied (cast to fp32) into the
@@ -339,21 +510,70 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
             )
             .add(Gradients, done + u_block)
             .add(Activations, saved_below(i) + positions)
-            .add(Temporaries, 2 * d * tokens);
+            .add(Temporaries, 2 * d * tl);
         if ckpt {
             x.add(Weights, u_block)
-                .add(Temporaries, (20 * d + 8) * tokens)
-                .add(Activations, 4 * d * tokens);
+                .add(Temporaries, (20 * d + 8) * tl)
+                .add(Activations, 4 * d * tl);
         }
         out.push(x);
     }
 
-    // `clip_grad_norm_(foreach=True)` then foreach AdamW (torch/optim/adamw.py
+    // the embeddings' backward (measured: `titan-llama3-405b-1l-w32-tp8-s1024`): the unit
+    // gathered (re-gathered, or resident under "never"), block 0's reduce-scatter buffer still
+    // alive (waited for in the embeddings' post-backward), every other gradient shard written,
+    // the gradient of the embeddings' output (all-gathered to `T` tokens under SP, the
+    // backward of the vocab-parallel embedding's reduce-scatter) and `embedding_dense_backward`'s
+    // bf16 weight gradient
+    let mut x = base(
+        "backward: embeddings weight gradient".into(),
+        Phase::Backward,
+    );
+    x.add(Weights, u_embedding)
+        .add(
+            CommBuffers,
+            if layers > 0 {
+                4 * z.padded(&z.block)
+            } else {
+                0
+            },
+        )
+        .add(Gradients, 4 * (sharded - z.sharded(&z.embedding)))
+        .add(Activations, positions)
+        .add(Temporaries, 2 * z.padded(&z.embedding) + 2 * d * tokens);
+    out.push(x);
+
+    // the embeddings' post-backward (FSDP2 `foreach_reduce`, measured on one FSDP rank:
+    // `dp_shard = 1`): every other gradient shard written, the unit resharded, its bf16
+    // gradient, the fp32 reduce-scatter input and the fp32 shard being written
+    let mut x = base(
+        "backward: embeddings gradient reduce-scatter".into(),
+        Phase::Backward,
+    );
+    x.add(Gradients, 4 * (sharded - z.sharded(&z.embedding)))
+        .add(
+            Gradients,
+            2 * z.padded(&z.embedding) + 4 * z.sharded(&z.embedding),
+        )
+        .add(CommBuffers, 4 * z.padded(&z.embedding))
+        .add(Activations, positions);
+    out.push(x);
+
+    // `clip_grad_norm_(foreach=True)` then AdamW: foreach (torch/optim/adamw.py
     // `_multi_tensor_adam`: `torch._foreach_sqrt(exp_avg_sqs)`, one fp32 list the size of the
-    // shards); every unit resharded after backward
-    let mut x = base("optimizer step (foreach AdamW)".into(), Phase::Optimizer);
-    x.add(Gradients, 4 * sharded)
-        .add(OptimizerTemporaries, 4 * sharded);
+    // shards) or fused (`torch._fused_adamw_`, in place: nothing besides the gradients; measured,
+    // torchtitan's default `optimizer.implementation = "fused"`); every unit resharded after
+    // backward
+    let name = if job.fused_optimizer {
+        "optimizer step (fused AdamW)"
+    } else {
+        "optimizer step (foreach AdamW)"
+    };
+    let mut x = base(name.into(), Phase::Optimizer);
+    x.add(Gradients, 4 * sharded).add(
+        OptimizerTemporaries,
+        if job.fused_optimizer { 0 } else { 4 * sharded },
+    );
     out.push(x);
     Ok(out)
 }

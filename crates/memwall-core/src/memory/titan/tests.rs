@@ -129,10 +129,29 @@ fn what_torchtitan_does_not_run_is_refused_by_name() {
     for s in [Strategy::Ddp, Strategy::Zero3, Strategy::Hsdp] {
         assert_eq!(field(run(&w, &layout(16, s))), "strategy", "{s:?}");
     }
+    // tensor parallelism runs with sequence parallelism (torchtitan's default) only
     let tp = Layout { tp: 2, ..l.clone() };
-    assert_eq!(field(run(&w, &tp)), "tp");
-    let pp = Layout { pp: 2, ..l.clone() };
-    assert_eq!(field(run(&w, &pp)), "pp");
+    assert_eq!(field(run(&w, &tp)), "sequence_parallel");
+    let sp = Layout {
+        sequence_parallel: true,
+        ..l.clone()
+    };
+    assert_eq!(field(run(&w, &sp)), "sequence_parallel");
+    // a degree that does not divide the heads (32) is not measured
+    let tp3 = Layout {
+        gpus: 6,
+        tp: 3,
+        sequence_parallel: true,
+        ..l.clone()
+    };
+    assert_eq!(field(run(&workload(1, 129, None), &tp3)), "tp");
+    for (name, mp) in [
+        ("pp", Layout { pp: 2, ..l.clone() }),
+        ("cp", Layout { cp: 2, ..l.clone() }),
+        ("ep", Layout { ep: 2, ..l.clone() }),
+    ] {
+        assert_eq!(field(run(&w, &mp)), name);
+    }
     let mut tied = model(2);
     tied.head.tied = true;
     assert_eq!(
@@ -174,4 +193,66 @@ fn selective_op_runs_on_hf_engines_and_torchtitan_but_not_megatron() {
         }
         other => panic!("megatron: {other:?}"),
     }
+}
+
+#[test]
+fn tensor_parallelism_shards_the_states_and_the_vocabulary() {
+    let m = model(2);
+    let w = workload(1, 2048, None);
+    let run = |l: &Layout| simulate_train_titan(&m, &w, l, &TitanOptions::default()).unwrap();
+    let dp8 = run(&layout(8, Strategy::FsdpFull));
+    let tp2 = Layout {
+        tp: 2,
+        sequence_parallel: true,
+        ..layout(8, Strategy::FsdpFull)
+    };
+    let e = run(&tp2);
+    assert_eq!((e.dp, e.global_batch), (4, 4));
+    assert!(e.groups[0].label.contains("dp_shard 4 × tp 2"));
+    // the states are sharded over all 8 ranks either way (FSDP over 4 × TP 2)
+    let (a, b) = (
+        e.groups[0].model_state_bytes as f64,
+        dp8.groups[0].model_state_bytes as f64,
+    );
+    assert!((a / b - 1.0).abs() < 0.01, "{a} {b}");
+    // 4 data-parallel ranks without TP hold twice the states and the whole vocabulary's
+    // logits: TP 2 on 8 GPUs needs less than FSDP on 4
+    let dp4 = run(&layout(4, Strategy::FsdpFull));
+    assert!(e.peak_bytes < dp4.peak_bytes);
+    // a sequence not divisible by tp is refused (torchtitan's trainer.py check)
+    let odd = workload(1, 2047, None);
+    assert!(simulate_train_titan(&m, &odd, &tp2, &TitanOptions::default()).is_err());
+    // more TP never needs more on the same GPUs
+    let tp4 = Layout {
+        tp: 4,
+        sequence_parallel: true,
+        ..layout(8, Strategy::FsdpFull)
+    };
+    assert!(run(&tp4).peak_bytes <= e.peak_bytes);
+}
+
+#[test]
+fn fused_adamw_has_no_step_temporaries_and_foreach_one_list() {
+    let m = model(2);
+    let l = layout(1, Strategy::FsdpFull);
+    let mut w = workload(1, 128, None);
+    let sim = |w: &TrainWorkload| simulate_train_titan(&m, w, &l, &TitanOptions::default());
+    w.optimizer = Optimizer::AdamwFused;
+    let fused = sim(&w).unwrap();
+    w.optimizer = Optimizer::Adamw;
+    let foreach = sim(&w).unwrap();
+    let opt = |e: &DistEstimate| {
+        e.groups[0]
+            .phase_peaks
+            .iter()
+            .find(|(p, _)| *p == Phase::Optimizer)
+            .map(|(_, b)| *b)
+            .unwrap()
+    };
+    // foreach: one fp32 list the size of the shards (the fp32 weights' bytes)
+    let weights = fused.groups[0].model_state_bytes / 4;
+    let d = opt(&foreach) - opt(&fused);
+    assert!(d.abs_diff(weights) < 1024, "{d} {weights}");
+    w.optimizer = Optimizer::AdamwForloop;
+    assert_eq!(field(sim(&w)), "optimizer");
 }
