@@ -50,6 +50,8 @@ struct Scan {
     e: u128,
     /// convolution kernel
     k: u128,
+    /// the scan output goes through the gated RMSNorm (else `y * silu(gate)`)
+    norm: bool,
 }
 
 /// fp32: the scan's `.float()` casts are copies in low precision and no-ops in fp32.
@@ -74,6 +76,7 @@ impl Scan {
             cd: u128::from(m.conv_dim()),
             e: u128::from(m.in_proj_width()),
             k: u128::from(m.conv_kernel),
+            norm: m.gated_norm,
         }
     }
 
@@ -96,6 +99,7 @@ impl Scan {
             cd,
             e,
             k,
+            norm,
         } = *self;
         let c1 = c + 1;
         let mut v = t * e * z // zxbcdt (conv input, dt) 
@@ -127,6 +131,16 @@ impl Scan {
             // fp32: the casts of x, dt (twice) and the gate are the tensors themselves; the
             // conv's silu output is saved instead (x is its view)
             v = v + t * h * F + b * cd * s * F - 2 * t * i * F - 2 * t * h * F;
+        }
+        if !norm {
+            // no gated norm (FalconH1Mixer with `mamba_rms_norm = false`): `scan_output *
+            // silu(gate)` saves the scan output (counted above) and `silu(gate)` in the
+            // projections' dtype; the gate is a view of zxbcdt, never cast to fp32
+            v = v + t * i * z - 4 * t * i * F - t * g * F;
+            if z == F {
+                // the fp32 correction above took off a cast of the gate that does not exist
+                v += t * i * F;
+            }
         }
         if c == 1 {
             // one chunk: the einsum operands over chunk states are views, not copies
@@ -226,7 +240,12 @@ impl Scan {
     /// gradient alive, `z` bytes per element) and `in_proj`'s, above what is alive when it
     /// starts: the gated norm's backward in fp32 (`w` = bytes of the norm weight's gradient).
     fn backward_peak(&self, z: u128, w: u128) -> u128 {
-        let Scan { t, i, g, .. } = *self;
+        let Scan { t, i, g, norm, .. } = *self;
+        if !norm {
+            // `(scan_output * silu(gate)).to(dtype)` backward: the fp32 gradient of the
+            // product, then its gradients for the fp32 scan output and for `silu(gate)`
+            return 2 * t * i * F;
+        }
         // grad.float(), then x·silu(gate) and the normalised groups times the incoming
         // gradient, pow and the division of rsqrt's backward, minus the freed bf16 gradient and
         // rsqrt; the weight's gradient exists by then
@@ -275,8 +294,10 @@ impl Builder<'_> {
         for _ in 0..3 {
             lp.ssm.push(self.new_param(h, true));
         }
-        lp.ssm
-            .push(self.new_param(u128::from(m.intermediate), true));
+        if m.gated_norm {
+            lp.ssm
+                .push(self.new_param(u128::from(m.intermediate), true));
+        }
     }
 
     /// `Mamba2Block.forward` (and `MambaBlock.forward`, Mamba-1): `norm(x.to(norm.weight.dtype))`, the mixer, and
@@ -357,6 +378,21 @@ impl Builder<'_> {
                 .map_or_else(super::lin_zero, |(_, l)| *l)
         };
         let (zx, zs) = self.linear(x, x_size, rows, lin(LinearRole::SsmIn));
+        let zx = if self.spec(self.cur_layer).muls.ssm_proj {
+            // FalconH1Mixer.forward: `projected_states * self.mup_vector` (a buffer that needs
+            // no gradient: the product saves nothing of `in_proj`'s output, which goes)
+            let y = self.op(
+                rows * u128::from(m.in_proj_width()) * zs,
+                &[zx],
+                &[],
+                &[],
+                &[],
+            );
+            self.drop_(zx);
+            y
+        } else {
+            zx
+        };
         let inner = self.mamba2_inner(zx, zs, x_size, lp, m);
         self.drop_(zx);
         let (y, _) = self.linear(inner, x_size, rows, lin(LinearRole::SsmOut));
@@ -424,6 +460,25 @@ impl Builder<'_> {
     fn mamba2_infer(&mut self, zx: TensorId, zs: u128, out_bytes: u128, d: &Scan) -> TensorId {
         let _ = zx;
         let layer = self.cur_layer;
+        if self.spec(layer).parallel_mixers() {
+            // the layer's attention keeps its KV cache in `cache`; the state goes beside it
+            let has_state = self.ssm_cache.get(layer).is_some_and(Option::is_some);
+            if has_state && d.s == 1 {
+                self.t.transient(d.decode_peak(zs), Category::Activations);
+            } else {
+                let conv = self.act(d.b * d.cd * d.k * zs, false);
+                self.t
+                    .transient(d.forward_peak_unsaved(zs), Category::Activations);
+                let ssm = self.act(d.b * d.h * d.p * d.n * F, false);
+                if let Some(slot) = self.ssm_cache.get_mut(layer) {
+                    if let Some((oc, os)) = slot.replace((conv, ssm)) {
+                        self.t.release(oc);
+                        self.t.release(os);
+                    }
+                }
+            }
+            return self.act(out_bytes, false);
+        }
         let has_state = self.cache.get(layer).is_some_and(Option::is_some);
         if has_state && d.s == 1 {
             self.t.transient(d.decode_peak(zs), Category::Activations);
