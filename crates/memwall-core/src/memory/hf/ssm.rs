@@ -52,13 +52,15 @@ struct Scan {
     k: u128,
     /// the scan output goes through the gated RMSNorm (else `y * silu(gate)`)
     norm: bool,
+    /// under CPU autocast (bf16): the einsums' `bmm`s and the convolution run in bf16
+    amp: bool,
 }
 
 /// fp32: the scan's `.float()` casts are copies in low precision and no-ops in fp32.
 const F: u128 = 4;
 
 impl Scan {
-    fn new(m: &Mamba2, b: u128, s: u128) -> Self {
+    fn new(m: &Mamba2, b: u128, s: u128, amp: bool) -> Self {
         let l = u128::from(m.chunk_size).max(1);
         let c = s.div_ceil(l);
         Scan {
@@ -77,13 +79,57 @@ impl Scan {
             e: u128::from(m.in_proj_width()),
             k: u128::from(m.conv_kernel),
             norm: m.gated_norm,
+            amp,
         }
+    }
+
+    /// [`Scan::saved`] under autocast for a mixer without the gated norm whose `zxbcdt` is
+    /// fp32 (Falcon-H1: the bf16 `in_proj` output times the fp32 `mup_vector`): the
+    /// convolution runs in bf16 on bf16 copies of its input and weight and is cast back to
+    /// fp32 (`out.to(hidden_states.dtype)`), dt stays fp32 (no `.float()` copies), and every
+    /// einsum's `bmm` saves bf16 copies of its operands (CPU autocast's lower-precision list)
+    /// and returns bf16. Read off `tools/truth/probes/falcon_h1_mixer.py --check-amp` (exact
+    /// for 2+ chunks).
+    fn saved_amp(&self) -> u128 {
+        let Scan {
+            b,
+            s,
+            t,
+            tp,
+            c,
+            l,
+            h,
+            p,
+            n,
+            i,
+            cd,
+            e,
+            k,
+            ..
+        } = *self;
+        const B16: u128 = 2;
+        let c1 = c + 1;
+        t * e * F + 2 * h * F // zxbcdt, A
+            + cd * k * B16 + b * cd * s * B16 // conv weight and input in bf16
+            + b * cd * (s + k - 1) * B16 + b * cd * s * F // conv output, its fp32 cast
+            + 3 * t * h * F // dt + dt_bias, softplus, clamp
+            + tp * i * F + tp * h * n * F + 2 * l * l // padded x, padded B, masks
+            + b * h * c * l * l * F // L
+            + 4 * tp * h * n * B16 + b * c * h * l * l * B16 // bf16 copies of C and B, G
+            + 2 * tp * i * B16 + b * c * h * l * l * B16 + tp * i * B16 // x copies, M, Y_diag
+            + 2 * tp * h * F + 2 * c1 * c1 + b * h * c1 * c1 * F // decay exps, masks, decay_chunk
+            + b * c1 * h * p * n * B16 + b * h * c1 * c1 * B16 // states cat, decay_chunk copy
+            + b * c * h * p * n * B16 // chunk states copy
+            + tp * i * F + t * i * F // y + D_residual, silu(gate)
     }
 
     /// Bytes autograd keeps after the mixer's forward, `in_proj`'s output included (it is
     /// saved through its views), `out_proj`'s input excluded; `z` = bytes per element of the
     /// projections' output.
     fn saved(&self, z: u128) -> u128 {
+        if self.amp && !self.norm && z == F && self.c > 1 {
+            return self.saved_amp();
+        }
         let Scan {
             b,
             s,
@@ -100,6 +146,7 @@ impl Scan {
             e,
             k,
             norm,
+            amp: _,
         } = *self;
         let c1 = c + 1;
         let mut v = t * e * z // zxbcdt (conv input, dt) 
@@ -378,20 +425,18 @@ impl Builder<'_> {
                 .map_or_else(super::lin_zero, |(_, l)| *l)
         };
         let (zx, zs) = self.linear(x, x_size, rows, lin(LinearRole::SsmIn));
-        let zx = if self.spec(self.cur_layer).muls.ssm_proj {
+        let (zx, zs) = if self.spec(self.cur_layer).muls.ssm_proj {
             // FalconH1Mixer.forward: `projected_states * self.mup_vector` (a buffer that needs
-            // no gradient: the product saves nothing of `in_proj`'s output, which goes)
-            let y = self.op(
-                rows * u128::from(m.in_proj_width()) * zs,
-                &[zx],
-                &[],
-                &[],
-                &[],
-            );
+            // no gradient: the product saves nothing of `in_proj`'s output, which goes). The
+            // buffer is in the parameters' dtype, so under autocast the bf16 projection times
+            // the fp32 buffer promotes to fp32: the scan reads an fp32 zxbcdt
+            let ps = zs.max(self.param_size);
+            let bytes = rows * u128::from(m.in_proj_width()) * ps;
+            let y = self.op(bytes, &[zx], &[], &[], &[]);
             self.drop_(zx);
-            y
+            (y, ps)
         } else {
-            zx
+            (zx, zs)
         };
         let inner = self.mamba2_inner(zx, zs, x_size, lp, m);
         self.drop_(zx);
@@ -410,7 +455,7 @@ impl Builder<'_> {
         lp: &LayerParams,
         m: &Mamba2,
     ) -> TensorId {
-        let d = Scan::new(m, self.batch, self.seq);
+        let d = Scan::new(m, self.batch, self.seq, self.amp);
         let out_bytes = d.t * d.i * out_size;
         if self.mode.is_infer() {
             return self.mamba2_infer(zx, zs, out_bytes, &d);
