@@ -468,7 +468,13 @@ impl Builder<'_> {
                 .transient(d.forward_peak_unsaved(zs), Category::Activations);
             return self.act(out_bytes, rg);
         }
-        let extra = d.saved(zs).saturating_sub(d.t * d.e * zs);
+        let mut extra = d.saved(zs).saturating_sub(d.t * d.e * zs);
+        if !params.iter().any(|&p| self.t.requires_grad(p)) {
+            // frozen mixer parameters (LoRA): `D_residual = D[..., None] * pad(x)` with a `D`
+            // that needs no gradient saves nothing of the padded x (mul saves an operand only
+            // for the other operand's gradient), which then goes once the scan has used it
+            extra = extra.saturating_sub(d.tp * d.i * F);
+        }
         let kept = self.act(extra, false);
         self.t.transient(
             d.forward_peak(zs).saturating_sub(extra),
