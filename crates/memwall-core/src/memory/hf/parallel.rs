@@ -47,14 +47,14 @@ impl Builder<'_> {
         let c = self.compute_size;
         let muls = spec.muls;
         // FalconH1Mixer.forward: `hidden_states = hidden_states * self.ssm_in_multiplier`, bound
-        // to the mixer's local until it returns (and saved by `in_proj`)
-        let xin = if muls.ssm_in {
-            self.op(rows * h * n_size, &[n], &[], &[], &[])
+        // to the mixer's local until the split rebinds it (`mamba2_mixer` drops it after
+        // `in_proj`, which saves it in training)
+        let y = if muls.ssm_in {
+            let xin = self.op(rows * h * n_size, &[n], &[], &[], &[]);
+            self.mamba2_mixer(xin, n_size, lp, m)
         } else {
-            self.retain_id(n)
+            self.mamba2_mixer(n, n_size, lp, m)
         };
-        let y = self.mamba2_mixer(xin, n_size, lp, m);
-        self.drop_(xin);
         let y = self.scalar_mul(y, rows * h * c, muls.ssm_out);
         // `self.self_attn(hidden_states=hidden_states * self.attention_in_multiplier, …)`: the
         // argument is a temporary of the call (its projections save it)

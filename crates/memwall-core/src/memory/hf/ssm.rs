@@ -425,6 +425,12 @@ impl Builder<'_> {
                 .map_or_else(super::lin_zero, |(_, l)| *l)
         };
         let (zx, zs) = self.linear(x, x_size, rows, lin(LinearRole::SsmIn));
+        if self.spec(self.cur_layer).muls.ssm_in {
+            // FalconH1Mixer.forward: the scaled input is the local `hidden_states`, rebound by
+            // `hidden_states, B, C = torch.split(...)` before the scan: the mixer's reference
+            // goes here (the caller hands it over; `in_proj` keeps what it saves)
+            self.drop_(x);
+        }
         let (zx, zs) = if self.spec(self.cur_layer).muls.ssm_proj {
             // FalconH1Mixer.forward: `projected_states * self.mup_vector` (a buffer that needs
             // no gradient: the product saves nothing of `in_proj`'s output, which goes). The
