@@ -223,28 +223,9 @@ BASE: dict[str, tuple[str | None, dict]] = {
         tie_word_embeddings=True, hidden_act="silu", attention_bias=False, attention_dropout=0.0,
         bos_token_id=100257, eos_token_id=100257, pad_token_id=100256)),
     # ---------------- falcon_h1 (attention and Mamba-2 in parallel in every layer, muP) ----------------
-    # tiiuae/Falcon-H1-0.5B-Instruct: no verbatim config.json was found. Values from the
-    # Python-dict copy of its config.json in NVIDIA-NeMo/Megatron-Bridge
-    # tests/unit_tests/models/falcon_h1/test_falcon_h1_bridge.py (FALCON_H1_500M_CONFIG, commit
-    # ebd91e974d0b2caba82fc91c09b47e77e2dd53fc), JSON spellings (None -> null). That copy lacks
-    # `mamba_d_ssm`; 1536 = mamba_n_heads 24 x mamba_d_head 64 (transformers' own model table:
-    # 24 Mamba heads of 64; a published conv state [1, 1792, 4] = 1536 + 2 x 128), without which
-    # FalconH1Config's default 1024 fails its own validate_architecture.
-    "falcon-h1-0.5b": (None, dict(
-        architectures=["FalconH1ForCausalLM"], attention_bias=False, attention_dropout=0.0,
-        attention_in_multiplier=1.0, attention_out_multiplier=0.9375, attn_layer_indices=None,
-        embedding_multiplier=5.656854249492381, head_dim=64, hidden_act="silu", hidden_size=1024,
-        initializer_range=0.02, intermediate_size=2048, key_multiplier=0.39062499999999994,
-        lm_head_multiplier=0.0390625, mamba_chunk_size=128, mamba_conv_bias=True, mamba_d_conv=4,
-        mamba_d_head=64, mamba_d_ssm=1536, mamba_d_state=128, mamba_expand=2, mamba_n_groups=1,
-        mamba_n_heads=24, mamba_norm_before_gate=False, mamba_proj_bias=False,
-        mamba_rms_norm=False, mamba_use_mlp=True, max_position_embeddings=16384, mlp_bias=False,
-        mlp_multipliers=[0.8838834764831844, 0.5859375], model_type="falcon_h1",
-        num_attention_heads=8, num_hidden_layers=36, num_key_value_heads=2, projectors_bias=False,
-        rms_norm_eps=1e-5, rope_scaling=None, rope_theta=100000000000.0, ssm_in_multiplier=1.25,
-        ssm_multipliers=[0.3535533905932738, 0.25, 0.3535533905932738, 0.5, 0.3535533905932738],
-        ssm_out_multiplier=0.23570226039551587, tie_word_embeddings=False, torch_dtype="bfloat16",
-        vocab_size=32784)),
+    # tiiuae/Falcon-H1-0.5B-Instruct: the catalogue copy (no verbatim config.json was found;
+    # data/models/index.toml says where its values come from and why `mamba_d_ssm` is added)
+    "falcon-h1-0.5b": ("tiiuae/Falcon-H1-0.5B-Instruct.json", {}),
     # ---------------- qwen3_next (gated DeltaNet + gated attention, MoE) ----------------
     # Qwen/Qwen3-Next-80B-A3B-Instruct config.json, typed into data/models (no verbatim copy was
     # found in the code index; see data/models/index.toml)
