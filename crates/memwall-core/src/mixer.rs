@@ -378,6 +378,36 @@ mod tests {
     }
 
     #[test]
+    fn falcon_h1_mixer_params() {
+        // Falcon-H1-0.5B: d_ssm 1536 (24 heads of 64), 1 group, state 128, no gated norm,
+        // in_proj without bias and out_proj with `projectors_bias`
+        let m = Mamba2 {
+            num_heads: 24,
+            head_dim: 64,
+            n_groups: 1,
+            state_size: 128,
+            conv_kernel: 4,
+            intermediate: 1536,
+            chunk_size: 128,
+            proj_bias: false,
+            out_bias: true,
+            gated_norm: false,
+            conv_bias: true,
+            residual_in_fp32: false,
+        };
+        assert_eq!((m.conv_dim(), m.in_proj_width()), (1792, 3352));
+        assert_eq!(
+            m.params(1024),
+            1024 * 3352 + 1536 * 1024 + 1024 + 1792 * 5 + 3 * 24
+        );
+        let with_norm = Mamba2 {
+            gated_norm: true,
+            ..m
+        };
+        assert_eq!(with_norm.params(1024) - m.params(1024), 1536);
+    }
+
+    #[test]
     fn qwen3_next_mixer_params() {
         // Qwen3-Next-80B-A3B: 16 key heads, 32 value heads, 128 wide, conv 4
         let d = GatedDeltaNet {
