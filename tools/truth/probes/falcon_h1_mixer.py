@@ -21,12 +21,12 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from mamba2_mixer import marks, dims_of, saved as m2_saved, fwd_peak, CASES  # noqa: E402
 
 
-def run(B, S, mode, prec, dims):
+def run(B, S, mode, prec, dims, norm=False):
     h, H, P, G, N, K, L = dims
     cfg = AutoConfig.for_model("falcon_h1", hidden_size=h, mamba_n_heads=H, mamba_d_head=P,
         mamba_d_ssm=H * P, mamba_n_groups=G, mamba_d_state=N, mamba_d_conv=K, mamba_chunk_size=L,
         num_hidden_layers=1, vocab_size=10, num_attention_heads=1, num_key_value_heads=1,
-        mamba_rms_norm=False)
+        mamba_rms_norm=norm, mamba_norm_before_gate=False)
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "amp": torch.float32}[prec]
     live, ev, cur = {}, [], [0]
     def reg(t, op):
@@ -120,13 +120,16 @@ def saved_amp(d):
 
 def check_amp():
     for B, S, dims in CASES:
-        d = dims_of(B, S, dims, 2)
-        T, h, E, I = d["T"], d["h"], d["E"], d["I"]
-        m = marks(run(B, S, "train", "amp", dims))
-        # live after forward outside the scan: in_proj's bf16 weight and input copies,
-        # out_proj's bf16 weight and input copies, the output
-        anchor = E * h * 2 + T * h * 2 + h * I * 2 + T * I * 2 + T * h * 2
-        print(f"B={B} S={S} dims={dims} amp: saved {m['fwd'][0] - anchor - saved_amp(d):+d}")
+        for norm in (False, True):
+            d = dims_of(B, S, dims, 2)
+            T, h, E, I, G = d["T"], d["h"], d["E"], d["I"], d["G"]
+            m = marks(run(B, S, "train", "amp", dims, norm))
+            # live after forward outside the scan: in_proj's bf16 weight and input copies,
+            # out_proj's bf16 weight and input copies, the output
+            anchor = E * h * 2 + T * h * 2 + h * I * 2 + T * I * 2 + T * h * 2
+            # the gated norm (gate first, fp32): x·silu(gate), the normalised groups, rsqrt
+            form = saved_amp(d) + (2 * T * I * 4 + T * G * 4 if norm else 0)
+            print(f"B={B} S={S} dims={dims} amp norm={norm}: saved {m['fwd'][0] - anchor - form:+d}")
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--check"]:

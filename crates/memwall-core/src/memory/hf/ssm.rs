@@ -83,7 +83,7 @@ impl Scan {
         }
     }
 
-    /// [`Scan::saved`] under autocast for a mixer without the gated norm whose `zxbcdt` is
+    /// [`Scan::saved`] under autocast, without the gated norm, for a mixer whose `zxbcdt` is
     /// fp32 (Falcon-H1: the bf16 `in_proj` output times the fp32 `mup_vector`): the
     /// convolution runs in bf16 on bf16 copies of its input and weight and is cast back to
     /// fp32 (`out.to(hidden_states.dtype)`), dt stays fp32 (no `.float()` copies), and every
@@ -127,8 +127,15 @@ impl Scan {
     /// saved through its views), `out_proj`'s input excluded; `z` = bytes per element of the
     /// projections' output.
     fn saved(&self, z: u128) -> u128 {
-        if self.amp && !self.norm && z == F && self.c > 1 {
-            return self.saved_amp();
+        if self.amp && z == F && self.c > 1 {
+            // the gated norm (gate first, all fp32 under autocast): `x · silu(gate)`, the
+            // normalised groups and rsqrt per group on top of `silu(gate)`
+            let norm = if self.norm {
+                2 * self.t * self.i * F + self.t * self.g * F
+            } else {
+                0
+            };
+            return self.saved_amp() + norm;
         }
         let Scan {
             b,
