@@ -278,7 +278,7 @@ impl Scan {
             ..
         } = *self;
         let c1 = c + 1;
-        h * F // A
+        let at_output = h * F // A
             + b * cd * s * z // conv output after silu (x, B, C are its views)
             + t * h * z // dt after clamp
             + 7 * tp * i * F // D_residual, padded x·dt, Y_diag, C_times_states, Y_off, sum, copy
@@ -287,7 +287,14 @@ impl Scan {
             + 3 * b * h * c * l * l * F // L, G, M
             + b * h * p * n * F // initial state
             + b * h * c1 * c1 * F // decay_chunk
-            + b * h * c1 * p * n * F // new_states (states and final_state are views)
+            + b * h * c1 * p * n * F; // new_states (states and final_state are views)
+                                      // an earlier instant wins when the state is wide (`N·(1 + P/L) > 3·P`; Falcon-H1-1.5B:
+                                      // N 256, P 64, L 128): the `bmm` of `einsum("bclhn,bchpn->bclhp", C, states)`, with C
+                                      // and the chunk states copied into bmm layouts and its output allocated, before Y_off,
+                                      // the sum and its copy exist (probe: falcon_h1_mixer.py ckpt mode, exact at 2048 wide)
+        let at_c_times_states =
+            (at_output + tp * h * n * F + b * c * h * p * n * F).saturating_sub(3 * tp * i * F);
+        at_output.max(at_c_times_states)
     }
 
     /// Highest bytes of the mixer's backward between `out_proj`'s backward (its input's
