@@ -709,9 +709,9 @@ pub struct TrainArgs {
     /// GPUs in the cluster (reports every rank when > 1 or with --strategy).
     #[arg(long, default_value_t = 1, help_heading = "Distributed")]
     pub gpus: u64,
-    /// GPUs per node (host memory per node; HSDP shards within a node).
-    #[arg(long, default_value_t = 8, help_heading = "Distributed")]
-    pub gpus_per_node: u64,
+    /// GPUs per node (host memory per node; HSDP shards within a node) [default: 8].
+    #[arg(long, help_heading = "Distributed")]
+    pub gpus_per_node: Option<u64>,
     /// Data-parallel sharding strategy (default ddp when --gpus > 1).
     #[arg(long, value_parser = named::<Strategy>(), help_heading = "Distributed")]
     pub strategy: Option<Strategy>,
@@ -1004,11 +1004,9 @@ impl TrainSettings {
         let checkpointing_policy = checkpointing_policy.unwrap_or_default();
         // a layout-only setting makes the job a layout, so that a setting that does nothing
         // on one GPU (sequence parallelism, a schedule, NVMe) is refused rather than ignored
-        count(
-            "gpus_per_node",
-            gpus_per_node,
-            memwall_core::layout::MAX_GPUS,
-        )?;
+        if let Some(n) = gpus_per_node {
+            count("gpus_per_node", n, memwall_core::layout::MAX_GPUS)?;
+        }
         // torchtitan always shards with FSDP2 (one rank too: `apply_fsdp_to_decoder` runs with
         // shard degree 1), so its job is always a layout, fsdp-full unless named
         let titan = runtime == Runtime::Torchtitan;
@@ -1027,10 +1025,19 @@ impl TrainSettings {
         if titan {
             refuse_titan_model_parallel(tp, pp, cp, ep, sequence_parallel)?;
         }
+        if let (Some(n), false) = (gpus_per_node, distributed) {
+            return Err(UserError::flag(
+                "--gpus-per-node",
+                n,
+                "the node size shapes a cluster's layout, and this job runs on one GPU",
+                "drop --gpus-per-node, or give the cluster with --gpus N",
+            )
+            .into());
+        }
         let layout = if distributed {
             let l = Layout {
                 gpus,
-                gpus_per_node,
+                gpus_per_node: gpus_per_node.unwrap_or(8),
                 strategy: strategy.unwrap_or(if titan {
                     Strategy::FsdpFull
                 } else {
@@ -1366,9 +1373,9 @@ pub struct PlanArgs {
     /// Disable dropout.
     #[arg(long)]
     pub no_dropout: bool,
-    /// LoRA rank when --allow lora/qlora (default 16).
-    #[arg(long, default_value_t = 16)]
-    pub lora_rank: u64,
+    /// LoRA rank when --allow lora/qlora [default: 16].
+    #[arg(long)]
+    pub lora_rank: Option<u64>,
     /// LoRA targets when --allow lora/qlora (default: the attention projections).
     #[arg(long, value_delimiter = ',')]
     pub lora_targets: Vec<String>,
@@ -1456,7 +1463,26 @@ impl PlanSettings {
             limits::MAX_BATCH.saturating_mul(limits::MAX_GRAD_ACCUM),
         )?;
         count("top", top as u64, 1000)?;
-        count("lora_rank", lora_rank, limits::MAX_LORA_RANK)?;
+        if let Some(r) = lora_rank {
+            count("lora_rank", r, limits::MAX_LORA_RANK)?;
+        }
+        let lora_allowed = allow
+            .iter()
+            .any(|a| matches!(a, AllowItem::Lora | AllowItem::Qlora));
+        if !lora_allowed && (lora_rank.is_some() || !lora_targets.is_empty()) {
+            let (flag, value) = match lora_rank {
+                Some(r) => ("--lora-rank", r.to_string()),
+                None => ("--lora-targets", lora_targets.join(",")),
+            };
+            return Err(UserError::flag(
+                flag,
+                value,
+                "the search tries LoRA only when --allow admits it (LoRA changes the training result)",
+                "add --allow lora (or qlora) to let plans use these adapters, or drop the LoRA flags",
+            )
+            .into());
+        }
+        let lora_rank = lora_rank.unwrap_or(16);
         memwall_core::plan::check_alloc_margin(alloc_margin)?;
         if let Some(t) = max_step_s {
             if !(t.is_finite() && t > 0.0) {

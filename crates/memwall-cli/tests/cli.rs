@@ -997,3 +997,125 @@ fn image_tokens_simulate_the_vision_forward() {
         .as_str()
         .is_some_and(|a| a.starts_with("1024 of each sequence's tokens")));
 }
+
+/// Flags whose mechanism an engine does not run are refused by name, never accepted with an
+/// unchanged estimate: `--use-cache` and `--activation-offload` off the transformers step,
+/// a vision-language model on a Megatron-LM layout (its formula has no vision tower).
+#[test]
+fn flags_an_engine_does_not_run_are_refused_not_ignored() {
+    let titan = [
+        "train",
+        "-m",
+        "llama-3.1-8b",
+        "--runtime",
+        "torchtitan",
+        "--precision",
+        "amp-bf16",
+        "--gpus",
+        "8",
+    ];
+    let megatron = ["train", "-m", "llama-3.1-8b", "--gpus", "8", "--tp", "2"];
+    let fsdp = [
+        "train",
+        "-m",
+        "llama-3.1-8b",
+        "--gpus",
+        "8",
+        "--strategy",
+        "fsdp-full",
+    ];
+    for (base, extra, flag) in [
+        (&titan[..], &["--use-cache", "false"][..], "--use-cache"),
+        (
+            &titan[..],
+            &["--activation-offload"][..],
+            "--activation-offload",
+        ),
+        (&megatron[..], &["--use-cache", "false"][..], "--use-cache"),
+        (
+            &megatron[..],
+            &["--activation-offload"][..],
+            "--activation-offload",
+        ),
+        (
+            &fsdp[..],
+            &["--activation-offload"][..],
+            "--activation-offload",
+        ),
+    ] {
+        let (code, out, err) = run(&[base, extra].concat());
+        assert_eq!(code, 2, "{extra:?}: {out}");
+        assert!(err.contains(flag) && err.contains("hint:"), "{err}");
+    }
+    // a pure state-space model runs no attention kernel and keeps no KV cache
+    for args in [
+        &["infer", "-m", "mamba-2.8b", "--kv-dtype", "fp8"][..],
+        &["infer", "-m", "mamba-2.8b", "--attention", "eager"][..],
+        &["train", "-m", "mamba-2.8b", "--attention", "flash"][..],
+        &["serve", "-m", "mamba-2.8b", "--kv-cache-dtype", "fp8"][..],
+    ] {
+        let (code, _, err) = run(args);
+        assert_eq!(code, 2, "{args:?}");
+        assert!(err.contains(args[3]) && err.contains("hint:"), "{err}");
+    }
+    // plan tries LoRA only under --allow lora/qlora, so its LoRA flags need it
+    let plan = [
+        "plan",
+        "-m",
+        "llama-3.1-8b",
+        "--gpus",
+        "16",
+        "--global-batch",
+        "64",
+    ];
+    let (code, _, err) = run(&[&plan[..], &["--lora-rank", "8"]].concat());
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--lora-rank") && err.contains("--allow lora"),
+        "{err}"
+    );
+    let (code, out, err) = run(&[&plan[..], &["--lora-rank", "8", "--allow", "lora"]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("--lora-rank 8"), "{out}");
+    // a node size means nothing to a one-GPU job
+    let (code, _, err) = run(&["train", "-m", "gpt2", "--gpus-per-node", "4"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--gpus-per-node") && err.contains("hint:"),
+        "{err}"
+    );
+    // the transformers engines accept --use-cache
+    let (code, _, err) = run(&[&fsdp[..], &["--use-cache", "false"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(&[
+        "train",
+        "-m",
+        "qwen2-vl-7b-instruct",
+        "--gpus",
+        "8",
+        "--tp",
+        "2",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("qwen2_vl") && err.contains("vision") && err.contains("hint:"),
+        "{err}"
+    );
+}
+
+/// `--no-dropout` reaches the Megatron-LM formula: GPT-2 (dropout 0.1) keeps its 1-byte
+/// masks with dropout on and none without (`--attention-dropout 0 --hidden-dropout 0`).
+#[test]
+fn no_dropout_drops_the_megatron_dropout_masks() {
+    let peak = |extra: &[&str]| -> u64 {
+        let (code, out, err) = run(&[
+            &["train", "-m", "gpt2", "--gpus", "8", "--tp", "2", "--json"][..],
+            extra,
+        ]
+        .concat());
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["peak_bytes"].as_u64().unwrap()
+    };
+    assert!(peak(&["--no-dropout"]) < peak(&[]));
+}

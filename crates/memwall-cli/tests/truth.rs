@@ -118,6 +118,17 @@ fn phase_name(p: memwall_core::memory::Phase) -> String {
         .unwrap_or_default()
 }
 
+/// The attention a case ran: the harness records its `attn_implementation` also for models
+/// without attention layers (pure state-space cases set "eager"), where no attention kernel
+/// runs and memwall refuses an explicit choice, so those cases are estimated with the default.
+fn attention_of(desc: &memwall_core::model::ModelDesc, recorded: AttentionImpl) -> AttentionImpl {
+    if desc.layers.iter().all(|l| l.attention_block().is_none()) {
+        AttentionImpl::Sdpa
+    } else {
+        recorded
+    }
+}
+
 fn workload(c: &Case) -> TrainWorkload {
     let precision = precision(&c.id, &c.precision);
     let optimizer = optimizer(&c.id, &c.optimizer);
@@ -285,7 +296,8 @@ fn train_rows_of(file: &str) -> Vec<Row> {
             memwall_formats::parse_hf_config(&json).unwrap_or_else(|e| panic!("{}: {e}", c.id));
         assert_eq!(desc.model_type, c.model_type, "{}", c.id);
         with_image_tokens(&mut desc, c.image_tokens);
-        let w = workload(&c);
+        let mut w = workload(&c);
+        w.attention = attention_of(&desc, w.attention);
         let e =
             simulate_train(&desc, &w, Kernels::Cpu).unwrap_or_else(|err| panic!("{}: {err}", c.id));
         // the fast evaluator (what the CLI runs) gives the replay's result exactly
@@ -401,10 +413,13 @@ fn infer_rows_of(file: &str) -> Vec<Row> {
             batch: c.batch,
             prompt: c.prompt,
             new_tokens: c.new_tokens,
-            attention: match c.attention.as_str() {
-                "eager" => AttentionImpl::Eager,
-                _ => AttentionImpl::Sdpa,
-            },
+            attention: attention_of(
+                &desc,
+                match c.attention.as_str() {
+                    "eager" => AttentionImpl::Eager,
+                    _ => AttentionImpl::Sdpa,
+                },
+            ),
             weights: WeightFormat::ALL
                 .iter()
                 .find(|(_, n)| *n == c.weights)
@@ -554,10 +569,13 @@ fn dist_rows() -> (Vec<Row>, Vec<PhaseRow>) {
             targets: l.targets.clone(),
             qlora: false,
         });
-        w.attention = match c.attention.as_str() {
-            "eager" => AttentionImpl::Eager,
-            _ => AttentionImpl::Sdpa,
-        };
+        w.attention = attention_of(
+            &desc,
+            match c.attention.as_str() {
+                "eager" => AttentionImpl::Eager,
+                _ => AttentionImpl::Sdpa,
+            },
+        );
         let strategy = match (c.strategy.as_str(), c.reshard_after_forward) {
             // torch's composable `replicate` measures as DDP with bucket views
             ("ddp" | "replicate", _) => Strategy::Ddp,

@@ -108,6 +108,10 @@ pub struct Capabilities {
     pub checkpoint_policies: Rule<bool>,
     /// Layer kernels (`--kernels`).
     pub kernels: Rule<KernelSet>,
+    /// An explicit `use_cache` for training (`--use-cache`; `true` = accepted).
+    pub use_cache: Rule<bool>,
+    /// Activation offloading to host memory (`--activation-offload`; `true` = accepted).
+    pub activation_offload: Rule<bool>,
 }
 
 const ALL_OPTIMIZERS: &[Optimizer] = &[
@@ -185,6 +189,17 @@ const HF_LOOPS: Rule<TrainLoop> = all(
     "trainer: transformers Trainer.compute_loss keeps only the loss; keep-outputs: \
      `outputs = model(**batch)` kept until the next forward returns (transformers \
      examples/pytorch/language-modeling/run_clm_no_trainer.py; measured on one GPU)",
+);
+const HF_USE_CACHE: Rule<bool> = all(
+    YES,
+    "`model.config.use_cache` set by the training script (transformers' cache layers; measured \
+     on one GPU, cross-checked on real tensors)",
+);
+const DIST_NO_ACTIVATION_OFFLOAD: Rule<bool> = rule(
+    NO,
+    "",
+    "activation offloading is modelled (and measured) for one GPU only",
+    "drop --activation-offload for a distributed layout, or estimate one GPU",
 );
 const FSDP_STRATEGIES: &[Strategy] = &[Strategy::FsdpFull, Strategy::FsdpGradOp, Strategy::Hsdp];
 
@@ -303,6 +318,12 @@ pub const TABLE: [Capabilities; 9] = [
         loops: HF_LOOPS,
         checkpoint_policies: HF_CHECKPOINT_POLICIES,
         kernels: HF_KERNELS,
+        use_cache: HF_USE_CACHE,
+        activation_offload: all(
+            YES,
+            "`torch.autograd.graph.save_on_cpu(pin_memory=True)` around the forward and the \
+             loss (torch/autograd/graph.py, torch 2.15; measured on one GPU)",
+        ),
     },
     Capabilities {
         engine: Engine::Ddp,
@@ -332,6 +353,8 @@ pub const TABLE: [Capabilities; 9] = [
         loops: HF_LOOPS,
         checkpoint_policies: HF_CHECKPOINT_POLICIES,
         kernels: HF_KERNELS,
+        use_cache: HF_USE_CACHE,
+        activation_offload: DIST_NO_ACTIVATION_OFFLOAD,
     },
     Capabilities {
         engine: Engine::Fsdp2,
@@ -374,6 +397,8 @@ pub const TABLE: [Capabilities; 9] = [
         loops: HF_LOOPS,
         checkpoint_policies: HF_CHECKPOINT_POLICIES,
         kernels: HF_KERNELS,
+        use_cache: HF_USE_CACHE,
+        activation_offload: DIST_NO_ACTIVATION_OFFLOAD,
     },
     Capabilities {
         engine: Engine::Zero(ZeroStage::One),
@@ -393,6 +418,8 @@ pub const TABLE: [Capabilities; 9] = [
         loops: HF_LOOPS,
         checkpoint_policies: HF_CHECKPOINT_POLICIES,
         kernels: HF_KERNELS,
+        use_cache: HF_USE_CACHE,
+        activation_offload: DIST_NO_ACTIVATION_OFFLOAD,
     },
     Capabilities {
         engine: Engine::Zero(ZeroStage::Two),
@@ -412,6 +439,8 @@ pub const TABLE: [Capabilities; 9] = [
         loops: HF_LOOPS,
         checkpoint_policies: HF_CHECKPOINT_POLICIES,
         kernels: HF_KERNELS,
+        use_cache: HF_USE_CACHE,
+        activation_offload: DIST_NO_ACTIVATION_OFFLOAD,
     },
     Capabilities {
         engine: Engine::Zero(ZeroStage::Three),
@@ -442,6 +471,8 @@ pub const TABLE: [Capabilities; 9] = [
         loops: HF_LOOPS,
         checkpoint_policies: HF_CHECKPOINT_POLICIES,
         kernels: HF_KERNELS,
+        use_cache: HF_USE_CACHE,
+        activation_offload: DIST_NO_ACTIVATION_OFFLOAD,
     },
     Capabilities {
         engine: Engine::Megatron,
@@ -538,6 +569,19 @@ pub const TABLE: [Capabilities; 9] = [
             "Liger-Kernel patches transformers modules; Megatron-LM's layers are its own",
             "drop --kernels, or use it without --tp/--pp/--cp/--ep",
         ),
+        use_cache: rule(
+            NO,
+            "",
+            "Megatron-LM's models keep no KV cache in training: `use_cache` is a transformers \
+             config field",
+            "drop --use-cache, or use it without --tp/--pp/--cp/--ep",
+        ),
+        activation_offload: rule(
+            NO,
+            "",
+            "not modelled: Megatron-LM's `--cpu-offloading` of activations",
+            "drop --activation-offload, or estimate one GPU",
+        ),
     },
     Capabilities {
         engine: Engine::Vllm,
@@ -557,6 +601,8 @@ pub const TABLE: [Capabilities; 9] = [
         loops: rule(&[TrainLoop::Trainer], "", SERVES, "use memwall serve"),
         checkpoint_policies: rule(NO, "", SERVES, "use memwall serve"),
         kernels: rule(&[KernelSet::Torch], "", SERVES, "use memwall serve"),
+        use_cache: rule(NO, "", SERVES, "use memwall serve"),
+        activation_offload: rule(NO, "", SERVES, "use memwall serve"),
     },
     crate::memory::titan::CAPABILITIES,
 ];
@@ -666,6 +712,12 @@ impl Engine {
             "loop",
             w.step_options.outputs.name(),
         )?;
+        if let Some(cache) = w.step_options.use_cache {
+            self.require(&c.use_cache, true, "use_cache", &cache.to_string())?;
+        }
+        if w.step_options.activation_offload {
+            self.require(&c.activation_offload, true, "activation_offload", "true")?;
+        }
         Ok(())
     }
 

@@ -678,6 +678,39 @@ pub fn decode_compute_bound_batch(
     Ok(Some(hi))
 }
 
+/// A chunked-scan mixer's projections (column-parallel inputs, row-parallel `out_proj` over
+/// TP, as vLLM splits them) and its depthwise convolution, under the mixer's op names
+/// (`[in_proj, out_proj, conv1d]`); `(ab, wb, tp)`: activation and weight bytes, TP degree.
+fn projections_and_conv(
+    acc: &mut Acc,
+    linears: &[crate::model::LinearShape],
+    names: [&'static str; 3],
+    conv_dim: f64,
+    conv_kernel: f64,
+    rows: f64,
+    (ab, wb, tp): (f64, f64, f64),
+) {
+    for l in linears {
+        let (k, n) = match l.role {
+            LinearRole::SsmOut => (l.in_features as f64 / tp, l.out_features as f64),
+            _ => (l.in_features as f64, l.out_features as f64 / tp),
+        };
+        let name = if l.role == LinearRole::SsmOut {
+            names[1]
+        } else {
+            names[0]
+        };
+        acc.gemm(name, Some(l.role), rows, k, n, ab, wb);
+    }
+    acc.elementwise(
+        names[2],
+        rows * conv_dim / tp,
+        2.0 * conv_kernel + 4.0,
+        1.0,
+        ab,
+    );
+}
+
 /// A Mamba-2 mixer: `in_proj` and `out_proj` GEMMs (column- and row-split under TP, as vLLM's
 /// `MambaMixer2` does), the depthwise convolution, and the SSD chunked scan as one fused op.
 /// Scan FLOPs per token and head, after Dao & Gu 2024 (Mamba-2, §6 "SSD algorithm"): the
@@ -699,26 +732,20 @@ fn deltanet_ops(
     wb: f64,
     tp: f64,
 ) {
-    for l in m.linears(h as u64) {
-        let (k, n) = match l.role {
-            LinearRole::SsmOut => (l.in_features as f64 / tp, l.out_features as f64),
-            _ => (l.in_features as f64, l.out_features as f64 / tp),
-        };
-        let name = if l.role == LinearRole::SsmOut {
-            "linear_attn.out_proj"
-        } else {
-            "linear_attn.in_proj"
-        };
-        acc.gemm(name, Some(l.role), rows, k, n, ab, wb);
-    }
-    let cd = m.conv_dim() as f64 / tp;
-    acc.elementwise(
-        "linear_attn.conv1d",
-        rows * cd,
-        2.0 * m.conv_kernel as f64 + 4.0,
-        1.0,
-        ab,
+    projections_and_conv(
+        acc,
+        &m.linears(h as u64),
+        [
+            "linear_attn.in_proj",
+            "linear_attn.out_proj",
+            "linear_attn.conv1d",
+        ],
+        m.conv_dim() as f64,
+        m.conv_kernel as f64,
+        rows,
+        (ab, wb, tp),
     );
+    let cd = m.conv_dim() as f64 / tp;
     let heads = m.num_v_heads as f64 / tp;
     let (l, dk, dv) = (
         m.chunk_size as f64,
@@ -754,26 +781,16 @@ fn mamba2_ops(
     wb: f64,
     tp: f64,
 ) {
-    for l in m.linears(h as u64) {
-        let (k, n) = match l.role {
-            LinearRole::SsmOut => (l.in_features as f64 / tp, l.out_features as f64),
-            _ => (l.in_features as f64, l.out_features as f64 / tp),
-        };
-        let name = if l.role == LinearRole::SsmOut {
-            "ssm.out_proj"
-        } else {
-            "ssm.in_proj"
-        };
-        acc.gemm(name, Some(l.role), rows, k, n, ab, wb);
-    }
-    let cd = m.conv_dim() as f64 / tp;
-    acc.elementwise(
-        "ssm.conv1d",
-        rows * cd,
-        2.0 * m.conv_kernel as f64 + 4.0,
-        1.0,
-        ab,
+    projections_and_conv(
+        acc,
+        &m.linears(h as u64),
+        ["ssm.in_proj", "ssm.out_proj", "ssm.conv1d"],
+        m.conv_dim() as f64,
+        m.conv_kernel as f64,
+        rows,
+        (ab, wb, tp),
     );
+    let cd = m.conv_dim() as f64 / tp;
     let heads = m.num_heads as f64 / tp;
     let (l, n, p) = (m.chunk_size as f64, m.state_size as f64, m.head_dim as f64);
     let flops = rows * heads * (2.0 * l * n + 2.0 * l * p + 4.0 * n * p);

@@ -567,6 +567,22 @@ pub fn resolve(
     if tp == 0 {
         return Err(CoreError::invalid("tp", "must be at least 1"));
     }
+    if request.kv_dtype_bytes != request.dtype_bytes
+        && model.layers.iter().all(|l| l.attention_block().is_none())
+    {
+        // vLLM keeps Mamba states in `mamba_cache_dtype` / `mamba_ssm_cache_dtype` ("auto" =
+        // the model dtype; model_executor/layers/mamba/mamba_utils.py `_mamba_state_dtype`):
+        // `--kv-cache-dtype` applies to attention layers only, and this model has none
+        return Err(CoreError::invalid_value(
+            "kv_cache_dtype",
+            format!("{}-byte", request.kv_dtype_bytes),
+            format!(
+                "`{}` has no attention layers: vLLM keeps its state-space states in --mamba-cache-dtype (auto = the model dtype), not in --kv-cache-dtype",
+                crate::error::untrusted(&model.model_type)
+            ),
+            "drop --kv-cache-dtype (memwall sizes the states in the model dtype, vLLM's default)",
+        ));
+    }
     let batched = request
         .max_num_batched_tokens
         .unwrap_or_else(|| default_max_num_batched_tokens(gpu));

@@ -111,6 +111,8 @@ pub fn plan(model: &ModelDesc, cfg: &ServeConfig) -> Result<ServePlan, CoreError
                 "estimate one request's memory with `memwall infer` instead",
             )),
         };
+        // the model dtype (`mamba_cache_dtype = "auto"`): `resolve` refuses a `--kv-cache-dtype`
+        // that differs from it for these models, so `kv_dtype_bytes` is the model dtype here
         let p = elems * u128::from(cfg.kv_dtype_bytes);
         page = Some(page.map_or(p, |q: u128| q.max(p)));
     }

@@ -130,14 +130,6 @@ fn simulate(
     engine.check(w, Some(layout))?;
     crate::liger::check(model, w)?;
     crate::memory::hf::sac_check(model, w)?;
-    if w.step_options.activation_offload {
-        return Err(CoreError::invalid_value(
-            "activation_offload",
-            "true",
-            "activation offloading is modelled (and measured) for one GPU only",
-            "drop --activation-offload for a distributed layout, or estimate one GPU",
-        ));
-    }
     super::check_attention(model, w.attention)?;
     let kind = match engine {
         Engine::Megatron => {

@@ -40,8 +40,11 @@ fn layer_activation_per_token(
 ) -> (u128, u128) {
     let h = u128::from(model.hidden_size);
     let e = 2; // bf16 activations (Korthikanti's 2-byte accounting)
-    let dropout = model.dropout.residual > 0.0;
-    let attn_dropout = model.dropout.attention > 0.0;
+               // `--no-dropout` is Megatron-LM's `--attention-dropout 0 --hidden-dropout 0` (what
+               // `--emit megatron` writes): no masks are kept (its dropouts call `F.dropout`, which returns
+               // the input when p = 0: aten/src/ATen/native/Dropout.cpp `dropout`, torch 2.15)
+    let dropout = w.dropout && model.dropout.residual > 0.0;
+    let attn_dropout = w.dropout && model.dropout.attention > 0.0;
     // replicated without SP: the two norm inputs (4sbh), the QKV input (2sbh), the MLP input
     // (2sbh), and the two 1-byte residual dropout masks (2sbh) when dropout is on
     let mut replicated = 2 * e * h + e * h + e * h;
@@ -126,9 +129,22 @@ pub(crate) fn simulate(
     let n_layers = model.layers.len() as u128;
     if model.layers.iter().any(|l| !l.mixer.is_attention()) {
         // the formulas below (Korthikanti et al. 2022) describe attention + MLP layers only
-        return Err(CoreError::invalid(
-            "layout",
-            "tensor/pipeline-parallel layouts (Megatron-LM) of models with state-space layers are not modelled; use a data-parallel layout (ddp, fsdp2, zero) or a single GPU",
+        return Err(CoreError::invalid_value(
+            "model_type",
+            &model.model_type,
+            "tensor/pipeline-parallel layouts (Megatron-LM) of models with state-space layers are not modelled",
+            "use a data-parallel layout (ddp, fsdp2, zero) or a single GPU",
+        ));
+    }
+    if model.vision.is_some() {
+        // Megatron-LM trains vision-language models with its own multimodal models
+        // (megatron/core/models/multimodal/), not transformers' wrappers; the formula here
+        // covers the text layers only, so the vision tower would be missing from the estimate
+        return Err(CoreError::invalid_value(
+            "model_type",
+            &model.model_type,
+            "tensor/pipeline-parallel layouts (Megatron-LM) of vision-language models are not modelled (the formula covers the text layers, not the vision tower)",
+            "use a data-parallel layout (ddp, fsdp2, zero) or a single GPU",
         ));
     }
     if !n_layers.is_multiple_of(p * v) {
@@ -274,7 +290,7 @@ pub(crate) fn simulate(
         if first {
             // input ids (int64) of every in-flight micro-batch, and the embedding dropout mask
             activations += in_flight_mb * tokens * 8;
-            if model.dropout.embed > 0.0 {
+            if w.dropout && model.dropout.embed > 0.0 {
                 activations += in_flight_mb * tokens * h / if sp { t } else { 1 };
             }
         }

@@ -177,6 +177,20 @@ pub fn check_attention(
         .iter()
         .filter_map(|l| l.attention_block())
         .any(|a| a.sinks);
+    if attention != crate::workload::AttentionImpl::Sdpa
+        && model.layers.iter().all(|l| l.attention_block().is_none())
+    {
+        // sdpa is the default, so only an explicit choice reaches here
+        return Err(CoreError::invalid_value(
+            "attention",
+            attention.name(),
+            format!(
+                "`{}` has no attention layers (state-space layers only), so no attention kernel runs",
+                crate::error::untrusted(&model.model_type)
+            ),
+            "drop --attention",
+        ));
+    }
     if sinks && attention == crate::workload::AttentionImpl::Sdpa {
         return Err(CoreError::invalid_value(
             "attention",
@@ -195,6 +209,19 @@ pub fn check_attention(
 fn check_infer(model: &ModelDesc, w: &crate::workload::InferWorkload) -> Result<(), CoreError> {
     w.validate()?;
     check_attention(model, w.attention)?;
+    if w.kv_dtype != crate::workload::KvDtype::Auto
+        && model.layers.iter().all(|l| l.attention_block().is_none())
+    {
+        return Err(CoreError::invalid_value(
+            "kv_dtype",
+            w.kv_dtype.name(),
+            format!(
+                "`{}` keeps no KV cache: its state-space layers keep a fixed-size state in the model's dtype",
+                crate::error::untrusted(&model.model_type)
+            ),
+            "drop --kv-dtype",
+        ));
+    }
     if model.layers.is_empty() {
         return Err(CoreError::invalid(
             "num_hidden_layers",

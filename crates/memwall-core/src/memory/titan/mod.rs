@@ -169,6 +169,18 @@ pub const CAPABILITIES: Capabilities = Capabilities {
         refused: "Liger-Kernel patches transformers modules, not torchtitan's",
         hint: "drop --kernels with --runtime torchtitan",
     },
+    use_cache: Rule {
+        allowed: &[false],
+        note: "",
+        refused: "torchtitan's model has no KV cache: `use_cache` is a transformers config field",
+        hint: "drop --use-cache with --runtime torchtitan",
+    },
+    activation_offload: Rule {
+        allowed: &[false],
+        note: "",
+        refused: "not measured: torchtitan's activation offloading",
+        hint: "drop --activation-offload with --runtime torchtitan",
+    },
 };
 
 /// torchtitan's `parallelism.fsdp_reshard_after_forward` (config/configs.py): which FSDP units
