@@ -54,6 +54,11 @@ CASES = [
          checkpointing=True, checkpointing_policy="selective-op"),
     dict(id="xc-i17b-smollm135m-offload", config="smollm-135m", batch=2, seq=128,
          activation_offload=True),
+    # falcon_h1: attention + Mamba-2 in parallel; transformers' tracing detection (is_tracing is
+    # true for fake tensors) must not change what the mixer allocates
+    dict(id="xc-falconh1-2l-bf16", config="falcon-h1-0.5b-2l", batch=1, seq=256),
+    dict(id="xc-falconh1-2l-ampbf16-lora", config="falcon-h1-0.5b-2l", batch=1, seq=256,
+         precision="amp-bf16", lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "in_proj"]}),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),

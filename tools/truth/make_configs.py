@@ -222,6 +222,14 @@ BASE: dict[str, tuple[str | None, dict]] = {
         residual_multiplier=0.22, attention_multiplier=0.015625, position_embedding_type="nope",
         tie_word_embeddings=True, hidden_act="silu", attention_bias=False, attention_dropout=0.0,
         bos_token_id=100257, eos_token_id=100257, pad_token_id=100256)),
+    # ---------------- falcon_h1 (attention and Mamba-2 in parallel in every layer, muP) ----------------
+    # tiiuae/Falcon-H1-0.5B-Instruct: the catalogue copy (no verbatim config.json was found;
+    # data/models/index.toml says where its values come from and why `mamba_d_ssm` is added)
+    "falcon-h1-0.5b": ("tiiuae/Falcon-H1-0.5B-Instruct.json", {}),
+    # Falcon-H1-1.5B's widths (constructed, see _source)
+    "falcon-h1-1.5b-2l": (None, dict(architectures=['FalconH1ForCausalLM'], attention_bias=False, attention_dropout=0.0, attention_in_multiplier=1.0, attention_out_multiplier=0.9375, attn_layer_indices=None, embedding_multiplier=5.656854249492381, head_dim=128, hidden_act='silu', hidden_size=2048, initializer_range=0.02, intermediate_size=4608, key_multiplier=0.39062499999999994, lm_head_multiplier=0.0390625, mamba_chunk_size=128, mamba_conv_bias=True, mamba_d_conv=4, mamba_d_head=64, mamba_d_ssm=3072, mamba_d_state=256, mamba_expand=2, mamba_n_groups=1, mamba_n_heads=48, mamba_norm_before_gate=False, mamba_proj_bias=False, mamba_rms_norm=False, mamba_use_mlp=True, max_position_embeddings=131072, mlp_bias=False, mlp_multipliers=[0.8838834764831844, 0.5859375], model_type='falcon_h1', num_attention_heads=8, num_hidden_layers=2, num_key_value_heads=2, projectors_bias=False, rms_norm_eps=1e-05, rope_scaling=None, rope_theta=100000000000.0, ssm_in_multiplier=1.25, ssm_multipliers=[0.3535533905932738, 0.25, 0.3535533905932738, 0.5, 0.3535533905932738], ssm_out_multiplier=0.23570226039551587, tie_word_embeddings=False, torch_dtype='bfloat16', vocab_size=65537, _source="constructed: Falcon-H1-1.5B's geometry (transformers' FalconH1 model table: 2048 wide, 8/2 attention heads of 128, 48 Mamba heads of 64, state 256; intermediate 4608, vocabulary 65537 and mamba_d_ssm 3072 as quoted by public sizing code) on Falcon-H1-0.5B-Instruct's other fields (chunk 128, multipliers), 2 layers; typed into tools/truth/make_configs.py")),
+    # Falcon-H1 with the gated RMSNorm (constructed, see _source)
+    "falcon-h1-0.5b-rmsnorm-2l": (None, dict(architectures=['FalconH1ForCausalLM'], attention_bias=False, attention_dropout=0.0, attention_in_multiplier=1.0, attention_out_multiplier=0.9375, attn_layer_indices=None, embedding_multiplier=5.656854249492381, head_dim=64, hidden_act='silu', hidden_size=1024, initializer_range=0.02, intermediate_size=2048, key_multiplier=0.39062499999999994, lm_head_multiplier=0.0390625, mamba_chunk_size=128, mamba_conv_bias=True, mamba_d_conv=4, mamba_d_head=64, mamba_d_ssm=1536, mamba_d_state=128, mamba_expand=2, mamba_n_groups=2, mamba_n_heads=24, mamba_norm_before_gate=False, mamba_proj_bias=False, mamba_rms_norm=True, mamba_use_mlp=True, max_position_embeddings=16384, mlp_bias=False, mlp_multipliers=[0.8838834764831844, 0.5859375], model_type='falcon_h1', num_attention_heads=8, num_hidden_layers=2, num_key_value_heads=2, projectors_bias=False, rms_norm_eps=1e-05, rope_scaling=None, rope_theta=100000000000.0, ssm_in_multiplier=1.25, ssm_multipliers=[0.3535533905932738, 0.25, 0.3535533905932738, 0.5, 0.3535533905932738], ssm_out_multiplier=0.23570226039551587, tie_word_embeddings=False, torch_dtype='bfloat16', vocab_size=32784, _source="constructed: Falcon-H1-0.5B-Instruct's fields cut to 2 layers with the gated RMSNorm on (mamba_rms_norm true, mamba_norm_before_gate false) and 2 Mamba groups, to measure FalconH1RMSNormGated (no published config with it was found), typed into tools/truth/make_configs.py")),
     # ---------------- qwen3_next (gated DeltaNet + gated attention, MoE) ----------------
     # Qwen/Qwen3-Next-80B-A3B-Instruct config.json, typed into data/models (no verbatim copy was
     # found in the code index; see data/models/index.toml)
@@ -415,6 +423,8 @@ REDUCED = {
     # layers 0-4: Mamba (dense MLP), Mamba (MoE), Mamba (dense), Mamba (MoE), attention (dense)
     "jamba-1.5-mini-5l": ("jamba-1.5-mini", 5),
     "granite-4.0-h-micro-6l": ("granite-4.0-h-micro", 6),  # 5 Mamba-2 layers + 1 attention layer
+    "falcon-h1-0.5b-2l": ("falcon-h1-0.5b", 2),  # every layer attention + Mamba-2 in parallel
+    "falcon-h1-0.5b-4l": ("falcon-h1-0.5b", 4),
     "olmoe-1b-7b-2l": ("olmoe-1b-7b", 2),
     # full_attention_interval 4: layers 0-2 gated DeltaNet, layer 3 gated full attention
     "qwen3-next-80b-a3b-4l": ("qwen3-next-80b-a3b", 4),

@@ -179,6 +179,48 @@ fn serve_cli_json_and_refusal() {
 }
 
 #[test]
+fn falcon_h1_serving_is_refused_by_name_and_infer_counts_both_caches() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_memwall"))
+        .args(["serve", "--model", "falcon-h1-0.5b-instruct"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("falcon_h1") && err.contains("in parallel") && err.contains("hint:"),
+        "{err}"
+    );
+    // one request: every layer keeps a growing KV cache and the fixed-size Mamba-2 state
+    let m = model("falcon-h1-0.5b-instruct");
+    let l = &m.layers[0];
+    assert!(l.parallel_mixers() && l.attention_block().is_some() && l.mamba2().is_some());
+    let infer = |prompt: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_memwall"))
+            .args([
+                "infer",
+                "--model",
+                "falcon-h1-0.5b-instruct",
+                "--prompt",
+                prompt,
+                "--new-tokens",
+                "2",
+                "--json",
+            ])
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(0));
+        let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+        j["kv_cache_bytes"].as_u64().unwrap()
+    };
+    // 36 layers × (conv state 1792 × 4 bf16 + SSM state 24 × 64 × 128 fp32) per sequence, and
+    // 36 × 2 × 2 heads × 64 × 2 bytes per cached token
+    let state = 36 * (1792 * 4 * 2 + 24 * 64 * 128 * 4);
+    let per_token = 36 * 2 * 2 * 64 * 2;
+    assert_eq!(infer("1024") - infer("512"), 512 * per_token);
+    assert!(infer("512") >= state + 513 * per_token, "{}", infer("512"));
+}
+
+#[test]
 fn infer_cli_json_contract() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_memwall"))
         .args([

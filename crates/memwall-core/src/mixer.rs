@@ -26,6 +26,12 @@ pub enum Mixer {
     /// A Mamba-1 mixer (selective scan with a per-channel, per-state decay, `MambaMixer`)
     /// instead of attention; the layer's `attention` field is unused.
     Mamba1(Mamba1),
+    /// The layer's attention block **and** a Mamba-2 mixer, run in parallel on the same normed
+    /// input, their outputs summed into the residual (Falcon-H1 `FalconH1DecoderLayer.forward`,
+    /// transformers 5.23 `models/falcon_h1/modeling_falcon_h1.py`: `mamba(h) * ssm_out +
+    /// self_attn(h * attn_in) * attn_out`). The Mamba-2 mixer runs first; the layer keeps both
+    /// a KV cache and a fixed-size state at inference.
+    AttentionAndMamba2(Mamba2),
 }
 
 impl Mixer {
@@ -64,8 +70,14 @@ pub struct Mamba2 {
     pub intermediate: u64,
     /// Chunk length of the chunked scan (`chunk_size`).
     pub chunk_size: u64,
-    /// Biases on `in_proj` / `out_proj` (`use_bias`).
+    /// Bias on `in_proj` (`use_bias`; Falcon-H1 `mamba_proj_bias`).
     pub proj_bias: bool,
+    /// Bias on `out_proj` (`use_bias`; Falcon-H1 `projectors_bias`).
+    pub out_bias: bool,
+    /// The scan output goes through the gated RMSNorm (`MambaRMSNormGated`, weight `[I]`);
+    /// without it the output is `scan_output * silu(gate)` (Falcon-H1 with
+    /// `mamba_rms_norm = false`: `self.norm = nn.Identity()`).
+    pub gated_norm: bool,
     /// Bias on the convolution (`use_conv_bias`).
     pub conv_bias: bool,
     /// The block keeps its residual in fp32 (`residual_in_fp32`: `residual.to(torch.float32)`
@@ -97,18 +109,21 @@ impl Mamba2 {
                 role: LinearRole::SsmOut,
                 in_features: self.intermediate,
                 out_features: hidden,
-                bias: self.proj_bias,
+                bias: self.out_bias,
             },
         ]
     }
 
     /// The mixer's parameters that are not projections, as transformers registers them:
     /// `dt_bias`, `A_log`, `D` (one per head), `conv1d.weight` (`conv_dim × 1 × kernel`),
-    /// `conv1d.bias`, and the gated norm's weight (`I`).
+    /// `conv1d.bias`, and the gated norm's weight (`I`) when there is one.
     pub fn other_params(&self) -> u128 {
         let h = u128::from(self.num_heads);
         let conv = u128::from(self.conv_dim());
-        let mut p = 3 * h + conv * u128::from(self.conv_kernel) + u128::from(self.intermediate);
+        let mut p = 3 * h + conv * u128::from(self.conv_kernel);
+        if self.gated_norm {
+            p += u128::from(self.intermediate);
+        }
         if self.conv_bias {
             p += conv;
         }
@@ -342,6 +357,8 @@ mod tests {
             intermediate: 8192,
             chunk_size: 256,
             proj_bias: false,
+            out_bias: false,
+            gated_norm: true,
             conv_bias: true,
             residual_in_fp32: true,
         }
@@ -358,6 +375,36 @@ mod tests {
             4096 * 18560 + 8192 * 4096 + 10240 * 5 + 3 * 128 + 8192
         );
         assert_eq!(m.state_elems(), (40960, 128 * 64 * 128));
+    }
+
+    #[test]
+    fn falcon_h1_mixer_params() {
+        // Falcon-H1-0.5B: d_ssm 1536 (24 heads of 64), 1 group, state 128, no gated norm,
+        // in_proj without bias and out_proj with `projectors_bias`
+        let m = Mamba2 {
+            num_heads: 24,
+            head_dim: 64,
+            n_groups: 1,
+            state_size: 128,
+            conv_kernel: 4,
+            intermediate: 1536,
+            chunk_size: 128,
+            proj_bias: false,
+            out_bias: true,
+            gated_norm: false,
+            conv_bias: true,
+            residual_in_fp32: false,
+        };
+        assert_eq!((m.conv_dim(), m.in_proj_width()), (1792, 3352));
+        assert_eq!(
+            m.params(1024),
+            1024 * 3352 + 1536 * 1024 + 1024 + 1792 * 5 + 3 * 24
+        );
+        let with_norm = Mamba2 {
+            gated_norm: true,
+            ..m
+        };
+        assert_eq!(with_norm.params(1024) - m.params(1024), 1536);
     }
 
     #[test]

@@ -185,6 +185,11 @@ pub struct Attention {
     /// wide, `torch.chunk` splits each head into query and gate, and `attn_output *
     /// torch.sigmoid(gate)` feeds `o_proj`).
     pub output_gate: bool,
+    /// The key projection's output is multiplied by a scalar before the rotary embedding
+    /// (Falcon-H1 `FalconH1Attention.forward`: `k_proj(x).view(..).transpose(1, 2) *
+    /// self.key_multiplier`): a new `[B, kv_heads, S, head_dim]` tensor, nothing saved.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub key_scaled: bool,
 }
 
 /// Family-specific eager attention code paths that change what is alive when.
@@ -519,6 +524,54 @@ pub struct LayerSpec {
     /// models/cohere/modeling_cohere.py `CohereDecoderLayer.forward`) rather than
     /// `attn + mlp + residual` (GPT-NeoX, Phi, Falcon).
     pub parallel_residual_first: bool,
+    /// Multiplications by Python scalars inside the layer (muP multipliers): each makes a new
+    /// tensor and saves nothing. Omitted from serialised output when there are none.
+    #[serde(skip_serializing_if = "ScalarMuls::is_none")]
+    pub muls: ScalarMuls,
+}
+
+/// The scalar multiplications of one decoder layer (µP multipliers; Falcon-H1,
+/// transformers 5.23 `models/falcon_h1/modeling_falcon_h1.py`). Each one is applied whatever
+/// its value (`x * 1.0` is still a new tensor), so the flags say where the code multiplies,
+/// not what by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct ScalarMuls {
+    /// The attention block's input (`hidden_states * attention_in_multiplier`, `[T, hidden]`,
+    /// alive while the attention runs; its projections save it).
+    pub attn_in: bool,
+    /// The attention block's output (`attention_hidden_states * attn_out_multiplier`).
+    pub attn_out: bool,
+    /// A Mamba-2 mixer's input (`hidden_states * ssm_in_multiplier`, saved by `in_proj`).
+    pub ssm_in: bool,
+    /// A Mamba-2 mixer's `in_proj` output times a per-channel buffer (`projected_states *
+    /// self.mup_vector`, `[T, in_proj width]`; the buffer needs no gradient, so the product is
+    /// what the scan reads and saves, and `in_proj`'s own output is freed).
+    pub ssm_proj: bool,
+    /// A Mamba-2 mixer's output (`mamba_hidden_states * ssm_out_multiplier`).
+    pub ssm_out: bool,
+    /// The MLP's gate projection before the activation (`gate_proj(x) * gate_multiplier`,
+    /// `[T, intermediate]`; the activation saves the product).
+    pub mlp_gate: bool,
+    /// The MLP's output (`down_proj(y) * down_multiplier`).
+    pub mlp_down: bool,
+}
+
+impl ScalarMuls {
+    /// No scalar multiplications (every family but Falcon-H1).
+    pub const NONE: ScalarMuls = ScalarMuls {
+        attn_in: false,
+        attn_out: false,
+        ssm_in: false,
+        ssm_proj: false,
+        ssm_out: false,
+        mlp_gate: false,
+        mlp_down: false,
+    };
+
+    /// Whether there are none.
+    pub fn is_none(&self) -> bool {
+        *self == ScalarMuls::NONE
+    }
 }
 
 impl LayerSpec {
@@ -539,6 +592,7 @@ impl LayerSpec {
             Mixer::Mamba2(m) => m.params(hidden),
             Mixer::GatedDeltaNet(d) => d.params(hidden),
             Mixer::Mamba1(m) => m.params(hidden),
+            Mixer::AttentionAndMamba2(m) => self.attention.params(hidden) + m.params(hidden),
         };
         norms + mixer + self.mlp.params(hidden)
     }
@@ -547,7 +601,7 @@ impl LayerSpec {
     /// state-space layer, whose `attention` field is unused).
     pub fn attention_block(&self) -> Option<&Attention> {
         match self.mixer {
-            Mixer::Attention => Some(&self.attention),
+            Mixer::Attention | Mixer::AttentionAndMamba2(_) => Some(&self.attention),
             Mixer::Mamba2(_) | Mixer::GatedDeltaNet(_) | Mixer::Mamba1(_) => None,
         }
     }
@@ -555,7 +609,7 @@ impl LayerSpec {
     /// The layer's Mamba-2 mixer, if it has one.
     pub fn mamba2(&self) -> Option<&Mamba2> {
         match &self.mixer {
-            Mixer::Mamba2(m) => Some(m),
+            Mixer::Mamba2(m) | Mixer::AttentionAndMamba2(m) => Some(m),
             Mixer::Attention | Mixer::GatedDeltaNet(_) | Mixer::Mamba1(_) => None,
         }
     }
@@ -564,7 +618,10 @@ impl LayerSpec {
     pub fn gated_delta_net(&self) -> Option<&GatedDeltaNet> {
         match &self.mixer {
             Mixer::GatedDeltaNet(d) => Some(d),
-            Mixer::Attention | Mixer::Mamba2(_) | Mixer::Mamba1(_) => None,
+            Mixer::Attention
+            | Mixer::Mamba2(_)
+            | Mixer::Mamba1(_)
+            | Mixer::AttentionAndMamba2(_) => None,
         }
     }
 
@@ -572,7 +629,10 @@ impl LayerSpec {
     pub fn mamba1(&self) -> Option<&Mamba1> {
         match &self.mixer {
             Mixer::Mamba1(m) => Some(m),
-            Mixer::Attention | Mixer::Mamba2(_) | Mixer::GatedDeltaNet(_) => None,
+            Mixer::Attention
+            | Mixer::Mamba2(_)
+            | Mixer::GatedDeltaNet(_)
+            | Mixer::AttentionAndMamba2(_) => None,
         }
     }
 
@@ -582,7 +642,7 @@ impl LayerSpec {
         match &self.mixer {
             Mixer::Mamba2(m) => m.residual_in_fp32,
             Mixer::Mamba1(m) => m.residual_in_fp32,
-            Mixer::Attention | Mixer::GatedDeltaNet(_) => false,
+            Mixer::Attention | Mixer::GatedDeltaNet(_) | Mixer::AttentionAndMamba2(_) => false,
         }
     }
 
@@ -593,7 +653,19 @@ impl LayerSpec {
             Mixer::Mamba2(m) => m.linears(hidden),
             Mixer::GatedDeltaNet(d) => d.linears(hidden),
             Mixer::Mamba1(m) => m.linears(hidden),
+            // FalconH1DecoderLayer.forward runs the Mamba-2 mixer first, then the attention
+            Mixer::AttentionAndMamba2(m) => {
+                let mut v = m.linears(hidden);
+                v.extend(self.attention.linears(hidden));
+                v
+            }
         }
+    }
+
+    /// Whether the layer runs attention and a state-space mixer side by side
+    /// ([`Mixer::AttentionAndMamba2`]).
+    pub fn parallel_mixers(&self) -> bool {
+        matches!(self.mixer, Mixer::AttentionAndMamba2(_))
     }
 }
 
@@ -982,11 +1054,13 @@ pub(crate) mod tests {
                 rope_locals: false,
                 rope_upcast_qk: false,
                 output_gate: false,
+                key_scaled: false,
             },
             attn_output_outlives_mlp: false,
             mixer: Mixer::Attention,
             residual_scaled: false,
             parallel_residual_first: false,
+            muls: ScalarMuls::NONE,
             mlp: Mlp::Dense(DenseMlp {
                 intermediate: 11008,
                 gated: true,

@@ -893,7 +893,8 @@ fn layer_ops(
     let mut ssm = false;
     if let Some(m) = layer.mamba2() {
         mamba2_ops(acc, m, rows, h, ab, wb, tp);
-        ssm = true;
+        // a Falcon-H1 layer runs its attention block beside the mixer
+        ssm = !layer.parallel_mixers();
     }
     if let Some(m) = layer.mamba1() {
         mamba1_ops(acc, m, rows, h, ab, wb, tp);

@@ -176,7 +176,7 @@ pub fn plan(model: &ModelDesc, cfg: &ServeConfig) -> Result<ServePlan, CoreError
             "the model config must describe at least one decoder layer",
         )
     })?;
-    if model.layers.iter().any(|l| l.attention_block().is_none()) {
+    if model.layers.iter().any(|l| !l.mixer.is_attention()) {
         return crate::serve_ssm::plan(model, cfg);
     }
     // vLLM requires the attention heads to split evenly over the ranks

@@ -76,6 +76,17 @@ fn mamba1_page_elems(m: &crate::mixer::Mamba1, tp: u64) -> Result<u128, CoreErro
 
 /// The serve plan of a model made of state-space layers only.
 pub fn plan(model: &ModelDesc, cfg: &ServeConfig) -> Result<ServePlan, CoreError> {
+    if model.layers.iter().any(|l| l.parallel_mixers()) {
+        // vLLM serves FalconH1ForCausalLM with both an attention KV page and a Mamba-2 state
+        // page per layer in its hybrid cache manager (one shared pool, the attention pages
+        // padded to the Mamba page), which memwall does not model, like the other hybrids
+        return Err(CoreError::invalid_value(
+            "model",
+            &model.model_type,
+            "every layer runs attention and a Mamba-2 mixer in parallel (Falcon-H1); vLLM's hybrid cache (attention pages padded to the Mamba page, one shared pool) is not modelled",
+            "estimate one request's memory with `memwall infer` instead",
+        ));
+    }
     if model.layers.iter().any(|l| l.gated_delta_net().is_some()) {
         // vLLM sizes one gated DeltaNet layer's state by MambaStateShapeCalculator
         // .gated_delta_net_state_shape (vllm/model_executor/layers/mamba/mamba_utils.py: conv
@@ -163,6 +174,8 @@ mod tests {
             intermediate: 8192,
             chunk_size: 256,
             proj_bias: false,
+            out_bias: false,
+            gated_norm: true,
             conv_bias: true,
             residual_in_fp32: true,
         };

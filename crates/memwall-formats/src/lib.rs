@@ -160,6 +160,6 @@ mod tests {
     fn supported_types_are_sorted() {
         let t = supported_model_types();
         assert!(t.windows(2).all(|w| w[0] < w[1]));
-        assert_eq!(t.len(), 46);
+        assert_eq!(t.len(), 47);
     }
 }

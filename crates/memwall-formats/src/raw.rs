@@ -181,7 +181,8 @@ pub(crate) struct HfConfig {
 
     // hybrid Mamba-2 + attention (GraniteMoeHybridConfig)
     pub mamba_n_heads: Option<u64>,
-    pub mamba_d_head: Option<u64>,
+    /// A size, or `"auto"` (FalconH1Config: `mamba_intermediate // mamba_n_heads`).
+    pub mamba_d_head: Option<RankOrAuto>,
     pub mamba_d_state: Option<u64>,
     pub mamba_n_groups: Option<u64>,
     pub mamba_d_conv: Option<u64>,
@@ -240,6 +241,19 @@ pub(crate) struct HfConfig {
     pub expert_layer_period: Option<u64>,
     pub expert_layer_offset: Option<u64>,
     pub mamba_dt_rank: Option<RankOrAuto>,
+    // Falcon-H1 (`falcon_h1/configuration_falcon_h1.py` FalconH1Config): `mamba_d_ssm` absent
+    // is the class default 1024, `null` is `mamba_expand * hidden_size`
+    #[serde(default, deserialize_with = "present_or_null")]
+    pub mamba_d_ssm: Option<Option<u64>>,
+    pub mamba_rms_norm: Option<bool>,
+    pub mamba_norm_before_gate: Option<bool>,
+    pub projectors_bias: Option<bool>,
+    #[serde(default, deserialize_with = "at_most_one_per_layer")]
+    pub mlp_multipliers: Option<Vec<f64>>,
+    #[serde(default, deserialize_with = "at_most_one_per_layer")]
+    pub ssm_multipliers: Option<Vec<f64>>,
+    #[serde(default, deserialize_with = "present_or_null")]
+    pub num_logits_to_keep: Option<Option<u64>>,
 }
 
 /// A value given once, or once per layer (HunYuan MoE's `moe_topk`).

@@ -6,6 +6,7 @@ use crate::raw::HfConfig;
 use memwall_core::model::{
     Activation, Attention, AttentionKind, DenseMlp, Dropout, EagerStyle, Embeddings, Head,
     LayerSpec, LinearRole, Mixer, Mlp, ModelDesc, Norm, NormKind, QkNormScope, Residual,
+    ScalarMuls,
 };
 
 /// Upper bounds on sizes. They are far above any published model (the largest hidden size in
@@ -324,6 +325,8 @@ pub(crate) struct AttnOpts {
     pub rope_upcast_qk: bool,
     /// `Attention::output_gate`.
     pub output_gate: bool,
+    /// `Attention::key_scaled`.
+    pub key_scaled: bool,
 }
 
 impl AttnOpts {
@@ -349,6 +352,7 @@ impl AttnOpts {
             rope_locals: false,
             rope_upcast_qk: false,
             output_gate: false,
+            key_scaled: false,
         }
     }
 
@@ -379,6 +383,7 @@ impl AttnOpts {
             rope_locals: self.rope_locals,
             rope_upcast_qk: self.rope_upcast_qk,
             output_gate: self.output_gate,
+            key_scaled: self.key_scaled,
         }
     }
 }
@@ -435,6 +440,7 @@ pub(crate) fn layer(norm: Norm, place: NormPlacement, attention: Attention, mlp:
         mixer: Mixer::Attention,
         residual_scaled: false,
         parallel_residual_first: false,
+        muls: ScalarMuls::NONE,
     }
 }
 

@@ -127,7 +127,7 @@ pub(crate) fn simulate(
     );
     let v = u128::from(layout.virtual_stages);
     let n_layers = model.layers.len() as u128;
-    if model.layers.iter().any(|l| l.attention_block().is_none()) {
+    if model.layers.iter().any(|l| !l.mixer.is_attention()) {
         // the formulas below (Korthikanti et al. 2022) describe attention + MLP layers only
         return Err(CoreError::invalid_value(
             "model_type",

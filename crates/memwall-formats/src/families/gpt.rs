@@ -9,7 +9,7 @@ use crate::resolve::{
 };
 use memwall_core::model::{
     Attention, Dropout, EagerStyle, Embeddings, LayerSpec, LinearRole, Mixer, Mlp, ModelDesc,
-    NormKind, Residual,
+    NormKind, Residual, ScalarMuls,
 };
 
 /// One LayerNorm-ed layer with the given wiring.
@@ -33,6 +33,7 @@ fn ln_layer(
         mixer: Mixer::Attention,
         residual_scaled: false,
         parallel_residual_first: false,
+        muls: ScalarMuls::NONE,
     }
 }
 

@@ -11,7 +11,7 @@
 
 use super::ssm::no_attention;
 use crate::error::FormatError;
-use crate::raw::HfConfig;
+use crate::raw::{HfConfig, RankOrAuto};
 use crate::resolve::{
     activation, assemble, heads, limits::*, names, norm, token_embeddings, AttnOpts, Ctx,
     HeadDimDefault, Parts,
@@ -19,6 +19,7 @@ use crate::resolve::{
 use memwall_core::mixer::{Mamba2, Mixer};
 use memwall_core::model::{
     DenseMlp, Dropout, Head, LayerSpec, LinearRole, Mlp, ModelDesc, MoeMlp, NormKind, Residual,
+    ScalarMuls,
 };
 
 /// `granitemoehybrid`. Defaults from `GraniteMoeHybridConfig`: vocab 32000, hidden 4096, 32
@@ -63,8 +64,16 @@ pub(crate) fn granitemoehybrid(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, F
     let m_heads = ctx.size(raw.mamba_n_heads, "mamba_n_heads", 128, MAX_HEADS)?;
     let expand = ctx.size(raw.mamba_expand, "mamba_expand", 2, 64)?;
     let intermediate = expand * hidden;
-    let d_head = match raw.mamba_d_head {
-        Some(d) => ctx.check(d, "mamba_d_head", MAX_HEAD_DIM)?,
+    let d_head = match &raw.mamba_d_head {
+        Some(RankOrAuto::Rank(d)) => ctx.check(*d, "mamba_d_head", MAX_HEAD_DIM)?,
+        Some(RankOrAuto::Word(w)) => {
+            return Err(FormatError::Unsupported {
+                field: ctx.field("mamba_d_head"),
+                value: format!("\"{}\"", memwall_core::error::untrusted(w)),
+                reason: "GraniteMoeHybridConfig takes an integer mamba_d_head".into(),
+                hint: "give the head width as a number, or leave it out (mamba_expand · hidden_size / mamba_n_heads)".into(),
+            })
+        }
         None => intermediate / m_heads,
     };
     if d_head * m_heads != intermediate {
@@ -93,6 +102,8 @@ pub(crate) fn granitemoehybrid(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, F
         intermediate,
         chunk_size: ctx.size(raw.mamba_chunk_size, "mamba_chunk_size", 256, MAX_POSITIONS)?,
         proj_bias: raw.mamba_proj_bias.unwrap_or(false),
+        out_bias: raw.mamba_proj_bias.unwrap_or(false),
+        gated_norm: true,
         conv_bias: raw.mamba_conv_bias.unwrap_or(true),
         // GraniteMoeHybridDecoderLayer keeps the residual in the model dtype
         residual_in_fp32: false,
@@ -202,6 +213,7 @@ pub(crate) fn granitemoehybrid(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, F
             mixer,
             residual_scaled,
             parallel_residual_first: false,
+            muls: ScalarMuls::NONE,
         });
     }
     let embeddings = token_embeddings(vocab, hidden, true);

@@ -21,6 +21,7 @@ use crate::resolve::{
 use memwall_core::mixer::{Mamba1, Mixer};
 use memwall_core::model::{
     DenseMlp, Dropout, Head, LayerSpec, LinearRole, Mlp, ModelDesc, MoeMlp, NormKind, Residual,
+    ScalarMuls,
 };
 
 /// `jamba`: `JambaConfig` defaults: vocab 65536, hidden 4096, intermediate 14336, 32 layers,
@@ -185,6 +186,7 @@ pub(crate) fn jamba(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError>
             mixer: mix,
             residual_scaled: false,
             parallel_residual_first: false,
+            muls: ScalarMuls::NONE,
         });
     }
     assemble(

@@ -9,6 +9,7 @@ use crate::resolve::{activation, assemble, limits::*, names, norm, token_embeddi
 use memwall_core::mixer::{Mamba1, Mixer};
 use memwall_core::model::{
     Activation, Dropout, Head, LayerSpec, LinearRole, Mlp, ModelDesc, NormKind, Residual,
+    ScalarMuls,
 };
 
 /// Upper bound on the SSM state size and the convolution width (published models: state 16,
@@ -77,6 +78,7 @@ pub(crate) fn mamba(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError>
         mixer: Mixer::Mamba1(mixer),
         residual_scaled: false,
         parallel_residual_first: false,
+        muls: ScalarMuls::NONE,
     };
     let n = usize::try_from(layers).unwrap_or(usize::MAX);
     assemble(

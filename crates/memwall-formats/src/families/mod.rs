@@ -6,6 +6,7 @@ mod common;
 mod deepseek;
 mod ernie;
 mod exaone4;
+mod falcon_h1;
 mod gemma;
 mod glm;
 mod gpt;
@@ -44,6 +45,7 @@ const REGISTRY: &[(&str, Normaliser)] = &[
     ("ernie4_5_moe", moe2026::ernie4_5_moe),
     ("exaone4", exaone4::exaone4),
     ("falcon", gpt::falcon),
+    ("falcon_h1", falcon_h1::falcon_h1),
     ("gemma", gemma::gemma),
     ("gemma2", gemma::gemma2),
     ("gemma3", gemma::gemma3),
@@ -94,6 +96,7 @@ pub(crate) const SUPPORTED: &[&str] = &[
     "ernie4_5_moe",
     "exaone4",
     "falcon",
+    "falcon_h1",
     "gemma",
     "gemma2",
     "gemma3",

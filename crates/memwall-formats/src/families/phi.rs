@@ -10,7 +10,7 @@ use crate::resolve::{
 };
 use memwall_core::mixer::Mixer;
 use memwall_core::model::{
-    Dropout, Head, LayerSpec, LinearRole, Mlp, ModelDesc, NormKind, Residual,
+    Dropout, Head, LayerSpec, LinearRole, Mlp, ModelDesc, NormKind, Residual, ScalarMuls,
 };
 
 /// `phi/configuration_phi.py` `PhiConfig` field defaults.
@@ -77,6 +77,7 @@ pub(crate) fn phi(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> {
         mixer: Mixer::Attention,
         residual_scaled: false,
         parallel_residual_first: false,
+        muls: ScalarMuls::NONE,
     };
     assemble(
         ctx,

@@ -9,7 +9,8 @@ use crate::resolve::{
 };
 use memwall_core::mixer::{Mamba2, Mixer};
 use memwall_core::model::{
-    Activation, Attention, Dropout, Head, LayerSpec, LinearRole, Mlp, ModelDesc, NormKind, Residual,
+    Activation, Attention, Dropout, Head, LayerSpec, LinearRole, Mlp, ModelDesc, NormKind,
+    Residual, ScalarMuls,
 };
 
 /// Upper bound on the SSM state size and the convolution width (published models: state 16 to
@@ -88,6 +89,8 @@ pub(crate) fn mamba2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError
         intermediate,
         chunk_size,
         proj_bias: raw.use_bias.unwrap_or(false),
+        out_bias: raw.use_bias.unwrap_or(false),
+        gated_norm: true,
         conv_bias: raw.use_conv_bias.unwrap_or(true),
         residual_in_fp32: raw.residual_in_fp32.unwrap_or(true),
     };
@@ -106,6 +109,7 @@ pub(crate) fn mamba2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError
         mixer: Mixer::Mamba2(mixer),
         residual_scaled: false,
         parallel_residual_first: false,
+        muls: ScalarMuls::NONE,
     };
     let n = usize::try_from(layers).unwrap_or(usize::MAX);
     assemble(

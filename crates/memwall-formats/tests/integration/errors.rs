@@ -59,10 +59,10 @@ fn missing_model_type() {
 
 #[test]
 fn unknown_model_type_lists_the_supported_ones() {
-    let e = err(&with(llama(), "model_type", json!("falcon_h1")));
+    let e = err(&with(llama(), "model_type", json!("nemotron_h")));
     let msg = e.to_string();
     assert!(
-        msg.contains("\"falcon_h1\"") && msg.contains("qwen3_moe") && msg.contains("llama"),
+        msg.contains("\"nemotron_h\"") && msg.contains("qwen3_moe") && msg.contains("llama"),
         "{msg}"
     );
 }

@@ -264,6 +264,15 @@ impl Builder<'_> {
                     }
                     let (k, _) =
                         self.linear(x, x_size, rows, lin(LinearRole::K).unwrap_or(lin_zero()));
+                    let k = if a.key_scaled {
+                        // FalconH1Attention.forward: `k_proj(x).view(..).transpose(1, 2) *
+                        // self.key_multiplier`, a new tensor (the projection's output is freed)
+                        let ks = self.op(rows * kvh * hd * c, &[k], &[], &[], &[]);
+                        self.drop_(k);
+                        ks
+                    } else {
+                        k
+                    };
                     let (v, _) =
                         self.linear(x, x_size, rows, lin(LinearRole::V).unwrap_or(lin_zero()));
                     (q, k, v)

@@ -145,6 +145,9 @@ impl Builder<'_> {
                 };
                 // the token mixer: attention, or a state-space mixer in its place
                 let a = match (spec.mamba2(), spec.gated_delta_net(), spec.mamba1()) {
+                    (Some(m), _, _) if spec.parallel_mixers() => {
+                        self.parallel_mixers(n1, n1s, lp, m, &spec, ckpt)
+                    }
                     (Some(m), _, _) => self.mamba2_mixer(n1, n1s, lp, m),
                     (None, Some(g), _) => self.deltanet_mixer(n1, n1s, lp, g),
                     (None, None, Some(m)) => self.mamba1_mixer(n1, n1s, lp, m),
@@ -177,7 +180,12 @@ impl Builder<'_> {
                     }
                 };
                 let m = match &spec.mlp {
-                    Mlp::Dense(d) => self.dense_mlp(n2, n2s, rows, d, &lp.linears),
+                    Mlp::Dense(d) => {
+                        self.mlp_muls = (spec.muls.mlp_gate, spec.muls.mlp_down);
+                        let y = self.dense_mlp(n2, n2s, rows, d, &lp.linears);
+                        self.mlp_muls = (false, false);
+                        y
+                    }
                     Mlp::Moe(moe) => self.moe_mlp(n2, n2s, lp, moe),
                     Mlp::None => self.retain_id(n2),
                 };

@@ -284,6 +284,7 @@ impl Builder<'_> {
         self.t.recording = false;
         self.build_params();
         self.cache = vec![None; self.n_layers()];
+        self.ssm_cache = vec![None; self.n_layers()];
         self.t.reset_peak();
         self.t.set_phase(Phase::Prefill);
         let mut ids = self.grow_ids(None, prompt);
@@ -343,6 +344,12 @@ impl Builder<'_> {
             .iter()
             .flatten()
             .map(|(k, v, _)| self.t.bytes(*k) + self.t.bytes(*v))
+            .chain(
+                self.ssm_cache
+                    .iter()
+                    .flatten()
+                    .map(|(c, s)| self.t.bytes(*c) + self.t.bytes(*s)),
+            )
             .sum()
     }
 }

@@ -107,6 +107,16 @@ impl Builder<'_> {
                     self.drop_(y);
                     (g, u)
                 }
+            } else if self.mlp_muls.0 {
+                // FalconH1MLP.forward: `up_proj(x) * act_fn(gate_proj(x) * gate_multiplier)`:
+                // up first, then the gate and its scaled copy (the gate itself is a temporary)
+                let (u, _) =
+                    self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(lin_zero()));
+                let (g, _) =
+                    self.linear(x, x_size, rows, lin(LinearRole::Gate).unwrap_or(lin_zero()));
+                let gs = self.op(rows * i * c, &[g], &[], &[], &[]);
+                self.drop_(g);
+                (gs, u)
             } else {
                 let (g, _) =
                     self.linear(x, x_size, rows, lin(LinearRole::Gate).unwrap_or(lin_zero()));
@@ -160,6 +170,18 @@ impl Builder<'_> {
             lin(LinearRole::Down).unwrap_or(lin_zero()),
         );
         self.drop_(hidden_act);
+        if self.mlp_muls.1 {
+            // FalconH1MLP.forward: `down_proj(y) * down_multiplier`
+            let ys = self.op(
+                rows * u128::from(self.model.hidden_size) * c,
+                &[y],
+                &[],
+                &[],
+                &[],
+            );
+            self.drop_(y);
+            return ys;
+        }
         y
     }
 

@@ -16,6 +16,7 @@
 //! - `train.rs`: the training step (forward with loss, backward, optimizer);
 //! - `infer.rs`: `generate` (prefill, decode, the KV cache);
 //! - `ssm.rs`: state-space (Mamba-2) mixers and their fixed-size inference state;
+//! - `parallel.rs`: layers that run attention and a Mamba-2 mixer side by side (Falcon-H1);
 //! - `mamba1.rs`: Mamba-1 mixers (the sequential selective scan) and their inference state;
 //! - `shard.rs`: the data-parallel sharding hooks (FSDP2, ZeRO, DDP).
 
@@ -27,6 +28,7 @@ mod llama4;
 mod mamba1;
 mod mlp;
 mod modules;
+mod parallel;
 mod params;
 mod sac;
 mod shard;
@@ -248,6 +250,12 @@ pub(crate) struct Builder<'a> {
     train: TrainState,
     /// inference only: per layer, the cached (k, v) storages and the tokens the cache layer keeps
     cache: Vec<Option<(TensorId, TensorId, u128)>>,
+    /// inference only: per layer, the (conv, ssm) state of a Mamba-2 mixer that runs beside
+    /// the layer's attention (whose KV cache is in `cache`)
+    ssm_cache: Vec<Option<(TensorId, TensorId)>>,
+    /// the running layer's MLP multiplies its gate projection and its output by scalars
+    /// (`ScalarMuls::mlp_gate`, `ScalarMuls::mlp_down`)
+    mlp_muls: (bool, bool),
     /// tensors bound to Python locals of the MoE block, released when it returns
     mlp_locals: Vec<TensorId>,
     /// training: the KV cache's (k, v) storages the model output holds (`past_key_values`)
@@ -403,6 +411,8 @@ impl<'a> Builder<'a> {
             block_outputs: Vec::new(),
             train: TrainState::default(),
             cache: Vec::new(),
+            ssm_cache: Vec::new(),
+            mlp_muls: (false, false),
             mlp_locals: Vec::new(),
             cache_refs: Vec::new(),
             outputs_kept: Vec::new(),

@@ -50,13 +50,17 @@ struct Scan {
     e: u128,
     /// convolution kernel
     k: u128,
+    /// the scan output goes through the gated RMSNorm (else `y * silu(gate)`)
+    norm: bool,
+    /// under CPU autocast (bf16): the einsums' `bmm`s and the convolution run in bf16
+    amp: bool,
 }
 
 /// fp32: the scan's `.float()` casts are copies in low precision and no-ops in fp32.
 const F: u128 = 4;
 
 impl Scan {
-    fn new(m: &Mamba2, b: u128, s: u128) -> Self {
+    fn new(m: &Mamba2, b: u128, s: u128, amp: bool) -> Self {
         let l = u128::from(m.chunk_size).max(1);
         let c = s.div_ceil(l);
         Scan {
@@ -74,13 +78,65 @@ impl Scan {
             cd: u128::from(m.conv_dim()),
             e: u128::from(m.in_proj_width()),
             k: u128::from(m.conv_kernel),
+            norm: m.gated_norm,
+            amp,
         }
+    }
+
+    /// [`Scan::saved`] under autocast, without the gated norm, for a mixer whose `zxbcdt` is
+    /// fp32 (Falcon-H1: the bf16 `in_proj` output times the fp32 `mup_vector`): the
+    /// convolution runs in bf16 on bf16 copies of its input and weight and is cast back to
+    /// fp32 (`out.to(hidden_states.dtype)`), dt stays fp32 (no `.float()` copies), and every
+    /// einsum's `bmm` saves bf16 copies of its operands (CPU autocast's lower-precision list)
+    /// and returns bf16. Read off `tools/truth/probes/falcon_h1_mixer.py --check-amp` (exact
+    /// for 2+ chunks).
+    fn saved_amp(&self) -> u128 {
+        let Scan {
+            b,
+            s,
+            t,
+            tp,
+            c,
+            l,
+            h,
+            p,
+            n,
+            i,
+            cd,
+            e,
+            k,
+            ..
+        } = *self;
+        const B16: u128 = 2;
+        let c1 = c + 1;
+        t * e * F + 2 * h * F // zxbcdt, A
+            + cd * k * B16 + b * cd * s * B16 // conv weight and input in bf16
+            + b * cd * (s + k - 1) * B16 + b * cd * s * F // conv output, its fp32 cast
+            + 3 * t * h * F // dt + dt_bias, softplus, clamp
+            + tp * i * F + tp * h * n * F + 2 * l * l // padded x, padded B, masks
+            + b * h * c * l * l * F // L
+            + 4 * tp * h * n * B16 + b * c * h * l * l * B16 // bf16 copies of C and B, G
+            + 2 * tp * i * B16 + b * c * h * l * l * B16 + tp * i * B16 // x copies, M, Y_diag
+            + 2 * tp * h * F + 2 * c1 * c1 + b * h * c1 * c1 * F // decay exps, masks, decay_chunk
+            + b * c1 * h * p * n * B16 + b * h * c1 * c1 * B16 // states cat, decay_chunk copy
+            + b * c * h * p * n * B16 // chunk states copy
+            + tp * i * F + t * i * F // y + D_residual, silu(gate)
     }
 
     /// Bytes autograd keeps after the mixer's forward, `in_proj`'s output included (it is
     /// saved through its views), `out_proj`'s input excluded; `z` = bytes per element of the
     /// projections' output.
     fn saved(&self, z: u128) -> u128 {
+        if self.amp && z == F && self.c > 1 {
+            // the gated norm (gate first, all fp32 under autocast): `x · silu(gate)`, the
+            // normalised groups and rsqrt per group on top of `silu(gate)`
+            let norm = if self.norm {
+                2 * self.t * self.i * F + self.t * self.g * F
+            } else {
+                0
+            };
+            return self.saved_amp() + norm;
+        }
         let Scan {
             b,
             s,
@@ -96,6 +152,8 @@ impl Scan {
             cd,
             e,
             k,
+            norm,
+            amp: _,
         } = *self;
         let c1 = c + 1;
         let mut v = t * e * z // zxbcdt (conv input, dt) 
@@ -127,6 +185,16 @@ impl Scan {
             // fp32: the casts of x, dt (twice) and the gate are the tensors themselves; the
             // conv's silu output is saved instead (x is its view)
             v = v + t * h * F + b * cd * s * F - 2 * t * i * F - 2 * t * h * F;
+        }
+        if !norm {
+            // no gated norm (FalconH1Mixer with `mamba_rms_norm = false`): `scan_output *
+            // silu(gate)` saves the scan output (counted above) and `silu(gate)` in the
+            // projections' dtype; the gate is a view of zxbcdt, never cast to fp32
+            v = v + t * i * z - 4 * t * i * F - t * g * F;
+            if z == F {
+                // the fp32 correction above took off a cast of the gate that does not exist
+                v += t * i * F;
+            }
         }
         if c == 1 {
             // one chunk: the einsum operands over chunk states are views, not copies
@@ -210,7 +278,7 @@ impl Scan {
             ..
         } = *self;
         let c1 = c + 1;
-        h * F // A
+        let at_output = h * F // A
             + b * cd * s * z // conv output after silu (x, B, C are its views)
             + t * h * z // dt after clamp
             + 7 * tp * i * F // D_residual, padded x·dt, Y_diag, C_times_states, Y_off, sum, copy
@@ -219,14 +287,26 @@ impl Scan {
             + 3 * b * h * c * l * l * F // L, G, M
             + b * h * p * n * F // initial state
             + b * h * c1 * c1 * F // decay_chunk
-            + b * h * c1 * p * n * F // new_states (states and final_state are views)
+            + b * h * c1 * p * n * F; // new_states (states and final_state are views)
+                                      // an earlier instant wins when the state is wide (`N·(1 + P/L) > 3·P`; Falcon-H1-1.5B:
+                                      // N 256, P 64, L 128): the `bmm` of `einsum("bclhn,bchpn->bclhp", C, states)`, with C
+                                      // and the chunk states copied into bmm layouts and its output allocated, before Y_off,
+                                      // the sum and its copy exist (probe: falcon_h1_mixer.py ckpt mode, exact at 2048 wide)
+        let at_c_times_states =
+            (at_output + tp * h * n * F + b * c * h * p * n * F).saturating_sub(3 * tp * i * F);
+        at_output.max(at_c_times_states)
     }
 
     /// Highest bytes of the mixer's backward between `out_proj`'s backward (its input's
     /// gradient alive, `z` bytes per element) and `in_proj`'s, above what is alive when it
     /// starts: the gated norm's backward in fp32 (`w` = bytes of the norm weight's gradient).
     fn backward_peak(&self, z: u128, w: u128) -> u128 {
-        let Scan { t, i, g, .. } = *self;
+        let Scan { t, i, g, norm, .. } = *self;
+        if !norm {
+            // `(scan_output * silu(gate)).to(dtype)` backward: the fp32 gradient of the
+            // product, then its gradients for the fp32 scan output and for `silu(gate)`
+            return 2 * t * i * F;
+        }
         // grad.float(), then x·silu(gate) and the normalised groups times the incoming
         // gradient, pow and the division of rsqrt's backward, minus the freed bf16 gradient and
         // rsqrt; the weight's gradient exists by then
@@ -275,8 +355,10 @@ impl Builder<'_> {
         for _ in 0..3 {
             lp.ssm.push(self.new_param(h, true));
         }
-        lp.ssm
-            .push(self.new_param(u128::from(m.intermediate), true));
+        if m.gated_norm {
+            lp.ssm
+                .push(self.new_param(u128::from(m.intermediate), true));
+        }
     }
 
     /// `Mamba2Block.forward` (and `MambaBlock.forward`, Mamba-1): `norm(x.to(norm.weight.dtype))`, the mixer, and
@@ -357,6 +439,25 @@ impl Builder<'_> {
                 .map_or_else(super::lin_zero, |(_, l)| *l)
         };
         let (zx, zs) = self.linear(x, x_size, rows, lin(LinearRole::SsmIn));
+        if self.spec(self.cur_layer).muls.ssm_in {
+            // FalconH1Mixer.forward: the scaled input is the local `hidden_states`, rebound by
+            // `hidden_states, B, C = torch.split(...)` before the scan: the mixer's reference
+            // goes here (the caller hands it over; `in_proj` keeps what it saves)
+            self.drop_(x);
+        }
+        let (zx, zs) = if self.spec(self.cur_layer).muls.ssm_proj {
+            // FalconH1Mixer.forward: `projected_states * self.mup_vector` (a buffer that needs
+            // no gradient: the product saves nothing of `in_proj`'s output, which goes). The
+            // buffer is in the parameters' dtype, so under autocast the bf16 projection times
+            // the fp32 buffer promotes to fp32: the scan reads an fp32 zxbcdt
+            let ps = zs.max(self.param_size);
+            let bytes = rows * u128::from(m.in_proj_width()) * ps;
+            let y = self.op(bytes, &[zx], &[], &[], &[]);
+            self.drop_(zx);
+            (y, ps)
+        } else {
+            (zx, zs)
+        };
         let inner = self.mamba2_inner(zx, zs, x_size, lp, m);
         self.drop_(zx);
         let (y, _) = self.linear(inner, x_size, rows, lin(LinearRole::SsmOut));
@@ -374,7 +475,7 @@ impl Builder<'_> {
         lp: &LayerParams,
         m: &Mamba2,
     ) -> TensorId {
-        let d = Scan::new(m, self.batch, self.seq);
+        let d = Scan::new(m, self.batch, self.seq, self.amp);
         let out_bytes = d.t * d.i * out_size;
         if self.mode.is_infer() {
             return self.mamba2_infer(zx, zs, out_bytes, &d);
@@ -387,7 +488,13 @@ impl Builder<'_> {
                 .transient(d.forward_peak_unsaved(zs), Category::Activations);
             return self.act(out_bytes, rg);
         }
-        let extra = d.saved(zs).saturating_sub(d.t * d.e * zs);
+        let mut extra = d.saved(zs).saturating_sub(d.t * d.e * zs);
+        if !params.iter().any(|&p| self.t.requires_grad(p)) {
+            // frozen mixer parameters (LoRA): `D_residual = D[..., None] * pad(x)` with a `D`
+            // that needs no gradient saves nothing of the padded x (mul saves an operand only
+            // for the other operand's gradient), which then goes once the scan has used it
+            extra = extra.saturating_sub(d.tp * d.i * F);
+        }
         let kept = self.act(extra, false);
         self.t.transient(
             d.forward_peak(zs).saturating_sub(extra),
@@ -424,6 +531,25 @@ impl Builder<'_> {
     fn mamba2_infer(&mut self, zx: TensorId, zs: u128, out_bytes: u128, d: &Scan) -> TensorId {
         let _ = zx;
         let layer = self.cur_layer;
+        if self.spec(layer).parallel_mixers() {
+            // the layer's attention keeps its KV cache in `cache`; the state goes beside it
+            let has_state = self.ssm_cache.get(layer).is_some_and(Option::is_some);
+            if has_state && d.s == 1 {
+                self.t.transient(d.decode_peak(zs), Category::Activations);
+            } else {
+                let conv = self.act(d.b * d.cd * d.k * zs, false);
+                self.t
+                    .transient(d.forward_peak_unsaved(zs), Category::Activations);
+                let ssm = self.act(d.b * d.h * d.p * d.n * F, false);
+                if let Some(slot) = self.ssm_cache.get_mut(layer) {
+                    if let Some((oc, os)) = slot.replace((conv, ssm)) {
+                        self.t.release(oc);
+                        self.t.release(os);
+                    }
+                }
+            }
+            return self.act(out_bytes, false);
+        }
         let has_state = self.cache.get(layer).is_some_and(Option::is_some);
         if has_state && d.s == 1 {
             self.t.transient(d.decode_peak(zs), Category::Activations);

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Probe one FalconH1Mixer (transformers 5.23, torch path, `mamba_rms_norm = false`) on fake
+tensors and compare it with memwall's Mamba-2 closed forms (crates/memwall-core/src/memory/hf/
+ssm.rs, `Scan` with `norm = false`), the way mamba2_mixer.py does for Mamba2Mixer.
+
+The mixer's own multiplications (`x * ssm_in_multiplier`, `in_proj(x) * mup_vector`) are outside
+the closed forms (memwall replays them as ops), so the anchors below remove them.
+
+Usage:
+  python tools/truth/probes/falcon_h1_mixer.py --check          # bf16, fp32 and amp-bf16 deltas
+  python tools/truth/probes/falcon_h1_mixer.py B S MODE PREC h,H,P,G,N,K,L   # print the trace
+"""
+import sys, weakref, torch, contextlib
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from transformers import AutoConfig
+from transformers.models.falcon_h1.modeling_falcon_h1 import FalconH1Mixer, compute_mup_vector
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from mamba2_mixer import marks, dims_of, saved as m2_saved, fwd_peak, CASES  # noqa: E402
+
+
+def run(B, S, mode, prec, dims, norm=False):
+    h, H, P, G, N, K, L = dims
+    cfg = AutoConfig.for_model("falcon_h1", hidden_size=h, mamba_n_heads=H, mamba_d_head=P,
+        mamba_d_ssm=H * P, mamba_n_groups=G, mamba_d_state=N, mamba_d_conv=K, mamba_chunk_size=L,
+        num_hidden_layers=1, vocab_size=10, num_attention_heads=1, num_key_value_heads=1,
+        mamba_rms_norm=norm, mamba_norm_before_gate=False)
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "amp": torch.float32}[prec]
+    live, ev, cur = {}, [], [0]
+    def reg(t, op):
+        st = t.untyped_storage(); k = st._cdata
+        if k in live or k in params: return
+        n = st.nbytes(); live[k] = (n, tuple(t.shape)); cur[0] += n
+        ev.append(("+", op, n, cur[0], tuple(t.shape), str(t.dtype)))
+        def fin(k=k, n=n, op=op):
+            if live.pop(k, None) is not None:
+                cur[0] -= n; ev.append(("-", op, n, cur[0]))
+        weakref.finalize(st, fin)
+    class M(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor): reg(t, str(func.overloadpacket.__name__))
+            return out
+    amp = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if prec == "amp" else contextlib.nullcontext
+    with FakeTensorMode():
+        torch.set_default_dtype(dtype)
+        mx = FalconH1Mixer(cfg, 0)
+        mx.register_buffer("mup_vector", compute_mup_vector(cfg), persistent=False)
+        torch.set_default_dtype(torch.float32)
+        params = {p.untyped_storage()._cdata for p in mx.parameters()}
+        params |= {b.untyped_storage()._cdata for b in mx.buffers()}
+        mx.train()
+        x = torch.randn(B, S, h, dtype=dtype, requires_grad=True)
+        if mode == "train":
+            with M():
+                with amp():
+                    y = mx(x)
+                ev.append(("MARK", "fwd"))
+                g = torch.ones_like(y)
+                ev.append(("MARK", "gy"))
+                y.backward(g); del y, g
+                ev.append(("MARK", "bwd"))
+        else:
+            with M(), torch.autograd.graph.saved_tensors_hooks(lambda t: None, lambda t: None):
+                with amp():
+                    y = mx(x)
+                ev.append(("MARK", "fwd")); del y
+    return ev
+
+
+def saved_nonorm(d, s):
+    T, I, G = d["T"], d["I"], d["G"]
+    v = m2_saved(d, s) - 4 * T * I * 4 - T * G * 4 + T * I * s
+    if s == 4:
+        v += T * I * 4
+    return v
+
+
+def check():
+    for B, S, dims in CASES:
+        for prec, s in (("bf16", 2), ("fp32", 4), ("amp", 2)):
+            d = dims_of(B, S, dims, s)
+            T, h, E, I = d["T"], d["h"], d["E"], d["I"]
+            xs = 4 if prec == "amp" else s
+            m = marks(run(B, S, "train", prec, dims))
+            # live after forward: x, x·ssm_in (saved by in_proj), out_proj's input, y
+            anchor = 2 * T * h * xs + T * I * s + T * h * s
+            if prec == "amp":
+                anchor += T * h * 2  # in_proj's bf16 copy of its input (autocast)
+            saved_m = m["fwd"][0] - anchor
+            bpk_m = m["bwd"][1] - m["gy"][0]
+            c = marks(run(B, S, "ckpt", prec, dims))
+            print(f"B={B} S={S} dims={dims} {prec}: saved {saved_m - saved_nonorm(d, s):+d}"
+                  f" (of {saved_m}) bwd peak above grad {bpk_m}  fwd peak {m['fwd'][1]}"
+                  f"  no-save peak {c['fwd'][1]}")
+
+
+
+def saved_amp(d):
+    """Autocast (bf16) form: zxbcdt is fp32 (bf16 in_proj times the fp32 mup_vector), the
+    convolution runs in bf16 on a bf16 copy and is cast back to fp32, and every einsum's bmm
+    saves bf16 copies of its operands."""
+    h,H,P,G,N,K,L,I,cd,E,c,Sp,T,Tp,B,S=[d[k] for k in "h H P G N K L I cd E c Sp T Tp B S".split()]
+    f, b = 4, 2
+    return sum([
+        T*E*f, 2*H*f,                                   # zxbcdt, A
+        cd*K*b, B*cd*S*b, B*cd*(S+K-1)*b, B*cd*S*f,     # conv weight/input casts, conv, fp32 cast
+        3*T*H*f,                                        # dt + bias, softplus, clamp
+        Tp*I*f, Tp*H*N*f, 2*L*L, B*H*c*L*L*f,           # pad x, pad B, masks, L
+        4*Tp*H*N*b, B*c*H*L*L*b,                        # bmm copies of C, B (x2), G
+        2*Tp*I*b, B*c*H*L*L*b, Tp*I*b,                  # x copies, M cast, Y_diag
+        2*Tp*H*f, 2*(c+1)**2, B*H*(c+1)**2*f,           # decay exps, chunk masks, decay_chunk
+        B*(c+1)*H*P*N*b, B*H*(c+1)**2*b, B*c*H*P*N*b,   # states cat, decay_chunk cast, states copy
+        Tp*I*f, T*I*f,                                  # y + D_residual, silu(gate)
+    ])
+
+
+def check_amp():
+    for B, S, dims in CASES:
+        for norm in (False, True):
+            d = dims_of(B, S, dims, 2)
+            T, h, E, I, G = d["T"], d["h"], d["E"], d["I"], d["G"]
+            m = marks(run(B, S, "train", "amp", dims, norm))
+            # live after forward outside the scan: in_proj's bf16 weight and input copies,
+            # out_proj's bf16 weight and input copies, the output
+            anchor = E * h * 2 + T * h * 2 + h * I * 2 + T * I * 2 + T * h * 2
+            # the gated norm (gate first, fp32): x·silu(gate), the normalised groups, rsqrt
+            form = saved_amp(d) + (2 * T * I * 4 + T * G * 4 if norm else 0)
+            print(f"B={B} S={S} dims={dims} amp norm={norm}: saved {m['fwd'][0] - anchor - form:+d}")
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--check"]:
+    check()
+elif __name__ == "__main__" and sys.argv[1:2] == ["--check-amp"]:
+    check_amp()
+elif __name__ == "__main__":
+    B, S, mode, prec = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    dims = tuple(int(v) for v in sys.argv[5].split(","))
+    for e in run(B, S, mode, prec, dims): print(*e)
