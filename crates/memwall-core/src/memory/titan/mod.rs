@@ -22,7 +22,7 @@
 //!   `wqkv`, `w1`, `w3`, vocabulary-parallel `tok_embeddings` and `lm_head`, rowwise `wo`, `w2`,
 //!   replicated norms on the sequence shard), FSDP2 over `dp_shard = gpus / tp` on each
 //!   TP-local parameter, and the vocabulary-parallel loss (`_LossParallelCrossEntropy`); measured
-//!   on a fake 2-D mesh (see [`step`]).
+//!   on a fake 2-D mesh (see `step.rs`).
 //!
 //! The step is a timeline of named instants, each summing what is alive then ([`instants`]);
 //! the peak is the largest. The tensors saved per block were read off the model with
