@@ -178,7 +178,10 @@ fn serve(c: &mut Criterion) {
 }
 
 /// The planner's inner loop: one fast estimate per candidate of micro-batch × checkpointing ×
-/// precision × optimizer × sharding over a model, on one thread and split over two.
+/// precision × optimizer × sharding over a model, on one thread and split over two; each
+/// without and with an evaluation context ([`fast::Evaluator`], the plan search's: an exact
+/// memo of rank simulations, made afresh for every sweep so that only candidates of the same
+/// sweep share a simulation).
 fn planner(c: &mut Criterion) {
     let m = model("llama-3.1-70b");
     let mut candidates: Vec<(TrainWorkload, Option<Layout>)> = Vec::new();
@@ -211,6 +214,18 @@ fn planner(c: &mut Criterion) {
             }
         }
     };
+    let sweep = |cands: &[(TrainWorkload, Option<Layout>)]| -> Option<u64> {
+        let mut ev = fast::Evaluator::new(&m, Kernels::Cuda);
+        cands
+            .iter()
+            .map(|(w, l)| match l {
+                None => ev.train(w).map_or(0, |e| e.peak_bytes),
+                Some(l) => ev
+                    .train_dist(w, l, &DistOptions::default())
+                    .map_or(0, |e| e.peak_bytes),
+            })
+            .max()
+    };
     let mut g = c.benchmark_group("planner inner loop");
     g.throughput(Throughput::Elements(candidates.len() as u64));
     g.bench_function("candidates, 1 core", |b| {
@@ -226,6 +241,54 @@ fn planner(c: &mut Criterion) {
             })
         })
     });
+    g.bench_function("candidates, 1 core, evaluation context", |b| {
+        b.iter(|| sweep(&candidates))
+    });
+    g.bench_function("candidates, 2 cores, evaluation context", |b| {
+        b.iter(|| {
+            let (left, right) = candidates.split_at(candidates.len() / 2);
+            std::thread::scope(|s| {
+                let h = s.spawn(|| sweep(left));
+                let r = sweep(right);
+                h.join().ok().flatten().max(r)
+            })
+        })
+    });
+    g.finish();
+}
+
+/// The plan search end to end (`memwall plan -m llama-3.1-70b --gpus 64 --global-batch 512`
+/// without its output): its candidates per second, step-time model included.
+fn plan_search(c: &mut Criterion) {
+    use memwall_core::plan::{default_lora, search, Allow, PlanRequest};
+    let m = model("llama-3.1-70b");
+    let gpu = memwall_catalog::find_gpu("h100-sxm").expect("h100");
+    let r = PlanRequest {
+        gpus: 64,
+        gpus_per_node: 8,
+        seq: 2048,
+        global_batch: 512,
+        host_memory_per_node: None,
+        allow: Allow::default(),
+        base: {
+            let mut w = TrainWorkload::new(1, 2048);
+            w.precision = Precision::AmpBf16;
+            w
+        },
+        lora: default_lora(&m),
+        max_step_s: None,
+        top: 10,
+        alloc_margin: memwall_core::plan::DEFAULT_ALLOC_MARGIN,
+        kernels: Kernels::Cuda,
+        runtime: memwall_core::memory::titan::Runtime::Hf,
+    };
+    let evaluated = search(&m, gpu, &r).expect("plan").candidates_evaluated;
+    let mut g = c.benchmark_group("plan search");
+    g.throughput(Throughput::Elements(evaluated));
+    g.sample_size(10);
+    g.bench_function("llama-3.1-70b on 64 GPUs, candidates", |b| {
+        b.iter(|| search(black_box(&m), gpu, &r).map(|p| p.plans.len()))
+    });
     g.finish();
 }
 
@@ -236,6 +299,7 @@ criterion_group!(
     train_dist,
     infer,
     serve,
-    planner
+    planner,
+    plan_search
 );
 criterion_main!(benches);

@@ -435,6 +435,16 @@ fn count(kind: &str, path: Option<fast::Path>) {
     *tally().lock().unwrap().entry(key).or_insert(0) += 1;
 }
 
+/// `w` with more micro-batches accumulated when it accumulates (the step replays two either
+/// way), else `w` itself.
+fn accumulated_more(w: &TrainWorkload) -> TrainWorkload {
+    let mut w2 = w.clone();
+    if w.grad_accum >= 2 {
+        w2.grad_accum = w.grad_accum + 3;
+    }
+    w2
+}
+
 fn check_train(s: &Shape, t: &Train) -> Result<(), TestCaseError> {
     let (name, m) = build(s);
     let w = workload(t, &m);
@@ -444,7 +454,15 @@ fn check_train(s: &Shape, t: &Train) -> Result<(), TestCaseError> {
     match (reference, fast) {
         (Ok(r), Ok((f, path))) => {
             count("train", Some(path));
-            prop_assert_eq!(r, f, "{} {:?} {:?}", name, t, path);
+            prop_assert_eq!(&r, &f, "{} {:?} {:?}", name, t, path);
+            // the evaluation context's memo: a second workload that differs only in how
+            // many micro-batches are accumulated beyond the second (a hit) is the replay's
+            let mut ev = fast::Evaluator::new(&m, k);
+            prop_assert_eq!(ev.train(&w).ok(), Some(f));
+            let w2 = accumulated_more(&w);
+            let r2 = memory::simulate_train(&m, &w2, k);
+            prop_assert_eq!(ev.train(&w2), r2, "{} memo {:?}", name, t);
+            prop_assert_eq!(ev.hits_and_misses(), (1, 1));
         }
         (Err(a), Err(b)) => {
             count("train", None);
@@ -504,7 +522,16 @@ fn check_dist(s: &Shape, t: &Train, d: &Dist) -> Result<(), TestCaseError> {
     match (reference, fast) {
         (Ok(r), Ok((f, path))) => {
             count("dist", Some(path));
-            prop_assert_eq!(r, f, "{} {:?} {:?} {:?}", name, t, l, path);
+            prop_assert_eq!(&r, &f, "{} {:?} {:?} {:?}", name, t, l, path);
+            if path != fast::Path::Formula {
+                let mut ev = fast::Evaluator::new(&m, k);
+                prop_assert_eq!(ev.train_dist(&w, &l, &opts).ok(), Some(f));
+                let w2 = accumulated_more(&w);
+                let r2 = memory::simulate_train_dist_with(&m, &w2, &l, k, &opts);
+                prop_assert_eq!(ev.train_dist(&w2, &l, &opts), r2, "{} memo {:?}", name, t);
+                let (hits, misses) = ev.hits_and_misses();
+                prop_assert!(hits >= 1 && hits == misses, "{hits} hits, {misses} misses");
+            }
         }
         (Err(a), Err(b)) => {
             count("dist", None);

@@ -236,10 +236,12 @@ impl Attention {
             } => {
                 let q = num_heads * head_dim;
                 let kv = num_kv_heads * head_dim;
-                let mut v = if self.fused_qkv {
-                    vec![l(LinearRole::Qkv, hidden, q + 2 * kv, self.qkv_bias)]
+                // one allocation: the projections and the output
+                let mut v = Vec::with_capacity(4);
+                if self.fused_qkv {
+                    v.push(l(LinearRole::Qkv, hidden, q + 2 * kv, self.qkv_bias));
                 } else {
-                    vec![
+                    v.extend([
                         l(
                             LinearRole::Q,
                             hidden,
@@ -248,8 +250,8 @@ impl Attention {
                         ),
                         l(LinearRole::K, hidden, kv, self.qkv_bias),
                         l(LinearRole::V, hidden, kv, self.qkv_bias),
-                    ]
-                };
+                    ]);
+                }
                 v.push(l(LinearRole::O, q, hidden, self.o_bias));
                 v
             }
@@ -360,13 +362,15 @@ impl DenseMlp {
             bias: self.bias,
         };
         let i = self.intermediate;
-        let mut v = if !self.gated {
-            vec![l(LinearRole::Up, hidden, i)]
+        // one allocation: the input projections and the output
+        let mut v = Vec::with_capacity(3);
+        if !self.gated {
+            v.push(l(LinearRole::Up, hidden, i));
         } else if self.fused_gate_up {
-            vec![l(LinearRole::GateUp, hidden, 2 * i)]
+            v.push(l(LinearRole::GateUp, hidden, 2 * i));
         } else {
-            vec![l(LinearRole::Gate, hidden, i), l(LinearRole::Up, hidden, i)]
-        };
+            v.extend([l(LinearRole::Gate, hidden, i), l(LinearRole::Up, hidden, i)]);
+        }
         v.push(l(LinearRole::Down, i, hidden));
         v
     }

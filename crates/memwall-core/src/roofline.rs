@@ -294,6 +294,8 @@ struct Acc {
     records: Vec<OpRecord>,
     layer: Option<usize>,
     train: bool,
+    /// Sum the ops by name (what [`analyze`] reports); [`op_records`] needs the records only.
+    keep_ops: bool,
 }
 
 impl Acc {
@@ -303,10 +305,14 @@ impl Acc {
             records: Vec::new(),
             layer: None,
             train,
+            keep_ops: true,
         }
     }
 
     fn add(&mut self, name: &str, tensor_core: bool, flops: f64, bytes: f64) {
+        if !self.keep_ops {
+            return;
+        }
         if let Some(o) = self.ops.iter_mut().find(|o| o.name == name) {
             o.flops += flops;
             o.bytes += bytes;
@@ -455,11 +461,13 @@ fn check_shape(w: &RooflineWorkload) -> Result<(), CoreError> {
 /// (the step-time model, `crate::time`). Tensor-parallel communication is not an op here.
 pub fn op_records(model: &ModelDesc, w: &RooflineWorkload) -> Result<Vec<OpRecord>, CoreError> {
     check_shape(w)?;
-    Ok(collect(model, w)?.records)
+    // the records only: the sums by name (a search by name and an owned name per op) are
+    // what `analyze` reports, and the step-time model runs this per candidate
+    Ok(collect(model, w, false)?.records)
 }
 
 /// Enumerates the ops (shared by [`analyze`] and [`op_records`]).
-fn collect(model: &ModelDesc, w: &RooflineWorkload) -> Result<Acc, CoreError> {
+fn collect(model: &ModelDesc, w: &RooflineWorkload, keep_ops: bool) -> Result<Acc, CoreError> {
     let train = w.phase == RooflinePhase::Train;
     let tp = w.tp as f64;
     let b = w.batch as f64;
@@ -473,6 +481,7 @@ fn collect(model: &ModelDesc, w: &RooflineWorkload) -> Result<Acc, CoreError> {
     let wb = w.weight_bytes;
     let h = model.hidden_size as f64;
     let mut acc = Acc::new(train);
+    acc.keep_ops = keep_ops;
 
     // embeddings: a gather of `rows` rows (backward: a scatter-add of as many)
     acc.record(
@@ -581,7 +590,7 @@ pub fn analyze(
     let vector_peak = ceilings.peak(MathDtype::Fp32).unwrap_or(gemm_peak);
     let b = w.batch as f64;
     let s = w.seq as f64;
-    let mut acc = collect(model, w)?;
+    let mut acc = collect(model, w, true)?;
 
     let ridge = gemm_peak / ceilings.memory_bandwidth_bytes_per_s;
     let bw = ceilings.memory_bandwidth_bytes_per_s * w.bandwidth_efficiency;

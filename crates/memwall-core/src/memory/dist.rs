@@ -18,6 +18,7 @@ use super::{to_u64, Category, Kernels, Phase};
 use crate::engine::Engine;
 use crate::error::CoreError;
 use crate::layout::{Layout, Offload, OffloadDevice, Strategy};
+use crate::memory::fast::memo::RankMemo;
 use crate::memory::fast::Path;
 use crate::model::ModelDesc;
 use crate::workload::{Precision, TrainWorkload};
@@ -107,6 +108,19 @@ pub(crate) mod fast {
     }
 }
 
+/// [`fast::simulate_train_dist_traced`] with the ranks remembered in `memo` (the fast
+/// evaluator's [`crate::memory::fast::Evaluator`]).
+pub(crate) fn simulate_memo(
+    model: &ModelDesc,
+    w: &TrainWorkload,
+    layout: &Layout,
+    kernels: Kernels,
+    opts: &DistOptions,
+    memo: &mut RankMemo,
+) -> Result<(DistEstimate, Path), CoreError> {
+    simulate_in(model, w, layout, kernels, opts, true, Some(memo))
+}
+
 /// Every rank of a distributed step, by the reference replay or (`fast`) the fast evaluator.
 fn simulate(
     model: &ModelDesc,
@@ -115,6 +129,19 @@ fn simulate(
     kernels: Kernels,
     opts: &DistOptions,
     fast: bool,
+) -> Result<(DistEstimate, Path), CoreError> {
+    simulate_in(model, w, layout, kernels, opts, fast, None)
+}
+
+/// [`simulate`], the fast evaluator's ranks remembered in `rank_memo` when given.
+fn simulate_in(
+    model: &ModelDesc,
+    w: &TrainWorkload,
+    layout: &Layout,
+    kernels: Kernels,
+    opts: &DistOptions,
+    fast: bool,
+    mut rank_memo: Option<&mut RankMemo>,
 ) -> Result<(DistEstimate, Path), CoreError> {
     w.validate()?;
     layout.validate()?;
@@ -230,7 +257,11 @@ fn simulate(
                 return Ok(r.clone());
             }
         }
-        let (r, p, d) = fast_rank(model, &rank_w, kernels, shard_for(rank))?;
+        let shard = shard_for(rank);
+        let (r, p, d) = match rank_memo.as_deref_mut() {
+            Some(m) => m.rank(&rank_w, shard, || fast_rank(model, &rank_w, kernels, shard))?,
+            None => fast_rank(model, &rank_w, kernels, shard)?,
+        };
         if path == Path::Extrapolated {
             path = p;
         }
@@ -440,7 +471,7 @@ fn fast_rank(
 }
 
 #[derive(Clone)]
-struct RankRun {
+pub(crate) struct RankRun {
     peak: u64,
     at_peak: Vec<(Category, u64)>,
     phase: Phase,

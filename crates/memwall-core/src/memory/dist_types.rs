@@ -25,7 +25,7 @@ pub(crate) enum ShardKind {
 }
 
 /// What one rank of a data-parallel group keeps.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ShardSim {
     /// Runtime.
     pub kind: ShardKind,

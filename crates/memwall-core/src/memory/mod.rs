@@ -94,7 +94,7 @@ pub fn simulate_train(
 }
 
 /// What every single-GPU training estimate checks first; the engine that runs it.
-fn check_train(model: &ModelDesc, w: &TrainWorkload) -> Result<Engine, CoreError> {
+pub(crate) fn check_train(model: &ModelDesc, w: &TrainWorkload) -> Result<Engine, CoreError> {
     w.validate()?;
     let engine = Engine::resolve(None);
     engine.check(w, None)?;

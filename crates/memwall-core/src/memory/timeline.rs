@@ -496,6 +496,7 @@ impl Timeline {
         }
     }
 
+    #[inline]
     fn add_live(&mut self, bytes: u128, cat: Category) {
         self.live += bytes;
         self.by_category[cat.index()] += bytes;
@@ -513,6 +514,7 @@ impl Timeline {
         }
     }
 
+    #[inline]
     fn sub_live(&mut self, bytes: u128, cat: Category) {
         self.settle();
         self.live -= bytes;
@@ -520,6 +522,7 @@ impl Timeline {
     }
 
     /// Allocates a tensor with one (Python) reference.
+    #[inline]
     pub fn alloc(&mut self, bytes: u128, category: Category, requires_grad: bool) -> TensorId {
         let bytes = self.round(bytes);
         let id = TensorId::try_from(self.tensors.len()).unwrap_or(TensorId::MAX);
@@ -653,11 +656,13 @@ impl Timeline {
     }
 
     /// Adds a reference (a view kept by Python, a saved tensor).
+    #[inline]
     pub fn retain(&mut self, id: TensorId) {
         self.tensors[id as usize].refs += 1;
     }
 
     /// Drops a reference; frees the storage at zero.
+    #[inline]
     pub fn release(&mut self, id: TensorId) {
         let t = &mut self.tensors[id as usize];
         debug_assert!(t.refs > 0, "double release of tensor {id}");
@@ -683,6 +688,7 @@ impl Timeline {
     }
 
     /// Records a node: takes a reference on each saved tensor (only while recording).
+    #[inline]
     pub fn record(&mut self, mut node: Node) {
         if !self.recording {
             return;

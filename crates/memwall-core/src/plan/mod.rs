@@ -72,9 +72,19 @@ pub fn memory_of(
     layout: Option<&Layout>,
     kernels: Kernels,
 ) -> Result<Memory, CoreError> {
+    memory_in(&mut memory::fast::Evaluator::new(model, kernels), w, layout)
+}
+
+/// [`memory_of`] in an evaluation context that remembers the ranks it simulated
+/// ([`memory::fast::Evaluator`]: an exact memo, the same answers).
+pub fn memory_in(
+    ev: &mut memory::fast::Evaluator<'_>,
+    w: &TrainWorkload,
+    layout: Option<&Layout>,
+) -> Result<Memory, CoreError> {
     match layout {
         None => {
-            let e = memory::fast::simulate_train(model, w, kernels)?;
+            let e = ev.train(w)?;
             Ok(Memory {
                 peak_bytes: e.peak_bytes,
                 phase: e.phase,
@@ -83,7 +93,7 @@ pub fn memory_of(
             })
         }
         Some(l) => {
-            let e = memory::fast::simulate_train_dist(model, w, l, kernels)?;
+            let e = ev.train_dist(w, l, &memory::DistOptions::default())?;
             let worst = e.groups.get(e.worst);
             Ok(Memory {
                 peak_bytes: e.peak_bytes,

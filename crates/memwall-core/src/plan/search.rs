@@ -9,10 +9,11 @@
 //! micro-batches of that combination (a smaller micro-batch means more accumulation steps, and
 //! with pipeline parallelism more micro-batches in flight).
 
-use super::{keeps_master, memory_of, memory_of_titan, step_time, train_args, Fit};
+use super::{keeps_master, memory_in, memory_of_titan, step_time, train_args, Fit};
 use crate::error::CoreError;
 use crate::gpu::GpuSpec;
 use crate::layout::{Layout, Offload, Schedule, Strategy};
+use crate::memory::fast::Evaluator;
 use crate::memory::titan::Runtime;
 use crate::memory::Kernels;
 use crate::model::{LinearRole, Mlp, ModelDesc};
@@ -482,6 +483,9 @@ pub fn search_with_progress(
         ..SearchSpace::default()
     };
     let mut evaluated = 0u64;
+    // one evaluation context for the whole search: candidates that give a rank the same
+    // memory workload share its simulation (an exact memo, `memory::fast::Evaluator`)
+    let mut ev = Evaluator::new(model, r.kernels);
     let mut found: Vec<Plan> = Vec::new();
     let total = layouts.len();
     let titan = r.runtime == Runtime::Torchtitan;
@@ -544,7 +548,7 @@ pub fn search_with_progress(
                                 r,
                                 &combo,
                                 &mbs,
-                                &mut evaluated,
+                                (&mut ev, &mut evaluated),
                                 &mut found,
                             );
                         }
@@ -619,18 +623,18 @@ fn best_micro_batch(
     r: &PlanRequest,
     c: &Combo,
     mbs: &[u64],
-    evaluated: &mut u64,
+    (ev, evaluated): (&mut Evaluator<'_>, &mut u64),
     found: &mut Vec<Plan>,
 ) {
     let per_rank = mbs.last().copied().unwrap_or(1);
-    let eval_mem = |mb: u64, evaluated: &mut u64| {
+    let eval_mem = |mb: u64, evaluated: &mut u64, ev: &mut Evaluator<'_>| {
         *evaluated += 1;
         let mut w = c.w.clone();
         w.batch = mb;
         w.grad_accum = per_rank / mb;
         let m = match (r.runtime, c.layout.as_ref()) {
             (Runtime::Torchtitan, Some(l)) => memory_of_titan(model, &w, l).ok()?,
-            _ => memory_of(model, &w, c.layout.as_ref(), r.kernels).ok()?,
+            _ => memory_in(ev, &w, c.layout.as_ref()).ok()?,
         };
         let fit = Fit::new(gpu, m.peak_bytes, r.alloc_margin);
         let host_ok = r
@@ -644,7 +648,7 @@ fn best_micro_batch(
     let mut fitting_at: Vec<Option<(TrainWorkload, super::Memory, Fit)>> = vec![None; mbs.len()];
     while lo < hi {
         let mid = (lo + hi) / 2;
-        match eval_mem(mbs[mid], evaluated) {
+        match eval_mem(mbs[mid], evaluated, ev) {
             Some(v) => {
                 fitting_at[mid] = Some(v);
                 best = Some(mid);
@@ -676,7 +680,7 @@ fn best_micro_batch(
         // it is at most the largest fitting one)
         let mem = match fitting_at[i].take() {
             Some(v) => Some(v),
-            None => eval_mem(mbs[i], evaluated),
+            None => eval_mem(mbs[i], evaluated, ev),
         };
         let Some((w, m, fit)) = mem else { continue };
         fastest = Some(Plan {

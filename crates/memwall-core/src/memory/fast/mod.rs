@@ -37,12 +37,13 @@
 
 mod blocks;
 mod extrapolate;
+pub(crate) mod memo;
 
+pub(crate) use super::check_train;
 use super::hf::{Builder, Reduced};
 use super::timeline::{Phase, Segment};
 use super::{
-    breakdown, check_infer, check_train, run_infer, run_train, to_u64, InferEstimate, Kernels,
-    TrainEstimate,
+    breakdown, check_infer, run_infer, run_train, to_u64, InferEstimate, Kernels, TrainEstimate,
 };
 use crate::error::CoreError;
 use crate::model::ModelDesc;
@@ -54,6 +55,7 @@ use std::cell::RefCell;
 pub use super::dist::fast::{
     simulate_train_dist, simulate_train_dist_traced, simulate_train_dist_with,
 };
+pub use memo::Evaluator;
 
 /// How an estimate was computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -243,6 +245,16 @@ pub fn simulate_train_traced(
     kernels: Kernels,
 ) -> Result<(TrainEstimate, Path), CoreError> {
     let engine = check_train(model, w)?;
+    train_checked(model, w, kernels, engine)
+}
+
+/// [`simulate_train_traced`] of a workload already checked.
+pub(crate) fn train_checked(
+    model: &ModelDesc,
+    w: &TrainWorkload,
+    kernels: Kernels,
+    engine: crate::engine::Engine,
+) -> Result<(TrainEstimate, Path), CoreError> {
     let ev = evaluate(
         model.layers.len(),
         |i, j| {

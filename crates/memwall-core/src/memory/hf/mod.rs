@@ -43,6 +43,7 @@ use crate::workload::{
     AttentionImpl, InferWorkload, KernelOptions, Lora, Precision, TrainWorkload, WeightFormat,
 };
 pub(crate) use sac::check as sac_check;
+pub(crate) use train::micro_batches_replayed;
 
 /// Which device's kernels the simulation follows where CPU and CUDA differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -452,14 +453,20 @@ impl<'a> Builder<'a> {
         (0..self.n_layers()).any(|i| f(self.spec(i)))
     }
 
+    /// The replayed layers in model order. A reduced replay's slots include the first
+    /// repeat of every block, so the first replayed layer with a property is equal to the
+    /// model's first layer with it, and any layer has it exactly when a replayed one does: the
+    /// model-level answers below read the slots (a few) instead of every layer of the model.
+    fn layer_specs(&self) -> impl Iterator<Item = &'a crate::model::LayerSpec> + '_ {
+        (0..self.n_layers()).map(|i| self.spec(i))
+    }
+
     /// Width of the model-level rotary cos/sin tables (`*RotaryEmbedding.forward`, run once per
     /// forward and passed to every layer): the rotary dims of the first layer that rotates (MLA:
     /// `qk_rope_head_dim`), 0 when none does. Layers that skip the rotation (SmolLM3's NoPE
     /// layers, modeling_smollm3.py `if self.use_rope:`) still receive the tables.
     fn rope_table_dim(&self) -> u128 {
-        self.model
-            .layers
-            .iter()
+        self.layer_specs()
             .filter_map(|l| l.attention_block())
             .map(|a| match a.kind {
                 AttentionKind::Standard { .. } => a.rotary_dim.map_or(0, u128::from),
@@ -476,10 +483,10 @@ impl<'a> Builder<'a> {
     ///
     /// [`Attention::rope_complex`]: crate::model::Attention::rope_complex
     fn complex_rope_head_dim(&self) -> Option<u128> {
-        if !self.model.layers.iter().any(|l| l.attention.rope_complex) {
+        if !self.any_layer(|l| l.attention.rope_complex) {
             return None;
         }
-        let a = self.model.layers.iter().find_map(|l| l.attention_block())?;
+        let a = self.layer_specs().find_map(|l| l.attention_block())?;
         Some(match a.kind {
             AttentionKind::Standard { head_dim, .. } => u128::from(head_dim),
             AttentionKind::Mla {
@@ -492,7 +499,7 @@ impl<'a> Builder<'a> {
     ///
     /// [`Attention::rope_fp32`]: crate::model::Attention::rope_fp32
     fn rope_tables_fp32(&self) -> bool {
-        self.model.layers.iter().any(|l| l.attention.rope_fp32)
+        self.any_layer(|l| l.attention.rope_fp32)
     }
 
     /// Decoder layers replayed.

@@ -310,6 +310,10 @@ impl Builder<'_> {
             let pout = self.new_linear(None, h, dim, false);
             self.projections = Some((pin, pout));
         }
+        // one allocation each for the replayed layers and their trainable parameters (a
+        // dense layer has up to a dozen)
+        self.layers.reserve(self.n_layers());
+        self.train.trainable.reserve(16 * self.n_layers() + 8);
         for i in 0..self.n_layers() {
             self.train.cur_unit = i + 1;
             let lp = self.layer_params(self.spec(i));
@@ -387,6 +391,8 @@ impl Builder<'_> {
         } else {
             Vec::new()
         };
+        // the attention's and the MLP's linears, in one allocation
+        lp.linears.reserve(attn_linears.len() + 4);
         for shape in attn_linears {
             let lin = self.new_linear(
                 Some(shape.role),

@@ -5,7 +5,7 @@ use super::{Builder, Kernels};
 use crate::memory::timeline::TensorId;
 use crate::memory::timeline::{Category, Ids, Marker, Node, Phase, SegKind};
 use crate::optimizer::OptimTensor;
-use crate::workload::LossKernel;
+use crate::workload::{LossKernel, TrainWorkload};
 
 /// Rows of one chunk of Liger's fused linear cross-entropy (Liger-Kernel 0.8.5,
 /// `fused_linear_cross_entropy_forward`, `chunk_mem_const = 1`): `inc_factor = cdiv(V, H)`,
@@ -426,14 +426,20 @@ impl Builder<'_> {
             self.t.set_phase(Phase::Forward);
         }
         self.t.reset_peak();
-        let micro = w.grad_accum.min(2);
-        for _ in 0..micro {
+        for _ in 0..micro_batches_replayed(w) {
             self.forward_and_loss();
         }
         self.optimizer_step();
         self.t.zero_grad();
         self.shard_zero_grad();
     }
+}
+
+/// Micro-batches a training step replays: up to two (every micro-batch after the second
+/// repeats it). This is the only way the memory simulation reads `grad_accum`, which is what
+/// lets the fast evaluator's memo (`memory/fast/memo.rs`) key a workload by it.
+pub(crate) fn micro_batches_replayed(w: &TrainWorkload) -> u64 {
+    w.grad_accum.min(2)
 }
 
 #[cfg(test)]
