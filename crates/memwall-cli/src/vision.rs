@@ -15,8 +15,7 @@ pub const IMAGE_TOKENS_ASSUMPTION: &str = "image tokens are counted as text toke
 /// What a report states with `--image-tokens N` (`per_image`: the tower's tokens per image,
 /// 0 when the N tokens are one image).
 pub fn image_tokens_note(n: u64, per_image: u64) -> String {
-    if per_image > 0 {
-        let images = n / per_image;
+    if let Some(images) = n.checked_div(per_image) {
         return format!("{n} of each sequence's tokens (--seq/--prompt) are the tokens of {images} image(s) of {per_image} tokens: the frozen vision tower's forward over their patches (nothing of it saved for backward), the projector, the merge into the embeddings and the bidirectional image-block attention masks are simulated; the other tokens are text");
     }
     format!("{n} of each sequence's tokens (--seq/--prompt) are one image's tokens: the frozen vision tower's forward over its patches (nothing of it saved for backward), the projector and the merge into the embeddings are simulated; the other tokens are text")

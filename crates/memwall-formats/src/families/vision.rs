@@ -223,8 +223,15 @@ pub(crate) fn siglip_gemma3(top: &HfConfig, text_hidden: u64) -> Result<VisionTo
     // left to the text-token approximation (no forward). Gemma3Config default: 256 tokens.
     let side = image / patch;
     let tokens = u128::from(top.mm_tokens_per_image.unwrap_or(256));
-    let tps = (1..=side).take_while(|t| t * t <= tokens).last().unwrap_or(0);
-    if !use_head && tps > 0 && tps * tps == tokens && side.is_multiple_of(tps) && h.is_multiple_of(heads)
+    let tps = (1..=side)
+        .take_while(|t| t * t <= tokens)
+        .last()
+        .unwrap_or(0);
+    if !use_head
+        && tps > 0
+        && tps * tps == tokens
+        && side.is_multiple_of(tps)
+        && h.is_multiple_of(heads)
     {
         let as_u64 = |x: u128| u64::try_from(x).unwrap_or(u64::MAX);
         tower.forward = Some(VisionForward {

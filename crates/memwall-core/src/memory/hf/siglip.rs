@@ -33,6 +33,10 @@ impl Builder<'_> {
         let s = self.param_size;
         let per = u128::from(f.per_image).max(1);
         let images = self.batch * (n / per);
+        if images == 0 {
+            // fewer tokens than one image's: no pixels (the CLI refuses such N by name)
+            return emb;
+        }
         let (last, projected) = self.siglip_tower(f, images);
         // get_placeholder_mask: `input_ids == image_token_id` [B, S] bool (its `sum()` and the
         // size check are scalars); unsqueezed, a view
