@@ -229,3 +229,93 @@ impl Builder<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::memory::{simulate_train, Kernels, Phase};
+    use crate::model::tests::llama2_7b;
+    use crate::model::{ModelDesc, VisionForward, VisionKind, VisionTower};
+    use crate::workload::{AttentionImpl, TrainWorkload};
+
+    /// Llama-2-7B's first two layers behind a small Gemma-3-shaped tower: 8 × 8 patches per
+    /// image pooled by 2 × 2 to 16 tokens.
+    fn model(image_tokens: Option<u64>) -> ModelDesc {
+        let mut m = llama2_7b();
+        m.layers.truncate(2);
+        m.vision = Some(VisionTower {
+            model_type: "siglip_vision_model".into(),
+            encoder_params: 1000,
+            projector_params: 100,
+            trainable: false,
+            linears: Vec::new(),
+            forward: Some(VisionForward {
+                patch_in: 3 * 14 * 14,
+                width: 1152,
+                heads: 16,
+                mlp: 4304,
+                depth: 2,
+                merge: 2,
+                out: 4096,
+                kind: VisionKind::Gemma3Siglip,
+                window: 0,
+                full_blocks: Vec::new(),
+                per_image: 16,
+            }),
+            image_tokens,
+        });
+        m
+    }
+
+    fn forward_peak(m: &ModelDesc, attention: AttentionImpl) -> u64 {
+        let mut w = TrainWorkload::new(2, 64);
+        w.attention = attention;
+        let e = simulate_train(m, &w, Kernels::Cuda).unwrap();
+        e.phase_peaks
+            .iter()
+            .find(|(p, _)| *p == Phase::Forward)
+            .map(|&(_, b)| b)
+            .unwrap()
+    }
+
+    #[test]
+    fn whole_images_run_the_tower_and_partial_ones_do_not() {
+        for attention in [AttentionImpl::Sdpa, AttentionImpl::Eager] {
+            let text = forward_peak(&model(None), attention);
+            let partial = forward_peak(&model(Some(15)), attention);
+            let one = forward_peak(&model(Some(16)), attention);
+            let two = forward_peak(&model(Some(32)), attention);
+            assert_eq!(partial, text, "{attention:?}");
+            assert!(text < one && one < two, "{attention:?}: {text} {one} {two}");
+        }
+    }
+
+    #[test]
+    fn image_blocks_give_sdpa_layers_masks() {
+        // the image forward's own tensors aside, SDPA with image blocks holds two boolean
+        // [B, 1, S, S] masks and a converted mask per layer call: the step with images grows
+        // by more than the tower's output when the sequence is long
+        let mut short = TrainWorkload::new(1, 64);
+        short.attention = AttentionImpl::Sdpa;
+        let mut long = short.clone();
+        long.seq = 4096;
+        let grow = |w: &TrainWorkload| {
+            let a = simulate_train(&model(None), w, Kernels::Cuda).unwrap();
+            let b = simulate_train(&model(Some(16)), w, Kernels::Cuda).unwrap();
+            let f = |e: &crate::memory::TrainEstimate| {
+                e.phase_peaks
+                    .iter()
+                    .find(|(p, _)| *p == Phase::Backward)
+                    .map(|&(_, b)| b)
+                    .unwrap()
+            };
+            f(&b) - f(&a)
+        };
+        // 2 masks of 4096² bytes at least (plus the per-layer fp16 masks saved for backward)
+        assert!(
+            grow(&long) > grow(&short) + 2 * 4096 * 4096,
+            "{} {}",
+            grow(&long),
+            grow(&short)
+        );
+    }
+}
