@@ -95,6 +95,16 @@ BASE: dict[str, tuple[str | None, dict]] = {
         attention_dropout=0.0, tie_word_embeddings=True, bos_token_id=2, eos_token_id=1, pad_token_id=0)),
     "gemma-2-2b": ("google/gemma-2-2b.json", {}),
     "gemma-2-9b": ("google/gemma-2-9b.json", {}),
+    "gemma-3-4b": (None, dict(  # google/gemma-3-4b-pt config.json, as crates/memwall-formats/tests/configs/gemma-3-4b-pt.json
+        _source="google/gemma-3-4b-pt config.json (the copy in crates/memwall-formats/tests/configs/gemma-3-4b-pt.json)",
+        architectures=["Gemma3ForConditionalGeneration"], boi_token_index=255999, eoi_token_index=256000,
+        eos_token_id=[1, 106], image_token_index=262144, initializer_range=0.02, mm_tokens_per_image=256,
+        model_type="gemma3",
+        text_config=dict(hidden_size=2560, intermediate_size=10240, model_type="gemma3_text", num_hidden_layers=34,
+                         rope_scaling=dict(factor=8.0, rope_type="linear"), sliding_window=1024),
+        torch_dtype="bfloat16",
+        vision_config=dict(hidden_size=1152, image_size=896, intermediate_size=4304, model_type="siglip_vision_model",
+                           num_attention_heads=16, num_hidden_layers=27, patch_size=14, vision_use_head=False))),
     "gemma-3-1b": (None, dict(  # google/gemma-3-1b-pt
         model_type="gemma3_text", hidden_size=1152, intermediate_size=6912, num_hidden_layers=26,
         num_attention_heads=4, num_key_value_heads=1, head_dim=256, vocab_size=262144,
@@ -461,12 +471,14 @@ REDUCED = {
 VISION_REDUCED = {
     "qwen2-vl-7b-2l-v2": ("qwen2-vl-7b", 2, 2),
     "qwen2.5-vl-7b-2l-v2": ("qwen2.5-vl-7b", 2, 2),
+    "gemma-3-4b-2l-v2": ("gemma-3-4b", 2, 2),  # SigLIP: num_hidden_layers in vision_config
+    "gemma-3-4b-6l-v2": ("gemma-3-4b", 6, 2),  # 5 sliding + 1 full-attention text layer
 }
 
 
 def reduce_vision(d: dict, depth: int) -> dict:
     v = d["vision_config"]
-    v["depth"] = depth
+    v["num_hidden_layers" if "num_hidden_layers" in v else "depth"] = depth
     if isinstance(v.get("fullatt_block_indexes"), list):
         v["fullatt_block_indexes"] = [depth - 1]
     d["_memwall"] = d["_memwall"].replace(" layers (", f" text layers and {depth} vision blocks (", 1)

@@ -129,7 +129,7 @@ def load_cases(path: Path = CASES) -> list[dict]:
 
 
 # wrappers whose image inputs the harness builds (`image_tokens` cases)
-IMAGE_FAMILIES = ("qwen2_vl", "qwen2_5_vl")
+IMAGE_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "gemma3")
 
 
 def check_image_tokens(case: dict) -> None:
@@ -138,10 +138,18 @@ def check_image_tokens(case: dict) -> None:
     if n is None:
         return
     with open(CONFIG_DIR / f"{case['config']}.json") as f:
-        model_type = json.load(f).get("model_type")
+        raw = json.load(f)
+    model_type = raw.get("model_type")
     if model_type not in IMAGE_FAMILIES:
         raise SystemExit(f"{case['id']}: image_tokens is for {IMAGE_FAMILIES}, not {model_type}")
     length = case.get("seq", case.get("prompt"))
+    if model_type == "gemma3":
+        # gemma3: N / mm_tokens_per_image images per row, each `<start_of_image>`, the image
+        # tokens, `<end_of_image>`, after one leading text token
+        per = int(raw.get("mm_tokens_per_image", 256))
+        if not isinstance(n, int) or n < per or n % per or n + 2 * (n // per) + 1 > int(length):
+            raise SystemExit(f"{case['id']}: image_tokens must be a positive multiple of {per} fitting in seq")
+        return
     if not isinstance(n, int) or n < 1 or n + 3 > int(length):
         raise SystemExit(f"{case['id']}: image_tokens must be 1..seq-3")
 
@@ -161,6 +169,8 @@ def image_inputs(cfg, batch: int, seq: int, n: int) -> tuple:
     processor returns float32) and `image_grid_thw` [[1, h, w]] per image.  Real tensors."""
     import torch
 
+    if cfg.model_type == "gemma3":
+        return gemma3_image_inputs(cfg, batch, seq, n)
     vc = cfg.vision_config
     merge = int(vc.spatial_merge_size)
     h, w = image_grid(n, merge)
@@ -183,6 +193,37 @@ def image_inputs(cfg, batch: int, seq: int, n: int) -> tuple:
     return ids, kwargs
 
 
+def gemma3_image_inputs(cfg, batch: int, seq: int, n: int) -> tuple:
+    """Gemma 3: `n / mm_tokens_per_image` images per row.  Ids as Gemma3Processor lays them out
+    (`<start_of_image>`, mm_tokens_per_image × `<image_soft_token>`, `<end_of_image>` per image,
+    after one leading text token; text ids drawn below the special ids), `pixel_values`
+    [batch·images, C, image_size, image_size] fp32 (Gemma3ImageProcessor returns float32) and
+    `token_type_ids` (1 on image tokens), which the processor returns and which make Gemma3Model
+    build its bidirectional image-block masks.  Real tensors."""
+    import torch
+
+    vc = cfg.vision_config
+    per = int(cfg.mm_tokens_per_image)
+    k = n // per
+    specials = [cfg.image_token_id, cfg.boi_token_id, cfg.eoi_token_id]
+    tc = cfg.get_text_config()
+    others = [getattr(c, k2, None) for c in (cfg, tc) for k2 in ("bos_token_id", "eos_token_id", "pad_token_id")]
+    text_vocab = min([tc.vocab_size] + [t for t in others if isinstance(t, int) and t > 2] + specials)
+    ids = torch.randint(3, text_vocab, (batch, seq))
+    pos = 1
+    for _ in range(k):
+        ids[:, pos] = cfg.boi_token_id
+        ids[:, pos + 1 : pos + 1 + per] = cfg.image_token_id
+        ids[:, pos + 1 + per] = cfg.eoi_token_id
+        pos += per + 2
+    side = int(vc.image_size)
+    kwargs = {
+        "pixel_values": torch.randn(batch * k, int(vc.num_channels), side, side, dtype=torch.float32),
+        "token_type_ids": (ids == cfg.image_token_id).to(torch.int64),
+    }
+    return ids, kwargs
+
+
 # ----------------------------------------------------------------------------------------------
 # worker side (imports torch)
 # ----------------------------------------------------------------------------------------------
@@ -198,7 +239,7 @@ def _zero_dropout(d: dict) -> None:
                 d[k] = 0.0
 
 
-def build_config(name: str, dropout: str):
+def build_config(name: str, dropout: str, whole: bool = False):
     from transformers import AutoConfig
 
     with open(CONFIG_DIR / f"{name}.json") as f:
@@ -206,7 +247,9 @@ def build_config(name: str, dropout: str):
     if dropout == "off":
         _zero_dropout(d)
     model_type = d.pop("model_type")
-    if model_type == "gemma3":  # multimodal config: use the text part with Gemma3ForCausalLM
+    if model_type == "gemma3" and not whole:
+        # multimodal config without image inputs: use the text part with Gemma3ForCausalLM
+        # (image cases build the whole Gemma3ForConditionalGeneration, `whole=True`)
         d = dict(d["text_config"])
         model_type = "gemma3_text"
         d.pop("model_type", None)
@@ -214,7 +257,7 @@ def build_config(name: str, dropout: str):
 
 
 # vision-language wrappers measured whole (AutoModelForImageTextToText) on text-only inputs
-VLM = ("llama4", "mistral3", "qwen2_vl", "qwen2_5_vl")
+VLM = ("llama4", "mistral3", "qwen2_vl", "qwen2_5_vl", "gemma3")
 
 
 def build_model(cfg, **kw):
@@ -481,7 +524,7 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
     if case["qlora"]:
         raise RuntimeError("qlora: bitsandbytes 4-bit layers cannot run on CPU fake tensors (see README)")
 
-    cfg = build_config(case["config"], case["dropout"])
+    cfg = build_config(case["config"], case["dropout"], whole=bool(case.get("image_tokens")))
     prec = case["precision"]
     model_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(prec, torch.float32)
     amp_dtype = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(prec)

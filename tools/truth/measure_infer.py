@@ -129,7 +129,7 @@ def run_case(case: dict, debug: bool = False) -> dict:
 
     _mu.find_packed_sequence_indices = lambda position_ids: None
 
-    cfg = build_config(case["config"], "config")  # eval mode: dropout is inactive anyway
+    cfg = build_config(case["config"], "config", whole=bool(case.get("image_tokens")))  # eval mode: dropout is inactive anyway
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[case["weights"]]
     cpu = torch.device("cpu")
     B, S, N = int(case["batch"]), int(case["prompt"]), int(case["new_tokens"])

@@ -2,7 +2,8 @@
 //! training step; frozen by default, as most VLM fine-tuning recipes do) and `--image-tokens N`
 //! (N of every sequence's tokens are one image's tokens: the vision tower's forward over that
 //! image's patches, the projector and the merge into the text embeddings are simulated, for the
-//! families whose vision forward memwall models: qwen2_vl, qwen2_5_vl).
+//! families whose vision forward memwall models: qwen2_vl, qwen2_5_vl; for gemma3, N image
+//! tokens are N / `mm_tokens_per_image` fixed-size images).
 
 use crate::error::UserError;
 use crate::model_source::ModelSource;
@@ -11,13 +12,17 @@ use anyhow::Result;
 /// What every report of a vision-language model states without `--image-tokens`.
 pub const IMAGE_TOKENS_ASSUMPTION: &str = "image tokens are counted as text tokens of the sequence (give them in --seq/--prompt); the vision tower's own activations are not simulated, only its weights";
 
-/// What a report states with `--image-tokens N`.
-pub fn image_tokens_note(n: u64) -> String {
+/// What a report states with `--image-tokens N` (`per_image`: the tower's tokens per image,
+/// 0 when the N tokens are one image).
+pub fn image_tokens_note(n: u64, per_image: u64) -> String {
+    if let Some(images) = n.checked_div(per_image) {
+        return format!("{n} of each sequence's tokens (--seq/--prompt) are the tokens of {images} image(s) of {per_image} tokens: the frozen vision tower's forward over their patches (nothing of it saved for backward), the projector, the merge into the embeddings and the bidirectional image-block attention masks are simulated; the other tokens are text");
+    }
     format!("{n} of each sequence's tokens (--seq/--prompt) are one image's tokens: the frozen vision tower's forward over its patches (nothing of it saved for backward), the projector and the merge into the embeddings are simulated; the other tokens are text")
 }
 
 /// The families whose image forward is simulated, for hints.
-const IMAGE_FAMILIES: &str = "qwen2_vl and qwen2_5_vl";
+const IMAGE_FAMILIES: &str = "gemma3, qwen2_vl and qwen2_5_vl";
 
 /// Where `--image-tokens` is checked: the length it is part of and what else the job uses.
 #[derive(Debug, Clone, Copy)]
@@ -111,6 +116,21 @@ fn check_image_tokens(
             ),
             format!("give {} as the whole sequence, image tokens included", ctx.seq_flag),
         );
+    }
+    if let Some(per) = v.forward.as_ref().map(|f| f.per_image).filter(|&p| p > 0) {
+        if !n.is_multiple_of(per) {
+            return refuse(
+                format!(
+                    "{} ({}) turns every image into {per} tokens (mm_tokens_per_image), so N must be a positive multiple of {per}",
+                    model.label, model.desc.model_type
+                ),
+                format!(
+                    "give --image-tokens {} for {} image(s) per sequence",
+                    (n / per).max(1) * per,
+                    (n / per).max(1)
+                ),
+            );
+        }
     }
     if train_vision {
         return refuse(

@@ -328,6 +328,34 @@ fn bad_input_snapshots() {
         ])
     );
     insta::assert_snapshot!(
+        "image_tokens_gemma3_partial_image",
+        transcript(&[
+            "train",
+            "--model",
+            "tests/truth/configs/gemma-3-4b-2l-v2.json",
+            "--seq",
+            "1024",
+            "--image-tokens",
+            "300"
+        ])
+    );
+    insta::assert_snapshot!(
+        "image_tokens_gemma3_vision_lora",
+        transcript(&[
+            "train",
+            "--model",
+            "tests/truth/configs/gemma-3-4b-2l-v2.json",
+            "--seq",
+            "1024",
+            "--image-tokens",
+            "256",
+            "--lora-rank",
+            "8",
+            "--lora-targets",
+            "q_proj,v_proj"
+        ])
+    );
+    insta::assert_snapshot!(
         "image_tokens_without_vision_tower",
         transcript(&["infer", "--model", "gpt2", "--image-tokens", "64"])
     );
@@ -1020,6 +1048,47 @@ fn image_tokens_simulate_the_vision_forward() {
     assert!(v["assumption"]
         .as_str()
         .is_some_and(|a| a.starts_with("1024 of each sequence's tokens")));
+}
+
+/// `--image-tokens N` on gemma3: N / 256 images of 896² pixels run through the SigLIP tower;
+/// the report says how many images, and a second image adds its tower forward (eager: the
+/// attention weights of 4,096 patches dominate the forward).
+#[test]
+fn gemma3_image_tokens_simulate_whole_images() {
+    let peak = |extra: &[&str]| -> (u64, serde_json::Value) {
+        let mut args = vec![
+            "infer",
+            "--model",
+            "tests/truth/configs/gemma-3-4b-2l-v2.json",
+            "--prompt",
+            "768",
+            "--new-tokens",
+            "2",
+            "--attention",
+            "eager",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        (
+            v["peak_bytes"].as_u64().expect("peak"),
+            v["model"]["vision"].clone(),
+        )
+    };
+    let (text, _) = peak(&[]);
+    let (one, v1) = peak(&["--image-tokens", "256"]);
+    let (two, v2) = peak(&["--image-tokens", "512"]);
+    assert!(text < one && one < two, "{text} {one} {two}");
+    // eager SigLIP attention: [images, 16 heads, 4096, 4096] weights, fp32 softmax included
+    assert!(two - one > 16 * 4096 * 4096 * 4, "{one} {two}");
+    assert!(v1["assumption"]
+        .as_str()
+        .is_some_and(|a| a.contains("1 image(s) of 256 tokens")));
+    assert!(v2["assumption"]
+        .as_str()
+        .is_some_and(|a| a.contains("2 image(s) of 256 tokens")));
 }
 
 /// Flags whose mechanism an engine does not run are refused by name, never accepted with an

@@ -101,8 +101,13 @@ fn build(s: &Shape) -> (String, ModelDesc) {
     // vision-language models with a simulated vision forward: image tokens on every other
     // shape (`--image-tokens`; 1 to 40, odd grids and partial Qwen2.5-VL windows included)
     if let Some(v) = m.vision.as_mut() {
-        if v.forward.is_some() && s.run % 2 == 1 {
-            v.image_tokens = Some(1 + (s.layers as u64 * 7 + s.run as u64) % 40);
+        if let Some(f) = v.forward.as_ref().filter(|_| s.run % 2 == 1) {
+            let n = 1 + (s.layers as u64 * 7 + s.run as u64) % 40;
+            // Gemma 3: whole images of `per_image` tokens (1 or 2 per sequence)
+            v.image_tokens = Some(match f.per_image {
+                0 => n,
+                per => per * (1 + n % 2),
+            });
         }
     }
     (format!("{name} {s:?}"), m)
@@ -808,7 +813,13 @@ fn fast_equals_the_replay_with_image_tokens() {
                 shrink: None,
             };
             let (name, mut m) = build(&s);
-            m.vision.as_mut().unwrap().image_tokens = Some(n);
+            let v = m.vision.as_mut().unwrap();
+            // Gemma 3: whole images of `per_image` tokens (1 or 2 per sequence)
+            let n = match v.forward.as_ref().map_or(0, |f| f.per_image) {
+                0 => n,
+                per => per * (1 + n % 2),
+            };
+            v.image_tokens = Some(n);
             for lora in [None, Some((16, 3, false))] {
                 let t = Train {
                     batch: 2,

@@ -820,6 +820,10 @@ pub struct VisionForward {
     pub window: u64,
     /// Qwen2.5-VL: the blocks with full attention over each image (`fullatt_block_indexes`).
     pub full_blocks: Vec<u64>,
+    /// LLM tokens per image for towers that see fixed-size images (Gemma 3:
+    /// `mm_tokens_per_image`; N image tokens are N / `per_image` images); 0 when a sequence's
+    /// N image tokens are one image of N tokens (Qwen2-VL, Qwen2.5-VL).
+    pub per_image: u64,
 }
 
 /// The vision towers whose forward memwall simulates.
@@ -831,6 +835,11 @@ pub enum VisionKind {
     /// Qwen2.5-VL (`qwen2_5_vl/modeling_qwen2_5_vl.py`): RMSNorm, SiLU-gated MLP, windowed
     /// attention except in the full-attention blocks, patches reordered by window.
     Qwen25Vl,
+    /// Gemma 3's SigLIP tower (`siglip/modeling_siglip.py` SiglipVisionModel: conv patch
+    /// embedding + learned positions, LayerNorm / MHA with biases / LayerNorm / GELU-tanh MLP,
+    /// post LayerNorm) and `Gemma3MultiModalProjector` (avg-pool by `merge`, RMSNorm, matmul
+    /// into the text width); `patch_in` is C·P², `per_image` the tokens per image.
+    Gemma3Siglip,
 }
 
 /// `count` vision-tower linears of one name and shape.

@@ -217,6 +217,8 @@ pub(crate) struct HfConfig {
     // multimodal wrappers: the vision tower's config, kept as text, parsed by `vision.rs`
     pub vision_config: Option<Box<RawValue>>,
     pub spatial_merge_size: Option<u64>,
+    /// Gemma 3: LLM tokens per image (`Gemma3Config.mm_tokens_per_image`).
+    pub mm_tokens_per_image: Option<u64>,
     pub vision_feature_layer: Option<Box<RawValue>>,
     pub multimodal_projector_bias: Option<bool>,
     // Seed-OSS: bias of o_proj (q/k/v follow attention_bias)

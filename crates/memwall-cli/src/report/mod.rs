@@ -188,7 +188,12 @@ impl ModelInfo {
                 trainable: v.trainable,
                 assumption: v.image_tokens.map_or_else(
                     || crate::vision::IMAGE_TOKENS_ASSUMPTION.to_string(),
-                    crate::vision::image_tokens_note,
+                    |n| {
+                        crate::vision::image_tokens_note(
+                            n,
+                            v.forward.as_ref().map_or(0, |f| f.per_image),
+                        )
+                    },
                 ),
                 image_tokens: v.image_tokens,
             }),

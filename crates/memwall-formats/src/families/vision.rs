@@ -34,6 +34,7 @@ struct RawVision {
     vision_use_head: Option<bool>,
     vision_output_dim: Option<u64>,
     num_heads: Option<u64>,
+    num_attention_heads: Option<u64>,
     window_size: Option<u64>,
     fullatt_block_indexes: Option<Vec<u64>>,
     projector_input_dim: Option<u64>,
@@ -199,8 +200,10 @@ pub(crate) fn siglip_gemma3(top: &HfConfig, text_hidden: u64) -> Result<VisionTo
             + linear(i, h, true);
     }
     let projector = h * u128::from(text_hidden) + h;
-    let head = u128::from(r.vision_use_head.unwrap_or(true));
-    v.tower(
+    let use_head = r.vision_use_head.unwrap_or(true);
+    let head = u128::from(use_head);
+    let heads = v.size(r.num_attention_heads, "num_attention_heads", 12, MAX_HEADS)?;
+    let mut tower = v.tower(
         encoder,
         projector,
         "siglip_vision_model",
@@ -212,7 +215,40 @@ pub(crate) fn siglip_gemma3(top: &HfConfig, text_hidden: u64) -> Result<VisionTo
             ("fc1", h, i, layers + head),
             ("fc2", i, h, layers + head),
         ],
-    )
+    )?;
+    // The image forward (`--image-tokens`), simulated when the projector's pooling is exact:
+    // Gemma3MultiModalProjector pools the (image // patch)² patches with
+    // `kernel = patches_per_image // int(mm_tokens_per_image ** 0.5)` to mm_tokens_per_image
+    // tokens; other shapes make `get_placeholder_mask` fail in transformers, so they are
+    // left to the text-token approximation (no forward). Gemma3Config default: 256 tokens.
+    let side = image / patch;
+    let tokens = u128::from(top.mm_tokens_per_image.unwrap_or(256));
+    let tps = (1..=side)
+        .take_while(|t| t * t <= tokens)
+        .last()
+        .unwrap_or(0);
+    if !use_head
+        && tps > 0
+        && tps * tps == tokens
+        && side.is_multiple_of(tps)
+        && h.is_multiple_of(heads)
+    {
+        let as_u64 = |x: u128| u64::try_from(x).unwrap_or(u64::MAX);
+        tower.forward = Some(VisionForward {
+            patch_in: as_u64(c * patch * patch),
+            width: as_u64(h),
+            heads: as_u64(heads),
+            mlp: as_u64(i),
+            depth: as_u64(layers),
+            merge: as_u64(side / tps),
+            out: text_hidden,
+            kind: VisionKind::Gemma3Siglip,
+            window: 0,
+            full_blocks: Vec::new(),
+            per_image: as_u64(tokens),
+        });
+    }
+    Ok(tower)
 }
 
 /// Llama 4's vision model (`llama4/modeling_llama4.py` Llama4VisionModel, defaults from
@@ -338,6 +374,7 @@ pub(crate) fn qwen2_vl_vision(top: &HfConfig) -> Result<VisionTower, FormatError
         kind: VisionKind::Qwen2Vl,
         window: 0,
         full_blocks: Vec::new(),
+        per_image: 0,
     });
     Ok(tower)
 }
@@ -407,6 +444,7 @@ pub(crate) fn qwen2_5_vl_vision(top: &HfConfig) -> Result<VisionTower, FormatErr
         // (transformers vision_utils.py get_vision_window_index)
         window: as_u64(window_px / merge / patch),
         full_blocks,
+        per_image: 0,
     });
     Ok(tower)
 }

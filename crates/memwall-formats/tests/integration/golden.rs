@@ -89,3 +89,35 @@ fn every_supported_family_has_a_golden_row() {
         "families without a golden row: {missing:?}"
     );
 }
+
+/// Gemma 3's image forward shape (`--image-tokens`): 896² images in 14-pixel patches are
+/// 64 × 64 patches, pooled by 4 × 4 to the 256 `mm_tokens_per_image` tokens; a projector that
+/// would not pool to exactly that many tokens gets no image forward (transformers'
+/// placeholder check would fail), only the weights.
+#[test]
+fn gemma3_image_forward_shape() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/configs/gemma-3-4b-pt.json"
+    );
+    let json = std::fs::read_to_string(path).unwrap();
+    let m = parse_hf_config(&json).unwrap();
+    let f = m.vision.as_ref().unwrap().forward.clone().unwrap();
+    assert_eq!(
+        (
+            f.patch_in,
+            f.width,
+            f.heads,
+            f.mlp,
+            f.depth,
+            f.merge,
+            f.out,
+            f.per_image
+        ),
+        (3 * 14 * 14, 1152, 16, 4304, 27, 4, 2560, 256)
+    );
+    let odd = json.replace("\"mm_tokens_per_image\":256", "\"mm_tokens_per_image\":200");
+    assert_ne!(odd, json);
+    let m = parse_hf_config(&odd).unwrap();
+    assert!(m.vision.as_ref().unwrap().forward.is_none());
+}

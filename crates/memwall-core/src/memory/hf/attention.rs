@@ -681,6 +681,13 @@ impl Builder<'_> {
                     {
                         true
                     }
+                    // Gemma 3 image tokens: every layer type's mask is materialised (siglip.rs)
+                    _ if self.image_blocks
+                        && s > 1
+                        && self.mode.attention() == AttentionImpl::Sdpa =>
+                    {
+                        true
+                    }
                     _ => falcon_mask,
                 };
                 // With a mask, transformers does not use SDPA's `enable_gqa`
@@ -1045,6 +1052,19 @@ impl Builder<'_> {
         // mask of `create_recurrent_attention_mask`, None without padding)
         if !self.any_layer(|l| l.attention_block().is_some()) {
             return None;
+        }
+        // (flash-attention-2 gets no 4-D mask: `flash_attention_mask` returns the 2-D padding
+        // mask or None)
+        if self.image_blocks && q_len > 1 && self.mode.attention() != AttentionImpl::Flash {
+            // Gemma 3 with image tokens: `create_masks_for_vision_model` builds the full and the
+            // sliding mask with the image blocks OR-ed in (no causal skip, no early exit), one
+            // [B, 1, q, kv] each: boolean for SDPA (`sdpa_mask` over the per-row block ids),
+            // additive in the embeddings' dtype for eager (`eager_mask`)
+            let size = match self.mode.attention() {
+                AttentionImpl::Eager => self.compute_size,
+                _ => 1,
+            };
+            return Some(self.act(2 * self.batch * q_len * kv_len * size, false));
         }
         match self.mode.attention() {
             AttentionImpl::Eager => {

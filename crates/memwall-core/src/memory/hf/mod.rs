@@ -32,6 +32,7 @@ mod parallel;
 mod params;
 mod sac;
 mod shard;
+mod siglip;
 mod ssm;
 mod train;
 mod vision;
@@ -280,6 +281,9 @@ pub(crate) struct Builder<'a> {
     vision_refs: Vec<TensorId>,
     /// inference: the prefill has run the vision tower (decode steps carry no pixels)
     images_done: bool,
+    /// the running forward carries Gemma 3 image tokens with their `token_type_ids`: the
+    /// wrapper builds bidirectional image-block masks for every layer type (memory/hf/siglip.rs)
+    image_blocks: bool,
     /// training: torchtitan's op-level SAC state of the checkpointed layer being run (`sac.rs`)
     sac: sac::Sac,
 }
@@ -424,6 +428,7 @@ impl<'a> Builder<'a> {
             attn_gate: None,
             vision_refs: Vec::new(),
             images_done: false,
+            image_blocks: false,
             sac: sac::Sac::default(),
         }
     }

@@ -41,6 +41,9 @@ impl Builder<'_> {
             }
             self.images_done = true;
         }
+        if f.kind == VisionKind::Gemma3Siglip {
+            return self.gemma3_image_merge(f, emb, u128::from(n));
+        }
         let s = self.param_size;
         let n = u128::from(n);
         let images = self.batch;
@@ -78,6 +81,7 @@ impl Builder<'_> {
 
     /// Drops the wrapper's image locals when its language model has returned.
     pub(super) fn drop_image_locals(&mut self) {
+        self.image_blocks = false;
         for r in std::mem::take(&mut self.vision_refs) {
             self.drop_(r);
         }
@@ -231,7 +235,7 @@ impl Builder<'_> {
     /// The block's norm over `numel` elements in `rows` rows, no grad: Qwen2-VL's LayerNorm
     /// (one output; its mean and rstd are freed at once), Qwen2.5-VL's `Qwen2_5_VLRMSNorm`
     /// (`x.to(float32)`, `pow(2).mean(-1)`, `x * rsqrt(var + eps)`, `weight * x.to(dtype)`).
-    fn vision_norm(&mut self, rms: bool, numel: u128, rows: u128) -> TensorId {
+    pub(super) fn vision_norm(&mut self, rms: bool, numel: u128, rows: u128) -> TensorId {
         let s = self.param_size;
         if !rms {
             let y = self.act(numel * s, false);
