@@ -10,15 +10,13 @@ Usage:
   python tools/truth/probes/falcon_h1_mixer.py --check          # bf16, fp32 and amp-bf16 deltas
   python tools/truth/probes/falcon_h1_mixer.py B S MODE PREC h,H,P,G,N,K,L   # print the trace
 """
-import sys, weakref, torch, contextlib
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+import sys, torch
 from transformers import AutoConfig
 from transformers.models.falcon_h1.modeling_falcon_h1 import FalconH1Mixer, compute_mup_vector
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from mamba2_mixer import marks, dims_of, saved as m2_saved, fwd_peak, CASES  # noqa: E402
+from mixer_trace import trace, marks  # noqa: E402
+from mamba2_mixer import dims_of, saved as m2_saved, fwd_peak, CASES  # noqa: E402
 
 
 def run(B, S, mode, prec, dims, norm=False):
@@ -28,47 +26,15 @@ def run(B, S, mode, prec, dims, norm=False):
         num_hidden_layers=1, vocab_size=10, num_attention_heads=1, num_key_value_heads=1,
         mamba_rms_norm=norm, mamba_norm_before_gate=False)
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "amp": torch.float32}[prec]
-    live, ev, cur = {}, [], [0]
-    def reg(t, op):
-        st = t.untyped_storage(); k = st._cdata
-        if k in live or k in params: return
-        n = st.nbytes(); live[k] = (n, tuple(t.shape)); cur[0] += n
-        ev.append(("+", op, n, cur[0], tuple(t.shape), str(t.dtype)))
-        def fin(k=k, n=n, op=op):
-            if live.pop(k, None) is not None:
-                cur[0] -= n; ev.append(("-", op, n, cur[0]))
-        weakref.finalize(st, fin)
-    class M(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            for t in tree_flatten(out)[0]:
-                if isinstance(t, torch.Tensor): reg(t, str(func.overloadpacket.__name__))
-            return out
-    amp = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if prec == "amp" else contextlib.nullcontext
-    with FakeTensorMode():
-        torch.set_default_dtype(dtype)
+
+    def make():
         mx = FalconH1Mixer(cfg, 0)
         mx.register_buffer("mup_vector", compute_mup_vector(cfg), persistent=False)
-        torch.set_default_dtype(torch.float32)
-        params = {p.untyped_storage()._cdata for p in mx.parameters()}
-        params |= {b.untyped_storage()._cdata for b in mx.buffers()}
-        mx.train()
-        x = torch.randn(B, S, h, dtype=dtype, requires_grad=True)
-        if mode == "train":
-            with M():
-                with amp():
-                    y = mx(x)
-                ev.append(("MARK", "fwd"))
-                g = torch.ones_like(y)
-                ev.append(("MARK", "gy"))
-                y.backward(g); del y, g
-                ev.append(("MARK", "bwd"))
-        else:
-            with M(), torch.autograd.graph.saved_tensors_hooks(lambda t: None, lambda t: None):
-                with amp():
-                    y = mx(x)
-                ev.append(("MARK", "fwd")); del y
-    return ev
+        return mx
+
+    # any mode but train is the checkpointed first pass
+    return trace(make, cfg, "train" if mode == "train" else "ckpt", B, S, h, dtype,
+                 autocast=torch.bfloat16 if prec == "amp" else None, skip_buffers=True)
 
 
 def saved_nonorm(d, s):

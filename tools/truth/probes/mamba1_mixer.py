@@ -3,7 +3,7 @@
 path: `causal_conv1d_fn`'s F.conv1d fallback and `mamba_selective_scan`'s sequential loop) on
 fake tensors and check memwall's closed forms (crates/memwall-core/src/memory/hf/mamba1.rs).
 
-Every storage allocation and free inside the mixer is logged (a TorchDispatchMode registers each
+Every storage allocation and free inside the mixer is logged by mixer_trace.py (a TorchDispatchMode registers each
 op's output storages, weakref finalizers log their frees); parameters are excluded. Modes:
 `train` (forward, ones_like grad, backward), `ckpt` (forward under saved_tensors_hooks that keep
 nothing: a checkpointed layer's first pass), `infer` (no_grad prefill with a DynamicCache, then
@@ -19,12 +19,11 @@ Usage:
       # closed form holds exactly). memwall's forms in memory/hf/mamba1.rs were read off
       # these fits and the traces.
 """
-import sys, weakref, torch
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+import sys, torch
 from transformers import AutoConfig
 from transformers.models.mamba.modeling_mamba import MambaMixer
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from mixer_trace import trace, marks  # noqa: E402
 
 
 JAMBA = False  # set by --jamba: JambaMambaMixer (MambaMixer + RMSNorms on dt, B and C)
@@ -43,69 +42,7 @@ def run(B, S, mode, dtype, dims):
                                    time_step_rank=R, conv_kernel=K, num_hidden_layers=1,
                                    vocab_size=10)
         make = lambda: MambaMixer(cfg, 0, initialize_mixer_weights=False)
-    live, ev, cur = {}, [], [0]
-
-    def reg(t, op):
-        st = t.untyped_storage(); k = st._cdata
-        if k in live or k in params: return
-        n = st.nbytes(); live[k] = (n, tuple(t.shape)); cur[0] += n
-        ev.append(("+", op, n, cur[0], tuple(t.shape)))
-
-        def fin(k=k, n=n, op=op):
-            if live.pop(k, None) is not None:
-                cur[0] -= n; ev.append(("-", op, n, cur[0]))
-        weakref.finalize(st, fin)
-
-    class M(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            for t in tree_flatten(out)[0]:
-                if isinstance(t, torch.Tensor): reg(t, str(func.overloadpacket.__name__))
-            return out
-
-    with FakeTensorMode():
-        torch.set_default_dtype(dtype)
-        mx = make()
-        torch.set_default_dtype(torch.float32)
-        params = {p.untyped_storage()._cdata for p in mx.parameters()}
-        if mode == "train":
-            mx.train()
-            x = torch.randn(B, S, h, dtype=dtype, requires_grad=True)
-            with M():
-                y = mx(x)
-                ev.append(("MARK", "fwd"))
-                g = torch.ones_like(y)
-                ev.append(("MARK", "gy"))
-                y.backward(g); del y, g
-                ev.append(("MARK", "bwd"))
-        elif mode == "ckpt":
-            mx.train()
-            x = torch.randn(B, S, h, dtype=dtype, requires_grad=True)
-            with M(), torch.autograd.graph.saved_tensors_hooks(lambda t: None, lambda t: None):
-                y = mx(x); ev.append(("MARK", "fwd")); del y
-        else:
-            mx.eval()
-            from transformers import DynamicCache
-            cache = DynamicCache(config=cfg)
-            x = torch.randn(B, S, h, dtype=dtype)
-            with M(), torch.no_grad():
-                y = mx(x, cache_params=cache); ev.append(("MARK", "prefill")); del y
-                x1 = torch.randn(B, 1, h, dtype=dtype)
-                y = mx(x1, cache_params=cache); ev.append(("MARK", "decode")); del y
-    return ev
-
-
-def marks(ev):
-    cur = pk = 0
-    out = {}
-    for e in ev:
-        if e[0] == "MARK":
-            out[e[1]] = (cur, pk)
-            pk = cur
-            continue
-        cur = e[3]
-        pk = max(pk, cur)
-    return out
+    return trace(make, cfg, mode, B, S, h, dtype)
 
 
 if "--jamba" in sys.argv:

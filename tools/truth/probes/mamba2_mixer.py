@@ -2,7 +2,7 @@
 """Probe one Mamba2Mixer (transformers 5.23, torch path) on fake tensors and check memwall's
 closed forms (crates/memwall-core/src/memory/hf/ssm.rs) against it.
 
-Every storage allocation and free inside the mixer is logged (a TorchDispatchMode registers each
+Every storage allocation and free inside the mixer is logged by mixer_trace.py (a TorchDispatchMode registers each
 op's output storages, weakref finalizers log their frees); parameters are excluded. Modes:
 `train` (forward, ones_like grad, backward), `ckpt` (forward under saved_tensors_hooks that keep
 nothing: a checkpointed layer's first pass), `infer` (no_grad prefill with a DynamicCache, then
@@ -12,63 +12,17 @@ Usage:
   python tools/truth/probes/mamba2_mixer.py B S MODE bf16|fp32 h,H,P,G,N,K,L   # print the trace
   python tools/truth/probes/mamba2_mixer.py --check                            # closed forms vs traces
 """
-import sys, weakref, torch, json, math
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+import sys, torch, json, math
 from transformers import AutoConfig
 from transformers.models.mamba2.modeling_mamba2 import Mamba2Mixer
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from mixer_trace import trace, marks  # noqa: E402
 
 def run(B, S, mode, dtype, dims):
     h, H, P, G, N, K, L = dims
     cfg = AutoConfig.for_model("mamba2", hidden_size=h, num_heads=H, head_dim=P, expand=(H*P)//h,
         n_groups=G, state_size=N, conv_kernel=K, chunk_size=L, num_hidden_layers=1, vocab_size=10)
-    live, ev, cur = {}, [], [0]
-    def reg(t, op):
-        st = t.untyped_storage(); k = st._cdata
-        if k in live or k in params: return
-        n = st.nbytes(); live[k] = (n, tuple(t.shape)); cur[0] += n
-        ev.append(("+", op, n, cur[0], tuple(t.shape)))
-        def fin(k=k, n=n, op=op):
-            if live.pop(k, None) is not None:
-                cur[0] -= n; ev.append(("-", op, n, cur[0]))
-        weakref.finalize(st, fin)
-    class M(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            for t in tree_flatten(out)[0]:
-                if isinstance(t, torch.Tensor): reg(t, str(func.overloadpacket.__name__))
-            return out
-    with FakeTensorMode():
-        torch.set_default_dtype(dtype)
-        mx = Mamba2Mixer(cfg, 0)
-        torch.set_default_dtype(torch.float32)
-        params = {p.untyped_storage()._cdata for p in mx.parameters()}
-        if mode == "train":
-            mx.train()
-            x = torch.randn(B, S, h, dtype=dtype, requires_grad=True)
-            with M():
-                y = mx(x)
-                ev.append(("MARK", "fwd"))
-                g = torch.ones_like(y)
-                ev.append(("MARK", "gy"))
-                y.backward(g); del y, g
-                ev.append(("MARK", "bwd"))
-        elif mode == "ckpt":
-            mx.train()
-            x = torch.randn(B, S, h, dtype=dtype, requires_grad=True)
-            with M(), torch.autograd.graph.saved_tensors_hooks(lambda t: None, lambda t: None):
-                y = mx(x); ev.append(("MARK", "fwd")); del y
-        else:
-            mx.eval()
-            from transformers import DynamicCache
-            cache = DynamicCache(config=cfg)
-            x = torch.randn(B, S, h, dtype=dtype)
-            with M(), torch.no_grad():
-                y = mx(x, cache_params=cache); ev.append(("MARK", "prefill")); del y
-                x1 = torch.randn(B, 1, h, dtype=dtype)
-                y = mx(x1, cache_params=cache); ev.append(("MARK", "decode")); del y
-    return ev
+    return trace(lambda: Mamba2Mixer(cfg, 0), cfg, mode, B, S, h, dtype)
 
 def no_save_peak(d, s):
     h,H,P,G,N,K,L,I,cd,E,c,Sp,T,Tp,B,S=[d[k] for k in "h H P G N K L I cd E c Sp T Tp B S".split()]
@@ -81,19 +35,6 @@ CASES = [(1, 512, (4096, 128, 64, 8, 128, 4, 256)), (2, 300, (4096, 128, 64, 8, 
          (3, 50, (77, 14, 11, 7, 13, 6, 16)), (1, 50, (77, 14, 11, 7, 13, 6, 16)),
          (2, 64, (77, 14, 11, 7, 13, 6, 16)), (2, 32, (77, 14, 11, 7, 13, 6, 16)),
          (1, 10, (77, 14, 11, 7, 13, 6, 16)), (8, 8, (4096, 128, 64, 8, 128, 4, 256))]
-
-
-def marks(ev):
-    cur = pk = 0
-    out = {}
-    for e in ev:
-        if e[0] == "MARK":
-            out[e[1]] = (cur, pk)
-            pk = cur
-            continue
-        cur = e[3]
-        pk = max(pk, cur)
-    return out
 
 
 def check():
