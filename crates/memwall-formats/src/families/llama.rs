@@ -256,42 +256,74 @@ pub(crate) fn qwen_num_experts(
     Ok(n)
 }
 
+/// `Qwen2MoeSparseMoeBlock`'s config defaults of one family: experts, experts per token,
+/// `moe_intermediate_size`, `shared_expert_intermediate_size`.
+pub(crate) struct QwenMoeDefaults {
+    pub experts: u64,
+    pub top_k: u64,
+    pub moe_intermediate: u64,
+    pub shared_intermediate: u64,
+}
+
+/// Which layers are sparse and the sparse block they share: modeling_qwen2_moe.py
+/// Qwen2MoeSparseMoeBlock (router, experts, then shared_expert = Qwen2MoeMLP(intermediate_size=
+/// shared_expert_intermediate_size) (gate/up/down, no bias) weighted by
+/// `sigmoid(shared_expert_gate(x))`, shared_expert_gate = Linear(hidden, 1, bias=False); a
+/// shared width of 0 has no parameters). Qwen3-Next's block is the same line for line.
+pub(crate) fn qwen_moe_block(
+    raw: &HfConfig,
+    ctx: &Ctx,
+    d: &Dims,
+    defaults: &QwenMoeDefaults,
+) -> Result<(Vec<bool>, Option<MoeMlp>), FormatError> {
+    let num_experts = qwen_num_experts(raw, ctx, raw.num_experts, defaults.experts)?;
+    let sparse = sparse_layers(raw, ctx, d, num_experts)?;
+    if !sparse.contains(&true) {
+        return Ok((sparse, None));
+    }
+    let moe_i = ctx.size(
+        raw.moe_intermediate_size,
+        "moe_intermediate_size",
+        defaults.moe_intermediate,
+        MAX_INTERMEDIATE,
+    )?;
+    let shared_i = raw
+        .shared_expert_intermediate_size
+        .unwrap_or(defaults.shared_intermediate);
+    if shared_i > MAX_INTERMEDIATE {
+        return Err(ctx.inconsistent(
+            &["shared_expert_intermediate_size"],
+            format!("{shared_i} exceeds {MAX_INTERMEDIATE}"),
+            "no real model has a shared expert this wide",
+        ));
+    }
+    let mut m = moe(
+        ctx,
+        ("num_experts", Some(num_experts), defaults.experts),
+        raw.num_experts_per_tok.unwrap_or(defaults.top_k),
+        moe_i,
+        d,
+    )?;
+    m.shared = (shared_i > 0).then(|| gated(shared_i, d.act));
+    m.shared_gate = true;
+    Ok((sparse, Some(m)))
+}
+
 pub(crate) fn qwen2_moe(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> {
     let d = Dims::llama(raw, ctx, &QWEN2_MOE)?;
     // configuration_qwen2_moe.py: num_experts=60, num_experts_per_tok=4,
     // moe_intermediate_size=1408, shared_expert_intermediate_size=5632, qkv_bias=True.
-    let num_experts = qwen_num_experts(raw, ctx, raw.num_experts, 60)?;
-    let sparse = sparse_layers(raw, ctx, &d, num_experts)?;
-    let mut block = None;
-    if sparse.contains(&true) {
-        let moe_i = ctx.size(
-            raw.moe_intermediate_size,
-            "moe_intermediate_size",
-            1408,
-            MAX_INTERMEDIATE,
-        )?;
-        let shared_i = raw.shared_expert_intermediate_size.unwrap_or(5632);
-        if shared_i > MAX_INTERMEDIATE {
-            return Err(ctx.inconsistent(
-                &["shared_expert_intermediate_size"],
-                format!("{shared_i} exceeds {MAX_INTERMEDIATE}"),
-                "no real model has a shared expert this wide",
-            ));
-        }
-        let mut m = moe(
-            ctx,
-            ("num_experts", Some(num_experts), 60),
-            raw.num_experts_per_tok.unwrap_or(4),
-            moe_i,
-            &d,
-        )?;
-        // modeling_qwen2_moe.py Qwen2MoeSparseMoeBlock: shared_expert = Qwen2MoeMLP(
-        // intermediate_size=shared_expert_intermediate_size) (gate/up/down, no bias) and
-        // shared_expert_gate = Linear(hidden, 1, bias=False). A width of 0 has no parameters.
-        m.shared = (shared_i > 0).then(|| gated(shared_i, d.act));
-        m.shared_gate = true;
-        block = Some(m);
-    }
+    let (sparse, block) = qwen_moe_block(
+        raw,
+        ctx,
+        &d,
+        &QwenMoeDefaults {
+            experts: 60,
+            top_k: 4,
+            moe_intermediate: 1408,
+            shared_intermediate: 5632,
+        },
+    )?;
     // configuration_qwen2_moe.py __post_init__: sliding_window kept only with
     // use_sliding_window (else 0); default layer_types: sliding iff (i+1) % 2 == 1 and
     // i < max_window_layers and use_sliding_window. modeling_qwen2_moe.py Qwen2MoeAttention

@@ -15,7 +15,7 @@
 //!   conv, the chunked gated delta rule, gated RMSNorm, `out_proj`).
 
 use super::common::{Decoder, Defaults, Dims};
-use super::llama::{moe, qwen_num_experts, sparse_layers};
+use super::llama::{qwen_moe_block, QwenMoeDefaults};
 use super::ssm::no_attention;
 use crate::error::FormatError;
 use crate::raw::HfConfig;
@@ -48,35 +48,17 @@ pub(crate) fn qwen3_next(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatE
     // shared_expert_intermediate_size=512, decoder_sparse_step=1, mlp_only_layers=[].
     // Qwen3NextSparseMoeBlock is Qwen2MoeSparseMoeBlock line for line (shared expert first,
     // router, experts, `sigmoid(shared_expert_gate(x)) * shared_expert_output`, sum).
-    let num_experts = qwen_num_experts(raw, ctx, raw.num_experts, 512)?;
-    let sparse = sparse_layers(raw, ctx, &d, num_experts)?;
-    let mut block = None;
-    if sparse.contains(&true) {
-        let moe_i = ctx.size(
-            raw.moe_intermediate_size,
-            "moe_intermediate_size",
-            512,
-            MAX_INTERMEDIATE,
-        )?;
-        let shared_i = raw.shared_expert_intermediate_size.unwrap_or(512);
-        if shared_i > MAX_INTERMEDIATE {
-            return Err(ctx.inconsistent(
-                &["shared_expert_intermediate_size"],
-                format!("{shared_i} exceeds {MAX_INTERMEDIATE}"),
-                "no real model has a shared expert this wide",
-            ));
-        }
-        let mut m = moe(
-            ctx,
-            ("num_experts", Some(num_experts), 512),
-            raw.num_experts_per_tok.unwrap_or(10),
-            moe_i,
-            &d,
-        )?;
-        m.shared = (shared_i > 0).then(|| gated(shared_i, d.act));
-        m.shared_gate = true;
-        block = Some(m);
-    }
+    let (sparse, block) = qwen_moe_block(
+        raw,
+        ctx,
+        &d,
+        &QwenMoeDefaults {
+            experts: 512,
+            top_k: 10,
+            moe_intermediate: 512,
+            shared_intermediate: 512,
+        },
+    )?;
     // Qwen3NextConfig.__post_init__: kwargs.setdefault("partial_rotary_factor", 0.25); the
     // rotary embedding rotates int(head_dim * partial_rotary_factor) dimensions
     let fraction = raw
