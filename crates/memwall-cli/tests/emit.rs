@@ -7,6 +7,9 @@ mod seeds;
 
 use memwall_core::emit::{emit, emit_serve, EmitKind, EmittedFile, LaunchSpec};
 use memwall_core::layout::Offload;
+use memwall_core::memory::titan::Runtime;
+use memwall_core::workload::CheckpointPolicy;
+use memwall_core::Optimizer;
 
 const ESTIMATE: &str = "(estimate as printed by the command)";
 
@@ -180,13 +183,51 @@ fn estimate_values(kind: EmitKind, spec: &LaunchSpec) -> Vec<(&'static str, Stri
             v.push(("seq", format!("--training.seq-len {}", w.seq)));
             v.push((
                 "shard",
-                format!("--parallelism.data-parallel-shard-degree {}", l.gpus),
+                format!("--parallelism.data-parallel-shard-degree {}", l.gpus / l.tp),
             ));
             v.push((
-                "reshard",
-                "--parallelism.fsdp-reshard-after-forward always".into(),
+                "tensor parallel",
+                format!("--parallelism.tensor-parallel-degree {}", l.tp),
             ));
-            v.push(("checkpointing", "activation-checkpoint:full".into()));
+            if spec.runtime == Runtime::Torchtitan {
+                // the torchtitan profile: torchtitan's own reshard default, its optimizer
+                // implementation, and what the estimate does not model turned off
+                v.push((
+                    "reshard",
+                    "--parallelism.fsdp-reshard-after-forward default".into(),
+                ));
+                v.push((
+                    "optimizer",
+                    format!(
+                        "--optimizer.implementation {}",
+                        if w.optimizer == Optimizer::AdamwFused {
+                            "fused"
+                        } else {
+                            "foreach"
+                        }
+                    ),
+                ));
+                v.push(("cuda graphs", "--training.disable-cuda-graphs".into()));
+            } else {
+                v.push((
+                    "reshard",
+                    "--parallelism.fsdp-reshard-after-forward always".into(),
+                ));
+            }
+            if l.tp > 1 {
+                v.push((
+                    "sequence parallel",
+                    "--parallelism.enable-sequence-parallel".into(),
+                ));
+            }
+            v.push((
+                "checkpointing",
+                match w.step_options.checkpointing_policy {
+                    CheckpointPolicy::SelectiveOp => "activation-checkpoint:selective",
+                    _ => "activation-checkpoint:full",
+                }
+                .into(),
+            ));
         }
         _ => {}
     }
@@ -226,5 +267,80 @@ fn every_value_the_estimate_used_appears_in_the_emitted_files() {
         ] {
             assert!(text.contains(&token), "vllm: `{token}` missing:\n{text}");
         }
+    }
+}
+
+/// The emitted files without the two header lines that quote the command and its estimate
+/// (the seed's are placeholders).
+fn without_provenance(text: &str) -> String {
+    text.lines()
+        .filter(|l| {
+            let l = l.trim_start_matches(['#', '/', ' ']);
+            !(l.starts_with("command:") || l.starts_with("estimate:"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Each seed's `command` is a real memwall command: run with `--emit KIND` it writes the same
+/// files as the seed's spec (so `tools/emit_check/REPORT.md` checks what a user's command writes).
+#[test]
+fn every_seed_command_writes_the_seed_files() {
+    let run = |command: &str, kind: EmitKind| -> String {
+        let argv: Vec<&str> = command
+            .strip_prefix("memwall ")
+            .expect("a seed command starts with `memwall `")
+            .split_whitespace()
+            .chain(["--emit", kind.name()])
+            .collect();
+        let mut out = Vec::new();
+        memwall_cli::run_args(argv.clone(), &mut out)
+            .unwrap_or_else(|e| panic!("`{}` failed: {e:?}", argv.join(" ")));
+        // the command line separates the printed files by an empty line
+        String::from_utf8(out)
+            .unwrap()
+            .replace("\n\n==> ", "\n==> ")
+    };
+    for seed in seeds::train_seeds() {
+        let spec = seeds::launch_spec(&seed, ESTIMATE).unwrap();
+        for kind in seed.kinds {
+            let want = without_provenance(&all_files(&emit(*kind, &spec).unwrap()));
+            let got = without_provenance(&run(seed.command, *kind));
+            assert_eq!(got, want, "{} {}", seed.id, kind.name());
+        }
+    }
+    for seed in seeds::serve_seeds() {
+        let want = without_provenance(&all_files(
+            &emit_serve(EmitKind::Vllm, &seeds::serve_spec(&seed, ESTIMATE)).unwrap(),
+        ));
+        let got = without_provenance(&run(seed.command, EmitKind::Vllm));
+        assert_eq!(got, want, "{} vllm", seed.id);
+    }
+}
+
+/// A `--runtime torchtitan` estimate is of torchtitan's own step: only `--emit torchtitan`
+/// launches it; every other engine refuses by name instead of writing a transformers or
+/// Megatron-LM launch for a step it does not run.
+#[test]
+fn a_torchtitan_estimate_is_launched_by_torchtitan_only() {
+    let seed = seeds::train_seeds()
+        .into_iter()
+        .find(|s| s.runtime == Runtime::Torchtitan)
+        .expect("a torchtitan seed");
+    let spec = seeds::launch_spec(&seed, ESTIMATE).unwrap();
+    assert!(emit(EmitKind::Torchtitan, &spec).is_ok());
+    for kind in [
+        EmitKind::Deepspeed,
+        EmitKind::Accelerate,
+        EmitKind::Trainer,
+        EmitKind::Torchrun,
+        EmitKind::Megatron,
+    ] {
+        let e = emit(kind, &spec).unwrap_err().to_string();
+        assert!(
+            e.contains("torchtitan's own training step"),
+            "{}: {e}",
+            kind.name()
+        );
     }
 }

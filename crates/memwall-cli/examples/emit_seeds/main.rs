@@ -10,11 +10,32 @@ mod seeds;
 
 use anyhow::Context;
 use memwall_core::emit::{emit, emit_serve, EmitKind};
-use memwall_core::memory::{dist::simulate_train_dist, simulate_train, Kernels};
 use std::path::PathBuf;
 
-fn gib(b: u64) -> String {
-    format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
+/// The estimate `command` (a seed's `memwall …` line) prints in the header of its `--emit kind`
+/// files: the figures the report quotes are the command's own.
+fn command_estimate(command: &str, kind: EmitKind) -> anyhow::Result<String> {
+    let argv: Vec<&str> = command
+        .strip_prefix("memwall ")
+        .context("a seed command starts with `memwall `")?
+        .split_whitespace()
+        .chain(["--emit", kind.name()])
+        .collect();
+    let mut out = Vec::new();
+    memwall_cli::run_args(argv, &mut out)
+        .map_err(|e| anyhow::anyhow!("`{command}` failed: {}", e.join("\n")))?;
+    let text = String::from_utf8(out)?;
+    text.lines()
+        .find_map(|l| {
+            l.split_once("estimate: ")
+                .map(|(_, e)| e.trim().to_string())
+        })
+        .with_context(|| {
+            format!(
+                "`{command} --emit {}` printed no estimate line",
+                kind.name()
+            )
+        })
 }
 
 fn main() -> anyhow::Result<()> {
@@ -25,23 +46,7 @@ fn main() -> anyhow::Result<()> {
     );
     let mut manifest = serde_json::Map::new();
     for seed in seeds::train_seeds() {
-        let (m, _) = seeds::model(seed.model)?;
-        let estimate = match &seed.layout {
-            Some(l) => {
-                let e = simulate_train_dist(&m, &seed.workload, l, Kernels::Cuda)?;
-                format!(
-                    "peak {} per GPU ({}), {} host per node, global batch {}",
-                    gib(e.peak_bytes),
-                    e.groups[e.worst].label,
-                    gib(e.host_bytes_per_node),
-                    e.global_batch
-                )
-            }
-            None => {
-                let e = simulate_train(&m, &seed.workload, Kernels::Cuda)?;
-                format!("peak {} on one GPU", gib(e.peak_bytes))
-            }
-        };
+        let estimate = command_estimate(seed.command, seed.kinds[0])?;
         let spec = seeds::launch_spec(&seed, &estimate)?;
         let mut kinds = serde_json::Map::new();
         for kind in seed.kinds {
@@ -62,12 +67,7 @@ fn main() -> anyhow::Result<()> {
         );
     }
     for seed in seeds::serve_seeds() {
-        let (m, _) = seeds::model("llama-3.1-70b")?;
-        let plan = memwall_core::serve::plan(&m, &seed.config)?;
-        let estimate = format!(
-            "{} KV-cache tokens per rank budget, {} blocks",
-            plan.kv_tokens, plan.num_gpu_blocks
-        );
+        let estimate = command_estimate(seed.command, EmitKind::Vllm)?;
         let spec = seeds::serve_spec(&seed, &estimate);
         let dir = out.join(seed.id).join(EmitKind::Vllm.name());
         std::fs::create_dir_all(&dir)?;

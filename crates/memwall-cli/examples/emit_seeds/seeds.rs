@@ -1,13 +1,16 @@
 //! The seed configurations every emitter is snapshot-tested and engine-checked on: the
 //! issue's 70B-on-8×A100 ZeRO-3 plan, the same model under FSDP2 full shard, a single-GPU QLoRA
-//! of Llama-3.1-8B, a Megatron-LM tp8 × pp2 layout, and a vLLM tp4 deployment.
+//! of Llama-3.1-8B, a Megatron-LM tp8 × pp2 layout, torchtitan's own Llama 3 step
+//! (`--runtime torchtitan`, FSDP2 × TP/SP, op-level selective AC), and a vLLM tp4 deployment.
 //! Shared by `examples/emit_seeds` (what `tools/emit_check` validates) and `tests/emit.rs`.
 
 use memwall_core::emit::{EmitKind, LaunchSpec, Provenance, ServeLaunchSpec, VllmKvCacheDtype};
 use memwall_core::layout::{Layout, Offload, Schedule, Strategy};
+use memwall_core::memory::titan::Runtime;
+use memwall_core::optimizer::Optimizer;
 use memwall_core::serve::ServeConfig;
-use memwall_core::workload::{Lora, TrainWorkload};
-use memwall_core::ModelDesc;
+use memwall_core::workload::{CheckpointPolicy, Lora, StepOptions, TrainWorkload};
+use memwall_core::{ModelDesc, Precision};
 
 /// A training seed.
 pub struct TrainSeed {
@@ -19,10 +22,13 @@ pub struct TrainSeed {
     pub workload: TrainWorkload,
     /// The layout (`None` = one GPU).
     pub layout: Option<Layout>,
-    /// The memwall command that estimates it.
+    /// The memwall command that estimates it (`tests/emit.rs` runs it with `--emit KIND` and
+    /// checks it writes the files this seed's spec writes).
     pub command: &'static str,
     /// The kinds that can launch it.
     pub kinds: &'static [EmitKind],
+    /// Whose training code the estimate simulates (`--runtime`).
+    pub runtime: Runtime,
 }
 
 /// A serving seed.
@@ -64,16 +70,18 @@ pub fn train_seeds() -> Vec<TrainSeed> {
                 offload: Offload::Optimizer,
                 ..node8(8, Strategy::Zero3)
             }),
-            command: "memwall train llama-3.1-70b --gpu a100-80gb --gpus 8 --strategy zero3 --offload optimizer --checkpointing --batch 1 --seq 4096 --grad-accum 8",
+            command: "memwall train --model llama-3.1-70b --gpu a100-80gb-sxm --gpus 8 --strategy zero3 --offload optimizer --checkpointing --batch 1 --seq 4096 --grad-accum 8",
             kinds: &[EmitKind::Deepspeed, EmitKind::Accelerate, EmitKind::Trainer, EmitKind::Torchrun],
+            runtime: Runtime::Hf,
         },
         TrainSeed {
             id: "llama-3.1-70b-fsdp2",
             model: "llama-3.1-70b",
             workload: ckpt(1, 4096, 8),
             layout: Some(node8(8, Strategy::FsdpFull)),
-            command: "memwall train llama-3.1-70b --gpu a100-80gb --gpus 8 --strategy fsdp-full --checkpointing --batch 1 --seq 4096 --grad-accum 8",
+            command: "memwall train --model llama-3.1-70b --gpu a100-80gb-sxm --gpus 8 --strategy fsdp-full --checkpointing --batch 1 --seq 4096 --grad-accum 8",
             kinds: &[EmitKind::Accelerate, EmitKind::Trainer, EmitKind::Torchtitan, EmitKind::Torchrun],
+            runtime: Runtime::Hf,
         },
         TrainSeed {
             id: "llama-3.1-8b-qlora",
@@ -87,8 +95,9 @@ pub fn train_seeds() -> Vec<TrainSeed> {
                 ..ckpt(4, 2048, 4)
             },
             layout: None,
-            command: "memwall train llama-3.1-8b --gpu a100-80gb --qlora --lora-rank 16 --lora-targets q_proj,k_proj,v_proj,o_proj --checkpointing --batch 4 --seq 2048 --grad-accum 4",
+            command: "memwall train --model llama-3.1-8b --gpu a100-80gb-sxm --qlora --lora-rank 16 --lora-targets q_proj,k_proj,v_proj,o_proj --checkpointing --batch 4 --seq 2048 --grad-accum 4",
             kinds: &[EmitKind::Trainer, EmitKind::Accelerate, EmitKind::Torchrun],
+            runtime: Runtime::Hf,
         },
         TrainSeed {
             id: "llama-3.1-70b-megatron-tp8-pp2",
@@ -102,8 +111,30 @@ pub fn train_seeds() -> Vec<TrainSeed> {
                 virtual_stages: 2,
                 ..node8(16, Strategy::Zero1)
             }),
-            command: "memwall train llama-3.1-70b --gpu h100-80gb --gpus 16 --gpus-per-node 8 --tp 8 --sequence-parallel --pp 2 --schedule interleaved --virtual-stages 2 --strategy zero1 --checkpointing --batch 1 --seq 8192 --grad-accum 16",
+            command: "memwall train --model llama-3.1-70b --gpu h100-sxm --gpus 16 --gpus-per-node 8 --tp 8 --sequence-parallel --pp 2 --schedule interleaved --virtual-stages 2 --strategy zero1 --checkpointing --batch 1 --seq 8192 --grad-accum 16",
             kinds: &[EmitKind::Megatron, EmitKind::Torchrun],
+            runtime: Runtime::Hf,
+        },
+        TrainSeed {
+            id: "llama-3.1-8b-titan-fsdp4-tp2",
+            model: "llama-3.1-8b",
+            workload: TrainWorkload {
+                optimizer: Optimizer::AdamwFused,
+                precision: Precision::AmpBf16,
+                step_options: StepOptions {
+                    checkpointing_policy: CheckpointPolicy::SelectiveOp,
+                    ..StepOptions::default()
+                },
+                ..ckpt(2, 8192, 1)
+            },
+            layout: Some(Layout {
+                tp: 2,
+                sequence_parallel: true,
+                ..node8(8, Strategy::FsdpFull)
+            }),
+            command: "memwall train --model llama-3.1-8b --runtime torchtitan --gpu h100-sxm --gpus 8 --strategy fsdp-full --tp 2 --sequence-parallel --checkpointing-policy selective-op --precision amp-bf16 --optimizer adamw-fused --batch 2 --seq 8192",
+            kinds: &[EmitKind::Torchtitan],
+            runtime: Runtime::Torchtitan,
         },
     ]
 }
@@ -128,7 +159,7 @@ pub fn serve_seeds() -> Vec<ServeSeed> {
             cuda_graph_bytes: 0,
         },
         max_num_seqs: 1024,
-        command: "memwall serve llama-3.1-70b --gpu h100-80gb --tp 4",
+        command: "memwall serve --model llama-3.1-70b --gpu h100-sxm --tp 4",
     }]
 }
 
@@ -141,14 +172,14 @@ pub fn model(id: &str) -> anyhow::Result<(ModelDesc, &'static str)> {
 /// The launch spec of a training seed, with `estimate` in its header.
 pub fn launch_spec(seed: &TrainSeed, estimate: &str) -> anyhow::Result<LaunchSpec> {
     let (m, repo) = model(seed.model)?;
-    Ok(
-        LaunchSpec::from_train(&m, &seed.workload, seed.layout.as_ref())?
-            .with_model_id(repo)
-            .with_provenance(Provenance {
-                command: seed.command.to_string(),
-                estimate: estimate.to_string(),
-            }),
-    )
+    let spec = match (seed.runtime, &seed.layout) {
+        (Runtime::Torchtitan, Some(l)) => LaunchSpec::from_train_titan(&m, &seed.workload, l)?,
+        _ => LaunchSpec::from_train(&m, &seed.workload, seed.layout.as_ref())?,
+    };
+    Ok(spec.with_model_id(repo).with_provenance(Provenance {
+        command: seed.command.to_string(),
+        estimate: estimate.to_string(),
+    }))
 }
 
 /// The launch spec of a serving seed.

@@ -181,6 +181,21 @@ impl EmitError {
 
 /// The files that launch the estimated training configuration with `kind`'s engine.
 pub fn emit(kind: EmitKind, spec: &LaunchSpec) -> Result<Vec<EmittedFile>, EmitError> {
+    if spec.runtime == crate::memory::titan::Runtime::Torchtitan
+        && !matches!(kind, EmitKind::Torchtitan | EmitKind::Vllm)
+    {
+        // The estimate simulated torchtitan's own training step (its model code, loss and
+        // FSDP2/TP wrapping), which no transformers script, DeepSpeed or Megatron-LM runs.
+        return Err(EmitError::Unsupported {
+            kind: kind.name(),
+            reason: "the estimate is of torchtitan's own training step (--runtime torchtitan), \
+                     which this engine does not run"
+                .to_string(),
+            hint: "use --emit torchtitan (its launch is a torchrun line), or estimate with \
+                   --runtime hf for the transformers engines"
+                .to_string(),
+        });
+    }
     match kind {
         EmitKind::Deepspeed => deepspeed::emit(spec),
         EmitKind::Accelerate => accelerate::emit(spec),

@@ -328,9 +328,10 @@ impl LaunchSpec {
     }
 
     /// Whether the estimate ran Megatron-LM's profile (tensor/pipeline/context/expert
-    /// parallelism), as `memory::dist` decides.
+    /// parallelism under the hf runtime, as `memory::dist` decides; torchtitan's tensor
+    /// parallelism is its own, `memory::titan`).
     pub fn is_megatron(&self) -> bool {
-        self.layout.model_parallel()
+        self.layout.model_parallel() && self.runtime == crate::memory::titan::Runtime::Hf
     }
 
     /// The offload target, when anything is offloaded.
