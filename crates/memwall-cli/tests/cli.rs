@@ -1196,6 +1196,73 @@ fn flags_an_engine_does_not_run_are_refused_not_ignored() {
     );
 }
 
+/// Autocast over Mamba-2 scans memwall has not measured is refused, not estimated: Mamba2Mixer
+/// (16-bit projections) at any length measured +16% at 2+ chunks; Falcon-H1's fp32 form is
+/// measured for 2+ chunks only (one chunk measured +5.1%). bf16 stays accepted, and Falcon-H1
+/// under autocast over 2+ chunks too.
+#[test]
+fn autocast_over_unmeasured_mamba2_scans_is_refused() {
+    for args in [
+        &[
+            "train",
+            "-m",
+            "mamba-codestral-7b",
+            "--precision",
+            "amp-bf16",
+        ][..],
+        &[
+            "train",
+            "-m",
+            "mamba-codestral-7b",
+            "--precision",
+            "amp-fp16",
+            "--gpus",
+            "8",
+            "--strategy",
+            "fsdp-full",
+        ][..],
+        &[
+            "train",
+            "-m",
+            "falcon-h1-0.5b-instruct",
+            "--precision",
+            "amp-bf16",
+            "--seq",
+            "128",
+        ][..],
+    ] {
+        let (code, out, err) = run(args);
+        assert_eq!(code, 2, "{args:?}: {out}");
+        assert!(
+            err.contains("--precision") && err.contains("Mamba-2") && err.contains("hint:"),
+            "{err}"
+        );
+    }
+    for args in [
+        &[
+            "train",
+            "-m",
+            "mamba-codestral-7b",
+            "--precision",
+            "bf16",
+            "--seq",
+            "100",
+        ][..],
+        &[
+            "train",
+            "-m",
+            "falcon-h1-0.5b-instruct",
+            "--precision",
+            "amp-bf16",
+            "--seq",
+            "129",
+        ][..],
+    ] {
+        let (code, _, err) = run(args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+    }
+}
+
 /// `--no-dropout` reaches the Megatron-LM formula: GPT-2 (dropout 0.1) keeps its 1-byte
 /// masks with dropout on and none without (`--attention-dropout 0 --hidden-dropout 0`).
 #[test]

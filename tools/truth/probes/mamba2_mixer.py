@@ -34,7 +34,9 @@ def no_save_peak(d, s):
 CASES = [(1, 512, (4096, 128, 64, 8, 128, 4, 256)), (2, 300, (4096, 128, 64, 8, 128, 4, 256)),
          (3, 50, (77, 14, 11, 7, 13, 6, 16)), (1, 50, (77, 14, 11, 7, 13, 6, 16)),
          (2, 64, (77, 14, 11, 7, 13, 6, 16)), (2, 32, (77, 14, 11, 7, 13, 6, 16)),
-         (1, 10, (77, 14, 11, 7, 13, 6, 16)), (8, 8, (4096, 128, 64, 8, 128, 4, 256))]
+         (1, 10, (77, 14, 11, 7, 13, 6, 16)), (8, 8, (4096, 128, 64, 8, 128, 4, 256)),
+         (8, 100, (4096, 128, 64, 8, 128, 4, 256)), (2, 256, (4096, 128, 64, 8, 128, 4, 256)),
+         (1, 100, (4096, 128, 64, 8, 128, 4, 256))]
 
 
 def check():
@@ -66,9 +68,8 @@ def saved(d,s):
       B*(c+1)*H*P*N*f, 2*(c+1)**2, B*H*(c+1)**2*f, Tp*H*f, Tp*H*N*f, B*c*H*P*N*f, Tp*I*f,
       T*I*f, T*I*f, T*I*f, T*G*f, T*I*f]
     if s == 4: t += [-2*T*I*f, -2*T*H*f, T*H*f, B*cd*S*f]
-    if c == 1:
-        t.append(-(B*(c+1)*H*P*N*f + B*c*H*P*N*f + Tp*H*f + B*H*(c+1)**2*f))
-        if B > 1: t.append(Tp*H*N*f)
+    if c == 1:  # ssm.rs Scan::one_chunk_saved_extra / one_chunk_saved_less
+        t.append(B*H*P*N*f - Tp*I*f - (2*Tp*H*N*f if B == 1 else 0))
     return sum(t)
 def fwd_peak(d,s):
     h,H,P,G,N,K,L,I,cd,E,c,Sp,T,Tp,B,S=[d[k] for k in "h H P G N K L I cd E c Sp T Tp B S".split()]
@@ -79,6 +80,8 @@ def fwd_peak(d,s):
          4*Tp*I*f]
     if s == 4:
         t += [-T*I*f, -2*T*H*f]
+    if c == 1:  # views instead of copies (ssm.rs forward_peak); exact for B > 1 and N >= P
+        t.append(-(2*Tp*I*f + B*H*P*N*f))
     return sum(t)
 def bwd_x(d,s):
     h,H,P,G,N,K,L,I,cd,E,c,Sp,T,Tp,B,S=[d[k] for k in "h H P G N K L I cd E c Sp T Tp B S".split()]

@@ -197,11 +197,31 @@ impl Scan {
             }
         }
         if c == 1 {
-            // one chunk: the einsum operands over chunk states are views, not copies
-            v -= b * c1 * h * p * n * F + b * c * h * p * n * F + tp * h * F + b * h * c1 * c1 * F;
-            if b > 1 {
-                v += tp * h * n * F;
-            }
+            v = v + self.one_chunk_saved_extra() - self.one_chunk_saved_less();
+        }
+        v
+    }
+
+    /// What one chunk saves on top of the general form ([`Scan::saved`]): with `c = 1` torch's
+    /// `einsum` (`sumproduct_pair`: permute, then `reshape` to `bmm` operands, which copies
+    /// only when the strides do not allow a view) finds the chunk dimension of size 1 and
+    /// returns `einsum("bzch,bzhpn->bchpn", decay_chunk, states)` as its own `bmm` output,
+    /// which `C_times_states`' einsum saves through its `[:, :-1]` view (`b·h·p·n`).
+    /// Read off `tools/truth/probes/mamba2_mixer.py --check` (one-chunk cases, 1–3 sequences,
+    /// padded and unpadded, bf16 and fp32, 10+ random widths: exact for `h > 1`).
+    fn one_chunk_saved_extra(&self) -> u128 {
+        self.b * self.h * self.p * self.n * F
+    }
+
+    /// What one chunk does not save of the general form: the copies of `x` into the `bmm`
+    /// layouts of `Y_diag` and of the chunk states are views (`tp·i`; one of the two is
+    /// already in the form as the chunk states' copy's share), and with one sequence also the
+    /// copies of `C` and `B` for `G` (`2·tp·h·n`): every dimension they are permuted over is
+    /// of size 1.
+    fn one_chunk_saved_less(&self) -> u128 {
+        let mut v = self.tp * self.i * F;
+        if self.b == 1 {
+            v += 2 * self.tp * self.h * self.n * F;
         }
         v
     }
@@ -255,6 +275,14 @@ impl Scan {
             + 4 * tp * i * F; // C_times_states, Y_off, Y_diag + Y_off, contiguous copy
         if z == F {
             v -= t * i * F + 2 * t * h * F;
+        }
+        if c == 1 {
+            // one chunk: no copies of `x` for `Y_diag` and the chunk states (views), nor of
+            // the chunk states for `C_times_states` (`new_states[:, :-1]` is already in the
+            // `bmm` layout). Exact at the same instant for 2+ sequences with `N ≥ P` (every
+            // released Mamba-2 width); with one sequence the true peak is lower (the form
+            // over-estimates, probe `mamba2_mixer.py --check`).
+            v = v.saturating_sub(2 * tp * i * F + b * h * p * n * F);
         }
         v
     }
