@@ -37,6 +37,8 @@ fn config(c: &Value) -> ServeConfig {
         non_torch_bytes: u(c, "non_torch_bytes"),
         activation_peak_bytes: u(c, "activation_peak_bytes"),
         cuda_graph_bytes: u(c, "cuda_graph_bytes"),
+        enable_prefix_caching: c["enable_prefix_caching"].as_bool(),
+        flashinfer_gdn_prefill: c["flashinfer_gdn_prefill"].as_bool().unwrap_or(false),
     }
 }
 
@@ -120,6 +122,8 @@ fn seed_pagedattention_capacity_for_llama3_8b_with_60_gb() {
         non_torch_bytes: 0,
         activation_peak_bytes: 0,
         cuda_graph_bytes: 0,
+        enable_prefix_caching: None,
+        flashinfer_gdn_prefill: false,
     };
     let p = plan(&m, &cfg).unwrap();
     assert_eq!(p.bytes_per_block, 2_097_152);

@@ -190,6 +190,8 @@ fn engines_refuse_configurations_they_would_not_run_as_estimated() {
             non_torch_bytes: 0,
             activation_peak_bytes: 0,
             cuda_graph_bytes: 0,
+            enable_prefix_caching: None,
+            flashinfer_gdn_prefill: false,
         },
         VllmKvCacheDtype::Auto,
         256,
