@@ -667,15 +667,13 @@ pub fn resolve(
     }
     // _resolve_gdn_prefill_backend: FlashInfer on SM90, and on SM10x/12x with 128-wide keys
     // (the pinned wheel set runs CUDA 13)
-    let flashinfer_gdn_prefill = match gpu.architecture.as_str() {
-        "hopper" => true,
-        "blackwell" => model
-            .layers
-            .iter()
-            .filter_map(|l| l.gated_delta_net())
-            .all(|d| d.k_head_dim == 128),
-        _ => false,
-    };
+    let mut gdn = model.layers.iter().filter_map(|l| l.gated_delta_net()).peekable();
+    let flashinfer_gdn_prefill = gdn.peek().is_some()
+        && match gpu.architecture.as_str() {
+            "hopper" => true,
+            "blackwell" => gdn.all(|d| d.k_head_dim == 128),
+            _ => false,
+        };
     let batched = request
         .max_num_batched_tokens
         .unwrap_or_else(|| default_max_num_batched_tokens(gpu));
