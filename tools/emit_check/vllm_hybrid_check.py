@@ -25,7 +25,9 @@ functions read; the model's layers are not built, so `get_mamba_prefill_checkpoi
 (which walks the built layers) is replaced by what the layers would answer (64 for Qwen3-Next's
 gated DeltaNet with the FlashInfer prefill in "align" mode, else None, as
 qwen_gdn_linear_attn.py `_checkpoint_alignment` says), and `_find_non_ssm_backends` returns
-`[FlashAttentionBackend]` (the first CUDA backend on SM 8.x/9.x, platforms/cuda.py).
+`[FlashAttentionBackend]` (the first CUDA backend on SM 8.x/9.x, platforms/cuda.py), and
+`ModelRegistry.resolve_model_cls` returns the model class imported from its vLLM file (the
+registry would resolve it from the full ModelConfig).
 
 Usage: /work/venvs/emit-vllm/bin/python tools/emit_check/vllm_hybrid_check.py
        (writes tools/emit_check/vllm_hybrid_check.out.txt; exit 1 on any mismatch)
@@ -96,8 +98,8 @@ class HfConfig(SimpleNamespace):
 
 def make_vllm_config(hf: dict, case: dict):
     dtype = torch.bfloat16
-    heads = hf["num_attention_heads"]
-    kv = hf.get("num_key_value_heads", heads)
+    heads = hf.get("num_attention_heads") or 1  # absent in pure Mamba configs (unused there)
+    kv = hf.get("num_key_value_heads") or heads
     head_size = hf.get("head_dim") or hf["hidden_size"] // heads
     tp = case["tp"]
     prefix = case.get("enable_prefix_caching")
@@ -135,6 +137,10 @@ def make_vllm_config(hf: dict, case: dict):
         kv_cache_layout=None,
         prefix_match_unit=None,
     )
+    from vllm.config.cache import _layout_from_name
+
+    # CacheConfig.get_resolved_kv_cache_layout (vllm/config/cache.py)
+    cache_config.get_resolved_kv_cache_layout = lambda: _layout_from_name(cache_config.kv_cache_layout)
     vllm_config = SimpleNamespace(
         model_config=model_config,
         cache_config=cache_config,
@@ -181,6 +187,10 @@ def check_case(case: dict, out: list[str]) -> bool:
     align = vc.cache_config.mamba_cache_mode == "align"
     ckpt_align = 64 if (gdn and gdn_flashinfer and align) else None
     mamba_abstract.get_mamba_prefill_checkpoint_alignment = lambda _vc: ckpt_align
+    # the registry would resolve the same class from model_config (model_impl, hf_config...)
+    from vllm.model_executor.models import ModelRegistry
+
+    ModelRegistry.resolve_model_cls = lambda *a, **k: (model_cls, cls_name)
     Platform._find_non_ssm_backends = classmethod(lambda cls, _vc: [FlashAttentionBackend])
     with set_current_vllm_config(vc):
         if vc.model_config.is_hybrid:
@@ -294,6 +304,9 @@ def main() -> int:
         try:
             ok &= check_case(case, out)
         except Exception as e:  # report and go on
+            import traceback
+
+            traceback.print_exc()
             ok = False
             out.append(f"## {case['id']}: ERROR {type(e).__name__}: {e}")
     out.append("")

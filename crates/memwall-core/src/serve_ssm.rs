@@ -274,11 +274,22 @@ pub fn plan(model: &ModelDesc, cfg: &ServeConfig) -> Result<ServePlan, CoreError
     } else {
         1
     };
-    // _get_kv_cache_groups_uniform_page_size: one bucket per spec, groups of equal size
-    let buckets: Vec<(&'static str, u64)> = [("full", attn_layers), (KIND, state_layers)]
-        .into_iter()
-        .filter(|b| b.1 > 0)
-        .collect();
+    // _get_kv_cache_groups_uniform_page_size: one bucket per spec, in the order the specs first
+    // appear among the layers (vLLM registers a layer's attention before its mixer, as
+    // FalconH1ParallelHybrid builds `self_attn` before `mamba`), groups of equal size
+    let first_state = model
+        .layers
+        .iter()
+        .position(|l| !l.mixer.is_attention() && l.attention_block().is_none());
+    let first_attn = model
+        .layers
+        .iter()
+        .position(|l| l.attention_block().is_some());
+    let mut buckets: Vec<(&'static str, u64)> = vec![("full", attn_layers), (KIND, state_layers)];
+    if first_state < first_attn && first_state.is_some() {
+        buckets.reverse();
+    }
+    buckets.retain(|b| b.1 > 0);
     let min = buckets.iter().map(|b| b.1).min().unwrap_or(1);
     let max = buckets.iter().map(|b| b.1).max().unwrap_or(1);
     let group_size = if (max as f64) < 1.5 * min as f64 {
