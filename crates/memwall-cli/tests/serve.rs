@@ -96,7 +96,11 @@ fn every_worked_case_matches() {
             for (g, want) in p.groups.iter().zip(groups) {
                 assert_eq!(g.kind, want["type"], "{id}: group kind");
                 assert_eq!(g.num_layers, u(want, "num_layers"), "{id}: group layers");
-                assert_eq!(g.page_size_bytes, u(want, "page_size_bytes"), "{id}: group page");
+                assert_eq!(
+                    g.page_size_bytes,
+                    u(want, "page_size_bytes"),
+                    "{id}: group page"
+                );
             }
             if c["expected_error"].is_null() {
                 let mml = u(c, "max_model_len");
@@ -257,8 +261,17 @@ fn falcon_h1_is_served_as_a_hybrid_and_infer_counts_both_caches() {
         "fp8",
     ]);
     assert_eq!(code, 2);
-    assert!(err.contains("mamba-cache-dtype") && err.contains("hint:"), "{err}");
-    let (code, _, err) = run(&["serve", "--model", "falcon-h1-0.5b-instruct", "--gpu", "b200"]);
+    assert!(
+        err.contains("mamba-cache-dtype") && err.contains("hint:"),
+        "{err}"
+    );
+    let (code, _, err) = run(&[
+        "serve",
+        "--model",
+        "falcon-h1-0.5b-instruct",
+        "--gpu",
+        "b200",
+    ]);
     assert_eq!(code, 2);
     assert!(err.contains("blackwell") && err.contains("hint:"), "{err}");
     // one request: every layer keeps a growing KV cache and the fixed-size Mamba-2 state

@@ -212,9 +212,9 @@ impl ServePlan {
 /// vLLM requires the attention heads to split evenly over the ranks
 /// (config.py ModelConfig.verify_with_parallel_config).
 pub(crate) fn check_heads_divide_tp(heads: u64, tp: u64) -> Result<(), CoreError> {
-    if heads % tp != 0 {
+    if !heads.is_multiple_of(tp) {
         let fits: Vec<String> = (1..=heads.min(64))
-            .filter(|t| heads % t == 0)
+            .filter(|t| heads.is_multiple_of(*t))
             .map(|t| t.to_string())
             .collect();
         return Err(CoreError::invalid_value(
@@ -667,7 +667,11 @@ pub fn resolve(
     }
     // _resolve_gdn_prefill_backend: FlashInfer on SM90, and on SM10x/12x with 128-wide keys
     // (the pinned wheel set runs CUDA 13)
-    let mut gdn = model.layers.iter().filter_map(|l| l.gated_delta_net()).peekable();
+    let mut gdn = model
+        .layers
+        .iter()
+        .filter_map(|l| l.gated_delta_net())
+        .peekable();
     let flashinfer_gdn_prefill = gdn.peek().is_some()
         && match gpu.architecture.as_str() {
             "hopper" => true,

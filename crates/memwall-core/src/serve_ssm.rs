@@ -136,11 +136,7 @@ fn lcm(a: u64, b: u64) -> u64 {
     while y != 0 {
         (x, y) = (y, x % y);
     }
-    if x == 0 {
-        0
-    } else {
-        a / x * b
-    }
+    a.checked_div(x).map_or(0, |q| q.saturating_mul(b))
 }
 
 fn too_big(model: &ModelDesc) -> CoreError {
@@ -259,8 +255,8 @@ pub fn plan(model: &ModelDesc, cfg: &ServeConfig) -> Result<ServePlan, CoreError
             let unit = u128::from(a) * u128::from(per_token);
             let b = u128::from(a) * u128::from(state_page).div_ceil(unit);
             let b = u128::from(KERNEL_BLOCK) * b.div_ceil(u128::from(KERNEL_BLOCK));
-            let block_size = u64::try_from(b.max(u128::from(cfg.block_size)))
-                .map_err(|_| too_big(model))?;
+            let block_size =
+                u64::try_from(b.max(u128::from(cfg.block_size))).map_err(|_| too_big(model))?;
             let page = u128::from(block_size) * u128::from(per_token);
             (block_size, u64::try_from(page).map_err(|_| too_big(model))?)
         }
@@ -269,11 +265,7 @@ pub fn plan(model: &ModelDesc, cfg: &ServeConfig) -> Result<ServePlan, CoreError
         None => (cfg.block_size, state_page),
     };
     // state blocks per request: MambaSpec.max_memory_usage_bytes / page
-    let state_blocks = if align {
-        2 + u64::from(checkpoints)
-    } else {
-        1
-    };
+    let state_blocks = if align { 2 + u64::from(checkpoints) } else { 1 };
     // _get_kv_cache_groups_uniform_page_size: one bucket per spec, in the order the specs first
     // appear among the layers (vLLM registers a layer's attention before its mixer, as
     // FalconH1ParallelHybrid builds `self_attn` before `mamba`), groups of equal size
