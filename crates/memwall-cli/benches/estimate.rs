@@ -166,6 +166,7 @@ fn serve(c: &mut Criterion) {
             non_torch_bytes: None,
             activation_bytes: None,
             cuda_graph_bytes: None,
+            enable_prefix_caching: None,
         };
         g.bench_function(BenchmarkId::new("vllm plan", id), |b| {
             b.iter(|| {

@@ -132,6 +132,13 @@ pub struct ServeArgs {
     /// Measured CUDA-graph memory, if you have it (vLLM logs it).
     #[arg(long)]
     pub cuda_graph_bytes: Option<u64>,
+    /// `--enable-prefix-caching` (vLLM's default, except for models without attention layers);
+    /// on models with Mamba or gated-DeltaNet layers it sets `mamba_cache_mode=align`.
+    #[arg(long, conflicts_with = "no_enable_prefix_caching")]
+    pub enable_prefix_caching: bool,
+    /// `--no-enable-prefix-caching` (`mamba_cache_mode=none`: one state block per request).
+    #[arg(long)]
+    pub no_enable_prefix_caching: bool,
     /// Request lengths for the concurrency table and the fragmentation comparison.
     #[arg(long, value_delimiter = ',', default_value = "2048,4096,8192,32768")]
     pub request_lengths: Vec<u64>,
@@ -166,6 +173,8 @@ impl ServeArgs {
             non_torch_bytes,
             activation_bytes,
             cuda_graph_bytes,
+            enable_prefix_caching: _,
+            no_enable_prefix_caching: _,
             request_lengths,
             emit: _,
             output: _,
@@ -1275,6 +1284,8 @@ impl ServeSettings {
             non_torch_bytes,
             activation_bytes,
             cuda_graph_bytes,
+            enable_prefix_caching,
+            no_enable_prefix_caching,
             request_lengths,
             emit,
             output,
@@ -1308,6 +1319,11 @@ impl ServeSettings {
             non_torch_bytes,
             activation_bytes,
             cuda_graph_bytes,
+            enable_prefix_caching: match (enable_prefix_caching, no_enable_prefix_caching) {
+                (true, _) => Some(true),
+                (_, true) => Some(false),
+                _ => None,
+            },
         };
         use memwall_core::emit::VllmKvCacheDtype as V;
         let vllm_kv = match kv_cache_dtype {

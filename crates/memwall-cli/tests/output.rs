@@ -106,6 +106,16 @@ const COMMANDS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "serve_hybrid",
+        &[
+            "serve",
+            "--model",
+            "qwen3-next-80b-a3b-instruct",
+            "--tp",
+            "4",
+        ],
+    ),
+    (
         "roofline",
         &[
             "roofline", "--model", "gpt2", "--phase", "decode", "--batch", "8",

@@ -37,6 +37,8 @@ fn config(c: &Value) -> ServeConfig {
         non_torch_bytes: u(c, "non_torch_bytes"),
         activation_peak_bytes: u(c, "activation_peak_bytes"),
         cuda_graph_bytes: u(c, "cuda_graph_bytes"),
+        enable_prefix_caching: c["enable_prefix_caching"].as_bool(),
+        flashinfer_gdn_prefill: c["flashinfer_gdn_prefill"].as_bool().unwrap_or(false),
     }
 }
 
@@ -80,6 +82,36 @@ fn every_worked_case_matches() {
             u(c, "page_size_bytes"),
             "{id}: page size"
         );
+        if c.get("hf_config").is_some() {
+            // models with state layers: vLLM's block alignment and state pages
+            let sc = p.state_cache.as_ref().expect("a state cache");
+            assert_eq!(sc.block_size, u(c, "block_size_aligned"), "{id}: block");
+            assert_eq!(sc.mamba_cache_mode, c["mamba_cache_mode"], "{id}: mode");
+            assert_eq!(sc.state_page_bytes, u(c, "state_page_bytes"), "{id}: state");
+            assert_eq!(
+                sc.state_blocks_per_request,
+                u(c, "state_blocks_per_request"),
+                "{id}: state blocks"
+            );
+            for (g, want) in p.groups.iter().zip(groups) {
+                assert_eq!(g.kind, want["type"], "{id}: group kind");
+                assert_eq!(g.num_layers, u(want, "num_layers"), "{id}: group layers");
+                assert_eq!(
+                    g.page_size_bytes,
+                    u(want, "page_size_bytes"),
+                    "{id}: group page"
+                );
+            }
+            if c["expected_error"].is_null() {
+                let mml = u(c, "max_model_len");
+                let conc = p.max_concurrency(&cfg, mml);
+                assert_eq!(
+                    (conc * mml as f64) as u64,
+                    u(c, "vllm_log_kv_cache_size_tokens"),
+                    "{id}: logged tokens"
+                );
+            }
+        }
         if let Some(err) = c.get("expected_error").filter(|e| !e.is_null()) {
             assert!(!p.fits_max_model_len, "{id}: should not fit");
             assert_eq!(
@@ -120,6 +152,8 @@ fn seed_pagedattention_capacity_for_llama3_8b_with_60_gb() {
         non_torch_bytes: 0,
         activation_peak_bytes: 0,
         cuda_graph_bytes: 0,
+        enable_prefix_caching: None,
+        flashinfer_gdn_prefill: false,
     };
     let p = plan(&m, &cfg).unwrap();
     assert_eq!(p.bytes_per_block, 2_097_152);
@@ -179,17 +213,67 @@ fn serve_cli_json_and_refusal() {
 }
 
 #[test]
-fn falcon_h1_serving_is_refused_by_name_and_infer_counts_both_caches() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_memwall"))
-        .args(["serve", "--model", "falcon-h1-0.5b-instruct"])
-        .output()
-        .expect("run");
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+fn falcon_h1_is_served_as_a_hybrid_and_infer_counts_both_caches() {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_memwall"))
+            .args(args)
+            .output()
+            .expect("run");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // vLLM's hybrid cache: attention block raised to 800 tokens, the Mamba page padded to it
+    let (code, out, err) = run(&["serve", "--model", "falcon-h1-0.5b-instruct", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["state_cache"]["block_size"], 800);
+    assert_eq!(j["state_cache"]["mamba_cache_mode"], "align");
+    assert_eq!(j["groups"].as_array().unwrap().len(), 2);
+    // prefix caching off: one state block per request instead of two
+    let (code, out, _) = run(&[
+        "serve",
+        "--model",
+        "falcon-h1-0.5b-instruct",
+        "--no-enable-prefix-caching",
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    let k: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(k["state_cache"]["mamba_cache_mode"], "none");
     assert!(
-        err.contains("falcon_h1") && err.contains("in parallel") && err.contains("hint:"),
+        k["max_concurrency"]["2048"].as_f64().unwrap()
+            > j["max_concurrency"]["2048"].as_f64().unwrap()
+    );
+    assert!(k["vllm_serve_command"]
+        .as_str()
+        .unwrap()
+        .ends_with("--no-enable-prefix-caching"));
+    // still refused by name: fp8 KV next to states kept in the model dtype, and a GPU whose
+    // attention backend (and so the block alignment) memwall does not model
+    let (code, _, err) = run(&[
+        "serve",
+        "--model",
+        "falcon-h1-0.5b-instruct",
+        "--kv-cache-dtype",
+        "fp8",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("mamba-cache-dtype") && err.contains("hint:"),
         "{err}"
     );
+    let (code, _, err) = run(&[
+        "serve",
+        "--model",
+        "falcon-h1-0.5b-instruct",
+        "--gpu",
+        "b200",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("blackwell") && err.contains("hint:"), "{err}");
     // one request: every layer keeps a growing KV cache and the fixed-size Mamba-2 state
     let m = model("falcon-h1-0.5b-instruct");
     let l = &m.layers[0];

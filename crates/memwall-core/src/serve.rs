@@ -48,6 +48,37 @@ pub struct ServeConfig {
     pub activation_peak_bytes: u64,
     /// CUDA-graph memory estimate (0 with `--enforce-eager`).
     pub cuda_graph_bytes: u64,
+    /// `--enable-prefix-caching` / `--no-enable-prefix-caching`; `None` = vLLM's default for the
+    /// model (on, except for attention-free models: `ModelConfig.is_prefix_caching_supported`).
+    /// It only changes the accounting of state layers (`mamba_cache_mode`, [`crate::serve_ssm`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enable_prefix_caching: Option<bool>,
+    /// Whether vLLM runs the gated-DeltaNet prefill on FlashInfer (Hopper; Blackwell with
+    /// 128-wide keys: `_resolve_gdn_prefill_backend` in
+    /// `vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py`), which exports prefill
+    /// checkpoints in `"align"` mode. Only read for models with gated-DeltaNet layers.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub flashinfer_gdn_prefill: bool,
+}
+
+/// `KvGroup::kind` of a state group (Mamba or gated-DeltaNet layers, vLLM's `MambaSpec`).
+pub const STATE_KIND: &str = crate::serve_ssm::KIND;
+
+/// How vLLM keeps the states of a model with state layers (Mamba, gated DeltaNet).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StateCache {
+    /// Whether prefix caching is on (vLLM's default: on for hybrids, off without attention).
+    pub prefix_caching: bool,
+    /// `mamba_cache_mode`: `align` with prefix caching, else `none`.
+    pub mamba_cache_mode: &'static str,
+    /// Tokens per attention block after vLLM raised it so one attention page holds a whole
+    /// state page (`Platform._align_hybrid_block_size`); `--block-size` without attention.
+    pub block_size: u64,
+    /// Bytes of one layer's state before it is padded to the attention page.
+    pub state_page_bytes: u64,
+    /// Blocks one request holds in each state group (1 in `none` mode, 2 in `align` mode,
+    /// 3 with gated-DeltaNet prefill checkpoints).
+    pub state_blocks_per_request: u64,
 }
 
 /// One KV-cache group.
@@ -87,6 +118,9 @@ pub struct ServePlan {
     pub fits_max_model_len: bool,
     /// The largest `--max-model-len` that fits one request.
     pub max_model_len_that_fits: u64,
+    /// How the states are kept, for models with state layers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_cache: Option<StateCache>,
 }
 
 /// A page or block size in bytes; only an absurd `block_size` can push it past 64 bits.
@@ -133,12 +167,22 @@ impl ServeConfig {
 impl ServePlan {
     /// Blocks one request of `tokens` tokens needs, summed over groups.
     pub fn blocks_per_request(&self, cfg: &ServeConfig, tokens: u64) -> u64 {
-        let b = cfg.block_size.max(1);
+        // hybrids: the attention block size vLLM aligned to the state page
+        let b = self
+            .state_cache
+            .as_ref()
+            .map_or(cfg.block_size, |s| s.block_size)
+            .max(1);
+        let state_blocks = self
+            .state_cache
+            .as_ref()
+            .map_or(1, |s| s.state_blocks_per_request);
         self.groups
             .iter()
             .map(|g| match (g.attention_chunk_size, g.sliding_window) {
-                // a state-space layer holds one state per request, whatever its length
-                _ if g.kind == crate::serve_ssm::KIND => 1,
+                // a state layer holds its states whatever the request's length
+                // (MambaSpec.max_memory_usage_bytes)
+                _ if g.kind == crate::serve_ssm::KIND => state_blocks,
                 // ChunkedLocalAttentionSpec.max_admission_blocks_per_request
                 // (v1/kv_cache_interface.py l.864): cdiv(min(chunk + in-flight tokens,
                 // max_model_len), block_size), in-flight = 2 batches (as for sliding windows)
@@ -165,6 +209,24 @@ impl ServePlan {
     }
 }
 
+/// vLLM requires the attention heads to split evenly over the ranks
+/// (config.py ModelConfig.verify_with_parallel_config).
+pub(crate) fn check_heads_divide_tp(heads: u64, tp: u64) -> Result<(), CoreError> {
+    if !heads.is_multiple_of(tp) {
+        let fits: Vec<String> = (1..=heads.min(64))
+            .filter(|t| heads.is_multiple_of(*t))
+            .map(|t| t.to_string())
+            .collect();
+        return Err(CoreError::invalid_value(
+            "tp",
+            tp,
+            format!("{heads} attention heads are not divisible by the tensor-parallel size"),
+            format!("pick a `tp` that divides {heads}: {}", fits.join(", ")),
+        ));
+    }
+    Ok(())
+}
+
 /// Computes vLLM's KV capacity for `model` under `cfg`.
 pub fn plan(model: &ModelDesc, cfg: &ServeConfig) -> Result<ServePlan, CoreError> {
     cfg.validate()?;
@@ -179,21 +241,7 @@ pub fn plan(model: &ModelDesc, cfg: &ServeConfig) -> Result<ServePlan, CoreError
     if model.layers.iter().any(|l| !l.mixer.is_attention()) {
         return crate::serve_ssm::plan(model, cfg);
     }
-    // vLLM requires the attention heads to split evenly over the ranks
-    // (config.py ModelConfig.verify_with_parallel_config)
-    let heads = first.attention.num_heads();
-    if heads % cfg.tp != 0 {
-        let fits: Vec<String> = (1..=heads.min(64))
-            .filter(|t| heads % t == 0)
-            .map(|t| t.to_string())
-            .collect();
-        return Err(CoreError::invalid_value(
-            "tp",
-            cfg.tp,
-            format!("{heads} attention heads are not divisible by the tensor-parallel size"),
-            format!("pick a `tp` that divides {heads}: {}", fits.join(", ")),
-        ));
-    }
+    check_heads_divide_tp(first.attention.num_heads(), cfg.tp)?;
     let requested = (cfg.gpu_memory_bytes as f64 * cfg.gpu_memory_utilization).ceil() as u64;
     let available = match cfg.kv_cache_memory_bytes {
         Some(b) => b,
@@ -291,6 +339,7 @@ pub fn plan(model: &ModelDesc, cfg: &ServeConfig) -> Result<ServePlan, CoreError
         kv_tokens: num_gpu_blocks.saturating_mul(cfg.block_size),
         fits_max_model_len: false,
         max_model_len_that_fits: 0,
+        state_cache: None,
     };
     // the check reserves the null block: needed ≤ available − bytes_per_block
     let check = available.saturating_sub(bytes_per_block);
@@ -541,7 +590,14 @@ pub struct ServeRequest {
     pub activation_bytes: Option<u64>,
     /// Measured CUDA-graph memory (default: [`CUDA_GRAPH_BYTES_ESTIMATE`]).
     pub cuda_graph_bytes: Option<u64>,
+    /// `--enable-prefix-caching` / `--no-enable-prefix-caching` (default: vLLM's for the model).
+    pub enable_prefix_caching: Option<bool>,
 }
+
+/// GPU architectures on which memwall models vLLM's hybrid (attention + state layers) block
+/// alignment: those where vLLM picks FlashAttention first (`platforms/cuda.py`
+/// `_get_backend_priorities`, SM 8.x/9.x).
+pub const HYBRID_ARCHITECTURES: [&str; 3] = ["ampere", "ada", "hopper"];
 
 /// A [`ServeConfig`] with vLLM's defaults and memwall's estimates filled in.
 #[derive(Debug, Clone, PartialEq)]
@@ -567,22 +623,61 @@ pub fn resolve(
     if tp == 0 {
         return Err(CoreError::invalid("tp", "must be at least 1"));
     }
-    if request.kv_dtype_bytes != request.dtype_bytes
-        && model.layers.iter().all(|l| l.attention_block().is_none())
-    {
-        // vLLM keeps Mamba states in `mamba_cache_dtype` / `mamba_ssm_cache_dtype` ("auto" =
-        // the model dtype; model_executor/layers/mamba/mamba_utils.py `_mamba_state_dtype`):
-        // `--kv-cache-dtype` applies to attention layers only, and this model has none
-        return Err(CoreError::invalid_value(
-            "kv_cache_dtype",
-            format!("{}-byte", request.kv_dtype_bytes),
+    let has_state = model.layers.iter().any(|l| !l.mixer.is_attention());
+    let has_attention = model.layers.iter().any(|l| l.attention_block().is_some());
+    if request.kv_dtype_bytes != request.dtype_bytes && has_state {
+        // vLLM keeps Mamba and gated-DeltaNet states in `mamba_cache_dtype` /
+        // `mamba_ssm_cache_dtype` ("auto" = the model dtype; model_executor/layers/mamba/
+        // mamba_utils.py `_mamba_state_dtype`): `--kv-cache-dtype` applies to attention layers
+        // only. Without attention the flag has nothing to act on; with attention the states
+        // would stay in the model dtype next to an fp8 attention page, a block alignment
+        // memwall does not model
+        let reason = if has_attention {
+            format!(
+                "`{}` mixes attention and state layers: vLLM would keep the states in --mamba-cache-dtype (auto = the model dtype) next to an fp8 attention cache, which memwall does not model",
+                crate::error::untrusted(&model.model_type)
+            )
+        } else {
             format!(
                 "`{}` has no attention layers: vLLM keeps its state-space states in --mamba-cache-dtype (auto = the model dtype), not in --kv-cache-dtype",
                 crate::error::untrusted(&model.model_type)
-            ),
+            )
+        };
+        return Err(CoreError::invalid_value(
+            "kv_cache_dtype",
+            format!("{}-byte", request.kv_dtype_bytes),
+            reason,
             "drop --kv-cache-dtype (memwall sizes the states in the model dtype, vLLM's default)",
         ));
     }
+    if has_state && has_attention && !HYBRID_ARCHITECTURES.contains(&gpu.architecture.as_str()) {
+        // platforms/cuda.py `_get_backend_priorities`: FLASH_ATTN (kernel blocks MultipleOf(16))
+        // comes first on SM 8.x/9.x only; Blackwell picks FlashInfer (fixed kernel block
+        // sizes) and FA4's 128-token pages for head width 256, which the hybrid block
+        // alignment would have to follow
+        return Err(CoreError::invalid_value(
+            "gpu",
+            crate::error::untrusted(&gpu.id),
+            format!(
+                "vLLM's hybrid block alignment on a {} GPU depends on an attention backend memwall does not model (it models FlashAttention on ampere, ada and hopper)",
+                crate::error::untrusted(&gpu.architecture)
+            ),
+            "pick an ampere, ada or hopper GPU (see `memwall gpus`)",
+        ));
+    }
+    // _resolve_gdn_prefill_backend: FlashInfer on SM90, and on SM10x/12x with 128-wide keys
+    // (the pinned wheel set runs CUDA 13)
+    let mut gdn = model
+        .layers
+        .iter()
+        .filter_map(|l| l.gated_delta_net())
+        .peekable();
+    let flashinfer_gdn_prefill = gdn.peek().is_some()
+        && match gpu.architecture.as_str() {
+            "hopper" => true,
+            "blackwell" => gdn.all(|d| d.k_head_dim == 128),
+            _ => false,
+        };
     let batched = request
         .max_num_batched_tokens
         .unwrap_or_else(|| default_max_num_batched_tokens(gpu));
@@ -630,6 +725,8 @@ pub fn resolve(
             non_torch_bytes: non_torch,
             activation_peak_bytes: activation,
             cuda_graph_bytes: graphs,
+            enable_prefix_caching: request.enable_prefix_caching,
+            flashinfer_gdn_prefill,
         },
         max_num_seqs: seqs,
         estimated_inputs: estimated,
@@ -680,6 +777,8 @@ mod tests {
             non_torch_bytes: 256 << 20,
             activation_peak_bytes: 1 << 30,
             cuda_graph_bytes: 512 << 20,
+            enable_prefix_caching: None,
+            flashinfer_gdn_prefill: false,
         }
     }
 
@@ -801,6 +900,7 @@ mod default_tests {
             non_torch_bytes: None,
             activation_bytes: None,
             cuda_graph_bytes: None,
+            enable_prefix_caching: None,
         }
     }
 

@@ -157,6 +157,8 @@ pub fn serve_seeds() -> Vec<ServeSeed> {
             non_torch_bytes: 0,
             activation_peak_bytes: 0,
             cuda_graph_bytes: 0,
+            enable_prefix_caching: None,
+            flashinfer_gdn_prefill: false,
         },
         max_num_seqs: 1024,
         command: "memwall serve --model llama-3.1-70b --gpu h100-sxm --tp 4",

@@ -45,6 +45,14 @@ pub fn build(s: &ServeSettings) -> Result<ServeReport> {
     let plan = serve::plan(&s.model.desc, &cfg).context("cannot plan this deployment")?;
     let mut conc: Vec<(String, f64)> = Vec::new();
     let mut frag = Vec::new();
+    // pages hold the block size vLLM aligned to the state page (hybrids)
+    let frag_cfg = ServeConfig {
+        block_size: plan
+            .state_cache
+            .as_ref()
+            .map_or(cfg.block_size, |s| s.block_size),
+        ..cfg.clone()
+    };
     for &n in &s.request_lengths {
         let key = n.to_string();
         let c = plan.max_concurrency(&cfg, n);
@@ -53,7 +61,7 @@ pub fn build(s: &ServeSettings) -> Result<ServeReport> {
             Some(e) => e.1 = c,
             None => conc.push((key, c)),
         }
-        frag.push(serve::fragmentation(&cfg, n));
+        frag.push(serve::fragmentation(&frag_cfg, n));
     }
     let max_len = if plan.fits_max_model_len {
         cfg.max_model_len
@@ -77,6 +85,11 @@ pub fn build(s: &ServeSettings) -> Result<ServeReport> {
     }
     if cfg.block_size != 16 {
         cmd.push_str(&format!(" --block-size {}", cfg.block_size));
+    }
+    match cfg.enable_prefix_caching {
+        Some(true) => cmd.push_str(" --enable-prefix-caching"),
+        Some(false) => cmd.push_str(" --no-enable-prefix-caching"),
+        None => {}
     }
     Ok(ServeReport {
         model: ModelInfo::new(&s.model, 0),
@@ -113,12 +126,44 @@ impl ServeReport {
             "{} available → {} blocks of {} tokens ({} per block, {} KV heads/rank, {} group(s)) = {} tokens",
             Bytes(p.available_kv_bytes),
             p.num_gpu_blocks,
-            self.config.block_size,
+            p.state_cache
+                .as_ref()
+                .map_or(self.config.block_size, |s| s.block_size),
             Bytes(p.bytes_per_block),
             p.num_kv_heads_per_rank,
             p.groups.len(),
             p.kv_tokens
         )
+    }
+
+    fn state_line(&self) -> Option<String> {
+        let (cfg, s) = (&self.config, self.plan.state_cache.as_ref()?);
+        let state_groups = self
+            .plan
+            .groups
+            .iter()
+            .filter(|g| g.kind == serve::STATE_KIND)
+            .count();
+        let page = self.plan.groups.first().map_or(0, |g| g.page_size_bytes);
+        let mut line = format!(
+            "prefix caching {} → mamba_cache_mode {}: one state of {} per layer",
+            if s.prefix_caching { "on" } else { "off" },
+            s.mamba_cache_mode,
+            Bytes(s.state_page_bytes),
+        );
+        if page != s.state_page_bytes {
+            line.push_str(&format!(
+                " padded to the attention page of {} (block size {} → {} tokens)",
+                Bytes(page),
+                cfg.block_size,
+                s.block_size
+            ));
+        }
+        line.push_str(&format!(
+            "; each request holds {} block(s) in each of {} state group(s)",
+            s.state_blocks_per_request, state_groups
+        ));
+        Some(line)
     }
 
     fn max_len_line(&self) -> String {
@@ -162,6 +207,9 @@ impl Report for ServeReport {
             )?;
         }
         writeln!(w, "KV cache: {}", self.kv_line())?;
+        if let Some(l) = self.state_line() {
+            writeln!(w, "  states: {l}")?;
+        }
         for (n, c) in &self.max_concurrency.0 {
             writeln!(w, "  max concurrency at {n:>6} tokens/request: {c:.2}")?;
         }
@@ -198,6 +246,10 @@ impl Report for ServeReport {
         }
         writeln!(w)?;
         writeln!(w, "**KV cache**: {}.", md_text(&self.kv_line()))?;
+        if let Some(l) = self.state_line() {
+            writeln!(w)?;
+            writeln!(w, "**States**: {}.", md_text(&l))?;
+        }
         writeln!(w)?;
         writeln!(w, "{}.", md_text(&self.max_len_line()))?;
         writeln!(w)?;

@@ -411,6 +411,9 @@ pub struct ServeLaunchSpec {
     pub enforce_eager: bool,
     /// `--kv-cache-memory-bytes`, when the estimate used a fixed budget.
     pub kv_cache_memory_bytes: Option<u64>,
+    /// `--enable-prefix-caching` / `--no-enable-prefix-caching` when given (it sets
+    /// `mamba_cache_mode` for models with state layers).
+    pub enable_prefix_caching: Option<bool>,
     /// The weights' storage format (`--quantization` for the quantised ones).
     pub weights: WeightFormat,
     /// The command and estimate, for the header comments.
@@ -437,6 +440,7 @@ impl ServeLaunchSpec {
             max_num_seqs,
             enforce_eager,
             kv_cache_memory_bytes: cfg.kv_cache_memory_bytes,
+            enable_prefix_caching: cfg.enable_prefix_caching,
             weights: WeightFormat::Bf16,
             provenance: Provenance::default(),
         }

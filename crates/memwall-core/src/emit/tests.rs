@@ -190,6 +190,8 @@ fn engines_refuse_configurations_they_would_not_run_as_estimated() {
             non_torch_bytes: 0,
             activation_peak_bytes: 0,
             cuda_graph_bytes: 0,
+            enable_prefix_caching: None,
+            flashinfer_gdn_prefill: false,
         },
         VllmKvCacheDtype::Auto,
         256,
@@ -200,6 +202,25 @@ fn engines_refuse_configurations_they_would_not_run_as_estimated() {
         emit_serve(EmitKind::Deepspeed, &serve).unwrap_err().code(),
         "emit-wrong-command"
     );
+    // a prefix-caching choice reaches both files: `--no-` on the command line, `false` in the
+    // config file (which vLLM's load_config_file turns back into `--no-enable-prefix-caching`)
+    let text = |p: Option<bool>| {
+        let mut s = serve.clone();
+        s.enable_prefix_caching = p;
+        let files = emit_serve(EmitKind::Vllm, &s).unwrap();
+        files
+            .iter()
+            .map(|f| f.contents.clone())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(!text(None).contains("prefix-caching"));
+    let off = text(Some(false));
+    assert!(off.contains("--no-enable-prefix-caching"), "{off}");
+    assert!(off.contains("enable-prefix-caching: false"), "{off}");
+    let on = text(Some(true));
+    assert!(on.contains("  --enable-prefix-caching"), "{on}");
+    assert!(on.contains("enable-prefix-caching: true"), "{on}");
 }
 
 #[test]

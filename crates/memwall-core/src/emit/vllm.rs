@@ -54,6 +54,13 @@ pub(super) fn flags(spec: &ServeLaunchSpec) -> Result<Vec<(&'static str, Value)>
     if spec.enforce_eager {
         f.push(("enforce-eager", json!(true)));
     }
+    // a BooleanOptionalAction flag: `false` is `--no-enable-prefix-caching` on the command line,
+    // and `enable-prefix-caching: false` in the config file, which vLLM's
+    // FlexibleArgumentParser.load_config_file turns into `--no-enable-prefix-caching`
+    // (vllm/utils/argparse_utils.py)
+    if let Some(p) = spec.enable_prefix_caching {
+        f.push(("enable-prefix-caching", json!(p)));
+    }
     Ok(f)
 }
 
@@ -70,6 +77,7 @@ pub(super) fn emit(spec: &ServeLaunchSpec) -> Result<Vec<EmittedFile>, EmitError
     for (name, value) in &f {
         match value {
             Value::Bool(true) => sh.push_str(&format!(" \\\n  --{name}")),
+            Value::Bool(false) => sh.push_str(&format!(" \\\n  --no-{name}")),
             Value::String(s) => sh.push_str(&format!(" \\\n  --{name} {}", shell::quote(s))),
             other => sh.push_str(&format!(" \\\n  --{name} {other}")),
         }
