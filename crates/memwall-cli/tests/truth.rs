@@ -953,6 +953,9 @@ fn accuracy_report_is_current() {
 struct TitanCase {
     id: String,
     kind: String,
+    /// torchtitan's model module (absent: llama3)
+    #[serde(default)]
+    model: Option<String>,
     flavor: String,
     layers: usize,
     world_size: u64,
@@ -1012,11 +1015,15 @@ fn titan_rows() -> Vec<TitanRow> {
             c.versions.get("torchtitan").map(String::as_str),
             Some("0.3.0")
         );
-        let config = match c.flavor.as_str() {
-            "8B" => "data/models/meta-llama/Llama-3.1-8B.json",
-            "70B" => "data/models/meta-llama/Llama-3.1-70B.json",
-            "405B" => "data/models/meta-llama/Llama-3.1-405B.json",
-            f => panic!("{}: flavour {f}", c.id),
+        // torchtitan's flavours and the HF configs whose shapes they are
+        let config = match (c.model.as_deref().unwrap_or("llama3"), c.flavor.as_str()) {
+            ("llama3", "8B") => "data/models/meta-llama/Llama-3.1-8B.json",
+            ("llama3", "70B") => "data/models/meta-llama/Llama-3.1-70B.json",
+            ("llama3", "405B") => "data/models/meta-llama/Llama-3.1-405B.json",
+            ("qwen3", "8B") => "data/models/Qwen/Qwen3-8B.json",
+            ("qwen3", "14B") => "data/models/Qwen/Qwen3-14B.json",
+            ("qwen3", "32B") => "data/models/Qwen/Qwen3-32B.json",
+            (m, f) => panic!("{}: model {m} flavour {f}", c.id),
         };
         let json = std::fs::read_to_string(root().join(config)).expect("read config");
         let mut desc = memwall_formats::parse_hf_config(&json).unwrap();
@@ -1088,7 +1095,7 @@ fn titan_rows() -> Vec<TitanRow> {
         out.push(TitanRow {
             row: Row::new(
                 &c.id,
-                "llama",
+                &desc.model_type,
                 format!("ac {}", c.activation_checkpoint),
                 (c.measured.peak_bytes, e.peak_bytes),
                 "-",

@@ -46,7 +46,7 @@ use crate::dtype::Precision;
 use crate::engine::{Capabilities, Engine, Rule};
 use crate::error::CoreError;
 use crate::layout::{Layout, Offload, OffloadDevice, Strategy};
-use crate::model::{Activation, AttentionKind, Mlp, ModelDesc, NormKind, Residual};
+use crate::model::{Activation, AttentionKind, Mlp, ModelDesc, NormKind, QkNormScope, Residual};
 use crate::optimizer::Optimizer;
 use crate::workload::{CheckpointPolicy, KernelSet, LossKernel, TrainLoop, TrainWorkload};
 
@@ -235,16 +235,56 @@ pub struct TitanOptions {
     pub reshard: Option<ReshardPolicy>,
 }
 
-/// The shapes of torchtitan's Llama 3 that its memory depends on.
+/// Which of torchtitan 0.3.0's decoder models the job runs (`--module`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TitanModel {
+    /// `models/llama3/`: `ComplexRoPE` (a complex64 cache of `head_dim / 2` per row), no q/k
+    /// norms.
+    Llama3,
+    /// `models/qwen3/` (dense flavours): `CosSinRoPE` (an fp32 cache of `2 · head_dim` per
+    /// row: cos and sin, `models/common/rope.py`) and an RMSNorm of `head_dim` on q and on k
+    /// before RoPE (`GQAttention.q_norm` / `k_norm`, `models/common/attention.py`).
+    Qwen3,
+}
+
+impl TitanModel {
+    /// torchtitan's module name (`--module`, `torchtitan/models/<module>/`).
+    pub const fn module(self) -> &'static str {
+        match self {
+            TitanModel::Llama3 => "llama3",
+            TitanModel::Qwen3 => "qwen3",
+        }
+    }
+
+    /// Whether q and k each pass an RMSNorm of `head_dim` (Qwen3).
+    pub const fn qk_norm(self) -> bool {
+        matches!(self, TitanModel::Qwen3)
+    }
+
+    /// Bytes of one row (one position) of a block's RoPE cache: `ComplexRoPE`'s
+    /// `head_dim / 2` complex64 (`4 · head_dim`), `CosSinRoPE`'s cos and sin of `head_dim`
+    /// fp32 each (`8 · head_dim`) (models/common/rope.py `_precompute_cache`).
+    pub const fn rope_row_bytes(self, head_dim: u64) -> u64 {
+        match self {
+            TitanModel::Llama3 => 4 * head_dim,
+            TitanModel::Qwen3 => 8 * head_dim,
+        }
+    }
+}
+
+/// The shapes of torchtitan's decoder (Llama 3 or dense Qwen 3) that its memory depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shapes {
+    /// The torchtitan model.
+    pub model: TitanModel,
     /// `dim`.
     pub dim: u64,
     /// `n_heads`.
     pub heads: u64,
     /// `n_kv_heads`.
     pub kv_heads: u64,
-    /// `dim / n_heads`.
+    /// `head_dim` (`dim / n_heads` for Llama 3; Qwen 3's own, e.g. 128 with dim 5120 and 64
+    /// heads for 32B).
     pub head_dim: u64,
     /// The feed-forward's `hidden_dim`.
     pub ffn: u64,
@@ -269,15 +309,30 @@ fn refuse(
     }
 }
 
-/// torchtitan's Llama 3 shapes of `model`, or a refusal naming what torchtitan's Llama 3 is not.
+/// torchtitan's model shapes of `model`, or a refusal naming what torchtitan's models are not.
+///
+/// HF `config.json` → torchtitan model args (`models/llama3/__init__.py`,
+/// `models/qwen3/__init__.py` `_build_qwen3_layers`): `hidden_size` → `dim`,
+/// `num_attention_heads` → `n_heads`, `num_key_value_heads` → `n_kv_heads`, `head_dim` →
+/// `head_dim` (Qwen 3; Llama 3 derives `dim / n_heads`), `intermediate_size` → the
+/// feed-forward's `hidden_dim`, `vocab_size`, `num_hidden_layers` → the block count,
+/// `tie_word_embeddings` → `enable_weight_tying`; `rope_theta`, `rms_norm_eps` and the RoPE
+/// scaling do not change memory (torchtitan's `max_seq_len` is set to `training.seq_len`).
+/// What torchtitan's model cannot express is refused by name: biases (`attention_bias`),
+/// sliding windows (`use_sliding_window`, `layer_types`), a Qwen 3 config without per-head q/k
+/// RMSNorms, MoE and MLA configs (`qwen3_moe`, `deepseek_v3`), and tied embeddings (not
+/// measured: torchtitan shards embeddings, norm and head as one FSDP unit then).
 pub fn shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
-    const ONLY_LLAMA: &str = "torchtitan 0.3.0's llama3 model is simulated (models/llama3/); its \
-                              DeepSeek-V3, Qwen 3 and other models are not";
-    const HINT: &str =
-        "use a Llama 3 / 3.1 model (e.g. llama-3.1-8b), or drop --runtime torchtitan";
-    if model.model_type != "llama" {
-        return Err(refuse("model_type", &model.model_type, ONLY_LLAMA, HINT));
-    }
+    const ONLY: &str = "torchtitan 0.3.0's llama3 and dense qwen3 models are simulated \
+                        (models/llama3/, models/qwen3/); its MoE (qwen3 MoE flavours, \
+                        deepseek_v3) and other models are not";
+    const HINT: &str = "use a Llama 3 / 3.1 or dense Qwen 3 model (e.g. llama-3.1-8b, qwen3-8b), \
+                        or drop --runtime torchtitan";
+    let titan_model = match model.model_type.as_str() {
+        "llama" => TitanModel::Llama3,
+        "qwen3" => TitanModel::Qwen3,
+        _ => return Err(refuse("model_type", &model.model_type, ONLY, HINT)),
+    };
     let first = model
         .layers
         .first()
@@ -288,32 +343,58 @@ pub fn shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
             num_kv_heads,
             head_dim,
         } => (num_heads, num_kv_heads, head_dim),
-        AttentionKind::Mla { .. } => return Err(refuse("model_type", "mla", ONLY_LLAMA, HINT)),
+        AttentionKind::Mla { .. } => return Err(refuse("model_type", "mla", ONLY, HINT)),
     };
     let ffn = match &first.mlp {
         Mlp::Dense(d) if d.gated && d.act == Activation::Silu && !d.bias => d.intermediate,
-        _ => return Err(refuse("model_type", &model.model_type, ONLY_LLAMA, HINT)),
+        _ => return Err(refuse("model_type", &model.model_type, ONLY, HINT)),
     };
+    // torchtitan's GQAttention: `qk_norm = RMSNorm(head_dim)` shared by the heads (Qwen 3),
+    // none for Llama 3
+    let qk_norm = if titan_model.qk_norm() {
+        Some((QkNormScope::PerHead, NormKind::RmsNorm))
+    } else {
+        None
+    };
+    if let Some(l) = model.layers.iter().find(|l| {
+        l.attention.sliding_window.is_some() || l.attention.qkv_bias || l.attention.o_bias
+    }) {
+        let (field, value) = if l.attention.sliding_window.is_some() {
+            ("sliding_window", "set")
+        } else {
+            ("attention_bias", "true")
+        };
+        return Err(refuse(
+            field,
+            value,
+            "torchtitan's llama3 / qwen3 attention has no sliding window and no projection \
+             biases (models/common/attention.py GQAttention)",
+            "use a config without sliding-window layers and attention biases, or drop \
+             --runtime torchtitan",
+        ));
+    }
     let same = model.layers.iter().all(|l| {
         l.attention.kind == first.attention.kind
             && l.mlp == first.mlp
             && l.residual == Residual::Sequential
-            && !l.attention.qkv_bias
-            && !l.attention.o_bias
-            && l.attention.qk_norm.is_none()
-            && l.attention.sliding_window.is_none()
+            && l.attention.qk_norm == qk_norm
+            && !l.attention.qk_norm_after_rope
             && l.attn_norm.is_some_and(|n| n.kind == NormKind::RmsNorm)
             && l.mlp_norm.is_some_and(|n| n.kind == NormKind::RmsNorm)
             && l.attn_post_norm.is_none()
             && l.mlp_post_norm.is_none()
             && l.mixer == crate::mixer::Mixer::Attention
     });
-    if !same || heads == 0 || head_dim * heads != model.hidden_size {
+    // Llama 3's attention derives head_dim = dim / n_heads (models/llama3/__init__.py passes
+    // no head_dim); Qwen 3 passes its own
+    let head_dim_ok = titan_model == TitanModel::Qwen3 || head_dim * heads == model.hidden_size;
+    if !same || heads == 0 || kv_heads == 0 || !head_dim_ok {
         return Err(refuse(
             "model_type",
             &model.model_type,
-            "this llama config differs from torchtitan's Llama 3 block (uniform pre-norm RMSNorm \
-             blocks, no biases, dim = n_heads × head_dim, gated SiLU feed-forward)",
+            "this config differs from torchtitan's block (uniform pre-norm RMSNorm blocks, no \
+             biases, gated SiLU feed-forward; Llama 3: dim = n_heads × head_dim, no q/k norms; \
+             Qwen 3: per-head q/k RMSNorms before RoPE)",
             HINT,
         ));
     }
@@ -321,15 +402,17 @@ pub fn shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
         return Err(refuse(
             "tie_word_embeddings",
             "true",
-            "not measured: torchtitan's tied-embedding flavours (1B, 3B) shard embeddings, norm \
-             and head as one FSDP unit",
-            "use an untied Llama 3 / 3.1 model (8B, 70B, 405B), or drop --runtime torchtitan",
+            "not measured: torchtitan's tied-embedding flavours (Llama 3.2 1B/3B, Qwen 3 \
+             0.6B/1.7B/4B) shard embeddings, norm and head as one FSDP unit",
+            "use an untied model (Llama 3.1 8B/70B/405B, Qwen 3 8B/14B/32B), or drop --runtime \
+             torchtitan",
         ));
     }
     if model.vision.is_some() {
-        return Err(refuse("model_type", "vision", ONLY_LLAMA, HINT));
+        return Err(refuse("model_type", "vision", ONLY, HINT));
     }
     Ok(Shapes {
+        model: titan_model,
         dim: model.hidden_size,
         heads,
         kv_heads,

@@ -105,20 +105,27 @@ impl Sizes {
         let kv = u128::from(s.kv_heads) * u128::from(s.head_dim) / t;
         let f = u128::from(s.ffn) / t;
         let v = u128::from(s.vocab).div_ceil(t);
+        let hd = u128::from(s.head_dim);
+        let mut block = vec![
+            (q + 2 * kv, d),
+            (d, q),
+            (f, d),
+            (d, f),
+            (f, d),
+            (d, 1),
+            (d, 1),
+        ];
+        if s.model.qk_norm() {
+            // Qwen 3's `q_norm` and `k_norm` (RMSNorm of head_dim each; replicated under TP,
+            // models/qwen3/sharding.py)
+            block.extend([(hd, 1), (hd, 1)]);
+        }
         Ok(Sizes {
             world: u128::from(job.world / job.tp),
             // models/common/attention.py (fused `wqkv` when `fuse_qkv=True`, every llama3
             // flavour), feed_forward.py (w1, w2, w3), llama3/model.py (the two norms); under
             // TP the local shards (`colwise_config`: dim 0, `rowwise_config`: dim 1)
-            block: vec![
-                (q + 2 * kv, d),
-                (d, q),
-                (f, d),
-                (d, f),
-                (f, d),
-                (d, 1),
-                (d, 1),
-            ],
+            block,
             embedding: vec![(v, d)],
             lm_head: vec![(v, d)],
             final_norm: vec![(d, 1)],
@@ -151,7 +158,7 @@ impl Sizes {
 
     /// Parameter tensors (each has its own AdamW `step` scalar).
     fn tensors(&self) -> u128 {
-        7 * self.layers + 3
+        self.block.len() as u128 * self.layers + 3
     }
 
     /// Parameters of the model on one TP rank (all of them without TP).
@@ -184,7 +191,10 @@ struct BlockActs {
     /// RMSNorm the fp32 input (`x.float()`), the fp32 normalised tensor and the rstd on `Tl`
     /// tokens, and the bf16 output the next linear saves, all-gathered to `T` tokens under
     /// SP (`2·((8D + 4)·Tl + 2D·T)` for the two norms); the per-layer RoPE cache rows gathered
-    /// by position (`head_dim/2` complex64 = `4·head_dim` per token); q and k after RoPE, v, the
+    /// by position (Llama 3: `head_dim/2` complex64 = `4·head_dim` per token; Qwen 3: cos and
+    /// sin, `8·head_dim`); Qwen 3's q and k RMSNorms (fp32 input, fp32 normalised, rstd per
+    /// head: `8q + 4·heads + 8kv + 4·kv_heads`, read with `measure_titan.py --model qwen3
+    /// --saved`: 243,112 B per token for the 8B block); q and k after RoPE, v, the
     /// FlexAttention output and its logsumexp and row max (`2q + 2kv + 2kv + 2q + 8·heads`);
     /// `w1(x)`, `w3(x)`, `silu(w1(x))` and their product (`4 · 2F`).
     none: u128,
@@ -204,13 +214,20 @@ impl BlockActs {
         let kv = u128::from(s.kv_heads) * u128::from(s.head_dim) / tp;
         let f = u128::from(s.ffn) / tp;
         let heads = u128::from(s.heads) / tp;
-        let hd = u128::from(s.head_dim);
         let t = tokens;
         let tl = tokens / tp;
         let norm = (8 * d + 4) * tl + 2 * d * t;
         let attention_out = (2 * q + 8 * heads) * t;
+        let rope = u128::from(s.model.rope_row_bytes(s.head_dim));
+        // q/k norms on the TP-local heads (sharded on the head dim, models/qwen3/sharding.py)
+        let qk_norms = if s.model.qk_norm() {
+            let kv_heads = u128::from(s.kv_heads) / tp;
+            8 * q + 4 * heads + 8 * kv + 4 * kv_heads
+        } else {
+            0
+        };
         BlockActs {
-            none: 2 * norm + (4 * hd + 2 * q + 4 * kv + 8 * f) * t + attention_out,
+            none: 2 * norm + (rope + qk_norms + 2 * q + 4 * kv + 8 * f) * t + attention_out,
             full: 2 * d * tl,
             selective: 2 * d * tl + (2 * (q + 2 * kv) + 2 * f + 2 * d) * t + attention_out,
         }
@@ -279,7 +296,7 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
             .add(OptimizerStates, 8 * sharded + 4 * z.tensors())
             .add(
                 Buffers,
-                z.layers * u128::from(job.seq) * u128::from(s.head_dim) * 4,
+                z.layers * u128::from(job.seq) * u128::from(s.model.rope_row_bytes(s.head_dim)),
             )
             .add(Activations, 16 * tokens);
         x
