@@ -256,3 +256,92 @@ fn fused_adamw_has_no_step_temporaries_and_foreach_one_list() {
     w.optimizer = Optimizer::AdamwForloop;
     assert_eq!(field(sim(&w)), "optimizer");
 }
+
+/// A Qwen 3-shaped description of `layers` blocks (Llama 2 7B's widths with Qwen 3's per-head
+/// q/k RMSNorms), as the qwen3 normaliser describes one.
+fn qwen3(layers: usize) -> ModelDesc {
+    let mut m = model(layers);
+    m.model_type = "qwen3".into();
+    for l in &mut m.layers {
+        l.attention.qk_norm = Some((QkNormScope::PerHead, NormKind::RmsNorm));
+    }
+    m
+}
+
+/// torchtitan's qwen3 block saves its q/k norms' fp32 tensors and reads a cos/sin RoPE cache
+/// twice the size of llama3's complex one; it holds two `head_dim` norm weights more.
+#[test]
+fn qwen3_adds_its_qk_norms_and_a_cos_sin_rope_cache() {
+    let (seq, layers) = (512u64, 2usize);
+    let w = workload(1, seq, None);
+    let job = |m: &ModelDesc| Job {
+        shapes: shapes(m).unwrap(),
+        world: 1,
+        tp: 1,
+        batch: 1,
+        seq,
+        checkpointing: None,
+        reshard: ReshardPolicy::Default,
+        fused_optimizer: true,
+    };
+    let (llama, qwen) = (model(layers), qwen3(layers));
+    assert_eq!(shapes(&qwen).unwrap().model, TitanModel::Qwen3);
+    let logits = |m: &ModelDesc| instants(&job(m)).unwrap()[0].clone();
+    let (a, b) = (logits(&llama), logits(&qwen));
+    let cat =
+        |x: &Instant, c: Category| x.bytes[Category::ALL.iter().position(|y| *y == c).unwrap()];
+    // 32 heads × 128 = 4096, 32 kv heads: per token 8q + 4·heads + 8kv + 4·kv_heads for the
+    // norms, 4·head_dim more RoPE cache read per token
+    let per_token: u128 = 8 * 4096 + 4 * 32 + 8 * 4096 + 4 * 32 + 4 * 128;
+    assert_eq!(
+        cat(&b, Category::Activations) - cat(&a, Category::Activations),
+        layers as u128 * per_token * u128::from(seq)
+    );
+    // the caches: seq rows of 8·head_dim (cos, sin) against 4·head_dim (complex64)
+    assert_eq!(
+        cat(&b, Category::Buffers) - cat(&a, Category::Buffers),
+        layers as u128 * u128::from(seq) * 4 * 128
+    );
+    // fp32 shard, gradient and two AdamW states of the two head_dim weights, and their steps
+    let l = layout(1, Strategy::FsdpFull);
+    let states = |m: &ModelDesc| {
+        simulate_train_titan(m, &w, &l, &TitanOptions::default())
+            .unwrap()
+            .groups[0]
+            .model_state_bytes
+    };
+    assert_eq!(
+        states(&qwen) - states(&llama),
+        layers as u64 * (16 * 2 * 128 + 4 * 2)
+    );
+}
+
+/// What torchtitan's qwen3 model cannot express is refused by the config field that says so.
+#[test]
+fn qwen3_configs_torchtitan_cannot_express_are_refused_by_name() {
+    let w = workload(1, 128, None);
+    let l = layout(8, Strategy::FsdpFull);
+    let run = |m: &ModelDesc| simulate_train_titan(m, &w, &l, &TitanOptions::default());
+    assert!(run(&qwen3(2)).is_ok());
+    let mut m = qwen3(2);
+    m.layers[1].attention.sliding_window = Some(4096);
+    assert_eq!(field(run(&m)), "sliding_window");
+    let mut m = qwen3(2);
+    m.layers[0].attention.qkv_bias = true;
+    assert_eq!(field(run(&m)), "attention_bias");
+    // a qwen3 without its q/k norms, and a llama with them, are not torchtitan's blocks
+    let mut m = qwen3(2);
+    m.layers[0].attention.qk_norm = None;
+    assert_eq!(field(run(&m)), "model_type");
+    let mut m = model(2);
+    m.layers[0].attention.qk_norm = Some((QkNormScope::PerHead, NormKind::RmsNorm));
+    assert_eq!(field(run(&m)), "model_type");
+    let mut m = qwen3(2);
+    m.head.tied = true;
+    assert_eq!(field(run(&m)), "tie_word_embeddings");
+    for t in ["qwen3_moe", "deepseek_v3"] {
+        let mut m = qwen3(2);
+        m.model_type = t.into();
+        assert_eq!(field(run(&m)), "model_type", "{t}");
+    }
+}
