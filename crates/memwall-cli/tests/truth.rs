@@ -1157,3 +1157,36 @@ fn every_torchtitan_case_within_three_percent() {
     let plain: Vec<Row> = rows.into_iter().map(|r| r.row).collect();
     check(&plain, "torchtitan");
 }
+
+/// Fake must equal real (`tests/truth/titan_crosscheck.jsonl`, `measure_titan.py --crosscheck`):
+/// every torchtitan crosscheck ran its step once on fake and once on real CPU tensors, and the
+/// two peaks and breakdowns are the same bytes (llama3 and qwen3 debug models).
+#[test]
+fn every_torchtitan_crosscheck_measures_the_same_on_fake_and_real_tensors() {
+    let text = std::fs::read_to_string(root().join("tests/truth/titan_crosscheck.jsonl"))
+        .expect("read titan_crosscheck.jsonl");
+    let mut models = std::collections::BTreeSet::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).expect("crosscheck row");
+        let id = v["id"].as_str().expect("id");
+        assert_eq!(v["difference_bytes"], 0, "{id}");
+        assert_eq!(v["fake"], v["real"], "{id}");
+        assert!(v["fake"]["peak_bytes"].as_u64().unwrap_or(0) > 0, "{id}");
+        let args: Vec<&str> = v["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .filter_map(|a| a.as_str())
+            .collect();
+        let model = args
+            .iter()
+            .position(|a| *a == "--model")
+            .map_or("llama3", |i| args[i + 1]);
+        models.insert(model.to_owned());
+    }
+    assert_eq!(
+        models.into_iter().collect::<Vec<_>>(),
+        ["llama3", "qwen3"],
+        "a crosscheck per simulated torchtitan model"
+    );
+}
