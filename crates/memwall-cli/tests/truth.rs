@@ -947,7 +947,7 @@ fn accuracy_report_is_current() {
 }
 
 /// One measured torchtitan case (`tests/truth/titan.jsonl`, `tools/truth/titan/measure_titan.py`):
-/// torchtitan 0.3.0's Llama 3 step under FSDP2 on a fake process group, FSDPMemTracker.
+/// torchtitan 0.3.0's Llama 3 or Qwen 3 step under FSDP2 on a fake process group, FSDPMemTracker.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TitanCase {
@@ -1113,8 +1113,9 @@ fn titan_section(rows: &[TitanRow]) -> String {
     let _ = writeln!(
         s,
         "\n## torchtitan runtime profile (`--runtime torchtitan`; `tests/truth/titan.jsonl`)\n\n\
-         torchtitan 0.3.0's own Llama 3 step (its model, FSDP2 units and reshard policy, FullAC / \
-         SelectiveAC, CrossEntropyLoss, foreach AdamW) on a fake process group, measured by \
+         torchtitan 0.3.0's own Llama 3 and dense Qwen 3 steps (its models, FSDP2 units and \
+         reshard policy, FullAC / SelectiveAC, CrossEntropyLoss, fused or foreach AdamW, TP + SP) \
+         on a fake process group, measured by \
          `tools/truth/titan/measure_titan.py` with FSDPMemTracker (rank 0, steady step); \
          estimates: `memory/titan` (`--runtime torchtitan --precision amp-bf16 --strategy \
          fsdp-full`).\n"

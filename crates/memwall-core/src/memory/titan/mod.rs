@@ -1,8 +1,8 @@
 //! [`Engine::Torchtitan`]: torchtitan 0.3.0's own training step (`--runtime torchtitan`).
 //!
-//! torchtitan does not run the transformers model: it builds its own Llama 3 (plain PyTorch,
-//! `torchtitan/models/llama3/model.py` over `models/common/{decoder,attention,rope,
-//! feed_forward,nn_modules}.py`), wraps it with activation checkpointing and FSDP2
+//! torchtitan does not run the transformers model: it builds its own Llama 3 or Qwen 3 (plain
+//! PyTorch, `torchtitan/models/llama3/model.py`, `models/qwen3/model.py` over
+//! `models/common/{decoder,attention,rope,feed_forward,nn_modules}.py`), wraps it with activation checkpointing and FSDP2
 //! (`models/llama3/parallelize.py` `parallelize_llama`, `distributed/fsdp.py`
 //! `apply_fsdp_to_decoder`, `distributed/activation_checkpoint.py`) and trains it with its own
 //! loss (`components/loss.py` `CrossEntropyLoss`) and `OptimizersContainer` (AdamW, foreach).
@@ -13,7 +13,8 @@
 //! - The block: fused `wqkv`, complex RoPE over a per-layer `complex64` cache of `seq_len` rows
 //!   (`rope.py` `ComplexRoPE`, its `max_seq_len` set to `training.seq_len` by
 //!   `Decoder.Config.update_from_config`), FlexAttention (out, logsumexp and row max saved; the
-//!   default `attn_backend`), RMSNorm computed in fp32 (`x.float()` and the fp32 normalised
+//!   default `attn_backend`; Qwen 3: `CosSinRoPE`, an fp32 cos/sin cache twice the size, and
+//!   per-head q/k RMSNorms before RoPE, `models/qwen3/__init__.py`), RMSNorm computed in fp32 (`x.float()` and the fp32 normalised
 //!   tensor saved), `w2(silu(w1(x)) * w3(x))`; no KV cache, no dropout, no output object.
 //! - The loss: `cross_entropy(pred.float())` summed and divided by the global token count.
 //! - Tensor + sequence parallelism (`--tp`, torchtitan's `tensor_parallel_degree` with its
@@ -37,8 +38,9 @@
 //! `torch.compile` (Inductor's generated code cannot run on fake tensors, so a compiled step
 //! cannot be measured honestly), LoRA, gradient accumulation, the chunked loss
 //! (`ChunkedLossWrapper`, torchtitan's default for `llama3_8b`: FSDPMemTracker refuses its
-//! repeated calls of the head unit, so it is not measured), and every family but Llama 3
-//! (DeepSeek-V3 and Qwen 3 have their own torchtitan models, not simulated).
+//! repeated calls of the head unit, so it is not measured), tied embeddings, and every family
+//! but Llama 3 and dense Qwen 3 ([`shapes`] maps an HF config onto torchtitan's model arguments;
+//! Qwen 3 MoE and DeepSeek-V3 have their own torchtitan MoE models, not simulated).
 
 use super::ranks::{CommBuffer, DistEstimate, RankGroup, RankSet};
 use super::{Category, Phase};
@@ -63,8 +65,8 @@ crate::names::named_enum! {
         /// deepspeed, megatron).
         #[default]
         Hf = "hf": "transformers' model and step (the engine the layout picks)",
-        /// torchtitan 0.3.0's Llama 3 under FSDP2 ([`Engine::Torchtitan`]).
-        Torchtitan = "torchtitan": "torchtitan 0.3.0's own Llama 3 step under FSDP2 (and its TP + SP)",
+        /// torchtitan 0.3.0's Llama 3 or dense Qwen 3 under FSDP2 ([`Engine::Torchtitan`]).
+        Torchtitan = "torchtitan": "torchtitan 0.3.0's own Llama 3 / dense Qwen 3 step under FSDP2 (and its TP + SP)",
     }
 }
 
@@ -76,8 +78,8 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     engine: Engine::Torchtitan,
     name: "torchtitan",
     title: ENGINE,
-    source: "torchtitan 0.3.0's Llama 3 step under FSDP2, with its tensor + sequence \
-             parallelism (torchtitan/models/llama3/, models/common/, distributed/fsdp.py, \
+    source: "torchtitan 0.3.0's Llama 3 and dense Qwen 3 steps under FSDP2, with its tensor + \
+             sequence parallelism (torchtitan/models/llama3/, models/qwen3/, models/common/, distributed/fsdp.py, \
              distributed/activation_checkpoint.py; measured with FSDPMemTracker on fake tensors \
              and a fake dp_shard × tp mesh, tests/truth/titan.jsonl; memory/titan/)",
     strategies: Rule {
