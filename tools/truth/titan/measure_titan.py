@@ -181,6 +181,21 @@ def measure_one(argv: list[str]) -> dict:
         )
         model.to_empty(device="cpu")
         model.train()
+        # MoE routers compute the gate under `torch.autocast(device_type, dtype=torch.float32)`
+        # (models/common/moe.py TokenChoiceTopKRouter.forward): CUDA autocast casts the linear's
+        # input and weight to fp32 (fp32 scores); CPU autocast refuses float32 (a warning) and
+        # would run the gate in bf16. Emulate CUDA: the gate's linear on explicit fp32 casts
+        # (what autocast's cached_cast does; the casts' backward casts the gradients back)
+        import torch.nn.functional as F
+
+        n_gates = 0
+        for name, mod in model.named_modules():
+            if name.endswith("router.gate"):
+                def gate_fp32(x, _m=mod):
+                    return F.linear(x.float(), _m.weight.float(), None if _m.bias is None else _m.bias.float())
+
+                mod.forward = gate_fp32
+                n_gates += 1
         loss_fn = config.loss.build(compile_config=config.compile)
         if isinstance(loss_fn, ChunkedLossWrapper):
             loss_fn.set_lm_head(model.lm_head)
@@ -251,6 +266,7 @@ def measure_one(argv: list[str]) -> dict:
         **({"tensors": "real"} if args.real else {}),
         **({"reshard_after_forward": args.reshard} if args.reshard != "default" else {}),
         **({"optimizer_implementation": args.optim} if args.optim != "fused" else {}),
+        **({"router_gate": "fp32 (CUDA autocast emulated)"} if n_gates else {}),
         "measured": {
             "peak_bytes": int(snap["Total"]),
             "at_peak": {str(k).split(".")[-1].lower(): int(v) for k, v in snap.items() if k != "Total"},
@@ -413,6 +429,11 @@ CROSSCHECKS = [
     ("xc-titan-qwen3-debug-2l-w4-s256", ["--model", "qwen3", "--flavor", "debugmodel", "--untie", "--layers", "2", "--world", "4", "--seq", "256"]),
     ("xc-titan-qwen3-debug-2l-w4-tp2-s256-selac", ["--model", "qwen3", "--flavor", "debugmodel", "--untie", "--layers", "2", "--world", "4", "--tp", "2", "--seq", "256", "--ac", "selective"]),
     ("xc-titan-qwen3-debug-3l-w8-tp4-b2s256-fullac", ["--model", "qwen3", "--flavor", "debugmodel", "--untie", "--layers", "3", "--world", "8", "--tp", "4", "--batch", "2", "--seq", "256", "--ac", "full"]),
+    # torchtitan's qwen3 MoE "debugmodel_moe" (64 experts, top 8; GroupedExperts on
+    # torch._grouped_mm, whose CPU kernel and fake rule both run; the router gate in fp32 as
+    # CUDA autocast runs it): fake equals real, though memwall does not model the MoE step yet
+    ("xc-titan-qwen3moe-debug-2l-w4-s256", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "2", "--world", "4", "--seq", "256"]),
+    ("xc-titan-qwen3moe-debug-2l-w8-s256-fullac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "2", "--world", "8", "--batch", "2", "--seq", "256", "--ac", "full"]),
 ]
 
 
