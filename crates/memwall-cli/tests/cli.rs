@@ -1014,8 +1014,9 @@ fn the_torchtitan_runtime_estimates_plans_and_refuses_by_name() {
 
 /// `--runtime torchtitan` on Qwen 3: the dense untied models run torchtitan's own qwen3 model;
 /// the emitted launch names the config torchtitan ships for exactly these shapes, and refuses
-/// one it has none for instead of writing a wrong flavour; what torchtitan's qwen3 does not
-/// run (tied embeddings, MoE) exits 2 naming the config field.
+/// one it has none for instead of writing a wrong flavour; Qwen 3 MoE runs torchtitan's MoE
+/// blocks; what is not measured (tied embeddings; MoE with TP, "never" resharding or
+/// SelectiveAC) exits 2 naming the field.
 #[test]
 fn the_torchtitan_runtime_runs_dense_qwen3() {
     let titan = |model: &str, extra: &[&str]| {
@@ -1053,11 +1054,28 @@ fn the_torchtitan_runtime_runs_dense_qwen3() {
         err.contains("ships no config") && err.contains("hint:"),
         "{err}"
     );
-    for (model, field) in [
-        ("qwen3-0.6b", "tie_word_embeddings"),
-        ("qwen3-30b-a3b", "model_type"),
+    // Qwen 3 MoE: torchtitan's MoE blocks (no EP), emitted with its shipped config
+    let (code, out, err) = titan("qwen3-30b-a3b", &["--emit", "torchtitan"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("--module qwen3 --config qwen3_30b_a3b"),
+        "{out}"
+    );
+    for (model, extra, field) in [
+        ("qwen3-0.6b", &[][..], "tie_word_embeddings"),
+        ("qwen3-30b-a3b", &["--tp", "2"][..], "--tp"),
+        (
+            "qwen3-30b-a3b",
+            &["--strategy", "fsdp-grad-op"][..],
+            "fsdp-grad-op",
+        ),
+        (
+            "qwen3-30b-a3b",
+            &["--checkpointing-policy", "selective-op"][..],
+            "selective-op",
+        ),
     ] {
-        let (code, _, err) = titan(model, &[]);
+        let (code, _, err) = titan(model, extra);
         assert_eq!(code, 2, "{model}: {err}");
         assert!(
             err.contains(field) && err.contains("torchtitan 0.3.0") && err.contains("hint:"),

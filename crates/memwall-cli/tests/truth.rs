@@ -977,6 +977,10 @@ struct TitanCase {
     /// `enable_sequence_parallel` (present with `tp`)
     #[serde(default)]
     sequence_parallel: Option<bool>,
+    /// MoE flavours: the router gate ran in fp32, as CUDA autocast runs it (emulated on CPU)
+    #[serde(default)]
+    #[allow(dead_code)]
+    router_gate: Option<String>,
     measured: TitanMeasured,
     versions: BTreeMap<String, String>,
 }
@@ -1023,6 +1027,8 @@ fn titan_rows() -> Vec<TitanRow> {
             ("qwen3", "8B") => "data/models/Qwen/Qwen3-8B.json",
             ("qwen3", "14B") => "data/models/Qwen/Qwen3-14B.json",
             ("qwen3", "32B") => "data/models/Qwen/Qwen3-32B.json",
+            ("qwen3", "30B-A3B") => "data/models/Qwen/Qwen3-30B-A3B.json",
+            ("qwen3", "235B-A22B") => "data/models/Qwen/Qwen3-235B-A22B.json",
             (m, f) => panic!("{}: model {m} flavour {f}", c.id),
         };
         let json = std::fs::read_to_string(root().join(config)).expect("read config");

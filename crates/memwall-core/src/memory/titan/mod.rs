@@ -288,12 +288,27 @@ pub struct Shapes {
     /// `head_dim` (`dim / n_heads` for Llama 3; Qwen 3's own, e.g. 128 with dim 5120 and 64
     /// heads for 32B).
     pub head_dim: u64,
-    /// The feed-forward's `hidden_dim`.
+    /// The feed-forward's `hidden_dim` (dense blocks; 0 for MoE blocks).
     pub ffn: u64,
+    /// Qwen 3 MoE: every block's feed-forward is torchtitan's `MoE` (`models/common/moe.py`).
+    pub moe: Option<TitanMoe>,
     /// `vocab_size`.
     pub vocab: u64,
     /// Blocks.
     pub layers: u64,
+}
+
+/// torchtitan's MoE feed-forward (`models/common/moe.py`: `TokenChoiceTopKRouter` with a
+/// softmax score and `route_norm`, `LocalTokenDispatcher` (no EP), `GroupedExperts` on
+/// `torch._grouped_mm`, no shared experts in Qwen 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TitanMoe {
+    /// `num_experts`.
+    pub experts: u64,
+    /// `top_k`.
+    pub top_k: u64,
+    /// One expert's `hidden_dim` (`moe_intermediate_size`).
+    pub expert_ffn: u64,
 }
 
 fn refuse(
@@ -325,14 +340,14 @@ fn refuse(
 /// RMSNorms, MoE and MLA configs (`qwen3_moe`, `deepseek_v3`), and tied embeddings (not
 /// measured: torchtitan shards embeddings, norm and head as one FSDP unit then).
 pub fn shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
-    const ONLY: &str = "torchtitan 0.3.0's llama3 and dense qwen3 models are simulated \
-                        (models/llama3/, models/qwen3/); its MoE (qwen3 MoE flavours, \
-                        deepseek_v3) and other models are not";
-    const HINT: &str = "use a Llama 3 / 3.1 or dense Qwen 3 model (e.g. llama-3.1-8b, qwen3-8b), \
-                        or drop --runtime torchtitan";
+    const ONLY: &str = "torchtitan 0.3.0's llama3 and qwen3 (dense and MoE) models are \
+                        simulated (models/llama3/, models/qwen3/); its deepseek_v3 (MLA + MoE \
+                        with shared experts) and other models are not";
+    const HINT: &str = "use a Llama 3 / 3.1 or Qwen 3 model (e.g. llama-3.1-8b, qwen3-8b, \
+                        qwen3-30b-a3b), or drop --runtime torchtitan";
     let titan_model = match model.model_type.as_str() {
         "llama" => TitanModel::Llama3,
-        "qwen3" => TitanModel::Qwen3,
+        "qwen3" | "qwen3_moe" => TitanModel::Qwen3,
         _ => return Err(refuse("model_type", &model.model_type, ONLY, HINT)),
     };
     let first = model
@@ -347,8 +362,31 @@ pub fn shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
         } => (num_heads, num_kv_heads, head_dim),
         AttentionKind::Mla { .. } => return Err(refuse("model_type", "mla", ONLY, HINT)),
     };
-    let ffn = match &first.mlp {
-        Mlp::Dense(d) if d.gated && d.act == Activation::Silu && !d.bias => d.intermediate,
+    let swiglu = |d: &crate::model::DenseMlp| d.gated && d.act == Activation::Silu && !d.bias;
+    let (ffn, moe) = match (&first.mlp, model.model_type.as_str()) {
+        (Mlp::Dense(d), "llama" | "qwen3") if swiglu(d) => (d.intermediate, None),
+        // Qwen 3 MoE (HF `qwen3_moe`): torchtitan's qwen3 MoE flavours route with a softmax,
+        // `route_norm = True` (HF `norm_topk_prob`), no shared expert, every block MoE
+        // (`_build_qwen3_moe_layers`; HF `mlp_only_layers = []`, `decoder_sparse_step = 1`)
+        (Mlp::Moe(m), "qwen3_moe")
+            if swiglu(&m.expert)
+                && m.shared.is_none()
+                && !m.shared_gate
+                && !m.router_bias
+                && m.router_extra_params == 0
+                && m.frozen_router_params == 0
+                && !m.all_experts
+                && !m.router_topk_then_softmax =>
+        {
+            (
+                0,
+                Some(TitanMoe {
+                    experts: m.num_experts,
+                    top_k: m.top_k,
+                    expert_ffn: m.expert.intermediate,
+                }),
+            )
+        }
         _ => return Err(refuse("model_type", &model.model_type, ONLY, HINT)),
     };
     // torchtitan's GQAttention: `qk_norm = RMSNorm(head_dim)` shared by the heads (Qwen 3),
@@ -420,6 +458,7 @@ pub fn shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
         kv_heads,
         head_dim,
         ffn,
+        moe,
         vocab: model.embeddings.vocab_size,
         layers: model.layers.len() as u64,
     })
@@ -484,7 +523,54 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
             "drop --padding-free with --runtime torchtitan",
         ));
     }
-    shapes(model)
+    let s = shapes(model)?;
+    if s.moe.is_some() {
+        // measured for the MoE flavours: FSDP2 (dim-0 and dim-1 expert sharding), no / full /
+        // every-k AC, the three reshard policies, fused and foreach AdamW
+        if layout.tp > 1 {
+            return Err(refuse(
+                "tp",
+                layout.tp,
+                "not measured: torchtitan's tensor parallelism of MoE blocks (experts sharded \
+                 on their hidden dim, models/common/moe_sharding.py)",
+                "use --tp 1 for a MoE model with --runtime torchtitan",
+            ));
+        }
+        if layout.strategy == Strategy::FsdpGradOp {
+            return Err(refuse(
+                "strategy",
+                "fsdp-grad-op",
+                "not measured on MoE blocks: `fsdp_reshard_after_forward = \"never\"` (a measured \
+                 case, titan-qwen3moe-235b-2l-w64-s1024-fullac-never, holds the recomputed MoE \
+                 block's tensors through its gradient reduce-scatter, which is not simulated)",
+                "use --strategy fsdp-full for a MoE model with --runtime torchtitan",
+            ));
+        }
+        if let Some(m) = s.moe {
+            let dp_shard = layout.gpus / layout.tp.max(1);
+            if dp_shard > m.experts {
+                return Err(refuse(
+                    "gpus",
+                    layout.gpus,
+                    "not measured: with more FSDP ranks than experts torchtitan shards the \
+                     experts on their hidden dim (`Shard(1)`, distributed/fsdp.py), whose \
+                     gradient re-layout before the reduce-scatter is not simulated",
+                    "use at most as many GPUs as the model has experts with --runtime torchtitan",
+                ));
+            }
+        }
+        if w.checkpointing && w.step_options.checkpointing_policy == CheckpointPolicy::SelectiveOp {
+            return Err(refuse(
+                CheckpointPolicy::FIELD,
+                "selective-op",
+                "not measured: torchtitan's op-level SelectiveAC on MoE blocks (which of the \
+                 router's and grouped-mm outputs its policy saves)",
+                "use --checkpointing-policy full or every-k:K for a MoE model with --runtime \
+                 torchtitan",
+            ));
+        }
+    }
+    Ok(s)
 }
 
 /// torchtitan's tensor parallelism as measured: `tensor_parallel_degree` with its default
@@ -564,6 +650,14 @@ pub fn simulate_train_titan(
     let reshard = opts
         .reshard
         .unwrap_or_else(|| ReshardPolicy::for_strategy(layout.strategy));
+    if s.moe.is_some() && reshard == ReshardPolicy::Never {
+        return Err(refuse(
+            "reshard_after_forward",
+            "never",
+            "not measured on MoE blocks (see --strategy fsdp-grad-op)",
+            "use the default reshard policy for a MoE model with --runtime torchtitan",
+        ));
+    }
     let job = step::Job {
         shapes: s,
         world: layout.gpus,

@@ -345,3 +345,118 @@ fn qwen3_configs_torchtitan_cannot_express_are_refused_by_name() {
         assert_eq!(field(run(&m)), "model_type", "{t}");
     }
 }
+
+/// A Qwen 3 MoE-shaped description: [`qwen3`] with every feed-forward torchtitan's MoE of
+/// `experts` SwiGLU experts of width 768, top 8.
+fn qwen3_moe(layers: usize, experts: u64) -> ModelDesc {
+    use crate::model::{DenseMlp, MoeMlp};
+    let mut m = qwen3(layers);
+    m.model_type = "qwen3_moe".into();
+    for l in &mut m.layers {
+        l.mlp = Mlp::Moe(MoeMlp {
+            num_experts: experts,
+            top_k: 8,
+            expert: DenseMlp {
+                intermediate: 768,
+                gated: true,
+                fused_gate_up: false,
+                bias: false,
+                act: Activation::Silu,
+            },
+            router_bias: false,
+            shared: None,
+            shared_gate: false,
+            router_extra_params: 0,
+            router_fp32: false,
+            router_topk_then_softmax: false,
+            router_weights_in_compute_dtype: false,
+            shared_first: false,
+            frozen_router_params: 0,
+            all_experts: false,
+            granite_router: false,
+            hunyuan_router: false,
+        });
+    }
+    m
+}
+
+/// torchtitan's MoE block: its parameters (gate and three `[E, F, D]` expert tensors) are
+/// FSDP-sharded on the expert dim; what was not measured is refused by name.
+#[test]
+fn qwen3_moe_runs_torchtitans_moe_blocks_and_refuses_what_was_not_measured() {
+    let m = qwen3_moe(2, 128);
+    let s = shapes(&m).unwrap();
+    assert_eq!(
+        s.moe,
+        Some(TitanMoe {
+            experts: 128,
+            top_k: 8,
+            expert_ffn: 768
+        })
+    );
+    let w = workload(1, 1024, None);
+    let l = layout(8, Strategy::FsdpFull);
+    let e = simulate_train_titan(&m, &w, &l, &TitanOptions::default()).unwrap();
+    // the peak is inside the MoE backward: the three bf16 expert gradients alone
+    assert!(e.peak_bytes > 2 * 3 * 128 * 768 * 4096);
+    // parameters: attention + norms as the dense block, the gate and the experts
+    let dense_attention = 4096 * (4096 + 2 * 4096) + 4096 * 4096 + 2 * 4096 + 2 * 128;
+    let moe = 128 * 4096 + 3 * 128 * 768 * 4096;
+    let embeddings = 2 * 32000 * 4096 + 4096;
+    assert_eq!(e.params_total, 2 * (dense_attention + moe) + embeddings);
+    // 12 ranks pad the 128 experts to 11 per rank (132)
+    let e12 = simulate_train_titan(
+        &m,
+        &w,
+        &Layout {
+            gpus_per_node: 4,
+            ..layout(12, Strategy::FsdpFull)
+        },
+        &TitanOptions::default(),
+    )
+    .unwrap();
+    assert!(e12.groups[0].model_state_bytes * 12 > e.groups[0].model_state_bytes * 8);
+    let run = |w: &TrainWorkload, l: &Layout, r: Option<ReshardPolicy>| {
+        simulate_train_titan(&m, w, l, &TitanOptions { reshard: r })
+    };
+    let tp = Layout {
+        tp: 2,
+        sequence_parallel: true,
+        ..l.clone()
+    };
+    assert_eq!(field(run(&w, &tp, None)), "tp");
+    assert_eq!(
+        field(run(&w, &layout(8, Strategy::FsdpGradOp), None)),
+        "strategy"
+    );
+    assert_eq!(
+        field(run(&w, &l, Some(ReshardPolicy::Never))),
+        "reshard_after_forward"
+    );
+    // more FSDP ranks than experts: torchtitan's Shard(1) experts
+    assert_eq!(
+        field(simulate_train_titan(
+            &qwen3_moe(2, 4),
+            &w,
+            &l,
+            &TitanOptions::default()
+        )),
+        "gpus"
+    );
+    let sel = workload(1, 1024, Some(CheckpointPolicy::SelectiveOp));
+    assert_eq!(field(run(&sel, &l, None)), "checkpointing_policy");
+    assert!(run(&workload(1, 1024, Some(CheckpointPolicy::Full)), &l, None).is_ok());
+    // a MoE config under the dense model type, and a dense one under qwen3_moe, are refused
+    let mut odd = qwen3_moe(2, 128);
+    odd.model_type = "qwen3".into();
+    assert_eq!(field(run_model(&odd)), "model_type");
+}
+
+fn run_model(m: &ModelDesc) -> Result<DistEstimate, CoreError> {
+    simulate_train_titan(
+        m,
+        &workload(1, 128, None),
+        &layout(8, Strategy::FsdpFull),
+        &TitanOptions::default(),
+    )
+}
