@@ -1119,7 +1119,7 @@ fn titan_section(rows: &[TitanRow]) -> String {
     let _ = writeln!(
         s,
         "\n## torchtitan runtime profile (`--runtime torchtitan`; `tests/truth/titan.jsonl`)\n\n\
-         torchtitan 0.3.0's own Llama 3 and dense Qwen 3 steps (its models, FSDP2 units and \
+         torchtitan 0.3.0's own Llama 3 and Qwen 3 (dense, MoE) steps (its models, FSDP2 units and \
          reshard policy, FullAC / SelectiveAC, CrossEntropyLoss, fused or foreach AdamW, TP + SP) \
          on a fake process group, measured by \
          `tools/truth/titan/measure_titan.py` with FSDPMemTracker (rank 0, steady step); \

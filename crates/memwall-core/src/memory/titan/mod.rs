@@ -38,9 +38,17 @@
 //! `torch.compile` (Inductor's generated code cannot run on fake tensors, so a compiled step
 //! cannot be measured honestly), LoRA, gradient accumulation, the chunked loss
 //! (`ChunkedLossWrapper`, torchtitan's default for `llama3_8b`: FSDPMemTracker refuses its
-//! repeated calls of the head unit, so it is not measured), tied embeddings, and every family
-//! but Llama 3 and dense Qwen 3 ([`shapes`] maps an HF config onto torchtitan's model arguments;
-//! Qwen 3 MoE and DeepSeek-V3 have their own torchtitan MoE models, not simulated).
+//! repeated calls of the head unit, so it is not measured), tied embeddings, for MoE blocks
+//! TP, "never" resharding, SelectiveAC and more FSDP ranks than experts, and every family but
+//! Llama 3 and Qwen 3 ([`shapes`] maps an HF config onto torchtitan's model arguments;
+//! DeepSeek-V3's MLA + shared-expert MoE is not simulated).
+//!
+//! Qwen 3 MoE (`qwen3_moe`): every block's feed-forward is torchtitan's `MoE`
+//! (`models/common/moe.py`): the router's gate in fp32 (its `torch.autocast(dtype=float32)`,
+//! which CUDA honours), softmax scores, top-k with `route_norm`, `LocalTokenDispatcher` (argsort,
+//! gather, fp32-scaled `scatter_add` combine), `GroupedExperts` on `torch._grouped_mm`, the
+//! `expert_bias_E` / `tokens_per_expert_E` buffers; the experts are FSDP-sharded on dim 0 as part
+//! of their block's unit (measured, `tools/truth/titan/README.md` "Qwen 3 MoE").
 
 use super::ranks::{CommBuffer, DistEstimate, RankGroup, RankSet};
 use super::{Category, Phase};
@@ -65,8 +73,8 @@ crate::names::named_enum! {
         /// deepspeed, megatron).
         #[default]
         Hf = "hf": "transformers' model and step (the engine the layout picks)",
-        /// torchtitan 0.3.0's Llama 3 or dense Qwen 3 under FSDP2 ([`Engine::Torchtitan`]).
-        Torchtitan = "torchtitan": "torchtitan 0.3.0's own Llama 3 / dense Qwen 3 step under FSDP2 (and its TP + SP)",
+        /// torchtitan 0.3.0's Llama 3 or Qwen 3 (dense, MoE) under FSDP2 ([`Engine::Torchtitan`]).
+        Torchtitan = "torchtitan": "torchtitan 0.3.0's own Llama 3 / Qwen 3 step under FSDP2 (and its TP + SP)",
     }
 }
 
@@ -78,7 +86,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     engine: Engine::Torchtitan,
     name: "torchtitan",
     title: ENGINE,
-    source: "torchtitan 0.3.0's Llama 3 and dense Qwen 3 steps under FSDP2, with its tensor + \
+    source: "torchtitan 0.3.0's Llama 3 and Qwen 3 (dense, MoE) steps under FSDP2, with its tensor + \
              sequence parallelism (torchtitan/models/llama3/, models/qwen3/, models/common/, distributed/fsdp.py, \
              distributed/activation_checkpoint.py; measured with FSDPMemTracker on fake tensors \
              and a fake dp_shard × tp mesh, tests/truth/titan.jsonl; memory/titan/)",
@@ -274,7 +282,7 @@ impl TitanModel {
     }
 }
 
-/// The shapes of torchtitan's decoder (Llama 3 or dense Qwen 3) that its memory depends on.
+/// The shapes of torchtitan's decoder (Llama 3 or Qwen 3 (dense, MoE)) that its memory depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shapes {
     /// The torchtitan model.
