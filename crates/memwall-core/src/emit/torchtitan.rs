@@ -43,10 +43,10 @@ struct Flavour {
     tied: bool,
 }
 
+/// A dense flavour: `(model_type, module, config)`, `(hidden, layers)`, the attention, the
+/// feed-forward width, the vocabulary and whether embeddings are tied.
 const fn dense(
-    model_type: &'static str,
-    module: &'static str,
-    config: &'static str,
+    (model_type, module, config): (&'static str, &'static str, &'static str),
     (hidden, layers): (u64, u64),
     attention: (u64, u64, u64),
     ffn: u64,
@@ -73,9 +73,7 @@ const fn dense(
 /// training config there, only `qwen3_8b_first_85_pct_layers_nvfp4` and `sft_qwen3_8b_math`).
 const CONFIGS: &[Flavour] = &[
     dense(
-        "llama",
-        "llama3",
-        "llama3_8b",
+        ("llama", "llama3", "llama3_8b"),
         (4096, 32),
         (32, 8, 128),
         14336,
@@ -83,9 +81,7 @@ const CONFIGS: &[Flavour] = &[
         false,
     ),
     dense(
-        "llama",
-        "llama3",
-        "llama3_70b",
+        ("llama", "llama3", "llama3_70b"),
         (8192, 80),
         (64, 8, 128),
         28672,
@@ -93,9 +89,7 @@ const CONFIGS: &[Flavour] = &[
         false,
     ),
     dense(
-        "llama",
-        "llama3",
-        "llama3_405b",
+        ("llama", "llama3", "llama3_405b"),
         (16384, 126),
         (128, 8, 128),
         53248,
@@ -103,9 +97,7 @@ const CONFIGS: &[Flavour] = &[
         false,
     ),
     dense(
-        "qwen3",
-        "qwen3",
-        "qwen3_0_6b",
+        ("qwen3", "qwen3", "qwen3_0_6b"),
         (1024, 28),
         (16, 8, 128),
         3072,
@@ -113,9 +105,7 @@ const CONFIGS: &[Flavour] = &[
         true,
     ),
     dense(
-        "qwen3",
-        "qwen3",
-        "qwen3_1_7b",
+        ("qwen3", "qwen3", "qwen3_1_7b"),
         (2048, 28),
         (16, 8, 128),
         6144,
@@ -123,9 +113,7 @@ const CONFIGS: &[Flavour] = &[
         true,
     ),
     dense(
-        "qwen3",
-        "qwen3",
-        "qwen3_14b",
+        ("qwen3", "qwen3", "qwen3_14b"),
         (5120, 40),
         (40, 8, 128),
         17408,
@@ -133,9 +121,7 @@ const CONFIGS: &[Flavour] = &[
         false,
     ),
     dense(
-        "qwen3",
-        "qwen3",
-        "qwen3_32b",
+        ("qwen3", "qwen3", "qwen3_32b"),
         (5120, 64),
         (64, 8, 128),
         25600,
