@@ -1012,6 +1012,78 @@ fn the_torchtitan_runtime_estimates_plans_and_refuses_by_name() {
     );
 }
 
+/// `--runtime torchtitan` on Qwen 3: the dense untied models run torchtitan's own qwen3 model;
+/// the emitted launch names the config torchtitan ships for exactly these shapes, and refuses
+/// one it has none for instead of writing a wrong flavour; Qwen 3 MoE runs torchtitan's MoE
+/// blocks; what is not measured (tied embeddings; MoE with TP, "never" resharding or
+/// SelectiveAC) exits 2 naming the field.
+#[test]
+fn the_torchtitan_runtime_runs_dense_qwen3() {
+    let titan = |model: &str, extra: &[&str]| {
+        run(&[
+            &[
+                "train",
+                "-m",
+                model,
+                "--runtime",
+                "torchtitan",
+                "--precision",
+                "amp-bf16",
+                "--gpus",
+                "8",
+            ][..],
+            extra,
+        ]
+        .concat())
+    };
+    let (code, out, err) = titan("qwen3-14b", &["--tp", "2", "--emit", "torchtitan"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("--module qwen3 --config qwen3_14b")
+            && out.contains("torchtitan's own qwen3 step"),
+        "{out}"
+    );
+    let (code, _, err) = titan("qwen3-32b", &["--checkpointing-policy", "selective-op"]);
+    assert_eq!(code, 0, "{err}");
+    // Qwen3-8B runs (torchtitan has its flavour) but 0.3.0 ships no plain training config for it
+    let (code, _, err) = titan("qwen3-8b", &[]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = titan("qwen3-8b", &["--emit", "torchtitan"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("ships no config") && err.contains("hint:"),
+        "{err}"
+    );
+    // Qwen 3 MoE: torchtitan's MoE blocks (no EP), emitted with its shipped config
+    let (code, out, err) = titan("qwen3-30b-a3b", &["--emit", "torchtitan"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("--module qwen3 --config qwen3_30b_a3b"),
+        "{out}"
+    );
+    for (model, extra, field) in [
+        ("qwen3-0.6b", &[][..], "tie_word_embeddings"),
+        ("qwen3-30b-a3b", &["--tp", "2"][..], "--tp"),
+        (
+            "qwen3-30b-a3b",
+            &["--strategy", "fsdp-grad-op"][..],
+            "fsdp-grad-op",
+        ),
+        (
+            "qwen3-30b-a3b",
+            &["--checkpointing-policy", "selective-op"][..],
+            "selective-op",
+        ),
+    ] {
+        let (code, _, err) = titan(model, extra);
+        assert_eq!(code, 2, "{model}: {err}");
+        assert!(
+            err.contains(field) && err.contains("torchtitan 0.3.0") && err.contains("hint:"),
+            "{model}: {err}"
+        );
+    }
+}
+
 /// `--image-tokens N` on qwen2_vl: the report names N, and the vision tower's forward and the
 /// merge add to the forward phase (the tower is frozen: nothing of it outlives the forward).
 #[test]

@@ -995,12 +995,15 @@ fn accuracy_report_is_current() {
 }
 
 /// One measured torchtitan case (`tests/truth/titan.jsonl`, `tools/truth/titan/measure_titan.py`):
-/// torchtitan 0.3.0's Llama 3 step under FSDP2 on a fake process group, FSDPMemTracker.
+/// torchtitan 0.3.0's Llama 3 or Qwen 3 step under FSDP2 on a fake process group, FSDPMemTracker.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TitanCase {
     id: String,
     kind: String,
+    /// torchtitan's model module (absent: llama3)
+    #[serde(default)]
+    model: Option<String>,
     flavor: String,
     layers: usize,
     world_size: u64,
@@ -1022,6 +1025,10 @@ struct TitanCase {
     /// `enable_sequence_parallel` (present with `tp`)
     #[serde(default)]
     sequence_parallel: Option<bool>,
+    /// MoE flavours: the router gate ran in fp32, as CUDA autocast runs it (emulated on CPU)
+    #[serde(default)]
+    #[allow(dead_code)]
+    router_gate: Option<String>,
     measured: TitanMeasured,
     versions: BTreeMap<String, String>,
 }
@@ -1060,11 +1067,17 @@ fn titan_rows() -> Vec<TitanRow> {
             c.versions.get("torchtitan").map(String::as_str),
             Some("0.3.0")
         );
-        let config = match c.flavor.as_str() {
-            "8B" => "data/models/meta-llama/Llama-3.1-8B.json",
-            "70B" => "data/models/meta-llama/Llama-3.1-70B.json",
-            "405B" => "data/models/meta-llama/Llama-3.1-405B.json",
-            f => panic!("{}: flavour {f}", c.id),
+        // torchtitan's flavours and the HF configs whose shapes they are
+        let config = match (c.model.as_deref().unwrap_or("llama3"), c.flavor.as_str()) {
+            ("llama3", "8B") => "data/models/meta-llama/Llama-3.1-8B.json",
+            ("llama3", "70B") => "data/models/meta-llama/Llama-3.1-70B.json",
+            ("llama3", "405B") => "data/models/meta-llama/Llama-3.1-405B.json",
+            ("qwen3", "8B") => "data/models/Qwen/Qwen3-8B.json",
+            ("qwen3", "14B") => "data/models/Qwen/Qwen3-14B.json",
+            ("qwen3", "32B") => "data/models/Qwen/Qwen3-32B.json",
+            ("qwen3", "30B-A3B") => "data/models/Qwen/Qwen3-30B-A3B.json",
+            ("qwen3", "235B-A22B") => "data/models/Qwen/Qwen3-235B-A22B.json",
+            (m, f) => panic!("{}: model {m} flavour {f}", c.id),
         };
         let json = std::fs::read_to_string(root().join(config)).expect("read config");
         let mut desc = memwall_formats::parse_hf_config(&json).unwrap();
@@ -1136,7 +1149,7 @@ fn titan_rows() -> Vec<TitanRow> {
         out.push(TitanRow {
             row: Row::new(
                 &c.id,
-                "llama",
+                &desc.model_type,
                 format!("ac {}", c.activation_checkpoint),
                 (c.measured.peak_bytes, e.peak_bytes),
                 "-",
@@ -1154,8 +1167,9 @@ fn titan_section(rows: &[TitanRow]) -> String {
     let _ = writeln!(
         s,
         "\n## torchtitan runtime profile (`--runtime torchtitan`; `tests/truth/titan.jsonl`)\n\n\
-         torchtitan 0.3.0's own Llama 3 step (its model, FSDP2 units and reshard policy, FullAC / \
-         SelectiveAC, CrossEntropyLoss, foreach AdamW) on a fake process group, measured by \
+         torchtitan 0.3.0's own Llama 3 and Qwen 3 (dense, MoE) steps (its models, FSDP2 units and \
+         reshard policy, FullAC / SelectiveAC, CrossEntropyLoss, fused or foreach AdamW, TP + SP) \
+         on a fake process group, measured by \
          `tools/truth/titan/measure_titan.py` with FSDPMemTracker (rank 0, steady step); \
          estimates: `memory/titan` (`--runtime torchtitan --precision amp-bf16 --strategy \
          fsdp-full`).\n"
@@ -1197,4 +1211,37 @@ fn every_torchtitan_case_within_three_percent() {
     );
     let plain: Vec<Row> = rows.into_iter().map(|r| r.row).collect();
     check(&plain, "torchtitan");
+}
+
+/// Fake must equal real (`tests/truth/titan_crosscheck.jsonl`, `measure_titan.py --crosscheck`):
+/// every torchtitan crosscheck ran its step once on fake and once on real CPU tensors, and the
+/// two peaks and breakdowns are the same bytes (llama3 and qwen3 debug models).
+#[test]
+fn every_torchtitan_crosscheck_measures_the_same_on_fake_and_real_tensors() {
+    let text = std::fs::read_to_string(root().join("tests/truth/titan_crosscheck.jsonl"))
+        .expect("read titan_crosscheck.jsonl");
+    let mut models = std::collections::BTreeSet::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).expect("crosscheck row");
+        let id = v["id"].as_str().expect("id");
+        assert_eq!(v["difference_bytes"], 0, "{id}");
+        assert_eq!(v["fake"], v["real"], "{id}");
+        assert!(v["fake"]["peak_bytes"].as_u64().unwrap_or(0) > 0, "{id}");
+        let args: Vec<&str> = v["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .filter_map(|a| a.as_str())
+            .collect();
+        let model = args
+            .iter()
+            .position(|a| *a == "--model")
+            .map_or("llama3", |i| args[i + 1]);
+        models.insert(model.to_owned());
+    }
+    assert_eq!(
+        models.into_iter().collect::<Vec<_>>(),
+        ["llama3", "qwen3"],
+        "a crosscheck per simulated torchtitan model"
+    );
 }

@@ -19,7 +19,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 def measure_one(argv: list[str]) -> dict:
     ap = argparse.ArgumentParser()
+    # torchtitan 0.3.0's model (its `model_registry` and parallelize function): llama3 (every
+    # case without this flag), qwen3 (dense and MoE flavours) or deepseek_v3
+    ap.add_argument("--model", choices=["llama3", "qwen3", "deepseek_v3"], default="llama3")
     ap.add_argument("--flavor", default="8B")
+    # untie a tied flavour (`enable_weight_tying = False`: embeddings and head separate, as
+    # torchtitan's untied flavours); the qwen3 crosschecks use the tied "debugmodel" so
+    ap.add_argument("--untie", action="store_true")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--world", type=int, default=8)
     # tensor (+ sequence) parallelism: a 2-D mesh (dp_shard = world / tp, tp), torchtitan's
@@ -97,17 +103,24 @@ def measure_one(argv: list[str]) -> dict:
     from torchtitan.distributed import ParallelDims
     from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
     from torchtitan.models.common.config_utils import decoder_vocab_size
-    from torchtitan.models.llama3 import model_registry
+    import importlib
+
     from torchtitan.models.llama3.config_registry import llama3_8b
+
+    model_registry = importlib.import_module(f"torchtitan.models.{args.model}").model_registry
 
     W = args.world
     os.environ.setdefault("WORLD_SIZE", str(W))
     os.environ.setdefault("LOCAL_RANK", "0")
     dist.init_process_group("fake", rank=0, world_size=W, store=FakeStore())
 
+    # the job config of `llama3_8b()` (loss, optimizer, training defaults) with the chosen
+    # model's spec in place of llama3's (the trainer reads `config.model_spec`)
     config = llama3_8b()
     spec = model_registry(args.flavor, attn_backend=args.attn)
     spec.model.layers = spec.model.layers[: args.layers]
+    if args.untie:
+        spec.model.enable_weight_tying = False
     config.model_spec = spec
     config.training.local_batch_size = args.batch
     config.training.seq_len = args.seq
@@ -168,11 +181,30 @@ def measure_one(argv: list[str]) -> dict:
         )
         model.to_empty(device="cpu")
         model.train()
+        # MoE routers compute the gate under `torch.autocast(device_type, dtype=torch.float32)`
+        # (models/common/moe.py TokenChoiceTopKRouter.forward): CUDA autocast casts the linear's
+        # input and weight to fp32 (fp32 scores); CPU autocast refuses float32 (a warning) and
+        # would run the gate in bf16. Emulate CUDA: the gate's linear on explicit fp32 casts
+        # (what autocast's cached_cast does; the casts' backward casts the gradients back)
+        import torch.nn.functional as F
+
+        n_gates = 0
+        for name, mod in model.named_modules():
+            if name.endswith("router.gate"):
+                def gate_fp32(x, _m=mod):
+                    return F.linear(x.float(), _m.weight.float(), None if _m.bias is None else _m.bias.float())
+
+                mod.forward = gate_fp32
+                n_gates += 1
         loss_fn = config.loss.build(compile_config=config.compile)
         if isinstance(loss_fn, ChunkedLossWrapper):
             loss_fn.set_lm_head(model.lm_head)
             model._skip_lm_head = True
         optimizers = config.optimizer.build(model_parts=[model])
+        # Trainer.__init__ (trainer.py): the model's post-optimizer hook (qwen3 / deepseek_v3:
+        # `register_moe_load_balancing_hook`, the expert-bias update before each step)
+        if spec.post_optimizer_build_fn is not None:
+            spec.post_optimizer_build_fn(optimizers, [model], parallel_dims)
         vocab = model_config.vocab_size
         inputs = torch.randint(0, vocab, (args.batch, args.seq))
         labels = torch.randint(0, vocab, (args.batch, args.seq))
@@ -230,13 +262,15 @@ def measure_one(argv: list[str]) -> dict:
     import platform
 
     return {
-        "flavor": args.flavor, "layers": args.layers, "world_size": W, "batch": args.batch,
+        **({"model": args.model} if args.model != "llama3" else {}),
+        "flavor": args.flavor, **({"untied": True} if args.untie else {}), "layers": args.layers, "world_size": W, "batch": args.batch,
         "seq": args.seq, "activation_checkpoint": args.ac, "loss": args.loss,
         **({"tp": args.tp, "sequence_parallel": not args.no_sp} if args.tp > 1 else {}),
         "attention": args.attn + ("-stub" if args.attn_stub else ""),
         **({"tensors": "real"} if args.real else {}),
         **({"reshard_after_forward": args.reshard} if args.reshard != "default" else {}),
         **({"optimizer_implementation": args.optim} if args.optim != "fused" else {}),
+        **({"router_gate": "fp32 (CUDA autocast emulated)"} if n_gates else {}),
         "measured": {
             "peak_bytes": int(snap["Total"]),
             "at_peak": {str(k).split(".")[-1].lower(): int(v) for k, v in snap.items() if k != "Total"},
@@ -370,6 +404,29 @@ CASES = [
     ("titan-llama3-70b-3l-w8-tp8-b2s1024-everyk2", ["--flavor", "70B", "--layers", "3", "--world", "8", "--tp", "8", "--batch", "2", "--seq", "1024", "--loss", "ce", "--ac", "every-k:2"]),
     ("titan-llama3-70b-2l-w32-tp4-s2048-always", ["--flavor", "70B", "--layers", "2", "--world", "32", "--tp", "4", "--seq", "2048", "--loss", "ce", "--reshard", "always"]),
     ("titan-llama3-70b-2l-w32-tp8-s4096", ["--flavor", "70B", "--layers", "2", "--world", "32", "--tp", "8", "--seq", "4096", "--loss", "ce"]),
+    # fourth batch: torchtitan's own qwen3 model (dense, untied flavours 8B / 14B / 32B; 32B has
+    # n_heads × head_dim = 8192 ≠ dim = 5120): q/k RMSNorm per head, cos/sin RoPE
+    ("titan-qwen3-8b-2l-w8-s512", ["--model", "qwen3", "--flavor", "8B", "--layers", "2", "--world", "8", "--seq", "512", "--loss", "ce"]),
+    ("titan-qwen3-8b-2l-w8-s1024-fullac", ["--model", "qwen3", "--flavor", "8B", "--layers", "2", "--world", "8", "--seq", "1024", "--loss", "ce", "--ac", "full"]),
+    ("titan-qwen3-8b-3l-w16-s1024-selac", ["--model", "qwen3", "--flavor", "8B", "--layers", "3", "--world", "16", "--seq", "1024", "--loss", "ce", "--ac", "selective"]),
+    ("titan-qwen3-32b-2l-w8-s1024", ["--model", "qwen3", "--flavor", "32B", "--layers", "2", "--world", "8", "--seq", "1024", "--loss", "ce"]),
+    ("titan-qwen3-14b-2l-w8-b2s2048-selac", ["--model", "qwen3", "--flavor", "14B", "--layers", "2", "--world", "8", "--batch", "2", "--seq", "2048", "--loss", "ce", "--ac", "selective"]),
+    ("titan-qwen3-8b-2l-w6-s512-never", ["--model", "qwen3", "--flavor", "8B", "--layers", "2", "--world", "6", "--seq", "512", "--loss", "ce", "--reshard", "never"]),
+    ("titan-qwen3-14b-3l-w12-b2s1024-everyk2", ["--model", "qwen3", "--flavor", "14B", "--layers", "3", "--world", "12", "--batch", "2", "--seq", "1024", "--loss", "ce", "--ac", "every-k:2"]),
+    ("titan-qwen3-8b-2l-w8-tp2-s2048", ["--model", "qwen3", "--flavor", "8B", "--layers", "2", "--world", "8", "--tp", "2", "--seq", "2048", "--loss", "ce"]),
+    ("titan-qwen3-32b-2l-w16-tp4-s2048-fullac", ["--model", "qwen3", "--flavor", "32B", "--layers", "2", "--world", "16", "--tp", "4", "--seq", "2048", "--loss", "ce", "--ac", "full"]),
+    ("titan-qwen3-8b-2l-w8-tp8-s4096-selac", ["--model", "qwen3", "--flavor", "8B", "--layers", "2", "--world", "8", "--tp", "8", "--seq", "4096", "--loss", "ce", "--ac", "selective"]),
+    ("titan-qwen3-14b-2l-w16-tp2-b2s1024-always", ["--model", "qwen3", "--flavor", "14B", "--layers", "2", "--world", "16", "--tp", "2", "--batch", "2", "--seq", "1024", "--loss", "ce", "--reshard", "always"]),
+    # fifth batch: torchtitan's qwen3 MoE flavours (GroupedExperts on torch._grouped_mm, no EP;
+    # experts FSDP-sharded on dim 0, or dim 1 when dp_shard > experts), router gate in fp32
+    ("titan-qwen3moe-30b-2l-w8-s1024", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "2", "--world", "8", "--seq", "1024", "--loss", "ce"]),
+    ("titan-qwen3moe-30b-2l-w16-s2048-fullac", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "2", "--world", "16", "--seq", "2048", "--loss", "ce", "--ac", "full"]),
+    # measured, not a fixture (memwall refuses it, see README "Qwen 3 MoE"): ("titan-qwen3moe-30b-2l-w256-s1024", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "2", "--world", "256", "--seq", "1024", "--loss", "ce"]),
+    ("titan-qwen3moe-30b-3l-w8-b2s1024-everyk2", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "3", "--world", "8", "--batch", "2", "--seq", "1024", "--loss", "ce", "--ac", "every-k:2"]),
+    ("titan-qwen3moe-235b-1l-w32-s2048", ["--model", "qwen3", "--flavor", "235B-A22B", "--layers", "1", "--world", "32", "--seq", "2048", "--loss", "ce"]),
+    # measured, not a fixture (memwall refuses it, see README "Qwen 3 MoE"): ("titan-qwen3moe-235b-2l-w64-s1024-fullac-never", ["--model", "qwen3", "--flavor", "235B-A22B", "--layers", "2", "--world", "64", "--seq", "1024", "--loss", "ce", "--ac", "full", "--reshard", "never"]),
+    ("titan-qwen3moe-30b-2l-w12-s512-always", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "2", "--world", "12", "--seq", "512", "--loss", "ce", "--reshard", "always"]),
+    ("titan-qwen3moe-30b-2l-w8-b2s2048-foreach", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "2", "--world", "8", "--batch", "2", "--seq", "2048", "--loss", "ce", "--optim", "foreach"]),
 ]
 
 
@@ -381,6 +438,16 @@ CROSSCHECKS = [
     ("xc-titan-debug-2l-w2-tp2-s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "2", "--tp", "2", "--seq", "256"]),
     ("xc-titan-debug-3l-w8-tp4-b2s256-selac", ["--flavor", "debugmodel", "--layers", "3", "--world", "8", "--tp", "4", "--batch", "2", "--seq", "256", "--ac", "selective"]),
     ("xc-titan-debug-2l-w4-tp2-s512-fullac-foreach", ["--flavor", "debugmodel", "--layers", "2", "--world", "4", "--tp", "2", "--seq", "512", "--ac", "full", "--optim", "foreach"]),
+    # torchtitan's qwen3 "debugmodel" (dim 256, 16 heads of head_dim 128: n_heads × head_dim =
+    # 2048 ≠ dim; q/k norms, cos/sin RoPE), untied
+    ("xc-titan-qwen3-debug-2l-w4-s256", ["--model", "qwen3", "--flavor", "debugmodel", "--untie", "--layers", "2", "--world", "4", "--seq", "256"]),
+    ("xc-titan-qwen3-debug-2l-w4-tp2-s256-selac", ["--model", "qwen3", "--flavor", "debugmodel", "--untie", "--layers", "2", "--world", "4", "--tp", "2", "--seq", "256", "--ac", "selective"]),
+    ("xc-titan-qwen3-debug-3l-w8-tp4-b2s256-fullac", ["--model", "qwen3", "--flavor", "debugmodel", "--untie", "--layers", "3", "--world", "8", "--tp", "4", "--batch", "2", "--seq", "256", "--ac", "full"]),
+    # torchtitan's qwen3 MoE "debugmodel_moe" (64 experts, top 8; GroupedExperts on
+    # torch._grouped_mm, whose CPU kernel and fake rule both run; the router gate in fp32 as
+    # CUDA autocast runs it): fake equals real, though memwall does not model the MoE step yet
+    ("xc-titan-qwen3moe-debug-2l-w4-s256", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "2", "--world", "4", "--seq", "256"]),
+    ("xc-titan-qwen3moe-debug-2l-w8-s256-fullac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "2", "--world", "8", "--batch", "2", "--seq", "256", "--ac", "full"]),
 ]
 
 
@@ -391,7 +458,16 @@ def crosscheck() -> None:
     root = os.path.join(os.path.dirname(__file__), "..", "..", "..")
     out_path = os.path.join(root, "tests", "truth", "titan_crosscheck.jsonl")
     rows = []
+    done = {}
+    if os.path.exists(out_path):  # measured rows are kept, never re-measured in place
+        for line in open(out_path):
+            if line.strip():
+                r = json.loads(line)
+                done[r["id"]] = r
     for cid, argv in CROSSCHECKS:
+        if cid in done:
+            rows.append(done[cid])
+            continue
         got = {}
         for side in ("fake", "real"):
             extra = ["--loss", "ce", "--attn-stub"] + (["--real"] if side == "real" else [])

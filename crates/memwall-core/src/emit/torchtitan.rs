@@ -21,18 +21,141 @@ use crate::workload::{CheckpointPolicy, Optimizer, Precision};
 
 const KIND: &str = "torchtitan";
 
-/// `(model_type, hidden_size, num_layers)` → `(--module, --config)`: the shipped configs of
-/// torchtitan 0.3.0 (`models/llama3/config_registry.py`, `models/qwen3/config_registry.py`).
-const CONFIGS: &[(&str, u64, u64, &str, &str)] = &[
-    ("llama", 4096, 32, "llama3", "llama3_8b"),
-    ("llama", 8192, 80, "llama3", "llama3_70b"),
-    ("llama", 16384, 126, "llama3", "llama3_405b"),
-    ("qwen3", 1024, 28, "qwen3", "qwen3_0_6b"),
-    ("qwen3", 2048, 28, "qwen3", "qwen3_1_7b"),
-    ("qwen3", 5120, 40, "qwen3", "qwen3_14b"),
-    ("qwen3", 5120, 64, "qwen3", "qwen3_32b"),
-    ("qwen3_moe", 2048, 48, "qwen3", "qwen3_30b_a3b"),
+/// One model torchtitan 0.3.0 ships a job config for: its `config_registry` function
+/// (`--module M --config C`) and the shapes of the flavour that function builds
+/// (`models/llama3/__init__.py`, `models/qwen3/__init__.py` `qwen3_configs`). torchtitan's model
+/// arguments are not CLI flags (`Trainer.Config.model_spec` is suppressed from tyro's parsing,
+/// trainer.py), so a config whose shapes differ from every flavour cannot be launched without
+/// writing a Python config function: the emitter refuses it instead of naming a wrong flavour.
+struct Flavour {
+    model_type: &'static str,
+    module: &'static str,
+    config: &'static str,
+    hidden: u64,
+    layers: u64,
+    /// `(n_heads, n_kv_heads, head_dim)`.
+    attention: (u64, u64, u64),
+    /// The dense feed-forward's `hidden_dim`.
+    ffn: Option<u64>,
+    /// `(experts, top_k, expert hidden_dim)`.
+    moe: Option<(u64, u64, u64)>,
+    vocab: u64,
+    tied: bool,
+}
+
+/// A dense flavour: `(model_type, module, config)`, `(hidden, layers)`, the attention, the
+/// feed-forward width, the vocabulary and whether embeddings are tied.
+const fn dense(
+    (model_type, module, config): (&'static str, &'static str, &'static str),
+    (hidden, layers): (u64, u64),
+    attention: (u64, u64, u64),
+    ffn: u64,
+    vocab: u64,
+    tied: bool,
+) -> Flavour {
+    Flavour {
+        model_type,
+        module,
+        config,
+        hidden,
+        layers,
+        attention,
+        ffn: Some(ffn),
+        moe: None,
+        vocab,
+        tied,
+    }
+}
+
+/// The shipped configs of torchtitan 0.3.0 (`models/llama3/config_registry.py` `llama3_8b`,
+/// `llama3_70b`, `llama3_405b`; `models/qwen3/config_registry.py` `qwen3_0_6b`, `qwen3_1_7b`,
+/// `qwen3_14b`, `qwen3_32b`, `qwen3_30b_a3b`; Qwen 3 8B and 4B have model flavours but no plain
+/// training config there, only `qwen3_8b_first_85_pct_layers_nvfp4` and `sft_qwen3_8b_math`).
+const CONFIGS: &[Flavour] = &[
+    dense(
+        ("llama", "llama3", "llama3_8b"),
+        (4096, 32),
+        (32, 8, 128),
+        14336,
+        128256,
+        false,
+    ),
+    dense(
+        ("llama", "llama3", "llama3_70b"),
+        (8192, 80),
+        (64, 8, 128),
+        28672,
+        128256,
+        false,
+    ),
+    dense(
+        ("llama", "llama3", "llama3_405b"),
+        (16384, 126),
+        (128, 8, 128),
+        53248,
+        128256,
+        false,
+    ),
+    dense(
+        ("qwen3", "qwen3", "qwen3_0_6b"),
+        (1024, 28),
+        (16, 8, 128),
+        3072,
+        151936,
+        true,
+    ),
+    dense(
+        ("qwen3", "qwen3", "qwen3_1_7b"),
+        (2048, 28),
+        (16, 8, 128),
+        6144,
+        151936,
+        true,
+    ),
+    dense(
+        ("qwen3", "qwen3", "qwen3_14b"),
+        (5120, 40),
+        (40, 8, 128),
+        17408,
+        151936,
+        false,
+    ),
+    dense(
+        ("qwen3", "qwen3", "qwen3_32b"),
+        (5120, 64),
+        (64, 8, 128),
+        25600,
+        151936,
+        false,
+    ),
+    Flavour {
+        model_type: "qwen3_moe",
+        module: "qwen3",
+        config: "qwen3_30b_a3b",
+        hidden: 2048,
+        layers: 48,
+        attention: (32, 4, 128),
+        ffn: None,
+        moe: Some((128, 8, 768)),
+        vocab: 151936,
+        tied: false,
+    },
 ];
+
+impl Flavour {
+    fn matches(&self, s: &super::ModelShape) -> bool {
+        self.model_type == s.model_type
+            && self.hidden == s.hidden_size
+            && self.layers == s.num_layers
+            && Some(self.attention) == s.attention
+            && self.ffn == s.ffn_hidden_size
+            && self.moe == s.moe.map(|(e, k, f, _)| (e, k, f))
+            && s.moe.is_none_or(|(_, _, _, shared)| shared.is_none())
+            && !s.mixed_moe
+            && self.vocab == s.vocab_size
+            && self.tied == s.tied_embeddings
+    }
+}
 
 type Args = Vec<(String, Option<String>)>;
 
@@ -68,17 +191,18 @@ pub(super) fn args(
             "use --emit accelerate or trainer",
         ));
     }
-    let Some(&(_, _, _, module, config)) = CONFIGS
-        .iter()
-        .find(|(t, h, n, _, _)| *t == s.model_type && *h == s.hidden_size && *n == s.num_layers)
-    else {
+    let Some(&Flavour { module, config, .. }) = CONFIGS.iter().find(|f| f.matches(s)) else {
         return Err(EmitError::unsupported(
             KIND,
             format!(
-                "torchtitan 0.3.0 ships no config for model_type `{}` with hidden {} × {} layers",
+                "torchtitan 0.3.0 ships no config for this model_type `{}` (hidden {} × {} layers): \
+                 its model arguments are fixed per flavour in Python (models/<module>/__init__.py) \
+                 and cannot be set from the command line, so a custom config needs its own \
+                 config_registry function",
                 s.model_type, s.hidden_size, s.num_layers
             ),
-            "use --emit accelerate or trainer (they load the transformers model)",
+            "use --emit accelerate or trainer (they load the transformers model), or write a \
+             torchtitan config function for these shapes",
         ));
     };
     // training.dtype = the weights' dtype; mixed precision via fully_shard's MixedPrecisionPolicy
@@ -204,10 +328,9 @@ pub(super) fn emit(spec: &LaunchSpec) -> Result<Vec<EmittedFile>, EmitError> {
     );
     lines.push(String::new());
     if spec.runtime == Runtime::Torchtitan {
-        lines.push(
-            "memwall's estimate is of torchtitan's own Llama 3 step (--runtime torchtitan) with its"
-                .to_string(),
-        );
+        lines.push(format!(
+            "memwall's estimate is of torchtitan's own {module} step (--runtime torchtitan) with its"
+        ));
         lines.push(
             "CrossEntropyLoss; the registry config's default loss (ChunkedLossWrapper) needs less."
                 .to_string(),

@@ -1,8 +1,8 @@
 //! [`Engine::Torchtitan`]: torchtitan 0.3.0's own training step (`--runtime torchtitan`).
 //!
-//! torchtitan does not run the transformers model: it builds its own Llama 3 (plain PyTorch,
-//! `torchtitan/models/llama3/model.py` over `models/common/{decoder,attention,rope,
-//! feed_forward,nn_modules}.py`), wraps it with activation checkpointing and FSDP2
+//! torchtitan does not run the transformers model: it builds its own Llama 3 or Qwen 3 (plain
+//! PyTorch, `torchtitan/models/llama3/model.py`, `models/qwen3/model.py` over
+//! `models/common/{decoder,attention,rope,feed_forward,nn_modules}.py`), wraps it with activation checkpointing and FSDP2
 //! (`models/llama3/parallelize.py` `parallelize_llama`, `distributed/fsdp.py`
 //! `apply_fsdp_to_decoder`, `distributed/activation_checkpoint.py`) and trains it with its own
 //! loss (`components/loss.py` `CrossEntropyLoss`) and `OptimizersContainer` (AdamW, foreach).
@@ -13,7 +13,8 @@
 //! - The block: fused `wqkv`, complex RoPE over a per-layer `complex64` cache of `seq_len` rows
 //!   (`rope.py` `ComplexRoPE`, its `max_seq_len` set to `training.seq_len` by
 //!   `Decoder.Config.update_from_config`), FlexAttention (out, logsumexp and row max saved; the
-//!   default `attn_backend`), RMSNorm computed in fp32 (`x.float()` and the fp32 normalised
+//!   default `attn_backend`; Qwen 3: `CosSinRoPE`, an fp32 cos/sin cache twice the size, and
+//!   per-head q/k RMSNorms before RoPE, `models/qwen3/__init__.py`), RMSNorm computed in fp32 (`x.float()` and the fp32 normalised
 //!   tensor saved), `w2(silu(w1(x)) * w3(x))`; no KV cache, no dropout, no output object.
 //! - The loss: `cross_entropy(pred.float())` summed and divided by the global token count.
 //! - Tensor + sequence parallelism (`--tp`, torchtitan's `tensor_parallel_degree` with its
@@ -37,8 +38,17 @@
 //! `torch.compile` (Inductor's generated code cannot run on fake tensors, so a compiled step
 //! cannot be measured honestly), LoRA, gradient accumulation, the chunked loss
 //! (`ChunkedLossWrapper`, torchtitan's default for `llama3_8b`: FSDPMemTracker refuses its
-//! repeated calls of the head unit, so it is not measured), and every family but Llama 3
-//! (DeepSeek-V3 and Qwen 3 have their own torchtitan models, not simulated).
+//! repeated calls of the head unit, so it is not measured), tied embeddings, for MoE blocks
+//! TP, "never" resharding, SelectiveAC and more FSDP ranks than experts, and every family but
+//! Llama 3 and Qwen 3 ([`shapes`] maps an HF config onto torchtitan's model arguments;
+//! DeepSeek-V3's MLA + shared-expert MoE is not simulated).
+//!
+//! Qwen 3 MoE (`qwen3_moe`): every block's feed-forward is torchtitan's `MoE`
+//! (`models/common/moe.py`): the router's gate in fp32 (its `torch.autocast(dtype=float32)`,
+//! which CUDA honours), softmax scores, top-k with `route_norm`, `LocalTokenDispatcher` (argsort,
+//! gather, fp32-scaled `scatter_add` combine), `GroupedExperts` on `torch._grouped_mm`, the
+//! `expert_bias_E` / `tokens_per_expert_E` buffers; the experts are FSDP-sharded on dim 0 as part
+//! of their block's unit (measured, `tools/truth/titan/README.md` "Qwen 3 MoE").
 
 use super::ranks::{CommBuffer, DistEstimate, RankGroup, RankSet};
 use super::{Category, Phase};
@@ -46,7 +56,7 @@ use crate::dtype::Precision;
 use crate::engine::{Capabilities, Engine, Rule};
 use crate::error::CoreError;
 use crate::layout::{Layout, Offload, OffloadDevice, Strategy};
-use crate::model::{Activation, AttentionKind, Mlp, ModelDesc, NormKind, Residual};
+use crate::model::{Activation, AttentionKind, Mlp, ModelDesc, NormKind, QkNormScope, Residual};
 use crate::optimizer::Optimizer;
 use crate::workload::{CheckpointPolicy, KernelSet, LossKernel, TrainLoop, TrainWorkload};
 
@@ -63,8 +73,8 @@ crate::names::named_enum! {
         /// deepspeed, megatron).
         #[default]
         Hf = "hf": "transformers' model and step (the engine the layout picks)",
-        /// torchtitan 0.3.0's Llama 3 under FSDP2 ([`Engine::Torchtitan`]).
-        Torchtitan = "torchtitan": "torchtitan 0.3.0's own Llama 3 step under FSDP2 (and its TP + SP)",
+        /// torchtitan 0.3.0's Llama 3 or Qwen 3 (dense, MoE) under FSDP2 ([`Engine::Torchtitan`]).
+        Torchtitan = "torchtitan": "torchtitan 0.3.0's own Llama 3 / Qwen 3 step under FSDP2 (and its TP + SP)",
     }
 }
 
@@ -76,8 +86,8 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     engine: Engine::Torchtitan,
     name: "torchtitan",
     title: ENGINE,
-    source: "torchtitan 0.3.0's Llama 3 step under FSDP2, with its tensor + sequence \
-             parallelism (torchtitan/models/llama3/, models/common/, distributed/fsdp.py, \
+    source: "torchtitan 0.3.0's Llama 3 and Qwen 3 (dense, MoE) steps under FSDP2, with its tensor + \
+             sequence parallelism (torchtitan/models/llama3/, models/qwen3/, models/common/, distributed/fsdp.py, \
              distributed/activation_checkpoint.py; measured with FSDPMemTracker on fake tensors \
              and a fake dp_shard × tp mesh, tests/truth/titan.jsonl; memory/titan/)",
     strategies: Rule {
@@ -235,23 +245,78 @@ pub struct TitanOptions {
     pub reshard: Option<ReshardPolicy>,
 }
 
-/// The shapes of torchtitan's Llama 3 that its memory depends on.
+/// Which of torchtitan 0.3.0's decoder models the job runs (`--module`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TitanModel {
+    /// `models/llama3/`: `ComplexRoPE` (a complex64 cache of `head_dim / 2` per row), no q/k
+    /// norms.
+    Llama3,
+    /// `models/qwen3/` (dense flavours): `CosSinRoPE` (an fp32 cache of `2 · head_dim` per
+    /// row: cos and sin, `models/common/rope.py`) and an RMSNorm of `head_dim` on q and on k
+    /// before RoPE (`GQAttention.q_norm` / `k_norm`, `models/common/attention.py`).
+    Qwen3,
+}
+
+impl TitanModel {
+    /// torchtitan's module name (`--module`, `torchtitan/models/<module>/`).
+    pub const fn module(self) -> &'static str {
+        match self {
+            TitanModel::Llama3 => "llama3",
+            TitanModel::Qwen3 => "qwen3",
+        }
+    }
+
+    /// Whether q and k each pass an RMSNorm of `head_dim` (Qwen3).
+    pub const fn qk_norm(self) -> bool {
+        matches!(self, TitanModel::Qwen3)
+    }
+
+    /// Bytes of one row (one position) of a block's RoPE cache: `ComplexRoPE`'s
+    /// `head_dim / 2` complex64 (`4 · head_dim`), `CosSinRoPE`'s cos and sin of `head_dim`
+    /// fp32 each (`8 · head_dim`) (models/common/rope.py `_precompute_cache`).
+    pub const fn rope_row_bytes(self, head_dim: u64) -> u64 {
+        match self {
+            TitanModel::Llama3 => 4 * head_dim,
+            TitanModel::Qwen3 => 8 * head_dim,
+        }
+    }
+}
+
+/// The shapes of torchtitan's decoder (Llama 3 or Qwen 3 (dense, MoE)) that its memory depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shapes {
+    /// The torchtitan model.
+    pub model: TitanModel,
     /// `dim`.
     pub dim: u64,
     /// `n_heads`.
     pub heads: u64,
     /// `n_kv_heads`.
     pub kv_heads: u64,
-    /// `dim / n_heads`.
+    /// `head_dim` (`dim / n_heads` for Llama 3; Qwen 3's own, e.g. 128 with dim 5120 and 64
+    /// heads for 32B).
     pub head_dim: u64,
-    /// The feed-forward's `hidden_dim`.
+    /// The feed-forward's `hidden_dim` (dense blocks; 0 for MoE blocks).
     pub ffn: u64,
+    /// Qwen 3 MoE: every block's feed-forward is torchtitan's `MoE` (`models/common/moe.py`).
+    pub moe: Option<TitanMoe>,
     /// `vocab_size`.
     pub vocab: u64,
     /// Blocks.
     pub layers: u64,
+}
+
+/// torchtitan's MoE feed-forward (`models/common/moe.py`: `TokenChoiceTopKRouter` with a
+/// softmax score and `route_norm`, `LocalTokenDispatcher` (no EP), `GroupedExperts` on
+/// `torch._grouped_mm`, no shared experts in Qwen 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TitanMoe {
+    /// `num_experts`.
+    pub experts: u64,
+    /// `top_k`.
+    pub top_k: u64,
+    /// One expert's `hidden_dim` (`moe_intermediate_size`).
+    pub expert_ffn: u64,
 }
 
 fn refuse(
@@ -269,15 +334,30 @@ fn refuse(
     }
 }
 
-/// torchtitan's Llama 3 shapes of `model`, or a refusal naming what torchtitan's Llama 3 is not.
+/// torchtitan's model shapes of `model`, or a refusal naming what torchtitan's models are not.
+///
+/// HF `config.json` → torchtitan model args (`models/llama3/__init__.py`,
+/// `models/qwen3/__init__.py` `_build_qwen3_layers`): `hidden_size` → `dim`,
+/// `num_attention_heads` → `n_heads`, `num_key_value_heads` → `n_kv_heads`, `head_dim` →
+/// `head_dim` (Qwen 3; Llama 3 derives `dim / n_heads`), `intermediate_size` → the
+/// feed-forward's `hidden_dim`, `vocab_size`, `num_hidden_layers` → the block count,
+/// `tie_word_embeddings` → `enable_weight_tying`; `rope_theta`, `rms_norm_eps` and the RoPE
+/// scaling do not change memory (torchtitan's `max_seq_len` is set to `training.seq_len`).
+/// What torchtitan's model cannot express is refused by name: biases (`attention_bias`),
+/// sliding windows (`use_sliding_window`, `layer_types`), a Qwen 3 config without per-head q/k
+/// RMSNorms, MoE and MLA configs (`qwen3_moe`, `deepseek_v3`), and tied embeddings (not
+/// measured: torchtitan shards embeddings, norm and head as one FSDP unit then).
 pub fn shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
-    const ONLY_LLAMA: &str = "torchtitan 0.3.0's llama3 model is simulated (models/llama3/); its \
-                              DeepSeek-V3, Qwen 3 and other models are not";
-    const HINT: &str =
-        "use a Llama 3 / 3.1 model (e.g. llama-3.1-8b), or drop --runtime torchtitan";
-    if model.model_type != "llama" {
-        return Err(refuse("model_type", &model.model_type, ONLY_LLAMA, HINT));
-    }
+    const ONLY: &str = "torchtitan 0.3.0's llama3 and qwen3 (dense and MoE) models are \
+                        simulated (models/llama3/, models/qwen3/); its deepseek_v3 (MLA + MoE \
+                        with shared experts) and other models are not";
+    const HINT: &str = "use a Llama 3 / 3.1 or Qwen 3 model (e.g. llama-3.1-8b, qwen3-8b, \
+                        qwen3-30b-a3b), or drop --runtime torchtitan";
+    let titan_model = match model.model_type.as_str() {
+        "llama" => TitanModel::Llama3,
+        "qwen3" | "qwen3_moe" => TitanModel::Qwen3,
+        _ => return Err(refuse("model_type", &model.model_type, ONLY, HINT)),
+    };
     let first = model
         .layers
         .first()
@@ -288,32 +368,81 @@ pub fn shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
             num_kv_heads,
             head_dim,
         } => (num_heads, num_kv_heads, head_dim),
-        AttentionKind::Mla { .. } => return Err(refuse("model_type", "mla", ONLY_LLAMA, HINT)),
+        AttentionKind::Mla { .. } => return Err(refuse("model_type", "mla", ONLY, HINT)),
     };
-    let ffn = match &first.mlp {
-        Mlp::Dense(d) if d.gated && d.act == Activation::Silu && !d.bias => d.intermediate,
-        _ => return Err(refuse("model_type", &model.model_type, ONLY_LLAMA, HINT)),
+    let swiglu = |d: &crate::model::DenseMlp| d.gated && d.act == Activation::Silu && !d.bias;
+    let (ffn, moe) = match (&first.mlp, model.model_type.as_str()) {
+        (Mlp::Dense(d), "llama" | "qwen3") if swiglu(d) => (d.intermediate, None),
+        // Qwen 3 MoE (HF `qwen3_moe`): torchtitan's qwen3 MoE flavours route with a softmax,
+        // `route_norm = True` (HF `norm_topk_prob`), no shared expert, every block MoE
+        // (`_build_qwen3_moe_layers`; HF `mlp_only_layers = []`, `decoder_sparse_step = 1`)
+        (Mlp::Moe(m), "qwen3_moe")
+            if swiglu(&m.expert)
+                && m.shared.is_none()
+                && !m.shared_gate
+                && !m.router_bias
+                && m.router_extra_params == 0
+                && m.frozen_router_params == 0
+                && !m.all_experts
+                && !m.router_topk_then_softmax =>
+        {
+            (
+                0,
+                Some(TitanMoe {
+                    experts: m.num_experts,
+                    top_k: m.top_k,
+                    expert_ffn: m.expert.intermediate,
+                }),
+            )
+        }
+        _ => return Err(refuse("model_type", &model.model_type, ONLY, HINT)),
     };
+    // torchtitan's GQAttention: `qk_norm = RMSNorm(head_dim)` shared by the heads (Qwen 3),
+    // none for Llama 3
+    let qk_norm = if titan_model.qk_norm() {
+        Some((QkNormScope::PerHead, NormKind::RmsNorm))
+    } else {
+        None
+    };
+    if let Some(l) = model.layers.iter().find(|l| {
+        l.attention.sliding_window.is_some() || l.attention.qkv_bias || l.attention.o_bias
+    }) {
+        let (field, value) = if l.attention.sliding_window.is_some() {
+            ("sliding_window", "set")
+        } else {
+            ("attention_bias", "true")
+        };
+        return Err(refuse(
+            field,
+            value,
+            "torchtitan's llama3 / qwen3 attention has no sliding window and no projection \
+             biases (models/common/attention.py GQAttention)",
+            "use a config without sliding-window layers and attention biases, or drop \
+             --runtime torchtitan",
+        ));
+    }
     let same = model.layers.iter().all(|l| {
         l.attention.kind == first.attention.kind
             && l.mlp == first.mlp
             && l.residual == Residual::Sequential
-            && !l.attention.qkv_bias
-            && !l.attention.o_bias
-            && l.attention.qk_norm.is_none()
-            && l.attention.sliding_window.is_none()
+            && l.attention.qk_norm == qk_norm
+            && !l.attention.qk_norm_after_rope
             && l.attn_norm.is_some_and(|n| n.kind == NormKind::RmsNorm)
             && l.mlp_norm.is_some_and(|n| n.kind == NormKind::RmsNorm)
             && l.attn_post_norm.is_none()
             && l.mlp_post_norm.is_none()
             && l.mixer == crate::mixer::Mixer::Attention
     });
-    if !same || heads == 0 || head_dim * heads != model.hidden_size {
+    // Llama 3's attention derives head_dim = dim / n_heads (models/llama3/__init__.py passes
+    // no head_dim); Qwen 3 passes its own
+    let head_dim_ok = titan_model == TitanModel::Qwen3 || head_dim * heads == model.hidden_size;
+    if !same || heads == 0 || kv_heads == 0 || !head_dim_ok {
         return Err(refuse(
             "model_type",
             &model.model_type,
-            "this llama config differs from torchtitan's Llama 3 block (uniform pre-norm RMSNorm \
-             blocks, no biases, dim = n_heads × head_dim, gated SiLU feed-forward)",
+            "this config differs from torchtitan's block (uniform pre-norm RMSNorm blocks, no \
+             biases, gated SiLU feed-forward; Llama 3: dim = n_heads × head_dim, no q/k norms; \
+             Qwen 3: per-head q/k RMSNorms before RoPE)",
             HINT,
         ));
     }
@@ -321,20 +450,23 @@ pub fn shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
         return Err(refuse(
             "tie_word_embeddings",
             "true",
-            "not measured: torchtitan's tied-embedding flavours (1B, 3B) shard embeddings, norm \
-             and head as one FSDP unit",
-            "use an untied Llama 3 / 3.1 model (8B, 70B, 405B), or drop --runtime torchtitan",
+            "not measured: torchtitan's tied-embedding flavours (Llama 3.2 1B/3B, Qwen 3 \
+             0.6B/1.7B/4B) shard embeddings, norm and head as one FSDP unit",
+            "use an untied model (Llama 3.1 8B/70B/405B, Qwen 3 8B/14B/32B), or drop --runtime \
+             torchtitan",
         ));
     }
     if model.vision.is_some() {
-        return Err(refuse("model_type", "vision", ONLY_LLAMA, HINT));
+        return Err(refuse("model_type", "vision", ONLY, HINT));
     }
     Ok(Shapes {
+        model: titan_model,
         dim: model.hidden_size,
         heads,
         kv_heads,
         head_dim,
         ffn,
+        moe,
         vocab: model.embeddings.vocab_size,
         layers: model.layers.len() as u64,
     })
@@ -399,7 +531,54 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
             "drop --padding-free with --runtime torchtitan",
         ));
     }
-    shapes(model)
+    let s = shapes(model)?;
+    if s.moe.is_some() {
+        // measured for the MoE flavours: FSDP2 (dim-0 and dim-1 expert sharding), no / full /
+        // every-k AC, the three reshard policies, fused and foreach AdamW
+        if layout.tp > 1 {
+            return Err(refuse(
+                "tp",
+                layout.tp,
+                "not measured: torchtitan's tensor parallelism of MoE blocks (experts sharded \
+                 on their hidden dim, models/common/moe_sharding.py)",
+                "use --tp 1 for a MoE model with --runtime torchtitan",
+            ));
+        }
+        if layout.strategy == Strategy::FsdpGradOp {
+            return Err(refuse(
+                "strategy",
+                "fsdp-grad-op",
+                "not measured on MoE blocks: `fsdp_reshard_after_forward = \"never\"` (a measured \
+                 case, titan-qwen3moe-235b-2l-w64-s1024-fullac-never, holds the recomputed MoE \
+                 block's tensors through its gradient reduce-scatter, which is not simulated)",
+                "use --strategy fsdp-full for a MoE model with --runtime torchtitan",
+            ));
+        }
+        if let Some(m) = s.moe {
+            let dp_shard = layout.gpus / layout.tp.max(1);
+            if dp_shard > m.experts {
+                return Err(refuse(
+                    "gpus",
+                    layout.gpus,
+                    "not measured: with more FSDP ranks than experts torchtitan shards the \
+                     experts on their hidden dim (`Shard(1)`, distributed/fsdp.py), whose \
+                     gradient re-layout before the reduce-scatter is not simulated",
+                    "use at most as many GPUs as the model has experts with --runtime torchtitan",
+                ));
+            }
+        }
+        if w.checkpointing && w.step_options.checkpointing_policy == CheckpointPolicy::SelectiveOp {
+            return Err(refuse(
+                CheckpointPolicy::FIELD,
+                "selective-op",
+                "not measured: torchtitan's op-level SelectiveAC on MoE blocks (which of the \
+                 router's and grouped-mm outputs its policy saves)",
+                "use --checkpointing-policy full or every-k:K for a MoE model with --runtime \
+                 torchtitan",
+            ));
+        }
+    }
+    Ok(s)
 }
 
 /// torchtitan's tensor parallelism as measured: `tensor_parallel_degree` with its default
@@ -479,6 +658,14 @@ pub fn simulate_train_titan(
     let reshard = opts
         .reshard
         .unwrap_or_else(|| ReshardPolicy::for_strategy(layout.strategy));
+    if s.moe.is_some() && reshard == ReshardPolicy::Never {
+        return Err(refuse(
+            "reshard_after_forward",
+            "never",
+            "not measured on MoE blocks (see --strategy fsdp-grad-op)",
+            "use the default reshard policy for a MoE model with --runtime torchtitan",
+        ));
+    }
     let job = step::Job {
         shapes: s,
         world: layout.gpus,

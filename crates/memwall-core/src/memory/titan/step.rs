@@ -72,8 +72,9 @@ impl Instant {
     }
 }
 
-/// `(dim 0, the other dims' product)` of each parameter of one FSDP unit.
-type Params = Vec<(u128, u128)>;
+/// `(the dims before the sharded one, the dim FSDP2 shards, the dims after it)` of each
+/// parameter of one FSDP unit (the first is 1 for parameters sharded on dim 0).
+type Params = Vec<(u128, u128, u128)>;
 
 /// Parameter sizes of the FSDP units on one rank (each parameter's TP-local shape).
 #[derive(Debug, Clone)]
@@ -105,33 +106,43 @@ impl Sizes {
         let kv = u128::from(s.kv_heads) * u128::from(s.head_dim) / t;
         let f = u128::from(s.ffn) / t;
         let v = u128::from(s.vocab).div_ceil(t);
+        let hd = u128::from(s.head_dim);
+        let mut block = vec![(1, q + 2 * kv, d), (1, d, q), (1, d, 1), (1, d, 1)];
+        match s.moe {
+            None => block.extend([(1, f, d), (1, d, f), (1, f, d)]),
+            Some(m) => {
+                // models/common/moe.py: the router's `gate` `[E, D]` and `GroupedExperts`'
+                // `w1_EFD`, `w2_EDF`, `w3_EFD`, sharded on dim 0 (distributed/fsdp.py
+                // `apply_fsdp_to_decoder`; its `Shard(1)` for an FSDP mesh larger than the
+                // expert count is refused by `check`, not measured)
+                let (e, fe) = (u128::from(m.experts), u128::from(m.expert_ffn));
+                block.extend([(1, e, d), (1, e, fe * d), (1, e, d * fe), (1, e, fe * d)]);
+            }
+        }
+        if s.model.qk_norm() {
+            // Qwen 3's `q_norm` and `k_norm` (RMSNorm of head_dim each; replicated under TP,
+            // models/qwen3/sharding.py)
+            block.extend([(1, hd, 1), (1, hd, 1)]);
+        }
         Ok(Sizes {
             world: u128::from(job.world / job.tp),
             // models/common/attention.py (fused `wqkv` when `fuse_qkv=True`, every llama3
             // flavour), feed_forward.py (w1, w2, w3), llama3/model.py (the two norms); under
             // TP the local shards (`colwise_config`: dim 0, `rowwise_config`: dim 1)
-            block: vec![
-                (q + 2 * kv, d),
-                (d, q),
-                (f, d),
-                (d, f),
-                (f, d),
-                (d, 1),
-                (d, 1),
-            ],
-            embedding: vec![(v, d)],
-            lm_head: vec![(v, d)],
-            final_norm: vec![(d, 1)],
+            block,
+            embedding: vec![(1, v, d)],
+            lm_head: vec![(1, v, d)],
+            final_norm: vec![(1, d, 1)],
             layers: u128::from(s.layers),
         })
     }
 
-    /// Elements of rank 0's shards: FSDP2 shards dim 0 in `ceil(dim0 / world)` rows per rank
-    /// and pads every rank's shard to that size (torch/distributed/fsdp/_fully_shard/
-    /// _fsdp_param.py `_init_sharded_param`).
+    /// Elements of rank 0's shards: FSDP2 shards the chosen dim (dim 0 by default) in
+    /// `ceil(dim / world)` rows per rank and pads every rank's shard to that size
+    /// (torch/distributed/fsdp/_fully_shard/_fsdp_param.py `_init_sharded_param`).
     fn sharded(&self, p: &Params) -> u128 {
         p.iter()
-            .map(|(a, b)| a.div_ceil(self.world).saturating_mul(*b))
+            .map(|(o, a, b)| o.saturating_mul(a.div_ceil(self.world)).saturating_mul(*b))
             .fold(0, u128::saturating_add)
     }
 
@@ -151,12 +162,12 @@ impl Sizes {
 
     /// Parameter tensors (each has its own AdamW `step` scalar).
     fn tensors(&self) -> u128 {
-        7 * self.layers + 3
+        self.block.len() as u128 * self.layers + 3
     }
 
     /// Parameters of the model on one TP rank (all of them without TP).
     pub(super) fn params_total(&self) -> u128 {
-        let n = |p: &Params| p.iter().map(|(a, b)| a * b).sum::<u128>();
+        let n = |p: &Params| p.iter().map(|(o, a, b)| o * a * b).sum::<u128>();
         n(&self.block) * self.layers + n(&self.embedding) + n(&self.lm_head) + n(&self.final_norm)
     }
 
@@ -184,7 +195,10 @@ struct BlockActs {
     /// RMSNorm the fp32 input (`x.float()`), the fp32 normalised tensor and the rstd on `Tl`
     /// tokens, and the bf16 output the next linear saves, all-gathered to `T` tokens under
     /// SP (`2·((8D + 4)·Tl + 2D·T)` for the two norms); the per-layer RoPE cache rows gathered
-    /// by position (`head_dim/2` complex64 = `4·head_dim` per token); q and k after RoPE, v, the
+    /// by position (Llama 3: `head_dim/2` complex64 = `4·head_dim` per token; Qwen 3: cos and
+    /// sin, `8·head_dim`); Qwen 3's q and k RMSNorms (fp32 input, fp32 normalised, rstd per
+    /// head: `8q + 4·heads + 8kv + 4·kv_heads`, read with `measure_titan.py --model qwen3
+    /// --saved`: 243,112 B per token for the 8B block); q and k after RoPE, v, the
     /// FlexAttention output and its logsumexp and row max (`2q + 2kv + 2kv + 2q + 8·heads`);
     /// `w1(x)`, `w3(x)`, `silu(w1(x))` and their product (`4 · 2F`).
     none: u128,
@@ -204,13 +218,41 @@ impl BlockActs {
         let kv = u128::from(s.kv_heads) * u128::from(s.head_dim) / tp;
         let f = u128::from(s.ffn) / tp;
         let heads = u128::from(s.heads) / tp;
-        let hd = u128::from(s.head_dim);
         let t = tokens;
         let tl = tokens / tp;
         let norm = (8 * d + 4) * tl + 2 * d * t;
         let attention_out = (2 * q + 8 * heads) * t;
+        let rope = u128::from(s.model.rope_row_bytes(s.head_dim));
+        // q/k norms on the TP-local heads (sharded on the head dim, models/qwen3/sharding.py)
+        let qk_norms = if s.model.qk_norm() {
+            let kv_heads = u128::from(s.kv_heads) / tp;
+            8 * q + 4 * heads + 8 * kv + 4 * kv_heads
+        } else {
+            0
+        };
+        // torchtitan's MoE feed-forward (no TP: refused with MoE), read with
+        // `measure_titan.py --model qwen3 --flavor 30B-A3B --saved`: per token the router's
+        // fp32 input copy (`4D`, the gate under fp32 autocast), its softmax scores (`4E`), the
+        // top-k ids (int64, `8K`), the route-norm denominator (4) and the normalised top-k
+        // scores (`4K`), the dispatch's argsort and token indices (int64, `16K`), the gathered
+        // routed input (`2DK`), the four `[T·K, F]` expert intermediates (`8FK`), the sorted
+        // scores (`4K`) and the fp32 routed output the combine scales (`4DK`); per block the
+        // fp32 gate weight (`4ED`) and the int32 offsets (`4E`); the ffn norm's bf16 output is
+        // not saved (the gate saves its fp32 copy, the gather its indices)
+        let ffn_part = match s.moe {
+            None => 8 * f * t,
+            Some(m) => {
+                let (e, k, fe) = (
+                    u128::from(m.experts),
+                    u128::from(m.top_k),
+                    u128::from(m.expert_ffn),
+                );
+                (4 * d + 4 * e + 4 + 32 * k + 6 * d * k + 8 * fe * k) * t + 4 * e * d + 4 * e
+                    - 2 * d * t
+            }
+        };
         BlockActs {
-            none: 2 * norm + (4 * hd + 2 * q + 4 * kv + 8 * f) * t + attention_out,
+            none: 2 * norm + (rope + qk_norms + 2 * q + 4 * kv) * t + ffn_part + attention_out,
             full: 2 * d * tl,
             selective: 2 * d * tl + (2 * (q + 2 * kv) + 2 * f + 2 * d) * t + attention_out,
         }
@@ -279,7 +321,13 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
             .add(OptimizerStates, 8 * sharded + 4 * z.tensors())
             .add(
                 Buffers,
-                z.layers * u128::from(job.seq) * u128::from(s.head_dim) * 4,
+                z.layers * u128::from(job.seq) * u128::from(s.model.rope_row_bytes(s.head_dim)),
+            )
+            // MoE: `expert_bias_E` and `tokens_per_expert_E` (fp32, one per expert) per block
+            // (models/common/moe.py `MoE.__init__`)
+            .add(
+                Buffers,
+                z.layers * s.moe.map_or(0, |m| 8 * u128::from(m.experts)),
             )
             .add(Activations, 16 * tokens);
         x
@@ -404,6 +452,16 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         let done = head_grads + block_grad_shard * ((layers - 1 - i) as u128);
         let ckpt = BlockActs::checkpointed(job.checkpointing, i);
         let below = resident(i as u128);
+        // the unit FSDP2 prefetched at this block's pre-backward (its backward prefetch:
+        // the embeddings for block 0, block `i - 1` otherwise), its bf16 all-gather output
+        // alive through this block's feed-forward and attention backward (measured on
+        // `titan-qwen3moe-30b-3l-w8-b2s1024-everyk2`, where block 1's MoE backward is the
+        // peak); nothing under "never" (every unit stays gathered)
+        let prefetched = match (never, i) {
+            (true, _) => 0,
+            (false, 0) => u_embedding,
+            (false, _) => u_block,
+        };
         // the recomputed forward of a checkpointed block: all its saved tensors again, the
         // block gathered (a lower bound of its backward's live bytes)
         if ckpt {
@@ -443,19 +501,43 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
                 Phase::Backward,
             );
             x.add(Weights, below + u_block)
-                .add(
-                    CommBuffers,
-                    previous_rs + if i == 0 && !never { u_embedding } else { 0 },
-                )
-                .add(Gradients, done + 2 * 3 * f * d)
-                .add(
-                    Activations,
-                    saved_below(i) + positions + own.saturating_sub(8 * f * tokens),
-                )
-                .add(
-                    Temporaries,
-                    2 * 2 * d * tokens + 2 * f * tokens + 2 * d * tl,
+                .add(CommBuffers, previous_rs + prefetched);
+            if let Some(m) = s.moe {
+                // torchtitan's MoE at `w1_EFD`'s grouped-mm backward (the last expert weight
+                // gradient; measured, `measure_titan.py --model qwen3 --flavor 30B-A3B
+                // --debug`): the three bf16 `[E, F, D]` expert gradients, the gradients of the
+                // routed input from `w3`'s and `w1`'s grouped mm (`[T·K, D]` each), the
+                // gradient of `w1`'s output (`[T·K, F]`), the sorted scores' fp32 gradient
+                // and the block's output gradient; freed of the block's activations: the
+                // combine's fp32 routed output and sorted scores and the four expert
+                // intermediates
+                let (e, k, fe) = (
+                    u128::from(m.experts),
+                    u128::from(m.top_k),
+                    u128::from(m.expert_ffn),
                 );
+                x.add(Gradients, done + 2 * 3 * e * fe * d)
+                    .add(
+                        Activations,
+                        saved_below(i)
+                            + positions
+                            + own.saturating_sub((4 * d * k + 8 * fe * k + 4 * k) * tokens),
+                    )
+                    .add(
+                        Temporaries,
+                        (2 * 2 * d * k + 2 * fe * k + 4 * k) * tokens + 2 * d * tl,
+                    );
+            } else {
+                x.add(Gradients, done + 2 * 3 * f * d)
+                    .add(
+                        Activations,
+                        saved_below(i) + positions + own.saturating_sub(8 * f * tokens),
+                    )
+                    .add(
+                        Temporaries,
+                        2 * 2 * d * tokens + 2 * f * tokens + 2 * d * tl,
+                    );
+            }
             out.push(x);
         }
         // the attention's backward at `wqkv` (the last weight gradient of the block; measured,
@@ -476,10 +558,7 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
                 Phase::Backward,
             );
             x.add(Weights, below + u_block)
-                .add(
-                    CommBuffers,
-                    previous_rs + if i == 0 && !never { u_embedding } else { 0 },
-                )
+                .add(CommBuffers, previous_rs + prefetched)
                 .add(Gradients, done + u_block)
                 .add(
                     Activations,

@@ -256,3 +256,207 @@ fn fused_adamw_has_no_step_temporaries_and_foreach_one_list() {
     w.optimizer = Optimizer::AdamwForloop;
     assert_eq!(field(sim(&w)), "optimizer");
 }
+
+/// A Qwen 3-shaped description of `layers` blocks (Llama 2 7B's widths with Qwen 3's per-head
+/// q/k RMSNorms), as the qwen3 normaliser describes one.
+fn qwen3(layers: usize) -> ModelDesc {
+    let mut m = model(layers);
+    m.model_type = "qwen3".into();
+    for l in &mut m.layers {
+        l.attention.qk_norm = Some((QkNormScope::PerHead, NormKind::RmsNorm));
+    }
+    m
+}
+
+/// torchtitan's qwen3 block saves its q/k norms' fp32 tensors and reads a cos/sin RoPE cache
+/// twice the size of llama3's complex one; it holds two `head_dim` norm weights more.
+#[test]
+fn qwen3_adds_its_qk_norms_and_a_cos_sin_rope_cache() {
+    let (seq, layers) = (512u64, 2usize);
+    let w = workload(1, seq, None);
+    let job = |m: &ModelDesc| Job {
+        shapes: shapes(m).unwrap(),
+        world: 1,
+        tp: 1,
+        batch: 1,
+        seq,
+        checkpointing: None,
+        reshard: ReshardPolicy::Default,
+        fused_optimizer: true,
+    };
+    let (llama, qwen) = (model(layers), qwen3(layers));
+    assert_eq!(shapes(&qwen).unwrap().model, TitanModel::Qwen3);
+    let logits = |m: &ModelDesc| instants(&job(m)).unwrap()[0].clone();
+    let (a, b) = (logits(&llama), logits(&qwen));
+    let cat =
+        |x: &Instant, c: Category| x.bytes[Category::ALL.iter().position(|y| *y == c).unwrap()];
+    // 32 heads × 128 = 4096, 32 kv heads: per token 8q + 4·heads + 8kv + 4·kv_heads for the
+    // norms, 4·head_dim more RoPE cache read per token
+    let per_token: u128 = 8 * 4096 + 4 * 32 + 8 * 4096 + 4 * 32 + 4 * 128;
+    assert_eq!(
+        cat(&b, Category::Activations) - cat(&a, Category::Activations),
+        layers as u128 * per_token * u128::from(seq)
+    );
+    // the caches: seq rows of 8·head_dim (cos, sin) against 4·head_dim (complex64)
+    assert_eq!(
+        cat(&b, Category::Buffers) - cat(&a, Category::Buffers),
+        layers as u128 * u128::from(seq) * 4 * 128
+    );
+    // fp32 shard, gradient and two AdamW states of the two head_dim weights, and their steps
+    let l = layout(1, Strategy::FsdpFull);
+    let states = |m: &ModelDesc| {
+        simulate_train_titan(m, &w, &l, &TitanOptions::default())
+            .unwrap()
+            .groups[0]
+            .model_state_bytes
+    };
+    assert_eq!(
+        states(&qwen) - states(&llama),
+        layers as u64 * (16 * 2 * 128 + 4 * 2)
+    );
+}
+
+/// What torchtitan's qwen3 model cannot express is refused by the config field that says so.
+#[test]
+fn qwen3_configs_torchtitan_cannot_express_are_refused_by_name() {
+    let w = workload(1, 128, None);
+    let l = layout(8, Strategy::FsdpFull);
+    let run = |m: &ModelDesc| simulate_train_titan(m, &w, &l, &TitanOptions::default());
+    assert!(run(&qwen3(2)).is_ok());
+    let mut m = qwen3(2);
+    m.layers[1].attention.sliding_window = Some(4096);
+    assert_eq!(field(run(&m)), "sliding_window");
+    let mut m = qwen3(2);
+    m.layers[0].attention.qkv_bias = true;
+    assert_eq!(field(run(&m)), "attention_bias");
+    // a qwen3 without its q/k norms, and a llama with them, are not torchtitan's blocks
+    let mut m = qwen3(2);
+    m.layers[0].attention.qk_norm = None;
+    assert_eq!(field(run(&m)), "model_type");
+    let mut m = model(2);
+    m.layers[0].attention.qk_norm = Some((QkNormScope::PerHead, NormKind::RmsNorm));
+    assert_eq!(field(run(&m)), "model_type");
+    let mut m = qwen3(2);
+    m.head.tied = true;
+    assert_eq!(field(run(&m)), "tie_word_embeddings");
+    for t in ["qwen3_moe", "deepseek_v3"] {
+        let mut m = qwen3(2);
+        m.model_type = t.into();
+        assert_eq!(field(run(&m)), "model_type", "{t}");
+    }
+}
+
+/// A Qwen 3 MoE-shaped description: [`qwen3`] with every feed-forward torchtitan's MoE of
+/// `experts` SwiGLU experts of width 768, top 8.
+fn qwen3_moe(layers: usize, experts: u64) -> ModelDesc {
+    use crate::model::{DenseMlp, MoeMlp};
+    let mut m = qwen3(layers);
+    m.model_type = "qwen3_moe".into();
+    for l in &mut m.layers {
+        l.mlp = Mlp::Moe(MoeMlp {
+            num_experts: experts,
+            top_k: 8,
+            expert: DenseMlp {
+                intermediate: 768,
+                gated: true,
+                fused_gate_up: false,
+                bias: false,
+                act: Activation::Silu,
+            },
+            router_bias: false,
+            shared: None,
+            shared_gate: false,
+            router_extra_params: 0,
+            router_fp32: false,
+            router_topk_then_softmax: false,
+            router_weights_in_compute_dtype: false,
+            shared_first: false,
+            frozen_router_params: 0,
+            all_experts: false,
+            granite_router: false,
+            hunyuan_router: false,
+        });
+    }
+    m
+}
+
+/// torchtitan's MoE block: its parameters (gate and three `[E, F, D]` expert tensors) are
+/// FSDP-sharded on the expert dim; what was not measured is refused by name.
+#[test]
+fn qwen3_moe_runs_torchtitans_moe_blocks_and_refuses_what_was_not_measured() {
+    let m = qwen3_moe(2, 128);
+    let s = shapes(&m).unwrap();
+    assert_eq!(
+        s.moe,
+        Some(TitanMoe {
+            experts: 128,
+            top_k: 8,
+            expert_ffn: 768
+        })
+    );
+    let w = workload(1, 1024, None);
+    let l = layout(8, Strategy::FsdpFull);
+    let e = simulate_train_titan(&m, &w, &l, &TitanOptions::default()).unwrap();
+    // the peak is inside the MoE backward: the three bf16 expert gradients alone
+    assert!(e.peak_bytes > 2 * 3 * 128 * 768 * 4096);
+    // parameters: attention + norms as the dense block, the gate and the experts
+    let dense_attention = 4096 * (4096 + 2 * 4096) + 4096 * 4096 + 2 * 4096 + 2 * 128;
+    let moe = 128 * 4096 + 3 * 128 * 768 * 4096;
+    let embeddings = 2 * 32000 * 4096 + 4096;
+    assert_eq!(e.params_total, 2 * (dense_attention + moe) + embeddings);
+    // 12 ranks pad the 128 experts to 11 per rank (132)
+    let e12 = simulate_train_titan(
+        &m,
+        &w,
+        &Layout {
+            gpus_per_node: 4,
+            ..layout(12, Strategy::FsdpFull)
+        },
+        &TitanOptions::default(),
+    )
+    .unwrap();
+    assert!(e12.groups[0].model_state_bytes * 12 > e.groups[0].model_state_bytes * 8);
+    let run = |w: &TrainWorkload, l: &Layout, r: Option<ReshardPolicy>| {
+        simulate_train_titan(&m, w, l, &TitanOptions { reshard: r })
+    };
+    let tp = Layout {
+        tp: 2,
+        sequence_parallel: true,
+        ..l.clone()
+    };
+    assert_eq!(field(run(&w, &tp, None)), "tp");
+    assert_eq!(
+        field(run(&w, &layout(8, Strategy::FsdpGradOp), None)),
+        "strategy"
+    );
+    assert_eq!(
+        field(run(&w, &l, Some(ReshardPolicy::Never))),
+        "reshard_after_forward"
+    );
+    // more FSDP ranks than experts: torchtitan's Shard(1) experts
+    assert_eq!(
+        field(simulate_train_titan(
+            &qwen3_moe(2, 4),
+            &w,
+            &l,
+            &TitanOptions::default()
+        )),
+        "gpus"
+    );
+    let sel = workload(1, 1024, Some(CheckpointPolicy::SelectiveOp));
+    assert_eq!(field(run(&sel, &l, None)), "checkpointing_policy");
+    assert!(run(&workload(1, 1024, Some(CheckpointPolicy::Full)), &l, None).is_ok());
+    // a MoE config under the dense model type, and a dense one under qwen3_moe, are refused
+    let mut odd = qwen3_moe(2, 128);
+    odd.model_type = "qwen3".into();
+    assert_eq!(field(run_model(&odd)), "model_type");
+}
+
+fn run_model(m: &ModelDesc) -> Result<DistEstimate, CoreError> {
+    simulate_train_titan(
+        m,
+        &workload(1, 128, None),
+        &layout(8, Strategy::FsdpFull),
+        &TitanOptions::default(),
+    )
+}
