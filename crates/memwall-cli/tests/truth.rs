@@ -974,6 +974,21 @@ struct TitanCase {
     /// `enable_sequence_parallel` (present with `tp`)
     #[serde(default)]
     sequence_parallel: Option<bool>,
+    /// `pipeline_parallel_degree` (absent: 1; `tests/truth/titan_pp.jsonl`)
+    #[serde(default)]
+    pp: Option<u64>,
+    /// the pp rank measured
+    #[serde(default)]
+    pp_rank: Option<u64>,
+    /// `pipeline_parallel_schedule`
+    #[serde(default)]
+    schedule: Option<String>,
+    /// `pipeline_parallel_microbatch_size`
+    #[serde(default)]
+    microbatch_size: Option<u64>,
+    /// `local_batch_size / microbatch_size`
+    #[serde(default)]
+    microbatches: Option<u64>,
     measured: TitanMeasured,
     versions: BTreeMap<String, String>,
 }
@@ -1098,6 +1113,93 @@ fn titan_rows() -> Vec<TitanRow> {
         });
     }
     out
+}
+
+/// torchtitan cases with pipeline parallelism (`tests/truth/titan_pp.jsonl`): each fixture is
+/// one pp rank's peak; memwall's group of that rank is compared.
+fn titan_pp_rows() -> Vec<TitanRow> {
+    use memwall_core::layout::{Layout, Offload, OffloadDevice, Schedule, Strategy};
+    use memwall_core::memory::titan::{simulate_train_titan, TitanOptions};
+    let Ok(text) = std::fs::read_to_string(root().join("tests/truth/titan_pp.jsonl")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let c: TitanCase =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("bad fixture line: {e}\n{line}"));
+        assert_eq!(c.kind, "torchtitan-train");
+        assert_eq!((c.loss.as_str(), c.attention.as_str()), ("ce", "flex"));
+        assert_eq!(c.flavor, "8B");
+        assert_eq!(c.activation_checkpoint, "none");
+        let json = std::fs::read_to_string(root().join("data/models/meta-llama/Llama-3.1-8B.json"))
+            .expect("read config");
+        let mut desc = memwall_formats::parse_hf_config(&json).unwrap();
+        desc.layers.truncate(c.layers);
+        let (pp, rank) = (c.pp.expect("pp"), c.pp_rank.expect("pp_rank"));
+        let mbs = c.microbatch_size.expect("microbatch_size");
+        let n = c.microbatches.expect("microbatches");
+        assert_eq!(mbs * n, c.batch, "{}", c.id);
+        let mut w = TrainWorkload::new(mbs, c.seq);
+        w.grad_accum = n;
+        w.precision = Precision::AmpBf16;
+        w.optimizer = Optimizer::AdamwFused;
+        let (schedule, virtual_stages) = match c.schedule.as_deref() {
+            Some("1F1B") => (Schedule::OneFOneB, 1),
+            Some("GPipe") => (Schedule::Gpipe, 1),
+            Some("Interleaved1F1B") => (Schedule::Interleaved, 2),
+            s => panic!("{}: schedule {s:?}", c.id),
+        };
+        let layout = Layout {
+            gpus: c.world_size,
+            gpus_per_node: c.world_size,
+            strategy: Strategy::FsdpFull,
+            tp: 1,
+            sequence_parallel: false,
+            pp,
+            schedule,
+            virtual_stages,
+            cp: 1,
+            ep: 1,
+            offload: Offload::None,
+            offload_device: OffloadDevice::Cpu,
+        };
+        let e = simulate_train_titan(&desc, &w, &layout, &TitanOptions::default())
+            .unwrap_or_else(|err| panic!("{}: {err}", c.id));
+        let g = &e.groups[usize::try_from(rank).unwrap()];
+        out.push(TitanRow {
+            row: Row::new(
+                &c.id,
+                "llama",
+                format!(
+                    "pp {pp} rank {rank} {}",
+                    c.schedule.as_deref().unwrap_or("")
+                ),
+                (c.measured.peak_bytes, g.peak_bytes),
+                "-",
+                g.phase,
+            ),
+            instant: g.label.clone(),
+        });
+    }
+    out
+}
+
+#[test]
+fn every_torchtitan_pipeline_case_within_three_percent() {
+    let rows = titan_pp_rows();
+    assert!(
+        rows.len() >= 12,
+        "expected the committed torchtitan pipeline fixtures, found {}",
+        rows.len()
+    );
+    for r in &rows {
+        eprintln!(
+            "{} {} {} {:+.3}%",
+            r.row.id, r.row.measured, r.row.estimated, r.row.error_pct
+        );
+    }
+    let plain: Vec<Row> = rows.into_iter().map(|r| r.row).collect();
+    check(&plain, "torchtitan pipeline");
 }
 
 fn titan_section(rows: &[TitanRow]) -> String {
