@@ -1129,10 +1129,13 @@ fn titan_pp_rows() -> Vec<TitanRow> {
             serde_json::from_str(line).unwrap_or_else(|e| panic!("bad fixture line: {e}\n{line}"));
         assert_eq!(c.kind, "torchtitan-train");
         assert_eq!((c.loss.as_str(), c.attention.as_str()), ("ce", "flex"));
-        assert_eq!(c.flavor, "8B");
         assert_eq!(c.activation_checkpoint, "none");
-        let json = std::fs::read_to_string(root().join("data/models/meta-llama/Llama-3.1-8B.json"))
-            .expect("read config");
+        let config = match c.flavor.as_str() {
+            "8B" => "data/models/meta-llama/Llama-3.1-8B.json",
+            "70B" => "data/models/meta-llama/Llama-3.1-70B.json",
+            f => panic!("{}: flavour {f}", c.id),
+        };
+        let json = std::fs::read_to_string(root().join(config)).expect("read config");
         let mut desc = memwall_formats::parse_hf_config(&json).unwrap();
         desc.layers.truncate(c.layers);
         let (pp, rank) = (c.pp.expect("pp"), c.pp_rank.expect("pp_rank"));
@@ -1142,7 +1145,11 @@ fn titan_pp_rows() -> Vec<TitanRow> {
         let mut w = TrainWorkload::new(mbs, c.seq);
         w.grad_accum = n;
         w.precision = Precision::AmpBf16;
-        w.optimizer = Optimizer::AdamwFused;
+        w.optimizer = match c.optimizer_implementation.as_deref() {
+            None | Some("fused") => Optimizer::AdamwFused,
+            Some("foreach") => Optimizer::Adamw,
+            Some(o) => panic!("{}: optimizer {o}", c.id),
+        };
         let (schedule, virtual_stages) = match c.schedule.as_deref() {
             Some("1F1B") => (Schedule::OneFOneB, 1),
             Some("GPipe") => (Schedule::Gpipe, 1),

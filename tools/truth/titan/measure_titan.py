@@ -533,21 +533,34 @@ CASES = [
 # the looped schedules), mesh pp × dp_shard 4, torchtitan's default stage split
 # (`_generate_llm_fqn_per_model_part`: embeddings and norm + head each weigh one layer)
 # -> tests/truth/titan_pp.jsonl
-def _pp(name, layers, pp, rank, sched, batch, seq=1024, extra=()):
-    return (f"titan-pp-8b-{layers}l-pp{pp}r{rank}-{sched.lower()}-b{batch}s{seq}" + "".join(f"-{e}" for e in extra if not e.startswith("-")),
-            ["--layers", str(layers), "--world", str(4 * pp), "--pp", str(pp), "--pp-rank", str(rank),
-             "--schedule", sched, "--batch", str(batch), "--seq", str(seq), "--loss", "ce", *extra])
+def _pp(name, layers, pp, rank, sched, batch, seq=1024, extra=(), dp=4, flavor="8B", mbs=1):
+    tag = "" if flavor == "8B" else f"-{flavor.lower()}"
+    return (f"titan-pp-8b-{layers}l-pp{pp}r{rank}-{sched.lower()}-b{batch}s{seq}".replace("-8b-", f"-{flavor.lower()}-")
+            + (f"-dp{dp}" if dp != 4 else "") + (f"-mbs{mbs}" if mbs != 1 else "")
+            + "".join(f"-{e.lstrip('-')}" for e in extra if e.startswith("--optim") is False and not e.startswith("-")),
+            ["--flavor", flavor, "--layers", str(layers), "--world", str(dp * pp), "--pp", str(pp), "--pp-rank", str(rank),
+             "--schedule", sched, "--batch", str(batch), "--seq", str(seq), "--mbs", str(mbs), "--loss", "ce", *extra])
 
 
+# torch 2.15's Schedule1F1B refuses fewer microbatches than stages ("Number of microbatches (2)
+# must be greater than or equal to the number of stages (4)"): no such case
 PP_CASES = [
     _pp("", 4, 2, 0, "1F1B", 4), _pp("", 4, 2, 1, "1F1B", 4),
     _pp("", 6, 4, 0, "1F1B", 8), _pp("", 6, 4, 1, "1F1B", 8), _pp("", 6, 4, 3, "1F1B", 8),
-    _pp("", 6, 4, 0, "1F1B", 4), _pp("", 6, 4, 0, "1F1B", 2),
-    _pp("", 6, 4, 1, "1F1B", 2), _pp("", 6, 4, 3, "1F1B", 2),
+    _pp("", 6, 4, 0, "1F1B", 4),
     _pp("", 4, 2, 0, "GPipe", 4), _pp("", 4, 2, 1, "GPipe", 4),
     _pp("", 6, 4, 0, "GPipe", 8), _pp("", 6, 4, 1, "GPipe", 8), _pp("", 6, 4, 3, "GPipe", 8),
     _pp("", 6, 2, 0, "Interleaved1F1B", 4), _pp("", 6, 2, 1, "Interleaved1F1B", 4),
     _pp("", 6, 2, 0, "Interleaved1F1B", 8), _pp("", 6, 2, 1, "Interleaved1F1B", 8),
+    # second batch: microbatch size 2, dp_shard 2 and 8, uneven splits, the 70B width, foreach
+    # AdamW, four ranks of Interleaved1F1B (eight virtual stages)
+    _pp("", 4, 2, 0, "1F1B", 8, seq=512, mbs=2), _pp("", 4, 2, 1, "1F1B", 8, seq=512, mbs=2),
+    _pp("", 10, 4, 2, "1F1B", 4, seq=2048, dp=2), _pp("", 9, 4, 1, "GPipe", 4, seq=2048, dp=2),
+    _pp("", 7, 2, 1, "1F1B", 2, seq=4096, dp=8),
+    _pp("", 4, 2, 1, "GPipe", 2, seq=512, flavor="70B"), _pp("", 4, 2, 0, "1F1B", 4, seq=1024, flavor="70B", dp=8),
+    _pp("", 4, 2, 1, "1F1B", 4, extra=("--optim", "foreach")),
+    _pp("", 10, 4, 0, "Interleaved1F1B", 8, seq=512), _pp("", 10, 4, 2, "Interleaved1F1B", 8, seq=512),
+    _pp("", 10, 4, 3, "Interleaved1F1B", 8, seq=512),
 ]
 
 
