@@ -966,7 +966,14 @@ fn the_torchtitan_runtime_estimates_plans_and_refuses_by_name() {
         ),
         (&["--pp", "8", "--grad-accum", "8"][..], "gpus"),
         (
-            &["--pp", "2", "--grad-accum", "2", "--schedule", "interleaved"][..],
+            &[
+                "--pp",
+                "2",
+                "--grad-accum",
+                "2",
+                "--schedule",
+                "interleaved",
+            ][..],
             "virtual",
         ),
         (&["--cp", "2"][..], "--cp 2"),

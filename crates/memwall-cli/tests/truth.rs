@@ -933,6 +933,10 @@ fn accuracy_report_is_current() {
     let titan = titan_rows();
     if !titan.is_empty() {
         text.push_str(&titan_section(&titan));
+        let pp = titan_pp_rows();
+        if !pp.is_empty() {
+            text.push_str(&titan_pp_section(&pp));
+        }
     }
     let path = root().join("docs/accuracy.md");
     if std::env::var_os("MEMWALL_UPDATE_ACCURACY").is_some() {
@@ -1170,9 +1174,35 @@ fn titan_pp_rows() -> Vec<TitanRow> {
             offload: Offload::None,
             offload_device: OffloadDevice::Cpu,
         };
-        let e = simulate_train_titan(&desc, &w, &layout, &TitanOptions::default())
-            .unwrap_or_else(|err| panic!("{}: {err}", c.id));
+        let e = match simulate_train_titan(&desc, &w, &layout, &TitanOptions::default()) {
+            Ok(e) => e,
+            // measured, and refused by name: 10 layers in 8 stages leave the last stage no
+            // transformer block (its rank 3 measured +6.2% over the model: see pipeline.rs)
+            Err(err)
+                if c.id.starts_with("titan-pp-8b-10l-pp4r") && c.id.contains("interleaved") =>
+            {
+                assert!(err.to_string().contains("no transformer block"), "{err}");
+                continue;
+            }
+            Err(err) => panic!("{}: {err}", c.id),
+        };
         let g = &e.groups[usize::try_from(rank).unwrap()];
+        let job = memwall_core::memory::titan::PipeJob {
+            shapes: memwall_core::memory::titan::shapes(&desc).unwrap(),
+            world: c.world_size,
+            pp,
+            rank,
+            schedule,
+            stages_per_rank: virtual_stages,
+            microbatch_size: mbs,
+            microbatches: n,
+            seq: c.seq,
+            fused_optimizer: w.optimizer == Optimizer::AdamwFused,
+        };
+        let all = memwall_core::memory::titan::rank_instants(&job).unwrap();
+        let at = all.iter().map(|x| x.total()).max().unwrap();
+        assert_eq!(u128::from(g.peak_bytes), at, "{}", c.id);
+        let instant = all.iter().find(|x| x.total() == at).unwrap().name.clone();
         out.push(TitanRow {
             row: Row::new(
                 &c.id,
@@ -1185,7 +1215,7 @@ fn titan_pp_rows() -> Vec<TitanRow> {
                 "-",
                 g.phase,
             ),
-            instant: g.label.clone(),
+            instant,
         });
     }
     out
@@ -1210,17 +1240,36 @@ fn every_torchtitan_pipeline_case_within_three_percent() {
 }
 
 fn titan_section(rows: &[TitanRow]) -> String {
-    let abs: Vec<f64> = rows.iter().map(|r| r.row.error_pct.abs()).collect();
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
+    titan_section_with(
+        rows,
         "\n## torchtitan runtime profile (`--runtime torchtitan`; `tests/truth/titan.jsonl`)\n\n\
          torchtitan 0.3.0's own Llama 3 step (its model, FSDP2 units and reshard policy, FullAC / \
          SelectiveAC, CrossEntropyLoss, foreach AdamW) on a fake process group, measured by \
          `tools/truth/titan/measure_titan.py` with FSDPMemTracker (rank 0, steady step); \
          estimates: `memory/titan` (`--runtime torchtitan --precision amp-bf16 --strategy \
-         fsdp-full`).\n"
-    );
+         fsdp-full`).\n",
+    )
+}
+
+fn titan_pp_section(rows: &[TitanRow]) -> String {
+    titan_section_with(
+        rows,
+        "\n### torchtitan pipeline parallelism (`--runtime torchtitan --pp N`; \
+         `tests/truth/titan_pp.jsonl`)\n\n\
+         One pp rank per case (1F1B, GPipe, Interleaved1F1B; FSDP2 over dp_shard, no TP or AC), \
+         measured by `measure_titan.py --pp-cases` on a fake pp × dp_shard mesh; estimates: \
+         `memory/titan/pipeline.rs`, the group of that pp rank. The model follows real tensors \
+         where they differ from fake ones (`tests/truth/titan_crosscheck.jsonl`: one \
+         `[mb, seq, dim]` bf16 per in-flight microbatch fewer on stages before the last), hence \
+         the small negative errors. The three `titan-pp-8b-10l-pp4r*-interleaved1f1b` rows are \
+         refused by memwall (a stage without a transformer block) and not listed.\n",
+    )
+}
+
+fn titan_section_with(rows: &[TitanRow], header: &str) -> String {
+    let abs: Vec<f64> = rows.iter().map(|r| r.row.error_pct.abs()).collect();
+    let mut s = String::new();
+    let _ = writeln!(s, "{header}");
     let _ = writeln!(s, "- cases: {}", rows.len());
     let _ = writeln!(s, "- median |error|: {:.3}%", median(abs.clone()));
     if let Some(w) = rows
