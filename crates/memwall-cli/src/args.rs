@@ -759,8 +759,9 @@ pub struct TrainArgs {
     pub image_tokens: Option<u64>,
     /// Whose training code runs: `hf` (transformers' model under the engine the layout picks)
     /// or `torchtitan` (torchtitan 0.3.0's own Llama 3 under FSDP2, with its tensor + sequence
-    /// parallelism for --tp > 1 (--tp implies --sequence-parallel, torchtitan's default); needs
-    /// --precision amp-bf16, defaults --strategy to fsdp-full).
+    /// parallelism for --tp > 1 (--tp implies --sequence-parallel, torchtitan's default) or its
+    /// pipeline parallelism for --pp > 1 (-b = microbatch size, --grad-accum = microbatches);
+    /// needs --precision amp-bf16, defaults --strategy to fsdp-full).
     #[arg(long, value_parser = named::<Runtime>(), default_value = "hf")]
     pub runtime: Runtime,
     /// Activation offloading to host: the model's forward (loss included) runs under

@@ -23,6 +23,10 @@
 //!   replicated norms on the sequence shard), FSDP2 over `dp_shard = gpus / tp` on each
 //!   TP-local parameter, and the vocabulary-parallel loss (`_LossParallelCrossEntropy`); measured
 //!   on a fake 2-D mesh (see `step.rs`).
+//! - Pipeline parallelism (`--pp`, torchtitan's `pipeline_parallel_degree` with 1F1B, GPipe or
+//!   Interleaved1F1B): torchtitan's stage split, torch's schedule orders and FSDP2 without
+//!   resharding under PP, one pp rank at a time (see `pipeline.rs`); measured on a fake
+//!   pp × dp_shard mesh.
 //!
 //! The step is a timeline of named instants, each summing what is alive then ([`instants`]);
 //! the peak is the largest. The tensors saved per block were read off the model with
@@ -33,7 +37,8 @@
 //!
 //! Refused by name (the capability row [`CAPABILITIES`] and [`check`]): tensor parallelism
 //! without sequence parallelism and degrees that do not divide the heads, key/value heads and
-//! feed-forward width, context, expert and pipeline parallelism (not measured here), HSDP, CPU offload, float8 (`torchao` converters are not simulated),
+//! feed-forward width, context and expert parallelism (not measured here), pipeline
+//! parallelism with TP or AC, HSDP, CPU offload, float8 (`torchao` converters are not simulated),
 //! `torch.compile` (Inductor's generated code cannot run on fake tensors, so a compiled step
 //! cannot be measured honestly), LoRA, gradient accumulation, the chunked loss
 //! (`ChunkedLossWrapper`, torchtitan's default for `llama3_8b`: FSDPMemTracker refuses its
@@ -79,9 +84,11 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     name: "torchtitan",
     title: ENGINE,
     source: "torchtitan 0.3.0's Llama 3 step under FSDP2, with its tensor + sequence \
-             parallelism (torchtitan/models/llama3/, models/common/, distributed/fsdp.py, \
-             distributed/activation_checkpoint.py; measured with FSDPMemTracker on fake tensors \
-             and a fake dp_shard × tp mesh, tests/truth/titan.jsonl; memory/titan/)",
+             parallelism or its pipeline parallelism (torchtitan/models/llama3/, models/common/, \
+             distributed/fsdp.py, distributed/activation_checkpoint.py, \
+             distributed/pipeline_parallel.py; measured with FSDPMemTracker on fake tensors and \
+             fake dp_shard × tp and pp × dp_shard meshes, tests/truth/titan.jsonl, \
+             titan_pp.jsonl; memory/titan/)",
     strategies: Rule {
         allowed: &[Strategy::FsdpFull, Strategy::FsdpGradOp],
         note: "fsdp-full = `fsdp_reshard_after_forward = \"default\"` (blocks and embeddings \
