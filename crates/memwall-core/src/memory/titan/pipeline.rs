@@ -336,9 +336,58 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
             }
         }
     }
-    // the gradients reduce-scattered into their fp32 shards after the last microbatch
-    // (`perform_reduce_grad`), then `clip_grad_norm_` and AdamW (fused in place, or foreach's
-    // fp32 list of the shards)
+    // `perform_reduce_grad` after the last microbatch (`finalize_backward`): the first unit
+    // reduced (the head unit on the last stage, else the last block; measured on
+    // `titan-pp-70b-4l-pp2r1-gpipe-b2s512`, `--debug`) has its fp32 accumulated gradient copied
+    // into the fp32 reduce-scatter input and its fp32 shard written while every other unit's
+    // accumulated gradient is alive; its bf16 parameters are resharded then
+    for (ls, st) in mine.iter().enumerate() {
+        let one = super::step::Job {
+            shapes: Shapes {
+                layers: st.blocks,
+                ..*s
+            },
+            world: dp,
+            tp: 1,
+            batch: 1,
+            seq: job.seq,
+            checkpointing: None,
+            reshard: super::ReshardPolicy::Never,
+            fused_optimizer: job.fused_optimizer,
+        };
+        let z = Sizes::new(&one)?;
+        let (sh_u, pad_u) = if st.head {
+            z.head_unit()
+        } else if st.blocks > 0 {
+            z.block_unit()
+        } else {
+            continue;
+        };
+        let done: u64 = backwards.iter().sum();
+        let sends = if st.embeddings {
+            0
+        } else if st.head {
+            u128::from(done) * 2 * d * tm
+        } else {
+            2 * d * tm
+        };
+        let mut x = base(
+            format!(
+                "stage {} gradient reduce-scatter (first unit, after the last microbatch)",
+                job.rank + ls as u64 * job.pp
+            ),
+            Phase::Backward,
+        );
+        x.add(Gradients, grads.iter().sum::<u128>() + 4 * sh_u)
+            .add(Category::CommBuffers, 4 * pad_u)
+            .add(Activations, sends)
+            .add(Temporaries, if st.embeddings { 0 } else { 2 * d * tm });
+        // the unit's bf16 parameters resharded (`Category::ALL[0]` is `Weights`)
+        debug_assert_eq!(Category::ALL[0], Weights);
+        x.bytes[0] = x.bytes[0].saturating_sub(2 * pad_u);
+        out.push(x);
+    }
+    // then `clip_grad_norm_` and AdamW (fused in place, or foreach's fp32 list of the shards)
     let mut x = base(
         if job.fused_optimizer {
             "optimizer step (fused AdamW)".into()
@@ -347,11 +396,13 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
         },
         Phase::Optimizer,
     );
-    x.add(Gradients, grads.iter().sum::<u128>() + 4 * sharded)
-        .add(
-            OptimizerTemporaries,
-            if job.fused_optimizer { 0 } else { 4 * sharded },
-        );
+    // (every unit resharded and its accumulated gradient freed by then: measured, the end
+    // of `titan-pp-70b-4l-pp2r1-gpipe-b2s512`'s log)
+    x.bytes[0] = x.bytes[0].saturating_sub(2 * padded);
+    x.add(Gradients, 4 * sharded).add(
+        OptimizerTemporaries,
+        if job.fused_optimizer { 0 } else { 4 * sharded },
+    );
     out.push(x);
     Ok(out)
 }

@@ -199,6 +199,17 @@ impl Sizes {
         (sharded, padded, tensors, emb, params)
     }
 
+    /// `(rank 0's shard, gathered)` elements of the `[norm, lm_head]` unit.
+    pub(super) fn head_unit(&self) -> (u128, u128) {
+        let head = [self.final_norm.clone(), self.lm_head.clone()].concat();
+        (self.sharded(&head), self.padded(&head))
+    }
+
+    /// `(rank 0's shard, gathered)` elements of one block.
+    pub(super) fn block_unit(&self) -> (u128, u128) {
+        (self.sharded(&self.block), self.padded(&self.block))
+    }
+
     /// bf16 bytes of the largest unit gathered.
     pub(super) fn largest_unsharded(&self) -> u128 {
         let head = [self.final_norm.clone(), self.lm_head.clone()].concat();
