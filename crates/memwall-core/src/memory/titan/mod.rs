@@ -71,7 +71,7 @@ crate::names::named_enum! {
         #[default]
         Hf = "hf": "transformers' model and step (the engine the layout picks)",
         /// torchtitan 0.3.0's Llama 3 under FSDP2 ([`Engine::Torchtitan`]).
-        Torchtitan = "torchtitan": "torchtitan 0.3.0's own Llama 3 step under FSDP2 (and its TP + SP)",
+        Torchtitan = "torchtitan": "torchtitan 0.3.0's own Llama 3 step under FSDP2 (and its TP + SP or PP)",
     }
 }
 
