@@ -961,8 +961,15 @@ fn the_torchtitan_runtime_estimates_plans_and_refuses_by_name() {
         (&["--pp", "2"][..], "grad-accum"),
         (&["--pp", "2", "--grad-accum", "2", "--tp", "2"][..], "tp"),
         (
-            &["--pp", "2", "--grad-accum", "2", "--checkpointing"][..],
-            "checkpointing",
+            &[
+                "--pp",
+                "2",
+                "--grad-accum",
+                "2",
+                "--checkpointing-policy",
+                "every-k:2",
+            ][..],
+            "every-k:2",
         ),
         (&["--pp", "8", "--grad-accum", "8"][..], "gpus"),
         (

@@ -1133,7 +1133,12 @@ fn titan_pp_rows() -> Vec<TitanRow> {
             serde_json::from_str(line).unwrap_or_else(|e| panic!("bad fixture line: {e}\n{line}"));
         assert_eq!(c.kind, "torchtitan-train");
         assert_eq!((c.loss.as_str(), c.attention.as_str()), ("ce", "flex"));
-        assert_eq!(c.activation_checkpoint, "none");
+        let policy = match c.activation_checkpoint.as_str() {
+            "none" => None,
+            "full" => Some(CheckpointPolicy::Full),
+            "selective" => Some(CheckpointPolicy::SelectiveOp),
+            p => panic!("{}: AC {p}", c.id),
+        };
         let config = match c.flavor.as_str() {
             "8B" => "data/models/meta-llama/Llama-3.1-8B.json",
             "70B" => "data/models/meta-llama/Llama-3.1-70B.json",
@@ -1154,6 +1159,10 @@ fn titan_pp_rows() -> Vec<TitanRow> {
             Some("foreach") => Optimizer::Adamw,
             Some(o) => panic!("{}: optimizer {o}", c.id),
         };
+        if let Some(p) = policy {
+            w.checkpointing = true;
+            w.step_options.checkpointing_policy = p;
+        }
         let (schedule, virtual_stages) = match c.schedule.as_deref() {
             Some("1F1B") => (Schedule::OneFOneB, 1),
             Some("GPipe") => (Schedule::Gpipe, 1),
@@ -1198,6 +1207,7 @@ fn titan_pp_rows() -> Vec<TitanRow> {
             microbatches: n,
             seq: c.seq,
             fused_optimizer: w.optimizer == Optimizer::AdamwFused,
+            checkpointing: policy,
         };
         let all = memwall_core::memory::titan::rank_instants(&job).unwrap();
         let at = all.iter().map(|x| x.total()).max().unwrap();
@@ -1256,7 +1266,8 @@ fn titan_pp_section(rows: &[TitanRow]) -> String {
         rows,
         "\n### torchtitan pipeline parallelism (`--runtime torchtitan --pp N`; \
          `tests/truth/titan_pp.jsonl`)\n\n\
-         One pp rank per case (1F1B, GPipe, Interleaved1F1B; FSDP2 over dp_shard, no TP or AC), \
+         One pp rank per case (1F1B, GPipe, Interleaved1F1B; FSDP2 over dp_shard, no TP; no AC, \
+         FullAC or SelectiveAC), \
          measured by `measure_titan.py --pp-cases` on a fake pp × dp_shard mesh; estimates: \
          `memory/titan/pipeline.rs`, the group of that pp rank. The model follows real tensors \
          where they differ from fake ones (`tests/truth/titan_crosscheck.jsonl`: one \

@@ -561,6 +561,12 @@ PP_CASES = [
     _pp("", 4, 2, 1, "1F1B", 4, extra=("--optim", "foreach")),
     _pp("", 10, 4, 0, "Interleaved1F1B", 8, seq=512), _pp("", 10, 4, 2, "Interleaved1F1B", 8, seq=512),
     _pp("", 10, 4, 3, "Interleaved1F1B", 8, seq=512),
+    # third batch: activation checkpointing under PP (full, selective op-level)
+    _pp("", 4, 2, 0, "1F1B", 4, seq=2048, extra=("--ac", "full")),
+    _pp("", 4, 2, 1, "1F1B", 4, seq=2048, extra=("--ac", "full")),
+    _pp("", 6, 4, 1, "GPipe", 8, seq=1024, extra=("--ac", "full")),
+    _pp("", 4, 2, 0, "1F1B", 4, seq=2048, extra=("--ac", "selective")),
+    _pp("", 6, 2, 1, "Interleaved1F1B", 4, seq=1024, extra=("--ac", "selective")),
 ]
 
 

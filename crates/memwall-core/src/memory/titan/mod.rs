@@ -38,7 +38,7 @@
 //! Refused by name (the capability row [`CAPABILITIES`] and [`check`]): tensor parallelism
 //! without sequence parallelism and degrees that do not divide the heads, key/value heads and
 //! feed-forward width, context and expert parallelism (not measured here), pipeline
-//! parallelism with TP or AC, HSDP, CPU offload, float8 (`torchao` converters are not simulated),
+//! parallelism with TP or every-k AC, HSDP, CPU offload, float8 (`torchao` converters are not simulated),
 //! `torch.compile` (Inductor's generated code cannot run on fake tensors, so a compiled step
 //! cannot be measured honestly), LoRA, gradient accumulation, the chunked loss
 //! (`ChunkedLossWrapper`, torchtitan's default for `llama3_8b`: FSDPMemTracker refuses its
@@ -491,7 +491,7 @@ fn check_tp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(),
 
 /// torchtitan's pipeline parallelism as measured (`memory/titan/pipeline.rs`): 1F1B, GPipe or
 /// Interleaved1F1B (two stages per rank, torchtitan's default for looped schedules) over
-/// `pp × dp_shard` ranks, FSDP2 on `dp_shard` ≥ 2, no TP, no activation checkpointing; the
+/// `pp × dp_shard` ranks, FSDP2 on `dp_shard` ≥ 2, no TP, no AC or FullAC / SelectiveAC; the
 /// workload's `batch` is `pipeline_parallel_microbatch_size` and its `grad_accum` the
 /// microbatches per step (`local_batch_size / microbatch_size`).
 fn check_pp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(), CoreError> {
@@ -510,12 +510,18 @@ fn check_pp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(),
             HINT,
         ));
     }
-    if w.checkpointing {
+    if w.checkpointing
+        && !matches!(
+            w.step_options.checkpointing_policy,
+            CheckpointPolicy::Full | CheckpointPolicy::SelectiveOp
+        )
+    {
         return Err(refuse(
-            "checkpointing",
-            "true",
-            "not measured: activation checkpointing under torchtitan's pipeline parallelism",
-            "drop --checkpointing with --pp and --runtime torchtitan",
+            CheckpointPolicy::FIELD,
+            w.step_options.checkpointing_policy.name(),
+            "not measured: activation checkpointing under torchtitan's pipeline parallelism \
+             other than FullAC and SelectiveAC on every block",
+            "use --checkpointing-policy full or selective-op with --pp and --runtime torchtitan",
         ));
     }
     let v_ok = match layout.schedule {
@@ -592,6 +598,9 @@ fn simulate_pipeline(
             microbatches: w.grad_accum,
             seq: w.seq,
             fused_optimizer: w.optimizer == Optimizer::AdamwFused,
+            checkpointing: w
+                .checkpointing
+                .then_some(w.step_options.checkpointing_policy),
         };
         let all = rank_instants(&job)?;
         let (peak_i, peak) = all

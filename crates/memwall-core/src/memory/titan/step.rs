@@ -205,11 +205,6 @@ impl Sizes {
         (self.sharded(&head), self.padded(&head))
     }
 
-    /// `(rank 0's shard, gathered)` elements of one block.
-    pub(super) fn block_unit(&self) -> (u128, u128) {
-        (self.sharded(&self.block), self.padded(&self.block))
-    }
-
     /// bf16 bytes of the largest unit gathered.
     pub(super) fn largest_unsharded(&self) -> u128 {
         let head = [self.final_norm.clone(), self.lm_head.clone()].concat();
@@ -284,6 +279,13 @@ impl BlockActs {
 /// Bytes one block saves for `tokens` tokens without AC or TP (see [`BlockActs`]).
 pub(super) fn block_saved_no_ac(s: &Shapes, tokens: u128) -> u128 {
     BlockActs::new(s, 1, tokens).none
+}
+
+/// Bytes one block keeps from its forward to its backward for `tokens` tokens without TP
+/// under `policy` (full: its input; selective-op: SelectiveAC's saved outputs; see
+/// [`BlockActs`]).
+pub(super) fn block_saved(s: &Shapes, tokens: u128, policy: Option<CheckpointPolicy>) -> u128 {
+    BlockActs::new(s, 1, tokens).of(policy, 0)
 }
 
 /// Every instant of the steady (second) step whose live bytes can be the peak. The forward is

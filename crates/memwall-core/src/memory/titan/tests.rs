@@ -340,10 +340,18 @@ fn what_torchtitan_pipelines_do_not_run_is_refused_by_name() {
     assert_eq!(field(run(&w, &tp, TitanOptions::default())), "tp");
     let mut ac = w.clone();
     ac.checkpointing = true;
+    ac.step_options.checkpointing_policy = CheckpointPolicy::EveryK(2);
     assert_eq!(
         field(run(&ac, &l, TitanOptions::default())),
-        "checkpointing"
+        "checkpointing_policy"
     );
+    // FullAC and SelectiveAC are measured under PP
+    for p in [CheckpointPolicy::Full, CheckpointPolicy::SelectiveOp] {
+        ac.step_options.checkpointing_policy = p;
+        let with = run(&ac, &l, TitanOptions::default()).unwrap().peak_bytes;
+        let without = run(&w, &l, TitanOptions::default()).unwrap().peak_bytes;
+        assert!(with < without, "{p:?}");
+    }
     let v1 = pp_layout(8, 2, Schedule::Interleaved, 1);
     assert_eq!(
         field(run(&w, &v1, TitanOptions::default())),
