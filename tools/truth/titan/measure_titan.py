@@ -584,6 +584,8 @@ CROSSCHECKS = [
     ("xc-titan-debug-4l-w4-pp2r1-gpipe-b4s256", ["--flavor", "debugmodel", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "GPipe", "--batch", "4", "--seq", "256"]),
     ("xc-titan-debug-4l-w4-pp2r0-gpipe-b4s256", ["--flavor", "debugmodel", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "GPipe", "--batch", "4", "--seq", "256"]),
     ("xc-titan-debug-6l-w8-pp4r1-1f1b-b4s256", ["--flavor", "debugmodel", "--layers", "6", "--world", "8", "--pp", "4", "--pp-rank", "1", "--schedule", "1F1B", "--batch", "4", "--seq", "256"]),
+    ("xc-titan-debug-4l-w4-pp2r1-1f1b-b4s256-fullac", ["--flavor", "debugmodel", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "1F1B", "--batch", "4", "--seq", "256", "--ac", "full"]),
+    ("xc-titan-debug-4l-w4-pp2r0-1f1b-b4s256-selac", ["--flavor", "debugmodel", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256", "--ac", "selective"]),
     ("xc-titan-debug-6l-w4-pp2r1-interleaved1f1b-b4s256", ["--flavor", "debugmodel", "--layers", "6", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "Interleaved1F1B", "--batch", "4", "--seq", "256"]),
 ]
 
