@@ -767,9 +767,10 @@ pub struct TrainArgs {
     #[arg(long, help_heading = "Vision-language models")]
     pub image_tokens: Option<u64>,
     /// Whose training code runs: `hf` (transformers' model under the engine the layout picks)
-    /// or `torchtitan` (torchtitan 0.3.0's own Llama 3 or Qwen 3 (dense, MoE) under FSDP2, with its tensor + sequence
-    /// parallelism for --tp > 1 (--tp implies --sequence-parallel, torchtitan's default); needs
-    /// --precision amp-bf16, defaults --strategy to fsdp-full).
+    /// or `torchtitan` (torchtitan 0.3.0's own Llama 3 or Qwen 3 (dense, MoE) under FSDP2, with its
+    /// tensor + sequence parallelism for --tp > 1 (--tp implies --sequence-parallel, torchtitan's
+    /// default) or, for Llama 3, its pipeline parallelism for --pp > 1 (-b = microbatch size,
+    /// --grad-accum = microbatches); needs --precision amp-bf16, defaults --strategy to fsdp-full).
     #[arg(long, value_parser = named::<Runtime>(), default_value = "hf")]
     pub runtime: Runtime,
     /// Activation offloading to host: the model's forward (loss included) runs under
@@ -840,20 +841,23 @@ fn grad_accum_for_global_batch(global: u64, batch: u64, grad_accum: u64, dp: u64
     Ok(grad_accum)
 }
 
-/// torchtitan's pipeline, context and expert parallelism are not simulated: refused by flag
-/// before the layout is resolved. Its tensor parallelism is (`memory/titan`): `--tp` > 1 runs
+/// torchtitan's context and expert parallelism are not simulated: refused by flag before the
+/// layout is resolved. Its pipeline parallelism is (`--pp` with `--schedule 1f1b|gpipe|
+/// interleaved`, `-b` the microbatch size and `--grad-accum` the microbatches per step, as for
+/// Megatron-LM; checked by `memory/titan`), and so is its tensor parallelism: `--tp` > 1 runs
 /// with sequence parallelism, torchtitan's default (`parallelism.enable_sequence_parallel =
 /// true`), so `--tp` implies `--sequence-parallel` there; `--sequence-parallel` alone needs a
 /// `--tp`. Returns whether sequence parallelism is on.
 fn titan_model_parallel(tp: u64, pp: u64, cp: u64, ep: u64, sp: bool) -> Result<bool> {
-    for (flag, value) in [("--pp", pp), ("--cp", cp), ("--ep", ep)] {
+    let _ = pp;
+    for (flag, value) in [("--cp", cp), ("--ep", ep)] {
         if value > 1 {
             return Err(UserError::flag(
                 flag,
                 value,
-                "torchtitan's pipeline, context and expert parallelism are not simulated \
-                 (--runtime torchtitan models FSDP2 with tensor + sequence parallelism, as \
-                 measured on a fake 2-D mesh)",
+                "torchtitan's context and expert parallelism are not simulated \
+                 (--runtime torchtitan models FSDP2 with tensor + sequence parallelism or \
+                 pipeline parallelism, as measured on fake meshes)",
                 "drop it with --runtime torchtitan, or drop --runtime torchtitan (Megatron-LM's \
                  profile models model parallelism)",
             )
@@ -1072,9 +1076,17 @@ impl TrainSettings {
             if titan {
                 // torchtitan's TP is checked by `memory/titan` (a `tp` > 1 layout would
                 // otherwise be validated as Megatron-LM's)
+                // and so is its PP (validated as Megatron-LM's otherwise)
                 let mut dp_only = l.clone();
                 dp_only.tp = 1;
                 dp_only.sequence_parallel = false;
+                if l.pp > 1 && l.gpus.is_multiple_of(l.pp) {
+                    dp_only.gpus = l.gpus / l.pp;
+                    dp_only.gpus_per_node = dp_only.gpus_per_node.min(dp_only.gpus);
+                    dp_only.pp = 1;
+                    dp_only.schedule = Schedule::OneFOneB;
+                    dp_only.virtual_stages = 1;
+                }
                 dp_only.validate()?;
             } else {
                 l.validate()?;

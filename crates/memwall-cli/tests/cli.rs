@@ -923,8 +923,67 @@ fn the_torchtitan_runtime_estimates_plans_and_refuses_by_name() {
     ] {
         assert!(out.contains(line), "{line}: {out}");
     }
+    // torchtitan's pipeline parallelism: -b = pipeline_parallel_microbatch_size, --grad-accum
+    // = microbatches per step; one group per pp rank; the emitter writes torchtitan's PP keys
+    let (code, out, err) = run(&[
+        &base[..],
+        &[
+            "--pp",
+            "2",
+            "--schedule",
+            "interleaved",
+            "--virtual-stages",
+            "2",
+            "--grad-accum",
+            "4",
+            "--seq",
+            "1024",
+            "--emit",
+            "torchtitan",
+        ],
+    ]
+    .concat());
+    assert_eq!(code, 0, "{err}");
+    for line in [
+        "--training.local-batch-size 4",
+        "--parallelism.data-parallel-shard-degree 4",
+        "--parallelism.pipeline-parallel-degree 2",
+        "--parallelism.pipeline-parallel-schedule Interleaved1F1B",
+        "--parallelism.pipeline-parallel-microbatch-size 1",
+        "--parallelism.fsdp-reshard-after-forward default",
+    ] {
+        assert!(out.contains(line), "{line}: {out}");
+    }
+    let (code, out, err) = run(&[&base[..], &["--pp", "2", "--grad-accum", "2"]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("pp rank 1 (stage 1"), "{out}");
     for (extra, flag) in [
-        (&["--pp", "2"][..], "--pp 2"),
+        (&["--pp", "2"][..], "grad-accum"),
+        (&["--pp", "2", "--grad-accum", "2", "--tp", "2"][..], "tp"),
+        (
+            &[
+                "--pp",
+                "2",
+                "--grad-accum",
+                "2",
+                "--checkpointing-policy",
+                "every-k:2",
+            ][..],
+            "every-k:2",
+        ),
+        (&["--pp", "8", "--grad-accum", "8"][..], "gpus"),
+        (
+            &[
+                "--pp",
+                "2",
+                "--grad-accum",
+                "2",
+                "--schedule",
+                "interleaved",
+            ][..],
+            "virtual",
+        ),
+        (&["--cp", "2"][..], "--cp 2"),
         (&["--sequence-parallel"][..], "--sequence-parallel"),
         (&["--tp", "2", "--seq", "4095"][..], "--seq"),
         (&["--strategy", "zero3"][..], "--strategy `zero3`"),

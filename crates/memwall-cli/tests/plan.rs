@@ -353,3 +353,55 @@ fn plans_keep_the_loop_and_the_checkpointing_policy_and_reproduce() {
         assert_eq!(peak, p.peak_bytes, "{args}");
     }
 }
+
+/// `plan --runtime torchtitan` searches torchtitan's pipeline parallelism (pp 2/4/8 with
+/// 1F1B, GPipe and Interleaved1F1B, the pipeline microbatch size): its PP plans keep at least
+/// pp microbatches per step and reproduce with `memwall train`.
+#[test]
+fn torchtitan_plans_search_pipeline_parallelism_and_reproduce() {
+    let (code, out, err) = run(&[
+        "plan",
+        "-m",
+        "llama-3.1-8b",
+        "--runtime",
+        "torchtitan",
+        "--gpu",
+        "h100-sxm",
+        "--gpus",
+        "16",
+        "--seq",
+        "2048",
+        "--global-batch",
+        "128",
+        "--top",
+        "40",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let j: PlanJson = serde_json::from_str(&out).unwrap();
+    let pp: Vec<&PlanRowJson> = j
+        .plans
+        .iter()
+        .filter(|p| {
+            p.layout
+                .as_ref()
+                .is_some_and(|l| l["pp"].as_u64().unwrap() > 1)
+        })
+        .collect();
+    assert!(!pp.is_empty(), "no PP plan: {out}");
+    let schedules: std::collections::BTreeSet<String> = pp
+        .iter()
+        .map(|p| p.layout.as_ref().unwrap()["schedule"].to_string())
+        .collect();
+    assert!(schedules.len() >= 2, "{schedules:?}");
+    for p in pp {
+        let l = p.layout.as_ref().unwrap();
+        let (gpus, degree) = (l["gpus"].as_u64().unwrap(), l["pp"].as_u64().unwrap());
+        assert!(p.grad_accum >= degree, "{p:?}");
+        assert_eq!(p.micro_batch * p.grad_accum * (gpus / degree), 128);
+        assert!(p.train_args.iter().any(|a| a == "--runtime"));
+        let (peak, fits) = train_peak(&p.train_args);
+        assert_eq!(peak, p.peak_bytes, "{:?}", p.train_args);
+        assert!(fits && p.fits);
+    }
+}

@@ -981,6 +981,10 @@ fn accuracy_report_is_current() {
     let titan = titan_rows();
     if !titan.is_empty() {
         text.push_str(&titan_section(&titan));
+        let pp = titan_pp_rows();
+        if !pp.is_empty() {
+            text.push_str(&titan_pp_section(&pp));
+        }
     }
     let path = root().join("docs/accuracy.md");
     if std::env::var_os("MEMWALL_UPDATE_ACCURACY").is_some() {
@@ -1029,6 +1033,21 @@ struct TitanCase {
     #[serde(default)]
     #[allow(dead_code)]
     router_gate: Option<String>,
+    /// `pipeline_parallel_degree` (absent: 1; `tests/truth/titan_pp.jsonl`)
+    #[serde(default)]
+    pp: Option<u64>,
+    /// the pp rank measured
+    #[serde(default)]
+    pp_rank: Option<u64>,
+    /// `pipeline_parallel_schedule`
+    #[serde(default)]
+    schedule: Option<String>,
+    /// `pipeline_parallel_microbatch_size`
+    #[serde(default)]
+    microbatch_size: Option<u64>,
+    /// `local_batch_size / microbatch_size`
+    #[serde(default)]
+    microbatches: Option<u64>,
     measured: TitanMeasured,
     versions: BTreeMap<String, String>,
 }
@@ -1161,19 +1180,169 @@ fn titan_rows() -> Vec<TitanRow> {
     out
 }
 
+/// torchtitan cases with pipeline parallelism (`tests/truth/titan_pp.jsonl`): each fixture is
+/// one pp rank's peak; memwall's group of that rank is compared.
+fn titan_pp_rows() -> Vec<TitanRow> {
+    use memwall_core::layout::{Layout, Offload, OffloadDevice, Schedule, Strategy};
+    use memwall_core::memory::titan::{simulate_train_titan, TitanOptions};
+    let Ok(text) = std::fs::read_to_string(root().join("tests/truth/titan_pp.jsonl")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let c: TitanCase =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("bad fixture line: {e}\n{line}"));
+        assert_eq!(c.kind, "torchtitan-train");
+        assert_eq!((c.loss.as_str(), c.attention.as_str()), ("ce", "flex"));
+        let policy = match c.activation_checkpoint.as_str() {
+            "none" => None,
+            "full" => Some(CheckpointPolicy::Full),
+            "selective" => Some(CheckpointPolicy::SelectiveOp),
+            p => panic!("{}: AC {p}", c.id),
+        };
+        let config = match c.flavor.as_str() {
+            "8B" => "data/models/meta-llama/Llama-3.1-8B.json",
+            "70B" => "data/models/meta-llama/Llama-3.1-70B.json",
+            f => panic!("{}: flavour {f}", c.id),
+        };
+        let json = std::fs::read_to_string(root().join(config)).expect("read config");
+        let mut desc = memwall_formats::parse_hf_config(&json).unwrap();
+        desc.layers.truncate(c.layers);
+        let (pp, rank) = (c.pp.expect("pp"), c.pp_rank.expect("pp_rank"));
+        let mbs = c.microbatch_size.expect("microbatch_size");
+        let n = c.microbatches.expect("microbatches");
+        assert_eq!(mbs * n, c.batch, "{}", c.id);
+        let mut w = TrainWorkload::new(mbs, c.seq);
+        w.grad_accum = n;
+        w.precision = Precision::AmpBf16;
+        w.optimizer = match c.optimizer_implementation.as_deref() {
+            None | Some("fused") => Optimizer::AdamwFused,
+            Some("foreach") => Optimizer::Adamw,
+            Some(o) => panic!("{}: optimizer {o}", c.id),
+        };
+        if let Some(p) = policy {
+            w.checkpointing = true;
+            w.step_options.checkpointing_policy = p;
+        }
+        let (schedule, virtual_stages) = match c.schedule.as_deref() {
+            Some("1F1B") => (Schedule::OneFOneB, 1),
+            Some("GPipe") => (Schedule::Gpipe, 1),
+            Some("Interleaved1F1B") => (Schedule::Interleaved, 2),
+            s => panic!("{}: schedule {s:?}", c.id),
+        };
+        let layout = Layout {
+            gpus: c.world_size,
+            gpus_per_node: c.world_size,
+            strategy: Strategy::FsdpFull,
+            tp: 1,
+            sequence_parallel: false,
+            pp,
+            schedule,
+            virtual_stages,
+            cp: 1,
+            ep: 1,
+            offload: Offload::None,
+            offload_device: OffloadDevice::Cpu,
+        };
+        let e = match simulate_train_titan(&desc, &w, &layout, &TitanOptions::default()) {
+            Ok(e) => e,
+            // measured, and refused by name: 10 layers in 8 stages leave the last stage no
+            // transformer block (its rank 3 measured +6.2% over the model: see pipeline.rs)
+            Err(err)
+                if c.id.starts_with("titan-pp-8b-10l-pp4r") && c.id.contains("interleaved") =>
+            {
+                assert!(err.to_string().contains("no transformer block"), "{err}");
+                continue;
+            }
+            Err(err) => panic!("{}: {err}", c.id),
+        };
+        let g = &e.groups[usize::try_from(rank).unwrap()];
+        let job = memwall_core::memory::titan::PipeJob {
+            shapes: memwall_core::memory::titan::shapes(&desc).unwrap(),
+            world: c.world_size,
+            pp,
+            rank,
+            schedule,
+            stages_per_rank: virtual_stages,
+            microbatch_size: mbs,
+            microbatches: n,
+            seq: c.seq,
+            fused_optimizer: w.optimizer == Optimizer::AdamwFused,
+            checkpointing: policy,
+        };
+        let all = memwall_core::memory::titan::rank_instants(&job).unwrap();
+        let at = all.iter().map(|x| x.total()).max().unwrap();
+        assert_eq!(u128::from(g.peak_bytes), at, "{}", c.id);
+        let instant = all.iter().find(|x| x.total() == at).unwrap().name.clone();
+        out.push(TitanRow {
+            row: Row::new(
+                &c.id,
+                "llama",
+                format!(
+                    "pp {pp} rank {rank} {}",
+                    c.schedule.as_deref().unwrap_or("")
+                ),
+                (c.measured.peak_bytes, g.peak_bytes),
+                "-",
+                g.phase,
+            ),
+            instant,
+        });
+    }
+    out
+}
+
+#[test]
+fn every_torchtitan_pipeline_case_within_three_percent() {
+    let rows = titan_pp_rows();
+    assert!(
+        rows.len() >= 12,
+        "expected the committed torchtitan pipeline fixtures, found {}",
+        rows.len()
+    );
+    for r in &rows {
+        eprintln!(
+            "{} {} {} {:+.3}%",
+            r.row.id, r.row.measured, r.row.estimated, r.row.error_pct
+        );
+    }
+    let plain: Vec<Row> = rows.into_iter().map(|r| r.row).collect();
+    check(&plain, "torchtitan pipeline");
+}
+
 fn titan_section(rows: &[TitanRow]) -> String {
-    let abs: Vec<f64> = rows.iter().map(|r| r.row.error_pct.abs()).collect();
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
+    titan_section_with(
+        rows,
         "\n## torchtitan runtime profile (`--runtime torchtitan`; `tests/truth/titan.jsonl`)\n\n\
          torchtitan 0.3.0's own Llama 3 and Qwen 3 (dense, MoE) steps (its models, FSDP2 units and \
          reshard policy, FullAC / SelectiveAC, CrossEntropyLoss, fused or foreach AdamW, TP + SP) \
          on a fake process group, measured by \
          `tools/truth/titan/measure_titan.py` with FSDPMemTracker (rank 0, steady step); \
          estimates: `memory/titan` (`--runtime torchtitan --precision amp-bf16 --strategy \
-         fsdp-full`).\n"
-    );
+         fsdp-full`).\n",
+    )
+}
+
+fn titan_pp_section(rows: &[TitanRow]) -> String {
+    titan_section_with(
+        rows,
+        "\n### torchtitan pipeline parallelism (`--runtime torchtitan --pp N`; \
+         `tests/truth/titan_pp.jsonl`)\n\n\
+         One pp rank per case (1F1B, GPipe, Interleaved1F1B; FSDP2 over dp_shard, no TP; no AC, \
+         FullAC or SelectiveAC), \
+         measured by `measure_titan.py --pp-cases` on a fake pp × dp_shard mesh; estimates: \
+         `memory/titan/pipeline.rs`, the group of that pp rank. The model follows real tensors \
+         where they differ from fake ones (`tests/truth/titan_crosscheck.jsonl`: one \
+         `[mb, seq, dim]` bf16 per in-flight microbatch fewer on stages before the last), hence \
+         the small negative errors. The three `titan-pp-8b-10l-pp4r*-interleaved1f1b` rows are \
+         refused by memwall (a stage without a transformer block) and not listed.\n",
+    )
+}
+
+fn titan_section_with(rows: &[TitanRow], header: &str) -> String {
+    let abs: Vec<f64> = rows.iter().map(|r| r.row.error_pct.abs()).collect();
+    let mut s = String::new();
+    let _ = writeln!(s, "{header}");
     let _ = writeln!(s, "- cases: {}", rows.len());
     let _ = writeln!(s, "- median |error|: {:.3}%", median(abs.clone()));
     if let Some(w) = rows
@@ -1215,7 +1384,8 @@ fn every_torchtitan_case_within_three_percent() {
 
 /// Fake must equal real (`tests/truth/titan_crosscheck.jsonl`, `measure_titan.py --crosscheck`):
 /// every torchtitan crosscheck ran its step once on fake and once on real CPU tensors, and the
-/// two peaks and breakdowns are the same bytes (llama3 and qwen3 debug models).
+/// two peaks and breakdowns are the same bytes (llama3 and qwen3 debug models), except on the
+/// pipeline stages before the last, where the one difference is exactly what the docs say.
 #[test]
 fn every_torchtitan_crosscheck_measures_the_same_on_fake_and_real_tensors() {
     let text = std::fs::read_to_string(root().join("tests/truth/titan_crosscheck.jsonl"))
@@ -1224,8 +1394,6 @@ fn every_torchtitan_crosscheck_measures_the_same_on_fake_and_real_tensors() {
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let v: serde_json::Value = serde_json::from_str(line).expect("crosscheck row");
         let id = v["id"].as_str().expect("id");
-        assert_eq!(v["difference_bytes"], 0, "{id}");
-        assert_eq!(v["fake"], v["real"], "{id}");
         assert!(v["fake"]["peak_bytes"].as_u64().unwrap_or(0) > 0, "{id}");
         let args: Vec<&str> = v["args"]
             .as_array()
@@ -1233,6 +1401,31 @@ fn every_torchtitan_crosscheck_measures_the_same_on_fake_and_real_tensors() {
             .iter()
             .filter_map(|a| a.as_str())
             .collect();
+        let arg = |name: &str| {
+            args.iter()
+                .position(|a| *a == name)
+                .map(|i| args[i + 1].parse::<i64>().expect("a number"))
+        };
+        let expected = match (arg("--pp"), arg("--pp-rank")) {
+            // a pipeline stage before the last: real tensors keep one `[mb, seq, dim]` bf16
+            // fewer per microbatch in flight at the peak than fake ones (tools/truth/titan/
+            // README.md; the model follows real tensors). In flight: every microbatch under
+            // GPipe, min(n, pp - rank) under 1F1B; the debug model's dim is 256, mb 1.
+            (Some(pp), Some(rank)) if rank < pp - 1 => {
+                let n = arg("--batch").expect("--batch");
+                let in_flight = if args.contains(&"GPipe") {
+                    n
+                } else {
+                    n.min(pp - rank)
+                };
+                -in_flight * arg("--seq").expect("--seq") * 256 * 2
+            }
+            _ => 0,
+        };
+        assert_eq!(v["difference_bytes"], expected, "{id}");
+        if expected == 0 {
+            assert_eq!(v["fake"], v["real"], "{id}");
+        }
         let model = args
             .iter()
             .position(|a| *a == "--model")

@@ -60,6 +60,16 @@ def measure_one(argv: list[str]) -> dict:
     # optimizer.py; every case without this flag ran it)
     ap.add_argument("--optim", choices=["fused", "foreach", "for-loop"], default="fused")
     ap.add_argument("--reshard", choices=["default", "always", "never"], default="default")
+    # pipeline parallelism (`parallelism.pipeline_parallel_degree`, `_schedule`,
+    # `_microbatch_size`, `_layers_per_stage`): the mesh is pp × dp_shard (× tp); the measured
+    # rank is the first of pp rank --pp-rank (pp is the outermost mesh dimension,
+    # distributed/parallel_dims.py), and only its stage(s) run; the fake process group's
+    # send/recv are no-ops (the stage still allocates its receive buffers)
+    ap.add_argument("--pp", type=int, default=1)
+    ap.add_argument("--pp-rank", type=int, default=0)
+    ap.add_argument("--schedule", default="1F1B")
+    ap.add_argument("--mbs", type=int, default=1)
+    ap.add_argument("--layers-per-stage", type=int, default=None)
     args = ap.parse_args(argv)
 
     import torch
@@ -112,7 +122,10 @@ def measure_one(argv: list[str]) -> dict:
     W = args.world
     os.environ.setdefault("WORLD_SIZE", str(W))
     os.environ.setdefault("LOCAL_RANK", "0")
-    dist.init_process_group("fake", rank=0, world_size=W, store=FakeStore())
+    if W % (args.pp * args.tp):
+        raise SystemExit(f"world {W} is not a multiple of pp {args.pp} x tp {args.tp}")
+    rank = args.pp_rank * (W // args.pp)
+    dist.init_process_group("fake", rank=rank, world_size=W, store=FakeStore())
 
     # the job config of `llama3_8b()` (loss, optimizer, training defaults) with the chosen
     # model's spec in place of llama3's (the trainer reads `config.model_spec`)
@@ -128,7 +141,11 @@ def measure_one(argv: list[str]) -> dict:
     config.optimizer.implementation = args.optim
     if W % args.tp:
         raise SystemExit(f"world {W} is not a multiple of tp {args.tp}")
-    config.parallelism.data_parallel_shard_degree = W // args.tp
+    config.parallelism.data_parallel_shard_degree = W // (args.tp * args.pp)
+    config.parallelism.pipeline_parallel_degree = args.pp
+    config.parallelism.pipeline_parallel_schedule = args.schedule
+    config.parallelism.pipeline_parallel_microbatch_size = args.mbs
+    config.parallelism.pipeline_parallel_layers_per_stage = args.layers_per_stage
     config.parallelism.tensor_parallel_degree = args.tp
     config.parallelism.enable_sequence_parallel = not args.no_sp
     config.parallelism.fsdp_reshard_after_forward = args.reshard
@@ -167,6 +184,15 @@ def measure_one(argv: list[str]) -> dict:
     t0 = time.time()
     import contextlib
 
+    if args.pp > 1:
+        # the split deep-copies the model (pipeline_parallel.py `_split_module`), which mixes
+        # fake modes if it is built under FakeTensorMode: built, split and parallelised on the
+        # meta device (as the Trainer does), materialised under FakeTensorMode
+        with torch.device("meta"):
+            model = model_config.build()
+        fake = contextlib.nullcontext() if args.real else FakeTensorMode(allow_non_fake_inputs=True)
+        peak, first, snap, mt = measure_pp(args, config, spec, model, model_config, parallel_dims, train_context, fake)
+        return result(args, W, snap, first, mt, t0)
     with contextlib.nullcontext() if args.real else FakeTensorMode():
         with torch.device("meta"):
             model = model_config.build()
@@ -247,6 +273,12 @@ def measure_one(argv: list[str]) -> dict:
                 optimizers.zero_grad()
                 gc.collect(1)
         snap = mt.get_tracker_snapshot("peak")[cpu]
+    return result(args, W, snap, first, mt, t0)
+
+
+def result(args, W, snap, first, mt, t0) -> dict:
+    import torch
+
     if args.debug is not None:
         print(f"# peak after event: {mt.peak_event}", file=sys.stderr)
         for entry in mt.log:
@@ -271,6 +303,10 @@ def measure_one(argv: list[str]) -> dict:
         **({"reshard_after_forward": args.reshard} if args.reshard != "default" else {}),
         **({"optimizer_implementation": args.optim} if args.optim != "fused" else {}),
         **({"router_gate": "fp32 (CUDA autocast emulated)"} if n_gates else {}),
+        **({"pp": args.pp, "pp_rank": args.pp_rank, "schedule": args.schedule,
+            "microbatch_size": args.mbs, "microbatches": args.batch // args.mbs,
+            **({"layers_per_stage": args.layers_per_stage} if args.layers_per_stage else {})}
+           if args.pp > 1 else {}),
         "measured": {
             "peak_bytes": int(snap["Total"]),
             "at_peak": {str(k).split(".")[-1].lower(): int(v) for k, v in snap.items() if k != "Total"},
@@ -280,6 +316,126 @@ def measure_one(argv: list[str]) -> dict:
                      "python": platform.python_version()},
         "_seconds": round(time.time() - t0, 1),
     }
+
+
+def measure_pp(args, config, spec, model, model_config, parallel_dims, train_context, fake):
+    """One pp rank's step under torchtitan's pipeline schedule (`pipeline_llm`, as
+    `Trainer.__init__` and `Trainer.pp_forward_backward_step` run it)."""
+    import gc
+    from copy import deepcopy
+
+    import torch
+    import torch.nn as nn
+    from torch.distributed.pipelining import _utils as pp_utils
+    from torch.distributed.pipelining import stage as pp_stage
+    from torchtitan.distributed.pipeline_parallel import pipeline_llm
+    from torchtitan.distributed.spmd_types import annotate_input_spmd_types
+
+    from measure_dist import fsdp_tracker_class
+
+    cpu = torch.device("cpu")
+    mb = args.mbs
+    S, D = args.seq, model_config.dim
+
+    loss_fn = config.loss.build(compile_config=config.compile)
+    pp_schedule, parts, has_first, has_last = pipeline_llm(
+        model,
+        parallel_dims=parallel_dims,
+        training=config.training,
+        parallelism=config.parallelism,
+        compile_config=config.compile,
+        ac_config=config.activation_checkpoint,
+        dump_folder="/tmp/titan_dump",
+        device=cpu,
+        model_config=model_config,
+        parallelize_fn=spec.parallelize_fn,
+        loss_fn=loss_fn,
+    )
+    del model
+    # torch.distributed.pipelining refuses runtime shape inference over a fake process group
+    # ("Provide complete static metadata ... to the PipelineStage constructor"; the peers'
+    # metadata would arrive by P2P): every stage is given the static metadata torchtitan's
+    # stages exchange at runtime: token ids [mb, seq] into the first stage, one hidden state
+    # [mb, seq, dim] in the compute dtype (bf16 under FSDP2's MixedPrecisionPolicy) across each
+    # boundary, the logits [mb, seq, vocab] out of the last (plain tensors under spmd_types, so
+    # the gradients' metadata follows from them)
+    dt = torch.bfloat16
+    with torch.device("meta"):
+        tok = torch.empty(mb, S, dtype=torch.long)
+        hid = torch.empty(mb, S, D, dtype=dt, requires_grad=True)
+        logits = torch.empty(mb, S, model_config.vocab_size, dtype=dt, requires_grad=True)
+    for st in pp_schedule._stages if hasattr(pp_schedule, "_stages") else [pp_schedule._stage]:
+        st._user_meta = pp_utils._StageMeta(
+            inputs=pp_utils.extract_tensor_metas((tok,) if st.is_first else (hid,)),
+            outputs=pp_utils.extract_tensor_metas((logits,) if st.is_last else (hid,)),
+        )
+    fake.__enter__()
+    for m in parts:
+        m.to_empty(device="cpu")
+        m.train()
+    optimizers = config.optimizer.build(model_parts=parts)
+    vocab = model_config.vocab_size
+    n_mb = args.batch // mb
+    inputs = torch.randint(0, vocab, (args.batch, S))
+    labels = torch.randint(0, vocab, (args.batch, S))
+    positions = torch.arange(S).repeat(mb, 1)
+    tracker_cls = fsdp_tracker_class()
+    tracker_cls.supports_higher_order_operators = True
+
+    class PPTracker(tracker_cls):
+        # every stage module is an FSDP root called once per microbatch: FSDPMemTracker's
+        # per-module statistics refuse a root's second pre-forward ("multiple iterative
+        # calls"); the totals and categories do not depend on them, so the root's statistics
+        # are restarted at each microbatch
+        def _fsdp_state_pre_forward(self, fsdp_mod, orig):
+            inner = super()._fsdp_state_pre_forward(fsdp_mod, orig)
+
+            def f(*a, **k):
+                if not self._mod_tracker.is_bw:
+                    self.memory_tracking.pop(fsdp_mod, None)
+                return inner(*a, **k)
+
+            return f
+
+    mt = PPTracker(parts[0], optimizers.optimizers[0], log_min_bytes=args.debug)
+    mt._root_mod = nn.ModuleList(parts)  # every local stage instrumented (looped schedules)
+    mt.track_inputs((inputs, labels))
+    gvt = torch.tensor(args.batch * S)
+    mbs = []
+    for i in range(n_mb):
+        x, y = inputs[i * mb:(i + 1) * mb], labels[i * mb:(i + 1) * mb]
+        extra = {"positions": positions}
+        if args.attn in ("flex", "flex_flash", "varlen"):
+            extra["attention_masks"] = parts[0].get_attention_masks(positions=positions)
+        if config.parallelism.spmd_backend == "spmd_types":
+            x, y, extra = annotate_input_spmd_types(parallel_dims, x, y, extra)
+        mbs.append((x, y, extra))
+    first = 0
+    with mt:
+        for it in range(2):
+            if it == 1:
+                first = mt._peak_mem.get(cpu, 0)
+                mt.reset_mod_stats()
+                mt._peak_mem = {d: s["Total"] for d, s in mt._curr_mem_snap.items()}
+                mt._peak_mem_snap = deepcopy(mt._curr_mem_snap)
+                mt.log.clear()
+            with train_context():
+                losses = [] if has_last else None
+                pp_schedule.step(
+                    arg_mbs=[(x,) for x, _, _ in mbs] if has_first else None,
+                    kwarg_mbs=[e for _, _, e in mbs],
+                    target_mbs=[y for _, y, _ in mbs] if has_last else None,
+                    losses=losses,
+                    loss_kwargs={"global_valid_tokens": gvt},
+                    return_outputs=False,
+                )
+                del losses
+            torch.nn.utils.clip_grad_norm_([p for m in parts for p in m.parameters()], 1.0, foreach=True)
+            optimizers.step()
+            optimizers.zero_grad()
+            gc.collect(1)
+        snap = mt.get_tracker_snapshot("peak")[cpu]
+    return snap["Total"], first, snap, mt
 
 
 def stub_flex_attention(q, k, v, *, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
@@ -430,6 +586,47 @@ CASES = [
 ]
 
 
+# pipeline parallelism (issue 15): one pp rank each (its stage, or its two virtual stages under
+# the looped schedules), mesh pp × dp_shard 4, torchtitan's default stage split
+# (`_generate_llm_fqn_per_model_part`: embeddings and norm + head each weigh one layer)
+# -> tests/truth/titan_pp.jsonl
+def _pp(name, layers, pp, rank, sched, batch, seq=1024, extra=(), dp=4, flavor="8B", mbs=1):
+    tag = "" if flavor == "8B" else f"-{flavor.lower()}"
+    return (f"titan-pp-8b-{layers}l-pp{pp}r{rank}-{sched.lower()}-b{batch}s{seq}".replace("-8b-", f"-{flavor.lower()}-")
+            + (f"-dp{dp}" if dp != 4 else "") + (f"-mbs{mbs}" if mbs != 1 else "")
+            + "".join(f"-{e.lstrip('-')}" for e in extra if e.startswith("--optim") is False and not e.startswith("-")),
+            ["--flavor", flavor, "--layers", str(layers), "--world", str(dp * pp), "--pp", str(pp), "--pp-rank", str(rank),
+             "--schedule", sched, "--batch", str(batch), "--seq", str(seq), "--mbs", str(mbs), "--loss", "ce", *extra])
+
+
+# torch 2.15's Schedule1F1B refuses fewer microbatches than stages ("Number of microbatches (2)
+# must be greater than or equal to the number of stages (4)"): no such case
+PP_CASES = [
+    _pp("", 4, 2, 0, "1F1B", 4), _pp("", 4, 2, 1, "1F1B", 4),
+    _pp("", 6, 4, 0, "1F1B", 8), _pp("", 6, 4, 1, "1F1B", 8), _pp("", 6, 4, 3, "1F1B", 8),
+    _pp("", 6, 4, 0, "1F1B", 4),
+    _pp("", 4, 2, 0, "GPipe", 4), _pp("", 4, 2, 1, "GPipe", 4),
+    _pp("", 6, 4, 0, "GPipe", 8), _pp("", 6, 4, 1, "GPipe", 8), _pp("", 6, 4, 3, "GPipe", 8),
+    _pp("", 6, 2, 0, "Interleaved1F1B", 4), _pp("", 6, 2, 1, "Interleaved1F1B", 4),
+    _pp("", 6, 2, 0, "Interleaved1F1B", 8), _pp("", 6, 2, 1, "Interleaved1F1B", 8),
+    # second batch: microbatch size 2, dp_shard 2 and 8, uneven splits, the 70B width, foreach
+    # AdamW, four ranks of Interleaved1F1B (eight virtual stages)
+    _pp("", 4, 2, 0, "1F1B", 8, seq=512, mbs=2), _pp("", 4, 2, 1, "1F1B", 8, seq=512, mbs=2),
+    _pp("", 10, 4, 2, "1F1B", 4, seq=2048, dp=2), _pp("", 9, 4, 1, "GPipe", 4, seq=2048, dp=2),
+    _pp("", 7, 2, 1, "1F1B", 2, seq=4096, dp=8),
+    _pp("", 4, 2, 1, "GPipe", 2, seq=512, flavor="70B"), _pp("", 4, 2, 0, "1F1B", 4, seq=1024, flavor="70B", dp=8),
+    _pp("", 4, 2, 1, "1F1B", 4, extra=("--optim", "foreach")),
+    _pp("", 10, 4, 0, "Interleaved1F1B", 8, seq=512), _pp("", 10, 4, 2, "Interleaved1F1B", 8, seq=512),
+    _pp("", 10, 4, 3, "Interleaved1F1B", 8, seq=512),
+    # third batch: activation checkpointing under PP (full, selective op-level)
+    _pp("", 4, 2, 0, "1F1B", 4, seq=2048, extra=("--ac", "full")),
+    _pp("", 4, 2, 1, "1F1B", 4, seq=2048, extra=("--ac", "full")),
+    _pp("", 6, 4, 1, "GPipe", 8, seq=1024, extra=("--ac", "full")),
+    _pp("", 4, 2, 0, "1F1B", 4, seq=2048, extra=("--ac", "selective")),
+    _pp("", 6, 2, 1, "Interleaved1F1B", 4, seq=1024, extra=("--ac", "selective")),
+]
+
+
 # fake vs real CPU tensors on torchtitan's small "debugmodel" flavour (dim 256), attention
 # stubbed on both sides (see --attn-stub) -> tests/truth/titan_crosscheck.jsonl
 CROSSCHECKS = [
@@ -448,6 +645,15 @@ CROSSCHECKS = [
     # CUDA autocast runs it): fake equals real, though memwall does not model the MoE step yet
     ("xc-titan-qwen3moe-debug-2l-w4-s256", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "2", "--world", "4", "--seq", "256"]),
     ("xc-titan-qwen3moe-debug-2l-w8-s256-fullac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "2", "--world", "8", "--batch", "2", "--seq", "256", "--ac", "full"]),
+    # pipeline parallelism: one pp rank's stage(s) with real tensors over the same fake process
+    # group (its send/recv are no-ops: the received buffers are allocated, not written)
+    ("xc-titan-debug-4l-w4-pp2r0-1f1b-b4s256", ["--flavor", "debugmodel", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256"]),
+    ("xc-titan-debug-4l-w4-pp2r1-gpipe-b4s256", ["--flavor", "debugmodel", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "GPipe", "--batch", "4", "--seq", "256"]),
+    ("xc-titan-debug-4l-w4-pp2r0-gpipe-b4s256", ["--flavor", "debugmodel", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "GPipe", "--batch", "4", "--seq", "256"]),
+    ("xc-titan-debug-6l-w8-pp4r1-1f1b-b4s256", ["--flavor", "debugmodel", "--layers", "6", "--world", "8", "--pp", "4", "--pp-rank", "1", "--schedule", "1F1B", "--batch", "4", "--seq", "256"]),
+    ("xc-titan-debug-4l-w4-pp2r1-1f1b-b4s256-fullac", ["--flavor", "debugmodel", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "1F1B", "--batch", "4", "--seq", "256", "--ac", "full"]),
+    ("xc-titan-debug-4l-w4-pp2r0-1f1b-b4s256-selac", ["--flavor", "debugmodel", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256", "--ac", "selective"]),
+    ("xc-titan-debug-6l-w4-pp2r1-interleaved1f1b-b4s256", ["--flavor", "debugmodel", "--layers", "6", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "Interleaved1F1B", "--batch", "4", "--seq", "256"]),
 ]
 
 
@@ -457,6 +663,12 @@ def crosscheck() -> None:
 
     root = os.path.join(os.path.dirname(__file__), "..", "..", "..")
     out_path = os.path.join(root, "tests", "truth", "titan_crosscheck.jsonl")
+    done = {}
+    if os.path.exists(out_path):  # rows already cross-checked are kept, not re-run
+        for line in open(out_path):
+            if line.strip():
+                r = json.loads(line)
+                done[r["id"]] = r
     rows = []
     done = {}
     if os.path.exists(out_path):  # measured rows are kept, never re-measured in place
@@ -497,14 +709,18 @@ def main() -> None:
         crosscheck()
         return
     root = os.path.join(os.path.dirname(__file__), "..", "..", "..")
+    cases = CASES
     out_path = os.path.join(root, "tests", "truth", "titan.jsonl")
+    if len(sys.argv) > 1 and sys.argv[1] == "--pp-cases":
+        cases = PP_CASES
+        out_path = os.path.join(root, "tests", "truth", "titan_pp.jsonl")
     rows = {}
     if os.path.exists(out_path):
         for line in open(out_path):
             if line.strip():
                 r = json.loads(line)
                 rows[r["id"]] = r
-    for cid, argv in CASES:
+    for cid, argv in cases:
         if cid in rows:  # measured fixtures are never re-measured in place
             continue
         p = subprocess.run([sys.executable, __file__, "--one", *argv], capture_output=True, text=True)

@@ -174,7 +174,9 @@ pub(super) fn args(
     // torchtitan's own tensor + sequence parallelism is simulated by `memory/titan` (pp, cp
     // and ep are refused there); under the hf profile a model-parallel layout is Megatron-LM's
     let titan_tp = titan && l.tp > 1 && l.pp == 1 && l.cp == 1 && l.ep == 1;
-    if !spec.strategy().is_fsdp() || (spec.is_megatron() && !titan_tp) {
+    // and its pipeline parallelism (`memory/titan/pipeline.rs`: FSDP2 without TP)
+    let titan_pp = titan && l.pp > 1 && l.tp == 1 && l.cp == 1 && l.ep == 1;
+    if !spec.strategy().is_fsdp() || (spec.is_megatron() && !titan_tp && !titan_pp) {
         return Err(EmitError::unsupported(
             KIND,
             format!(
@@ -239,7 +241,17 @@ pub(super) fn args(
             spec.model_id.rsplit('/').next().unwrap_or(&spec.model_id)
         ),
     );
-    push(&mut a, "--training.local-batch-size", w.batch);
+    // under PP the local batch is split into `grad_accum` pipeline microbatches of `batch`
+    // (`pipeline_parallel_microbatch_size`, written below)
+    push(
+        &mut a,
+        "--training.local-batch-size",
+        if titan_pp {
+            w.batch.saturating_mul(w.grad_accum)
+        } else {
+            w.batch
+        },
+    );
     push(&mut a, "--training.global-batch-size", spec.global_batch());
     push(&mut a, "--training.seq-len", w.seq);
     push(&mut a, "--training.dtype", dtype);
@@ -263,7 +275,7 @@ pub(super) fn args(
     }
     let (replicate, shard) = match spec.strategy() {
         Strategy::Hsdp => (l.gpus / l.shard_group().max(1), l.shard_group()),
-        _ => (1, l.gpus / l.tp.max(1)),
+        _ => (1, l.gpus / l.tp.max(1) / if titan_pp { l.pp } else { 1 }),
     };
     push(
         &mut a,
@@ -299,7 +311,28 @@ pub(super) fn args(
             None,
         ));
     }
-    push(&mut a, "--parallelism.pipeline-parallel-degree", 1);
+    if titan_pp {
+        // config/configs.py `ParallelismConfig`: the schedule by torch's class name
+        // (`get_schedule_class`), torchtitan's default stage split and stages per rank (2 for
+        // looped schedules: `pipeline_parallel_layers_per_stage` left unset)
+        push(&mut a, "--parallelism.pipeline-parallel-degree", l.pp);
+        push(
+            &mut a,
+            "--parallelism.pipeline-parallel-schedule",
+            match l.schedule {
+                crate::layout::Schedule::OneFOneB => "1F1B",
+                crate::layout::Schedule::Gpipe => "GPipe",
+                crate::layout::Schedule::Interleaved => "Interleaved1F1B",
+            },
+        );
+        push(
+            &mut a,
+            "--parallelism.pipeline-parallel-microbatch-size",
+            w.batch,
+        );
+    } else {
+        push(&mut a, "--parallelism.pipeline-parallel-degree", 1);
+    }
     push(&mut a, "--parallelism.context-parallel-degree", 1);
     push(&mut a, "--parallelism.expert-parallel-degree", 1);
     push(&mut a, "--optimizer.implementation", implementation);

@@ -277,6 +277,40 @@ fn layouts(model: &ModelDesc, r: &PlanRequest) -> Vec<Option<Layout>> {
                 }
             }
         }
+        // its pipeline parallelism as measured (`memory/titan/pipeline.rs`): FSDP2 over
+        // dp_shard ≥ 2 ranks per stage, no TP, 1F1B, GPipe or Interleaved1F1B with its two
+        // stages per rank, stage splits torchtitan accepts
+        let layers = model.layers.len() as u64;
+        for pp in [2u64, 4, 8] {
+            if !r.gpus.is_multiple_of(pp) || r.gpus / pp < 2 {
+                continue;
+            }
+            for (schedule, virtual_stages) in [
+                (Schedule::OneFOneB, 1u64),
+                (Schedule::Gpipe, 1),
+                (Schedule::Interleaved, 2),
+            ] {
+                if crate::memory::titan::split(pp * virtual_stages, layers).is_err() {
+                    continue;
+                }
+                let l = Layout {
+                    strategy: Strategy::FsdpFull,
+                    pp,
+                    schedule,
+                    virtual_stages,
+                    ..base.clone()
+                };
+                let mut dp_only = l.clone();
+                dp_only.gpus = l.gpus / pp;
+                dp_only.gpus_per_node = dp_only.gpus_per_node.min(dp_only.gpus);
+                dp_only.pp = 1;
+                dp_only.schedule = Schedule::OneFOneB;
+                dp_only.virtual_stages = 1;
+                if dp_only.validate().is_ok() {
+                    out.push(Some(l));
+                }
+            }
+        }
         return out;
     }
     if r.gpus == 1 {
@@ -496,11 +530,22 @@ pub fn search_with_progress(
             continue;
         }
         let per_rank = r.global_batch / dp;
-        let mbs = if titan {
+        let pp = layout.as_ref().map_or(1, |l| l.pp);
+        let mbs = if titan && pp > 1 {
+            // torchtitan's pipeline microbatches (`pipeline_parallel_microbatch_size`): at
+            // least as many per step as pipeline ranks (torch's schedules refuse fewer)
+            divisors(per_rank)
+                .into_iter()
+                .filter(|mb| per_rank / mb >= pp)
+                .collect()
+        } else if titan {
             vec![per_rank]
         } else {
             divisors(per_rank)
         };
+        if mbs.is_empty() {
+            continue;
+        }
         space.micro_batches = space.micro_batches.max(mbs.len());
         for &seq in &seqs {
             for checkpointing in [false, true] {
@@ -531,9 +576,18 @@ pub fn search_with_progress(
                             };
                             // torchtitan's gradient accumulation is not simulated: its plans
                             // run the whole per-rank batch as one micro-batch
-                            (w.batch, w.grad_accum) =
-                                if titan { (per_rank, 1) } else { (1, per_rank) };
-                            if engine.check(&w, layout.as_ref()).is_err() {
+                            // (under PP its microbatches are the pipeline's, `grad_accum`
+                            // as for Megatron-LM: checked by `memory/titan`)
+                            (w.batch, w.grad_accum) = if titan && pp == 1 {
+                                (per_rank, 1)
+                            } else {
+                                (1, per_rank)
+                            };
+                            let mut probe = w.clone();
+                            if titan {
+                                probe.grad_accum = 1;
+                            }
+                            if engine.check(&probe, layout.as_ref()).is_err() {
                                 continue;
                             }
                             space.combinations += 1;
@@ -626,7 +680,8 @@ fn best_micro_batch(
     (ev, evaluated): (&mut Evaluator<'_>, &mut u64),
     found: &mut Vec<Plan>,
 ) {
-    let per_rank = mbs.last().copied().unwrap_or(1);
+    // the per-rank batch of the combination (micro-batch × accumulation steps)
+    let per_rank = c.w.batch.saturating_mul(c.w.grad_accum).max(1);
     let eval_mem = |mb: u64, evaluated: &mut u64, ev: &mut Evaluator<'_>| {
         *evaluated += 1;
         let mut w = c.w.clone();

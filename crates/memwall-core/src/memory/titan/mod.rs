@@ -24,6 +24,10 @@
 //!   replicated norms on the sequence shard), FSDP2 over `dp_shard = gpus / tp` on each
 //!   TP-local parameter, and the vocabulary-parallel loss (`_LossParallelCrossEntropy`); measured
 //!   on a fake 2-D mesh (see `step.rs`).
+//! - Pipeline parallelism (`--pp`, torchtitan's `pipeline_parallel_degree` with 1F1B, GPipe or
+//!   Interleaved1F1B): torchtitan's stage split, torch's schedule orders and FSDP2 without
+//!   resharding under PP, one pp rank at a time (see `pipeline.rs`); measured on a fake
+//!   pp × dp_shard mesh.
 //!
 //! The step is a timeline of named instants, each summing what is alive then ([`instants`]);
 //! the peak is the largest. The tensors saved per block were read off the model with
@@ -34,7 +38,8 @@
 //!
 //! Refused by name (the capability row [`CAPABILITIES`] and [`check`]): tensor parallelism
 //! without sequence parallelism and degrees that do not divide the heads, key/value heads and
-//! feed-forward width, context, expert and pipeline parallelism (not measured here), HSDP, CPU offload, float8 (`torchao` converters are not simulated),
+//! feed-forward width, context and expert parallelism (not measured here), pipeline
+//! parallelism with TP or every-k AC, HSDP, CPU offload, float8 (`torchao` converters are not simulated),
 //! `torch.compile` (Inductor's generated code cannot run on fake tensors, so a compiled step
 //! cannot be measured honestly), LoRA, gradient accumulation, the chunked loss
 //! (`ChunkedLossWrapper`, torchtitan's default for `llama3_8b`: FSDPMemTracker refuses its
@@ -60,8 +65,10 @@ use crate::model::{Activation, AttentionKind, Mlp, ModelDesc, NormKind, QkNormSc
 use crate::optimizer::Optimizer;
 use crate::workload::{CheckpointPolicy, KernelSet, LossKernel, TrainLoop, TrainWorkload};
 
+mod pipeline;
 mod step;
 
+pub use pipeline::{rank_instants, split, PipeJob, Stage};
 pub use step::{instants, Instant, Job};
 
 crate::names::named_enum! {
@@ -74,7 +81,7 @@ crate::names::named_enum! {
         #[default]
         Hf = "hf": "transformers' model and step (the engine the layout picks)",
         /// torchtitan 0.3.0's Llama 3 or Qwen 3 (dense, MoE) under FSDP2 ([`Engine::Torchtitan`]).
-        Torchtitan = "torchtitan": "torchtitan 0.3.0's own Llama 3 / Qwen 3 step under FSDP2 (and its TP + SP)",
+        Torchtitan = "torchtitan": "torchtitan 0.3.0's own Llama 3 / Qwen 3 step under FSDP2 (and its TP + SP, or PP for Llama 3)",
     }
 }
 
@@ -87,9 +94,11 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     name: "torchtitan",
     title: ENGINE,
     source: "torchtitan 0.3.0's Llama 3 and Qwen 3 (dense, MoE) steps under FSDP2, with its tensor + \
-             sequence parallelism (torchtitan/models/llama3/, models/qwen3/, models/common/, distributed/fsdp.py, \
-             distributed/activation_checkpoint.py; measured with FSDPMemTracker on fake tensors \
-             and a fake dp_shard × tp mesh, tests/truth/titan.jsonl; memory/titan/)",
+             sequence parallelism, and Llama 3's pipeline parallelism (torchtitan/models/llama3/, \
+             models/qwen3/, models/common/, distributed/fsdp.py, distributed/activation_checkpoint.py, \
+             distributed/pipeline_parallel.py; measured with FSDPMemTracker on fake tensors and \
+             fake dp_shard × tp and pp × dp_shard meshes, tests/truth/titan.jsonl, \
+             titan_pp.jsonl; memory/titan/)",
     strategies: Rule {
         allowed: &[Strategy::FsdpFull, Strategy::FsdpGradOp],
         note: "fsdp-full = `fsdp_reshard_after_forward = \"default\"` (blocks and embeddings \
@@ -476,27 +485,40 @@ pub fn shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
 /// the layout's model parallelism and the attention / checkpointing policy).
 pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Shapes, CoreError> {
     w.validate()?;
-    for (field, value) in [("pp", layout.pp), ("cp", layout.cp), ("ep", layout.ep)] {
+    for (field, value) in [("cp", layout.cp), ("ep", layout.ep)] {
         if value > 1 {
             return Err(refuse(
                 field,
                 value,
-                "not measured: torchtitan's pipeline, context and expert parallelism are not \
-                 simulated (measured: FSDP2 over `dp_shard`, with tensor + sequence parallelism)",
-                "use --pp/--cp/--ep 1 with --runtime torchtitan, or drop --runtime torchtitan \
+                "not measured: torchtitan's context and expert parallelism are not simulated \
+                 (measured: FSDP2 over `dp_shard`, with tensor + sequence parallelism or \
+                 pipeline parallelism)",
+                "use --cp/--ep 1 with --runtime torchtitan, or drop --runtime torchtitan \
                  (Megatron-LM's profile models them)",
             ));
         }
     }
     check_tp(model, w, layout)?;
-    // the layout's own checks, with torchtitan's TP (checked above) in place of Megatron-LM's
-    // (which `Layout::validate` would resolve a `tp` > 1 to)
+    check_pp(model, w, layout)?;
+    // the layout's own checks, with torchtitan's TP and PP (checked above) in place of
+    // Megatron-LM's (which `Layout::validate` would resolve `tp` or `pp` > 1 to)
     let mut dp_only = layout.clone();
     dp_only.tp = 1;
     dp_only.sequence_parallel = false;
+    dp_only.gpus = layout.gpus / layout.pp.max(1);
+    dp_only.gpus_per_node = dp_only.gpus_per_node.min(dp_only.gpus).max(1);
+    dp_only.pp = 1;
+    dp_only.schedule = crate::layout::Schedule::OneFOneB;
+    dp_only.virtual_stages = 1;
     dp_only.validate()?;
-    Engine::Torchtitan.check(w, Some(layout))?;
-    if w.grad_accum > 1 {
+    // under PP the workload's `grad_accum` is the pipeline's microbatch count (as for
+    // Megatron-LM), not torchtitan's gradient accumulation
+    let mut per_step = w.clone();
+    if layout.pp > 1 {
+        per_step.grad_accum = 1;
+    }
+    Engine::Torchtitan.check(&per_step, Some(&dp_only))?;
+    if w.grad_accum > 1 && layout.pp <= 1 {
         // the row refuses it too; kept explicit for the message's field
         return Err(refuse(
             "grad_accum",
@@ -646,6 +668,194 @@ fn check_tp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(),
     Ok(())
 }
 
+/// torchtitan's pipeline parallelism as measured (`memory/titan/pipeline.rs`): 1F1B, GPipe or
+/// Interleaved1F1B (two stages per rank, torchtitan's default for looped schedules) over
+/// `pp × dp_shard` ranks, FSDP2 on `dp_shard` ≥ 2, no TP, no AC or FullAC / SelectiveAC; the
+/// workload's `batch` is `pipeline_parallel_microbatch_size` and its `grad_accum` the
+/// microbatches per step (`local_batch_size / microbatch_size`).
+fn check_pp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(), CoreError> {
+    use crate::layout::Schedule;
+    if layout.pp <= 1 {
+        return Ok(());
+    }
+    const HINT: &str = "drop --pp (torchtitan's FSDP2 and TP are measured), or drop --runtime \
+                        torchtitan (Megatron-LM's profile models its pipeline schedules)";
+    let sh = shapes(model)?;
+    if sh.model != TitanModel::Llama3 || sh.moe.is_some() {
+        // tests/truth/titan_pp.jsonl measures torchtitan's llama3 stages only
+        return Err(refuse(
+            "pp",
+            layout.pp,
+            "not measured: torchtitan's pipeline parallelism of a model other than Llama 3 \
+             (its Qwen 3 stages were not measured)",
+            HINT,
+        ));
+    }
+    if layout.tp > 1 {
+        return Err(refuse(
+            "tp",
+            layout.tp,
+            "not measured: torchtitan's pipeline parallelism combined with tensor parallelism \
+             (PP is measured over FSDP2 only)",
+            HINT,
+        ));
+    }
+    if w.checkpointing
+        && !matches!(
+            w.step_options.checkpointing_policy,
+            CheckpointPolicy::Full | CheckpointPolicy::SelectiveOp
+        )
+    {
+        return Err(refuse(
+            CheckpointPolicy::FIELD,
+            w.step_options.checkpointing_policy.name(),
+            "not measured: activation checkpointing under torchtitan's pipeline parallelism \
+             other than FullAC and SelectiveAC on every block",
+            "use --checkpointing-policy full or selective-op with --pp and --runtime torchtitan",
+        ));
+    }
+    let v_ok = match layout.schedule {
+        Schedule::OneFOneB | Schedule::Gpipe => layout.virtual_stages == 1,
+        Schedule::Interleaved => layout.virtual_stages == 2,
+    };
+    if !v_ok {
+        return Err(refuse(
+            "virtual_stages",
+            layout.virtual_stages,
+            "not measured: torchtitan's stages per rank other than its defaults (1 for 1F1B and \
+             GPipe, 2 for Interleaved1F1B without `pipeline_parallel_layers_per_stage`)",
+            "use --virtual-stages 2 with --schedule interleaved (1 otherwise)",
+        ));
+    }
+    if !layout.gpus.is_multiple_of(layout.pp) || layout.gpus / layout.pp < 2 {
+        return Err(refuse(
+            "gpus",
+            layout.gpus,
+            "torchtitan's mesh is pp × dp_shard; measured with FSDP2 over dp_shard ≥ 2 ranks \
+             (gpus a multiple of pp, at least 2 × pp)",
+            "use a multiple of --pp GPUs, at least twice --pp",
+        ));
+    }
+    if w.grad_accum < layout.pp {
+        return Err(CoreError::invalid_value(
+            "grad_accum",
+            w.grad_accum,
+            format!(
+                "under --pp the microbatches per step: torch's pipeline schedules need at least \
+                 as many microbatches as pipeline ranks ({})",
+                layout.pp
+            ),
+            format!("use --grad-accum {} or more", layout.pp),
+        ));
+    }
+    let s = shapes(model)?;
+    pipeline::split(layout.pp * layout.virtual_stages, s.layers)?;
+    Ok(())
+}
+
+/// Simulates every pp rank of torchtitan's step with pipeline parallelism (one group per pp
+/// rank: all its dp_shard ranks hold the same padded shards of the same stages).
+fn simulate_pipeline(
+    s: Shapes,
+    w: &TrainWorkload,
+    layout: &Layout,
+    opts: &TitanOptions,
+) -> Result<DistEstimate, CoreError> {
+    if opts.reshard == Some(ReshardPolicy::Always) {
+        return Err(refuse(
+            "fsdp_reshard_after_forward",
+            "always",
+            "not measured: resharding after forward under torchtitan's pipeline parallelism \
+             (its default there is no reshard)",
+            "drop the reshard setting with --pp",
+        ));
+    }
+    let to64 =
+        |v: u128, what: &'static str| u64::try_from(v).map_err(|_| CoreError::Overflow { what });
+    let mut groups = Vec::new();
+    let dp = layout.gpus / layout.pp;
+    let mut largest = 0u128;
+    let mut params_total = 0u128;
+    for rank in 0..layout.pp {
+        let job = PipeJob {
+            shapes: s,
+            world: layout.gpus,
+            pp: layout.pp,
+            rank,
+            schedule: layout.schedule,
+            stages_per_rank: layout.virtual_stages,
+            microbatch_size: w.batch,
+            microbatches: w.grad_accum,
+            seq: w.seq,
+            fused_optimizer: w.optimizer == Optimizer::AdamwFused,
+            checkpointing: w
+                .checkpointing
+                .then_some(w.step_options.checkpointing_policy),
+        };
+        let all = rank_instants(&job)?;
+        let (peak_i, peak) = all
+            .iter()
+            .enumerate()
+            .map(|(i, x)| (i, x.total()))
+            .max_by_key(|&(i, t)| (t, std::cmp::Reverse(i)))
+            .ok_or(CoreError::Overflow { what: "instants" })?;
+        let at = &all[peak_i];
+        let at_peak = Category::ALL
+            .iter()
+            .zip(at.bytes)
+            .map(|(c, v)| Ok((*c, to64(v, "breakdown")?)))
+            .collect::<Result<Vec<_>, CoreError>>()?;
+        let phase_peaks = [Phase::Backward, Phase::Optimizer]
+            .iter()
+            .map(|p| {
+                let m = all
+                    .iter()
+                    .filter(|x| x.phase == *p)
+                    .map(Instant::total)
+                    .max()
+                    .unwrap_or(0);
+                Ok((*p, to64(m, "phase peak")?))
+            })
+            .collect::<Result<Vec<_>, CoreError>>()?;
+        let (states, params) = pipeline::rank_states(&job)?;
+        largest = largest.max(peak);
+        params_total += params;
+        let stages: Vec<String> = (0..layout.virtual_stages)
+            .map(|k| (rank + k * layout.pp).to_string())
+            .collect();
+        groups.push(RankGroup {
+            label: format!(
+                "pp rank {rank} (stage {}, {dp} dp_shard ranks)",
+                stages.join(" and ")
+            ),
+            ranks: RankSet::span(rank * dp, (rank + 1) * dp - 1, layout.gpus),
+            peak_bytes: to64(peak, "peak bytes")?,
+            at_peak,
+            phase: at.phase,
+            host_bytes: 0,
+            model_state_bytes: to64(states, "model states")?,
+            phase_peaks,
+        });
+    }
+    let worst = groups
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, g)| (g.peak_bytes, std::cmp::Reverse(*i)))
+        .map_or(0, |(i, _)| i);
+    Ok(DistEstimate {
+        engine: Engine::Torchtitan,
+        groups,
+        worst,
+        peak_bytes: to64(largest, "peak bytes")?,
+        host_bytes_per_node: 0,
+        nvme_bytes_per_rank: 0,
+        comm_buffers: vec![],
+        dp,
+        global_batch: w.batch.saturating_mul(w.grad_accum).saturating_mul(dp),
+        params_total: to64(params_total, "parameters")?,
+    })
+}
+
 /// Simulates every rank of torchtitan's training step (all ranks of the `dp_shard × tp` mesh
 /// hold the same padded shards of equal TP shards, so they form one group).
 pub fn simulate_train_titan(
@@ -655,6 +865,9 @@ pub fn simulate_train_titan(
     opts: &TitanOptions,
 ) -> Result<DistEstimate, CoreError> {
     let s = check(model, w, layout)?;
+    if layout.pp > 1 {
+        return simulate_pipeline(s, w, layout, opts);
+    }
     let reshard = opts
         .reshard
         .unwrap_or_else(|| ReshardPolicy::for_strategy(layout.strategy));

@@ -52,7 +52,7 @@ pub struct Instant {
 }
 
 impl Instant {
-    fn new(name: impl Into<String>, phase: Phase) -> Self {
+    pub(super) fn new(name: impl Into<String>, phase: Phase) -> Self {
         Instant {
             name: name.into(),
             phase,
@@ -60,7 +60,7 @@ impl Instant {
         }
     }
 
-    fn add(&mut self, c: Category, bytes: u128) -> &mut Self {
+    pub(super) fn add(&mut self, c: Category, bytes: u128) -> &mut Self {
         let i = Category::ALL.iter().position(|x| *x == c).unwrap_or(0);
         self.bytes[i] = self.bytes[i].saturating_add(bytes);
         self
@@ -176,6 +176,46 @@ impl Sizes {
         16 * self.sharded_total() + 4 * self.tensors()
     }
 
+    /// One pipeline stage's units (its blocks, and the embeddings and `[norm, lm_head]` when it
+    /// holds them): elements of rank 0's shards, elements gathered (padded), parameter
+    /// tensors, the embeddings' padded elements (0 without them) and parameters.
+    pub(super) fn stage(&self, embeddings: bool, head: bool) -> (u128, u128, u128, u128, u128) {
+        let n = |p: &Params| p.iter().map(|(o, a, b)| o * a * b).sum::<u128>();
+        let mut units: Vec<&Params> = vec![&self.block; self.layers as usize];
+        if embeddings {
+            units.push(&self.embedding);
+        }
+        if head {
+            units.push(&self.final_norm);
+            units.push(&self.lm_head);
+        }
+        let head_unit = [self.final_norm.clone(), self.lm_head.clone()].concat();
+        let mut sharded = self.sharded(&self.block) * self.layers;
+        let mut padded = self.padded(&self.block) * self.layers;
+        if embeddings {
+            sharded += self.sharded(&self.embedding);
+            padded += self.padded(&self.embedding);
+        }
+        if head {
+            sharded += self.sharded(&head_unit);
+            padded += self.padded(&head_unit);
+        }
+        let tensors = units.iter().map(|u| u.len() as u128).sum();
+        let params = units.iter().map(|u| n(u)).sum();
+        let emb = if embeddings {
+            self.padded(&self.embedding)
+        } else {
+            0
+        };
+        (sharded, padded, tensors, emb, params)
+    }
+
+    /// `(rank 0's shard, gathered)` elements of the `[norm, lm_head]` unit.
+    pub(super) fn head_unit(&self) -> (u128, u128) {
+        let head = [self.final_norm.clone(), self.lm_head.clone()].concat();
+        (self.sharded(&head), self.padded(&head))
+    }
+
     /// bf16 bytes of the largest unit gathered.
     pub(super) fn largest_unsharded(&self) -> u128 {
         let head = [self.final_norm.clone(), self.lm_head.clone()].concat();
@@ -276,6 +316,18 @@ impl BlockActs {
             Some(p) => p.covers(i),
         }
     }
+}
+
+/// Bytes one block saves for `tokens` tokens without AC or TP (see [`BlockActs`]).
+pub(super) fn block_saved_no_ac(s: &Shapes, tokens: u128) -> u128 {
+    BlockActs::new(s, 1, tokens).none
+}
+
+/// Bytes one block keeps from its forward to its backward for `tokens` tokens without TP
+/// under `policy` (full: its input; selective-op: SelectiveAC's saved outputs; see
+/// [`BlockActs`]).
+pub(super) fn block_saved(s: &Shapes, tokens: u128, policy: Option<CheckpointPolicy>) -> u128 {
+    BlockActs::new(s, 1, tokens).of(policy, 0)
 }
 
 /// Every instant of the steady (second) step whose live bytes can be the peak. The forward is

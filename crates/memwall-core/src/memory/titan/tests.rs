@@ -146,7 +146,6 @@ fn what_torchtitan_does_not_run_is_refused_by_name() {
     };
     assert_eq!(field(run(&workload(1, 129, None), &tp3)), "tp");
     for (name, mp) in [
-        ("pp", Layout { pp: 2, ..l.clone() }),
         ("cp", Layout { cp: 2, ..l.clone() }),
         ("ep", Layout { ep: 2, ..l.clone() }),
     ] {
@@ -459,4 +458,150 @@ fn run_model(m: &ModelDesc) -> Result<DistEstimate, CoreError> {
         &layout(8, Strategy::FsdpFull),
         &TitanOptions::default(),
     )
+}
+
+fn pp_layout(gpus: u64, pp: u64, schedule: Schedule, virtual_stages: u64) -> Layout {
+    Layout {
+        pp,
+        schedule,
+        virtual_stages,
+        ..layout(gpus, Strategy::FsdpFull)
+    }
+}
+
+#[test]
+fn pipeline_parallelism_is_simulated_per_pp_rank_by_its_schedule() {
+    let m = model(6);
+    let mut w = workload(1, 512, None);
+    for n in [4u64, 8] {
+        w.grad_accum = n;
+        for (schedule, v) in [
+            (Schedule::OneFOneB, 1),
+            (Schedule::Gpipe, 1),
+            (Schedule::Interleaved, 2),
+        ] {
+            let e = simulate_train_titan(
+                &m,
+                &w,
+                &pp_layout(8, 2, schedule, v),
+                &TitanOptions::default(),
+            )
+            .unwrap();
+            assert_eq!(e.groups.len(), 2);
+            assert_eq!(e.dp, 4);
+            assert_eq!(e.global_batch, 4 * n);
+            for g in &e.groups {
+                assert_eq!(g.at_peak.iter().map(|(_, b)| b).sum::<u64>(), g.peak_bytes);
+                assert_eq!(g.ranks.len(), 4);
+            }
+            assert_eq!(
+                e.peak_bytes,
+                e.groups.iter().map(|g| g.peak_bytes).max().unwrap()
+            );
+        }
+        // GPipe keeps every microbatch of a step alive, 1F1B at most pp - rank of them
+        let one = |s| {
+            simulate_train_titan(&m, &w, &pp_layout(8, 2, s, 1), &TitanOptions::default()).unwrap()
+        };
+        let (a, b) = (one(Schedule::OneFOneB), one(Schedule::Gpipe));
+        for (x, y) in a.groups.iter().zip(&b.groups) {
+            assert!(y.peak_bytes >= x.peak_bytes, "{} {}", x.label, y.label);
+        }
+    }
+    // 1F1B's first stage holds min(n, pp) microbatches: once its second backward also has
+    // pp of them in flight (n > pp), more microbatches cost only their token ids and labels
+    // (int64, the whole local batch is loaded)
+    let peak0 = |n: u64| {
+        let mut w = workload(1, 512, None);
+        w.grad_accum = n;
+        simulate_train_titan(
+            &m,
+            &w,
+            &pp_layout(8, 2, Schedule::OneFOneB, 1),
+            &TitanOptions::default(),
+        )
+        .unwrap()
+        .groups[0]
+            .peak_bytes
+    };
+    assert_eq!(peak0(8) - peak0(4), 16 * 4 * 512);
+    assert!(peak0(4) > peak0(2));
+}
+
+#[test]
+fn what_torchtitan_pipelines_do_not_run_is_refused_by_name() {
+    let m = model(6);
+    let run = |w: &TrainWorkload, l: &Layout, o: TitanOptions| simulate_train_titan(&m, w, l, &o);
+    let mut w = workload(1, 512, None);
+    w.grad_accum = 4;
+    let l = pp_layout(8, 2, Schedule::OneFOneB, 1);
+    let tp = Layout {
+        tp: 2,
+        sequence_parallel: true,
+        gpus: 16,
+        ..l.clone()
+    };
+    assert_eq!(field(run(&w, &tp, TitanOptions::default())), "tp");
+    // only Llama 3 stages were measured
+    assert_eq!(
+        field(simulate_train_titan(
+            &qwen3(6),
+            &w,
+            &l,
+            &TitanOptions::default()
+        )),
+        "pp"
+    );
+    let mut ac = w.clone();
+    ac.checkpointing = true;
+    ac.step_options.checkpointing_policy = CheckpointPolicy::EveryK(2);
+    assert_eq!(
+        field(run(&ac, &l, TitanOptions::default())),
+        "checkpointing_policy"
+    );
+    // FullAC and SelectiveAC are measured under PP
+    for p in [CheckpointPolicy::Full, CheckpointPolicy::SelectiveOp] {
+        ac.step_options.checkpointing_policy = p;
+        let with = run(&ac, &l, TitanOptions::default()).unwrap().peak_bytes;
+        let without = run(&w, &l, TitanOptions::default()).unwrap().peak_bytes;
+        assert!(with < without, "{p:?}");
+    }
+    let v1 = pp_layout(8, 2, Schedule::Interleaved, 1);
+    assert_eq!(
+        field(run(&w, &v1, TitanOptions::default())),
+        "virtual_stages"
+    );
+    assert_eq!(
+        field(run(
+            &w,
+            &pp_layout(2, 2, Schedule::OneFOneB, 1),
+            TitanOptions::default()
+        )),
+        "gpus"
+    );
+    assert_eq!(
+        field(run(
+            &w,
+            &l,
+            TitanOptions {
+                reshard: Some(ReshardPolicy::Always)
+            }
+        )),
+        "fsdp_reshard_after_forward"
+    );
+    // fewer microbatches than pipeline ranks: torch's schedules refuse them
+    let mut few = w.clone();
+    few.grad_accum = 1;
+    assert!(matches!(
+        run(&few, &l, TitanOptions::default()),
+        Err(CoreError::Invalid {
+            field: "grad_accum",
+            ..
+        })
+    ));
+    // 6 layers in 8 stages: too many stages
+    let deep = pp_layout(16, 4, Schedule::Interleaved, 2);
+    let mut w8 = w.clone();
+    w8.grad_accum = 8;
+    assert!(run(&w8, &deep, TitanOptions::default()).is_err());
 }
