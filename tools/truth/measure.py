@@ -129,7 +129,7 @@ def load_cases(path: Path = CASES) -> list[dict]:
 
 
 # wrappers whose image inputs the harness builds (`image_tokens` cases)
-IMAGE_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "gemma3")
+IMAGE_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "gemma3", "mistral3")
 
 
 def check_image_tokens(case: dict) -> None:
@@ -149,6 +149,13 @@ def check_image_tokens(case: dict) -> None:
         per = int(raw.get("mm_tokens_per_image", 256))
         if not isinstance(n, int) or n < per or n % per or n + 2 * (n // per) + 1 > int(length):
             raise SystemExit(f"{case['id']}: image_tokens must be a positive multiple of {per} fitting in seq")
+        return
+    if model_type == "mistral3":
+        # mistral3: one image of a × b tokens; each row of b `[IMG]` ends in `[IMG_BREAK]`, the
+        # last in `[IMG_END]`, after one leading text token
+        a, _ = image_grid(int(n), 1) if isinstance(n, int) and n > 0 else (0, 0)
+        if not isinstance(n, int) or n < 1 or n + a + 1 > int(length):
+            raise SystemExit(f"{case['id']}: image_tokens must leave room for one [IMG_BREAK]/[IMG_END] per row in seq")
         return
     if not isinstance(n, int) or n < 1 or n + 3 > int(length):
         raise SystemExit(f"{case['id']}: image_tokens must be 1..seq-3")
@@ -171,6 +178,8 @@ def image_inputs(cfg, batch: int, seq: int, n: int) -> tuple:
 
     if cfg.model_type == "gemma3":
         return gemma3_image_inputs(cfg, batch, seq, n)
+    if cfg.model_type == "mistral3":
+        return mistral3_image_inputs(cfg, batch, seq, n)
     vc = cfg.vision_config
     merge = int(vc.spatial_merge_size)
     h, w = image_grid(n, merge)
@@ -220,6 +229,40 @@ def gemma3_image_inputs(cfg, batch: int, seq: int, n: int) -> tuple:
     kwargs = {
         "pixel_values": torch.randn(batch * k, int(vc.num_channels), side, side, dtype=torch.float32),
         "token_type_ids": (ids == cfg.image_token_id).to(torch.int64),
+    }
+    return ids, kwargs
+
+
+# PixtralProcessor's row separators (tokenizer ids of Mistral-Small-3.1 / Pixtral: `[IMG]` = 10,
+# `[IMG_BREAK]` = 12, `[IMG_END]` = 13); to the model they are text tokens
+IMG_BREAK, IMG_END = 12, 13
+
+
+def mistral3_image_inputs(cfg, batch: int, seq: int, n: int) -> tuple:
+    """Mistral 3: one image of `n` tokens per row, the most nearly square grid of a × b tokens
+    (a <= b: a rows of b tokens), i.e. an image of (a·merge·patch) × (b·merge·patch) pixels,
+    which PixtralImageProcessor leaves as it is (multiples of the patch, within its longest
+    edge).  Ids as PixtralProcessor lays them out (each row of b `[IMG]` followed by
+    `[IMG_BREAK]`, the last by `[IMG_END]`), after one leading text token; text ids drawn above
+    the special ids), `pixel_values` [batch, C, H, W] fp32 (the image processor returns
+    float32) and `image_sizes` [[H, W]] per image.  Real tensors."""
+    import torch
+
+    vc = cfg.vision_config
+    merge = int(cfg.spatial_merge_size)
+    patch = int(vc.patch_size)
+    a, b = image_grid(n, 1)
+    tc = cfg.get_text_config()
+    ids = torch.randint(16, tc.vocab_size, (batch, seq))
+    pos = 1
+    for r in range(a):
+        ids[:, pos : pos + b] = cfg.image_token_id
+        ids[:, pos + b] = IMG_END if r == a - 1 else IMG_BREAK
+        pos += b + 1
+    height, width = a * merge * patch, b * merge * patch
+    kwargs = {
+        "pixel_values": torch.randn(batch, int(vc.num_channels), height, width, dtype=torch.float32),
+        "image_sizes": torch.tensor([[height, width]] * batch),
     }
     return ids, kwargs
 
