@@ -238,6 +238,14 @@ def gemma3_image_inputs(cfg, batch: int, seq: int, n: int) -> tuple:
 IMG_BREAK, IMG_END = 12, 13
 
 
+def image_sizes_of(cfg, batch: int, n: int) -> list[list[int]]:
+    """Mistral 3: `image_sizes` [[H, W]] per image, in pixels, of one image of `n` tokens."""
+    merge = int(cfg.spatial_merge_size)
+    patch = int(cfg.vision_config.patch_size)
+    a, b = image_grid(n, 1)
+    return [[a * merge * patch, b * merge * patch]] * batch
+
+
 def mistral3_image_inputs(cfg, batch: int, seq: int, n: int) -> tuple:
     """Mistral 3: one image of `n` tokens per row, the most nearly square grid of a × b tokens
     (a <= b: a rows of b tokens), i.e. an image of (a·merge·patch) × (b·merge·patch) pixels,
@@ -249,8 +257,6 @@ def mistral3_image_inputs(cfg, batch: int, seq: int, n: int) -> tuple:
     import torch
 
     vc = cfg.vision_config
-    merge = int(cfg.spatial_merge_size)
-    patch = int(vc.patch_size)
     a, b = image_grid(n, 1)
     tc = cfg.get_text_config()
     ids = torch.randint(16, tc.vocab_size, (batch, seq))
@@ -259,7 +265,7 @@ def mistral3_image_inputs(cfg, batch: int, seq: int, n: int) -> tuple:
         ids[:, pos : pos + b] = cfg.image_token_id
         ids[:, pos + b] = IMG_END if r == a - 1 else IMG_BREAK
         pos += b + 1
-    height, width = a * merge * patch, b * merge * patch
+    height, width = image_sizes_of(cfg, batch, n)[0]
     kwargs = {
         "pixel_values": torch.randn(batch, int(vc.num_channels), height, width, dtype=torch.float32),
         "image_sizes": torch.tensor([[height, width]] * batch),
@@ -552,8 +558,14 @@ def fast_mem_tracker_class():
     return FastMemTracker
 
 
-def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: bool = True) -> dict:
-    """Measure one case.  fake=False runs on real CPU tensors (tools/truth/crosscheck.py)."""
+def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: bool = True,
+             fake_images: bool = False) -> dict:
+    """Measure one case.  fake=False runs on real CPU tensors (tools/truth/crosscheck.py).
+    fake_images=True (crosscheck only, mistral3): image cases run on fake tensors too, with
+    `image_sizes` given as a list (fake tensors made from it keep their values, so
+    `get_image_features`' `.tolist()` of the split sizes is concrete) and transformers'
+    placeholder-count check disabled (TRANSFORMERS_DISABLE_TORCH_CHECK, a data read); both runs
+    then take `image_sizes` as a list."""
     import contextlib
     from copy import deepcopy
 
@@ -594,7 +606,16 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
         # position ids, M-RoPE's get_rope_index, the placeholder check) read tensor data, which
         # fake tensors refuse (DynamicOutputShapeException), so these cases run on real CPU
         # tensors (the crosscheck shows real and fake tensors give the same bytes)
-        fake = False
+        fake = fake and fake_images
+    if fake_images:
+        import os
+
+        import torch._subclasses.fake_tensor as _ft
+
+        os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = "1"
+        # fake tensors made from small Python lists keep their values (`constant`), so the
+        # `image_sizes` arithmetic and its `.tolist()` stay concrete
+        _ft.CONSTANT_NUMEL_LIMIT = 64
     with (FakeTensorMode() if fake else contextlib.nullcontext()):
         torch.set_default_dtype(model_dtype)
         try:
@@ -695,6 +716,8 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
             n_label_rows = 1
         elif case.get("image_tokens"):
             ids, image_kwargs = image_inputs(cfg, case["batch"], case["seq"], int(case["image_tokens"]))
+            if fake_images:
+                image_kwargs["image_sizes"] = image_sizes_of(cfg, case["batch"], int(case["image_tokens"]))
             call_kwargs.update(image_kwargs)
             n_label_rows = case["batch"]
         else:
