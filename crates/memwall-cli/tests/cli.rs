@@ -1152,9 +1152,9 @@ fn mistral3_image_tokens_simulate_one_image_per_sequence() {
     // its fp32 input alive at once (measured: vlm-mistral3-1l-img1024-eager, 2.3 GB over the
     // text-only prefill's peak)
     assert!(big - text > 16 * 4096 * 4096 * (4 + 4), "{text} {big}");
-    assert!(v["assumption"]
-        .as_str()
-        .is_some_and(|a| a.starts_with("1024 of each sequence's tokens (--seq/--prompt) are one image's tokens")));
+    assert!(v["assumption"].as_str().is_some_and(
+        |a| a.starts_with("1024 of each sequence's tokens (--seq/--prompt) are one image's tokens")
+    ));
 }
 
 /// Flags whose mechanism an engine does not run are refused by name, never accepted with an

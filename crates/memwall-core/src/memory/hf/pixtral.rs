@@ -99,7 +99,8 @@ impl Builder<'_> {
         let (cos, sin) = self.pixtral_rope(l, hd);
         // generate_block_attention_mask: `torch.full((L, L), finfo.min, dtype)` with the image
         // blocks zeroed in place, expanded (a view); flash attention gets cu_seqlens instead
-        let mask = (self.mode.attention() != AttentionImpl::Flash).then(|| self.act(l * l * s, false));
+        let mask =
+            (self.mode.attention() != AttentionImpl::Flash).then(|| self.act(l * l * s, false));
         let mut h = embeds;
         for _ in 0..f.depth {
             // PixtralAttentionLayer: attention_norm, q/k/v_proj ([1, L, E]; views per head)
@@ -166,7 +167,8 @@ impl Builder<'_> {
         // last image is replayed in full: the same peak.
         let normed = self.vision_norm(true, l * e, l);
         let grid_bytes = per_image * e * s;
-        let earlier = (images > 1).then(|| self.act((images - 1) * grid_bytes.div_ceil(g) * g, false));
+        let earlier =
+            (images > 1).then(|| self.act((images - 1) * grid_bytes.div_ceil(g) * g, false));
         let contiguous = self.act(grid_bytes, false);
         let grid = self.act(grid_bytes, false);
         self.drop_(contiguous);
