@@ -59,6 +59,13 @@ CASES = [
     dict(id="xc-falconh1-2l-bf16", config="falcon-h1-0.5b-2l", batch=1, seq=256),
     dict(id="xc-falconh1-2l-ampbf16-lora", config="falcon-h1-0.5b-2l", batch=1, seq=256,
          precision="amp-bf16", lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "in_proj"]}),
+    # mistral3 image inputs (Pixtral tower, block mask, patch merger, masked_scatter): fake
+    # tensors with a ShapeEnv (measure.run_case fake_images) against real ones, at a small
+    # image; the measured image cases run on real tensors only
+    dict(id="xc-mistral3-1l-img64-eager", config="mistral-small-3.1-24b-1l-v2", batch=2, seq=96,
+         image_tokens=64, attention="eager", optimizer="sgd", fake_images=True),
+    dict(id="xc-mistral3-1l-img30-sdpa", config="mistral-small-3.1-24b-1l-v2", batch=1, seq=64,
+         image_tokens=30, optimizer="sgd", fake_images=True),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),
@@ -86,10 +93,11 @@ def main() -> None:
             continue
         case = dict(measure.DEFAULTS)
         case.update(spec)
+        fake_images = bool(case.pop("fake_images", False))
         t0 = time.time()
-        fake = measure.run_case(case, fake=True)
+        fake = measure.run_case(case, fake=True, fake_images=fake_images)
         t1 = time.time()
-        real = measure.run_case(case, fake=False)
+        real = measure.run_case(case, fake=False, fake_images=fake_images)
         t2 = time.time()
         fm, rm = fake["measured"], real["measured"]
         row = {

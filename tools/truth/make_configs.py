@@ -473,6 +473,7 @@ VISION_REDUCED = {
     "qwen2.5-vl-7b-2l-v2": ("qwen2.5-vl-7b", 2, 2),
     "gemma-3-4b-2l-v2": ("gemma-3-4b", 2, 2),  # SigLIP: num_hidden_layers in vision_config
     "gemma-3-4b-6l-v2": ("gemma-3-4b", 6, 2),  # 5 sliding + 1 full-attention text layer
+    "mistral-small-3.1-24b-1l-v2": ("mistral-small-3.1-24b", 1, 2),  # Pixtral: num_hidden_layers
 }
 
 

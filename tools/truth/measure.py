@@ -129,7 +129,7 @@ def load_cases(path: Path = CASES) -> list[dict]:
 
 
 # wrappers whose image inputs the harness builds (`image_tokens` cases)
-IMAGE_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "gemma3")
+IMAGE_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "gemma3", "mistral3")
 
 
 def check_image_tokens(case: dict) -> None:
@@ -149,6 +149,13 @@ def check_image_tokens(case: dict) -> None:
         per = int(raw.get("mm_tokens_per_image", 256))
         if not isinstance(n, int) or n < per or n % per or n + 2 * (n // per) + 1 > int(length):
             raise SystemExit(f"{case['id']}: image_tokens must be a positive multiple of {per} fitting in seq")
+        return
+    if model_type == "mistral3":
+        # mistral3: one image of a × b tokens; each row of b `[IMG]` ends in `[IMG_BREAK]`, the
+        # last in `[IMG_END]`, after one leading text token
+        a, _ = image_grid(int(n), 1) if isinstance(n, int) and n > 0 else (0, 0)
+        if not isinstance(n, int) or n < 1 or n + a + 1 > int(length):
+            raise SystemExit(f"{case['id']}: image_tokens must leave room for one [IMG_BREAK]/[IMG_END] per row in seq")
         return
     if not isinstance(n, int) or n < 1 or n + 3 > int(length):
         raise SystemExit(f"{case['id']}: image_tokens must be 1..seq-3")
@@ -171,6 +178,8 @@ def image_inputs(cfg, batch: int, seq: int, n: int) -> tuple:
 
     if cfg.model_type == "gemma3":
         return gemma3_image_inputs(cfg, batch, seq, n)
+    if cfg.model_type == "mistral3":
+        return mistral3_image_inputs(cfg, batch, seq, n)
     vc = cfg.vision_config
     merge = int(vc.spatial_merge_size)
     h, w = image_grid(n, merge)
@@ -220,6 +229,46 @@ def gemma3_image_inputs(cfg, batch: int, seq: int, n: int) -> tuple:
     kwargs = {
         "pixel_values": torch.randn(batch * k, int(vc.num_channels), side, side, dtype=torch.float32),
         "token_type_ids": (ids == cfg.image_token_id).to(torch.int64),
+    }
+    return ids, kwargs
+
+
+# PixtralProcessor's row separators (tokenizer ids of Mistral-Small-3.1 / Pixtral: `[IMG]` = 10,
+# `[IMG_BREAK]` = 12, `[IMG_END]` = 13); to the model they are text tokens
+IMG_BREAK, IMG_END = 12, 13
+
+
+def image_sizes_of(cfg, batch: int, n: int) -> list[list[int]]:
+    """Mistral 3: `image_sizes` [[H, W]] per image, in pixels, of one image of `n` tokens."""
+    merge = int(cfg.spatial_merge_size)
+    patch = int(cfg.vision_config.patch_size)
+    a, b = image_grid(n, 1)
+    return [[a * merge * patch, b * merge * patch]] * batch
+
+
+def mistral3_image_inputs(cfg, batch: int, seq: int, n: int) -> tuple:
+    """Mistral 3: one image of `n` tokens per row, the most nearly square grid of a × b tokens
+    (a <= b: a rows of b tokens), i.e. an image of (a·merge·patch) × (b·merge·patch) pixels,
+    which PixtralImageProcessor leaves as it is (multiples of the patch, within its longest
+    edge).  Ids as PixtralProcessor lays them out (each row of b `[IMG]` followed by
+    `[IMG_BREAK]`, the last by `[IMG_END]`), after one leading text token; text ids drawn above
+    the special ids), `pixel_values` [batch, C, H, W] fp32 (the image processor returns
+    float32) and `image_sizes` [[H, W]] per image.  Real tensors."""
+    import torch
+
+    vc = cfg.vision_config
+    a, b = image_grid(n, 1)
+    tc = cfg.get_text_config()
+    ids = torch.randint(16, tc.vocab_size, (batch, seq))
+    pos = 1
+    for r in range(a):
+        ids[:, pos : pos + b] = cfg.image_token_id
+        ids[:, pos + b] = IMG_END if r == a - 1 else IMG_BREAK
+        pos += b + 1
+    height, width = image_sizes_of(cfg, batch, n)[0]
+    kwargs = {
+        "pixel_values": torch.randn(batch, int(vc.num_channels), height, width, dtype=torch.float32),
+        "image_sizes": torch.tensor([[height, width]] * batch),
     }
     return ids, kwargs
 
@@ -509,8 +558,14 @@ def fast_mem_tracker_class():
     return FastMemTracker
 
 
-def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: bool = True) -> dict:
-    """Measure one case.  fake=False runs on real CPU tensors (tools/truth/crosscheck.py)."""
+def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: bool = True,
+             fake_images: bool = False) -> dict:
+    """Measure one case.  fake=False runs on real CPU tensors (tools/truth/crosscheck.py).
+    fake_images=True (crosscheck only, mistral3): image cases run on fake tensors too, with
+    `image_sizes` given as a list (fake tensors made from it keep their values, so
+    `get_image_features`' `.tolist()` of the split sizes is concrete) and transformers'
+    placeholder-count check disabled (TRANSFORMERS_DISABLE_TORCH_CHECK, a data read); both runs
+    then take `image_sizes` as a list."""
     import contextlib
     from copy import deepcopy
 
@@ -551,7 +606,16 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
         # position ids, M-RoPE's get_rope_index, the placeholder check) read tensor data, which
         # fake tensors refuse (DynamicOutputShapeException), so these cases run on real CPU
         # tensors (the crosscheck shows real and fake tensors give the same bytes)
-        fake = False
+        fake = fake and fake_images
+    if fake_images:
+        import os
+
+        import torch._subclasses.fake_tensor as _ft
+
+        os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = "1"
+        # fake tensors made from small Python lists keep their values (`constant`), so the
+        # `image_sizes` arithmetic and its `.tolist()` stay concrete
+        _ft.CONSTANT_NUMEL_LIMIT = 64
     with (FakeTensorMode() if fake else contextlib.nullcontext()):
         torch.set_default_dtype(model_dtype)
         try:
@@ -652,6 +716,8 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
             n_label_rows = 1
         elif case.get("image_tokens"):
             ids, image_kwargs = image_inputs(cfg, case["batch"], case["seq"], int(case["image_tokens"]))
+            if fake_images:
+                image_kwargs["image_sizes"] = image_sizes_of(cfg, case["batch"], int(case["image_tokens"]))
             call_kwargs.update(image_kwargs)
             n_label_rows = case["batch"]
         else:

@@ -321,9 +321,10 @@ pub struct InferArgs {
     /// Output format.
     #[command(flatten)]
     pub output: OutputArgs,
-    /// Vision-language models: N of the --prompt tokens of every sequence are one image's
-    /// tokens; the vision tower's forward over that image (N·merge² patches), the projector and
-    /// the merge into the embeddings are simulated in the prefill (qwen2_vl, qwen2_5_vl; other
+    /// Vision-language models: N of the --prompt tokens of every sequence are image tokens;
+    /// the vision tower's forward, the projector and the merge into the embeddings are
+    /// simulated in the prefill (qwen2_vl, qwen2_5_vl, mistral3: one image of the most nearly
+    /// square a × b = N tokens, N·merge² patches; gemma3: N / 256 images; llama4 and other
     /// families refuse it). Without it, image tokens count as text tokens.
     #[arg(long, help_heading = "Vision-language models")]
     pub image_tokens: Option<u64>,
@@ -759,11 +760,12 @@ pub struct TrainArgs {
     /// most VLM fine-tuning recipes do; their weights are counted either way).
     #[arg(long, help_heading = "Vision-language models")]
     pub train_vision: bool,
-    /// Vision-language models: N of the --seq tokens of every sequence are one image's tokens;
-    /// the frozen vision tower's forward over that image (N·merge² patches), the projector and
-    /// the merge into the embeddings are simulated (qwen2_vl, qwen2_5_vl; other families, --train-vision,
-    /// amp-* precisions, --padding-free and Megatron layouts (TP/PP/CP/EP) refuse it). Without it, image
-    /// tokens count as text tokens.
+    /// Vision-language models: N of the --seq tokens of every sequence are image tokens; the
+    /// frozen vision tower's forward, the projector and the merge into the embeddings are
+    /// simulated (qwen2_vl, qwen2_5_vl, mistral3: one image of the most nearly square
+    /// a × b = N tokens, N·merge² patches; gemma3: N / 256 images; llama4 and other families,
+    /// --train-vision, amp-* precisions, --padding-free and Megatron layouts (TP/PP/CP/EP)
+    /// refuse it). Without it, image tokens count as text tokens.
     #[arg(long, help_heading = "Vision-language models")]
     pub image_tokens: Option<u64>,
     /// Whose training code runs: `hf` (transformers' model under the engine the layout picks)

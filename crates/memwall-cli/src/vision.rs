@@ -2,12 +2,15 @@
 //! training step; frozen by default, as most VLM fine-tuning recipes do) and `--image-tokens N`
 //! (N of every sequence's tokens are one image's tokens: the vision tower's forward over that
 //! image's patches, the projector and the merge into the text embeddings are simulated, for the
-//! families whose vision forward memwall models: qwen2_vl, qwen2_5_vl; for gemma3, N image
-//! tokens are N / `mm_tokens_per_image` fixed-size images).
+//! families whose vision forward memwall models: qwen2_vl, qwen2_5_vl and mistral3 (one image
+//! of the most nearly square grid of N tokens); for gemma3, N image tokens are
+//! N / `mm_tokens_per_image` fixed-size images).
 
 use crate::error::UserError;
 use crate::model_source::ModelSource;
 use anyhow::Result;
+use memwall_core::memory::image_grid;
+use memwall_core::model::VisionKind;
 
 /// What every report of a vision-language model states without `--image-tokens`.
 pub const IMAGE_TOKENS_ASSUMPTION: &str = "image tokens are counted as text tokens of the sequence (give them in --seq/--prompt); the vision tower's own activations are not simulated, only its weights";
@@ -22,7 +25,7 @@ pub fn image_tokens_note(n: u64, per_image: u64) -> String {
 }
 
 /// The families whose image forward is simulated, for hints.
-const IMAGE_FAMILIES: &str = "gemma3, qwen2_vl and qwen2_5_vl";
+const IMAGE_FAMILIES: &str = "gemma3, mistral3, qwen2_vl and qwen2_5_vl";
 
 /// Where `--image-tokens` is checked: the length it is part of and what else the job uses.
 #[derive(Debug, Clone, Copy)]
@@ -129,6 +132,21 @@ fn check_image_tokens(
                     (n / per).max(1) * per,
                     (n / per).max(1)
                 ),
+            );
+        }
+    }
+    if v.forward.as_ref().map(|f| f.kind) == Some(VisionKind::Pixtral) {
+        // PixtralProcessor ends each of the image's rows of tokens with `[IMG_BREAK]` (the
+        // last with `[IMG_END]`): text tokens the sequence must also hold
+        let (rows, cols) = image_grid(u128::from(n));
+        let needed = u128::from(n) + rows;
+        if needed > u128::from(ctx.seq) {
+            return refuse(
+                format!(
+                    "{} ({}) lays N image tokens out as {rows} rows of {cols} tokens, each row followed by an [IMG_BREAK]/[IMG_END] token, so the sequence needs {needed} tokens but {} is {}",
+                    model.label, model.desc.model_type, ctx.seq_flag, ctx.seq
+                ),
+                format!("give {} {needed} or more, or fewer image tokens", ctx.seq_flag),
             );
         }
     }

@@ -285,9 +285,35 @@ fn bad_input_snapshots() {
         transcript(&[
             "train",
             "--model",
-            "mistral-small-3.1-24b-instruct",
+            "llama-4-scout-17b-16e-instruct",
             "--image-tokens",
             "256"
+        ])
+    );
+    insta::assert_snapshot!(
+        "image_tokens_mistral3_rows_over_seq",
+        transcript(&[
+            "train",
+            "--model",
+            "mistral-small-3.1-24b-instruct",
+            "--seq",
+            "1030",
+            "--image-tokens",
+            "1024"
+        ])
+    );
+    insta::assert_snapshot!(
+        "image_tokens_mistral3_vision_lora",
+        transcript(&[
+            "train",
+            "--model",
+            "mistral-small-3.1-24b-instruct",
+            "--image-tokens",
+            "256",
+            "--lora-rank",
+            "8",
+            "--lora-targets",
+            "q_proj,v_proj"
         ])
     );
     insta::assert_snapshot!(
@@ -1220,6 +1246,46 @@ fn gemma3_image_tokens_simulate_whole_images() {
     assert!(v2["assumption"]
         .as_str()
         .is_some_and(|a| a.contains("2 image(s) of 256 tokens")));
+}
+
+/// `--image-tokens N` on mistral3: one image of the most nearly square grid of N tokens runs
+/// through the Pixtral tower; the batch's images are one sequence under a block mask, so eager
+/// attention weights grow with the square of the batch's patches.
+#[test]
+fn mistral3_image_tokens_simulate_one_image_per_sequence() {
+    let peak = |extra: &[&str]| -> (u64, serde_json::Value) {
+        let mut args = vec![
+            "infer",
+            "--model",
+            "tests/truth/configs/mistral-small-3.1-24b-1l-v2.json",
+            "--prompt",
+            "1152",
+            "--new-tokens",
+            "2",
+            "--attention",
+            "eager",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        (
+            v["peak_bytes"].as_u64().expect("peak"),
+            v["model"]["vision"].clone(),
+        )
+    };
+    let (text, _) = peak(&[]);
+    let (small, _) = peak(&["--image-tokens", "256"]);
+    let (big, v) = peak(&["--image-tokens", "1024"]);
+    assert!(text < small && small < big, "{text} {small} {big}");
+    // 1,024 tokens are 4,096 patches: [1, 16, 4096, 4096] eager weights, the fp32 softmax and
+    // its fp32 input alive at once (measured: vlm-mistral3-1l-img1024-eager, 2.3 GB over the
+    // text-only prefill's peak)
+    assert!(big - text > 16 * 4096 * 4096 * (4 + 4), "{text} {big}");
+    assert!(v["assumption"].as_str().is_some_and(
+        |a| a.starts_with("1024 of each sequence's tokens (--seq/--prompt) are one image's tokens")
+    ));
 }
 
 /// Flags whose mechanism an engine does not run are refused by name, never accepted with an

@@ -840,6 +840,12 @@ pub enum VisionKind {
     /// post LayerNorm) and `Gemma3MultiModalProjector` (avg-pool by `merge`, RMSNorm, matmul
     /// into the text width); `patch_in` is C·P², `per_image` the tokens per image.
     Gemma3Siglip,
+    /// Mistral 3's Pixtral tower (`pixtral/modeling_pixtral.py` PixtralVisionModel: conv patch
+    /// embedding, RMSNorm, 2-D RoPE, the batch's images as one sequence under a block-diagonal
+    /// mask, SiLU-gated MLP) and `Mistral3MultiModalProjector` (RMSNorm, `Mistral3PatchMerger`
+    /// of `merge`² patches, two linears into the text width); `patch_in` is C·P², N image
+    /// tokens are one image per sequence.
+    Pixtral,
 }
 
 /// `count` vision-tower linears of one name and shape.

@@ -14,7 +14,7 @@ pub mod titan;
 
 pub use crate::workload::InferWorkload;
 pub use dist::{simulate_train_dist, simulate_train_dist_with, DistOptions};
-pub use hf::Kernels;
+pub use hf::{image_grid, Kernels};
 pub use ranks::{CommBuffer, DistEstimate, RankGroup, RankSet};
 pub use timeline::{Category, Phase};
 

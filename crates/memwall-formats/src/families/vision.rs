@@ -483,12 +483,20 @@ pub(crate) fn pixtral_mistral3(
             hint: "Mistral 3 uses 2".into(),
         });
     }
+    // the image forward is simulated for the last layer's features only (the default)
+    let mut last_layer = true;
     let feature_layers = match top.vision_feature_layer.as_deref() {
         None => 1,
         Some(raw) => match serde_json::from_str::<i64>(raw.get()) {
-            Ok(_) => 1,
+            Ok(layer) => {
+                last_layer = layer == -1;
+                1
+            }
             Err(_) => match serde_json::from_str::<Vec<i64>>(raw.get()) {
-                Ok(l) if !l.is_empty() && l.len() <= 1024 => l.len() as u128,
+                Ok(l) if !l.is_empty() && l.len() <= 1024 => {
+                    last_layer = false;
+                    l.len() as u128
+                }
                 _ => {
                     return Err(FormatError::WrongType {
                         field: "vision_feature_layer".into(),
@@ -508,7 +516,9 @@ pub(crate) fn pixtral_mistral3(
         + linear(h * merge * merge, h, false)
         + linear(h * feature_layers, t, bias)
         + linear(t, t, bias);
-    v.tower(
+    let heads = v.size(r.num_attention_heads, "num_attention_heads", 16, MAX_HEADS)?;
+    let patch_in = c * patch * patch;
+    let mut tower = v.tower(
         encoder,
         projector,
         "pixtral",
@@ -524,5 +534,25 @@ pub(crate) fn pixtral_mistral3(
             ("linear_1", h * feature_layers, t, 1),
             ("linear_2", t, t, 1),
         ],
-    )
+    )?;
+    // The image forward (`--image-tokens`, `memory/hf/pixtral.rs`) for the last layer's
+    // features (`vision_feature_layer = -1`; other layers keep other hidden states alive) and
+    // heads that divide the width (`PixtralAttention.head_dim = hidden_size // num_heads`).
+    if last_layer && h.is_multiple_of(heads) {
+        let as_u64 = |x: u128| u64::try_from(x).unwrap_or(u64::MAX);
+        tower.forward = Some(VisionForward {
+            patch_in: as_u64(patch_in),
+            width: as_u64(h),
+            heads: as_u64(heads),
+            mlp: as_u64(i),
+            depth: as_u64(layers),
+            merge: as_u64(merge),
+            out: text_hidden,
+            kind: VisionKind::Pixtral,
+            window: 0,
+            full_blocks: Vec::new(),
+            per_image: 0,
+        });
+    }
+    Ok(tower)
 }

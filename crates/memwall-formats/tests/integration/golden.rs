@@ -121,3 +121,40 @@ fn gemma3_image_forward_shape() {
     let m = parse_hf_config(&odd).unwrap();
     assert!(m.vision.as_ref().unwrap().forward.is_none());
 }
+
+/// Mistral 3's image forward shape (`--image-tokens`): the Pixtral tower at its widths, 2 × 2
+/// patches merged per token, projected into the text width; only the last layer's features
+/// (`vision_feature_layer = -1`) get an image forward, other feature layers only the weights.
+#[test]
+fn mistral3_image_forward_shape() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/configs/mistral-small-3.1-24b-instruct.json"
+    );
+    let json = std::fs::read_to_string(path).unwrap();
+    let m = parse_hf_config(&json).unwrap();
+    let f = m.vision.as_ref().unwrap().forward.clone().unwrap();
+    assert_eq!(f.kind, memwall_core::model::VisionKind::Pixtral);
+    assert_eq!(
+        (
+            f.patch_in,
+            f.width,
+            f.heads,
+            f.mlp,
+            f.depth,
+            f.merge,
+            f.out,
+            f.per_image
+        ),
+        (3 * 14 * 14, 1024, 16, 4096, 24, 2, 5120, 0)
+    );
+    for other in ["-2", "[-1, -2]"] {
+        let odd = json.replace(
+            "\"vision_feature_layer\": -1",
+            &format!("\"vision_feature_layer\": {other}"),
+        );
+        assert_ne!(odd, json);
+        let m = parse_hf_config(&odd).unwrap();
+        assert!(m.vision.as_ref().unwrap().forward.is_none(), "{other}");
+    }
+}

@@ -30,6 +30,7 @@ mod mlp;
 mod modules;
 mod parallel;
 mod params;
+mod pixtral;
 mod sac;
 mod shard;
 mod siglip;
@@ -45,6 +46,7 @@ use crate::workload::{
 };
 pub(crate) use sac::check as sac_check;
 pub(crate) use train::micro_batches_replayed;
+pub use vision::image_grid;
 
 /// Which device's kernels the simulation follows where CPU and CUDA differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

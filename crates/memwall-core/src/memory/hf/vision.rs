@@ -41,8 +41,10 @@ impl Builder<'_> {
             }
             self.images_done = true;
         }
-        if f.kind == VisionKind::Gemma3Siglip {
-            return self.gemma3_image_merge(f, emb, u128::from(n));
+        match f.kind {
+            VisionKind::Gemma3Siglip => return self.gemma3_image_merge(f, emb, u128::from(n)),
+            VisionKind::Pixtral => return self.pixtral_image_merge(f, emb, u128::from(n)),
+            VisionKind::Qwen2Vl | VisionKind::Qwen25Vl => {}
         }
         let s = self.param_size;
         let n = u128::from(n);
@@ -373,7 +375,7 @@ fn runs_of(chunks: impl Iterator<Item = u128>) -> Vec<(u128, u128)> {
 
 /// One image's LLM-token grid as the truth harness and `--image-tokens` define it: the most
 /// nearly square `a × b = n` (a ≤ b, a the largest divisor of n up to √n).
-pub(crate) fn image_grid(n: u128) -> (u128, u128) {
+pub fn image_grid(n: u128) -> (u128, u128) {
     let mut a = 1;
     let mut d = 1;
     while d * d <= n {
