@@ -341,25 +341,37 @@ pub fn plan(model: &ModelDesc, cfg: &ServeConfig) -> Result<ServePlan, CoreError
         max_model_len_that_fits: 0,
         state_cache: None,
     };
-    // the check reserves the null block: needed ≤ available − bytes_per_block
+    startup_check(&mut plan, cfg, available, bytes_per_block);
+    Ok(plan)
+}
+
+/// vLLM's start-up check (`vllm/v1/core/kv_cache_planning.py` `check_enough_kv_cache_memory`,
+/// vLLM 0.33.0): one request of `max_model_len` must fit in the KV memory less the reserved null
+/// block, else vLLM raises and reports the longest length that would fit
+/// (`_estimate_max_model_len_from_groups`, a binary search over `[1, max_model_len]`). Sets
+/// `fits_max_model_len` and `max_model_len_that_fits` (0 when not even the null block fits).
+pub(crate) fn startup_check(
+    plan: &mut ServePlan,
+    cfg: &ServeConfig,
+    available: u64,
+    bytes_per_block: u64,
+) {
     let check = available.saturating_sub(bytes_per_block);
     let fits = |plan: &ServePlan, len: u64| -> bool {
         u128::from(plan.blocks_per_request(cfg, len)) * u128::from(bytes_per_block)
             <= u128::from(check)
     };
-    plan.fits_max_model_len = check > 0 && fits(&plan, cfg.max_model_len);
-    // _estimate_max_model_len_from_groups: binary search over [1, max_model_len]
+    plan.fits_max_model_len = check > 0 && fits(plan, cfg.max_model_len);
     let (mut lo, mut hi) = (0u64, cfg.max_model_len);
     while lo < hi {
         let mid = lo + (hi - lo).div_ceil(2);
-        if fits(&plan, mid) {
+        if fits(plan, mid) {
             lo = mid;
         } else {
             hi = mid - 1;
         }
     }
-    plan.max_model_len_that_fits = lo;
-    Ok(plan)
+    plan.max_model_len_that_fits = if check > 0 { lo } else { 0 };
 }
 
 /// Weights one rank holds: layer weights split over ranks, the vocabulary-parallel embedding and

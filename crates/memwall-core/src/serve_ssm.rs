@@ -346,23 +346,7 @@ pub fn plan(model: &ModelDesc, cfg: &ServeConfig) -> Result<ServePlan, CoreError
         num_gpu_blocks.saturating_mul(cfg.max_model_len)
     };
     // get_kv_cache_configs: the check reserves the null block
-    let check = available.saturating_sub(bytes_per_block);
-    let fits = |plan: &ServePlan, len: u64| -> bool {
-        u128::from(plan.blocks_per_request(cfg, len)) * u128::from(bytes_per_block)
-            <= u128::from(check)
-    };
-    plan.fits_max_model_len = check > 0 && fits(&plan, cfg.max_model_len);
-    // _estimate_max_model_len_from_groups: binary search over [1, max_model_len]
-    let (mut lo, mut hi) = (0u64, cfg.max_model_len);
-    while lo < hi {
-        let mid = lo + (hi - lo).div_ceil(2);
-        if fits(&plan, mid) {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    plan.max_model_len_that_fits = if check > 0 { lo } else { 0 };
+    crate::serve::startup_check(&mut plan, cfg, available, bytes_per_block);
     Ok(plan)
 }
 
