@@ -230,8 +230,9 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
     let tm = u128::from(job.microbatch_size) * seq;
     let tokens = tm * u128::from(job.microbatches);
     // per stage: the FSDP units' sizes (`Sizes` of a job with the stage's blocks, dp_shard ranks)
-    let sizes = |st: &Stage| -> Result<(u128, u128, u128, u128, u128), CoreError> {
-        let one = super::step::Job {
+    // the FSDP units of one stage: a job of the stage's blocks over the dp_shard ranks
+    let stage_sizes = |st: &Stage| -> Result<Sizes, CoreError> {
+        Sizes::new(&super::step::Job {
             shapes: Shapes {
                 layers: st.blocks,
                 ..*s
@@ -243,9 +244,10 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
             checkpointing: None,
             reshard: super::ReshardPolicy::Never,
             fused_optimizer: job.fused_optimizer,
-        };
-        let z = Sizes::new(&one)?;
-        Ok(z.stage(st.embeddings, st.head))
+        })
+    };
+    let sizes = |st: &Stage| -> Result<(u128, u128, u128, u128, u128), CoreError> {
+        Ok(stage_sizes(st)?.stage(st.embeddings, st.head))
     };
     let per: Vec<(u128, u128, u128, u128, u128)> =
         mine.iter().map(sizes).collect::<Result<_, _>>()?;
@@ -359,20 +361,7 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
     // into the fp32 reduce-scatter input and its fp32 shard written while every other unit's
     // accumulated gradient is alive; its bf16 parameters are resharded then
     for (ls, st) in mine.iter().enumerate() {
-        let one = super::step::Job {
-            shapes: Shapes {
-                layers: st.blocks,
-                ..*s
-            },
-            world: dp,
-            tp: 1,
-            batch: 1,
-            seq: job.seq,
-            checkpointing: None,
-            reshard: super::ReshardPolicy::Never,
-            fused_optimizer: job.fused_optimizer,
-        };
-        let z = Sizes::new(&one)?;
+        let z = stage_sizes(st)?;
         // (the last stage's head unit only: on a middle stage the same accounting for its last
         // block lies 2.6% above the measured peak of `titan-pp-8b-6l-pp4r1-gpipe-b8s1024-full`,
         // so that stage's reduction is not this instant and is left out)
