@@ -628,6 +628,9 @@ CASES = [
     ("titan-qwen3tied-1.7b-2l-w6-s512-never", ["--model", "qwen3", "--flavor", "1.7B", "--layers", "2", "--world", "6", "--seq", "512", "--loss", "ce", "--reshard", "never"]),
     ("titan-qwen3tied-0.6b-3l-w8-s2048-foreach", ["--model", "qwen3", "--flavor", "0.6B", "--layers", "3", "--world", "8", "--seq", "2048", "--loss", "ce", "--optim", "foreach"]),
     ("titan-qwen3tied-0.6b-2l-w8-tp2-s2048", ["--model", "qwen3", "--flavor", "0.6B", "--layers", "2", "--world", "8", "--tp", "2", "--seq", "2048", "--loss", "ce"]),
+    # all 28 blocks at short sequences: the gradient shards and the tied unit outweigh the loss
+    ("titan-qwen3tied-0.6b-28l-w2-s128", ["--model", "qwen3", "--flavor", "0.6B", "--layers", "28", "--world", "2", "--seq", "128", "--loss", "ce"]),
+    ("titan-qwen3tied-1.7b-28l-w8-s256-fullac", ["--model", "qwen3", "--flavor", "1.7B", "--layers", "28", "--world", "8", "--seq", "256", "--loss", "ce", "--ac", "full"]),
     ("titan-qwen3tied-4b-2l-w8-tp2-s1024-fullac", ["--model", "qwen3", "--flavor", "4B", "--layers", "2", "--world", "8", "--tp", "2", "--seq", "1024", "--loss", "ce", "--ac", "full"]),
 ]
 
@@ -689,6 +692,11 @@ CROSSCHECKS = [
     # torchtitan's qwen3 MoE "debugmodel_moe" (64 experts, top 8; GroupedExperts on
     # torch._grouped_mm, whose CPU kernel and fake rule both run; the router gate in fp32 as
     # CUDA autocast runs it): fake equals real, though memwall does not model the MoE step yet
+    # the qwen3 "debugmodel" tied (`enable_weight_tying`, as shipped): one FSDP unit
+    # `[tok_embeddings, norm, lm_head]`, re-tied by `init_weights` after `fully_shard`
+    ("xc-titan-qwen3tied-debug-2l-w4-s256", ["--model", "qwen3", "--flavor", "debugmodel", "--layers", "2", "--world", "4", "--seq", "256"]),
+    ("xc-titan-qwen3tied-debug-2l-w4-tp2-s256-selac", ["--model", "qwen3", "--flavor", "debugmodel", "--layers", "2", "--world", "4", "--tp", "2", "--seq", "256", "--ac", "selective"]),
+    ("xc-titan-qwen3tied-debug-3l-w8-b2s256-fullac-always", ["--model", "qwen3", "--flavor", "debugmodel", "--layers", "3", "--world", "8", "--batch", "2", "--seq", "256", "--ac", "full", "--reshard", "always"]),
     ("xc-titan-qwen3moe-debug-2l-w4-s256", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "2", "--world", "4", "--seq", "256"]),
     ("xc-titan-qwen3moe-debug-2l-w8-s256-fullac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "2", "--world", "8", "--batch", "2", "--seq", "256", "--ac", "full"]),
     # pipeline parallelism: one pp rank's stage(s) with real tensors over the same fake process

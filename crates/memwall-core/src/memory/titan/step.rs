@@ -707,6 +707,31 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         out.push(x);
     }
 
+    // the embeddings' pre-backward (measured: `titan-qwen3tied-0.6b-28l-w2-s128`, where the
+    // tied unit is the embeddings' and this is the peak): FSDP2's `wait_for_unshard` copies the
+    // all-gather output into the unsharded parameters, both alive (outside the forward the
+    // output is freed right after, torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py),
+    // block 0's reduce-scatter buffer alive, every other gradient shard written, the gradient
+    // of the embeddings' output
+    let mut x = base(
+        "backward: embeddings re-gathered (all-gather copy-out)".into(),
+        Phase::Backward,
+    );
+    x.add(Weights, u_embedding)
+        .add(CommBuffers, u_embedding)
+        .add(
+            CommBuffers,
+            if layers > 0 {
+                4 * z.padded(&z.block)
+            } else {
+                0
+            },
+        )
+        .add(Gradients, 4 * (sharded - embedding_own))
+        .add(Activations, positions)
+        .add(Temporaries, 2 * d * tl);
+    out.push(x);
+
     // the embeddings' backward (measured: `titan-llama3-405b-1l-w32-tp8-s1024`): the unit
     // gathered (re-gathered, or resident under "never"), block 0's reduce-scatter buffer still
     // alive (waited for in the embeddings' post-backward), every other gradient shard written,
