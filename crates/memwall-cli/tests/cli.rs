@@ -1160,7 +1160,11 @@ fn the_torchtitan_runtime_runs_dense_qwen3() {
     );
     for (model, extra, field) in [
         // a Qwen 3 pipeline (tied or not) is not measured
-        ("qwen3-0.6b", &["--pp", "2", "--grad-accum", "2"][..], "--pp"),
+        (
+            "qwen3-0.6b",
+            &["--pp", "2", "--grad-accum", "2"][..],
+            "--pp",
+        ),
         ("qwen3-30b-a3b", &["--tp", "2"][..], "--tp"),
         (
             "qwen3-30b-a3b",

@@ -673,7 +673,12 @@ fn tied_qwen3_holds_one_embedding_state_and_gathers_it_twice() {
     let mut wpp = workload(1, seq, None);
     wpp.grad_accum = 2;
     assert_eq!(
-        field(simulate_train_titan(&tied, &wpp, &pp, &TitanOptions::default())),
+        field(simulate_train_titan(
+            &tied,
+            &wpp,
+            &pp,
+            &TitanOptions::default()
+        )),
         "pp"
     );
 }
