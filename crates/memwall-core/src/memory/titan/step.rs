@@ -712,7 +712,8 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
     // all-gather output into the unsharded parameters, both alive (outside the forward the
     // output is freed right after, torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py),
     // block 0's reduce-scatter buffer alive, every other gradient shard written, the gradient
-    // of the embeddings' output
+    // of the embeddings' output (its sequence-parallel shard under TP: no TP case peaks here,
+    // so that part is not measured)
     let mut x = base(
         "backward: embeddings re-gathered (all-gather copy-out)".into(),
         Phase::Backward,
