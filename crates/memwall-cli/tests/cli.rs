@@ -1097,10 +1097,10 @@ fn the_torchtitan_runtime_estimates_plans_and_refuses_by_name() {
     );
 }
 
-/// `--runtime torchtitan` on Qwen 3: the dense untied models run torchtitan's own qwen3 model;
+/// `--runtime torchtitan` on Qwen 3: the dense models (tied or not) run torchtitan's own qwen3 model;
 /// the emitted launch names the config torchtitan ships for exactly these shapes, and refuses
 /// one it has none for instead of writing a wrong flavour; Qwen 3 MoE runs torchtitan's MoE
-/// blocks; what is not measured (tied embeddings; MoE with TP, "never" resharding or
+/// blocks; what is not measured (a Qwen 3 pipeline; MoE with TP, "never" resharding or
 /// SelectiveAC) exits 2 naming the field.
 #[test]
 fn the_torchtitan_runtime_runs_dense_qwen3() {
@@ -1139,6 +1139,18 @@ fn the_torchtitan_runtime_runs_dense_qwen3() {
         err.contains("ships no config") && err.contains("hint:"),
         "{err}"
     );
+    // tied embeddings (Qwen3-0.6B / 1.7B): one FSDP unit `[tok_embeddings, norm, lm_head]`,
+    // emitted with torchtitan's shipped `qwen3_0_6b` / `qwen3_1_7b`
+    let (code, out, err) = titan("qwen3-0.6b", &["--emit", "torchtitan"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("--module qwen3 --config qwen3_0_6b"), "{out}");
+    let (code, out, err) = titan("qwen3-1.7b", &["--tp", "2", "--emit", "torchtitan"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("--module qwen3 --config qwen3_1_7b")
+            && out.contains("--parallelism.tensor-parallel-degree 2"),
+        "{out}"
+    );
     // Qwen 3 MoE: torchtitan's MoE blocks (no EP), emitted with its shipped config
     let (code, out, err) = titan("qwen3-30b-a3b", &["--emit", "torchtitan"]);
     assert_eq!(code, 0, "{err}");
@@ -1147,7 +1159,12 @@ fn the_torchtitan_runtime_runs_dense_qwen3() {
         "{out}"
     );
     for (model, extra, field) in [
-        ("qwen3-0.6b", &[][..], "tie_word_embeddings"),
+        // a Qwen 3 pipeline (tied or not) is not measured
+        (
+            "qwen3-0.6b",
+            &["--pp", "2", "--grad-accum", "2"][..],
+            "--pp",
+        ),
         ("qwen3-30b-a3b", &["--tp", "2"][..], "--tp"),
         (
             "qwen3-30b-a3b",

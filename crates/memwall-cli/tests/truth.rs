@@ -1091,6 +1091,8 @@ fn titan_rows() -> Vec<TitanRow> {
             ("llama3", "8B") => "data/models/meta-llama/Llama-3.1-8B.json",
             ("llama3", "70B") => "data/models/meta-llama/Llama-3.1-70B.json",
             ("llama3", "405B") => "data/models/meta-llama/Llama-3.1-405B.json",
+            ("qwen3", "0.6B") => "data/models/Qwen/Qwen3-0.6B.json",
+            ("qwen3", "1.7B" | "4B") => "data/models/Qwen/Qwen3-1.7B.json",
             ("qwen3", "8B") => "data/models/Qwen/Qwen3-8B.json",
             ("qwen3", "14B") => "data/models/Qwen/Qwen3-14B.json",
             ("qwen3", "32B") => "data/models/Qwen/Qwen3-32B.json",
@@ -1098,7 +1100,19 @@ fn titan_rows() -> Vec<TitanRow> {
             ("qwen3", "235B-A22B") => "data/models/Qwen/Qwen3-235B-A22B.json",
             (m, f) => panic!("{}: model {m} flavour {f}", c.id),
         };
-        let json = std::fs::read_to_string(root().join(config)).expect("read config");
+        let mut json = std::fs::read_to_string(root().join(config)).expect("read config");
+        if (c.model.as_deref(), c.flavor.as_str()) == (Some("qwen3"), "4B") {
+            // torchtitan's qwen3 "4B" flavour (models/qwen3/__init__.py `_4b`: dim 2560, 32
+            // heads, 8 kv heads of 128, hidden_dim 9728, vocab 151936, tied), Qwen3-4B's
+            // config.json shapes; no Qwen3-4B config is in the catalogue, so the 1.7B's (the
+            // same family, vocabulary, head_dim, kv heads and tying) with those fields set
+            let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+            v["hidden_size"] = 2560.into();
+            v["num_attention_heads"] = 32.into();
+            v["intermediate_size"] = 9728.into();
+            v["num_hidden_layers"] = 36.into();
+            json = v.to_string();
+        }
         let mut desc = memwall_formats::parse_hf_config(&json).unwrap();
         desc.layers.truncate(c.layers);
         let mut w = TrainWorkload::new(c.batch, c.seq);

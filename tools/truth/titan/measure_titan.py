@@ -206,6 +206,16 @@ def measure_one(argv: list[str]) -> dict:
             dump_folder="/tmp/titan_dump",
         )
         model.to_empty(device="cpu")
+        if getattr(model, "enable_weight_tying", False):
+            # Trainer.__init__ (trainer.py, non-PP branch): `to_empty`, then `init_weights` under
+            # no_grad, whose `Decoder.init_states` (models/common/decoder.py) re-points
+            # `tok_embeddings.weight` at `lm_head.weight`; the tie made in `Decoder.__init__`
+            # does not survive `Module.parallelize` (protocols/module.py
+            # `_spmd_distribute_state` registers a new `nn.Parameter` per module)
+            _tie_probe(model, "before init_weights")
+            with torch.no_grad():
+                model.init_weights(buffer_device=None)
+            _tie_probe(model, "after init_weights")
         model.train()
         # MoE routers compute the gate under `torch.autocast(device_type, dtype=torch.float32)`
         # (models/common/moe.py TokenChoiceTopKRouter.forward): CUDA autocast casts the linear's
@@ -273,10 +283,34 @@ def measure_one(argv: list[str]) -> dict:
                 optimizers.zero_grad()
                 gc.collect(1)
         snap = mt.get_tracker_snapshot("peak")[cpu]
-    return result(args, W, snap, first, mt, t0)
+        if getattr(model, "enable_weight_tying", False):
+            _tie_probe(model, "after two steps")
+    return result(args, W, snap, first, mt, t0, n_gates)
 
 
-def result(args, W, snap, first, mt, t0) -> dict:
+def _tie_probe(model, when):
+    if os.environ.get("TITAN_TIE_PROBE"):
+        e, h = model.tok_embeddings.weight, model.lm_head.weight
+        print(f"# tie {when}: same object {e is h}, embedding {type(e).__name__} "
+              f"{tuple(e.shape)}, lm_head {tuple(h.shape)}, "
+              f"params {len(list(model.parameters()))}", file=sys.stderr)
+        from torch.distributed.fsdp._fully_shard._fully_shard import FSDPModule
+
+        for m in (model.tok_embeddings, model.lm_head):
+            st = m._get_fsdp_state() if isinstance(m, FSDPModule) else None
+            grp = st._fsdp_param_group if st is not None else None
+            if grp is not None:
+                for fp in grp.fsdp_params:
+                    mi = fp._module_info
+                    print(f"#   unit param {type(mi.module).__name__}.{mi.param_name} "
+                          f"shared {[type(x).__name__ for x in mi.shared_modules]} "
+                          f"sharded {tuple(fp.sharded_param.shape)} is_lm_head "
+                          f"{fp.sharded_param is model.lm_head.weight} is_emb "
+                          f"{fp.sharded_param is model.tok_embeddings.weight}", file=sys.stderr)
+                break
+
+
+def result(args, W, snap, first, mt, t0, n_gates=0) -> dict:
     import torch
 
     if args.debug is not None:
@@ -583,6 +617,21 @@ CASES = [
     # measured, not a fixture (memwall refuses it, see README "Qwen 3 MoE"): ("titan-qwen3moe-235b-2l-w64-s1024-fullac-never", ["--model", "qwen3", "--flavor", "235B-A22B", "--layers", "2", "--world", "64", "--seq", "1024", "--loss", "ce", "--ac", "full", "--reshard", "never"]),
     ("titan-qwen3moe-30b-2l-w12-s512-always", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "2", "--world", "12", "--seq", "512", "--loss", "ce", "--reshard", "always"]),
     ("titan-qwen3moe-30b-2l-w8-b2s2048-foreach", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "2", "--world", "8", "--batch", "2", "--seq", "2048", "--loss", "ce", "--optim", "foreach"]),
+    # sixth batch: qwen3's tied flavours (0.6B / 1.7B / 4B, `enable_weight_tying`): one FSDP unit
+    # `[tok_embeddings, norm, lm_head]`, the tie re-made by `init_weights` after `fully_shard`
+    # as `Trainer.__init__` does (see README "Tied embeddings")
+    ("titan-qwen3tied-0.6b-2l-w8-s1024", ["--model", "qwen3", "--flavor", "0.6B", "--layers", "2", "--world", "8", "--seq", "1024", "--loss", "ce"]),
+    ("titan-qwen3tied-1.7b-2l-w8-s1024-fullac", ["--model", "qwen3", "--flavor", "1.7B", "--layers", "2", "--world", "8", "--seq", "1024", "--loss", "ce", "--ac", "full"]),
+    ("titan-qwen3tied-4b-3l-w4-s2048-selac", ["--model", "qwen3", "--flavor", "4B", "--layers", "3", "--world", "4", "--seq", "2048", "--loss", "ce", "--ac", "selective"]),
+    ("titan-qwen3tied-1.7b-2l-w2-s2048", ["--model", "qwen3", "--flavor", "1.7B", "--layers", "2", "--world", "2", "--seq", "2048", "--loss", "ce"]),
+    ("titan-qwen3tied-4b-2l-w8-b2s1024-always", ["--model", "qwen3", "--flavor", "4B", "--layers", "2", "--world", "8", "--batch", "2", "--seq", "1024", "--loss", "ce", "--reshard", "always"]),
+    ("titan-qwen3tied-1.7b-2l-w6-s512-never", ["--model", "qwen3", "--flavor", "1.7B", "--layers", "2", "--world", "6", "--seq", "512", "--loss", "ce", "--reshard", "never"]),
+    ("titan-qwen3tied-0.6b-3l-w8-s2048-foreach", ["--model", "qwen3", "--flavor", "0.6B", "--layers", "3", "--world", "8", "--seq", "2048", "--loss", "ce", "--optim", "foreach"]),
+    ("titan-qwen3tied-0.6b-2l-w8-tp2-s2048", ["--model", "qwen3", "--flavor", "0.6B", "--layers", "2", "--world", "8", "--tp", "2", "--seq", "2048", "--loss", "ce"]),
+    # all 28 blocks at short sequences: the gradient shards and the tied unit outweigh the loss
+    ("titan-qwen3tied-0.6b-28l-w2-s128", ["--model", "qwen3", "--flavor", "0.6B", "--layers", "28", "--world", "2", "--seq", "128", "--loss", "ce"]),
+    ("titan-qwen3tied-1.7b-28l-w8-s256-fullac", ["--model", "qwen3", "--flavor", "1.7B", "--layers", "28", "--world", "8", "--seq", "256", "--loss", "ce", "--ac", "full"]),
+    ("titan-qwen3tied-4b-2l-w8-tp2-s1024-fullac", ["--model", "qwen3", "--flavor", "4B", "--layers", "2", "--world", "8", "--tp", "2", "--seq", "1024", "--loss", "ce", "--ac", "full"]),
 ]
 
 
@@ -643,6 +692,11 @@ CROSSCHECKS = [
     # torchtitan's qwen3 MoE "debugmodel_moe" (64 experts, top 8; GroupedExperts on
     # torch._grouped_mm, whose CPU kernel and fake rule both run; the router gate in fp32 as
     # CUDA autocast runs it): fake equals real, though memwall does not model the MoE step yet
+    # the qwen3 "debugmodel" tied (`enable_weight_tying`, as shipped): one FSDP unit
+    # `[tok_embeddings, norm, lm_head]`, re-tied by `init_weights` after `fully_shard`
+    ("xc-titan-qwen3tied-debug-2l-w4-s256", ["--model", "qwen3", "--flavor", "debugmodel", "--layers", "2", "--world", "4", "--seq", "256"]),
+    ("xc-titan-qwen3tied-debug-2l-w4-tp2-s256-selac", ["--model", "qwen3", "--flavor", "debugmodel", "--layers", "2", "--world", "4", "--tp", "2", "--seq", "256", "--ac", "selective"]),
+    ("xc-titan-qwen3tied-debug-3l-w8-b2s256-fullac-always", ["--model", "qwen3", "--flavor", "debugmodel", "--layers", "3", "--world", "8", "--batch", "2", "--seq", "256", "--ac", "full", "--reshard", "always"]),
     ("xc-titan-qwen3moe-debug-2l-w4-s256", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "2", "--world", "4", "--seq", "256"]),
     ("xc-titan-qwen3moe-debug-2l-w8-s256-fullac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "2", "--world", "8", "--batch", "2", "--seq", "256", "--ac", "full"]),
     # pipeline parallelism: one pp rank's stage(s) with real tensors over the same fake process

@@ -43,8 +43,8 @@
 //! `torch.compile` (Inductor's generated code cannot run on fake tensors, so a compiled step
 //! cannot be measured honestly), LoRA, gradient accumulation, the chunked loss
 //! (`ChunkedLossWrapper`, torchtitan's default for `llama3_8b`: FSDPMemTracker refuses its
-//! repeated calls of the head unit, so it is not measured), tied embeddings, for MoE blocks
-//! TP, "never" resharding, SelectiveAC and more FSDP ranks than experts, and every family but
+//! repeated calls of the head unit, so it is not measured), tied embeddings other than Qwen 3's
+//! dense ones, for MoE blocks TP, "never" resharding, SelectiveAC and more FSDP ranks than experts, and every family but
 //! Llama 3 and Qwen 3 ([`shapes`] maps an HF config onto torchtitan's model arguments;
 //! DeepSeek-V3's MLA + shared-expert MoE is not simulated).
 //!
@@ -313,6 +313,9 @@ pub struct Shapes {
     pub vocab: u64,
     /// Blocks.
     pub layers: u64,
+    /// `enable_weight_tying` (HF `tie_word_embeddings`; Qwen 3 0.6B/1.7B/4B): one parameter
+    /// shared by `tok_embeddings` and `lm_head`, in one FSDP unit with the final norm.
+    pub tied: bool,
 }
 
 /// torchtitan's MoE feed-forward (`models/common/moe.py`: `TokenChoiceTopKRouter` with a
@@ -354,8 +357,8 @@ fn refuse(
 /// scaling do not change memory (torchtitan's `max_seq_len` is set to `training.seq_len`).
 /// What torchtitan's model cannot express is refused by name: biases (`attention_bias`),
 /// sliding windows (`use_sliding_window`, `layer_types`), a Qwen 3 config without per-head q/k
-/// RMSNorms, MoE and MLA configs (`qwen3_moe`, `deepseek_v3`), and tied embeddings (not
-/// measured: torchtitan shards embeddings, norm and head as one FSDP unit then).
+/// RMSNorms, MLA configs (`deepseek_v3`), and tied embeddings of Llama models (Llama 3.2; not
+/// measured: tied embeddings are measured for Qwen 3).
 pub fn shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
     const ONLY: &str = "torchtitan 0.3.0's llama3 and qwen3 (dense and MoE) models are \
                         simulated (models/llama3/, models/qwen3/); its deepseek_v3 (MLA + MoE \
@@ -455,14 +458,17 @@ pub fn shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
             HINT,
         ));
     }
-    if model.head.tied {
+    // tied embeddings: measured on torchtitan's qwen3 tied flavours (0.6B, 1.7B, 4B; the
+    // `titan-qwen3tied-*` fixtures); its llama3 tied flavours (Llama 3.2 1B/3B, with their own
+    // RoPE scaling) were not measured
+    if model.head.tied && titan_model != TitanModel::Qwen3 {
         return Err(refuse(
             "tie_word_embeddings",
             "true",
-            "not measured: torchtitan's tied-embedding flavours (Llama 3.2 1B/3B, Qwen 3 \
-             0.6B/1.7B/4B) shard embeddings, norm and head as one FSDP unit",
-            "use an untied model (Llama 3.1 8B/70B/405B, Qwen 3 8B/14B/32B), or drop --runtime \
-             torchtitan",
+            "not measured: torchtitan's tied Llama 3 flavours (Llama 3.2 1B/3B; tied \
+             embeddings are measured for Qwen 3 0.6B/1.7B/4B only)",
+            "use an untied Llama model (Llama 3.1 8B/70B/405B) or a tied Qwen 3 (qwen3-0.6b, \
+             qwen3-1.7b), or drop --runtime torchtitan",
         ));
     }
     if model.vision.is_some() {
@@ -478,6 +484,7 @@ pub fn shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
         moe,
         vocab: model.embeddings.vocab_size,
         layers: model.layers.len() as u64,
+        tied: model.head.tied,
     })
 }
 
@@ -554,6 +561,15 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
         ));
     }
     let s = shapes(model)?;
+    if s.tied && s.moe.is_some() {
+        return Err(refuse(
+            "tie_word_embeddings",
+            "true",
+            "not measured: tied embeddings with MoE blocks (torchtitan's qwen3 MoE flavours are \
+             untied; the tied unit is measured on the dense 0.6B/1.7B/4B flavours)",
+            "use an untied MoE config with --runtime torchtitan",
+        ));
+    }
     if s.moe.is_some() {
         // measured for the MoE flavours: FSDP2 (dim-0 and dim-1 expert sharding), no / full /
         // every-k AC, the three reshard policies, fused and foreach AdamW

@@ -86,6 +86,9 @@ pub(super) struct Sizes {
     lm_head: Params,
     final_norm: Params,
     layers: u128,
+    /// `enable_weight_tying`: `tok_embeddings` and `lm_head` share one parameter (see
+    /// [`Sizes::tied`]).
+    tied: bool,
 }
 
 impl Sizes {
@@ -134,7 +137,49 @@ impl Sizes {
             lm_head: vec![(1, v, d)],
             final_norm: vec![(1, d, 1)],
             layers: u128::from(s.layers),
+            tied: s.tied,
         })
+    }
+
+    /// Whether the embeddings are tied to the LM head. torchtitan 0.3.0 then shards
+    /// `[tok_embeddings, norm, lm_head]` as one FSDP unit, resharded after forward only under
+    /// "always" (distributed/fsdp.py `apply_fsdp_to_decoder`, its `enable_weight_tying` case).
+    /// The tie made in `Decoder.__init__` does not survive `Module.parallelize` (protocols/
+    /// module.py `_spmd_distribute_state` registers a new `nn.Parameter` per module), so
+    /// `fully_shard` makes two FSDP parameters of the unit, and `Decoder.init_states`
+    /// (`init_weights` in `Trainer.__init__`, after `fully_shard`) re-points
+    /// `tok_embeddings.weight` at `lm_head.weight`; FSDP2's lazy init then resets both FSDP
+    /// parameters to that one sharded parameter (`FSDPParam.reset_sharded_param`). So: one fp32
+    /// shard, one gradient shard (the embeddings' reduce-scatter output is added into the
+    /// head's, `foreach_reduce`), one set of AdamW states; but the unit's all-gather still
+    /// gathers it twice (two bf16 unsharded copies, `tok_embeddings` reading one and `lm_head`
+    /// the other). Measured (`titan-qwen3tied-*`, `tools/truth/titan/README.md`).
+    fn tied(&self) -> bool {
+        self.tied
+    }
+
+    /// The embeddings' own elements of rank 0's shards (0 when tied: the head's parameter).
+    fn embedding_own_shard(&self) -> u128 {
+        if self.tied() {
+            0
+        } else {
+            self.sharded(&self.embedding)
+        }
+    }
+
+    /// The parameters of the unit holding `lm_head`: `[norm, lm_head]`, or
+    /// `[tok_embeddings, norm, lm_head]` when tied (both FSDP parameters gathered).
+    fn head_params(&self) -> Params {
+        if self.tied() {
+            [
+                self.embedding.clone(),
+                self.final_norm.clone(),
+                self.lm_head.clone(),
+            ]
+            .concat()
+        } else {
+            [self.final_norm.clone(), self.lm_head.clone()].concat()
+        }
     }
 
     /// Elements of rank 0's shards: FSDP2 shards the chosen dim (dim 0 by default) in
@@ -155,20 +200,21 @@ impl Sizes {
     fn sharded_total(&self) -> u128 {
         self.sharded(&self.block)
             .saturating_mul(self.layers)
-            .saturating_add(self.sharded(&self.embedding))
+            .saturating_add(self.embedding_own_shard())
             .saturating_add(self.sharded(&self.lm_head))
             .saturating_add(self.sharded(&self.final_norm))
     }
 
     /// Parameter tensors (each has its own AdamW `step` scalar).
     fn tensors(&self) -> u128 {
-        self.block.len() as u128 * self.layers + 3
+        self.block.len() as u128 * self.layers + if self.tied() { 2 } else { 3 }
     }
 
     /// Parameters of the model on one TP rank (all of them without TP).
     pub(super) fn params_total(&self) -> u128 {
         let n = |p: &Params| p.iter().map(|(o, a, b)| o * a * b).sum::<u128>();
-        n(&self.block) * self.layers + n(&self.embedding) + n(&self.lm_head) + n(&self.final_norm)
+        let embedding = if self.tied() { 0 } else { n(&self.embedding) };
+        n(&self.block) * self.layers + embedding + n(&self.lm_head) + n(&self.final_norm)
     }
 
     /// fp32 shards, fp32 gradient shards and AdamW's two fp32 states with its step scalars.
@@ -218,7 +264,7 @@ impl Sizes {
 
     /// bf16 bytes of the largest unit gathered.
     pub(super) fn largest_unsharded(&self) -> u128 {
-        let head = [self.final_norm.clone(), self.lm_head.clone()].concat();
+        let head = self.head_params();
         2 * self
             .padded(&self.block)
             .max(self.padded(&self.embedding))
@@ -356,11 +402,20 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
             .fold(0u128, u128::saturating_add)
     };
     let saved_all = saved_below(layers);
+    // the final norm and the LM head (their gradient shards; with tied embeddings the
+    // embeddings' gradient is added into the head's)
     let head = [z.final_norm.clone(), z.lm_head.clone()].concat();
-    // bf16 units gathered (MixedPrecisionPolicy param_dtype=bfloat16)
+    // bf16 units gathered (MixedPrecisionPolicy param_dtype=bfloat16); tied: the unit holding
+    // the LM head also holds the embeddings (gathered twice, see `Sizes::tied`), and it is the
+    // unit the embeddings' forward and backward gather
     let u_block = 2 * z.padded(&z.block);
-    let u_embedding = 2 * z.padded(&z.embedding);
-    let u_head = 2 * z.padded(&head);
+    let u_head = 2 * z.padded(&z.head_params());
+    let u_embedding = if z.tied() {
+        u_head
+    } else {
+        2 * z.padded(&z.embedding)
+    };
+    let embedding_own = z.embedding_own_shard();
     let sharded = z.sharded_total();
     let never = job.reshard == ReshardPolicy::Never;
 
@@ -390,10 +445,12 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
     // LM head saves, all-gathered to every token: `pre_lm_head_norm_config`)
     let final_norm_saved = (8 * d + 4) * tl;
     let final_norm_out = 2 * d * tokens;
-    // "never": embeddings and blocks stay gathered from their forward to their backward
+    // "never": embeddings and blocks stay gathered from their forward to their backward (tied:
+    // the embeddings' unit is the head's, counted on its own below, and resharded after the
+    // LM head's backward like every unit)
     let resident = |blocks: u128| {
         if never {
-            u_embedding + blocks * u_block
+            (if z.tied() { 0 } else { u_embedding }) + blocks * u_block
         } else {
             0
         }
@@ -650,6 +707,32 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         out.push(x);
     }
 
+    // the embeddings' pre-backward (measured: `titan-qwen3tied-0.6b-28l-w2-s128`, where the
+    // tied unit is the embeddings' and this is the peak): FSDP2's `wait_for_unshard` copies the
+    // all-gather output into the unsharded parameters, both alive (outside the forward the
+    // output is freed right after, torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py),
+    // block 0's reduce-scatter buffer alive, every other gradient shard written, the gradient
+    // of the embeddings' output (its sequence-parallel shard under TP: no TP case peaks here,
+    // so that part is not measured)
+    let mut x = base(
+        "backward: embeddings re-gathered (all-gather copy-out)".into(),
+        Phase::Backward,
+    );
+    x.add(Weights, u_embedding)
+        .add(CommBuffers, u_embedding)
+        .add(
+            CommBuffers,
+            if layers > 0 {
+                4 * z.padded(&z.block)
+            } else {
+                0
+            },
+        )
+        .add(Gradients, 4 * (sharded - embedding_own))
+        .add(Activations, positions)
+        .add(Temporaries, 2 * d * tl);
+    out.push(x);
+
     // the embeddings' backward (measured: `titan-llama3-405b-1l-w32-tp8-s1024`): the unit
     // gathered (re-gathered, or resident under "never"), block 0's reduce-scatter buffer still
     // alive (waited for in the embeddings' post-backward), every other gradient shard written,
@@ -669,7 +752,7 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
                 0
             },
         )
-        .add(Gradients, 4 * (sharded - z.sharded(&z.embedding)))
+        .add(Gradients, 4 * (sharded - embedding_own))
         .add(Activations, positions)
         .add(Temporaries, 2 * z.padded(&z.embedding) + 2 * d * tokens);
     out.push(x);
@@ -681,7 +764,7 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         "backward: embeddings gradient reduce-scatter".into(),
         Phase::Backward,
     );
-    x.add(Gradients, 4 * (sharded - z.sharded(&z.embedding)))
+    x.add(Gradients, 4 * (sharded - embedding_own))
         .add(
             Gradients,
             2 * z.padded(&z.embedding) + 4 * z.sharded(&z.embedding),

@@ -335,9 +335,10 @@ fn qwen3_configs_torchtitan_cannot_express_are_refused_by_name() {
     let mut m = model(2);
     m.layers[0].attention.qk_norm = Some((QkNormScope::PerHead, NormKind::RmsNorm));
     assert_eq!(field(run(&m)), "model_type");
+    // tied embeddings: measured for Qwen 3 (dense); a tied MoE config is not
     let mut m = qwen3(2);
     m.head.tied = true;
-    assert_eq!(field(run(&m)), "tie_word_embeddings");
+    assert!(run(&m).is_ok());
     for t in ["qwen3_moe", "deepseek_v3"] {
         let mut m = qwen3(2);
         m.model_type = t.into();
@@ -604,4 +605,80 @@ fn what_torchtitan_pipelines_do_not_run_is_refused_by_name() {
     let mut w8 = w.clone();
     w8.grad_accum = 8;
     assert!(run(&w8, &deep, TitanOptions::default()).is_err());
+}
+
+/// Qwen 3 with tied embeddings (`enable_weight_tying`): one parameter, one gradient shard and
+/// one set of AdamW states for `tok_embeddings` and `lm_head` (one fp32 shard, its gradient,
+/// two states and a step scalar fewer than untied), but one FSDP unit `[tok_embeddings, norm,
+/// lm_head]` kept gathered from the embeddings' forward to the loss that gathers the shared
+/// weight twice (the two FSDP parameters `fully_shard` made before `init_weights` re-tied
+/// them); a tied MoE config and tied Llama 3 are refused (not measured), and so is PP (a
+/// Qwen 3 pipeline is not measured; torchtitan refuses tying with PP itself).
+#[test]
+fn tied_qwen3_holds_one_embedding_state_and_gathers_it_twice() {
+    let (gpus, seq, layers) = (8u64, 512u64, 2usize);
+    let w = workload(1, seq, None);
+    let l = layout(gpus, Strategy::FsdpFull);
+    let untied = qwen3(layers);
+    let mut tied = qwen3(layers);
+    tied.head.tied = true;
+    let (su, st) = (shapes(&untied).unwrap(), shapes(&tied).unwrap());
+    assert!(st.tied && !su.tied);
+    let (v, d) = (u128::from(st.vocab), u128::from(st.dim));
+    let shard = v.div_ceil(u128::from(gpus)) * d;
+    let padded = shard * u128::from(gpus);
+    let e = |m: &ModelDesc| simulate_train_titan(m, &w, &l, &TitanOptions::default()).unwrap();
+    let (eu, et) = (e(&untied), e(&tied));
+    assert_eq!(
+        u128::from(eu.groups[0].model_state_bytes - et.groups[0].model_state_bytes),
+        16 * shard + 4
+    );
+    assert_eq!(u128::from(eu.params_total - et.params_total), v * d);
+    let job = |s: Shapes| Job {
+        shapes: s,
+        world: gpus,
+        tp: 1,
+        batch: 1,
+        seq,
+        checkpointing: None,
+        reshard: ReshardPolicy::Default,
+        fused_optimizer: true,
+    };
+    let (iu, it) = (instants(&job(su)).unwrap(), instants(&job(st)).unwrap());
+    let cat =
+        |x: &Instant, c: Category| x.bytes[Category::ALL.iter().position(|y| *y == c).unwrap()];
+    // at the logits: the tied unit holds the embeddings gathered (twice, bf16) besides the head
+    // the untied step holds; their fp32 shard is gone
+    assert_eq!(
+        cat(&it[0], Category::Weights) + 4 * shard,
+        cat(&iu[0], Category::Weights) + 2 * padded
+    );
+    // the embeddings' re-gather (the copy-out instant): the whole tied unit twice (unsharded
+    // parameters and the all-gather output), the head's weight counted there
+    let name = "backward: embeddings re-gathered (all-gather copy-out)";
+    let find = |xs: &[Instant]| xs.iter().find(|x| x.name == name).unwrap().clone();
+    let (gu, gt) = (find(&iu), find(&it));
+    assert_eq!(
+        cat(&gt, Category::CommBuffers) - cat(&gu, Category::CommBuffers),
+        cat(&gt, Category::Weights) + 4 * shard - cat(&gu, Category::Weights)
+    );
+    // refused: tied MoE, tied Llama 3, tied Qwen 3 under PP
+    let mut moe = qwen3_moe(2, 16);
+    moe.head.tied = true;
+    assert_eq!(field(run_model(&moe)), "tie_word_embeddings");
+    let mut llama = model(2);
+    llama.head.tied = true;
+    assert_eq!(field(run_model(&llama)), "tie_word_embeddings");
+    let pp = pp_layout(8, 2, Schedule::OneFOneB, 1);
+    let mut wpp = workload(1, seq, None);
+    wpp.grad_accum = 2;
+    assert_eq!(
+        field(simulate_train_titan(
+            &tied,
+            &wpp,
+            &pp,
+            &TitanOptions::default()
+        )),
+        "pp"
+    );
 }
