@@ -144,7 +144,7 @@ def test_keywords_mirror_every_cli_flag(repo: Any) -> None:
     from conftest import _binary
 
     not_keywords = {"help", "version", "format", "json", "emit", "out", "plan_rank"}
-    renamed = {"no_dropout": "dropout"}
+    renamed = {"no_dropout": "dropout", "no_enable_prefix_caching": "enable_prefix_caching"}
     functions = {
         ("train",): memwall.train,
         ("doctor",): memwall.doctor,
@@ -184,3 +184,16 @@ def test_the_stubs_name_every_public_function() -> None:
     for name in memwall.__all__:
         assert re.search(rf"\b{name}\b", stub), name
     assert pathlib.Path(memwall.__file__).with_name("py.typed").exists()
+
+
+def test_prefix_caching_reaches_the_hybrid_state_cache() -> None:
+    """``enable_prefix_caching`` is vLLM's flag pair: on a hybrid model it picks
+    ``mamba_cache_mode`` (align: 2 state blocks per request; none: 1), and the report says so."""
+    on = memwall.serve(model="granite-4.0-h-tiny", enable_prefix_caching=True)
+    off = memwall.serve(model="granite-4.0-h-tiny", enable_prefix_caching=False)
+    assert on.state_cache["mamba_cache_mode"] == "align"
+    assert on.state_cache["state_blocks_per_request"] == 2
+    assert off.state_cache["mamba_cache_mode"] == "none"
+    assert off.state_cache["state_blocks_per_request"] == 1
+    assert "--no-enable-prefix-caching" in off.vllm_serve_command
+    assert memwall.serve(model="llama-3.1-8b").state_cache is None

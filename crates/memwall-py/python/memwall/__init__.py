@@ -143,6 +143,8 @@ def _flag_args(name: str, value: Any) -> List[str]:
         return []
     if name == "dropout":
         return [] if value else ["--no-dropout"]
+    if name == "enable_prefix_caching":  # vLLM's pair: --enable-prefix-caching / --no-…
+        return ["--enable-prefix-caching" if value else "--no-enable-prefix-caching"]
     if name == "use_cache":  # a flag with a value: --use-cache=true|false
         return [f"--use-cache={'true' if value else 'false'}"]
     flag = "--" + name.replace("_", "-")
@@ -336,9 +338,12 @@ def serve(
     non_torch_bytes: Optional[int] = None,
     activation_bytes: Optional[int] = None,
     cuda_graph_bytes: Optional[int] = None,
+    enable_prefix_caching: Optional[bool] = None,
     request_lengths: Union[str, Sequence[int], None] = None,
 ) -> ServeReport:
-    """KV-cache capacity of a vLLM deployment, by vLLM's own accounting (``memwall serve``)."""
+    """KV-cache capacity of a vLLM deployment, by vLLM's own accounting (``memwall serve``).
+    ``enable_prefix_caching=True|False`` is ``--enable-prefix-caching`` /
+    ``--no-enable-prefix-caching`` (``None``: vLLM's default for the model)."""
     return _run(["serve"], _flags(locals()), ServeReport, model)
 
 

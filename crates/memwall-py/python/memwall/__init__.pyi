@@ -373,6 +373,7 @@ def serve(
     non_torch_bytes: Optional[int] = ...,
     activation_bytes: Optional[int] = ...,
     cuda_graph_bytes: Optional[int] = ...,
+    enable_prefix_caching: Optional[bool] = ...,
     request_lengths: Union[str, Sequence[int], None] = ...,
 ) -> ServeReport: ...
 def roofline(

@@ -522,6 +522,9 @@ class ServeReport(_Json):
     kv_tokens: int = _req()
     fits_max_model_len: bool = _req()
     max_model_len_that_fits: int = _req()
+    #: models with Mamba or gated-DeltaNet layers: prefix caching, ``mamba_cache_mode``, the
+    #: aligned block size, the state page and state blocks per request (``None`` otherwise)
+    state_cache: Optional[Record] = _opt(_record)
     max_concurrency: Dict[str, float] = _req()
     fragmentation: List[Record] = _req(_record)
     vllm_serve_command: str = _req()
