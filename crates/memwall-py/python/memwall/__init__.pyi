@@ -154,6 +154,7 @@ class ServeReport(_Json):
     kv_tokens: int
     fits_max_model_len: bool
     max_model_len_that_fits: int
+    state_cache: Optional[Record]
     max_concurrency: Dict[str, float]
     fragmentation: List[Record]
     vllm_serve_command: str
