@@ -18,11 +18,12 @@ from transformers.models.mamba2.modeling_mamba2 import Mamba2Mixer
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from mixer_trace import trace, marks  # noqa: E402
 
-def run(B, S, mode, dtype, dims):
+def run(B, S, mode, dtype, dims, autocast=None):
+    """`autocast` (a 16-bit dtype): fp32 parameters and input, forward under CPU autocast."""
     h, H, P, G, N, K, L = dims
     cfg = AutoConfig.for_model("mamba2", hidden_size=h, num_heads=H, head_dim=P, expand=(H*P)//h,
         n_groups=G, state_size=N, conv_kernel=K, chunk_size=L, num_hidden_layers=1, vocab_size=10)
-    return trace(lambda: Mamba2Mixer(cfg, 0), cfg, mode, B, S, h, dtype)
+    return trace(lambda: Mamba2Mixer(cfg, 0), cfg, mode, B, S, h, dtype, autocast=autocast)
 
 def no_save_peak(d, s):
     h,H,P,G,N,K,L,I,cd,E,c,Sp,T,Tp,B,S=[d[k] for k in "h H P G N K L I cd E c Sp T Tp B S".split()]
@@ -88,10 +89,40 @@ def bwd_x(d,s):
     f=4
     return 4*T*I*f - T*I*s + I*s - T*G*f
 
+def saved_amp(d):
+    """Autocast (fp32 parameters and input, 16-bit compute) form of `saved` for a Mamba2Mixer
+    with 16-bit projections (ssm.rs `Scan::saved_amp16`): Falcon-H1's `saved_amp` with a bf16
+    zxbcdt that nothing saves, a conv that stays 16-bit (no fp32 cast), dt+bias and softplus
+    in 16 bits with the fp32 copies of `dt` and `x` the scan's `.float()` makes, and the gated
+    norm's fp32 cast of the gate."""
+    h,H,P,G,N,K,L,I,cd,E,c,Sp,T,Tp,B,S=[d[k] for k in "h H P G N K L I cd E c Sp T Tp B S".split()]
+    f, b = 4, 2
+    from falcon_h1_mixer import saved_amp as fh_saved_amp
+    return (fh_saved_amp(d) - T*E*f - B*cd*S*f - 3*T*H*f + 2*T*H*b + 2*T*H*f + T*I*f
+            + T*I*f + 2*T*I*f + T*G*f)
+
+
+def check_amp():
+    for B, S, dims in CASES:
+        for ac in (torch.bfloat16, torch.float16):
+            d = dims_of(B, S, dims, 2)
+            T, h, E, I = d["T"], d["h"], d["E"], d["I"]
+            m = marks(run(B, S, "train", torch.float32, dims, ac))
+            # live after forward outside the scan: in_proj's 16-bit weight and input copies,
+            # out_proj's 16-bit weight and input copies, the output
+            anchor = E * h * 2 + T * h * 2 + h * I * 2 + T * I * 2 + T * h * 2
+            print(f"B={B} S={S} dims={dims} c={d['c']} {ac}: saved {m['fwd'][0] - anchor - saved_amp(d):+d}"
+                  f" fwd {m['fwd'][1]} bwd above grad {m['bwd'][1] - m['gy'][0]}")
+
+
 if __name__ == "__main__" and sys.argv[1:2] == ["--check"]:
     check()
+elif __name__ == "__main__" and sys.argv[1:2] == ["--check-amp"]:
+    check_amp()
 elif __name__ == "__main__":
     B, S, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    dt = {"bf16": torch.bfloat16, "fp32": torch.float32}[sys.argv[4]]
+    dt, ac = {"bf16": (torch.bfloat16, None), "fp32": (torch.float32, None),
+              "amp-bf16": (torch.float32, torch.bfloat16),
+              "amp-fp16": (torch.float32, torch.float16)}[sys.argv[4]]
     dims = tuple(int(v) for v in sys.argv[5].split(","))  # h,H,P,G,N,K,L
-    for e in run(B, S, mode, dt, dims): print(*e)
+    for e in run(B, S, mode, dt, dims, ac): print(*e)

@@ -89,7 +89,10 @@ impl Scan {
     /// fp32 (`out.to(hidden_states.dtype)`), dt stays fp32 (no `.float()` copies), and every
     /// einsum's `bmm` saves bf16 copies of its operands (CPU autocast's lower-precision list)
     /// and returns bf16. Read off `tools/truth/probes/falcon_h1_mixer.py --check-amp` (exact
-    /// for 2+ chunks).
+    /// for 1–4 chunks: with one chunk the 16-bit `new_states` `bmm` output is saved through
+    /// its `[:, :-1]` view, as in [`Scan::one_chunk_saved_extra`], while the `bmm` operands
+    /// stay copies: they are casts, not layout copies, so [`Scan::one_chunk_saved_less`] does
+    /// not apply).
     fn saved_amp(&self) -> u128 {
         let Scan {
             b,
@@ -121,13 +124,43 @@ impl Scan {
             + b * c1 * h * p * n * B16 + b * h * c1 * c1 * B16 // states cat, decay_chunk copy
             + b * c * h * p * n * B16 // chunk states copy
             + tp * i * F + t * i * F // y + D_residual, silu(gate)
+            + if c == 1 { self.b * h * p * n * B16 } else { 0 } // one chunk: new_states
+    }
+
+    /// [`Scan::saved`] under autocast for a mixer whose projections are 16-bit
+    /// (`Mamba2Mixer`: Mamba-2 / Codestral, Granite 4.0-H), the gated norm included, and
+    /// `zxbcdt` excluded: nothing saves `in_proj`'s 16-bit output (the convolution saves the
+    /// 16-bit copy autocast makes of `hidden_states.to(weight.dtype)`, an fp32 copy that goes
+    /// at once; `dt + dt_bias` does not save; the norm saves its own fp32 cast of the gate).
+    /// From [`Scan::saved_amp`]: no fp32 `zxbcdt`, no fp32 cast of the convolution's output
+    /// (`out.to(hidden_states.dtype)` casts back to 16 bits, a no-op), `dt + dt_bias` and
+    /// softplus in 16 bits (`2·t·h·2`, the clamp is not saved) with the fp32 copies
+    /// `dt[..., None].float()` and `dt.float()` (`2·t·h·4`) and `hidden_states.float()`
+    /// (`t·i·4`) the products save; the gated norm saves `gate.to(float32)` (by silu),
+    /// `silu(gate)`, `x·silu(gate)`, the normalised groups and rsqrt. Read off
+    /// `tools/truth/probes/mamba2_mixer.py --check-amp` (exact, amp-bf16 and amp-fp16 alike,
+    /// 1–4 chunks, 1–8 sequences, padded and not, Codestral's widths and odd widths).
+    fn saved_amp16(&self) -> u128 {
+        let Scan { t, h, i, g, e, b, s, cd, .. } = *self;
+        const B16: u128 = 2;
+        let norm = if self.norm {
+            3 * t * i * F + t * g * F
+        } else {
+            0
+        };
+        (self.saved_amp() + 2 * t * h * B16 + 2 * t * h * F + t * i * F + norm)
+            .saturating_sub(t * e * F + b * cd * s * F + 3 * t * h * F)
     }
 
     /// Bytes autograd keeps after the mixer's forward, `in_proj`'s output included (it is
-    /// saved through its views), `out_proj`'s input excluded; `z` = bytes per element of the
-    /// projections' output.
+    /// saved through its views; not under autocast with 16-bit projections, where nothing
+    /// saves it: [`Scan::zx_saved`]), `out_proj`'s input excluded; `z` = bytes per element of
+    /// the projections' output.
     fn saved(&self, z: u128) -> u128 {
-        if self.amp && z == F && self.c > 1 {
+        if self.amp && z != F {
+            return self.saved_amp16();
+        }
+        if self.amp && z == F {
             // the gated norm (gate first, all fp32 under autocast): `x · silu(gate)`, the
             // normalised groups and rsqrt per group on top of `silu(gate)`
             let norm = if self.norm {
@@ -200,6 +233,12 @@ impl Scan {
             v = v + self.one_chunk_saved_extra() - self.one_chunk_saved_less();
         }
         v
+    }
+
+    /// Whether autograd keeps `in_proj`'s output (`zxbcdt`, `z` bytes per element): always
+    /// but under autocast with 16-bit projections ([`Scan::saved_amp16`]).
+    fn zx_saved(&self, z: u128) -> bool {
+        !(self.amp && z != F)
     }
 
     /// What one chunk saves on top of the general form ([`Scan::saved`]): with `c = 1` torch's
@@ -487,8 +526,11 @@ impl Builder<'_> {
             (zx, zs)
         };
         let inner = self.mamba2_inner(zx, zs, x_size, lp, m);
-        self.drop_(zx);
         let (y, _) = self.linear(inner, x_size, rows, lin(LinearRole::SsmOut));
+        // `projected_states` is a local of `torch_forward` until it returns (it matters under
+        // autocast with 16-bit projections, where nothing saves it: probe
+        // `mamba2_mixer.py --check-amp` frees it after `out_proj`'s output)
+        self.drop_(zx);
         self.drop_(inner);
         y
     }
@@ -516,7 +558,12 @@ impl Builder<'_> {
                 .transient(d.forward_peak_unsaved(zs), Category::Activations);
             return self.act(out_bytes, rg);
         }
-        let mut extra = d.saved(zs).saturating_sub(d.t * d.e * zs);
+        let zx_saved = d.zx_saved(zs);
+        let mut extra = if zx_saved {
+            d.saved(zs).saturating_sub(d.t * d.e * zs)
+        } else {
+            d.saved(zs)
+        };
         if !params.iter().any(|&p| self.t.requires_grad(p)) {
             // frozen mixer parameters (LoRA): `D_residual = D[..., None] * pad(x)` with a `D`
             // that needs no gradient saves nothing of the padded x (mul saves an operand only
@@ -539,8 +586,13 @@ impl Builder<'_> {
             let temps = d
                 .backward_peak(out_size, self.param_size)
                 .saturating_sub(d.t * d.e * zs + param_grads);
+            let saved = if zx_saved {
+                Ids::of(&[zx, kept])
+            } else {
+                Ids::of(&[kept])
+            };
             self.t.record(Node {
-                saved: Ids::of(&[zx, kept]),
+                saved,
                 inputs: Ids::of(&[zx]),
                 params: Ids::of(&params),
                 outputs: Ids::of(&[out]),
