@@ -102,17 +102,98 @@ def saved_amp(d):
             + T*I*f + 2*T*I*f + T*G*f)
 
 
+def fwd_peak_amp(d, conv_bias=True):
+    """Autocast form of `fwd_peak` (ssm.rs `Scan::forward_peak_amp16`): above in_proj's
+    16-bit weight and input copies and its output, at the contiguous copy of Y_diag + Y_off."""
+    h,H,P,G,N,K,L,I,cd,E,c,Sp,T,Tp,B,S=[d[k] for k in "h H P G N K L I cd E c Sp T Tp B S".split()]
+    f, b = 4, 2
+    c1 = c + 1
+    return sum([
+        2*H*f, cd*b if conv_bias else 0,                 # A; conv bias copy (autocast cache)
+        cd*K*b, B*cd*S*b, B*cd*(S+K-1)*b, B*cd*S*b,      # conv weight/input copies, conv, silu
+        3*T*H*b, T*I*f, 2*T*H*f,                         # dt+bias, softplus, clamp; .float()s
+        3*Tp*I*f, Tp*H*f, 2*Tp*H*N*f, Tp*H*f,            # pad, D_res, x·dt; A, B, C; A_cumsum
+        2*L*L, B*H*c*L*L*f,                              # masks, L
+        2*Tp*H*N*b, B*c*H*L*L*b, B*c*H*L*L*f,            # C, B copies; G; M
+        2*Tp*I*b, B*c*H*L*L*b,                           # x copy, Y_diag; M copy
+        Tp*H*f, Tp*H*N*f, Tp*H*N*b, Tp*I*b,              # decay_states, B_decay, its copy, x copy
+        B*H*P*N*b, 2*c1*c1, B*H*c1*c1*f,                 # zeros_like, chunk masks, decay_chunk
+        B*c1*H*P*N*b, B*H*c1*c1*b, B*H*c1*P*N*b,         # cat copy, decay_chunk copy, new_states
+        Tp*H*f, B*c*H*P*N*b, Tp*H*N*b, Tp*I*b,           # state_decay_out, states/C copies, bmm
+        3*Tp*I*f,                                        # Y_off, Y_diag + Y_off, contiguous copy
+        -B*H*P*N*b if c == 1 else 0,                     # one chunk: the states are in bmm layout
+    ])
+
+
+def no_save_peak_amp(d, conv_bias=True):
+    """Autocast form of `no_save_peak` (ssm.rs `Scan::forward_peak_unsaved_amp16`)."""
+    h,H,P,G,N,K,L,I,cd,E,c,Sp,T,Tp,B,S=[d[k] for k in "h H P G N K L I cd E c Sp T Tp B S".split()]
+    f, b = 4, 2
+    c1 = c + 1
+    at_output = (H*f + (cd*b if conv_bias else 0) + B*cd*S*b + T*H*b + 5*Tp*I*f + 2*Tp*I*b
+                 + 4*Tp*H*f + 3*Tp*H*N*f + 2*B*H*c*L*L*f + B*c*H*L*L*b + B*H*P*N*b
+                 + B*H*c1*c1*f + B*H*c1*P*N*b)
+    at_cts = at_output + Tp*H*N*b + B*c*H*P*N*b - 3*Tp*I*f
+    # the chunk states' bmm (`einsum("bclhn,bclhp->bchpn", B_decay, x)`): the fp32 layout
+    # copies of x and B_decay, their 16-bit casts and the bmm output, before Y_off and the
+    # chunk-level tensors exist (wins at Codestral's widths)
+    at_states = (H*f + (cd*b if conv_bias else 0) + B*cd*S*b + T*H*b + 2*Tp*I*f + 3*Tp*H*f
+                 + 2*Tp*H*N*f + 2*B*H*c*L*L*f + B*c*H*L*L*b + Tp*I*b + Tp*H*N*f
+                 + Tp*H*N*b + Tp*I*b + B*c*H*P*N*b)
+    if c > 1:  # one chunk: the bmm layouts of x and B_decay are views, cast directly
+        at_states += Tp*I*f + Tp*H*N*f
+    return max(at_output, at_cts, at_states)
+
+
+def bwd_amp(d):
+    """Autocast form of the mixer's backward peak above what memwall holds when the composite's
+    backward starts (its saved tensors, the fp32 gradient of its output, out_proj's weight
+    gradient): the larger of the gated norm's backward (`bwd_x` with an fp32 incoming
+    gradient) and the backward of `M = G * L` (ssm.rs `Scan::backward_peak_scan_amp16`)."""
+    h,H,P,G,N,K,L,I,cd,E,c,Sp,T,Tp,B,S=[d[k] for k in "h H P G N K L I cd E c Sp T Tp B S".split()]
+    f, b = 4, 2
+    norm = 4*T*I*f + I*f - T*I*f - T*G*f
+    alive = sum([
+        2*H*f, cd*K*b, B*cd*S*b, B*cd*(S+K-1)*b, 2*T*H*b,   # saved: A, conv, dt + bias, softplus
+        T*I*f, Tp*I*f, 2*T*H*f, 2*L*L, B*H*c*L*L*f,         # x.float(), pad(x), dt.float()s, masks, L
+        2*Tp*H*N*b, B*c*H*L*L*b,                            # C, B copies and G (saved by the bmm, M)
+        I*f, T*I*b, Tp*I*f, 2*Tp*H*N*f, Tp*H*f,             # grads: norm weight, gate, output, C, B, A_cumsum
+        B*c*H*L*L*f, Tp*I*f, 2*B*c*H*L*L*f, B*c*H*L*L*b,    # M (fp32 cast), x, G and L, G's 16-bit cast
+    ])
+    scan = alive - saved_amp(d) - T*I*f
+    return max(norm, scan)
+
+
+def scan_bwd_peak(ev, B, S, E):
+    """Peak of the backward above the live bytes when it starts, up to (excluding) the `cat`
+    of zxbcdt's gradient slices (`torch.split`'s backward): what follows is in_proj's backward,
+    which memwall replays as its own op."""
+    i0 = next(i for i, e in enumerate(ev) if e[0] == "MARK" and e[1] == "gy")
+    base = cur = next(e[3] for e in reversed(ev[:i0]) if e[0] != "MARK")
+    pk = cur
+    for e in ev[i0 + 1:]:
+        if e[0] == "MARK" or (e[0] == "+" and e[1] == "cat" and e[4] == (B, S, E)):
+            break
+        pk = max(pk, e[3])
+    return pk - base
+
+
 def check_amp():
     for B, S, dims in CASES:
         for ac in (torch.bfloat16, torch.float16):
             d = dims_of(B, S, dims, 2)
             T, h, E, I = d["T"], d["h"], d["E"], d["I"]
-            m = marks(run(B, S, "train", torch.float32, dims, ac))
+            ev = run(B, S, "train", torch.float32, dims, ac)
+            m = marks(ev)
             # live after forward outside the scan: in_proj's 16-bit weight and input copies,
             # out_proj's 16-bit weight and input copies, the output
             anchor = E * h * 2 + T * h * 2 + h * I * 2 + T * I * 2 + T * h * 2
+            inproj = E * h * 2 + T * h * 2 + T * E * 2
+            ck = marks(run(B, S, "ckpt", torch.float32, dims, ac))
             print(f"B={B} S={S} dims={dims} c={d['c']} {ac}: saved {m['fwd'][0] - anchor - saved_amp(d):+d}"
-                  f" fwd {m['fwd'][1]} bwd above grad {m['bwd'][1] - m['gy'][0]}")
+                  f"  fwd peak {m['fwd'][1] - inproj - fwd_peak_amp(d):+d}"
+                  f"  no-save peak {ck['fwd'][1] - inproj - no_save_peak_amp(d):+d}"
+                  f"  bwd peak {scan_bwd_peak(ev, B, S, E) - T*I*2 - h*I*2 - bwd_amp(d):+d}")
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--check"]:

@@ -54,6 +54,11 @@ struct Scan {
     norm: bool,
     /// under CPU autocast (bf16): the einsums' `bmm`s and the convolution run in bf16
     amp: bool,
+    /// the convolution has a bias (under autocast its 16-bit copy stays in autocast's cache)
+    conv_bias: bool,
+    /// `zxbcdt` is 16-bit under autocast (`Mamba2Mixer`; Falcon-H1's `mup_vector` makes it
+    /// fp32): set by the caller, which knows the projections' output dtype
+    zx16: bool,
 }
 
 /// fp32: the scan's `.float()` casts are copies in low precision and no-ops in fp32.
@@ -80,6 +85,8 @@ impl Scan {
             k: u128::from(m.conv_kernel),
             norm: m.gated_norm,
             amp,
+            conv_bias: m.conv_bias,
+            zx16: false,
         }
     }
 
@@ -186,7 +193,7 @@ impl Scan {
             e,
             k,
             norm,
-            amp: _,
+            ..
         } = *self;
         let c1 = c + 1;
         let mut v = t * e * z // zxbcdt (conv input, dt) 
@@ -268,6 +275,9 @@ impl Scan {
     /// Highest bytes alive during the mixer's forward above its input and `in_proj`'s output,
     /// with autograd saving (at the contiguous copy of `Y_diag + Y_off`).
     fn forward_peak(&self, z: u128) -> u128 {
+        if self.amp && z != F {
+            return self.forward_peak_amp16();
+        }
         let Scan {
             b,
             s,
@@ -330,6 +340,9 @@ impl Scan {
     /// checkpointed layer's first pass): Python locals of `mamba2_chunk_scan` only, at the same
     /// instant. Holds for one chunk too.
     fn forward_peak_unsaved(&self, z: u128) -> u128 {
+        if self.amp && z != F {
+            return self.forward_peak_unsaved_amp16();
+        }
         let Scan {
             b,
             s,
@@ -364,10 +377,154 @@ impl Scan {
         at_output.max(at_c_times_states)
     }
 
+    /// 16-bit copies autocast keeps in its cache for the whole forward: the convolution's
+    /// bias (a leaf parameter; the weight goes through `unsqueeze(1)` first, so its copy is
+    /// not cached).
+    fn amp_cached(&self) -> u128 {
+        if self.conv_bias {
+            self.cd * 2
+        } else {
+            0
+        }
+    }
+
+    /// [`Scan::forward_peak`] under autocast with 16-bit projections (`Mamba2Mixer`), at the
+    /// same instant (the contiguous copy of `Y_diag + Y_off`): the convolution on 16-bit
+    /// copies of its fp32-cast input and of its weight, its output and silu in 16 bits, dt's
+    /// three ops in 16 bits, and every einsum's operands cast to 16 bits after their fp32
+    /// layout copies go, with 16-bit `bmm` outputs (`G`, `Y_diag`, the chunk states, the
+    /// chunk-level states, `C_times_states`); the products on them (`M`, `B_decay`, `Y_off`)
+    /// are fp32. Read off `tools/truth/probes/mamba2_mixer.py --check-amp` (exact, 1–4 chunks;
+    /// with one chunk the chunk states are already in the `bmm` layout: no copy).
+    fn forward_peak_amp16(&self) -> u128 {
+        let Scan {
+            b,
+            s,
+            t,
+            tp,
+            c,
+            l,
+            h,
+            p,
+            n,
+            cd,
+            i,
+            k,
+            ..
+        } = *self;
+        const B16: u128 = 2;
+        let c1 = c + 1;
+        let v = 2 * h * F + self.amp_cached()
+            + cd * k * B16 + b * cd * s * B16 // conv weight and input copies
+            + b * cd * (s + k - 1) * B16 + b * cd * s * B16 // conv output, silu
+            + 3 * t * h * B16 + t * i * F + 2 * t * h * F // dt ops; x.float(), dt.float() x2
+            + 3 * tp * i * F + 2 * tp * h * F + 2 * tp * h * n * F // pad, D_res, x·dt; A, cumsum; B, C
+            + 2 * l * l + b * h * c * l * l * F // masks, L
+            + 2 * tp * h * n * B16 + b * c * h * l * l * B16 + b * c * h * l * l * F // C, B; G; M
+            + 2 * tp * i * B16 + b * c * h * l * l * B16 // x copy, Y_diag; M copy
+            + tp * h * F + tp * h * n * F + tp * h * n * B16 + tp * i * B16 // decay_states, B_decay, copies
+            + b * h * p * n * B16 + 2 * c1 * c1 + b * h * c1 * c1 * F // zeros_like, masks, decay_chunk
+            + b * c1 * h * p * n * B16 + b * h * c1 * c1 * B16 + b * h * c1 * p * n * B16 // cat copy, decay_chunk copy, new_states
+            + tp * h * F + b * c * h * p * n * B16 + tp * h * n * B16 + tp * i * B16 // state_decay_out; states, C copies; bmm
+            + 3 * tp * i * F; // Y_off, Y_diag + Y_off, contiguous copy
+        if c == 1 {
+            v - b * h * p * n * B16
+        } else {
+            v
+        }
+    }
+
+    /// [`Scan::forward_peak_unsaved`] under autocast with 16-bit projections: the largest of
+    /// three instants: the output (as without autocast, `bmm` outputs in 16 bits), the `bmm`
+    /// of `C_times_states` (wide states), and the `bmm` of the chunk states, where the fp32
+    /// layout copies of `x` and `B_decay` and their 16-bit casts are alive at once (wins at
+    /// Codestral's widths; with one chunk the layouts are views, cast directly). Read off
+    /// `tools/truth/probes/mamba2_mixer.py --check-amp` (exact, 1–4 chunks).
+    fn forward_peak_unsaved_amp16(&self) -> u128 {
+        let Scan {
+            b,
+            s,
+            t,
+            tp,
+            c,
+            l,
+            h,
+            p,
+            n,
+            cd,
+            i,
+            ..
+        } = *self;
+        const B16: u128 = 2;
+        let c1 = c + 1;
+        let base = h * F + self.amp_cached() + b * cd * s * B16 + t * h * B16; // A, conv, dt
+        let at_output = base
+            + 5 * tp * i * F + 2 * tp * i * B16 // D_res, x·dt, Y_off, sum, copy; Y_diag, C_times_states
+            + 4 * tp * h * F + 3 * tp * h * n * F
+            + 2 * b * h * c * l * l * F + b * c * h * l * l * B16 // L, M; G
+            + b * h * p * n * B16 + b * h * c1 * c1 * F + b * h * c1 * p * n * B16;
+        let at_c_times_states =
+            (at_output + tp * h * n * B16 + b * c * h * p * n * B16).saturating_sub(3 * tp * i * F);
+        let mut at_states = base
+            + 2 * tp * i * F + 3 * tp * h * F + 2 * tp * h * n * F // D_res, x·dt; A, cumsum, decay; B, C
+            + 2 * b * h * c * l * l * F + b * c * h * l * l * B16 + tp * i * B16 // L, M; G; Y_diag
+            + tp * h * n * F // B_decay
+            + tp * h * n * B16 + tp * i * B16 + b * c * h * p * n * B16; // casts, bmm output
+        if c > 1 {
+            at_states += tp * i * F + tp * h * n * F; // fp32 layout copies
+        }
+        at_output.max(at_c_times_states).max(at_states)
+    }
+
     /// Highest bytes of the mixer's backward between `out_proj`'s backward (its input's
     /// gradient alive, `z` bytes per element) and `in_proj`'s, above what is alive when it
     /// starts: the gated norm's backward in fp32 (`w` = bytes of the norm weight's gradient).
     fn backward_peak(&self, z: u128, w: u128) -> u128 {
+        let norm_instant = self.backward_peak_norm(z, w);
+        if self.zx16 {
+            return norm_instant.max(self.backward_peak_scan_amp16(w));
+        }
+        norm_instant
+    }
+
+    /// The backward of `M = G * L` under autocast with 16-bit projections (`Mamba2Mixer`),
+    /// above the composite's saved tensors and its output's fp32 gradient: by then the gated
+    /// norm's, `Y_off`'s, the chunk states' and `B_decay`'s backwards have freed what they
+    /// saved, and the gradients of the gate (16-bit), the padded output, `C`, `B`, `A_cumsum`
+    /// and the chunked `x` are alive with `M`'s gradient (cast to fp32 from its `bmm`), the
+    /// gradients of `G` and `L` (fp32) and `G`'s 16-bit cast for its `bmm`'s backward. It
+    /// wins over the norm's instant when the `[chunk, chunk]` blocks are large (Codestral's
+    /// chunks of 256). Read off `tools/truth/probes/mamba2_mixer.py --check-amp` (exact, but
+    /// one sequence of one chunk at odd widths: 4.9 KB low).
+    fn backward_peak_scan_amp16(&self, w: u128) -> u128 {
+        let Scan {
+            b,
+            s,
+            t,
+            tp,
+            c,
+            l,
+            h,
+            n,
+            i,
+            cd,
+            k,
+            ..
+        } = *self;
+        const B16: u128 = 2;
+        let blocks = b * c * h * l * l;
+        let alive = 2 * h * F + cd * k * B16 + b * cd * s * B16 // saved: A; conv copies
+            + b * cd * (s + k - 1) * B16 + 2 * t * h * B16 // conv output; dt + bias, softplus
+            + t * i * F + tp * i * F + 2 * t * h * F // x.float(), pad(x), dt.float() x2
+            + 2 * l * l + blocks * F + 2 * tp * h * n * B16 + blocks * B16 // masks, L, C/B copies, G
+            + i * w + t * i * B16 + tp * i * F // grads: norm weight, gate, padded output
+            + 2 * tp * h * n * F + tp * h * F + tp * i * F // C, B, A_cumsum, x
+            + 3 * blocks * F + blocks * B16; // M (fp32 cast), G and L, G's 16-bit cast
+        alive.saturating_sub(self.saved_amp16() + t * i * F)
+    }
+
+    /// The gated norm's backward (see [`Scan::backward_peak`]).
+    fn backward_peak_norm(&self, z: u128, w: u128) -> u128 {
         let Scan { t, i, g, norm, .. } = *self;
         if !norm {
             // `(scan_output * silu(gate)).to(dtype)` backward: the fp32 gradient of the
@@ -545,7 +702,8 @@ impl Builder<'_> {
         lp: &LayerParams,
         m: &Mamba2,
     ) -> TensorId {
-        let d = Scan::new(m, self.batch, self.seq, self.amp);
+        let mut d = Scan::new(m, self.batch, self.seq, self.amp);
+        d.zx16 = self.amp && zs != F;
         let out_bytes = d.t * d.i * out_size;
         if self.mode.is_infer() {
             return self.mamba2_infer(zx, zs, out_bytes, &d);
