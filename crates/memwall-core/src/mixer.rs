@@ -343,7 +343,7 @@ impl Mamba1 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// mistralai/Mamba-Codestral-7B-v0.1's mixer.

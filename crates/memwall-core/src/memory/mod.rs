@@ -305,6 +305,24 @@ mod tests {
         assert!(e.peak_bytes >= 10 * p, "{}", e.peak_bytes);
         assert_eq!(e.params_total, p);
     }
+
+    /// Autocast over Mamba-2 mixers: measured forms for `Mamba2Mixer` (16-bit projections,
+    /// gated norm) and Falcon-H1 (fp32 `zxbcdt`); a 16-bit mixer without the gated norm has
+    /// no measured form and is refused by name.
+    #[test]
+    fn autocast_refuses_only_the_unmeasured_mamba2_mixer() {
+        let mut m = llama2_7b();
+        let mut mixer = crate::mixer::tests::codestral();
+        m.layers[0].mixer = crate::model::Mixer::Mamba2(mixer);
+        assert!(check_autocast(&m, crate::Precision::AmpBf16).is_ok());
+        mixer.gated_norm = false;
+        m.layers[0].mixer = crate::model::Mixer::Mamba2(mixer);
+        let e = check_autocast(&m, crate::Precision::AmpFp16).unwrap_err();
+        assert!(e.to_string().contains("precision"), "{e}");
+        assert!(check_autocast(&m, crate::Precision::Bf16).is_ok());
+        m.layers[0].muls.ssm_proj = true;
+        assert!(check_autocast(&m, crate::Precision::AmpBf16).is_ok());
+    }
 }
 
 #[cfg(test)]

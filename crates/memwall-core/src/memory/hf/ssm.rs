@@ -148,7 +148,17 @@ impl Scan {
     /// `tools/truth/probes/mamba2_mixer.py --check-amp` (exact, amp-bf16 and amp-fp16 alike,
     /// 1–4 chunks, 1–8 sequences, padded and not, Codestral's widths and odd widths).
     fn saved_amp16(&self) -> u128 {
-        let Scan { t, h, i, g, e, b, s, cd, .. } = *self;
+        let Scan {
+            t,
+            h,
+            i,
+            g,
+            e,
+            b,
+            s,
+            cd,
+            ..
+        } = *self;
         const B16: u128 = 2;
         let norm = if self.norm {
             3 * t * i * F + t * g * F
@@ -804,5 +814,58 @@ impl Builder<'_> {
             }
         }
         self.act(out_bytes, false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Codestral's mixer under autocast (16-bit projections): the forms against the bytes
+    /// `tools/truth/probes/mamba2_mixer.py --check-amp` reads off the traces (amp-bf16; saved
+    /// above in/out_proj's copies and the output, peaks above in_proj's copies and output, the
+    /// backward above the composite's saved tensors, its output's fp32 gradient and out_proj's
+    /// weight gradient).
+    #[test]
+    fn codestral_autocast_forms_match_the_probe() {
+        let m = crate::mixer::tests::codestral();
+        // (batch, seq, saved, forward peak, no-save peak, backward peak): 2 chunks (padded),
+        // then one chunk (padded, 8 sequences)
+        for (b, s, saved, fwd, unsaved, bwd) in [
+            (2, 300, 733_394_194, 1_104_450_066, 794_176_000, 275_906_286),
+            (
+                8,
+                100,
+                1_409_435_656,
+                2_178_896_904,
+                1_547_547_136,
+                585_612_280,
+            ),
+        ] {
+            let mut d = Scan::new(&m, b, s, true);
+            d.zx16 = true;
+            assert!(!d.zx_saved(2));
+            assert_eq!(d.saved(2), saved, "saved {b}×{s}");
+            assert_eq!(d.forward_peak(2), fwd, "forward peak {b}×{s}");
+            assert_eq!(d.forward_peak_unsaved(2), unsaved, "no-save peak {b}×{s}");
+            assert_eq!(d.backward_peak(F, F), bwd, "backward peak {b}×{s}");
+        }
+    }
+
+    /// The scan's backward instant (`M = G * L`) wins over the gated norm's at Codestral's
+    /// chunks of 256, not at narrow chunks (the norm's instant then, as without autocast).
+    #[test]
+    fn autocast_backward_takes_the_larger_instant() {
+        let m = crate::mixer::tests::codestral();
+        let mut d = Scan::new(&m, 2, 300, true);
+        d.zx16 = true;
+        assert!(d.backward_peak_scan_amp16(F) > d.backward_peak_norm(F, F));
+        let narrow = Mamba2 {
+            chunk_size: 16,
+            ..m
+        };
+        let mut d = Scan::new(&narrow, 2, 300, true);
+        d.zx16 = true;
+        assert_eq!(d.backward_peak(F, F), d.backward_peak_norm(F, F));
     }
 }
