@@ -338,10 +338,14 @@ impl Scan {
         if c == 1 {
             // one chunk: no copies of `x` for `Y_diag` and the chunk states (views), nor of
             // the chunk states for `C_times_states` (`new_states[:, :-1]` is already in the
-            // `bmm` layout). Exact at the same instant for 2+ sequences with `N ≥ P` (every
-            // released Mamba-2 width); with one sequence the true peak is lower (the form
-            // over-estimates, probe `mamba2_mixer.py --check`).
+            // `bmm` layout); with one sequence also none of `C` and `B` for `G`, of `B_decay`
+            // for the chunk states and of `C` for `C_times_states` (every dimension they are
+            // permuted over is of size 1). Exact at the same instant with `N ≥ P` (every
+            // released Mamba-2 width; probe `mamba2_mixer.py --check`).
             v = v.saturating_sub(2 * tp * i * F + b * h * p * n * F);
+            if b == 1 {
+                v = v.saturating_sub(4 * tp * h * n * F);
+            }
         }
         v
     }
@@ -488,13 +492,60 @@ impl Scan {
 
     /// Highest bytes of the mixer's backward between `out_proj`'s backward (its input's
     /// gradient alive, `z` bytes per element) and `in_proj`'s, above what is alive when it
-    /// starts: the gated norm's backward in fp32 (`w` = bytes of the norm weight's gradient).
+    /// starts (`w` = bytes of the norm weight's gradient): the larger of the gated norm's
+    /// backward in fp32 and the scan's backward at `M = G * L` (with the gated norm; the
+    /// latter wins when the `[chunk, chunk]` blocks dominate, as when padding does).
     fn backward_peak(&self, z: u128, w: u128) -> u128 {
         let norm_instant = self.backward_peak_norm(z, w);
         if self.zx16 {
             return norm_instant.max(self.backward_peak_scan_amp16(w));
         }
+        if self.norm && !self.amp {
+            return norm_instant.max(self.backward_peak_scan(z, w));
+        }
         norm_instant
+    }
+
+    /// The backward of `M = G * L` without autocast (`Mamba2Mixer`, projections of `z` bytes
+    /// per element, `zxbcdt` saved), above the composite's saved tensors and its output's
+    /// gradient: the norm's, `Y_off`'s, the chunk states' and `B_decay`'s backwards have freed
+    /// what they saved (but `C` and `B` in `G`'s `bmm` layout: copies, or with one sequence of
+    /// one chunk views of the padded `C` and `B`, alive all the same), and the gradients of the
+    /// gate, the padded output, `C`, `B`, `A_cumsum` and the chunked `x` are alive with `M`'s
+    /// (the fp32 `bmm` output) and those of `G` and `L`. Read off
+    /// `tools/truth/probes/mamba2_mixer.py --check` (exact, bf16 and fp32, 1–4 chunks,
+    /// 1–8 sequences): it wins at Codestral's chunks of 256 when padding dominates (8 × 8
+    /// tokens: 185 MB over the norm's instant on one layer).
+    fn backward_peak_scan(&self, z: u128, w: u128) -> u128 {
+        let Scan {
+            b,
+            s,
+            t,
+            tp,
+            c,
+            l,
+            h,
+            n,
+            i,
+            e,
+            cd,
+            k,
+            ..
+        } = *self;
+        let blocks = b * c * h * l * l;
+        let mut alive = t * e * z + 2 * h * F // saved: zxbcdt, A
+            + b * cd * (s + k - 1) * z + 2 * t * h * z // conv output, dt + bias, softplus
+            + t * i * F + tp * i * F + 2 * t * h * F // x.float(), pad(x), dt.float() x2
+            + 2 * l * l + blocks * F + 2 * tp * h * n * F + blocks * F // masks, L, C/B for G, G
+            + i * w + t * i * z + tp * i * F // grads: norm weight, gate, padded output
+            + 2 * tp * h * n * F + tp * h * F + tp * i * F // C, B, A_cumsum, x
+            + 3 * blocks * F; // M, G and L
+        if z == F {
+            // fp32: no `.float()` copies of x and dt (the conv's silu output and the clamp are
+            // saved instead)
+            alive = (alive + t * h * F + b * cd * s * F).saturating_sub(t * i * F + 2 * t * h * F);
+        }
+        alive.saturating_sub(self.saved(z) + t * i * z)
     }
 
     /// The backward of `M = G * L` under autocast with 16-bit projections (`Mamba2Mixer`),
@@ -849,6 +900,24 @@ mod tests {
             assert_eq!(d.forward_peak(2), fwd, "forward peak {b}×{s}");
             assert_eq!(d.forward_peak_unsaved(2), unsaved, "no-save peak {b}×{s}");
             assert_eq!(d.backward_peak(F, F), bwd, "backward peak {b}×{s}");
+        }
+    }
+
+    /// Without autocast (bf16), where padding dominates: the scan's backward at `M = G * L`
+    /// (Codestral 8 × 8 tokens in a chunk of 256: 192 MB, 26× the norm's instant) and the
+    /// forward peak of one sequence of one chunk, against the probe's bytes
+    /// (`tools/truth/probes/mamba2_mixer.py --check`).
+    #[test]
+    fn codestral_padding_dominated_backward_and_one_sequence_forward() {
+        let m = crate::mixer::tests::codestral();
+        for (b, s, fwd, bwd) in [
+            (8, 8, 2_459_141_128, 191_887_352),
+            (1, 100, 247_347_208, 45_493_112),
+        ] {
+            let d = Scan::new(&m, b, s, false);
+            assert_eq!(d.forward_peak(2), fwd, "forward peak {b}×{s}");
+            assert_eq!(d.backward_peak(2, 2), bwd, "backward peak {b}×{s}");
+            assert!(d.backward_peak_scan(2, 2) > d.backward_peak_norm(2, 2));
         }
     }
 
