@@ -8,6 +8,7 @@ the closed forms (memwall replays them as ops), so the anchors below remove them
 
 Usage:
   python tools/truth/probes/falcon_h1_mixer.py --check          # bf16, fp32 and amp-bf16 deltas
+  python tools/truth/probes/falcon_h1_mixer.py --check-amp      # Scan::saved_amp (1-4 chunks)
   python tools/truth/probes/falcon_h1_mixer.py B S MODE PREC h,H,P,G,N,K,L   # print the trace
 """
 import sys, torch

@@ -8,9 +8,19 @@ op's output storages, weakref finalizers log their frees); parameters are exclud
 nothing: a checkpointed layer's first pass), `infer` (no_grad prefill with a DynamicCache, then
 one decode step).
 
+`--check-amp` does the same under CPU autocast (fp32 parameters and input, amp-bf16 and
+amp-fp16: `saved_amp`, `fwd_peak_amp`, `no_save_peak_amp`, `bwd_amp` = ssm.rs
+`Scan::saved_amp16`, `forward_peak_amp16`, `forward_peak_unsaved_amp16`, and the larger of the
+norm's and `backward_peak_scan_amp16`'s instants). The backward peak is read up to the `cat`
+of zxbcdt's gradient slices (in_proj's backward is memwall's own op); it is the larger of the
+gated norm's instant (`bwd_x`) and the scan's at `M = G * L` (`bwd_scan`, ssm.rs
+`Scan::backward_peak_scan`), which wins when padding dominates (Codestral 8 × 8).
+
 Usage:
-  python tools/truth/probes/mamba2_mixer.py B S MODE bf16|fp32 h,H,P,G,N,K,L   # print the trace
-  python tools/truth/probes/mamba2_mixer.py --check                            # closed forms vs traces
+  python tools/truth/probes/mamba2_mixer.py B S MODE PREC h,H,P,G,N,K,L   # print the trace
+      (PREC: bf16, fp32, amp-bf16, amp-fp16)
+  python tools/truth/probes/mamba2_mixer.py --check                       # closed forms vs traces
+  python tools/truth/probes/mamba2_mixer.py --check-amp                   # the same under autocast
 """
 import sys, torch, json, math
 from transformers import AutoConfig
