@@ -1492,3 +1492,45 @@ fn no_dropout_drops_the_megatron_dropout_masks() {
     };
     assert!(peak(&["--no-dropout"]) < peak(&[]));
 }
+
+/// A training forward with `use_cache` on puts every Mamba-2 layer's state into the model's
+/// `DynamicCache` (Granite 4.0-H, Falcon-H1; `Mamba2Model` turns `use_cache` off in training):
+/// at Granite 4.0-H micro's 5th Mamba layer, 32 × 16 tokens, the four earlier layers' conv
+/// states `[32, 4352, 4]` bf16 and SSM states `[32, 64, 64, 128]` fp32 and this layer's conv
+/// state are alive at its scan's peak (measured `ghmicro-6l-b32-s16`).
+#[test]
+fn mamba2_state_in_the_training_cache() {
+    let peak = |model: &str, cache: &str| -> u64 {
+        let (code, out, err) = run(&[
+            "train",
+            "--model",
+            model,
+            "-b",
+            "32",
+            "-s",
+            "16",
+            "--use-cache",
+            cache,
+            "--format",
+            "json",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        v["peak_bytes"].as_u64().expect("peak_bytes")
+    };
+    let granite = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/truth/configs/granite-4.0-h-micro-6l.json"
+    );
+    let conv = 32 * 4352 * 4 * 2;
+    let ssm = 32 * 64 * 64 * 128 * 4;
+    assert_eq!(
+        peak(granite, "true") - peak(granite, "false"),
+        4 * (conv + ssm) + conv
+    );
+    let codestral = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/truth/configs/mamba-codestral-7b-2l.json"
+    );
+    assert_eq!(peak(codestral, "true"), peak(codestral, "false"));
+}

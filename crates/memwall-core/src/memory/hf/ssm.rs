@@ -769,6 +769,20 @@ impl Builder<'_> {
         if self.mode.is_infer() {
             return self.mamba2_infer(zx, zs, out_bytes, &d);
         }
+        // a training forward that builds a `DynamicCache` (`use_cache` on, no checkpointing,
+        // not padding-free, a model that honours it in training): `update_conv_state` puts
+        // zeros `[B, conv_dim, kernel]` in the projections' dtype in it before the
+        // convolution, and the scan's final state is copied into zeros `[B, H, head_dim, N]`
+        // fp32 after it (transformers 5.23 `cache_utils.py` `LinearAttentionLayer`); the model
+        // output's `past_key_values` keeps both until the forward's output goes
+        let state_cache = m.state_in_training_cache
+            && self.mode.use_cache(self.model)
+            && !self.mode.checkpointing()
+            && !self.mode.kernels().padding_free;
+        if state_cache {
+            let conv = self.act(d.b * d.cd * d.k * zs, false);
+            self.cache_refs.push(conv);
+        }
         let params: Vec<TensorId> = lp.ssm.iter().map(|p| p.id).collect();
         let rg = self.rg(zx) || params.iter().any(|&p| self.t.requires_grad(p));
         if !self.t.recording {
@@ -795,6 +809,10 @@ impl Builder<'_> {
             Category::Activations,
         );
         let out = self.act(out_bytes, rg);
+        if state_cache {
+            let ssm = self.act(d.b * d.h * d.p * d.n * F, false);
+            self.cache_refs.push(ssm);
+        }
         if rg {
             let param_grads: u128 = lp
                 .ssm
