@@ -59,6 +59,10 @@ CASES = [
     dict(id="xc-falconh1-2l-bf16", config="falcon-h1-0.5b-2l", batch=1, seq=256),
     dict(id="xc-falconh1-2l-ampbf16-lora", config="falcon-h1-0.5b-2l", batch=1, seq=256,
          precision="amp-bf16", lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "in_proj"]}),
+    # Mamba2Mixer under autocast (16-bit projections: bf16 einsum operands cast from fp32,
+    # ssm.rs Scan::saved_amp16): 2 chunks, padded; SGD keeps the real run small
+    dict(id="xc-codestral-2l-ampbf16-sgd", config="mamba-codestral-7b-2l", batch=1, seq=300,
+         precision="amp-bf16", attention="eager", optimizer="sgd"),
     # mistral3 image inputs (Pixtral tower, block mask, patch merger, masked_scatter): fake
     # tensors with a ShapeEnv (measure.run_case fake_images) against real ones, at a small
     # image; the measured image cases run on real tensors only

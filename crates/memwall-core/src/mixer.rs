@@ -83,6 +83,11 @@ pub struct Mamba2 {
     /// The block keeps its residual in fp32 (`residual_in_fp32`: `residual.to(torch.float32)`
     /// in `Mamba2Block.forward`).
     pub residual_in_fp32: bool,
+    /// A training forward with `use_cache` on writes the layer's state into the `DynamicCache`
+    /// the model builds (`if use_cache and past_key_values is None`: Granite 4.0-H, Falcon-H1);
+    /// `Mamba2Model` turns `use_cache` off in training (`config.use_cache if not self.training
+    /// else False`, transformers 5.23 `models/mamba2/modeling_mamba2.py`).
+    pub state_in_training_cache: bool,
 }
 
 impl Mamba2 {
@@ -343,7 +348,7 @@ impl Mamba1 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// mistralai/Mamba-Codestral-7B-v0.1's mixer.
@@ -361,6 +366,7 @@ mod tests {
             gated_norm: true,
             conv_bias: true,
             residual_in_fp32: true,
+            state_in_training_cache: false,
         }
     }
 
@@ -394,6 +400,7 @@ mod tests {
             gated_norm: false,
             conv_bias: true,
             residual_in_fp32: false,
+            state_in_training_cache: true,
         };
         assert_eq!((m.conv_dim(), m.in_proj_width()), (1792, 3352));
         assert_eq!(

@@ -370,6 +370,7 @@ mod tests {
             gated_norm: true,
             conv_bias: true,
             residual_in_fp32: true,
+            state_in_training_cache: false,
         };
         assert_eq!(
             mamba2_page_elems(&m, 1).unwrap(),

@@ -8,6 +8,7 @@ the closed forms (memwall replays them as ops), so the anchors below remove them
 
 Usage:
   python tools/truth/probes/falcon_h1_mixer.py --check          # bf16, fp32 and amp-bf16 deltas
+  python tools/truth/probes/falcon_h1_mixer.py --check-amp      # Scan::saved_amp (1-4 chunks)
   python tools/truth/probes/falcon_h1_mixer.py B S MODE PREC h,H,P,G,N,K,L   # print the trace
 """
 import sys, torch
@@ -81,6 +82,9 @@ def saved_amp(d):
         2*Tp*H*f, 2*(c+1)**2, B*H*(c+1)**2*f,           # decay exps, chunk masks, decay_chunk
         B*(c+1)*H*P*N*b, B*H*(c+1)**2*b, B*c*H*P*N*b,   # states cat, decay_chunk cast, states copy
         Tp*I*f, T*I*f,                                  # y + D_residual, silu(gate)
+        # one chunk: the 16-bit `new_states` bmm output, saved through its `[:, :-1]` view
+        # (ssm.rs Scan::one_chunk_saved_extra); the bmm operands stay copies (casts)
+        B*H*P*N*b if c == 1 else 0,
     ])
 
 

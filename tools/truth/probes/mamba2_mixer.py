@@ -8,9 +8,19 @@ op's output storages, weakref finalizers log their frees); parameters are exclud
 nothing: a checkpointed layer's first pass), `infer` (no_grad prefill with a DynamicCache, then
 one decode step).
 
+`--check-amp` does the same under CPU autocast (fp32 parameters and input, amp-bf16 and
+amp-fp16: `saved_amp`, `fwd_peak_amp`, `no_save_peak_amp`, `bwd_amp` = ssm.rs
+`Scan::saved_amp16`, `forward_peak_amp16`, `forward_peak_unsaved_amp16`, and the larger of the
+norm's and `backward_peak_scan_amp16`'s instants). The backward peak is read up to the `cat`
+of zxbcdt's gradient slices (in_proj's backward is memwall's own op); it is the larger of the
+gated norm's instant (`bwd_x`) and the scan's at `M = G * L` (`bwd_scan`, ssm.rs
+`Scan::backward_peak_scan`), which wins when padding dominates (Codestral 8 × 8).
+
 Usage:
-  python tools/truth/probes/mamba2_mixer.py B S MODE bf16|fp32 h,H,P,G,N,K,L   # print the trace
-  python tools/truth/probes/mamba2_mixer.py --check                            # closed forms vs traces
+  python tools/truth/probes/mamba2_mixer.py B S MODE PREC h,H,P,G,N,K,L   # print the trace
+      (PREC: bf16, fp32, amp-bf16, amp-fp16)
+  python tools/truth/probes/mamba2_mixer.py --check                       # closed forms vs traces
+  python tools/truth/probes/mamba2_mixer.py --check-amp                   # the same under autocast
 """
 import sys, torch, json, math
 from transformers import AutoConfig
@@ -18,11 +28,12 @@ from transformers.models.mamba2.modeling_mamba2 import Mamba2Mixer
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from mixer_trace import trace, marks  # noqa: E402
 
-def run(B, S, mode, dtype, dims):
+def run(B, S, mode, dtype, dims, autocast=None):
+    """`autocast` (a 16-bit dtype): fp32 parameters and input, forward under CPU autocast."""
     h, H, P, G, N, K, L = dims
     cfg = AutoConfig.for_model("mamba2", hidden_size=h, num_heads=H, head_dim=P, expand=(H*P)//h,
         n_groups=G, state_size=N, conv_kernel=K, chunk_size=L, num_hidden_layers=1, vocab_size=10)
-    return trace(lambda: Mamba2Mixer(cfg, 0), cfg, mode, B, S, h, dtype)
+    return trace(lambda: Mamba2Mixer(cfg, 0), cfg, mode, B, S, h, dtype, autocast=autocast)
 
 def no_save_peak(d, s):
     h,H,P,G,N,K,L,I,cd,E,c,Sp,T,Tp,B,S=[d[k] for k in "h H P G N K L I cd E c Sp T Tp B S".split()]
@@ -39,19 +50,40 @@ CASES = [(1, 512, (4096, 128, 64, 8, 128, 4, 256)), (2, 300, (4096, 128, 64, 8, 
          (1, 100, (4096, 128, 64, 8, 128, 4, 256))]
 
 
+def bwd_scan(d, s):
+    """The backward of `M = G * L` (ssm.rs `Scan::backward_peak_scan`): wins over the gated
+    norm's backward when the `[chunk, chunk]` blocks dominate (padding: seq << chunk)."""
+    h,H,P,G,N,K,L,I,cd,E,c,Sp,T,Tp,B,S=[d[k] for k in "h H P G N K L I cd E c Sp T Tp B S".split()]
+    f = 4
+    blocks = B*c*H*L*L
+    # C and B in G's bmm layout: copies, or with one sequence of one chunk views of the padded
+    # C and B, which stay alive for G's backward all the same
+    copies = 2*Tp*H*N*f
+    alive = sum([
+        T*E*s, 2*H*f, B*cd*(S+K-1)*s, 2*T*H*s,               # saved: zxbcdt, A, conv, dt ops
+        T*I*f, Tp*I*f, 2*T*H*f, 2*L*L, blocks*f, copies, blocks*f,  # x.float(), pad(x), dt.float()s, masks, L, C/B, G
+        I*s, T*I*s, Tp*I*f, 2*Tp*H*N*f, Tp*H*f,              # grads: norm weight, gate, output, C, B, A_cumsum
+        blocks*f, Tp*I*f, 2*blocks*f,                        # M, x, G and L
+    ])
+    if s == 4:
+        alive += T*H*f + B*cd*S*f - T*I*f - 2*T*H*f
+    return alive - saved(d, s) - T*I*s
+
+
 def check():
     for B, S, dims in CASES:
         for dt, s in ((torch.bfloat16, 2), (torch.float32, 4)):
             d = dims_of(B, S, dims, s)
             T, h, E, I = d["T"], d["h"], d["E"], d["I"]
-            m = marks(run(B, S, "train", dt, dims))
+            ev = run(B, S, "train", dt, dims)
+            m = marks(ev)
             saved_m = m["fwd"][0] - 2 * T * h * s - T * I * s
             fpk_m = m["fwd"][1] - T * h * s - T * E * s
-            bpk_m = m["bwd"][1] - m["gy"][0] - h * I * s
+            bpk_m = scan_bwd_peak(ev, B, S, E) - h * I * s
             c = marks(run(B, S, "ckpt", dt, dims))
             ck_m = c["fwd"][1] - T * h * s - T * E * s
             print(f"B={B} S={S} h={h} {'bf16' if s == 2 else 'fp32'}: saved {saved_m - saved(d, s):+d}"
-                  f"  fwd peak {fpk_m - fwd_peak(d, s):+d}  bwd peak {bpk_m - bwd_x(d, s):+d}"
+                  f"  fwd peak {fpk_m - fwd_peak(d, s):+d}  bwd peak {bpk_m - max(bwd_x(d, s), bwd_scan(d, s)):+d}"
                   f"  no-save peak {ck_m - no_save_peak(d, s):+d}  (0 = closed form exact)")
 
 
@@ -80,18 +112,131 @@ def fwd_peak(d,s):
          4*Tp*I*f]
     if s == 4:
         t += [-T*I*f, -2*T*H*f]
-    if c == 1:  # views instead of copies (ssm.rs forward_peak); exact for B > 1 and N >= P
+    if c == 1:  # views instead of copies (ssm.rs forward_peak); exact for N >= P
         t.append(-(2*Tp*I*f + B*H*P*N*f))
+        if B == 1:  # one sequence: C and B for G, B_decay and C for the states are views too
+            t.append(-4*Tp*H*N*f)
     return sum(t)
 def bwd_x(d,s):
     h,H,P,G,N,K,L,I,cd,E,c,Sp,T,Tp,B,S=[d[k] for k in "h H P G N K L I cd E c Sp T Tp B S".split()]
     f=4
     return 4*T*I*f - T*I*s + I*s - T*G*f
 
+def saved_amp(d):
+    """Autocast (fp32 parameters and input, 16-bit compute) form of `saved` for a Mamba2Mixer
+    with 16-bit projections (ssm.rs `Scan::saved_amp16`): Falcon-H1's `saved_amp` with a bf16
+    zxbcdt that nothing saves, a conv that stays 16-bit (no fp32 cast), dt+bias and softplus
+    in 16 bits with the fp32 copies of `dt` and `x` the scan's `.float()` makes, and the gated
+    norm's fp32 cast of the gate."""
+    h,H,P,G,N,K,L,I,cd,E,c,Sp,T,Tp,B,S=[d[k] for k in "h H P G N K L I cd E c Sp T Tp B S".split()]
+    f, b = 4, 2
+    from falcon_h1_mixer import saved_amp as fh_saved_amp
+    return (fh_saved_amp(d) - T*E*f - B*cd*S*f - 3*T*H*f + 2*T*H*b + 2*T*H*f + T*I*f
+            + T*I*f + 2*T*I*f + T*G*f)
+
+
+def fwd_peak_amp(d, conv_bias=True):
+    """Autocast form of `fwd_peak` (ssm.rs `Scan::forward_peak_amp16`): above in_proj's
+    16-bit weight and input copies and its output, at the contiguous copy of Y_diag + Y_off."""
+    h,H,P,G,N,K,L,I,cd,E,c,Sp,T,Tp,B,S=[d[k] for k in "h H P G N K L I cd E c Sp T Tp B S".split()]
+    f, b = 4, 2
+    c1 = c + 1
+    return sum([
+        2*H*f, cd*b if conv_bias else 0,                 # A; conv bias copy (autocast cache)
+        cd*K*b, B*cd*S*b, B*cd*(S+K-1)*b, B*cd*S*b,      # conv weight/input copies, conv, silu
+        3*T*H*b, T*I*f, 2*T*H*f,                         # dt+bias, softplus, clamp; .float()s
+        3*Tp*I*f, Tp*H*f, 2*Tp*H*N*f, Tp*H*f,            # pad, D_res, x·dt; A, B, C; A_cumsum
+        2*L*L, B*H*c*L*L*f,                              # masks, L
+        2*Tp*H*N*b, B*c*H*L*L*b, B*c*H*L*L*f,            # C, B copies; G; M
+        2*Tp*I*b, B*c*H*L*L*b,                           # x copy, Y_diag; M copy
+        Tp*H*f, Tp*H*N*f, Tp*H*N*b, Tp*I*b,              # decay_states, B_decay, its copy, x copy
+        B*H*P*N*b, 2*c1*c1, B*H*c1*c1*f,                 # zeros_like, chunk masks, decay_chunk
+        B*c1*H*P*N*b, B*H*c1*c1*b, B*H*c1*P*N*b,         # cat copy, decay_chunk copy, new_states
+        Tp*H*f, B*c*H*P*N*b, Tp*H*N*b, Tp*I*b,           # state_decay_out, states/C copies, bmm
+        3*Tp*I*f,                                        # Y_off, Y_diag + Y_off, contiguous copy
+        -B*H*P*N*b if c == 1 else 0,                     # one chunk: the states are in bmm layout
+    ])
+
+
+def no_save_peak_amp(d, conv_bias=True):
+    """Autocast form of `no_save_peak` (ssm.rs `Scan::forward_peak_unsaved_amp16`)."""
+    h,H,P,G,N,K,L,I,cd,E,c,Sp,T,Tp,B,S=[d[k] for k in "h H P G N K L I cd E c Sp T Tp B S".split()]
+    f, b = 4, 2
+    c1 = c + 1
+    at_output = (H*f + (cd*b if conv_bias else 0) + B*cd*S*b + T*H*b + 5*Tp*I*f + 2*Tp*I*b
+                 + 4*Tp*H*f + 3*Tp*H*N*f + 2*B*H*c*L*L*f + B*c*H*L*L*b + B*H*P*N*b
+                 + B*H*c1*c1*f + B*H*c1*P*N*b)
+    at_cts = at_output + Tp*H*N*b + B*c*H*P*N*b - 3*Tp*I*f
+    # the chunk states' bmm (`einsum("bclhn,bclhp->bchpn", B_decay, x)`): the fp32 layout
+    # copies of x and B_decay, their 16-bit casts and the bmm output, before Y_off and the
+    # chunk-level tensors exist (wins at Codestral's widths)
+    at_states = (H*f + (cd*b if conv_bias else 0) + B*cd*S*b + T*H*b + 2*Tp*I*f + 3*Tp*H*f
+                 + 2*Tp*H*N*f + 2*B*H*c*L*L*f + B*c*H*L*L*b + Tp*I*b + Tp*H*N*f
+                 + Tp*H*N*b + Tp*I*b + B*c*H*P*N*b)
+    if c > 1:  # one chunk: the bmm layouts of x and B_decay are views, cast directly
+        at_states += Tp*I*f + Tp*H*N*f
+    return max(at_output, at_cts, at_states)
+
+
+def bwd_amp(d):
+    """Autocast form of the mixer's backward peak above what memwall holds when the composite's
+    backward starts (its saved tensors, the fp32 gradient of its output, out_proj's weight
+    gradient): the larger of the gated norm's backward (`bwd_x` with an fp32 incoming
+    gradient) and the backward of `M = G * L` (ssm.rs `Scan::backward_peak_scan_amp16`)."""
+    h,H,P,G,N,K,L,I,cd,E,c,Sp,T,Tp,B,S=[d[k] for k in "h H P G N K L I cd E c Sp T Tp B S".split()]
+    f, b = 4, 2
+    norm = 4*T*I*f + I*f - T*I*f - T*G*f
+    alive = sum([
+        2*H*f, cd*K*b, B*cd*S*b, B*cd*(S+K-1)*b, 2*T*H*b,   # saved: A, conv, dt + bias, softplus
+        T*I*f, Tp*I*f, 2*T*H*f, 2*L*L, B*H*c*L*L*f,         # x.float(), pad(x), dt.float()s, masks, L
+        2*Tp*H*N*b, B*c*H*L*L*b,                            # C, B copies and G (saved by the bmm, M)
+        I*f, T*I*b, Tp*I*f, 2*Tp*H*N*f, Tp*H*f,             # grads: norm weight, gate, output, C, B, A_cumsum
+        B*c*H*L*L*f, Tp*I*f, 2*B*c*H*L*L*f, B*c*H*L*L*b,    # M (fp32 cast), x, G and L, G's 16-bit cast
+    ])
+    scan = alive - saved_amp(d) - T*I*f
+    return max(norm, scan)
+
+
+def scan_bwd_peak(ev, B, S, E):
+    """Peak of the backward above the live bytes when it starts, up to (excluding) the `cat`
+    of zxbcdt's gradient slices (`torch.split`'s backward): what follows is in_proj's backward,
+    which memwall replays as its own op."""
+    i0 = next(i for i, e in enumerate(ev) if e[0] == "MARK" and e[1] == "gy")
+    base = cur = next(e[3] for e in reversed(ev[:i0]) if e[0] != "MARK")
+    pk = cur
+    for e in ev[i0 + 1:]:
+        if e[0] == "MARK" or (e[0] == "+" and e[1] == "cat" and e[4] == (B, S, E)):
+            break
+        pk = max(pk, e[3])
+    return pk - base
+
+
+def check_amp():
+    for B, S, dims in CASES:
+        for ac in (torch.bfloat16, torch.float16):
+            d = dims_of(B, S, dims, 2)
+            T, h, E, I = d["T"], d["h"], d["E"], d["I"]
+            ev = run(B, S, "train", torch.float32, dims, ac)
+            m = marks(ev)
+            # live after forward outside the scan: in_proj's 16-bit weight and input copies,
+            # out_proj's 16-bit weight and input copies, the output
+            anchor = E * h * 2 + T * h * 2 + h * I * 2 + T * I * 2 + T * h * 2
+            inproj = E * h * 2 + T * h * 2 + T * E * 2
+            ck = marks(run(B, S, "ckpt", torch.float32, dims, ac))
+            print(f"B={B} S={S} dims={dims} c={d['c']} {ac}: saved {m['fwd'][0] - anchor - saved_amp(d):+d}"
+                  f"  fwd peak {m['fwd'][1] - inproj - fwd_peak_amp(d):+d}"
+                  f"  no-save peak {ck['fwd'][1] - inproj - no_save_peak_amp(d):+d}"
+                  f"  bwd peak {scan_bwd_peak(ev, B, S, E) - T*I*2 - h*I*2 - bwd_amp(d):+d}")
+
+
 if __name__ == "__main__" and sys.argv[1:2] == ["--check"]:
     check()
+elif __name__ == "__main__" and sys.argv[1:2] == ["--check-amp"]:
+    check_amp()
 elif __name__ == "__main__":
     B, S, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    dt = {"bf16": torch.bfloat16, "fp32": torch.float32}[sys.argv[4]]
+    dt, ac = {"bf16": (torch.bfloat16, None), "fp32": (torch.float32, None),
+              "amp-bf16": (torch.float32, torch.bfloat16),
+              "amp-fp16": (torch.float32, torch.float16)}[sys.argv[4]]
     dims = tuple(int(v) for v in sys.argv[5].split(","))  # h,H,P,G,N,K,L
-    for e in run(B, S, mode, dt, dims): print(*e)
+    for e in run(B, S, mode, dt, dims, ac): print(*e)

@@ -158,7 +158,7 @@ fn simulate_in(
     crate::liger::check(model, w)?;
     crate::memory::hf::sac_check(model, w)?;
     super::check_attention(model, w.attention)?;
-    super::check_autocast(model, w.precision, w.seq)?;
+    super::check_autocast(model, w.precision)?;
     let kind = match engine {
         Engine::Megatron => {
             return super::megatron::simulate(model, w, layout).map(|e| (e, Path::Formula))

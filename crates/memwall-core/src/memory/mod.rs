@@ -101,7 +101,7 @@ pub(crate) fn check_train(model: &ModelDesc, w: &TrainWorkload) -> Result<Engine
     crate::liger::check(model, w)?;
     crate::memory::hf::sac_check(model, w)?;
     check_attention(model, w.attention)?;
-    check_autocast(model, w.precision, w.seq)?;
+    check_autocast(model, w.precision)?;
     if model.layers.is_empty() {
         return Err(CoreError::invalid(
             "num_hidden_layers",
@@ -165,52 +165,29 @@ pub fn simulate_infer(
     run_infer(model, w, kernels)
 }
 
-/// Autocast (`amp-*`) over a Mamba-2 mixer whose projections are 16-bit (`Mamba2Mixer`:
-/// Mamba-2, Granite 4.0-H, Bamba; not Falcon-H1, whose `mup_vector` keeps `zxbcdt` fp32 and
-/// whose form is measured): under CPU/CUDA autocast the scan's `einsum`s run their `bmm`s in
-/// bf16 on bf16 copies of fp32 operands, which the closed forms of `hf/ssm.rs` do not hold
-/// (measured +16% at 2+ chunks on Codestral and Granite 4.0-H micro, 8 × 300 tokens), so the
-/// combination is refused rather than estimated wrong.
-///
-/// Falcon-H1's autocast form (`hf/ssm.rs` `Scan::saved_amp`) is measured for 2+ chunks only;
-/// a sequence of one chunk (`seq ≤ mamba_chunk_size`) measured +5.1% (0.5B, 8 × 90 tokens), so
-/// it is refused too.
+/// Autocast (`amp-*`) over a Mamba-2 mixer whose projections are 16-bit and that has no gated
+/// norm (`scan_output * silu(gate)` in 16 bits): no released model has one and it is not
+/// measured, so it is refused. The measured autocast forms (`hf/ssm.rs`) are Falcon-H1's
+/// (`Scan::saved_amp`, fp32 `zxbcdt` through the `mup_vector`) and `Mamba2Mixer`'s
+/// (`Scan::saved_amp16`: Mamba-2 / Codestral, Granite 4.0-H, Bamba), 1 or more chunks.
 pub(crate) fn check_autocast(
     model: &ModelDesc,
     precision: crate::Precision,
-    seq: u64,
 ) -> Result<(), CoreError> {
     if !precision.autocast() {
         return Ok(());
     }
-    if let Some(m) = model
-        .layers
-        .iter()
-        .filter(|l| l.muls.ssm_proj)
-        .find_map(|l| l.mamba2())
-        .filter(|m| seq <= m.chunk_size)
-    {
-        return Err(CoreError::invalid_value(
-            "precision",
-            precision.name(),
-            format!(
-                "under autocast the Mamba-2 scan of `{}` is modelled for 2+ chunks; --seq {seq} is one chunk of {}",
-                crate::error::untrusted(&model.model_type),
-                m.chunk_size
-            ),
-            "use --precision bf16 or fp32, or a sequence longer than mamba_chunk_size",
-        ));
-    }
     let unmodelled = model
         .layers
         .iter()
-        .any(|l| l.mamba2().is_some() && !l.muls.ssm_proj);
+        .filter_map(|l| l.mamba2().filter(|_| !l.muls.ssm_proj))
+        .any(|m| !m.gated_norm);
     if unmodelled {
         return Err(CoreError::invalid_value(
             "precision",
             precision.name(),
             format!(
-                "`{}` has Mamba-2 mixers with 16-bit projections; their chunked scan under autocast (bf16 einsum copies of fp32 operands) is not modelled",
+                "`{}` has Mamba-2 mixers with 16-bit projections and no gated norm (`scan_output * silu(gate)`); their chunked scan under autocast is not measured",
                 crate::error::untrusted(&model.model_type)
             ),
             "use --precision bf16 or fp32 (both measured)",
@@ -327,6 +304,24 @@ mod tests {
         // weights 2P + grads 2P + AdamW states 4P + foreach temp 2P at the optimizer step
         assert!(e.peak_bytes >= 10 * p, "{}", e.peak_bytes);
         assert_eq!(e.params_total, p);
+    }
+
+    /// Autocast over Mamba-2 mixers: measured forms for `Mamba2Mixer` (16-bit projections,
+    /// gated norm) and Falcon-H1 (fp32 `zxbcdt`); a 16-bit mixer without the gated norm has
+    /// no measured form and is refused by name.
+    #[test]
+    fn autocast_refuses_only_the_unmeasured_mamba2_mixer() {
+        let mut m = llama2_7b();
+        let mut mixer = crate::mixer::tests::codestral();
+        m.layers[0].mixer = crate::model::Mixer::Mamba2(mixer);
+        assert!(check_autocast(&m, crate::Precision::AmpBf16).is_ok());
+        mixer.gated_norm = false;
+        m.layers[0].mixer = crate::model::Mixer::Mamba2(mixer);
+        let e = check_autocast(&m, crate::Precision::AmpFp16).unwrap_err();
+        assert!(e.to_string().contains("precision"), "{e}");
+        assert!(check_autocast(&m, crate::Precision::Bf16).is_ok());
+        m.layers[0].muls.ssm_proj = true;
+        assert!(check_autocast(&m, crate::Precision::AmpBf16).is_ok());
     }
 }
 

@@ -209,6 +209,8 @@ pub(crate) fn falcon_h1(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatEr
         conv_bias: raw.mamba_conv_bias.unwrap_or(true),
         // FalconH1DecoderLayer keeps the residual in the model dtype
         residual_in_fp32: false,
+        // FalconH1Model builds a DynamicCache when `use_cache` (the config's) is on, in training too
+        state_in_training_cache: true,
     };
     // FalconH1MLP: gate/up/down with `mlp_bias`
     let mlp = Mlp::Dense(memwall_core::model::DenseMlp {

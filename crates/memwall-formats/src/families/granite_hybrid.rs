@@ -107,6 +107,9 @@ pub(crate) fn granitemoehybrid(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, F
         conv_bias: raw.mamba_conv_bias.unwrap_or(true),
         // GraniteMoeHybridDecoderLayer keeps the residual in the model dtype
         residual_in_fp32: false,
+        // GraniteMoeHybridModel builds a DynamicCache when `use_cache` (the config's) is on, in
+        // training too
+        state_in_training_cache: true,
     };
     // GraniteMoeHybridMLP (the shared MLP): `input_linear` (hidden → 2·I, no bias), chunk,
     // act(first) · second, `output_linear`; the Phi-3 fused gate/up layout

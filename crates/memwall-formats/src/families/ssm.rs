@@ -93,6 +93,8 @@ pub(crate) fn mamba2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError
         gated_norm: true,
         conv_bias: raw.use_conv_bias.unwrap_or(true),
         residual_in_fp32: raw.residual_in_fp32.unwrap_or(true),
+        // Mamba2Model: `use_cache` is off in training whatever the config says
+        state_in_training_cache: false,
     };
     // Mamba2RMSNorm: `weight * (x.float() * rsqrt(mean(x²) + eps)).to(input_dtype)`, the
     // Llama RMSNorm; one per block (`norm`) and the final `norm_f`.

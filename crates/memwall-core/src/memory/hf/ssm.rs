@@ -54,6 +54,11 @@ struct Scan {
     norm: bool,
     /// under CPU autocast (bf16): the einsums' `bmm`s and the convolution run in bf16
     amp: bool,
+    /// the convolution has a bias (under autocast its 16-bit copy stays in autocast's cache)
+    conv_bias: bool,
+    /// `zxbcdt` is 16-bit under autocast (`Mamba2Mixer`; Falcon-H1's `mup_vector` makes it
+    /// fp32): set by the caller, which knows the projections' output dtype
+    zx16: bool,
 }
 
 /// fp32: the scan's `.float()` casts are copies in low precision and no-ops in fp32.
@@ -80,6 +85,8 @@ impl Scan {
             k: u128::from(m.conv_kernel),
             norm: m.gated_norm,
             amp,
+            conv_bias: m.conv_bias,
+            zx16: false,
         }
     }
 
@@ -89,7 +96,10 @@ impl Scan {
     /// fp32 (`out.to(hidden_states.dtype)`), dt stays fp32 (no `.float()` copies), and every
     /// einsum's `bmm` saves bf16 copies of its operands (CPU autocast's lower-precision list)
     /// and returns bf16. Read off `tools/truth/probes/falcon_h1_mixer.py --check-amp` (exact
-    /// for 2+ chunks).
+    /// for 1–4 chunks: with one chunk the 16-bit `new_states` `bmm` output is saved through
+    /// its `[:, :-1]` view, as in [`Scan::one_chunk_saved_extra`], while the `bmm` operands
+    /// stay copies: they are casts, not layout copies, so [`Scan::one_chunk_saved_less`] does
+    /// not apply).
     fn saved_amp(&self) -> u128 {
         let Scan {
             b,
@@ -121,13 +131,53 @@ impl Scan {
             + b * c1 * h * p * n * B16 + b * h * c1 * c1 * B16 // states cat, decay_chunk copy
             + b * c * h * p * n * B16 // chunk states copy
             + tp * i * F + t * i * F // y + D_residual, silu(gate)
+            + if c == 1 { self.b * h * p * n * B16 } else { 0 } // one chunk: new_states
+    }
+
+    /// [`Scan::saved`] under autocast for a mixer whose projections are 16-bit
+    /// (`Mamba2Mixer`: Mamba-2 / Codestral, Granite 4.0-H), the gated norm included, and
+    /// `zxbcdt` excluded: nothing saves `in_proj`'s 16-bit output (the convolution saves the
+    /// 16-bit copy autocast makes of `hidden_states.to(weight.dtype)`, an fp32 copy that goes
+    /// at once; `dt + dt_bias` does not save; the norm saves its own fp32 cast of the gate).
+    /// From [`Scan::saved_amp`]: no fp32 `zxbcdt`, no fp32 cast of the convolution's output
+    /// (`out.to(hidden_states.dtype)` casts back to 16 bits, a no-op), `dt + dt_bias` and
+    /// softplus in 16 bits (`2·t·h·2`, the clamp is not saved) with the fp32 copies
+    /// `dt[..., None].float()` and `dt.float()` (`2·t·h·4`) and `hidden_states.float()`
+    /// (`t·i·4`) the products save; the gated norm saves `gate.to(float32)` (by silu),
+    /// `silu(gate)`, `x·silu(gate)`, the normalised groups and rsqrt. Read off
+    /// `tools/truth/probes/mamba2_mixer.py --check-amp` (exact, amp-bf16 and amp-fp16 alike,
+    /// 1–4 chunks, 1–8 sequences, padded and not, Codestral's widths and odd widths).
+    fn saved_amp16(&self) -> u128 {
+        let Scan {
+            t,
+            h,
+            i,
+            g,
+            e,
+            b,
+            s,
+            cd,
+            ..
+        } = *self;
+        const B16: u128 = 2;
+        let norm = if self.norm {
+            3 * t * i * F + t * g * F
+        } else {
+            0
+        };
+        (self.saved_amp() + 2 * t * h * B16 + 2 * t * h * F + t * i * F + norm)
+            .saturating_sub(t * e * F + b * cd * s * F + 3 * t * h * F)
     }
 
     /// Bytes autograd keeps after the mixer's forward, `in_proj`'s output included (it is
-    /// saved through its views), `out_proj`'s input excluded; `z` = bytes per element of the
-    /// projections' output.
+    /// saved through its views; not under autocast with 16-bit projections, where nothing
+    /// saves it: [`Scan::zx_saved`]), `out_proj`'s input excluded; `z` = bytes per element of
+    /// the projections' output.
     fn saved(&self, z: u128) -> u128 {
-        if self.amp && z == F && self.c > 1 {
+        if self.amp && z != F {
+            return self.saved_amp16();
+        }
+        if self.amp && z == F {
             // the gated norm (gate first, all fp32 under autocast): `x · silu(gate)`, the
             // normalised groups and rsqrt per group on top of `silu(gate)`
             let norm = if self.norm {
@@ -153,7 +203,7 @@ impl Scan {
             e,
             k,
             norm,
-            amp: _,
+            ..
         } = *self;
         let c1 = c + 1;
         let mut v = t * e * z // zxbcdt (conv input, dt) 
@@ -202,6 +252,12 @@ impl Scan {
         v
     }
 
+    /// Whether autograd keeps `in_proj`'s output (`zxbcdt`, `z` bytes per element): always
+    /// but under autocast with 16-bit projections ([`Scan::saved_amp16`]).
+    fn zx_saved(&self, z: u128) -> bool {
+        !(self.amp && z != F)
+    }
+
     /// What one chunk saves on top of the general form ([`Scan::saved`]): with `c = 1` torch's
     /// `einsum` (`sumproduct_pair`: permute, then `reshape` to `bmm` operands, which copies
     /// only when the strides do not allow a view) finds the chunk dimension of size 1 and
@@ -229,6 +285,9 @@ impl Scan {
     /// Highest bytes alive during the mixer's forward above its input and `in_proj`'s output,
     /// with autograd saving (at the contiguous copy of `Y_diag + Y_off`).
     fn forward_peak(&self, z: u128) -> u128 {
+        if self.amp && z != F {
+            return self.forward_peak_amp16();
+        }
         let Scan {
             b,
             s,
@@ -279,10 +338,14 @@ impl Scan {
         if c == 1 {
             // one chunk: no copies of `x` for `Y_diag` and the chunk states (views), nor of
             // the chunk states for `C_times_states` (`new_states[:, :-1]` is already in the
-            // `bmm` layout). Exact at the same instant for 2+ sequences with `N ≥ P` (every
-            // released Mamba-2 width); with one sequence the true peak is lower (the form
-            // over-estimates, probe `mamba2_mixer.py --check`).
+            // `bmm` layout); with one sequence also none of `C` and `B` for `G`, of `B_decay`
+            // for the chunk states and of `C` for `C_times_states` (every dimension they are
+            // permuted over is of size 1). Exact at the same instant with `N ≥ P` (every
+            // released Mamba-2 width; probe `mamba2_mixer.py --check`).
             v = v.saturating_sub(2 * tp * i * F + b * h * p * n * F);
+            if b == 1 {
+                v = v.saturating_sub(4 * tp * h * n * F);
+            }
         }
         v
     }
@@ -291,6 +354,9 @@ impl Scan {
     /// checkpointed layer's first pass): Python locals of `mamba2_chunk_scan` only, at the same
     /// instant. Holds for one chunk too.
     fn forward_peak_unsaved(&self, z: u128) -> u128 {
+        if self.amp && z != F {
+            return self.forward_peak_unsaved_amp16();
+        }
         let Scan {
             b,
             s,
@@ -325,10 +391,201 @@ impl Scan {
         at_output.max(at_c_times_states)
     }
 
+    /// 16-bit copies autocast keeps in its cache for the whole forward: the convolution's
+    /// bias (a leaf parameter; the weight goes through `unsqueeze(1)` first, so its copy is
+    /// not cached).
+    fn amp_cached(&self) -> u128 {
+        if self.conv_bias {
+            self.cd * 2
+        } else {
+            0
+        }
+    }
+
+    /// [`Scan::forward_peak`] under autocast with 16-bit projections (`Mamba2Mixer`), at the
+    /// same instant (the contiguous copy of `Y_diag + Y_off`): the convolution on 16-bit
+    /// copies of its fp32-cast input and of its weight, its output and silu in 16 bits, dt's
+    /// three ops in 16 bits, and every einsum's operands cast to 16 bits after their fp32
+    /// layout copies go, with 16-bit `bmm` outputs (`G`, `Y_diag`, the chunk states, the
+    /// chunk-level states, `C_times_states`); the products on them (`M`, `B_decay`, `Y_off`)
+    /// are fp32. Read off `tools/truth/probes/mamba2_mixer.py --check-amp` (exact, 1–4 chunks;
+    /// with one chunk the chunk states are already in the `bmm` layout: no copy).
+    fn forward_peak_amp16(&self) -> u128 {
+        let Scan {
+            b,
+            s,
+            t,
+            tp,
+            c,
+            l,
+            h,
+            p,
+            n,
+            cd,
+            i,
+            k,
+            ..
+        } = *self;
+        const B16: u128 = 2;
+        let c1 = c + 1;
+        let v = 2 * h * F + self.amp_cached()
+            + cd * k * B16 + b * cd * s * B16 // conv weight and input copies
+            + b * cd * (s + k - 1) * B16 + b * cd * s * B16 // conv output, silu
+            + 3 * t * h * B16 + t * i * F + 2 * t * h * F // dt ops; x.float(), dt.float() x2
+            + 3 * tp * i * F + 2 * tp * h * F + 2 * tp * h * n * F // pad, D_res, x·dt; A, cumsum; B, C
+            + 2 * l * l + b * h * c * l * l * F // masks, L
+            + 2 * tp * h * n * B16 + b * c * h * l * l * B16 + b * c * h * l * l * F // C, B; G; M
+            + 2 * tp * i * B16 + b * c * h * l * l * B16 // x copy, Y_diag; M copy
+            + tp * h * F + tp * h * n * F + tp * h * n * B16 + tp * i * B16 // decay_states, B_decay, copies
+            + b * h * p * n * B16 + 2 * c1 * c1 + b * h * c1 * c1 * F // zeros_like, masks, decay_chunk
+            + b * c1 * h * p * n * B16 + b * h * c1 * c1 * B16 + b * h * c1 * p * n * B16 // cat copy, decay_chunk copy, new_states
+            + tp * h * F + b * c * h * p * n * B16 + tp * h * n * B16 + tp * i * B16 // state_decay_out; states, C copies; bmm
+            + 3 * tp * i * F; // Y_off, Y_diag + Y_off, contiguous copy
+        if c == 1 {
+            v - b * h * p * n * B16
+        } else {
+            v
+        }
+    }
+
+    /// [`Scan::forward_peak_unsaved`] under autocast with 16-bit projections: the largest of
+    /// three instants: the output (as without autocast, `bmm` outputs in 16 bits), the `bmm`
+    /// of `C_times_states` (wide states), and the `bmm` of the chunk states, where the fp32
+    /// layout copies of `x` and `B_decay` and their 16-bit casts are alive at once (wins at
+    /// Codestral's widths; with one chunk the layouts are views, cast directly). Read off
+    /// `tools/truth/probes/mamba2_mixer.py --check-amp` (exact, 1–4 chunks).
+    fn forward_peak_unsaved_amp16(&self) -> u128 {
+        let Scan {
+            b,
+            s,
+            t,
+            tp,
+            c,
+            l,
+            h,
+            p,
+            n,
+            cd,
+            i,
+            ..
+        } = *self;
+        const B16: u128 = 2;
+        let c1 = c + 1;
+        let base = h * F + self.amp_cached() + b * cd * s * B16 + t * h * B16; // A, conv, dt
+        let at_output = base
+            + 5 * tp * i * F + 2 * tp * i * B16 // D_res, x·dt, Y_off, sum, copy; Y_diag, C_times_states
+            + 4 * tp * h * F + 3 * tp * h * n * F
+            + 2 * b * h * c * l * l * F + b * c * h * l * l * B16 // L, M; G
+            + b * h * p * n * B16 + b * h * c1 * c1 * F + b * h * c1 * p * n * B16;
+        let at_c_times_states =
+            (at_output + tp * h * n * B16 + b * c * h * p * n * B16).saturating_sub(3 * tp * i * F);
+        let mut at_states = base
+            + 2 * tp * i * F + 3 * tp * h * F + 2 * tp * h * n * F // D_res, x·dt; A, cumsum, decay; B, C
+            + 2 * b * h * c * l * l * F + b * c * h * l * l * B16 + tp * i * B16 // L, M; G; Y_diag
+            + tp * h * n * F // B_decay
+            + tp * h * n * B16 + tp * i * B16 + b * c * h * p * n * B16; // casts, bmm output
+        if c > 1 {
+            at_states += tp * i * F + tp * h * n * F; // fp32 layout copies
+        }
+        at_output.max(at_c_times_states).max(at_states)
+    }
+
     /// Highest bytes of the mixer's backward between `out_proj`'s backward (its input's
     /// gradient alive, `z` bytes per element) and `in_proj`'s, above what is alive when it
-    /// starts: the gated norm's backward in fp32 (`w` = bytes of the norm weight's gradient).
+    /// starts (`w` = bytes of the norm weight's gradient): the larger of the gated norm's
+    /// backward in fp32 and the scan's backward at `M = G * L` (with the gated norm; the
+    /// latter wins when the `[chunk, chunk]` blocks dominate, as when padding does).
     fn backward_peak(&self, z: u128, w: u128) -> u128 {
+        let norm_instant = self.backward_peak_norm(z, w);
+        if self.zx16 {
+            return norm_instant.max(self.backward_peak_scan_amp16(w));
+        }
+        if self.norm && !self.amp {
+            return norm_instant.max(self.backward_peak_scan(z, w));
+        }
+        norm_instant
+    }
+
+    /// The backward of `M = G * L` without autocast (`Mamba2Mixer`, projections of `z` bytes
+    /// per element, `zxbcdt` saved), above the composite's saved tensors and its output's
+    /// gradient: the norm's, `Y_off`'s, the chunk states' and `B_decay`'s backwards have freed
+    /// what they saved (but `C` and `B` in `G`'s `bmm` layout: copies, or with one sequence of
+    /// one chunk views of the padded `C` and `B`, alive all the same), and the gradients of the
+    /// gate, the padded output, `C`, `B`, `A_cumsum` and the chunked `x` are alive with `M`'s
+    /// (the fp32 `bmm` output) and those of `G` and `L`. Read off
+    /// `tools/truth/probes/mamba2_mixer.py --check` (exact, bf16 and fp32, 1–4 chunks,
+    /// 1–8 sequences): it wins at Codestral's chunks of 256 when padding dominates (8 × 8
+    /// tokens: 185 MB over the norm's instant on one layer).
+    fn backward_peak_scan(&self, z: u128, w: u128) -> u128 {
+        let Scan {
+            b,
+            s,
+            t,
+            tp,
+            c,
+            l,
+            h,
+            n,
+            i,
+            e,
+            cd,
+            k,
+            ..
+        } = *self;
+        let blocks = b * c * h * l * l;
+        let mut alive = t * e * z + 2 * h * F // saved: zxbcdt, A
+            + b * cd * (s + k - 1) * z + 2 * t * h * z // conv output, dt + bias, softplus
+            + t * i * F + tp * i * F + 2 * t * h * F // x.float(), pad(x), dt.float() x2
+            + 2 * l * l + blocks * F + 2 * tp * h * n * F + blocks * F // masks, L, C/B for G, G
+            + i * w + t * i * z + tp * i * F // grads: norm weight, gate, padded output
+            + 2 * tp * h * n * F + tp * h * F + tp * i * F // C, B, A_cumsum, x
+            + 3 * blocks * F; // M, G and L
+        if z == F {
+            // fp32: no `.float()` copies of x and dt (the conv's silu output and the clamp are
+            // saved instead)
+            alive = (alive + t * h * F + b * cd * s * F).saturating_sub(t * i * F + 2 * t * h * F);
+        }
+        alive.saturating_sub(self.saved(z) + t * i * z)
+    }
+
+    /// The backward of `M = G * L` under autocast with 16-bit projections (`Mamba2Mixer`),
+    /// above the composite's saved tensors and its output's fp32 gradient: by then the gated
+    /// norm's, `Y_off`'s, the chunk states' and `B_decay`'s backwards have freed what they
+    /// saved, and the gradients of the gate (16-bit), the padded output, `C`, `B`, `A_cumsum`
+    /// and the chunked `x` are alive with `M`'s gradient (cast to fp32 from its `bmm`), the
+    /// gradients of `G` and `L` (fp32) and `G`'s 16-bit cast for its `bmm`'s backward. It
+    /// wins over the norm's instant when the `[chunk, chunk]` blocks are large (Codestral's
+    /// chunks of 256). Read off `tools/truth/probes/mamba2_mixer.py --check-amp` (exact, but
+    /// one sequence of one chunk at odd widths: 4.9 KB low).
+    fn backward_peak_scan_amp16(&self, w: u128) -> u128 {
+        let Scan {
+            b,
+            s,
+            t,
+            tp,
+            c,
+            l,
+            h,
+            n,
+            i,
+            cd,
+            k,
+            ..
+        } = *self;
+        const B16: u128 = 2;
+        let blocks = b * c * h * l * l;
+        let alive = 2 * h * F + cd * k * B16 + b * cd * s * B16 // saved: A; conv copies
+            + b * cd * (s + k - 1) * B16 + 2 * t * h * B16 // conv output; dt + bias, softplus
+            + t * i * F + tp * i * F + 2 * t * h * F // x.float(), pad(x), dt.float() x2
+            + 2 * l * l + blocks * F + 2 * tp * h * n * B16 + blocks * B16 // masks, L, C/B copies, G
+            + i * w + t * i * B16 + tp * i * F // grads: norm weight, gate, padded output
+            + 2 * tp * h * n * F + tp * h * F + tp * i * F // C, B, A_cumsum, x
+            + 3 * blocks * F + blocks * B16; // M (fp32 cast), G and L, G's 16-bit cast
+        alive.saturating_sub(self.saved_amp16() + t * i * F)
+    }
+
+    /// The gated norm's backward (see [`Scan::backward_peak`]).
+    fn backward_peak_norm(&self, z: u128, w: u128) -> u128 {
         let Scan { t, i, g, norm, .. } = *self;
         if !norm {
             // `(scan_output * silu(gate)).to(dtype)` backward: the fp32 gradient of the
@@ -487,8 +744,11 @@ impl Builder<'_> {
             (zx, zs)
         };
         let inner = self.mamba2_inner(zx, zs, x_size, lp, m);
-        self.drop_(zx);
         let (y, _) = self.linear(inner, x_size, rows, lin(LinearRole::SsmOut));
+        // `projected_states` is a local of `torch_forward` until it returns (it matters under
+        // autocast with 16-bit projections, where nothing saves it: probe
+        // `mamba2_mixer.py --check-amp` frees it after `out_proj`'s output)
+        self.drop_(zx);
         self.drop_(inner);
         y
     }
@@ -503,10 +763,25 @@ impl Builder<'_> {
         lp: &LayerParams,
         m: &Mamba2,
     ) -> TensorId {
-        let d = Scan::new(m, self.batch, self.seq, self.amp);
+        let mut d = Scan::new(m, self.batch, self.seq, self.amp);
+        d.zx16 = self.amp && zs != F;
         let out_bytes = d.t * d.i * out_size;
         if self.mode.is_infer() {
             return self.mamba2_infer(zx, zs, out_bytes, &d);
+        }
+        // a training forward that builds a `DynamicCache` (`use_cache` on, no checkpointing,
+        // not padding-free, a model that honours it in training): `update_conv_state` puts
+        // zeros `[B, conv_dim, kernel]` in the projections' dtype in it before the
+        // convolution, and the scan's final state is copied into zeros `[B, H, head_dim, N]`
+        // fp32 after it (transformers 5.23 `cache_utils.py` `LinearAttentionLayer`); the model
+        // output's `past_key_values` keeps both until the forward's output goes
+        let state_cache = m.state_in_training_cache
+            && self.mode.use_cache(self.model)
+            && !self.mode.checkpointing()
+            && !self.mode.kernels().padding_free;
+        if state_cache {
+            let conv = self.act(d.b * d.cd * d.k * zs, false);
+            self.cache_refs.push(conv);
         }
         let params: Vec<TensorId> = lp.ssm.iter().map(|p| p.id).collect();
         let rg = self.rg(zx) || params.iter().any(|&p| self.t.requires_grad(p));
@@ -516,7 +791,12 @@ impl Builder<'_> {
                 .transient(d.forward_peak_unsaved(zs), Category::Activations);
             return self.act(out_bytes, rg);
         }
-        let mut extra = d.saved(zs).saturating_sub(d.t * d.e * zs);
+        let zx_saved = d.zx_saved(zs);
+        let mut extra = if zx_saved {
+            d.saved(zs).saturating_sub(d.t * d.e * zs)
+        } else {
+            d.saved(zs)
+        };
         if !params.iter().any(|&p| self.t.requires_grad(p)) {
             // frozen mixer parameters (LoRA): `D_residual = D[..., None] * pad(x)` with a `D`
             // that needs no gradient saves nothing of the padded x (mul saves an operand only
@@ -529,6 +809,10 @@ impl Builder<'_> {
             Category::Activations,
         );
         let out = self.act(out_bytes, rg);
+        if state_cache {
+            let ssm = self.act(d.b * d.h * d.p * d.n * F, false);
+            self.cache_refs.push(ssm);
+        }
         if rg {
             let param_grads: u128 = lp
                 .ssm
@@ -539,8 +823,13 @@ impl Builder<'_> {
             let temps = d
                 .backward_peak(out_size, self.param_size)
                 .saturating_sub(d.t * d.e * zs + param_grads);
+            let saved = if zx_saved {
+                Ids::of(&[zx, kept])
+            } else {
+                Ids::of(&[kept])
+            };
             self.t.record(Node {
-                saved: Ids::of(&[zx, kept]),
+                saved,
                 inputs: Ids::of(&[zx]),
                 params: Ids::of(&params),
                 outputs: Ids::of(&[out]),
@@ -594,5 +883,76 @@ impl Builder<'_> {
             }
         }
         self.act(out_bytes, false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Codestral's mixer under autocast (16-bit projections): the forms against the bytes
+    /// `tools/truth/probes/mamba2_mixer.py --check-amp` reads off the traces (amp-bf16; saved
+    /// above in/out_proj's copies and the output, peaks above in_proj's copies and output, the
+    /// backward above the composite's saved tensors, its output's fp32 gradient and out_proj's
+    /// weight gradient).
+    #[test]
+    fn codestral_autocast_forms_match_the_probe() {
+        let m = crate::mixer::tests::codestral();
+        // (batch, seq, saved, forward peak, no-save peak, backward peak): 2 chunks (padded),
+        // then one chunk (padded, 8 sequences)
+        for (b, s, saved, fwd, unsaved, bwd) in [
+            (2, 300, 733_394_194, 1_104_450_066, 794_176_000, 275_906_286),
+            (
+                8,
+                100,
+                1_409_435_656,
+                2_178_896_904,
+                1_547_547_136,
+                585_612_280,
+            ),
+        ] {
+            let mut d = Scan::new(&m, b, s, true);
+            d.zx16 = true;
+            assert!(!d.zx_saved(2));
+            assert_eq!(d.saved(2), saved, "saved {b}×{s}");
+            assert_eq!(d.forward_peak(2), fwd, "forward peak {b}×{s}");
+            assert_eq!(d.forward_peak_unsaved(2), unsaved, "no-save peak {b}×{s}");
+            assert_eq!(d.backward_peak(F, F), bwd, "backward peak {b}×{s}");
+        }
+    }
+
+    /// Without autocast (bf16), where padding dominates: the scan's backward at `M = G * L`
+    /// (Codestral 8 × 8 tokens in a chunk of 256: 192 MB, 26× the norm's instant) and the
+    /// forward peak of one sequence of one chunk, against the probe's bytes
+    /// (`tools/truth/probes/mamba2_mixer.py --check`).
+    #[test]
+    fn codestral_padding_dominated_backward_and_one_sequence_forward() {
+        let m = crate::mixer::tests::codestral();
+        for (b, s, fwd, bwd) in [
+            (8, 8, 2_459_141_128, 191_887_352),
+            (1, 100, 247_347_208, 45_493_112),
+        ] {
+            let d = Scan::new(&m, b, s, false);
+            assert_eq!(d.forward_peak(2), fwd, "forward peak {b}×{s}");
+            assert_eq!(d.backward_peak(2, 2), bwd, "backward peak {b}×{s}");
+            assert!(d.backward_peak_scan(2, 2) > d.backward_peak_norm(2, 2));
+        }
+    }
+
+    /// The scan's backward instant (`M = G * L`) wins over the gated norm's at Codestral's
+    /// chunks of 256, not at narrow chunks (the norm's instant then, as without autocast).
+    #[test]
+    fn autocast_backward_takes_the_larger_instant() {
+        let m = crate::mixer::tests::codestral();
+        let mut d = Scan::new(&m, 2, 300, true);
+        d.zx16 = true;
+        assert!(d.backward_peak_scan_amp16(F) > d.backward_peak_norm(F, F));
+        let narrow = Mamba2 {
+            chunk_size: 16,
+            ..m
+        };
+        let mut d = Scan::new(&narrow, 2, 300, true);
+        d.zx16 = true;
+        assert_eq!(d.backward_peak(F, F), d.backward_peak_norm(F, F));
     }
 }
