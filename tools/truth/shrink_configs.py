@@ -3,8 +3,8 @@
 reduced config and keeps its structure (layer types, sliding / chunked attention, expert routing)
 at hidden 64, 4 heads x 16, 8 experts, vocab 1000, so that activations, not weights, dominate a
 step and a mechanism that is invisible at real widths shows.  Writes tests/truth/configs/sw6-*.json.
-Only sw6-qwen3next and sw6-qwen3next-d128 (key/value head width 128) are committed: the other
-families measured within 1.3% at these widths (see tools/truth/README.md, "small-width sweep").
+Committed: sw6-qwen3next, sw6-qwen3next-d128 (key/value head width 128) and sw6-llama4; the other
+families measured within 1% at these widths (see tools/truth/README.md, "small-width sweep").
 """
 import json
 D="tests/truth/configs/"
