@@ -3,7 +3,7 @@
 reduced config and keeps its structure (layer types, sliding / chunked attention, expert routing)
 at hidden 64, 4 heads x 16, 8 experts, vocab 1000, so that activations, not weights, dominate a
 step and a mechanism that is invisible at real widths shows.  Writes tests/truth/configs/sw6-*.json.
-Committed: sw6-qwen3next, sw6-qwen3next-d128 (key/value head width 128) and sw6-llama4; the other
+Committed: sw6-qwen3next, sw6-qwen3next-d128 (key/value head width 128), sw6-llama4 and sw6-seedoss; the other
 families measured within 1% at these widths (see tools/truth/README.md, "small-width sweep").
 """
 import json
