@@ -1452,3 +1452,80 @@ fn every_torchtitan_crosscheck_measures_the_same_on_fake_and_real_tensors() {
         "a crosscheck per simulated torchtitan model"
     );
 }
+
+/// A sweep of scratch measurements (not fixtures): `MEMWALL_SWEEP_TRAIN=file.jsonl` and/or
+/// `MEMWALL_SWEEP_INFER=file.jsonl` print every case's error (refusals by name included)
+/// without asserting; `cargo test -p memwall-cli --test truth sweep -- --ignored --nocapture`.
+#[test]
+#[ignore = "prints a scratch sweep named by MEMWALL_SWEEP_TRAIN / MEMWALL_SWEEP_INFER"]
+fn sweep() {
+    use memwall_core::memory::simulate_infer;
+    use memwall_core::workload::{InferWorkload, KvDtype, WeightFormat};
+    let mut errs = Vec::new();
+    let mut print = |id: &str, measured: u64, r: Result<(u64, String), String>, mphase: &str| {
+        match r {
+            Ok((est, phase)) => {
+                let e = (est as f64 - measured as f64) / measured as f64 * 100.0;
+                errs.push(e.abs());
+                println!(
+                    "SWEEP {id:<40} {e:+8.3}%  measured {measured:>14} estimated {est:>14} {mphase}/{phase}"
+                );
+            }
+            Err(msg) => println!("SWEEP {id:<40} REFUSED {}", msg.replace('\n', " | ")),
+        }
+    };
+    if let Ok(file) = std::env::var("MEMWALL_SWEEP_TRAIN") {
+        for line in std::fs::read_to_string(file).unwrap().lines() {
+            let c: Case = serde_json::from_str(line).unwrap();
+            let json = std::fs::read_to_string(root().join(&c.config)).unwrap();
+            let mut desc = memwall_formats::parse_hf_config(&json).unwrap();
+            with_image_tokens(&mut desc, c.image_tokens);
+            let mut w = workload(&c);
+            w.attention = attention_of(&desc, w.attention);
+            let r = simulate_train(&desc, &w, Kernels::Cpu)
+                .map(|e| (e.peak_bytes, phase_name(e.phase)))
+                .map_err(|e| e.to_string());
+            print(&c.id, c.measured.peak_bytes, r, &c.measured.phase);
+        }
+    }
+    if let Ok(file) = std::env::var("MEMWALL_SWEEP_INFER") {
+        for line in std::fs::read_to_string(file).unwrap().lines() {
+            let c: InferCase = serde_json::from_str(line).unwrap();
+            let json = std::fs::read_to_string(root().join(&c.config)).unwrap();
+            let mut desc = memwall_formats::parse_hf_config(&json).unwrap();
+            with_image_tokens(&mut desc, c.image_tokens);
+            let w = InferWorkload {
+                batch: c.batch,
+                prompt: c.prompt,
+                new_tokens: c.new_tokens,
+                attention: attention_of(
+                    &desc,
+                    match c.attention.as_str() {
+                        "eager" => AttentionImpl::Eager,
+                        _ => AttentionImpl::Sdpa,
+                    },
+                ),
+                weights: WeightFormat::ALL
+                    .iter()
+                    .find(|(_, n)| *n == c.weights)
+                    .unwrap()
+                    .0,
+                kv_dtype: KvDtype::Auto,
+                moe_decode_batched: c.decode_experts.as_deref() != Some("grouped_mm"),
+            };
+            let r = simulate_infer(&desc, &w, Kernels::Cpu)
+                .map(|e| (e.peak_bytes, phase_name(e.phase)))
+                .map_err(|e| e.to_string());
+            print(&c.id, c.measured.peak_bytes, r, &c.measured.phase);
+        }
+    }
+    if !errs.is_empty() {
+        let worst = errs.iter().copied().fold(0.0, f64::max);
+        println!(
+            "SWEEP {} estimated: median |error| {:.3}%, worst {:.3}%",
+            errs.len(),
+            median(errs),
+            worst
+        );
+    }
+}

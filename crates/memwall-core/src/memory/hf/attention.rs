@@ -907,8 +907,18 @@ impl Builder<'_> {
                 if f32in != masked {
                     self.drop_(f32in);
                 }
-                let probs = if c != sm {
-                    self.cast(probs32, x * c)
+                // `.to(query.dtype)`: under autocast the query is fp32 once the fp32 rotary
+                // tables multiplied it (`q * cos`, the rotary embedding returns `cos.to(x.dtype)`
+                // of the fp32 hidden states), so the probabilities stay fp32, dropout runs on
+                // them in fp32 and `probs @ value` makes autocast's compute-dtype copy
+                // (transformers 5.23 `eager_attention_forward`, e.g. models/seed_oss)
+                let pdt = if a.eager_softmax_fp32 && self.amp {
+                    qs
+                } else {
+                    c
+                };
+                let probs = if pdt != sm {
+                    self.cast(probs32, x * pdt)
                 } else {
                     probs32
                 };
@@ -923,7 +933,7 @@ impl Builder<'_> {
                 if probs != probs32 {
                     self.drop_(probs32);
                 }
-                let probs = self.dropout(probs, x * c, c, self.model.dropout.attention);
+                let probs = self.dropout(probs, x * pdt, pdt, self.model.dropout.attention);
                 if falcon && n_rep > 1 {
                     // `probs @ value` broadcasts the shared v: a transient expanded copy
                     self.t.transient(
@@ -945,11 +955,19 @@ impl Builder<'_> {
                 // `probs @ value` saves each operand only when the other needs a gradient
                 // (derivatives.yaml `bmm`, as `mul`): a frozen value path (layer 0 of a LoRA
                 // model without checkpointing and without a v_proj adapter) keeps no probs
+                let pm = if pdt != c {
+                    self.cast(probs, x * c)
+                } else {
+                    probs
+                };
                 let keep = self.sac_pre(SacOp::Saved);
-                let o = self.mul(probs, vm, rows * heads * v_dim * c);
+                let o = self.mul(pm, vm, rows * heads * v_dim * c);
                 self.sac_keep(keep, &[o]);
                 if vm != vr {
                     self.drop_(vm);
+                }
+                if pm != probs {
+                    self.drop_(pm);
                 }
                 // eager attention returns the probabilities too; the decoder layer binds them to
                 // a local (`self_attn_weights` in GPT-2/OPT, `_` in Llama's

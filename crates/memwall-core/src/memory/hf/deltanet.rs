@@ -114,6 +114,17 @@ impl Sizes {
             // fp32: the casts are no-ops, and the tensors they would copy are saved instead
             v += 5 * t * vd * F;
         }
+        if c == 1 {
+            // One chunk: the loop's last state update (`last_recurrent_state * chunk_decay[i] +
+            // key[i]ᵀ @ v_new`) is unreachable from the output (`output_final_state=False`),
+            // so autograd frees it with what it saved; the decayed query is read only against
+            // the zero initial state, which needs no gradient. Nothing else holds the decayed
+            // query and key `[B, Hv, L, dk]`, the key's decay `exp` `[B, Hv, L]` and
+            // `chunk_decay` `[B, Hv, 1]` (from two chunks on, the earlier chunks' reads of the
+            // state keep them). Traced with tools/truth/probes/deltanet_mixer.py at 1, 63, 64,
+            // 65 and 128 tokens.
+            v -= b * hv * l * (2 * dk + 1) * F + b * hv * F;
+        }
         v
     }
 
@@ -140,9 +151,19 @@ impl Sizes {
     }
 
     /// Highest bytes of a forward that saves nothing (`torch.no_grad()`, a checkpointed
-    /// layer's first pass), above the projections' outputs: the chunked rule's fp32 locals.
+    /// layer's first pass), above the projections' outputs: the chunked rule's fp32 locals —
+    /// the `[tokens, value_dim]`-sized ones (fitted at Qwen3-Next's widths) and, traced with
+    /// `tools/truth/probes/deltanet_mixer.py … infer` at 1 and 2 tokens, `pairwise_decay`,
+    /// `ut_system` and `intra_chunk_attn` `[B, Hv, chunks, L, L]` (fp32) and the bool `[L, L]`
+    /// chunk mask, alive through the chunk loop. At real widths the `L × L` locals are ~1% of
+    /// the layer's locals; at hidden 64 they are most of them (prefill -21% without them).
+    /// At 2+ chunks the peak's moment in the loop differs (measured +2.9% at 3 × 65 tokens,
+    /// -0.5% at 150 tokens in fp32, hidden 64): the closed form is not exact there.
     fn forward_unsaved(&self) -> u128 {
-        13 * self.tp * self.vd * F + self.state()
+        13 * self.tp * self.vd * F
+            + self.state()
+            + 3 * self.b * self.hv * self.c * self.l * self.l * F
+            + self.l * self.l
     }
 
     /// Transient bytes of the composite's backward above its input and parameter gradients:

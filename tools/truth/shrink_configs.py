@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Small-width configs of the issue-14 families for sweeps (helper 6): each starts from a committed
+reduced config and keeps its structure (layer types, sliding / chunked attention, expert routing)
+at hidden 64, 4 heads x 16, 8 experts, vocab 1000, so that activations, not weights, dominate a
+step and a mechanism that is invisible at real widths shows.  Writes tests/truth/configs/sw6-*.json.
+Committed: sw6-qwen3next, sw6-qwen3next-d128 (key/value head width 128), sw6-llama4 and sw6-seedoss; the other
+families measured within 1% at these widths (see tools/truth/README.md, "small-width sweep").
+"""
+import json
+D="tests/truth/configs/"
+def load(n): return json.load(open(D+n+".json"))
+out={}
+def shrink(src, name, **over):
+    c=load(src)
+    t=c
+    base=dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=96, vocab_size=1000)
+    for k,v in base.items():
+        if k in t or k in ("head_dim",): t[k]=v
+    for k in ("moe_intermediate_size","shared_expert_intermediate_size","intermediate_size_mlp"):
+        if k in t and t[k]: t[k]=48 if k!="intermediate_size_mlp" else 128
+    for k in ("num_local_experts","num_experts","n_routed_experts","moe_num_experts"):
+        if k in t and t[k]: t[k]=8
+    if "quantization_config" in t: del t["quantization_config"]
+    for k in ("pad_token_id","bos_token_id","eos_token_id"):
+        if isinstance(t.get(k),int) and t[k]>=1000: t[k]=2
+        if isinstance(t.get(k),list): t[k]=[x if x<1000 else 2 for x in t[k]]
+    t.update(over)
+    out[name]=src
+    json.dump(c, open(D+name+".json","w"), indent=1, sort_keys=True)
+shrink("gpt-oss-20b-2l","sw6-gptoss", sliding_window=16, num_experts_per_tok=4, experts_per_token=4, layer_types=["sliding_attention","full_attention"])
+shrink("llama-4-scout-17b-16e-text-4l","sw6-llama4", attention_chunk_size=16, num_experts_per_tok=1, intermediate_size=48, intermediate_size_mlp=128, interleave_moe_layer_step=2)
+shrink("qwen3-next-80b-a3b-4l","sw6-qwen3next", linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4, num_experts_per_tok=3, head_dim=16)
+shrink("granite-3.1-1b-a400m-4l","sw6-granitemoe", num_experts_per_tok=3)
+shrink("olmoe-1b-7b-2l","sw6-olmoe", num_experts_per_tok=3)
+shrink("command-r7b-4l","sw6-cohere2", sliding_window=16)
+shrink("hunyuan-a13b-2l","sw6-hunyuanmoe")
+shrink("ernie-4.5-21b-a3b-2l","sw6-ernie45moe")
+shrink("exaone-4.0-32b-4l","sw6-exaone4", sliding_window=16)
+shrink("phi-2-4l","sw6-phi")
+shrink("glm-4-9b-0414-4l","sw6-glm4")
+shrink("smollm3-3b-4l","sw6-smollm3")
+shrink("seed-oss-36b-2l","sw6-seedoss")
+shrink("granite-moeshared-1b-s1024-4l","sw6-granitemoeshared", num_experts_per_tok=3)
+d128 = load("sw6-qwen3next")
+d128.update(linear_key_head_dim=128, linear_value_head_dim=128, hidden_size=256)
+json.dump(d128, open(D + "sw6-qwen3next-d128.json", "w"), indent=1, sort_keys=True)
+print(out)
