@@ -412,6 +412,7 @@ async function compute() {
   if (r.error) {
     $('status').textContent = '';
     report.append(h('pre', { class: 'error', id: 'error' }, r.error.join('\n')));
+    window.memwallReport = null; // no report: never the previous run's
   } else {
     $('status').textContent = `computed in ${Math.max(1, Math.round(ms))} ms, in this page`;
     report.append(...RENDER[mode](r.ok));
@@ -462,7 +463,9 @@ function primary(names) {
 const readNames = () => dropped.files.filter((f) => f.kind).map((f) => f.name).sort();
 
 async function readPrefix(f, n) {
-  f.prefix = new Uint8Array(await f.file.slice(0, Math.min(n, f.size)).arrayBuffer());
+  const p = new Uint8Array(await f.file.slice(0, Math.min(n, f.size)).arrayBuffer());
+  // two runs over the same files may read at once: a shorter read never replaces a longer one
+  if (f.prefix == null || p.length > f.prefix.length) f.prefix = p;
   f.passes += 1;
 }
 
@@ -472,7 +475,12 @@ async function withFiles(args) {
     const files = dropped.files.filter((f) => f.kind).map(({ name, size, prefix }) => ({ name, size, prefix }));
     const r = await memwall(args, null, files);
     const f = r.more && dropped.files.find((x) => x.name === r.more.file);
-    if (!f || pass >= MAX_PASSES || r.more.bytes <= f.prefix.length) return r;
+    if (!f || pass >= MAX_PASSES) return r;
+    // what this pass gave: another run over the same files (the summary's `inspect` and the
+    // report run at once) may have read more of this file meanwhile; then run again on it
+    const given = files.find((x) => x.name === f.name).prefix.length;
+    if (f.prefix.length > given) continue;
+    if (r.more.bytes <= given) return r;
     $('status').textContent = `reading the first ${bytes(r.more.bytes)} of ${f.name}…`;
     await readPrefix(f, r.more.bytes);
     renderFiles();
