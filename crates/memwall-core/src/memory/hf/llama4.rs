@@ -3,7 +3,7 @@
 //! q/k norm, attention temperature tuning on NoPE layers, and `Llama4TextMoe`, which runs every
 //! token through every expert.
 
-use super::{lin_zero, Builder, LayerParams};
+use super::{lin_zero, Builder, LayerParams, LinearP, P};
 use crate::memory::timeline::{Category, Ids, Node, TensorId};
 use crate::model::{Attention, MoeMlp};
 
@@ -155,16 +155,26 @@ impl Builder<'_> {
         let routed_in = self.mul(rep, col, ek * h * x_size);
         self.drop_(rep);
         self.drop_(col);
-        // Llama4TextExperts: bmm saves its input for the weight's gradient
+        // Llama4TextExperts: bmm saves its input for the weight's gradient. `bmm` is on
+        // autocast's lower-precision list (aten/src/ATen/autocast_mode.cpp, CUDA and CPU), so
+        // under autocast it runs as `linear` does: the fp32 expert weight is cast once and
+        // cached (saved for the input's gradient), the fp32 `routed_in` is cast per call and the
+        // copy saved, and the weight's 16-bit gradient is converted to the fp32 `.grad` by the
+        // cast's ToCopyBackward (measured: sw6-llama4 at hidden 64, llama4-tiny-*-ampfp16-sgd).
         let experts_trainable = self.trainable(&lp.experts[0]);
-        let saved_in: &[TensorId] = if experts_trainable { &[routed_in] } else { &[] };
-        let gu = self.op(
-            ek * 2 * i * c,
-            &[routed_in],
-            saved_in,
-            &[lp.experts[0].id],
-            &[],
-        );
+        let gu = if self.amp {
+            let gate_up = expert_linear(lp.experts[0], h, 2 * i);
+            self.linear(routed_in, x_size, ek, gate_up).0
+        } else {
+            let saved_in: &[TensorId] = if experts_trainable { &[routed_in] } else { &[] };
+            self.op(
+                ek * 2 * i * c,
+                &[routed_in],
+                saved_in,
+                &[lp.experts[0].id],
+                &[],
+            )
+        };
         // `gate, up = gate_up.chunk(2)` are views: `silu(gate)` saves gate and `up * act` saves
         // up and act, i.e. the gate_up storage and act. In backward the two half-size gradients
         // (and the activation's) are cat into one gate_up-sized gradient (SplitBackward): one
@@ -172,8 +182,13 @@ impl Builder<'_> {
         let act = self.act(ek * i * c, false);
         let m = self.op(ek * i * c, &[gu], &[gu, act], &[], &[]);
         self.drop_(act);
-        let saved_m: &[TensorId] = if experts_trainable { &[m] } else { &[] };
-        let routed_out = self.op(ek * h * c, &[m], saved_m, &[lp.experts[1].id], &[]);
+        let routed_out = if self.amp {
+            let down = expert_linear(lp.experts[1], i, h);
+            self.linear(m, c, ek, down).0
+        } else {
+            let saved_m: &[TensorId] = if experts_trainable { &[m] } else { &[] };
+            self.op(ek * h * c, &[m], saved_m, &[lp.experts[1].id], &[])
+        };
         self.drop_(m);
         self.drop_(gu);
         let Some(shared) = &moe.shared else {
@@ -200,5 +215,19 @@ impl Builder<'_> {
         }
         let _ = k;
         out
+    }
+}
+
+/// One fused expert weight `[E, in, out]` as the `bmm` operand [`Builder::linear`] models under
+/// autocast: `rows` of the call are `E · tokens`, the weight's numel is all experts'.
+fn expert_linear(w: P, in_f: u128, out_f: u128) -> LinearP {
+    LinearP {
+        w,
+        nf4: false,
+        quantized: false,
+        b: None,
+        lora: None,
+        in_f,
+        out_f,
     }
 }
