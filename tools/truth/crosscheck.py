@@ -70,6 +70,10 @@ CASES = [
          image_tokens=64, attention="eager", optimizer="sgd", fake_images=True),
     dict(id="xc-mistral3-1l-img30-sdpa", config="mistral-small-3.1-24b-1l-v2", batch=1, seq=64,
          image_tokens=30, optimizer="sgd", fake_images=True),
+    # llama4_text under autocast (issue 14): Llama4TextExperts' bmm casts and caches the fp32
+    # expert weights; the 16-bit copies must be alive on real tensors as on fake ones
+    dict(id="xc-llama4-tiny-ampfp16-sgd", config="sw6-llama4", batch=1, seq=33,
+         precision="amp-fp16", optimizer="sgd", dropout="off"),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),
