@@ -121,6 +121,35 @@ pub(crate) fn simulate_memo(
     simulate_in(model, w, layout, kernels, opts, true, Some(memo))
 }
 
+/// FSDP2 refuses a unit whose trainable parameters have mixed dtypes (torch 2.15
+/// torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py `_init_mp_dtypes`: "FSDP expects
+/// uniform original parameter dtype"). ERNIE 4.5 MoE keeps its trainable router weight in fp32
+/// under a bf16/fp16 model (transformers 5.23 models/ernie4_5_moe/modeling_ernie4_5_moe.py
+/// `_keep_in_fp32_modules_strict = ["gate.weight", "moe_statics"]`), so its bf16/fp16 FSDP2 step
+/// never runs (measured: `fully_shard` raises on the first forward). With `amp-*` the model is
+/// fp32 throughout and MixedPrecisionPolicy casts every parameter alike.
+fn check_fsdp2_uniform_dtype(model: &ModelDesc, precision: Precision) -> Result<(), CoreError> {
+    // the ERNIE 4.5 router: fp32 weight, routing weights cast back to the compute dtype
+    let fp32_router = model.layers.iter().any(|l| match &l.mlp {
+        crate::model::Mlp::Moe(m) => m.router_fp32 && m.router_weights_in_compute_dtype,
+        _ => false,
+    });
+    if !fp32_router {
+        return Ok(());
+    }
+    Err(CoreError::Unsupported {
+        field: "precision",
+        value: precision.to_string(),
+        engine: "PyTorch FSDP2",
+        reason: "fully_shard expects one parameter dtype per unit (torch 2.15 \
+                 _fsdp_param_group.py `_init_mp_dtypes`), and transformers keeps this model's \
+                 trainable router weight in fp32 (`_keep_in_fp32_modules_strict`, \
+                 modeling_ernie4_5_moe.py): the step raises before it runs",
+        hint: "use --precision amp-bf16 (an fp32 model under FSDP2's MixedPrecisionPolicy) or \
+               --strategy ddp",
+    })
+}
+
 /// Every rank of a distributed step, by the reference replay or (`fast`) the fast evaluator.
 fn simulate(
     model: &ModelDesc,
@@ -205,7 +234,10 @@ fn simulate_in(
             };
             (4, 4, true)
         }
-        (ShardKind::Fsdp2 { .. }, Precision::Bf16 | Precision::Fp16) => (2, 2, false),
+        (ShardKind::Fsdp2 { .. }, Precision::Bf16 | Precision::Fp16) => {
+            check_fsdp2_uniform_dtype(model, w.precision)?;
+            (2, 2, false)
+        }
         (ShardKind::Fsdp2 { .. }, Precision::Fp32) => (4, 4, false),
         (ShardKind::Zero { .. }, Precision::Fp32) => (4, 4, false),
         (ShardKind::Zero { .. }, p) => {
