@@ -546,6 +546,7 @@ fn dist_rows() -> (Vec<Row>, Vec<PhaseRow>) {
     };
     let mut out = Vec::new();
     let mut phases = Vec::new();
+    let refused = refused_cases();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let c: DistCase =
             serde_json::from_str(line).unwrap_or_else(|e| panic!("bad fixture line: {e}\n{line}"));
@@ -564,6 +565,11 @@ fn dist_rows() -> (Vec<Row>, Vec<PhaseRow>) {
         w.optimizer = optimizer(&c.id, &c.optimizer);
         w.precision = match (c.precision.as_str(), &c.mixed_precision) {
             // FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) on an fp32 model
+            // (composable `replicate` with a MixedPrecisionPolicy casts parameters without
+            // autocast, which no CLI layout describes: DDP amp is autocast; measured +10.7%)
+            (_, Some(_)) if c.strategy == "replicate" => {
+                panic!("{}: replicate with mixed_precision has no CLI layout", c.id)
+            }
             ("fp32", Some(mp)) if mp.get("param_dtype").map(String::as_str) == Some("bf16") => {
                 Precision::AmpBf16
             }
@@ -604,8 +610,19 @@ fn dist_rows() -> (Vec<Row>, Vec<PhaseRow>) {
             ddp_bucket_view: c.gradient_as_bucket_view.unwrap_or(false)
                 || c.strategy == "replicate",
         };
-        let e = simulate_train_dist_with(&desc, &w, &layout, Kernels::Cpu, &opts)
-            .unwrap_or_else(|err| panic!("{}: {err}", c.id));
+        let e = match (
+            simulate_train_dist_with(&desc, &w, &layout, Kernels::Cpu, &opts),
+            refused.get(&c.id),
+        ) {
+            (Ok(_), Some(_)) => panic!(
+                "{} is listed under [[refused]] in known_gaps.toml but is estimated now: remove it",
+                c.id
+            ),
+            (Ok(e), None) => e,
+            // refused by name, with the reason the toml gives
+            (Err(_), Some(_)) => continue,
+            (Err(err), None) => panic!("{}: {err}", c.id),
+        };
         assert_eq!(
             memwall_core::memory::fast::simulate_train_dist_with(
                 &desc,

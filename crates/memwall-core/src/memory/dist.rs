@@ -121,6 +121,59 @@ pub(crate) fn simulate_memo(
     simulate_in(model, w, layout, kernels, opts, true, Some(memo))
 }
 
+/// FSDP2 refuses a unit whose trainable parameters have mixed dtypes (torch 2.15
+/// torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py `_init_mp_dtypes`: "FSDP expects
+/// uniform original parameter dtype"). ERNIE 4.5 MoE keeps its trainable router weight in fp32
+/// under a bf16/fp16 model (transformers 5.23 models/ernie4_5_moe/modeling_ernie4_5_moe.py
+/// `_keep_in_fp32_modules_strict = ["gate.weight", "moe_statics"]`), so its bf16/fp16 FSDP2 step
+/// never runs (measured: `fully_shard` raises on the first forward). With `amp-*` the model is
+/// fp32 throughout and MixedPrecisionPolicy casts every parameter alike.
+fn check_fsdp2_uniform_dtype(model: &ModelDesc, precision: Precision) -> Result<(), CoreError> {
+    // the ERNIE 4.5 router: fp32 weight, routing weights cast back to the compute dtype
+    let fp32_router = model.layers.iter().any(|l| match &l.mlp {
+        crate::model::Mlp::Moe(m) => m.router_fp32 && m.router_weights_in_compute_dtype,
+        _ => false,
+    });
+    if !fp32_router {
+        return Ok(());
+    }
+    Err(CoreError::Unsupported {
+        field: "precision",
+        value: precision.to_string(),
+        engine: "PyTorch FSDP2",
+        reason: "fully_shard expects one parameter dtype per unit (torch 2.15 \
+                 _fsdp_param_group.py `_init_mp_dtypes`), and transformers keeps this model's \
+                 trainable router weight in fp32 (`_keep_in_fp32_modules_strict`, \
+                 modeling_ernie4_5_moe.py): the step raises before it runs",
+        hint: "use --precision amp-bf16 (an fp32 model under FSDP2's MixedPrecisionPolicy) or \
+               --strategy ddp",
+    })
+}
+
+/// FSDP2's MixedPrecisionPolicy casts the parameters to `param_dtype` but leaves the buffers
+/// in the model's fp32 (torch 2.15 torch/distributed/fsdp/_fully_shard/_fsdp_api.py
+/// `MixedPrecisionPolicy`: parameters only), and no autocast runs. Falcon-H1 multiplies the
+/// bf16 `in_proj` output by its fp32 `mup_vector` buffer (transformers 5.23
+/// models/falcon_h1/modeling_falcon_h1.py `FalconH1Mixer.forward`: `projected_states *
+/// self.mup_vector`), so the scan reads an fp32 `zxbcdt` against bf16 convolution weights and
+/// biases without autocast: a form neither the bf16 nor the autocast scan describes (measured on
+/// the fake process group: falcon-h1-0.5b-4l on 6 ranks -3.5% at the step peak, -1.5% at the
+/// forward peak with checkpointing). Refused until it is modelled.
+fn check_fsdp2_fp32_buffers(model: &ModelDesc, precision: Precision) -> Result<(), CoreError> {
+    if !model.layers.iter().any(|l| l.muls.ssm_proj) {
+        return Ok(());
+    }
+    Err(CoreError::Unsupported {
+        field: "precision",
+        value: precision.to_string(),
+        engine: "PyTorch FSDP2",
+        reason: "MixedPrecisionPolicy casts parameters but not buffers, so Falcon-H1's fp32 \
+                 `mup_vector` makes the Mamba-2 scan read an fp32 zxbcdt with 16-bit weights \
+                 and no autocast, a form not modelled (measured -3.5%)",
+        hint: "use --precision bf16 (a bf16 model under FSDP2) or --strategy ddp (autocast)",
+    })
+}
+
 /// Every rank of a distributed step, by the reference replay or (`fast`) the fast evaluator.
 fn simulate(
     model: &ModelDesc,
@@ -198,6 +251,7 @@ fn simulate_in(
     let (master_size, reduce_size, cast_params) = match (kind, w.precision) {
         (ShardKind::Ddp { .. }, _) => (0, 0, false),
         (ShardKind::Fsdp2 { .. }, Precision::AmpBf16 | Precision::AmpFp16) => {
+            check_fsdp2_fp32_buffers(model, w.precision)?;
             rank_w.precision = if w.precision == Precision::AmpBf16 {
                 Precision::Bf16
             } else {
@@ -205,7 +259,10 @@ fn simulate_in(
             };
             (4, 4, true)
         }
-        (ShardKind::Fsdp2 { .. }, Precision::Bf16 | Precision::Fp16) => (2, 2, false),
+        (ShardKind::Fsdp2 { .. }, Precision::Bf16 | Precision::Fp16) => {
+            check_fsdp2_uniform_dtype(model, w.precision)?;
+            (2, 2, false)
+        }
         (ShardKind::Fsdp2 { .. }, Precision::Fp32) => (4, 4, false),
         (ShardKind::Zero { .. }, Precision::Fp32) => (4, 4, false),
         (ShardKind::Zero { .. }, p) => {
