@@ -287,17 +287,8 @@ fn without_provenance(text: &str) -> String {
 #[test]
 fn every_seed_command_writes_the_seed_files() {
     let run = |command: &str, kind: EmitKind| -> String {
-        let argv: Vec<&str> = command
-            .strip_prefix("memwall ")
-            .expect("a seed command starts with `memwall `")
-            .split_whitespace()
-            .chain(["--emit", kind.name()])
-            .collect();
-        let mut out = Vec::new();
-        memwall_cli::run_args(argv.clone(), &mut out)
-            .unwrap_or_else(|e| panic!("`{}` failed: {e:?}", argv.join(" ")));
         // the command line separates the printed files by an empty line
-        String::from_utf8(out)
+        seeds::run_with_emit(command, kind)
             .unwrap()
             .replace("\n\n==> ", "\n==> ")
     };

@@ -6,8 +6,8 @@
 
 use memwall_core::memory::{simulate_train, Kernels};
 use memwall_core::workload::{
-    AttentionImpl, CheckpointPolicy, KernelOptions, KernelSet, Lora, LossKernel, Optimizer,
-    Precision, StepOptions, TrainLoop, TrainWorkload,
+    AttentionImpl, CheckpointPolicy, InferWorkload, KernelOptions, KernelSet, Lora, LossKernel,
+    Optimizer, Precision, StepOptions, TrainLoop, TrainWorkload,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -401,9 +401,32 @@ fn infer_rows() -> Vec<Row> {
     infer_rows_of("tests/truth/infer.jsonl")
 }
 
+/// The workload an inference case recorded (attention as the model runs it).
+fn infer_workload(c: &InferCase, desc: &memwall_core::model::ModelDesc) -> InferWorkload {
+    use memwall_core::workload::{KvDtype, WeightFormat};
+    InferWorkload {
+        batch: c.batch,
+        prompt: c.prompt,
+        new_tokens: c.new_tokens,
+        attention: attention_of(
+            desc,
+            match c.attention.as_str() {
+                "eager" => AttentionImpl::Eager,
+                _ => AttentionImpl::Sdpa,
+            },
+        ),
+        weights: WeightFormat::ALL
+            .iter()
+            .find(|(_, n)| *n == c.weights)
+            .unwrap_or_else(|| panic!("{}: weights {}", c.id, c.weights))
+            .0,
+        kv_dtype: KvDtype::Auto,
+        moe_decode_batched: c.decode_experts.as_deref() != Some("grouped_mm"),
+    }
+}
+
 fn infer_rows_of(file: &str) -> Vec<Row> {
     use memwall_core::memory::simulate_infer;
-    use memwall_core::workload::{InferWorkload, KvDtype, WeightFormat};
     let Ok(text) = std::fs::read_to_string(root().join(file)) else {
         return Vec::new();
     };
@@ -418,25 +441,7 @@ fn infer_rows_of(file: &str) -> Vec<Row> {
             memwall_formats::parse_hf_config(&json).unwrap_or_else(|e| panic!("{}: {e}", c.id));
         assert_eq!(desc.model_type, c.model_type, "{}", c.id);
         with_image_tokens(&mut desc, c.image_tokens);
-        let w = InferWorkload {
-            batch: c.batch,
-            prompt: c.prompt,
-            new_tokens: c.new_tokens,
-            attention: attention_of(
-                &desc,
-                match c.attention.as_str() {
-                    "eager" => AttentionImpl::Eager,
-                    _ => AttentionImpl::Sdpa,
-                },
-            ),
-            weights: WeightFormat::ALL
-                .iter()
-                .find(|(_, n)| *n == c.weights)
-                .unwrap_or_else(|| panic!("{}: weights {}", c.id, c.weights))
-                .0,
-            kv_dtype: KvDtype::Auto,
-            moe_decode_batched: c.decode_experts.as_deref() != Some("grouped_mm"),
-        };
+        let w = infer_workload(&c, &desc);
         let e =
             simulate_infer(&desc, &w, Kernels::Cpu).unwrap_or_else(|err| panic!("{}: {err}", c.id));
         assert_eq!(
@@ -674,38 +679,12 @@ fn dist_rows() -> (Vec<Row>, Vec<PhaseRow>) {
     (out, phases)
 }
 
-/// Cases listed in `tests/truth/known_gaps.toml` with their reason.
-fn known_gaps() -> BTreeMap<String, String> {
+/// The `[[TABLE]]` entries of `tests/truth/known_gaps.toml`: case id → reason.
+fn gaps_table(table: &str) -> BTreeMap<String, String> {
     let text = std::fs::read_to_string(root().join("tests/truth/known_gaps.toml"))
-        .expect("tests/truth/known_gaps.toml exists (it may hold no [[gap]] entries)");
+        .expect("tests/truth/known_gaps.toml exists (it may hold no entries)");
     let v: toml::Value = text.parse().expect("known_gaps.toml parses");
-    v.get("gap")
-        .and_then(|g| g.as_array())
-        .map(|gaps| {
-            gaps.iter()
-                .map(|g| {
-                    let field = |k: &str| {
-                        g.get(k)
-                            .and_then(|x| x.as_str())
-                            .unwrap_or_else(|| panic!("known_gaps.toml: a [[gap]] without `{k}`"))
-                            .to_owned()
-                    };
-                    let (id, reason) = (field("id"), field("reason"));
-                    (id, reason)
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Measured cases the estimator refuses by name (`[[refused]]` in `tests/truth/known_gaps.toml`)
-/// with the reason: a combination found wrong and refused rather than estimated wrong. The
-/// test fails when a listed case is estimated again (remove it then).
-fn refused_cases() -> BTreeMap<String, String> {
-    let text = std::fs::read_to_string(root().join("tests/truth/known_gaps.toml"))
-        .expect("tests/truth/known_gaps.toml exists");
-    let v: toml::Value = text.parse().expect("known_gaps.toml parses");
-    v.get("refused")
+    v.get(table)
         .and_then(|g| g.as_array())
         .map(|list| {
             list.iter()
@@ -714,7 +693,7 @@ fn refused_cases() -> BTreeMap<String, String> {
                         g.get(k)
                             .and_then(|x| x.as_str())
                             .unwrap_or_else(|| {
-                                panic!("known_gaps.toml: a [[refused]] without `{k}`")
+                                panic!("known_gaps.toml: a [[{table}]] without `{k}`")
                             })
                             .to_owned()
                     };
@@ -723,6 +702,18 @@ fn refused_cases() -> BTreeMap<String, String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Cases listed in `tests/truth/known_gaps.toml` (`[[gap]]`) with their reason.
+fn known_gaps() -> BTreeMap<String, String> {
+    gaps_table("gap")
+}
+
+/// Measured cases the estimator refuses by name (`[[refused]]` in `tests/truth/known_gaps.toml`)
+/// with the reason: a combination found wrong and refused rather than estimated wrong. The
+/// test fails when a listed case is estimated again (remove it then).
+fn refused_cases() -> BTreeMap<String, String> {
+    gaps_table("refused")
 }
 
 /// Asserts every case within 3% except listed known gaps, which must stay within 10% and
@@ -1477,7 +1468,6 @@ fn every_torchtitan_crosscheck_measures_the_same_on_fake_and_real_tensors() {
 #[ignore = "prints a scratch sweep named by MEMWALL_SWEEP_TRAIN / MEMWALL_SWEEP_INFER"]
 fn sweep() {
     use memwall_core::memory::simulate_infer;
-    use memwall_core::workload::{InferWorkload, KvDtype, WeightFormat};
     let mut errs = Vec::new();
     let mut print = |id: &str, measured: u64, r: Result<(u64, String), String>, mphase: &str| {
         match r {
@@ -1511,25 +1501,7 @@ fn sweep() {
             let json = std::fs::read_to_string(root().join(&c.config)).unwrap();
             let mut desc = memwall_formats::parse_hf_config(&json).unwrap();
             with_image_tokens(&mut desc, c.image_tokens);
-            let w = InferWorkload {
-                batch: c.batch,
-                prompt: c.prompt,
-                new_tokens: c.new_tokens,
-                attention: attention_of(
-                    &desc,
-                    match c.attention.as_str() {
-                        "eager" => AttentionImpl::Eager,
-                        _ => AttentionImpl::Sdpa,
-                    },
-                ),
-                weights: WeightFormat::ALL
-                    .iter()
-                    .find(|(_, n)| *n == c.weights)
-                    .unwrap()
-                    .0,
-                kv_dtype: KvDtype::Auto,
-                moe_decode_batched: c.decode_experts.as_deref() != Some("grouped_mm"),
-            };
+            let w = infer_workload(&c, &desc);
             let r = simulate_infer(&desc, &w, Kernels::Cpu)
                 .map(|e| (e.peak_bytes, phase_name(e.phase)))
                 .map_err(|e| e.to_string());

@@ -15,16 +15,7 @@ use std::path::PathBuf;
 /// The estimate `command` (a seed's `memwall …` line) prints in the header of its `--emit kind`
 /// files: the figures the report quotes are the command's own.
 fn command_estimate(command: &str, kind: EmitKind) -> anyhow::Result<String> {
-    let argv: Vec<&str> = command
-        .strip_prefix("memwall ")
-        .context("a seed command starts with `memwall `")?
-        .split_whitespace()
-        .chain(["--emit", kind.name()])
-        .collect();
-    let mut out = Vec::new();
-    memwall_cli::run_args(argv, &mut out)
-        .map_err(|e| anyhow::anyhow!("`{command}` failed: {}", e.join("\n")))?;
-    let text = String::from_utf8(out)?;
+    let text = seeds::run_with_emit(command, kind)?;
     text.lines()
         .find_map(|l| {
             l.split_once("estimate: ")

@@ -198,3 +198,23 @@ pub fn serve_spec(seed: &ServeSeed, estimate: &str) -> ServeLaunchSpec {
         estimate: estimate.to_string(),
     })
 }
+
+/// What `command` (a seed's `memwall …` line) prints with `--emit kind`: its files, one after
+/// the other under `==> name <==` lines, the way a user runs it.
+pub fn run_with_emit(command: &str, kind: EmitKind) -> anyhow::Result<String> {
+    let argv: Vec<&str> = command
+        .strip_prefix("memwall ")
+        .ok_or_else(|| anyhow::anyhow!("a seed command starts with `memwall `: {command}"))?
+        .split_whitespace()
+        .chain(["--emit", kind.name()])
+        .collect();
+    let mut out = Vec::new();
+    memwall_cli::run_args(argv, &mut out).map_err(|e| {
+        anyhow::anyhow!(
+            "`{command} --emit {}` failed: {}",
+            kind.name(),
+            e.join("\n")
+        )
+    })?;
+    Ok(String::from_utf8(out)?)
+}

@@ -707,6 +707,12 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         out.push(x);
     }
 
+    // block 0's fp32 reduce-scatter input, alive through the embeddings' pre-backward and backward
+    let block0_reduce_scatter = if layers > 0 {
+        4 * z.padded(&z.block)
+    } else {
+        0
+    };
     // the embeddings' pre-backward (measured: `titan-qwen3tied-0.6b-28l-w2-s128`, where the
     // tied unit is the embeddings' and this is the peak): FSDP2's `wait_for_unshard` copies the
     // all-gather output into the unsharded parameters, both alive (outside the forward the
@@ -720,14 +726,7 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
     );
     x.add(Weights, u_embedding)
         .add(CommBuffers, u_embedding)
-        .add(
-            CommBuffers,
-            if layers > 0 {
-                4 * z.padded(&z.block)
-            } else {
-                0
-            },
-        )
+        .add(CommBuffers, block0_reduce_scatter)
         .add(Gradients, 4 * (sharded - embedding_own))
         .add(Activations, positions)
         .add(Temporaries, 2 * d * tl);
@@ -744,14 +743,7 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         Phase::Backward,
     );
     x.add(Weights, u_embedding)
-        .add(
-            CommBuffers,
-            if layers > 0 {
-                4 * z.padded(&z.block)
-            } else {
-                0
-            },
-        )
+        .add(CommBuffers, block0_reduce_scatter)
         .add(Gradients, 4 * (sharded - embedding_own))
         .add(Activations, positions)
         .add(Temporaries, 2 * z.padded(&z.embedding) + 2 * d * tokens);
