@@ -79,6 +79,24 @@ fn layer_scaling(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new("fast fsdp 15 uneven ranks", n), |b| {
             b.iter(|| fast::simulate_train_dist(black_box(&m), black_box(&w), &l, Kernels::Cuda))
         });
+        // an evaluation context (the plan search's) finds the repeated layers once per model:
+        // 16 distinct workloads per context, so every estimate is simulated (no memo hit)
+        g.throughput(Throughput::Elements(16));
+        g.bench_function(
+            BenchmarkId::new("evaluation context, 16 workloads", n),
+            |b| {
+                b.iter(|| {
+                    let mut ev = fast::Evaluator::new(black_box(&m), Kernels::Cuda);
+                    (1..=16)
+                        .map(|batch| {
+                            ev.train(&TrainWorkload::new(batch, 2048))
+                                .map_or(0, |e| e.peak_bytes)
+                        })
+                        .max()
+                })
+            },
+        );
+        g.throughput(Throughput::Elements(1));
     }
     g.finish();
 }

@@ -2,7 +2,9 @@
 //! (`valgrind --tool=callgrind`, `perf stat -e instructions`), whose figures do not move with
 //! the machine's load: `cargo run --release -p memwall-cli --example estimate_loop -- KIND N`
 //! with KIND one of `train-405b`, `zero3-1e5`, `fsdp-15`, `infer-1e5`, `train-32`, `train-4096`
-//! (the last two: Llama-3.1-8B's layer repeated 32 and 4,096 times, batch 1 × 2048).
+//! (the last two: Llama-3.1-8B's layer repeated 32 and 4,096 times, batch 1 × 2048), and
+//! `ctx-32`, `ctx-4096`: the same models in one evaluation context (`fast::Evaluator`, the plan
+//! search's) per 16 distinct workloads (micro-batch 1–16), N contexts.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use memwall_core::layout::{Layout, Strategy};
@@ -70,6 +72,20 @@ fn main() {
                 acc ^= fast::simulate_infer(&m, &w, Kernels::Cuda)
                     .unwrap()
                     .peak_bytes;
+            }
+        }
+        "ctx-32" | "ctx-4096" => {
+            let mut m = model("llama-3.1-8b");
+            let l = m.layers[0];
+            m.layers = vec![l; if kind == "ctx-32" { 32 } else { 4096 }];
+            for _ in 0..n {
+                let mut ev = fast::Evaluator::new(&m, Kernels::Cuda);
+                for batch in 1..=16 {
+                    acc ^= ev
+                        .train(&TrainWorkload::new(batch, 2048))
+                        .unwrap()
+                        .peak_bytes;
+                }
             }
         }
         other => panic!("unknown kind {other}"),

@@ -318,8 +318,16 @@ fn simulate_in(
         }
         let shard = shard_for(rank);
         let (r, p, d) = match rank_memo.as_deref_mut() {
-            Some(m) => m.rank(&rank_w, shard, || fast_rank(model, &rank_w, kernels, shard))?,
-            None => fast_rank(model, &rank_w, kernels, shard)?,
+            Some(m) => {
+                // lent to the closure while the memo is borrowed (no copy)
+                let classes = m.classes.take();
+                let r = m.rank(&rank_w, shard, || {
+                    fast_rank(model, &rank_w, kernels, shard, classes.as_ref())
+                });
+                m.classes = classes;
+                r?
+            }
+            None => fast_rank(model, &rank_w, kernels, shard, None)?,
         };
         if path == Path::Extrapolated {
             path = p;
@@ -467,13 +475,15 @@ fn fast_rank(
     w: &TrainWorkload,
     kernels: Kernels,
     shard: ShardSim,
+    classes: Option<&crate::memory::fast::LayerClasses>,
 ) -> Result<(RankRun, Path, Vec<u128>), CoreError> {
     let mut comm: Vec<CommBuffer> = Vec::new();
     let mut dims: Vec<u128> = Vec::new();
     let ev = crate::memory::fast::evaluate(
         model.layers.len(),
         |i, j| {
-            model.layers[i] == model.layers[j] && w.checkpoints_layer(i) == w.checkpoints_layer(j)
+            crate::memory::fast::LayerClasses::same(classes, model, i, j)
+                && w.checkpoints_layer(i) == w.checkpoints_layer(j)
         },
         |red, rec| {
             let mut b = Builder::train(model, w, kernels, Some(shard));

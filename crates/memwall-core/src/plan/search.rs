@@ -465,6 +465,17 @@ pub fn search_with_progress(
     r: &PlanRequest,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<PlanResult, CoreError> {
+    search_on(model, gpu, r, progress, 2)
+}
+
+/// [`search_with_progress`] on up to `max_threads` threads (1 or 2; the result is the same).
+fn search_on(
+    model: &ModelDesc,
+    gpu: &GpuSpec,
+    r: &PlanRequest,
+    progress: &mut dyn FnMut(usize, usize),
+    max_threads: usize,
+) -> Result<PlanResult, CoreError> {
     if r.gpus == 0 || r.gpus > crate::layout::MAX_GPUS {
         return Err(CoreError::invalid(
             "gpus",
@@ -516,18 +527,17 @@ pub fn search_with_progress(
         seqs: seqs.len(),
         ..SearchSpace::default()
     };
-    let mut evaluated = 0u64;
-    // one evaluation context for the whole search: candidates that give a rank the same
-    // memory workload share its simulation (an exact memo, `memory::fast::Evaluator`)
-    let mut ev = Evaluator::new(model, r.kernels);
-    let mut found: Vec<Plan> = Vec::new();
-    let total = layouts.len();
     let titan = r.runtime == Runtime::Torchtitan;
-    for (done, layout) in layouts.iter().enumerate() {
-        progress(done, total);
+    let total = layouts.len();
+    // the candidates of one layout, into `found` (fitting plans, in the search's order)
+    let search_layout = |layout: &Option<Layout>,
+                         ev: &mut Evaluator<'_>,
+                         evaluated: &mut u64,
+                         (micro_batches, combinations): (&mut usize, &mut u64),
+                         found: &mut Vec<Plan>| {
         let dp = layout.as_ref().map_or(1, Layout::dp);
         if !r.global_batch.is_multiple_of(dp) {
-            continue;
+            return;
         }
         let per_rank = r.global_batch / dp;
         let pp = layout.as_ref().map_or(1, |l| l.pp);
@@ -544,9 +554,9 @@ pub fn search_with_progress(
             divisors(per_rank)
         };
         if mbs.is_empty() {
-            continue;
+            return;
         }
-        space.micro_batches = space.micro_batches.max(mbs.len());
+        *micro_batches = (*micro_batches).max(mbs.len());
         for &seq in &seqs {
             for checkpointing in [false, true] {
                 for &precision in &precisions {
@@ -590,27 +600,77 @@ pub fn search_with_progress(
                             if engine.check(&probe, layout.as_ref()).is_err() {
                                 continue;
                             }
-                            space.combinations += 1;
+                            *combinations += 1;
                             let combo = Combo {
                                 layout: layout.clone(),
                                 changes: changes(r, &w, layout.as_ref(), seq),
                                 w,
                             };
-                            best_micro_batch(
-                                model,
-                                gpu,
-                                r,
-                                &combo,
-                                &mbs,
-                                (&mut ev, &mut evaluated),
-                                &mut found,
-                            );
+                            best_micro_batch(model, gpu, r, &combo, &mbs, (ev, evaluated), found);
                         }
                     }
                 }
             }
         }
+    };
+    // The layouts are independent: they are searched on up to two threads (the plan search's
+    // machine, CI's and the issue's, has two cores), the second taking every other layout, each
+    // thread with its own evaluation context (an exact memo: the answers do not depend on what
+    // it remembers). Each layout's plans are kept apart and joined in layout order, so the
+    // result is the sequential search's, byte for byte. Where threads cannot be started
+    // (WebAssembly) the search runs on the calling thread alone.
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(max_threads));
+    let done = AtomicUsize::new(0);
+    // layouts `first, first + stride, …` into `out` (indexed by layout) with one context; the
+    // calling thread's share reports progress (layouts done by both threads)
+    let share = |first: usize,
+                 stride: usize,
+                 out: &mut [Vec<Plan>],
+                 report: &mut dyn FnMut(usize, usize)| {
+        let mut ev = Evaluator::new(model, r.kernels);
+        let mut tally = (0u64, 0usize, 0u64);
+        for i in (first..total).step_by(stride) {
+            report(done.load(Ordering::Relaxed), total);
+            let (e, m, c) = &mut tally;
+            search_layout(&layouts[i], &mut ev, e, (m, c), &mut out[i]);
+            done.fetch_add(1, Ordering::Relaxed);
+        }
+        tally
+    };
+    let mut per_layout: Vec<Vec<Plan>> = vec![Vec::new(); total];
+    let mut other: Vec<Vec<Plan>> = vec![Vec::new(); total];
+    let tallies = std::thread::scope(|scope| {
+        let helper = (threads > 1)
+            .then(|| {
+                std::thread::Builder::new()
+                    .spawn_scoped(scope, || share(1, 2, &mut other, &mut |_, _| {}))
+                    .ok()
+            })
+            .flatten();
+        match helper {
+            Some(h) => {
+                let mine = share(0, 2, &mut per_layout, progress);
+                match h.join() {
+                    Ok(theirs) => vec![mine, theirs],
+                    Err(p) => std::panic::resume_unwind(p),
+                }
+            }
+            None => vec![share(0, 1, &mut per_layout, progress)],
+        }
+    });
+    let mut evaluated = 0u64;
+    for (e, m, c) in tallies {
+        evaluated += e;
+        space.micro_batches = space.micro_batches.max(m);
+        space.combinations += c;
     }
+    for (i, plans) in other.into_iter().enumerate() {
+        if !plans.is_empty() {
+            per_layout[i] = plans;
+        }
+    }
+    let mut found: Vec<Plan> = per_layout.into_iter().flatten().collect();
     progress(total, total);
     let fitting = found.len() as u64;
     found.sort_by(|a, b| {
@@ -798,6 +858,35 @@ mod tests {
             kernels: Kernels::Cuda,
             runtime: Runtime::Hf,
         }
+    }
+
+    #[test]
+    fn two_threads_find_what_one_finds() {
+        let gpu = crate::advice::tests::gpu("a100-80gb", 80, "ampere");
+        let mut lora_offload = request(16, 64);
+        lora_offload.allow = Allow {
+            lora: true,
+            offload: true,
+            adamw_8bit: true,
+            shorter_seq: true,
+            ..Allow::default()
+        };
+        lora_offload.top = 1000;
+        let mut fitting = 0;
+        for r in [request(8, 32), request(1, 4), lora_offload] {
+            let mut seen = Vec::new();
+            let one = search_on(&llama2_7b(), &gpu, &r, &mut |d, t| seen.push((d, t)), 1);
+            let mut seen2 = Vec::new();
+            let two = search_on(&llama2_7b(), &gpu, &r, &mut |d, t| seen2.push((d, t)), 2);
+            assert_eq!(one, two, "{} GPUs", r.gpus);
+            let one = one.unwrap();
+            assert!(one.search_space.layouts > 0 && one.candidates_evaluated > 0);
+            fitting += one.fitting;
+            // progress ends at the total on both, never going back
+            assert_eq!(seen.last(), seen2.last());
+            assert!(seen2.windows(2).all(|w| w[0].0 <= w[1].0), "{seen2:?}");
+        }
+        assert!(fitting > 100, "{fitting}");
     }
 
     #[test]

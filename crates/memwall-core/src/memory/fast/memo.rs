@@ -39,6 +39,8 @@ pub(crate) type RankValue = (crate::memory::dist::RankRun, Path, Vec<u128>);
 /// Remembered ranks of distributed steps.
 #[derive(Default)]
 pub(crate) struct RankMemo {
+    /// The model's layer classes (the context's model; empty outside a context).
+    pub classes: Option<super::LayerClasses>,
     entries: Vec<(TrainWorkload, ShardSim, RankValue)>,
     /// Answers given from the memo.
     pub hits: u64,
@@ -99,7 +101,10 @@ impl<'m> Evaluator<'m> {
             model,
             kernels,
             single: Vec::new(),
-            ranks: RankMemo::default(),
+            ranks: RankMemo {
+                classes: Some(super::LayerClasses::new(model)),
+                ..RankMemo::default()
+            },
             single_hits: 0,
             single_misses: 0,
         }
@@ -125,7 +130,13 @@ impl<'m> Evaluator<'m> {
             return Ok(v.clone());
         }
         self.single_misses += 1;
-        let v = super::train_checked(self.model, w, self.kernels, engine)?;
+        let v = super::train_checked(
+            self.model,
+            w,
+            self.kernels,
+            engine,
+            self.ranks.classes.as_ref(),
+        )?;
         if self.single.len() >= MAX_ENTRIES {
             self.single.clear();
         }
