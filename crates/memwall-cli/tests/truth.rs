@@ -544,11 +544,20 @@ struct PhaseRow {
 
 /// Every distributed case (its step peak on rank 0) and every phase's own peak.
 fn dist_rows() -> (Vec<Row>, Vec<PhaseRow>) {
-    use memwall_core::layout::{Layout, Strategy};
-    use memwall_core::memory::{simulate_train_dist_with, DistOptions};
     let Ok(text) = std::fs::read_to_string(root().join("tests/truth/dist.jsonl")) else {
         return (Vec::new(), Vec::new());
     };
+    dist_rows_of(&text, None)
+}
+
+/// The rows of distributed cases `text` (JSON lines). With `refusals`, a case the estimator
+/// refuses is recorded there (a scratch sweep) instead of failing the test.
+fn dist_rows_of(
+    text: &str,
+    mut refusals: Option<&mut Vec<(String, String)>>,
+) -> (Vec<Row>, Vec<PhaseRow>) {
+    use memwall_core::layout::{Layout, Strategy};
+    use memwall_core::memory::{simulate_train_dist_with, DistOptions};
     let mut out = Vec::new();
     let mut phases = Vec::new();
     let refused = refused_cases();
@@ -626,7 +635,13 @@ fn dist_rows() -> (Vec<Row>, Vec<PhaseRow>) {
             (Ok(e), None) => e,
             // refused by name, with the reason the toml gives
             (Err(_), Some(_)) => continue,
-            (Err(err), None) => panic!("{}: {err}", c.id),
+            (Err(err), None) => match refusals.as_deref_mut() {
+                Some(r) => {
+                    r.push((c.id.clone(), err.to_string()));
+                    continue;
+                }
+                None => panic!("{}: {err}", c.id),
+            },
         };
         assert_eq!(
             memwall_core::memory::fast::simulate_train_dist_with(
@@ -1461,8 +1476,9 @@ fn every_torchtitan_crosscheck_measures_the_same_on_fake_and_real_tensors() {
     );
 }
 
-/// A sweep of scratch measurements (not fixtures): `MEMWALL_SWEEP_TRAIN=file.jsonl` and/or
-/// `MEMWALL_SWEEP_INFER=file.jsonl` print every case's error (refusals by name included)
+/// A sweep of scratch measurements (not fixtures): `MEMWALL_SWEEP_TRAIN=file.jsonl`,
+/// `MEMWALL_SWEEP_INFER=file.jsonl` and/or `MEMWALL_SWEEP_DIST=file.jsonl` (rows of
+/// `tools/truth/measure_dist.py --out file.jsonl`) print every case's error (refusals by name included)
 /// without asserting; `cargo test -p memwall-cli --test truth sweep -- --ignored --nocapture`.
 #[test]
 #[ignore = "prints a scratch sweep named by MEMWALL_SWEEP_TRAIN / MEMWALL_SWEEP_INFER"]
@@ -1506,6 +1522,28 @@ fn sweep() {
                 .map(|e| (e.peak_bytes, phase_name(e.phase)))
                 .map_err(|e| e.to_string());
             print(&c.id, c.measured.peak_bytes, r, &c.measured.phase);
+        }
+    }
+    if let Ok(file) = std::env::var("MEMWALL_SWEEP_DIST") {
+        let text = std::fs::read_to_string(file).unwrap();
+        let mut refusals = Vec::new();
+        let (rows, phases) = dist_rows_of(&text, Some(&mut refusals));
+        for r in rows {
+            print(
+                &r.id,
+                r.measured,
+                Ok((r.estimated, r.phase_estimated.clone())),
+                &r.phase_measured,
+            );
+        }
+        for p in phases.iter().filter(|p| p.error_pct.abs() > 1.0) {
+            println!(
+                "SWEEP phase {:<40} {:+8.3}%  measured {:>14} estimated {:>14}",
+                p.id, p.error_pct, p.measured, p.estimated
+            );
+        }
+        for (id, msg) in refusals {
+            print(&id, 0, Err(msg), "");
         }
     }
     if !errs.is_empty() {
