@@ -640,7 +640,8 @@ def fast_mem_tracker_class():
 def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: bool = True,
              fake_images: bool = False) -> dict:
     """Measure one case.  fake=False runs on real CPU tensors (tools/truth/crosscheck.py).
-    fake_images=True (crosscheck only, mistral3): image cases run on fake tensors too, with
+    fake_images=True (crosscheck for mistral3; every llama4 image case): image cases run on fake
+    tensors too, with (mistral3)
     `image_sizes` given as a list (fake tensors made from it keep their values, so
     `get_image_features`' `.tolist()` of the split sizes is concrete) and transformers'
     placeholder-count check disabled (TRANSFORMERS_DISABLE_TORCH_CHECK, a data read); both runs

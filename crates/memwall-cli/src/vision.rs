@@ -127,9 +127,8 @@ fn check_image_tokens(
     let kind = v.forward.as_ref().map(|f| f.kind);
     if let Some(per) = v.forward.as_ref().map(|f| f.per_image).filter(|&p| p > 0) {
         if kind == Some(VisionKind::Llama4) {
-            return check_llama4_tiles(model, n, per, ctx).and_then(|()| {
-                check_image_job(v, n, train_vision, ctx)
-            });
+            return check_llama4_tiles(model, n, per, ctx)
+                .and_then(|()| check_image_job(v, n, train_vision, ctx));
         }
         if !n.is_multiple_of(per) {
             return refuse(
@@ -176,14 +175,21 @@ fn check_llama4_tiles(model: &ModelSource, n: u64, per: u64, ctx: ImageContext<'
     };
     if !n.is_multiple_of(per) {
         let down = n / per * per;
+        let tiles = |t: u64| {
+            if t == 1 {
+                "1 tile".to_string()
+            } else {
+                format!("{t} tiles")
+            }
+        };
         let hint = if down == 0 {
             format!("give --image-tokens {per} for one tile")
         } else {
             format!(
-                "give --image-tokens {down} ({} tiles) or {} ({} tiles)",
-                down / per,
+                "give --image-tokens {down} ({}) or {} ({})",
+                tiles(down / per),
                 down + per,
-                down / per + 1
+                tiles(down / per + 1)
             )
         };
         return refuse(

@@ -242,3 +242,79 @@ impl Builder<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::memory::{simulate_train, Kernels, Phase};
+    use crate::model::tests::llama2_7b;
+    use crate::model::{ModelDesc, VisionForward, VisionKind, VisionTower};
+    use crate::workload::{AttentionImpl, TrainWorkload};
+
+    /// Llama-2-7B's first two layers behind a Scout-shaped tower of two layers.
+    fn model(image_tokens: Option<u64>) -> ModelDesc {
+        let mut m = llama2_7b();
+        m.layers.truncate(2);
+        m.vision = Some(VisionTower {
+            model_type: "llama4_vision_model".into(),
+            encoder_params: 1000,
+            projector_params: 100,
+            trainable: false,
+            linears: Vec::new(),
+            forward: Some(VisionForward {
+                patch_in: 3 * 14 * 14,
+                width: 1408,
+                heads: 16,
+                mlp: 5632,
+                depth: 2,
+                merge: 2,
+                out: 4096,
+                kind: VisionKind::Llama4,
+                window: 0,
+                full_blocks: Vec::new(),
+                per_image: 144,
+                adapter: 4096,
+            }),
+            image_tokens,
+        });
+        m
+    }
+
+    fn forward_peak(m: &ModelDesc, batch: u64, attention: AttentionImpl) -> u64 {
+        // a short text sequence (the core does not tie N to it; the CLI does), so that the tower
+        // sets the forward peak
+        let mut w = TrainWorkload::new(batch, 64);
+        w.attention = attention;
+        let e = simulate_train(m, &w, Kernels::Cpu).unwrap();
+        e.phase_peaks
+            .iter()
+            .find(|(p, _)| *p == Phase::Forward)
+            .map(|&(_, b)| b)
+            .unwrap()
+    }
+
+    #[test]
+    fn eager_weights_are_per_tile_and_in_the_model_dtype() {
+        // 4 rows of 17 tiles: eager holds two [68, 16, 577, 577] bf16 tensors at once (the
+        // scaled scores and the softmax, no fp32 copy: 1.45 GB), SDPA none of them (measured:
+        // vlm-l4xc-img2448-b2-sgd-eager, the tower sets the forward's peak within 0.02%)
+        let w = 68 * 16 * 577 * 577 * 2;
+        let text = forward_peak(&model(None), 4, AttentionImpl::Eager);
+        let eager = forward_peak(&model(Some(2448)), 4, AttentionImpl::Eager);
+        let sdpa = forward_peak(&model(Some(2448)), 4, AttentionImpl::Sdpa);
+        assert!(eager > text + 2 * w, "{text} {eager}");
+        // an fp32 softmax (as Pixtral's and SigLIP's eager attention) would add two fp32
+        // copies of the weights, 4w
+        assert!(eager < text + 3 * w, "{text} {eager}");
+        // SDPA's peak in the tower is the rotary's fp32 copies and the MLP, below eager's
+        assert!(sdpa < eager, "{sdpa} {eager}");
+    }
+
+    #[test]
+    fn fewer_tokens_than_a_tile_run_no_tower() {
+        let text = forward_peak(&model(None), 1, AttentionImpl::Sdpa);
+        assert_eq!(
+            forward_peak(&model(Some(100)), 1, AttentionImpl::Sdpa),
+            text
+        );
+    }
+}
