@@ -879,6 +879,23 @@ impl VisionTower {
     pub fn params(&self) -> u64 {
         self.encoder_params.saturating_add(self.projector_params)
     }
+
+    /// The fewest tokens a sequence needs for its image tokens (`image_tokens` with a
+    /// simulated forward): the image tokens and the separator tokens the family's processor
+    /// adds around them (mistral3: one `[IMG_BREAK]`/`[IMG_END]` per row of the image grid;
+    /// llama4: `<|image_start|>`, a separator per local tile, `<|image|>`, `<|image_end|>`, i.e.
+    /// tiles + 2); 0 without image tokens.
+    pub fn image_sequence_tokens(&self) -> u128 {
+        let (Some(f), Some(n)) = (self.forward.as_ref(), self.image_tokens) else {
+            return 0;
+        };
+        let n = u128::from(n);
+        n + match f.kind {
+            VisionKind::Pixtral => crate::memory::image_grid(n).0,
+            VisionKind::Llama4 => n / u128::from(f.per_image.max(1)) + 2,
+            VisionKind::Qwen2Vl | VisionKind::Qwen25Vl | VisionKind::Gemma3Siglip => 0,
+        }
+    }
 }
 
 fn is_true(b: &bool) -> bool {
