@@ -70,6 +70,15 @@ CASES = [
          image_tokens=64, attention="eager", optimizer="sgd", fake_images=True),
     dict(id="xc-mistral3-1l-img30-sdpa", config="mistral-small-3.1-24b-1l-v2", batch=1, seq=64,
          image_tokens=30, optimizer="sgd", fake_images=True),
+    # llama4 image inputs (Llama4VisionModel at Scout's widths, 2 layers, behind a small text
+    # model): its measured image cases run on fake tensors (measure.run_case), so both here
+    dict(id="xc-llama4-small-img288-b2-eager", config="llama4-xc-small", batch=2, seq=320,
+         image_tokens=288, attention="eager", optimizer="sgd", fake_images=True),
+    dict(id="xc-llama4-small-img720-sdpa", config="llama4-xc-small", batch=1, seq=800,
+         image_tokens=720, optimizer="sgd", fake_images=True),
+    dict(id="xc-llama4-small-img144-fp32-lora", config="llama4-xc-small", batch=2, seq=200,
+         image_tokens=144, precision="fp32",
+         lora={"rank": 8, "alpha": 16, "targets": ["gate_proj", "up_proj", "down_proj"]}),
     # llama4_text under autocast (issue 14): Llama4TextExperts' bmm casts and caches the fp32
     # expert weights; the 16-bit copies must be alive on real tensors as on fake ones
     dict(id="xc-llama4-tiny-ampfp16-sgd", config="sw6-llama4", batch=1, seq=33,

@@ -474,7 +474,31 @@ VISION_REDUCED = {
     "gemma-3-4b-2l-v2": ("gemma-3-4b", 2, 2),  # SigLIP: num_hidden_layers in vision_config
     "gemma-3-4b-6l-v2": ("gemma-3-4b", 6, 2),  # 5 sliding + 1 full-attention text layer
     "mistral-small-3.1-24b-1l-v2": ("mistral-small-3.1-24b", 1, 2),  # Pixtral: num_hidden_layers
+    # Llama 4 Scout: 1 MoE text layer (16 experts, chunked attention) and 2 vision encoder
+    # layers at the real widths (1408 wide, 16 heads, 5632 MLP, 336-px tiles)
+    "llama-4-scout-17b-16e-1l-v2": ("llama-4-scout-17b-16e", 1, 2),
 }
+
+# small llama4 wrappers for the fake = real crosscheck on real CPU tensors: the text model at
+# sw6-llama4's small widths (tools/truth/shrink_configs.py), the special ids moved into its
+# vocabulary, the vision tower at Scout's widths cut to 2 layers
+VISION_SMALL = {
+    "llama4-xc-small": ("llama-4-scout-17b-16e", "sw6-llama4", 2),
+}
+
+
+def small_vision(base: str, text: str, depth: int) -> dict:
+    d = reduce_vision(reduce(base_config(base), 1, base), depth)
+    t = json.loads((OUT / f"{text}.json").read_text())
+    t["num_hidden_layers"] = 2
+    d["text_config"] = t
+    d["num_hidden_layers"] = 2
+    vocab = int(t["vocab_size"])
+    d["image_token_index"], d["boi_token_index"], d["eoi_token_index"] = vocab - 1, vocab - 3, vocab - 2
+    d["_memwall"] = (f"constructed: {base}'s vision_config cut to {depth} layers with {text}'s text_config "
+                     f"(2 layers; its vocabulary {vocab}, so image/boi/eoi ids {vocab - 1}/{vocab - 3}/{vocab - 2}) "
+                     f"({d['_memwall']})")
+    return d
 
 
 def reduce_vision(d: dict, depth: int) -> dict:
@@ -577,6 +601,11 @@ def main() -> None:
             print(f"skip {name}")
             continue
         write(name, reduce_vision(reduce(d, n, base), depth))
+        written.append(name)
+    for name, (base, text, depth) in VISION_SMALL.items():
+        if not wanted(name):
+            continue
+        write(name, small_vision(base, text, depth))
         written.append(name)
     old = OUT / "SOURCES.toml"
     if only and old.exists():

@@ -129,7 +129,7 @@ def load_cases(path: Path = CASES) -> list[dict]:
 
 
 # wrappers whose image inputs the harness builds (`image_tokens` cases)
-IMAGE_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "gemma3", "mistral3")
+IMAGE_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "gemma3", "mistral3", "llama4")
 
 
 def check_image_tokens(case: dict) -> None:
@@ -157,6 +157,13 @@ def check_image_tokens(case: dict) -> None:
         if not isinstance(n, int) or n < 1 or n + a + 1 > int(length):
             raise SystemExit(f"{case['id']}: image_tokens must leave room for one [IMG_BREAK]/[IMG_END] per row in seq")
         return
+    if model_type == "llama4":
+        # llama4: N / 144 tiles of one image (llama4_tiles), laid out with N + tiles + 2 special
+        # tokens after one leading text token
+        per = llama4_tokens_per_tile(raw["vision_config"])
+        if not isinstance(n, int) or n < per or n % per or n + n // per + 3 > int(length):
+            raise SystemExit(f"{case['id']}: image_tokens must be a positive multiple of {per} leaving room for the separators in seq")
+        return
     if not isinstance(n, int) or n < 1 or n + 3 > int(length):
         raise SystemExit(f"{case['id']}: image_tokens must be 1..seq-3")
 
@@ -169,7 +176,7 @@ def image_grid(n: int, merge: int) -> tuple[int, int]:
     return a * merge, (n // a) * merge
 
 
-def image_inputs(cfg, batch: int, seq: int, n: int) -> tuple:
+def image_inputs(cfg, batch: int, seq: int, n: int, dtype=None) -> tuple:
     """Input ids with one image of `n` tokens per row (`<|vision_start|>`, n image tokens,
     `<|vision_end|>` at positions 1..n+2, text tokens around them drawn below the special ids) and
     the processor's outputs for those images: `mm_token_type_ids`, `pixel_values` [batch·h·w, C·T·P·P] fp32 (the image
@@ -180,6 +187,8 @@ def image_inputs(cfg, batch: int, seq: int, n: int) -> tuple:
         return gemma3_image_inputs(cfg, batch, seq, n)
     if cfg.model_type == "mistral3":
         return mistral3_image_inputs(cfg, batch, seq, n)
+    if cfg.model_type == "llama4":
+        return llama4_image_inputs(cfg, batch, seq, n, dtype)
     vc = cfg.vision_config
     merge = int(vc.spatial_merge_size)
     h, w = image_grid(n, merge)
@@ -269,6 +278,76 @@ def mistral3_image_inputs(cfg, batch: int, seq: int, n: int) -> tuple:
     kwargs = {
         "pixel_values": torch.randn(batch, int(vc.num_channels), height, width, dtype=torch.float32),
         "image_sizes": torch.tensor([[height, width]] * batch),
+    }
+    return ids, kwargs
+
+
+def llama4_config(name: str) -> bool:
+    """Whether the case config `name` is a multimodal llama4 wrapper."""
+    with open(CONFIG_DIR / f"{name}.json") as f:
+        return json.load(f).get("model_type") == "llama4"
+
+
+def llama4_tokens_per_tile(vc) -> int:
+    """Llama 4: LLM tokens per 336-px tile, `(image_size // patch_size)² · pixel_shuffle_ratio²`
+    (Llama4VisionModel's patches, the class token dropped, Llama4VisionPixelShuffleMLP's
+    pixel_shuffle; Llama4Processor: `(H // patch) · (W // patch) // downsample_ratio`)."""
+    get = vc.get if isinstance(vc, dict) else (lambda k, d=None: getattr(vc, k, d))
+    side = int(get("image_size", 448)) // int(get("patch_size", 14))
+    ratio = float(get("pixel_shuffle_ratio", 0.5))
+    return side * side // int(round(1.0 / (ratio * ratio)))
+
+
+def llama4_tiles(t: int) -> tuple[int, int]:
+    """Llama 4: one image of `t` tiles as (rows, cols) of its local tiles: t = 1 is an image of
+    one tile (no global tile); t >= 2 is a rows × cols = t - 1 grid of local tiles (the most
+    nearly square, rows <= cols) plus the global tile, which Llama4ImageProcessor appends when
+    there is more than one tile.  (t = 2 is laid out as a 1 × 1 grid + global; the processor
+    would make two one-tile images of it: the model sees the same 2 tiles and 288 tokens.)"""
+    if t == 1:
+        return 1, 1
+    a = max(d for d in range(1, math.isqrt(t - 1) + 1) if (t - 1) % d == 0)
+    return a, (t - 1) // a
+
+
+def llama4_image_inputs(cfg, batch: int, seq: int, n: int, dtype) -> tuple:
+    """Llama 4: one image of `n / 144` tiles per row (`llama4_tiles`).  Ids as Llama4Processor's
+    `_prompt_split_image` lays them out after one leading text token: `<|image_start|>`, per
+    row of local tiles each tile's 144 `<|patch|>` (the config's image_token_index) followed by
+    `<|tile_x_separator|>` but the row's last, which is followed by `<|tile_y_separator|>`,
+    then `<|image|>`, the global tile's 144 `<|patch|>` and `<|image_end|>` (a one-tile image:
+    `<|image_start|>`, `<|image|>`, 144 `<|patch|>`, `<|image_end|>`).  boi/eoi/patch ids are
+    the config's; `<|image|>` and the separators, text tokens to the model, are drawn as text
+    ids (below 200000, or below the special ids of a small config).  `pixel_values`
+    [batch·tiles, C, image_size, image_size] in the model dtype: Llama4ImageProcessor returns
+    bf16 (`rescale_and_normalize`), and Llama4VisionModel casts nothing (an fp32 model needs
+    the pixels cast by the caller)."""
+    import torch
+
+    vc = cfg.vision_config
+    per = llama4_tokens_per_tile(vc)
+    t = n // per
+    tc = cfg.get_text_config()
+    specials = [cfg.image_token_id, cfg.boi_token_id, cfg.eoi_token_id]
+    text_vocab = min([tc.vocab_size, 200000] + specials)
+    ids = torch.randint(0, text_vocab, (batch, seq))
+    pos = 1
+    ids[:, pos] = cfg.boi_token_id
+    pos += 1
+    if t > 1:
+        rows, cols = llama4_tiles(t)
+        for _ in range(rows):
+            for _ in range(cols):
+                ids[:, pos : pos + per] = cfg.image_token_id
+                pos += per + 1  # then a tile separator (a text id)
+    pos += 1  # <|image|> (a text id)
+    ids[:, pos : pos + per] = cfg.image_token_id
+    pos += per
+    ids[:, pos] = cfg.eoi_token_id
+    side = int(vc.image_size)
+    kwargs = {
+        "pixel_values": torch.randn(batch * t, int(vc.num_channels), side, side,
+                                    dtype=dtype),
     }
     return ids, kwargs
 
@@ -561,7 +640,8 @@ def fast_mem_tracker_class():
 def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: bool = True,
              fake_images: bool = False) -> dict:
     """Measure one case.  fake=False runs on real CPU tensors (tools/truth/crosscheck.py).
-    fake_images=True (crosscheck only, mistral3): image cases run on fake tensors too, with
+    fake_images=True (crosscheck for mistral3; every llama4 image case): image cases run on fake
+    tensors too, with (mistral3)
     `image_sizes` given as a list (fake tensors made from it keep their values, so
     `get_image_features`' `.tolist()` of the split sizes is concrete) and transformers'
     placeholder-count check disabled (TRANSFORMERS_DISABLE_TORCH_CHECK, a data read); both runs
@@ -606,6 +686,11 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
         # position ids, M-RoPE's get_rope_index, the placeholder check) read tensor data, which
         # fake tensors refuse (DynamicOutputShapeException), so these cases run on real CPU
         # tensors (the crosscheck shows real and fake tensors give the same bytes)
+        if case["config"] and llama4_config(case["config"]):
+            # llama4: Llama4VisionModel reads no tensor data (fixed 336-px tiles, no mask, no
+            # grid), and the placeholder-count check is switched off below, so its image cases
+            # run on fake tensors (xc-llama4-* in crosscheck.py: real = fake)
+            fake_images = True
         fake = fake and fake_images
     if fake_images:
         import os
@@ -715,8 +800,8 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
             call_kwargs["use_cache"] = False
             n_label_rows = 1
         elif case.get("image_tokens"):
-            ids, image_kwargs = image_inputs(cfg, case["batch"], case["seq"], int(case["image_tokens"]))
-            if fake_images:
+            ids, image_kwargs = image_inputs(cfg, case["batch"], case["seq"], int(case["image_tokens"]), model_dtype)
+            if fake_images and cfg.model_type == "mistral3":
                 image_kwargs["image_sizes"] = image_sizes_of(cfg, case["batch"], int(case["image_tokens"]))
             call_kwargs.update(image_kwargs)
             n_label_rows = case["batch"]
@@ -869,7 +954,8 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
         result["kernels"] = case["kernels"]
     if case.get("image_tokens"):
         result["image_tokens"] = int(case["image_tokens"])
-        result["tensors"] = "real"
+        if not fake:
+            result["tensors"] = "real"
     if case["activation_offload"]:
         result["activation_offload"] = True
     result["measured"] = {

@@ -324,8 +324,9 @@ pub struct InferArgs {
     /// Vision-language models: N of the --prompt tokens of every sequence are image tokens;
     /// the vision tower's forward, the projector and the merge into the embeddings are
     /// simulated in the prefill (qwen2_vl, qwen2_5_vl, mistral3: one image of the most nearly
-    /// square a × b = N tokens, N·merge² patches; gemma3: N / 256 images; llama4 and other
-    /// families refuse it). Without it, image tokens count as text tokens.
+    /// square a × b = N tokens, N·merge² patches; gemma3: N / 256 images; llama4: N / 144
+    /// tiles of 336 px, plus tiles + 2 separator tokens in the prompt; other families refuse
+    /// it). Without it, image tokens count as text tokens.
     #[arg(long, help_heading = "Vision-language models")]
     pub image_tokens: Option<u64>,
 }
@@ -763,9 +764,10 @@ pub struct TrainArgs {
     /// Vision-language models: N of the --seq tokens of every sequence are image tokens; the
     /// frozen vision tower's forward, the projector and the merge into the embeddings are
     /// simulated (qwen2_vl, qwen2_5_vl, mistral3: one image of the most nearly square
-    /// a × b = N tokens, N·merge² patches; gemma3: N / 256 images; llama4 and other families,
-    /// --train-vision, amp-* precisions, --padding-free and Megatron layouts (TP/PP/CP/EP)
-    /// refuse it). Without it, image tokens count as text tokens.
+    /// a × b = N tokens, N·merge² patches; gemma3: N / 256 images; llama4: N / 144 tiles of
+    /// 336 px, plus tiles + 2 separator tokens in --seq; other families, --train-vision, amp-*
+    /// precisions, --padding-free, Megatron layouts (TP/PP/CP/EP) and, for llama4,
+    /// --checkpointing refuse it). Without it, image tokens count as text tokens.
     #[arg(long, help_heading = "Vision-language models")]
     pub image_tokens: Option<u64>,
     /// Whose training code runs: `hf` (transformers' model under the engine the layout picks)

@@ -4,7 +4,7 @@
 //! image's patches, the projector and the merge into the text embeddings are simulated, for the
 //! families whose vision forward memwall models: qwen2_vl, qwen2_5_vl and mistral3 (one image
 //! of the most nearly square grid of N tokens); for gemma3, N image tokens are
-//! N / `mm_tokens_per_image` fixed-size images).
+//! N / `mm_tokens_per_image` fixed-size images; for llama4, N / 144 tiles of 336 px).
 
 use crate::error::UserError;
 use crate::model_source::ModelSource;
@@ -16,8 +16,12 @@ use memwall_core::model::VisionKind;
 pub const IMAGE_TOKENS_ASSUMPTION: &str = "image tokens are counted as text tokens of the sequence (give them in --seq/--prompt); the vision tower's own activations are not simulated, only its weights";
 
 /// What a report states with `--image-tokens N` (`per_image`: the tower's tokens per image,
-/// 0 when the N tokens are one image).
-pub fn image_tokens_note(n: u64, per_image: u64) -> String {
+/// or per tile for llama4 (`kind`); 0 when the N tokens are one image).
+pub fn image_tokens_note(n: u64, per_image: u64, kind: Option<VisionKind>) -> String {
+    if kind == Some(VisionKind::Llama4) {
+        let tiles = n.checked_div(per_image).unwrap_or(0);
+        return format!("{n} of each sequence's tokens (--seq/--prompt) are the <|patch|> tokens of {tiles} image tile(s) of {per_image} tokens (one image of {tiles} tiles, or several images, as the processor cuts them; its separator tokens are text): the frozen vision tower's forward over the tiles (nothing of it saved for backward), the projector and the merge into the embeddings are simulated; the other tokens are text");
+    }
     if let Some(images) = n.checked_div(per_image) {
         return format!("{n} of each sequence's tokens (--seq/--prompt) are the tokens of {images} image(s) of {per_image} tokens: the frozen vision tower's forward over their patches (nothing of it saved for backward), the projector, the merge into the embeddings and the bidirectional image-block attention masks are simulated; the other tokens are text");
     }
@@ -25,7 +29,7 @@ pub fn image_tokens_note(n: u64, per_image: u64) -> String {
 }
 
 /// The families whose image forward is simulated, for hints.
-const IMAGE_FAMILIES: &str = "gemma3, mistral3, qwen2_vl and qwen2_5_vl";
+const IMAGE_FAMILIES: &str = "gemma3, llama4, mistral3, qwen2_vl and qwen2_5_vl";
 
 /// Where `--image-tokens` is checked: the length it is part of and what else the job uses.
 #[derive(Debug, Clone, Copy)]
@@ -120,7 +124,12 @@ fn check_image_tokens(
             format!("give {} as the whole sequence, image tokens included", ctx.seq_flag),
         );
     }
+    let kind = v.forward.as_ref().map(|f| f.kind);
     if let Some(per) = v.forward.as_ref().map(|f| f.per_image).filter(|&p| p > 0) {
+        if kind == Some(VisionKind::Llama4) {
+            return check_llama4_tiles(model, n, per, ctx)
+                .and_then(|()| check_image_job(v, n, train_vision, ctx));
+        }
         if !n.is_multiple_of(per) {
             return refuse(
                 format!(
@@ -135,7 +144,7 @@ fn check_image_tokens(
             );
         }
     }
-    if v.forward.as_ref().map(|f| f.kind) == Some(VisionKind::Pixtral) {
+    if kind == Some(VisionKind::Pixtral) {
         // PixtralProcessor ends each of the image's rows of tokens with `[IMG_BREAK]` (the
         // last with `[IMG_END]`): text tokens the sequence must also hold
         let (rows, cols) = image_grid(u128::from(n));
@@ -150,6 +159,75 @@ fn check_image_tokens(
             );
         }
     }
+    check_image_job(v, n, train_vision, ctx)
+}
+
+/// Llama 4: N image tokens are N / `per` tiles of `image_size`² pixels (144 each at Scout's
+/// 336 px, 14-px patches and pixel-shuffle ratio 0.5; `Llama4Processor.replace_image_token`);
+/// laid out as one image, they need `tiles + 2` separator tokens in the sequence
+/// (`Llama4Processor._prompt_split_image`: `<|image_start|>`, a tile separator after each of
+/// the tiles - 1 local tiles, `<|image|>` before the global tile, `<|image_end|>`; a one-tile
+/// image has `<|image_start|>`, `<|image|>`, `<|image_end|>`). A non-multiple is refused:
+/// the processor never makes part of a tile.
+fn check_llama4_tiles(model: &ModelSource, n: u64, per: u64, ctx: ImageContext<'_>) -> Result<()> {
+    let refuse = |reason: String, hint: String| -> Result<()> {
+        Err(UserError::flag("--image-tokens", n, reason, hint).into())
+    };
+    if !n.is_multiple_of(per) {
+        let down = n / per * per;
+        let tiles = |t: u64| {
+            if t == 1 {
+                "1 tile".to_string()
+            } else {
+                format!("{t} tiles")
+            }
+        };
+        let hint = if down == 0 {
+            format!("give --image-tokens {per} for one tile")
+        } else {
+            format!(
+                "give --image-tokens {down} ({}) or {} ({})",
+                tiles(down / per),
+                down + per,
+                tiles(down / per + 1)
+            )
+        };
+        return refuse(
+            format!(
+                "{} ({}) turns every image tile into {per} tokens ((image_size / patch_size)² · pixel_shuffle_ratio²), so N must be a positive multiple of {per}",
+                model.label, model.desc.model_type
+            ),
+            hint,
+        );
+    }
+    let tiles = n / per;
+    let needed = u128::from(n) + u128::from(tiles) + 2;
+    if needed > u128::from(ctx.seq) {
+        return refuse(
+            format!(
+                "{} ({}) lays {tiles} tile(s) of one image out with {} separator tokens (<|image_start|>, tile separators, <|image|>, <|image_end|>), so the sequence needs {needed} tokens but {} is {}",
+                model.label,
+                model.desc.model_type,
+                tiles + 2,
+                ctx.seq_flag,
+                ctx.seq
+            ),
+            format!("give {} {needed} or more, or fewer image tokens", ctx.seq_flag),
+        );
+    }
+    Ok(())
+}
+
+/// What the job around the image tokens must not use (every family).
+fn check_image_job(
+    v: &memwall_core::model::VisionTower,
+    n: u64,
+    train_vision: bool,
+    ctx: ImageContext<'_>,
+) -> Result<()> {
+    let refuse = |reason: String, hint: String| -> Result<()> {
+        Err(UserError::flag("--image-tokens", n, reason, hint).into())
+    };
     if train_vision {
         return refuse(
             "with --train-vision the vision tower's activations are saved for backward, which memwall does not simulate yet".into(),

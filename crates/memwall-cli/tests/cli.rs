@@ -291,6 +291,31 @@ fn bad_input_snapshots() {
         ])
     );
     insta::assert_snapshot!(
+        "image_tokens_llama4_separators_over_seq",
+        transcript(&[
+            "train",
+            "--model",
+            "llama-4-scout-17b-16e-instruct",
+            "--seq",
+            "721",
+            "--image-tokens",
+            "720"
+        ])
+    );
+    insta::assert_snapshot!(
+        "image_tokens_llama4_checkpointing",
+        transcript(&[
+            "train",
+            "--model",
+            "tests/truth/configs/llama4-xc-small.json",
+            "--seq",
+            "800",
+            "--image-tokens",
+            "720",
+            "--checkpointing"
+        ])
+    );
+    insta::assert_snapshot!(
         "image_tokens_mistral3_rows_over_seq",
         transcript(&[
             "train",
@@ -1303,6 +1328,45 @@ fn mistral3_image_tokens_simulate_one_image_per_sequence() {
     assert!(v["assumption"].as_str().is_some_and(
         |a| a.starts_with("1024 of each sequence's tokens (--seq/--prompt) are one image's tokens")
     ));
+}
+
+/// `--image-tokens N` on llama4: N / 144 tiles of 336 px run through the tower as one batch
+/// of [tiles, 577, 1408]; eager attention holds [tiles, 16, 577, 577] weights (the matmul's
+/// scaled copy, then the softmax in the model dtype, two at a time).
+#[test]
+fn llama4_image_tokens_simulate_tiles() {
+    let peak = |extra: &[&str]| -> (u64, serde_json::Value) {
+        let mut args = vec![
+            "infer",
+            "--model",
+            "tests/truth/configs/llama4-xc-small.json",
+            "--prompt",
+            "2560",
+            "--new-tokens",
+            "2",
+            "--attention",
+            "eager",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        (
+            v["peak_bytes"].as_u64().expect("peak"),
+            v["model"]["vision"].clone(),
+        )
+    };
+    let (text, _) = peak(&[]);
+    let (one, _) = peak(&["--image-tokens", "144"]);
+    let (big, v) = peak(&["--image-tokens", "2448"]);
+    assert!(text < one && one < big, "{text} {one} {big}");
+    // 17 tiles: two [17, 16, 577, 577] bf16 tensors at once (measured:
+    // vlm-l4xc-img2448-b2-eager, the tower's forward sets the prefill's peak)
+    assert!(big - text > 2 * 17 * 16 * 577 * 577 * 2, "{text} {big}");
+    assert!(v["assumption"].as_str().is_some_and(|a| a.starts_with(
+        "2448 of each sequence's tokens (--seq/--prompt) are the <|patch|> tokens of 17 image tile(s) of 144 tokens"
+    )));
 }
 
 /// Flags whose mechanism an engine does not run are refused by name, never accepted with an

@@ -824,6 +824,11 @@ pub struct VisionForward {
     /// `mm_tokens_per_image`; N image tokens are N / `per_image` images); 0 when a sequence's
     /// N image tokens are one image of N tokens (Qwen2-VL, Qwen2.5-VL).
     pub per_image: u64,
+    /// Llama 4: the pixel-shuffle MLP's width (`projector_input_dim` = `projector_output_dim`
+    /// = `vision_output_dim`, the sizes `Llama4VisionMLP2` and the projector chain through);
+    /// 0 for the other towers.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub adapter: u64,
 }
 
 /// The vision towers whose forward memwall simulates.
@@ -846,6 +851,14 @@ pub enum VisionKind {
     /// of `merge`² patches, two linears into the text width); `patch_in` is C·P², N image
     /// tokens are one image per sequence.
     Pixtral,
+    /// Llama 4's vision model (`llama4/modeling_llama4.py` Llama4VisionModel: unfold patch
+    /// embedding as a linear, class token, learned positions, LayerNorm, 2-D rotary with
+    /// complex frequencies, encoder layers of LayerNorm / attention with biases and no mask /
+    /// GELU MLP, `Llama4VisionPixelShuffleMLP`) and `Llama4MultiModalProjector` (one linear):
+    /// every 336-px tile is `per_image` LLM tokens (`merge`² patches each after the pixel
+    /// shuffle), N image tokens are N / `per_image` tiles per sequence; `adapter` is the
+    /// pixel-shuffle MLP's width.
+    Llama4,
 }
 
 /// `count` vision-tower linears of one name and shape.
@@ -865,6 +878,23 @@ impl VisionTower {
     /// Encoder + projector parameters.
     pub fn params(&self) -> u64 {
         self.encoder_params.saturating_add(self.projector_params)
+    }
+
+    /// The fewest tokens a sequence needs for its image tokens (`image_tokens` with a
+    /// simulated forward): the image tokens and the separator tokens the family's processor
+    /// adds around them (mistral3: one `[IMG_BREAK]`/`[IMG_END]` per row of the image grid;
+    /// llama4: `<|image_start|>`, a separator per local tile, `<|image|>`, `<|image_end|>`, i.e.
+    /// tiles + 2); 0 without image tokens.
+    pub fn image_sequence_tokens(&self) -> u128 {
+        let (Some(f), Some(n)) = (self.forward.as_ref(), self.image_tokens) else {
+            return 0;
+        };
+        let n = u128::from(n);
+        n + match f.kind {
+            VisionKind::Pixtral => crate::memory::image_grid(n).0,
+            VisionKind::Llama4 => n / u128::from(f.per_image.max(1)) + 2,
+            VisionKind::Qwen2Vl | VisionKind::Qwen25Vl | VisionKind::Gemma3Siglip => 0,
+        }
     }
 }
 

@@ -192,6 +192,7 @@ impl ModelInfo {
                         crate::vision::image_tokens_note(
                             n,
                             v.forward.as_ref().map_or(0, |f| f.per_image),
+                            v.forward.as_ref().map(|f| f.kind),
                         )
                     },
                 ),

@@ -103,6 +103,7 @@ pub(crate) fn check_train(model: &ModelDesc, w: &TrainWorkload) -> Result<Engine
     check_attention(model, w.attention)?;
     check_autocast(model, w.precision)?;
     check_linear_attention_training(model)?;
+    check_image_checkpointing(model, w)?;
     if model.layers.is_empty() {
         return Err(CoreError::invalid(
             "num_hidden_layers",
@@ -227,6 +228,34 @@ pub(crate) fn check_linear_attention_training(model: &ModelDesc) -> Result<(), C
         ),
         "estimate inference (`memwall infer`), or train a model with Qwen3-Next-80B's linear-attention shape",
     ))
+}
+
+/// Llama 4 image inputs under activation checkpointing are refused: transformers 5.23
+/// `PreTrainedModel.activation_checkpointing_enable` calls `enable_input_require_grads` (the
+/// wrapper's `main_input_name` is `input_ids`), which hooks every sub-model's
+/// `get_input_embeddings()`, and `Llama4VisionModel.get_input_embeddings` is its
+/// `patch_embedding`: the frozen tower's patch embeddings then require grad, so the tower
+/// records autograd (its `Llama4VisionEncoderLayer`s checkpointed, the norms, pixel shuffle and
+/// MLP saving their inputs) and the backward runs back through it, recomputing its layers
+/// (measured: `vlm-l4xc-img2448-b4-sgd-ckpt` +34% over the frozen-tower estimate). That
+/// backward is not simulated.
+pub(crate) fn check_image_checkpointing(
+    model: &ModelDesc,
+    w: &crate::workload::TrainWorkload,
+) -> Result<(), CoreError> {
+    let Some(v) = model.vision.as_ref() else {
+        return Ok(());
+    };
+    let llama4 = v.forward.as_ref().map(|f| f.kind) == Some(crate::model::VisionKind::Llama4);
+    match v.image_tokens {
+        Some(n) if llama4 && w.checkpointing => Err(CoreError::invalid_value(
+            "image_tokens",
+            n,
+            "with activation checkpointing, transformers' enable_input_require_grads makes the Llama 4 vision tower's patch embeddings require grad, so the tower's backward runs (its layers recomputed); memwall simulates the frozen tower's forward only",
+            "drop --checkpointing, or drop --image-tokens and count the image tokens as text tokens of the sequence",
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Attention implementations transformers refuses for the model: a model with attention sinks

@@ -330,8 +330,12 @@ pub fn train(
             }
         }
     }
-    // 8. shorter sequence
-    while t.cur.w.seq > 256 {
+    // 8. shorter sequence, never below what the sequence's image tokens need
+    let image_tokens = model
+        .vision
+        .as_ref()
+        .map_or(0, |v| v.image_sequence_tokens());
+    while t.cur.w.seq > 256 && u128::from(t.cur.w.seq / 2) >= image_tokens {
         let mut probe = t.cur.clone();
         probe.w.seq /= 2;
         let text = format!("sequence {} tokens", probe.w.seq);
@@ -556,8 +560,12 @@ pub fn infer(
             }
         }
     }
-    // 4. a shorter context
-    while cur.prompt > 256 {
+    // 4. a shorter context, never below what the prompt's image tokens need
+    let image_tokens = model
+        .vision
+        .as_ref()
+        .map_or(0, |v| v.image_sequence_tokens());
+    while cur.prompt > 256 && u128::from(cur.prompt / 2) >= image_tokens {
         cur.prompt /= 2;
         if push(
             &mut steps,
@@ -652,5 +660,57 @@ mod tests {
             d.steps[0].change
         );
         assert!(d.steps[0].fit.required_bytes < d.diagnosis.fit.required_bytes);
+    }
+
+    #[test]
+    fn a_shorter_prompt_keeps_room_for_the_image_tokens() {
+        use crate::model::{VisionForward, VisionKind, VisionTower};
+        // a GPU nothing fits: the prompt is halved down to 256 tokens, but with 2,448 image
+        // tokens (17 Llama 4 tiles, 19 separators) never below 2,467
+        let gpu = crate::advice::tests::gpu("l4", 2, "ada");
+        let w = InferWorkload {
+            batch: 1,
+            prompt: 2600,
+            new_tokens: 16,
+            attention: crate::workload::AttentionImpl::Sdpa,
+            weights: WeightFormat::Bf16,
+            kv_dtype: KvDtype::Auto,
+            moe_decode_batched: true,
+        };
+        let prompts = |m: &ModelDesc| -> Vec<String> {
+            let d = infer(m, &w, &gpu, 0.05, Kernels::Cuda).unwrap();
+            d.steps
+                .iter()
+                .filter(|s| s.change.starts_with("prompt "))
+                .map(|s| s.change.clone())
+                .collect()
+        };
+        let text = llama2_7b();
+        assert!(prompts(&text).contains(&"prompt 1300 tokens".to_string()));
+        let mut m = text.clone();
+        m.vision = Some(VisionTower {
+            model_type: "llama4_vision_model".into(),
+            encoder_params: 1000,
+            projector_params: 100,
+            trainable: false,
+            linears: Vec::new(),
+            forward: Some(VisionForward {
+                patch_in: 3 * 14 * 14,
+                width: 1408,
+                heads: 16,
+                mlp: 5632,
+                depth: 2,
+                merge: 2,
+                out: 4096,
+                kind: VisionKind::Llama4,
+                window: 0,
+                full_blocks: Vec::new(),
+                per_image: 144,
+                adapter: 4096,
+            }),
+            image_tokens: Some(2448),
+        });
+        assert_eq!(m.vision.as_ref().unwrap().image_sequence_tokens(), 2467);
+        assert!(prompts(&m).is_empty(), "{:?}", prompts(&m));
     }
 }

@@ -39,6 +39,7 @@ struct RawVision {
     fullatt_block_indexes: Option<Vec<u64>>,
     projector_input_dim: Option<u64>,
     projector_output_dim: Option<u64>,
+    pixel_shuffle_ratio: Option<f64>,
 }
 
 /// A parsed `vision_config` with the field names for errors.
@@ -246,6 +247,7 @@ pub(crate) fn siglip_gemma3(top: &HfConfig, text_hidden: u64) -> Result<VisionTo
             window: 0,
             full_blocks: Vec::new(),
             per_image: as_u64(tokens),
+            adapter: 0,
         });
     }
     Ok(tower)
@@ -292,7 +294,9 @@ pub(crate) fn llama4_vision(top: &HfConfig, text_hidden: u64) -> Result<VisionTo
     let adapter = linear(i, p_in, false) + linear(p_out, p_out, false);
     let encoder = embeddings + layers * layer + adapter;
     let projector = linear(out, u128::from(text_hidden), false);
-    v.tower(
+    let heads = v.size(r.num_attention_heads, "num_attention_heads", 16, MAX_HEADS)?;
+    let ratio = r.pixel_shuffle_ratio.unwrap_or(0.5);
+    let mut tower = v.tower(
         encoder,
         projector,
         "llama4_vision_model",
@@ -308,7 +312,42 @@ pub(crate) fn llama4_vision(top: &HfConfig, text_hidden: u64) -> Result<VisionTo
             ("fc2", p_out, p_out, 1),
             ("linear_1", out, u128::from(text_hidden), 1),
         ],
-    )
+    )?;
+    // The image forward (`--image-tokens`, `memory/hf/llama4_vision.rs`) where the shapes chain
+    // as Llama4VisionModel runs them: heads divide the width (`head_dim = hidden_size //
+    // num_attention_heads`), `pixel_shuffle_ratio` is 1/k for a whole k dividing the tile's
+    // `image_size // patch_size` patches a side (`pixel_shuffle` views them as a square grid),
+    // the shuffled width k²·hidden_size is `intermediate_size` (Llama4VisionMLP2.fc1's input),
+    // and fc1's output, fc2 and the projector's input agree (`projector_input_dim` =
+    // `projector_output_dim` = `vision_output_dim`). Otherwise `--image-tokens` is refused by
+    // name (the real model would not run).
+    let side = image / patch;
+    let k = if ratio.is_finite() && ratio > 0.0 && ratio <= 1.0 {
+        let k = (1.0 / ratio).round();
+        ((k * ratio - 1.0).abs() < 1e-9).then_some(k as u128)
+    } else {
+        None
+    };
+    if let Some(k) = k.filter(|&k| k >= 1 && side.is_multiple_of(k)) {
+        if h.is_multiple_of(heads) && i == h * k * k && p_in == p_out && p_out == out {
+            let as_u64 = |x: u128| u64::try_from(x).unwrap_or(u64::MAX);
+            tower.forward = Some(VisionForward {
+                patch_in: as_u64(c * patch * patch),
+                width: as_u64(h),
+                heads: as_u64(heads),
+                mlp: as_u64(i),
+                depth: as_u64(layers),
+                merge: as_u64(k),
+                out: text_hidden,
+                kind: VisionKind::Llama4,
+                window: 0,
+                full_blocks: Vec::new(),
+                per_image: as_u64((side / k) * (side / k)),
+                adapter: as_u64(p_out),
+            });
+        }
+    }
+    Ok(tower)
 }
 
 /// Qwen2-VL's vision transformer (`qwen2_vl/modeling_qwen2_vl.py`
@@ -375,6 +414,7 @@ pub(crate) fn qwen2_vl_vision(top: &HfConfig) -> Result<VisionTower, FormatError
         window: 0,
         full_blocks: Vec::new(),
         per_image: 0,
+        adapter: 0,
     });
     Ok(tower)
 }
@@ -445,6 +485,7 @@ pub(crate) fn qwen2_5_vl_vision(top: &HfConfig) -> Result<VisionTower, FormatErr
         window: as_u64(window_px / merge / patch),
         full_blocks,
         per_image: 0,
+        adapter: 0,
     });
     Ok(tower)
 }
@@ -552,6 +593,7 @@ pub(crate) fn pixtral_mistral3(
             window: 0,
             full_blocks: Vec::new(),
             per_image: 0,
+            adapter: 0,
         });
     }
     Ok(tower)

@@ -158,3 +158,59 @@ fn mistral3_image_forward_shape() {
         assert!(m.vision.as_ref().unwrap().forward.is_none(), "{other}");
     }
 }
+
+/// Llama 4's image forward shape (`--image-tokens`): Scout's tower (meta-llama/
+/// Llama-4-Scout-17B-16E-Instruct `vision_config`: 1408 wide, 16 heads, 5632 MLP, 34 layers,
+/// 336-px tiles of 14-px patches, pixel-shuffle ratio 0.5, projector 4096) makes 144 tokens per
+/// tile (24 × 24 patches shuffled by 2 × 2); shapes that would not chain through
+/// `pixel_shuffle` and `Llama4VisionMLP2` (the real model fails) get no image forward, only
+/// the weights.
+#[test]
+fn llama4_image_forward_shape() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/configs/llama-4-scout-17b-16e-instruct.json"
+    );
+    let json = std::fs::read_to_string(path).unwrap();
+    let m = parse_hf_config(&json).unwrap();
+    let f = m.vision.as_ref().unwrap().forward.clone().unwrap();
+    assert_eq!(f.kind, memwall_core::model::VisionKind::Llama4);
+    assert_eq!(
+        (
+            f.patch_in,
+            f.width,
+            f.heads,
+            f.mlp,
+            f.depth,
+            f.merge,
+            f.out,
+            f.per_image,
+            f.adapter
+        ),
+        (3 * 14 * 14, 1408, 16, 5632, 34, 2, 5120, 144, 4096)
+    );
+    for (from, to) in [
+        // 4² · 1408 is not fc1's 5632 inputs
+        (
+            "\"pixel_shuffle_ratio\": 0.5",
+            "\"pixel_shuffle_ratio\": 0.25",
+        ),
+        // not 1/k for a whole k
+        (
+            "\"pixel_shuffle_ratio\": 0.5",
+            "\"pixel_shuffle_ratio\": 0.4",
+        ),
+        // fc2 (4096 → 4096) cannot take fc1's 2048 outputs
+        (
+            "\"projector_input_dim\": 4096",
+            "\"projector_input_dim\": 2048",
+        ),
+        // 1408 is not a multiple of 15 heads
+        ("\"num_attention_heads\": 16", "\"num_attention_heads\": 15"),
+    ] {
+        let odd = json.replace(from, to);
+        assert_ne!(odd, json, "{to}");
+        let m = parse_hf_config(&odd).unwrap();
+        assert!(m.vision.as_ref().unwrap().forward.is_none(), "{to}");
+    }
+}

@@ -25,6 +25,7 @@ mod deltanet;
 mod forward;
 mod infer;
 mod llama4;
+mod llama4_vision;
 mod mamba1;
 mod mlp;
 mod modules;

@@ -322,6 +322,7 @@ mod tests {
                 window: 0,
                 full_blocks: Vec::new(),
                 per_image: 0,
+                adapter: 0,
             }),
             image_tokens,
         });

@@ -260,6 +260,7 @@ mod tests {
                 window: 0,
                 full_blocks: Vec::new(),
                 per_image: 16,
+                adapter: 0,
             }),
             image_tokens,
         });

@@ -44,6 +44,7 @@ impl Builder<'_> {
         match f.kind {
             VisionKind::Gemma3Siglip => return self.gemma3_image_merge(f, emb, u128::from(n)),
             VisionKind::Pixtral => return self.pixtral_image_merge(f, emb, u128::from(n)),
+            VisionKind::Llama4 => return self.llama4_image_merge(f, emb, u128::from(n)),
             VisionKind::Qwen2Vl | VisionKind::Qwen25Vl => {}
         }
         let s = self.param_size;
