@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Draw a random sample of distributed-training truth cases (one rank of FSDP2 / HSDP / DDP /
+composable ``replicate`` on a fake process group), deterministically from a seed.
+
+The hand-picked distributed fixtures (tools/truth/cases/dist.toml) vary one option at a time
+around a few baselines, mostly on Llama and Qwen 2 shapes.  This script crosses every option
+``measure_dist.py`` supports at random, over the random small configs of the older families
+that ``sample_cases.py --seed 17`` wrote (tests/truth/configs/rnd-s17-*.json): strategy, world
+size (uneven shards: 3, 5, 6), FSDP2 resharding (decoder layers and root), FSDP2 mixed precision
+(fp32 model, bf16 parameters), model dtype, batch, odd sequence lengths, optimizer,
+checkpointing, attention implementation, dropout, LoRA under FSDP2 (the family's real target
+names), DDP bucket views.
+
+Usage (stdlib only, no torch: the same seed always gives the same file):
+  python tools/truth/sample_dist_cases.py --seed 41 --cases 48
+  python tools/truth/measure_dist.py --cases tools/truth/cases/random_dist.toml \\
+      --out tests/truth/random_dist.jsonl --jobs 1
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG_DIR = REPO / "tests/truth/configs"
+OUT = REPO / "tools/truth/cases/random_dist.toml"
+
+# LoRA target module names per family (peft matches module-name suffixes); as sample_cases.py
+LORA_TARGETS = {
+    "deepseekv3": ["q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"],
+    "falcon": ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"],
+    "gpt2": ["c_attn", "c_proj", "c_fc"],
+    "gptneox": ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"],
+    "opt": ["q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"],
+    "phi3": ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
+    "starcoder2": ["q_proj", "k_proj", "v_proj", "o_proj", "c_fc", "c_proj"],
+    # MoE: the experts are fused parameters in transformers 5 (no Linear to target)
+    "mixtral": ["q_proj", "k_proj", "v_proj", "o_proj"],
+    "qwen2moe": ["q_proj", "k_proj", "v_proj", "o_proj"],
+    "qwen3moe": ["q_proj", "k_proj", "v_proj", "o_proj"],
+}
+DENSE_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def draw(seed: int, n: int) -> list[dict]:
+    rng = random.Random(seed)
+    configs = sorted(p.stem for p in CONFIG_DIR.glob("rnd-s17-*.json"))
+    out = []
+    for i in range(n):
+        config = rng.choice(configs)
+        family = config.split("-")[2]
+        strategy = rng.choice(["fsdp", "fsdp", "fsdp", "hsdp", "ddp", "replicate"])
+        case = {"id": f"rdist-{i:03d}-{family}", "config": config, "strategy": strategy,
+                "world_size": rng.choice([2, 3, 4, 5, 6, 8])}
+        if strategy == "hsdp":
+            case["world_size"] = rng.choice([4, 6, 8])
+            case["replicate"] = 2
+        if strategy == "fsdp":
+            case["reshard_after_forward"] = rng.random() < 0.7
+            if rng.random() < 0.3:
+                case["root_reshard_after_forward"] = rng.random() < 0.5
+        if strategy in ("fsdp", "hsdp") and rng.random() < 0.35:
+            case["precision"] = "fp32"
+            case["mixed_precision"] = {"param_dtype": "bf16", "reduce_dtype": "fp32"}
+        else:
+            case["precision"] = rng.choice(["bf16", "bf16", "fp32", "fp16"])
+        case["batch"] = rng.randint(1, 4)
+        case["seq"] = rng.choice([rng.randint(16, 700), rng.choice([64, 128, 256, 512])])
+        case["optimizer"] = rng.choice(["adamw-forloop", "sgd", "adamw"])
+        case["checkpointing"] = rng.random() < 0.35
+        case["attention"] = rng.choice(["sdpa", "sdpa", "eager"])
+        if family == "gemma2":
+            case["attention"] = "eager"  # the harness runs Gemma 2 eager only
+        case["dropout"] = rng.choice(["config", "off"])
+        if strategy == "fsdp" and rng.random() < 0.3:
+            case["lora"] = {"rank": rng.choice([4, 8, 16]),
+                            "targets": LORA_TARGETS.get(family, DENSE_TARGETS)}
+        if strategy == "ddp":
+            case["gradient_as_bucket_view"] = rng.random() < 0.5
+        out.append(case)
+    return out
+
+
+def toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
+    return str(v)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=41)
+    ap.add_argument("--cases", type=int, default=48)
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+    lines = [
+        "# Random distributed-training truth cases: drawn by tools/truth/sample_dist_cases.py "
+        f"--seed {args.seed} --cases {args.cases} (do not edit; draw again).",
+        "# Fields as in tools/truth/cases/dist.toml; measured into tests/truth/random_dist.jsonl.",
+        "",
+    ]
+    for case in draw(args.seed, args.cases):
+        lines.append("[[case]]")
+        lines.extend(f"{k} = {toml_value(v)}" for k, v in case.items())
+        lines.append("")
+    args.out.write_text("\n".join(lines))
+    print(f"{args.cases} cases -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
