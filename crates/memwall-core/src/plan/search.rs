@@ -614,26 +614,26 @@ fn search_on(
         }
     };
     // The layouts are independent: they are searched on up to two threads (the plan search's
-    // machine, CI's and the issue's, has two cores), the second taking every other layout, each
-    // thread with its own evaluation context (an exact memo: the answers do not depend on what
-    // it remembers). Each layout's plans are kept apart and joined in layout order, so the
-    // result is the sequential search's, byte for byte. Where threads cannot be started
-    // (WebAssembly) the search runs on the calling thread alone.
+    // machine, CI's and the issue's, has two cores), each thread with its own evaluation
+    // context (an exact memo: the answers do not depend on what it remembers). Each layout's
+    // plans are kept apart and joined in layout order, so the result is the one-thread
+    // search's, byte for byte. Where threads cannot be started (WebAssembly) the calling
+    // thread searches alone.
     use std::sync::atomic::{AtomicUsize, Ordering};
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(max_threads));
-    let done = AtomicUsize::new(0);
-    // layouts `first, first + stride, …` into `out` (indexed by layout) with one context; the
-    // calling thread's share reports progress (layouts done by both threads)
-    let share = |first: usize,
-                 stride: usize,
-                 out: &mut [Vec<Plan>],
-                 report: &mut dyn FnMut(usize, usize)| {
+    let (next, done) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    // layouts taken one at a time from a shared counter (the threads balance themselves: one
+    // layout can cost many others), each thread with one context, each layout's plans into
+    // its own slot of `out`; the calling thread reports progress (layouts done by both)
+    let share = |out: &mut [Vec<Plan>], report: &mut dyn FnMut(usize, usize)| {
         let mut ev = Evaluator::new(model, r.kernels);
         let mut tally = (0u64, 0usize, 0u64);
-        for i in (first..total).step_by(stride) {
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(layout) = layouts.get(i) else { break };
             report(done.load(Ordering::Relaxed), total);
             let (e, m, c) = &mut tally;
-            search_layout(&layouts[i], &mut ev, e, (m, c), &mut out[i]);
+            search_layout(layout, &mut ev, e, (m, c), &mut out[i]);
             done.fetch_add(1, Ordering::Relaxed);
         }
         tally
@@ -644,19 +644,15 @@ fn search_on(
         let helper = (threads > 1)
             .then(|| {
                 std::thread::Builder::new()
-                    .spawn_scoped(scope, || share(1, 2, &mut other, &mut |_, _| {}))
+                    .spawn_scoped(scope, || share(&mut other, &mut |_, _| {}))
                     .ok()
             })
             .flatten();
-        match helper {
-            Some(h) => {
-                let mine = share(0, 2, &mut per_layout, progress);
-                match h.join() {
-                    Ok(theirs) => vec![mine, theirs],
-                    Err(p) => std::panic::resume_unwind(p),
-                }
-            }
-            None => vec![share(0, 1, &mut per_layout, progress)],
+        let mine = share(&mut per_layout, progress);
+        match helper.map(|h| h.join()) {
+            Some(Ok(theirs)) => vec![mine, theirs],
+            Some(Err(p)) => std::panic::resume_unwind(p),
+            None => vec![mine],
         }
     });
     let mut evaluated = 0u64;
