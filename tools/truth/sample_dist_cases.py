@@ -21,27 +21,16 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG_DIR = REPO / "tests/truth/configs"
 OUT = REPO / "tools/truth/cases/random_dist.toml"
 
-# LoRA target module names per family (peft matches module-name suffixes); as sample_cases.py
-LORA_TARGETS = {
-    "deepseekv3": ["q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"],
-    "falcon": ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"],
-    "gpt2": ["c_attn", "c_proj", "c_fc"],
-    "gptneox": ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"],
-    "opt": ["q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"],
-    "phi3": ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
-    "starcoder2": ["q_proj", "k_proj", "v_proj", "o_proj", "c_fc", "c_proj"],
-    # MoE: the experts are fused parameters in transformers 5 (no Linear to target)
-    "mixtral": ["q_proj", "k_proj", "v_proj", "o_proj"],
-    "qwen2moe": ["q_proj", "k_proj", "v_proj", "o_proj"],
-    "qwen3moe": ["q_proj", "k_proj", "v_proj", "o_proj"],
-}
-DENSE_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# LoRA target module names per model type (peft matches module-name suffixes)
+from sample_cases import DENSE_TARGETS, LORA_TARGETS  # noqa: E402
 
 
 def draw(seed: int, n: int) -> list[dict]:
@@ -51,6 +40,7 @@ def draw(seed: int, n: int) -> list[dict]:
     for i in range(n):
         config = rng.choice(configs)
         family = config.split("-")[2]
+        model_type = json.loads((CONFIG_DIR / f"{config}.json").read_text())["model_type"]
         strategy = rng.choice(["fsdp", "fsdp", "fsdp", "hsdp", "ddp", "replicate"])
         case = {"id": f"rdist-{i:03d}-{family}", "config": config, "strategy": strategy,
                 "world_size": rng.choice([2, 3, 4, 5, 6, 8])}
@@ -76,7 +66,7 @@ def draw(seed: int, n: int) -> list[dict]:
         case["dropout"] = rng.choice(["config", "off"])
         if strategy == "fsdp" and rng.random() < 0.3:
             case["lora"] = {"rank": rng.choice([4, 8, 16]),
-                            "targets": LORA_TARGETS.get(family, DENSE_TARGETS)}
+                            "targets": LORA_TARGETS.get(model_type, DENSE_TARGETS)}
         if strategy == "ddp":
             case["gradient_as_bucket_view"] = rng.random() < 0.5
         out.append(case)
