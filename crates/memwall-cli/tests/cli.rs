@@ -1100,8 +1100,9 @@ fn the_torchtitan_runtime_estimates_plans_and_refuses_by_name() {
 /// `--runtime torchtitan` on Qwen 3: the dense models (tied or not) run torchtitan's own qwen3 model;
 /// the emitted launch names the config torchtitan ships for exactly these shapes, and refuses
 /// one it has none for instead of writing a wrong flavour; Qwen 3 MoE runs torchtitan's MoE
-/// blocks; what is not measured (a Qwen 3 pipeline; MoE with TP, "never" resharding or
-/// SelectiveAC) exits 2 naming the field.
+/// blocks; dense untied Qwen 3 runs torchtitan's pipeline parallelism and emits its PP keys;
+/// what is not measured (a Qwen 3 MoE pipeline; MoE with TP, "never" resharding or
+/// SelectiveAC) or torchtitan refuses (a tied model under PP) exits 2 naming the field.
 #[test]
 fn the_torchtitan_runtime_runs_dense_qwen3() {
     let titan = |model: &str, extra: &[&str]| {
@@ -1158,10 +1159,48 @@ fn the_torchtitan_runtime_runs_dense_qwen3() {
         out.contains("--module qwen3 --config qwen3_30b_a3b"),
         "{out}"
     );
+    // dense Qwen 3 under torchtitan's pipeline parallelism (tests/truth/titan_pp.jsonl): one
+    // group per pp rank, and the launch names the shipped config with the PP keys
+    let (code, out, err) = titan(
+        "qwen3-14b",
+        &[
+            "--pp",
+            "2",
+            "--schedule",
+            "interleaved",
+            "--virtual-stages",
+            "2",
+            "--grad-accum",
+            "4",
+            "--seq",
+            "1024",
+            "--emit",
+            "torchtitan",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    for line in [
+        "--module qwen3 --config qwen3_14b",
+        "--parallelism.pipeline-parallel-degree 2",
+        "--parallelism.pipeline-parallel-schedule Interleaved1F1B",
+        "--parallelism.data-parallel-shard-degree 4",
+        "--training.local-batch-size 4",
+    ] {
+        assert!(out.contains(line), "{line}: {out}");
+    }
+    let (code, out, err) = titan("qwen3-8b", &["--pp", "2", "--grad-accum", "2"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("pp rank 1 (stage 1"), "{out}");
     for (model, extra, field) in [
-        // a Qwen 3 pipeline (tied or not) is not measured
+        // torchtitan refuses weight tying under PP (models/common/decoder.py)
         (
             "qwen3-0.6b",
+            &["--pp", "2", "--grad-accum", "2"][..],
+            "Weight tying is not supported with Pipeline Parallel",
+        ),
+        // a Qwen 3 MoE pipeline is not measured
+        (
+            "qwen3-30b-a3b",
             &["--pp", "2", "--grad-accum", "2"][..],
             "--pp",
         ),

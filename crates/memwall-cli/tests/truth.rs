@@ -1222,10 +1222,13 @@ fn titan_pp_rows() -> Vec<TitanRow> {
             "selective" => Some(CheckpointPolicy::SelectiveOp),
             p => panic!("{}: AC {p}", c.id),
         };
-        let config = match c.flavor.as_str() {
-            "8B" => "data/models/meta-llama/Llama-3.1-8B.json",
-            "70B" => "data/models/meta-llama/Llama-3.1-70B.json",
-            f => panic!("{}: flavour {f}", c.id),
+        let config = match (c.model.as_deref().unwrap_or("llama3"), c.flavor.as_str()) {
+            ("llama3", "8B") => "data/models/meta-llama/Llama-3.1-8B.json",
+            ("llama3", "70B") => "data/models/meta-llama/Llama-3.1-70B.json",
+            ("qwen3", "8B") => "data/models/Qwen/Qwen3-8B.json",
+            ("qwen3", "14B") => "data/models/Qwen/Qwen3-14B.json",
+            ("qwen3", "32B") => "data/models/Qwen/Qwen3-32B.json",
+            (m, f) => panic!("{}: model {m} flavour {f}", c.id),
         };
         let json = std::fs::read_to_string(root().join(config)).expect("read config");
         let mut desc = memwall_formats::parse_hf_config(&json).unwrap();
@@ -1299,7 +1302,7 @@ fn titan_pp_rows() -> Vec<TitanRow> {
         out.push(TitanRow {
             row: Row::new(
                 &c.id,
-                "llama",
+                &desc.model_type,
                 format!(
                     "pp {pp} rank {rank} {}",
                     c.schedule.as_deref().unwrap_or("")

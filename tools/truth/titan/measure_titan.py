@@ -70,6 +70,10 @@ def measure_one(argv: list[str]) -> dict:
     ap.add_argument("--schedule", default="1F1B")
     ap.add_argument("--mbs", type=int, default=1)
     ap.add_argument("--layers-per-stage", type=int, default=None)
+    # probe (PP): the tracked storages of at least this many bytes still alive at the end of
+    # each step, with the step that allocated them and the Python frames (torch's pipelining,
+    # torchtitan) that did, printed to stderr
+    ap.add_argument("--live", type=int, default=None)
     args = ap.parse_args(argv)
 
     import torch
@@ -431,6 +435,49 @@ def measure_pp(args, config, spec, model, model_config, parallel_dims, train_con
 
             return f
 
+    if args.live is not None:
+        import traceback
+
+        from torch.distributed._tools.mem_tracker import _UpdateType
+
+        class LiveTracker(PPTracker):
+            step = 0
+            born: dict = {}
+
+            def _update_snap(self, u_type, winfo, old_mem_consumed=None, old_reftype=None):
+                super()._update_snap(u_type, winfo, old_mem_consumed, old_reftype)
+                if u_type == _UpdateType.ADD and winfo.mem_consumed >= args.live:
+                    frames = [f"{os.path.basename(f.filename)}:{f.lineno} {f.name}"
+                              for f in traceback.extract_stack()[:-2]
+                              if ("pipelining" in f.filename or "torchtitan" in f.filename
+                                  or "loss" in f.filename)]
+                    self.born[id(winfo)] = (self.step, " < ".join(reversed(frames[-6:])))
+
+            at_peak: list = []
+
+            def _update_peak_stats(self, peak_state):
+                before = self._peak_mem_snap.get(cpu, {}).get("Total", 0) if self.step == 1 else None
+                super()._update_peak_stats(peak_state)
+                if before is not None and self._peak_mem_snap.get(cpu, {}).get("Total", 0) != before:
+                    self.at_peak = self.rows()
+
+            def rows(self):
+                out = []
+                for st, (winfo, _) in list(self._WINFO.items()):
+                    if winfo.mem_consumed >= args.live:
+                        b = self.born.get(id(winfo), ("?", ""))
+                        out.append(f"{winfo.mem_consumed:>13} {winfo.reftype.value:<16} step {b[0]}: {b[1]}")
+                return out
+
+            def live(self):
+                for r in self.rows():
+                    print(f"#   live {r}", file=sys.stderr)
+                if self.step == 1:
+                    print(f"# at the steady step's peak ({self.peak_event}):", file=sys.stderr)
+                    for r in self.at_peak:
+                        print(f"#   peak {r}", file=sys.stderr)
+
+        PPTracker = LiveTracker
     mt = PPTracker(parts[0], optimizers.optimizers[0], log_min_bytes=args.debug)
     mt._root_mod = nn.ModuleList(parts)  # every local stage instrumented (looped schedules)
     mt.track_inputs((inputs, labels))
@@ -468,6 +515,10 @@ def measure_pp(args, config, spec, model, model_config, parallel_dims, train_con
             optimizers.step()
             optimizers.zero_grad()
             gc.collect(1)
+            if args.live is not None:
+                print(f"# live at the end of step {it}:", file=sys.stderr)
+                mt.live()
+                mt.step = it + 1
         snap = mt.get_tracker_snapshot("peak")[cpu]
     return snap["Total"], first, snap, mt
 
@@ -639,13 +690,19 @@ CASES = [
 # the looped schedules), mesh pp × dp_shard 4, torchtitan's default stage split
 # (`_generate_llm_fqn_per_model_part`: embeddings and norm + head each weigh one layer)
 # -> tests/truth/titan_pp.jsonl
-def _pp(name, layers, pp, rank, sched, batch, seq=1024, extra=(), dp=4, flavor="8B", mbs=1):
-    tag = "" if flavor == "8B" else f"-{flavor.lower()}"
-    return (f"titan-pp-8b-{layers}l-pp{pp}r{rank}-{sched.lower()}-b{batch}s{seq}".replace("-8b-", f"-{flavor.lower()}-")
+def _pp(name, layers, pp, rank, sched, batch, seq=1024, extra=(), dp=4, flavor="8B", mbs=1, model="llama3"):
+    prefix = "titan-pp" if model == "llama3" else f"titan-pp-{model}"
+    return (f"{prefix}-{flavor.lower()}-{layers}l-pp{pp}r{rank}-{sched.lower()}-b{batch}s{seq}"
             + (f"-dp{dp}" if dp != 4 else "") + (f"-mbs{mbs}" if mbs != 1 else "")
             + "".join(f"-{e.lstrip('-')}" for e in extra if e.startswith("--optim") is False and not e.startswith("-")),
-            ["--flavor", flavor, "--layers", str(layers), "--world", str(dp * pp), "--pp", str(pp), "--pp-rank", str(rank),
+            [*(["--model", model] if model != "llama3" else []),
+             "--flavor", flavor, "--layers", str(layers), "--world", str(dp * pp), "--pp", str(pp), "--pp-rank", str(rank),
              "--schedule", sched, "--batch", str(batch), "--seq", str(seq), "--mbs", str(mbs), "--loss", "ce", *extra])
+
+
+def _ppq(*a, **k):
+    """A case of torchtitan's qwen3 model (dense, untied flavours) under PP."""
+    return _pp(*a, model="qwen3", **k)
 
 
 # torch 2.15's Schedule1F1B refuses fewer microbatches than stages ("Number of microbatches (2)
@@ -673,6 +730,20 @@ PP_CASES = [
     _pp("", 6, 4, 1, "GPipe", 8, seq=1024, extra=("--ac", "full")),
     _pp("", 4, 2, 0, "1F1B", 4, seq=2048, extra=("--ac", "selective")),
     _pp("", 6, 2, 1, "Interleaved1F1B", 4, seq=1024, extra=("--ac", "selective")),
+    # fourth batch: torchtitan's qwen3 (dense, untied: 8B, 14B, 32B whose n_heads × head_dim =
+    # 8192 ≠ dim = 5120) under PP: q/k RMSNorms, head_dim, the cos/sin RoPE cache. The tied
+    # flavours (0.6B/1.7B/4B) are refused by torchtitan itself under PP
+    # (models/common/decoder.py `update_from_config`: "Weight tying is not supported with
+    # Pipeline Parallel.")
+    _ppq("", 4, 2, 0, "1F1B", 4), _ppq("", 4, 2, 1, "1F1B", 4),
+    _ppq("", 6, 4, 1, "1F1B", 8), _ppq("", 6, 4, 3, "GPipe", 8), _ppq("", 6, 4, 0, "GPipe", 4),
+    _ppq("", 6, 2, 0, "Interleaved1F1B", 4, flavor="14B"), _ppq("", 6, 2, 1, "Interleaved1F1B", 8, seq=512, flavor="14B"),
+    _ppq("", 4, 2, 1, "GPipe", 2, seq=512, flavor="32B", dp=2), _ppq("", 4, 2, 0, "1F1B", 4, flavor="32B", dp=2),
+    _ppq("", 4, 2, 1, "1F1B", 4, seq=2048, extra=("--ac", "full")),
+    _ppq("", 4, 2, 0, "1F1B", 4, seq=2048, extra=("--ac", "selective")),
+    _ppq("", 7, 2, 1, "1F1B", 8, seq=512, mbs=2, extra=("--optim", "foreach")),
+    _ppq("", 14, 4, 2, "Interleaved1F1B", 8, seq=512, flavor="14B", dp=2),
+    _ppq("", 6, 4, 2, "GPipe", 8, seq=1024, extra=("--ac", "full")),
 ]
 
 

@@ -81,7 +81,7 @@ crate::names::named_enum! {
         #[default]
         Hf = "hf": "transformers' model and step (the engine the layout picks)",
         /// torchtitan 0.3.0's Llama 3 or Qwen 3 (dense, MoE) under FSDP2 ([`Engine::Torchtitan`]).
-        Torchtitan = "torchtitan": "torchtitan 0.3.0's own Llama 3 / Qwen 3 step under FSDP2 (and its TP + SP, or PP for Llama 3)",
+        Torchtitan = "torchtitan": "torchtitan 0.3.0's own Llama 3 / Qwen 3 step under FSDP2 (and its TP + SP, or PP for Llama 3 and dense Qwen 3)",
     }
 }
 
@@ -94,7 +94,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     name: "torchtitan",
     title: ENGINE,
     source: "torchtitan 0.3.0's Llama 3 and Qwen 3 (dense, MoE) steps under FSDP2, with its tensor + \
-             sequence parallelism, and Llama 3's pipeline parallelism (torchtitan/models/llama3/, \
+             sequence parallelism, and Llama 3's and dense Qwen 3's pipeline parallelism (torchtitan/models/llama3/, \
              models/qwen3/, models/common/, distributed/fsdp.py, distributed/activation_checkpoint.py, \
              distributed/pipeline_parallel.py; measured with FSDPMemTracker on fake tensors and \
              fake dp_shard × tp and pp × dp_shard meshes, tests/truth/titan.jsonl, \
@@ -697,14 +697,26 @@ fn check_pp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(),
     const HINT: &str = "drop --pp (torchtitan's FSDP2 and TP are measured), or drop --runtime \
                         torchtitan (Megatron-LM's profile models its pipeline schedules)";
     let sh = shapes(model)?;
-    if sh.model != TitanModel::Llama3 || sh.moe.is_some() {
-        // tests/truth/titan_pp.jsonl measures torchtitan's llama3 stages only
+    // tests/truth/titan_pp.jsonl measures torchtitan's llama3 and qwen3 (dense, untied) stages
+    if sh.moe.is_some() {
         return Err(refuse(
             "pp",
             layout.pp,
-            "not measured: torchtitan's pipeline parallelism of a model other than Llama 3 \
-             (its Qwen 3 stages were not measured)",
+            "not measured: torchtitan's pipeline parallelism of MoE blocks (Qwen 3 MoE stages \
+             were not measured; Llama 3 and dense Qwen 3 stages are)",
             HINT,
+        ));
+    }
+    if sh.tied {
+        // torchtitan 0.3.0 `models/common/decoder.py` `Decoder.Config.update_from_config`:
+        // `NotImplementedError("Weight tying is not supported with Pipeline Parallel.")`
+        // (measured: `measure_titan.py --model qwen3 --flavor 0.6B --pp 2` raises it)
+        return Err(refuse(
+            "tie_word_embeddings",
+            "true",
+            "torchtitan 0.3.0 refuses weight tying with pipeline parallelism (\"Weight tying is \
+             not supported with Pipeline Parallel.\", models/common/decoder.py)",
+            "use an untied model (e.g. qwen3-8b) with --pp, or drop --pp for a tied Qwen 3",
         ));
     }
     if layout.tp > 1 {

@@ -287,9 +287,53 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
         let mut x = Instant::new(name, phase);
         x.add(Weights, 4 * sharded + 2 * padded)
             .add(OptimizerStates, 8 * sharded + 4 * tensors)
-            .add(Buffers, blocks * seq * u128::from(s.head_dim) * 4)
+            // the stage's blocks' RoPE caches (`seq_len` rows each: Llama 3's complex64,
+            // Qwen 3's fp32 cos and sin, `TitanModel::rope_row_bytes`)
+            .add(
+                Buffers,
+                blocks * seq * u128::from(s.model.rope_row_bytes(s.head_dim)),
+            )
             .add(Activations, 16 * tokens + 8 * tm);
         x
+    };
+    // `REDUCE_GRAD` of the last stage (see the loop below): the first unit reduced (the head
+    // unit; measured on `titan-pp-70b-4l-pp2r1-gpipe-b2s512`, `--debug`) has its fp32
+    // accumulated gradient copied into the fp32 reduce-scatter input and its fp32 shard written
+    // while every other accumulated gradient is alive; its bf16 parameters are resharded then.
+    // (The last stage's head unit only: on a middle stage the same accounting for its last
+    // block lies 2.6% above the measured peak of `titan-pp-8b-6l-pp4r1-gpipe-b8s1024-full`, so
+    // that stage's reduction is not this instant and is left out.)
+    let head_reduce_scatter = |ls: usize,
+                               live: &[((usize, u64), u128)],
+                               backwards: &[u64],
+                               accumulated: u128|
+     -> Result<Instant, CoreError> {
+        let st = &mine[ls];
+        let (sh_u, pad_u) = stage_sizes(st)?.head_unit();
+        let done: u64 = backwards.iter().sum();
+        // the input-gradient send buffers (one per backward of a stage after the first), and
+        // the microbatches in flight on the rank's other stage
+        let sends = if st.embeddings {
+            0
+        } else {
+            u128::from(done) * 2 * d * tm
+        };
+        let in_flight: u128 = live.iter().map(|(_, h)| *h).sum();
+        let mut x = base(
+            format!(
+                "stage {} gradient reduce-scatter (head unit, after its last microbatch)",
+                job.rank + ls as u64 * job.pp
+            ),
+            Phase::Backward,
+        );
+        x.add(Gradients, accumulated + 4 * sh_u)
+            .add(Category::CommBuffers, 4 * pad_u)
+            .add(Activations, sends + in_flight)
+            .add(Temporaries, if st.embeddings { 0 } else { 2 * d * tm });
+        // the unit's bf16 parameters resharded (`Category::ALL[0]` is `Weights`)
+        debug_assert_eq!(Category::ALL[0], Weights);
+        x.bytes[0] = x.bytes[0].saturating_sub(2 * pad_u);
+        Ok(x)
     };
     let mut out = Vec::new();
     let mut live: Vec<((usize, u64), u128)> = Vec::new();
@@ -352,46 +396,26 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
                 }
                 live.retain(|(k, _)| *k != (ls, m));
                 backwards[ls] += 1;
+                // torch 2.15 `schedules.py` `_add_reduce_grad`: each stage's `REDUCE_GRAD`
+                // (`start_gradient_reduction`, FSDP2's reduce-scatter of the accumulated
+                // gradients) is scheduled right after the stage's last backward, so under
+                // Interleaved1F1B the last stage (the later of the rank's two) reduces while
+                // the rank's other stage still holds microbatches in flight (measured:
+                // `titan-pp-qwen3-14b-6l-pp2r1-interleaved1f1b-b8s512`, `--live`); with one
+                // stage per rank it is the schedule's last action
+                if st.head && backwards[ls] == job.microbatches {
+                    out.push(head_reduce_scatter(
+                        ls,
+                        &live,
+                        &backwards,
+                        (0..mine.len())
+                            .filter(|&x| backwards[x] > 0)
+                            .map(|x| grads[x])
+                            .sum(),
+                    )?);
+                }
             }
         }
-    }
-    // `perform_reduce_grad` after the last microbatch (`finalize_backward`): the first unit
-    // reduced (the head unit on the last stage; measured on
-    // `titan-pp-70b-4l-pp2r1-gpipe-b2s512`, `--debug`) has its fp32 accumulated gradient copied
-    // into the fp32 reduce-scatter input and its fp32 shard written while every other unit's
-    // accumulated gradient is alive; its bf16 parameters are resharded then
-    for (ls, st) in mine.iter().enumerate() {
-        let z = stage_sizes(st)?;
-        // (the last stage's head unit only: on a middle stage the same accounting for its last
-        // block lies 2.6% above the measured peak of `titan-pp-8b-6l-pp4r1-gpipe-b8s1024-full`,
-        // so that stage's reduction is not this instant and is left out)
-        if !st.head {
-            continue;
-        }
-        let (sh_u, pad_u) = z.head_unit();
-        let done: u64 = backwards.iter().sum();
-        let sends = if st.embeddings {
-            0
-        } else if st.head {
-            u128::from(done) * 2 * d * tm
-        } else {
-            2 * d * tm
-        };
-        let mut x = base(
-            format!(
-                "stage {} gradient reduce-scatter (first unit, after the last microbatch)",
-                job.rank + ls as u64 * job.pp
-            ),
-            Phase::Backward,
-        );
-        x.add(Gradients, grads.iter().sum::<u128>() + 4 * sh_u)
-            .add(Category::CommBuffers, 4 * pad_u)
-            .add(Activations, sends)
-            .add(Temporaries, if st.embeddings { 0 } else { 2 * d * tm });
-        // the unit's bf16 parameters resharded (`Category::ALL[0]` is `Weights`)
-        debug_assert_eq!(Category::ALL[0], Weights);
-        x.bytes[0] = x.bytes[0].saturating_sub(2 * pad_u);
-        out.push(x);
     }
     // then `clip_grad_norm_` and AdamW (fused in place, or foreach's fp32 list of the shards)
     let mut x = base(
