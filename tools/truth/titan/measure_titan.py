@@ -744,6 +744,12 @@ PP_CASES = [
     _ppq("", 7, 2, 1, "1F1B", 8, seq=512, mbs=2, extra=("--optim", "foreach")),
     _ppq("", 14, 4, 2, "Interleaved1F1B", 8, seq=512, flavor="14B", dp=2),
     _ppq("", 6, 4, 2, "GPipe", 8, seq=1024, extra=("--ac", "full")),
+    # fifth batch: splits that leave a stage without a transformer block (the first stage the
+    # embeddings alone, the last `[norm, lm_head]` alone): 1F1B / GPipe with pp = layers + 2 or
+    # 3 layers on 4 ranks, Interleaved1F1B with 8 virtual stages
+    _pp("", 2, 4, 0, "1F1B", 4), _pp("", 2, 4, 3, "1F1B", 4), _pp("", 3, 4, 3, "GPipe", 4),
+    _ppq("", 6, 4, 0, "Interleaved1F1B", 8, seq=512), _ppq("", 6, 4, 3, "Interleaved1F1B", 8, seq=512),
+    _pp("", 2, 4, 0, "GPipe", 4, seq=2048, extra=("--ac", "full")),
 ]
 
 
@@ -779,6 +785,12 @@ CROSSCHECKS = [
     ("xc-titan-debug-4l-w4-pp2r1-1f1b-b4s256-fullac", ["--flavor", "debugmodel", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "1F1B", "--batch", "4", "--seq", "256", "--ac", "full"]),
     ("xc-titan-debug-4l-w4-pp2r0-1f1b-b4s256-selac", ["--flavor", "debugmodel", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256", "--ac", "selective"]),
     ("xc-titan-debug-6l-w4-pp2r1-interleaved1f1b-b4s256", ["--flavor", "debugmodel", "--layers", "6", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "Interleaved1F1B", "--batch", "4", "--seq", "256"]),
+    # torchtitan's qwen3 "debugmodel" (untied) under PP: q/k norms, cos/sin RoPE cache per stage,
+    # and (interleaved, 8 microbatches) the last stage's reduce-scatter with the rank's other
+    # stage's microbatches in flight
+    ("xc-titan-qwen3-debug-4l-w4-pp2r0-1f1b-b4s256", ["--model", "qwen3", "--flavor", "debugmodel", "--untie", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256"]),
+    ("xc-titan-qwen3-debug-4l-w4-pp2r1-gpipe-b4s256-fullac", ["--model", "qwen3", "--flavor", "debugmodel", "--untie", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "GPipe", "--batch", "4", "--seq", "256", "--ac", "full"]),
+    ("xc-titan-qwen3-debug-6l-w4-pp2r1-interleaved1f1b-b8s256", ["--model", "qwen3", "--flavor", "debugmodel", "--untie", "--layers", "6", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "Interleaved1F1B", "--batch", "8", "--seq", "256"]),
 ]
 
 
