@@ -25,8 +25,9 @@
 //!   TP-local parameter, and the vocabulary-parallel loss (`_LossParallelCrossEntropy`); measured
 //!   on a fake 2-D mesh (see `step.rs`).
 //! - Pipeline parallelism (`--pp`, torchtitan's `pipeline_parallel_degree` with 1F1B, GPipe or
-//!   Interleaved1F1B): torchtitan's stage split, torch's schedule orders and FSDP2 without
-//!   resharding under PP, one pp rank at a time (see `pipeline.rs`); measured on a fake
+//!   Interleaved1F1B) of Llama 3 and dense untied Qwen 3: torchtitan's stage split, torch's
+//!   schedule orders (each stage's gradient reduction right after its last backward) and FSDP2
+//!   without resharding under PP, one pp rank at a time (see `pipeline.rs`); measured on a fake
 //!   pp × dp_shard mesh.
 //!
 //! The step is a timeline of named instants, each summing what is alive then ([`instants`]);
@@ -39,7 +40,7 @@
 //! Refused by name (the capability row [`CAPABILITIES`] and [`check`]): tensor parallelism
 //! without sequence parallelism and degrees that do not divide the heads, key/value heads and
 //! feed-forward width, context and expert parallelism (not measured here), pipeline
-//! parallelism with TP or every-k AC, HSDP, CPU offload, float8 (`torchao` converters are not simulated),
+//! parallelism with TP, every-k AC, MoE blocks or tied embeddings (torchtitan refuses those), HSDP, CPU offload, float8 (`torchao` converters are not simulated),
 //! `torch.compile` (Inductor's generated code cannot run on fake tensors, so a compiled step
 //! cannot be measured honestly), LoRA, gradient accumulation, the chunked loss
 //! (`ChunkedLossWrapper`, torchtitan's default for `llama3_8b`: FSDPMemTracker refuses its
@@ -686,7 +687,8 @@ fn check_tp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(),
 
 /// torchtitan's pipeline parallelism as measured (`memory/titan/pipeline.rs`): 1F1B, GPipe or
 /// Interleaved1F1B (two stages per rank, torchtitan's default for looped schedules) over
-/// `pp × dp_shard` ranks, FSDP2 on `dp_shard` ≥ 2, no TP, no AC or FullAC / SelectiveAC; the
+/// `pp × dp_shard` ranks, FSDP2 on `dp_shard` ≥ 2, no TP, no AC or FullAC / SelectiveAC, Llama 3
+/// or dense untied Qwen 3 (any split torchtitan makes, stages without a block included); the
 /// workload's `batch` is `pipeline_parallel_microbatch_size` and its `grad_accum` the
 /// microbatches per step (`local_batch_size / microbatch_size`).
 fn check_pp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(), CoreError> {
