@@ -1100,9 +1100,9 @@ fn the_torchtitan_runtime_estimates_plans_and_refuses_by_name() {
 /// `--runtime torchtitan` on Qwen 3: the dense models (tied or not) run torchtitan's own qwen3 model;
 /// the emitted launch names the config torchtitan ships for exactly these shapes, and refuses
 /// one it has none for instead of writing a wrong flavour; Qwen 3 MoE runs torchtitan's MoE
-/// blocks; dense untied Qwen 3 runs torchtitan's pipeline parallelism and emits its PP keys;
-/// what is not measured (a Qwen 3 MoE pipeline; MoE with TP, "never" resharding or
-/// SelectiveAC) or torchtitan refuses (a tied model under PP) exits 2 naming the field.
+/// blocks; untied Qwen 3 (dense, MoE) runs torchtitan's pipeline parallelism and emits its PP
+/// keys; what is not measured (MoE with TP, "never" resharding, SelectiveAC or more FSDP ranks
+/// than experts) or torchtitan refuses (a tied model under PP) exits 2 naming the field.
 #[test]
 fn the_torchtitan_runtime_runs_dense_qwen3() {
     let titan = |model: &str, extra: &[&str]| {
@@ -1188,9 +1188,11 @@ fn the_torchtitan_runtime_runs_dense_qwen3() {
     ] {
         assert!(out.contains(line), "{line}: {out}");
     }
-    let (code, out, err) = titan("qwen3-8b", &["--pp", "2", "--grad-accum", "2"]);
-    assert_eq!(code, 0, "{err}");
-    assert!(out.contains("pp rank 1 (stage 1"), "{out}");
+    for model in ["qwen3-8b", "qwen3-30b-a3b"] {
+        let (code, out, err) = titan(model, &["--pp", "2", "--grad-accum", "2"]);
+        assert_eq!(code, 0, "{model}: {err}");
+        assert!(out.contains("pp rank 1 (stage 1"), "{model}: {out}");
+    }
     for (model, extra, field) in [
         // torchtitan refuses weight tying under PP (models/common/decoder.py)
         (
@@ -1198,11 +1200,18 @@ fn the_torchtitan_runtime_runs_dense_qwen3() {
             &["--pp", "2", "--grad-accum", "2"][..],
             "Weight tying is not supported with Pipeline Parallel",
         ),
-        // a Qwen 3 MoE pipeline is not measured
+        // every-k AC under PP is not measured (for MoE pipelines neither)
         (
             "qwen3-30b-a3b",
-            &["--pp", "2", "--grad-accum", "2"][..],
-            "--pp",
+            &[
+                "--pp",
+                "2",
+                "--grad-accum",
+                "2",
+                "--checkpointing-policy",
+                "every-k:2",
+            ][..],
+            "every-k:2",
         ),
         ("qwen3-30b-a3b", &["--tp", "2"][..], "--tp"),
         (

@@ -1228,6 +1228,8 @@ fn titan_pp_rows() -> Vec<TitanRow> {
             ("qwen3", "8B") => "data/models/Qwen/Qwen3-8B.json",
             ("qwen3", "14B") => "data/models/Qwen/Qwen3-14B.json",
             ("qwen3", "32B") => "data/models/Qwen/Qwen3-32B.json",
+            ("qwen3", "30B-A3B") => "data/models/Qwen/Qwen3-30B-A3B.json",
+            ("qwen3", "235B-A22B") => "data/models/Qwen/Qwen3-235B-A22B.json",
             (m, f) => panic!("{}: model {m} flavour {f}", c.id),
         };
         let json = std::fs::read_to_string(root().join(config)).expect("read config");
@@ -1343,7 +1345,7 @@ fn titan_pp_section(rows: &[TitanRow]) -> String {
         rows,
         "\n### torchtitan pipeline parallelism (`--runtime torchtitan --pp N`; \
          `tests/truth/titan_pp.jsonl`)\n\n\
-         One pp rank per case (torchtitan's Llama 3 and dense Qwen 3; 1F1B, GPipe, \
+         One pp rank per case (torchtitan's Llama 3 and Qwen 3, dense and MoE; 1F1B, GPipe, \
          Interleaved1F1B; FSDP2 over dp_shard, no TP; no AC, FullAC or SelectiveAC; splits \
          that leave a stage the embeddings or `[norm, lm_head]` alone included), \
          measured by `measure_titan.py --pp-cases` on a fake pp × dp_shard mesh; estimates: \

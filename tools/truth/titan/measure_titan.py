@@ -195,8 +195,8 @@ def measure_one(argv: list[str]) -> dict:
         with torch.device("meta"):
             model = model_config.build()
         fake = contextlib.nullcontext() if args.real else FakeTensorMode(allow_non_fake_inputs=True)
-        peak, first, snap, mt = measure_pp(args, config, spec, model, model_config, parallel_dims, train_context, fake)
-        return result(args, W, snap, first, mt, t0)
+        peak, first, snap, mt, n_gates = measure_pp(args, config, spec, model, model_config, parallel_dims, train_context, fake)
+        return result(args, W, snap, first, mt, t0, n_gates)
     with contextlib.nullcontext() if args.real else FakeTensorMode():
         with torch.device("meta"):
             model = model_config.build()
@@ -411,7 +411,23 @@ def measure_pp(args, config, spec, model, model_config, parallel_dims, train_con
     for m in parts:
         m.to_empty(device="cpu")
         m.train()
+    # MoE blocks: the router gate in fp32 as CUDA autocast runs it (see measure_one), and the
+    # model's post-optimizer hook (`register_moe_load_balancing_hook`), as `Trainer.__init__`
+    # runs both on the model parts
+    import torch.nn.functional as F
+
+    n_gates = 0
+    for part in parts:
+        for name, mod in part.named_modules():
+            if name.endswith("router.gate"):
+                def gate_fp32(x, _m=mod):
+                    return F.linear(x.float(), _m.weight.float(), None if _m.bias is None else _m.bias.float())
+
+                mod.forward = gate_fp32
+                n_gates += 1
     optimizers = config.optimizer.build(model_parts=parts)
+    if spec.post_optimizer_build_fn is not None:
+        spec.post_optimizer_build_fn(optimizers, parts, parallel_dims)
     vocab = model_config.vocab_size
     n_mb = args.batch // mb
     inputs = torch.randint(0, vocab, (args.batch, S))
@@ -520,7 +536,7 @@ def measure_pp(args, config, spec, model, model_config, parallel_dims, train_con
                 mt.live()
                 mt.step = it + 1
         snap = mt.get_tracker_snapshot("peak")[cpu]
-    return snap["Total"], first, snap, mt
+    return snap["Total"], first, snap, mt, n_gates
 
 
 def stub_flex_attention(q, k, v, *, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
@@ -750,6 +766,13 @@ PP_CASES = [
     _pp("", 2, 4, 0, "1F1B", 4), _pp("", 2, 4, 3, "1F1B", 4), _pp("", 3, 4, 3, "GPipe", 4),
     _ppq("", 6, 4, 0, "Interleaved1F1B", 8, seq=512), _ppq("", 6, 4, 3, "Interleaved1F1B", 8, seq=512),
     _pp("", 2, 4, 0, "GPipe", 4, seq=2048, extra=("--ac", "full")),
+    # sixth batch: torchtitan's qwen3 MoE flavours under PP (router gate in fp32 as CUDA autocast
+    # runs it, the load-balancing hook registered on the parts; experts FSDP-sharded on dim 0)
+    _ppq("", 4, 2, 0, "1F1B", 4, flavor="30B-A3B", dp=8), _ppq("", 4, 2, 1, "1F1B", 4, flavor="30B-A3B", dp=8),
+    _ppq("", 6, 4, 1, "GPipe", 8, seq=512, flavor="30B-A3B"), _ppq("", 6, 4, 3, "1F1B", 8, seq=512, flavor="30B-A3B"),
+    _ppq("", 6, 2, 1, "Interleaved1F1B", 4, flavor="30B-A3B"),
+    _ppq("", 4, 2, 1, "1F1B", 4, seq=2048, flavor="30B-A3B", dp=8, extra=("--ac", "full")),
+    _ppq("", 3, 2, 0, "GPipe", 2, seq=512, flavor="235B-A22B", dp=16),
 ]
 
 
@@ -790,6 +813,10 @@ CROSSCHECKS = [
     # stage's microbatches in flight
     ("xc-titan-qwen3-debug-4l-w4-pp2r0-1f1b-b4s256", ["--model", "qwen3", "--flavor", "debugmodel", "--untie", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256"]),
     ("xc-titan-qwen3-debug-4l-w4-pp2r1-gpipe-b4s256-fullac", ["--model", "qwen3", "--flavor", "debugmodel", "--untie", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "GPipe", "--batch", "4", "--seq", "256", "--ac", "full"]),
+    # torchtitan's qwen3 "debugmodel_moe" (dim 256, 64 experts) under PP: the MoE stages'
+    # grouped-mm backward with gradient accumulation, on real tensors too
+    ("xc-titan-qwen3moe-debug-4l-w4-pp2r0-1f1b-b4s256", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256"]),
+    ("xc-titan-qwen3moe-debug-4l-w4-pp2r1-gpipe-b4s256-fullac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "GPipe", "--batch", "4", "--seq", "256", "--ac", "full"]),
     ("xc-titan-qwen3-debug-6l-w4-pp2r1-interleaved1f1b-b8s256", ["--model", "qwen3", "--flavor", "debugmodel", "--untie", "--layers", "6", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "Interleaved1F1B", "--batch", "8", "--seq", "256"]),
 ]
 

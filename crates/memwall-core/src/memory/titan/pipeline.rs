@@ -291,6 +291,12 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
                 Buffers,
                 blocks * seq * u128::from(s.model.rope_row_bytes(s.head_dim)),
             )
+            // MoE: `expert_bias_E` and `tokens_per_expert_E` (fp32, one per expert) per block
+            // (models/common/moe.py `MoE.__init__`)
+            .add(
+                Buffers,
+                blocks * s.moe.map_or(0, |m| 8 * u128::from(m.experts)),
+            )
             .add(Activations, 16 * tokens + 8 * tm);
         x
     };
@@ -439,12 +445,39 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
                     );
                 }
                 if st.blocks > 0 && !st.head {
-                    push(
-                        &format!("block {} feed-forward (w2 gradient)", st.blocks - 1),
-                        own,
-                        held(st) - block_saved + recomputed,
-                        2 * f * d + 2 * f * tm,
-                    );
+                    if let Some(moe) = s.moe {
+                        // torchtitan's MoE experts' backward at their first weight gradient
+                        // (measured, `titan-pp-qwen3-30b-a3b-4l-pp2r0-1f1b-b4s1024-dp8`,
+                        // `--live`): under PP each bf16 expert gradient is accumulated into the
+                        // fp32 unsharded gradient as soon as it is computed (no reduce-scatter
+                        // holds it, unlike `step.rs`), so one `[E, F, D]` bf16 gradient is alive,
+                        // with a `[T·K, D]` and a `[T·K, F]` gradient and the scores' fp32
+                        // gradient; of the block's saved tensors the combine's fp32 routed
+                        // output and the sorted scores are freed, the four expert
+                        // intermediates are not yet
+                        let (e, k, fe) = (
+                            u128::from(moe.experts),
+                            u128::from(moe.top_k),
+                            u128::from(moe.expert_ffn),
+                        );
+                        push(
+                            &format!(
+                                "block {} MoE experts (first weight gradient)",
+                                st.blocks - 1
+                            ),
+                            own,
+                            (held(st) - block_saved + recomputed)
+                                .saturating_sub((4 * d * k + 4 * k) * tm),
+                            2 * e * fe * d + (2 * d * k + 2 * fe * k + 4 * k) * tm + 2 * d * tm,
+                        );
+                    } else {
+                        push(
+                            &format!("block {} feed-forward (w2 gradient)", st.blocks - 1),
+                            own,
+                            held(st) - block_saved + recomputed,
+                            2 * f * d + 2 * f * tm,
+                        );
+                    }
                 }
                 if st.embeddings {
                     push(

@@ -543,16 +543,18 @@ fn what_torchtitan_pipelines_do_not_run_is_refused_by_name() {
         ..l.clone()
     };
     assert_eq!(field(run(&w, &tp, TitanOptions::default())), "tp");
-    // Llama 3 and dense Qwen 3 stages were measured; Qwen 3 MoE stages were not
+    // Llama 3 and Qwen 3 (dense, MoE) stages were measured
     assert!(simulate_train_titan(&qwen3(6), &w, &l, &TitanOptions::default()).is_ok());
+    assert!(simulate_train_titan(&qwen3_moe(6, 16), &w, &l, &TitanOptions::default()).is_ok());
+    // the FSDP mesh under PP is gpus / pp: 16 experts on 64 / 2 = 32 FSDP ranks are refused
     assert_eq!(
         field(simulate_train_titan(
             &qwen3_moe(6, 16),
             &w,
-            &l,
+            &pp_layout(64, 2, Schedule::OneFOneB, 1),
             &TitanOptions::default()
         )),
-        "pp"
+        "gpus"
     );
     let mut ac = w.clone();
     ac.checkpointing = true;
