@@ -40,7 +40,10 @@
 //! - the last stage's: the loss backward (two fp32 vocabulary-sized gradients, as without PP);
 //! - Qwen 3 (dense, untied) stages as Llama 3's, with its blocks' q/k norms and head_dim
 //!   (`step.rs`) and its cos/sin RoPE cache (`TitanModel::rope_row_bytes`) per block; torchtitan
-//!   refuses a tied model under PP (`models/common/decoder.py`), so the tied unit never splits.
+//!   refuses a tied model under PP (`models/common/decoder.py`), so the tied unit never splits;
+//! - Qwen 3 MoE stages: a stage before the last peaks at its last block's experts' first weight
+//!   gradient (each bf16 expert gradient is accumulated into the fp32 one as soon as it is
+//!   computed, so one is alive), with the block's expert intermediates still saved.
 //! - under FullAC / SelectiveAC a block keeps its checkpoint input (on a stage after the
 //!   first, the first block's is the received buffer itself) or SelectiveAC's outputs per
 //!   microbatch, and its backward recomputes the no-AC set besides them;
