@@ -320,15 +320,22 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
      -> Result<Vec<Instant>, CoreError> {
         let st = &mine[ls];
         let z = stage_sizes(st)?;
-        let mut units: Vec<(&str, (u128, u128))> = Vec::new();
+        // `(name, (shard, gathered) elements, shard written before the accumulated gradient
+        // is freed)`: `foreach_reduce` (`_fsdp_collectives.py`) frees a block's accumulated
+        // gradients (`unsharded_grads.clear()`) before its reduce-scatter output (the shard) is
+        // allocated (measured on `titan-pp-8b-6l-pp4r1-gpipe-b8s1024-full`, `--debug`); the
+        // single-weight units' (`[norm, lm_head]`, `tok_embeddings`) gradient is still alive
+        // when their shard is written (measured on `titan-pp-70b-4l-pp2r1-gpipe-b2s512` and
+        // `titan-pp-8b-2l-pp4r0-1f1b-b4s1024`; what keeps it was not found)
+        let mut units: Vec<(&str, (u128, u128), bool)> = Vec::new();
         if st.head {
-            units.push(("head unit", z.head_unit()));
+            units.push(("head unit", z.head_unit(), true));
         }
         for _ in 0..st.blocks {
-            units.push(("block", z.block_unit()));
+            units.push(("block", z.block_unit(), false));
         }
         if st.embeddings {
-            units.push(("embeddings", z.embedding_unit()));
+            units.push(("embeddings", z.embedding_unit(), true));
         }
         // the input-gradient send buffers of the last stage (one per earlier backward; a
         // middle stage's last one is done by then: measured, `--debug`), and the microbatches
@@ -340,24 +347,15 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
         };
         let in_flight: u128 = live.iter().map(|(_, h)| *h).sum();
         let stage_no = job.rank + ls as u64 * job.pp;
-        let mut accumulated: u128 = units.iter().map(|(_, (_, pad))| 4 * pad).sum();
+        let mut accumulated: u128 = units.iter().map(|(_, (_, pad), _)| 4 * pad).sum();
         let mut shards = 0u128;
         let mut resharded = 0u128;
         let mut out = Vec::new();
-        for (k, (what, (sh, pad))) in units.iter().enumerate() {
+        for (k, (what, (sh, pad), shard_first)) in units.iter().enumerate() {
             resharded += 2 * pad;
-            // `foreach_reduce` (`_fsdp_collectives.py`) frees a block's accumulated gradients
-            // (`unsharded_grads.clear()`) before its reduce-scatter output (the shard) is
-            // allocated (measured on `titan-pp-8b-6l-pp4r1-gpipe-b8s1024-full`, `--debug`);
-            // the single-weight units' (`[norm, lm_head]`, `tok_embeddings`) gradient is still
-            // alive when their shard is written (measured on `titan-pp-70b-4l-pp2r1-gpipe-b2s512`
-            // and `titan-pp-8b-2l-pp4r0-1f1b-b4s1024`; what keeps it was not found)
-            let acc_now = if *what == "block" {
-                accumulated
-            } else {
+            if *shard_first {
                 shards += 4 * sh;
-                accumulated
-            };
+            }
             let mut x = base(
                 format!(
                     "stage {stage_no} gradient reduce-scatter after its last microbatch \
@@ -367,7 +365,7 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
                 ),
                 Phase::Backward,
             );
-            x.add(Gradients, others_grads + acc_now + shards)
+            x.add(Gradients, others_grads + accumulated + shards)
                 .add(Category::CommBuffers, 4 * pad)
                 .add(Activations, sends + in_flight)
                 .add(Temporaries, if st.embeddings { 0 } else { 2 * d * tm });
@@ -376,7 +374,7 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
             x.bytes[0] = x.bytes[0].saturating_sub(resharded);
             out.push(x);
             accumulated -= 4 * pad;
-            if *what == "block" {
+            if !*shard_first {
                 shards += 4 * sh;
             }
         }
