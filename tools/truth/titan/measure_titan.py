@@ -817,6 +817,10 @@ CROSSCHECKS = [
     # grouped-mm backward with gradient accumulation, on real tensors too
     ("xc-titan-qwen3moe-debug-4l-w4-pp2r0-1f1b-b4s256", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256"]),
     ("xc-titan-qwen3moe-debug-4l-w4-pp2r1-gpipe-b4s256-fullac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "GPipe", "--batch", "4", "--seq", "256", "--ac", "full"]),
+    # stages without a transformer block: the embeddings alone (rank 0) and `[norm, lm_head]`
+    # alone (rank 3) of 2 layers on 4 ranks
+    ("xc-titan-debug-2l-w8-pp4r0-1f1b-b4s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "8", "--pp", "4", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256"]),
+    ("xc-titan-debug-2l-w8-pp4r3-gpipe-b4s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "8", "--pp", "4", "--pp-rank", "3", "--schedule", "GPipe", "--batch", "4", "--seq", "256"]),
     ("xc-titan-qwen3-debug-6l-w4-pp2r1-interleaved1f1b-b8s256", ["--model", "qwen3", "--flavor", "debugmodel", "--untie", "--layers", "6", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "Interleaved1F1B", "--batch", "8", "--seq", "256"]),
 ]
 
