@@ -271,10 +271,13 @@ def check_torchtitan(path: Path, seed: dict) -> str:
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         c = ConfigManager().parse_args(list(targs.training_script_args))
     t, p = c.training, c.parallelism
-    return (msg + f"; ConfigManager.parse_args: local_batch {t.local_batch_size}, global_batch {t.global_batch_size}, seq {t.seq_len}, "
+    m = c.model_spec.model
+    return (msg + f"; ConfigManager.parse_args: model {len(m.layers)} layers × dim {m.dim}, local_batch {t.local_batch_size}, global_batch {t.global_batch_size}, seq {t.seq_len}, "
             f"dtype {t.dtype}, mp param {t.mixed_precision_param}/reduce {t.mixed_precision_reduce}, cpu_offload {t.enable_cpu_offload}, "
             f"dp_replicate {p.data_parallel_replicate_degree}, dp_shard {p.data_parallel_shard_degree}, tp {p.tensor_parallel_degree}, "
-            f"sp {p.enable_sequence_parallel}, pp {p.pipeline_parallel_degree}, cp {p.context_parallel_degree}, ep {p.expert_parallel_degree}, "
+            f"sp {p.enable_sequence_parallel}, pp {p.pipeline_parallel_degree}"
+            + (f" ({p.pipeline_parallel_schedule}, microbatch {p.pipeline_parallel_microbatch_size})" if p.pipeline_parallel_degree > 1 else "")
+            + f", cp {p.context_parallel_degree}, ep {p.expert_parallel_degree}, "
             f"async_tp {c.compile.enable_async_tensor_parallel}, disable_cuda_graphs {t.disable_cuda_graphs}, "
             f"reshard {p.fsdp_reshard_after_forward}, AC {type(c.activation_checkpoint).__qualname__}, optimizer impl {c.optimizer.implementation}")
 

@@ -1125,8 +1125,9 @@ fn the_torchtitan_runtime_estimates_plans_and_refuses_by_name() {
 /// `--runtime torchtitan` on Qwen 3: the dense models (tied or not) run torchtitan's own qwen3 model;
 /// the emitted launch names the config torchtitan ships for exactly these shapes, and refuses
 /// one it has none for instead of writing a wrong flavour; Qwen 3 MoE runs torchtitan's MoE
-/// blocks; what is not measured (a Qwen 3 pipeline; MoE with TP, "never" resharding or
-/// SelectiveAC) exits 2 naming the field.
+/// blocks; untied Qwen 3 (dense, MoE) runs torchtitan's pipeline parallelism and emits its PP
+/// keys; what is not measured (MoE with TP, "never" resharding, SelectiveAC or more FSDP ranks
+/// than experts) or torchtitan refuses (a tied model under PP) exits 2 naming the field.
 #[test]
 fn the_torchtitan_runtime_runs_dense_qwen3() {
     let titan = |model: &str, extra: &[&str]| {
@@ -1183,12 +1184,59 @@ fn the_torchtitan_runtime_runs_dense_qwen3() {
         out.contains("--module qwen3 --config qwen3_30b_a3b"),
         "{out}"
     );
+    // dense Qwen 3 under torchtitan's pipeline parallelism (tests/truth/titan_pp.jsonl): one
+    // group per pp rank, and the launch names the shipped config with the PP keys
+    let (code, out, err) = titan(
+        "qwen3-14b",
+        &[
+            "--pp",
+            "2",
+            "--schedule",
+            "interleaved",
+            "--virtual-stages",
+            "2",
+            "--grad-accum",
+            "4",
+            "--seq",
+            "1024",
+            "--emit",
+            "torchtitan",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    for line in [
+        "--module qwen3 --config qwen3_14b",
+        "--parallelism.pipeline-parallel-degree 2",
+        "--parallelism.pipeline-parallel-schedule Interleaved1F1B",
+        "--parallelism.data-parallel-shard-degree 4",
+        "--training.local-batch-size 4",
+    ] {
+        assert!(out.contains(line), "{line}: {out}");
+    }
+    for model in ["qwen3-8b", "qwen3-30b-a3b"] {
+        let (code, out, err) = titan(model, &["--pp", "2", "--grad-accum", "2"]);
+        assert_eq!(code, 0, "{model}: {err}");
+        assert!(out.contains("pp rank 1 (stage 1"), "{model}: {out}");
+    }
     for (model, extra, field) in [
-        // a Qwen 3 pipeline (tied or not) is not measured
+        // torchtitan refuses weight tying under PP (models/common/decoder.py)
         (
             "qwen3-0.6b",
             &["--pp", "2", "--grad-accum", "2"][..],
-            "--pp",
+            "Weight tying is not supported with Pipeline Parallel",
+        ),
+        // every-k AC under PP is not measured (for MoE pipelines neither)
+        (
+            "qwen3-30b-a3b",
+            &[
+                "--pp",
+                "2",
+                "--grad-accum",
+                "2",
+                "--checkpointing-policy",
+                "every-k:2",
+            ][..],
+            "every-k:2",
         ),
         ("qwen3-30b-a3b", &["--tp", "2"][..], "--tp"),
         (

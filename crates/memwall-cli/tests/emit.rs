@@ -172,10 +172,30 @@ fn estimate_values(kind: EmitKind, spec: &LaunchSpec) -> Vec<(&'static str, Stri
             v.push(("precision", "--bf16\n".into()));
         }
         EmitKind::Torchtitan => {
+            // under PP the local batch is `grad_accum` pipeline microbatches of `batch`
+            let pp = l.pp.max(1);
+            let local = if pp > 1 {
+                w.batch * w.grad_accum
+            } else {
+                w.batch
+            };
             v.push((
                 "local batch",
-                format!("--training.local-batch-size {}", w.batch),
+                format!("--training.local-batch-size {local}"),
             ));
+            if pp > 1 {
+                v.push((
+                    "pipeline",
+                    format!("--parallelism.pipeline-parallel-degree {pp}"),
+                ));
+                v.push((
+                    "microbatch",
+                    format!(
+                        "--parallelism.pipeline-parallel-microbatch-size {}",
+                        w.batch
+                    ),
+                ));
+            }
             v.push((
                 "global batch",
                 format!("--training.global-batch-size {}", spec.global_batch()),
@@ -183,7 +203,10 @@ fn estimate_values(kind: EmitKind, spec: &LaunchSpec) -> Vec<(&'static str, Stri
             v.push(("seq", format!("--training.seq-len {}", w.seq)));
             v.push((
                 "shard",
-                format!("--parallelism.data-parallel-shard-degree {}", l.gpus / l.tp),
+                format!(
+                    "--parallelism.data-parallel-shard-degree {}",
+                    l.gpus / l.tp / l.pp.max(1)
+                ),
             ));
             v.push((
                 "tensor parallel",

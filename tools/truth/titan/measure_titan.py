@@ -70,6 +70,10 @@ def measure_one(argv: list[str]) -> dict:
     ap.add_argument("--schedule", default="1F1B")
     ap.add_argument("--mbs", type=int, default=1)
     ap.add_argument("--layers-per-stage", type=int, default=None)
+    # probe (PP): the tracked storages of at least this many bytes still alive at the end of
+    # each step, with the step that allocated them and the Python frames (torch's pipelining,
+    # torchtitan) that did, printed to stderr
+    ap.add_argument("--live", type=int, default=None)
     args = ap.parse_args(argv)
 
     import torch
@@ -191,8 +195,8 @@ def measure_one(argv: list[str]) -> dict:
         with torch.device("meta"):
             model = model_config.build()
         fake = contextlib.nullcontext() if args.real else FakeTensorMode(allow_non_fake_inputs=True)
-        peak, first, snap, mt = measure_pp(args, config, spec, model, model_config, parallel_dims, train_context, fake)
-        return result(args, W, snap, first, mt, t0)
+        peak, first, snap, mt, n_gates = measure_pp(args, config, spec, model, model_config, parallel_dims, train_context, fake)
+        return result(args, W, snap, first, mt, t0, n_gates)
     with contextlib.nullcontext() if args.real else FakeTensorMode():
         with torch.device("meta"):
             model = model_config.build()
@@ -407,7 +411,23 @@ def measure_pp(args, config, spec, model, model_config, parallel_dims, train_con
     for m in parts:
         m.to_empty(device="cpu")
         m.train()
+    # MoE blocks: the router gate in fp32 as CUDA autocast runs it (see measure_one), and the
+    # model's post-optimizer hook (`register_moe_load_balancing_hook`), as `Trainer.__init__`
+    # runs both on the model parts
+    import torch.nn.functional as F
+
+    n_gates = 0
+    for part in parts:
+        for name, mod in part.named_modules():
+            if name.endswith("router.gate"):
+                def gate_fp32(x, _m=mod):
+                    return F.linear(x.float(), _m.weight.float(), None if _m.bias is None else _m.bias.float())
+
+                mod.forward = gate_fp32
+                n_gates += 1
     optimizers = config.optimizer.build(model_parts=parts)
+    if spec.post_optimizer_build_fn is not None:
+        spec.post_optimizer_build_fn(optimizers, parts, parallel_dims)
     vocab = model_config.vocab_size
     n_mb = args.batch // mb
     inputs = torch.randint(0, vocab, (args.batch, S))
@@ -431,6 +451,49 @@ def measure_pp(args, config, spec, model, model_config, parallel_dims, train_con
 
             return f
 
+    if args.live is not None:
+        import traceback
+
+        from torch.distributed._tools.mem_tracker import _UpdateType
+
+        class LiveTracker(PPTracker):
+            step = 0
+            born: dict = {}
+
+            def _update_snap(self, u_type, winfo, old_mem_consumed=None, old_reftype=None):
+                super()._update_snap(u_type, winfo, old_mem_consumed, old_reftype)
+                if u_type == _UpdateType.ADD and winfo.mem_consumed >= args.live:
+                    frames = [f"{os.path.basename(f.filename)}:{f.lineno} {f.name}"
+                              for f in traceback.extract_stack()[:-2]
+                              if ("pipelining" in f.filename or "torchtitan" in f.filename
+                                  or "loss" in f.filename)]
+                    self.born[id(winfo)] = (self.step, " < ".join(reversed(frames[-6:])))
+
+            at_peak: list = []
+
+            def _update_peak_stats(self, peak_state):
+                before = self._peak_mem_snap.get(cpu, {}).get("Total", 0) if self.step == 1 else None
+                super()._update_peak_stats(peak_state)
+                if before is not None and self._peak_mem_snap.get(cpu, {}).get("Total", 0) != before:
+                    self.at_peak = self.rows()
+
+            def rows(self):
+                out = []
+                for st, (winfo, _) in list(self._WINFO.items()):
+                    if winfo.mem_consumed >= args.live:
+                        b = self.born.get(id(winfo), ("?", ""))
+                        out.append(f"{winfo.mem_consumed:>13} {winfo.reftype.value:<16} step {b[0]}: {b[1]}")
+                return out
+
+            def live(self):
+                for r in self.rows():
+                    print(f"#   live {r}", file=sys.stderr)
+                if self.step == 1:
+                    print(f"# at the steady step's peak ({self.peak_event}):", file=sys.stderr)
+                    for r in self.at_peak:
+                        print(f"#   peak {r}", file=sys.stderr)
+
+        PPTracker = LiveTracker
     mt = PPTracker(parts[0], optimizers.optimizers[0], log_min_bytes=args.debug)
     mt._root_mod = nn.ModuleList(parts)  # every local stage instrumented (looped schedules)
     mt.track_inputs((inputs, labels))
@@ -468,8 +531,12 @@ def measure_pp(args, config, spec, model, model_config, parallel_dims, train_con
             optimizers.step()
             optimizers.zero_grad()
             gc.collect(1)
+            if args.live is not None:
+                print(f"# live at the end of step {it}:", file=sys.stderr)
+                mt.live()
+                mt.step = it + 1
         snap = mt.get_tracker_snapshot("peak")[cpu]
-    return snap["Total"], first, snap, mt
+    return snap["Total"], first, snap, mt, n_gates
 
 
 def stub_flex_attention(q, k, v, *, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
@@ -639,13 +706,19 @@ CASES = [
 # the looped schedules), mesh pp × dp_shard 4, torchtitan's default stage split
 # (`_generate_llm_fqn_per_model_part`: embeddings and norm + head each weigh one layer)
 # -> tests/truth/titan_pp.jsonl
-def _pp(name, layers, pp, rank, sched, batch, seq=1024, extra=(), dp=4, flavor="8B", mbs=1):
-    tag = "" if flavor == "8B" else f"-{flavor.lower()}"
-    return (f"titan-pp-8b-{layers}l-pp{pp}r{rank}-{sched.lower()}-b{batch}s{seq}".replace("-8b-", f"-{flavor.lower()}-")
+def _pp(name, layers, pp, rank, sched, batch, seq=1024, extra=(), dp=4, flavor="8B", mbs=1, model="llama3"):
+    prefix = "titan-pp" if model == "llama3" else f"titan-pp-{model}"
+    return (f"{prefix}-{flavor.lower()}-{layers}l-pp{pp}r{rank}-{sched.lower()}-b{batch}s{seq}"
             + (f"-dp{dp}" if dp != 4 else "") + (f"-mbs{mbs}" if mbs != 1 else "")
             + "".join(f"-{e.lstrip('-')}" for e in extra if e.startswith("--optim") is False and not e.startswith("-")),
-            ["--flavor", flavor, "--layers", str(layers), "--world", str(dp * pp), "--pp", str(pp), "--pp-rank", str(rank),
+            [*(["--model", model] if model != "llama3" else []),
+             "--flavor", flavor, "--layers", str(layers), "--world", str(dp * pp), "--pp", str(pp), "--pp-rank", str(rank),
              "--schedule", sched, "--batch", str(batch), "--seq", str(seq), "--mbs", str(mbs), "--loss", "ce", *extra])
+
+
+def _ppq(*a, **k):
+    """A case of torchtitan's qwen3 model (dense, untied flavours) under PP."""
+    return _pp(*a, model="qwen3", **k)
 
 
 # torch 2.15's Schedule1F1B refuses fewer microbatches than stages ("Number of microbatches (2)
@@ -673,6 +746,33 @@ PP_CASES = [
     _pp("", 6, 4, 1, "GPipe", 8, seq=1024, extra=("--ac", "full")),
     _pp("", 4, 2, 0, "1F1B", 4, seq=2048, extra=("--ac", "selective")),
     _pp("", 6, 2, 1, "Interleaved1F1B", 4, seq=1024, extra=("--ac", "selective")),
+    # fourth batch: torchtitan's qwen3 (dense, untied: 8B, 14B, 32B whose n_heads × head_dim =
+    # 8192 ≠ dim = 5120) under PP: q/k RMSNorms, head_dim, the cos/sin RoPE cache. The tied
+    # flavours (0.6B/1.7B/4B) are refused by torchtitan itself under PP
+    # (models/common/decoder.py `update_from_config`: "Weight tying is not supported with
+    # Pipeline Parallel.")
+    _ppq("", 4, 2, 0, "1F1B", 4), _ppq("", 4, 2, 1, "1F1B", 4),
+    _ppq("", 6, 4, 1, "1F1B", 8), _ppq("", 6, 4, 3, "GPipe", 8), _ppq("", 6, 4, 0, "GPipe", 4),
+    _ppq("", 6, 2, 0, "Interleaved1F1B", 4, flavor="14B"), _ppq("", 6, 2, 1, "Interleaved1F1B", 8, seq=512, flavor="14B"),
+    _ppq("", 4, 2, 1, "GPipe", 2, seq=512, flavor="32B", dp=2), _ppq("", 4, 2, 0, "1F1B", 4, flavor="32B", dp=2),
+    _ppq("", 4, 2, 1, "1F1B", 4, seq=2048, extra=("--ac", "full")),
+    _ppq("", 4, 2, 0, "1F1B", 4, seq=2048, extra=("--ac", "selective")),
+    _ppq("", 7, 2, 1, "1F1B", 8, seq=512, mbs=2, extra=("--optim", "foreach")),
+    _ppq("", 14, 4, 2, "Interleaved1F1B", 8, seq=512, flavor="14B", dp=2),
+    _ppq("", 6, 4, 2, "GPipe", 8, seq=1024, extra=("--ac", "full")),
+    # fifth batch: splits that leave a stage without a transformer block (the first stage the
+    # embeddings alone, the last `[norm, lm_head]` alone): 1F1B / GPipe with pp = layers + 2 or
+    # 3 layers on 4 ranks, Interleaved1F1B with 8 virtual stages
+    _pp("", 2, 4, 0, "1F1B", 4), _pp("", 2, 4, 3, "1F1B", 4), _pp("", 3, 4, 3, "GPipe", 4),
+    _ppq("", 6, 4, 0, "Interleaved1F1B", 8, seq=512), _ppq("", 6, 4, 3, "Interleaved1F1B", 8, seq=512),
+    _pp("", 2, 4, 0, "GPipe", 4, seq=2048, extra=("--ac", "full")),
+    # sixth batch: torchtitan's qwen3 MoE flavours under PP (router gate in fp32 as CUDA autocast
+    # runs it, the load-balancing hook registered on the parts; experts FSDP-sharded on dim 0)
+    _ppq("", 4, 2, 0, "1F1B", 4, flavor="30B-A3B", dp=8), _ppq("", 4, 2, 1, "1F1B", 4, flavor="30B-A3B", dp=8),
+    _ppq("", 6, 4, 1, "GPipe", 8, seq=512, flavor="30B-A3B"), _ppq("", 6, 4, 3, "1F1B", 8, seq=512, flavor="30B-A3B"),
+    _ppq("", 6, 2, 1, "Interleaved1F1B", 4, flavor="30B-A3B"),
+    _ppq("", 4, 2, 1, "1F1B", 4, seq=2048, flavor="30B-A3B", dp=8, extra=("--ac", "full")),
+    _ppq("", 3, 2, 0, "GPipe", 2, seq=512, flavor="235B-A22B", dp=16),
 ]
 
 
@@ -708,6 +808,20 @@ CROSSCHECKS = [
     ("xc-titan-debug-4l-w4-pp2r1-1f1b-b4s256-fullac", ["--flavor", "debugmodel", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "1F1B", "--batch", "4", "--seq", "256", "--ac", "full"]),
     ("xc-titan-debug-4l-w4-pp2r0-1f1b-b4s256-selac", ["--flavor", "debugmodel", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256", "--ac", "selective"]),
     ("xc-titan-debug-6l-w4-pp2r1-interleaved1f1b-b4s256", ["--flavor", "debugmodel", "--layers", "6", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "Interleaved1F1B", "--batch", "4", "--seq", "256"]),
+    # torchtitan's qwen3 "debugmodel" (untied) under PP: q/k norms, cos/sin RoPE cache per stage,
+    # and (interleaved, 8 microbatches) the last stage's reduce-scatter with the rank's other
+    # stage's microbatches in flight
+    ("xc-titan-qwen3-debug-4l-w4-pp2r0-1f1b-b4s256", ["--model", "qwen3", "--flavor", "debugmodel", "--untie", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256"]),
+    ("xc-titan-qwen3-debug-4l-w4-pp2r1-gpipe-b4s256-fullac", ["--model", "qwen3", "--flavor", "debugmodel", "--untie", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "GPipe", "--batch", "4", "--seq", "256", "--ac", "full"]),
+    # torchtitan's qwen3 "debugmodel_moe" (dim 256, 64 experts) under PP: the MoE stages'
+    # grouped-mm backward with gradient accumulation, on real tensors too
+    ("xc-titan-qwen3moe-debug-4l-w4-pp2r0-1f1b-b4s256", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256"]),
+    ("xc-titan-qwen3moe-debug-4l-w4-pp2r1-gpipe-b4s256-fullac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "GPipe", "--batch", "4", "--seq", "256", "--ac", "full"]),
+    # stages without a transformer block: the embeddings alone (rank 0) and `[norm, lm_head]`
+    # alone (rank 3) of 2 layers on 4 ranks
+    ("xc-titan-debug-2l-w8-pp4r0-1f1b-b4s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "8", "--pp", "4", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256"]),
+    ("xc-titan-debug-2l-w8-pp4r3-gpipe-b4s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "8", "--pp", "4", "--pp-rank", "3", "--schedule", "GPipe", "--batch", "4", "--seq", "256"]),
+    ("xc-titan-qwen3-debug-6l-w4-pp2r1-interleaved1f1b-b8s256", ["--model", "qwen3", "--flavor", "debugmodel", "--untie", "--layers", "6", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "Interleaved1F1B", "--batch", "8", "--seq", "256"]),
 ]
 
 

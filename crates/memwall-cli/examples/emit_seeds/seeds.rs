@@ -1,7 +1,8 @@
 //! The seed configurations every emitter is snapshot-tested and engine-checked on: the
 //! issue's 70B-on-8×A100 ZeRO-3 plan, the same model under FSDP2 full shard, a single-GPU QLoRA
 //! of Llama-3.1-8B, a Megatron-LM tp8 × pp2 layout, torchtitan's own Llama 3 step
-//! (`--runtime torchtitan`, FSDP2 × TP/SP, op-level selective AC), and a vLLM tp4 deployment.
+//! (`--runtime torchtitan`, FSDP2 × TP/SP, op-level selective AC) and its Qwen 3 14B under
+//! pipeline parallelism (pp 2, Interleaved1F1B, FullAC), and a vLLM tp4 deployment.
 //! Shared by `examples/emit_seeds` (what `tools/emit_check` validates) and `tests/emit.rs`.
 
 use memwall_core::emit::{EmitKind, LaunchSpec, Provenance, ServeLaunchSpec, VllmKvCacheDtype};
@@ -133,6 +134,28 @@ pub fn train_seeds() -> Vec<TrainSeed> {
                 ..node8(8, Strategy::FsdpFull)
             }),
             command: "memwall train --model llama-3.1-8b --runtime torchtitan --gpu h100-sxm --gpus 8 --strategy fsdp-full --tp 2 --sequence-parallel --checkpointing-policy selective-op --precision amp-bf16 --optimizer adamw-fused --batch 2 --seq 8192",
+            kinds: &[EmitKind::Torchtitan],
+            runtime: Runtime::Torchtitan,
+        },
+        TrainSeed {
+            id: "qwen3-14b-titan-pp2-interleaved",
+            model: "qwen3-14b",
+            workload: TrainWorkload {
+                optimizer: Optimizer::AdamwFused,
+                precision: Precision::AmpBf16,
+                step_options: StepOptions {
+                    checkpointing_policy: CheckpointPolicy::Full,
+                    ..StepOptions::default()
+                },
+                ..ckpt(1, 4096, 8)
+            },
+            layout: Some(Layout {
+                pp: 2,
+                schedule: Schedule::Interleaved,
+                virtual_stages: 2,
+                ..node8(8, Strategy::FsdpFull)
+            }),
+            command: "memwall train --model qwen3-14b --runtime torchtitan --gpu h100-sxm --gpus 8 --strategy fsdp-full --pp 2 --schedule interleaved --virtual-stages 2 --checkpointing-policy full --precision amp-bf16 --optimizer adamw-fused --batch 1 --seq 4096 --grad-accum 8",
             kinds: &[EmitKind::Torchtitan],
             runtime: Runtime::Torchtitan,
         },

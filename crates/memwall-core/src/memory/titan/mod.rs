@@ -25,8 +25,9 @@
 //!   TP-local parameter, and the vocabulary-parallel loss (`_LossParallelCrossEntropy`); measured
 //!   on a fake 2-D mesh (see `step.rs`).
 //! - Pipeline parallelism (`--pp`, torchtitan's `pipeline_parallel_degree` with 1F1B, GPipe or
-//!   Interleaved1F1B): torchtitan's stage split, torch's schedule orders and FSDP2 without
-//!   resharding under PP, one pp rank at a time (see `pipeline.rs`); measured on a fake
+//!   Interleaved1F1B) of Llama 3 and untied Qwen 3 (dense, MoE): torchtitan's stage split, torch's
+//!   schedule orders (each stage's gradient reduction right after its last backward) and FSDP2
+//!   without resharding under PP, one pp rank at a time (see `pipeline.rs`); measured on a fake
 //!   pp × dp_shard mesh.
 //!
 //! The step is a timeline of named instants, each summing what is alive then ([`instants`]);
@@ -39,7 +40,7 @@
 //! Refused by name (the capability row [`CAPABILITIES`] and [`check`]): tensor parallelism
 //! without sequence parallelism and degrees that do not divide the heads, key/value heads and
 //! feed-forward width, context and expert parallelism (not measured here), pipeline
-//! parallelism with TP or every-k AC, HSDP, CPU offload, float8 (`torchao` converters are not simulated),
+//! parallelism with TP, every-k AC or tied embeddings (torchtitan refuses those), HSDP, CPU offload, float8 (`torchao` converters are not simulated),
 //! `torch.compile` (Inductor's generated code cannot run on fake tensors, so a compiled step
 //! cannot be measured honestly), LoRA, gradient accumulation, the chunked loss
 //! (`ChunkedLossWrapper`, torchtitan's default for `llama3_8b`: FSDPMemTracker refuses its
@@ -81,7 +82,7 @@ crate::names::named_enum! {
         #[default]
         Hf = "hf": "transformers' model and step (the engine the layout picks)",
         /// torchtitan 0.3.0's Llama 3 or Qwen 3 (dense, MoE) under FSDP2 ([`Engine::Torchtitan`]).
-        Torchtitan = "torchtitan": "torchtitan 0.3.0's own Llama 3 / Qwen 3 step under FSDP2 (and its TP + SP, or PP for Llama 3)",
+        Torchtitan = "torchtitan": "torchtitan 0.3.0's own Llama 3 / Qwen 3 step under FSDP2 (and its TP + SP, or its PP)",
     }
 }
 
@@ -94,7 +95,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     name: "torchtitan",
     title: ENGINE,
     source: "torchtitan 0.3.0's Llama 3 and Qwen 3 (dense, MoE) steps under FSDP2, with its tensor + \
-             sequence parallelism, and Llama 3's pipeline parallelism (torchtitan/models/llama3/, \
+             sequence parallelism, and its pipeline parallelism (torchtitan/models/llama3/, \
              models/qwen3/, models/common/, distributed/fsdp.py, distributed/activation_checkpoint.py, \
              distributed/pipeline_parallel.py; measured with FSDPMemTracker on fake tensors and \
              fake dp_shard × tp and pp × dp_shard meshes, tests/truth/titan.jsonl, \
@@ -593,7 +594,8 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
             ));
         }
         if let Some(m) = s.moe {
-            let dp_shard = layout.gpus / layout.tp.max(1);
+            // the FSDP mesh: `dp_shard = gpus / (tp · pp)`
+            let dp_shard = layout.gpus / layout.tp.max(1) / layout.pp.max(1);
             if dp_shard > m.experts {
                 return Err(refuse(
                     "gpus",
@@ -601,7 +603,8 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
                     "not measured: with more FSDP ranks than experts torchtitan shards the \
                      experts on their hidden dim (`Shard(1)`, distributed/fsdp.py), whose \
                      gradient re-layout before the reduce-scatter is not simulated",
-                    "use at most as many GPUs as the model has experts with --runtime torchtitan",
+                    "use at most as many FSDP ranks (gpus / (tp × pp)) as the model has experts \
+                     with --runtime torchtitan",
                 ));
             }
         }
@@ -686,7 +689,8 @@ fn check_tp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(),
 
 /// torchtitan's pipeline parallelism as measured (`memory/titan/pipeline.rs`): 1F1B, GPipe or
 /// Interleaved1F1B (two stages per rank, torchtitan's default for looped schedules) over
-/// `pp × dp_shard` ranks, FSDP2 on `dp_shard` ≥ 2, no TP, no AC or FullAC / SelectiveAC; the
+/// `pp × dp_shard` ranks, FSDP2 on `dp_shard` ≥ 2, no TP, no AC or FullAC / SelectiveAC, Llama 3
+/// or untied Qwen 3, dense or MoE (any split torchtitan makes, stages without a block included); the
 /// workload's `batch` is `pipeline_parallel_microbatch_size` and its `grad_accum` the
 /// microbatches per step (`local_batch_size / microbatch_size`).
 fn check_pp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(), CoreError> {
@@ -697,14 +701,18 @@ fn check_pp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(),
     const HINT: &str = "drop --pp (torchtitan's FSDP2 and TP are measured), or drop --runtime \
                         torchtitan (Megatron-LM's profile models its pipeline schedules)";
     let sh = shapes(model)?;
-    if sh.model != TitanModel::Llama3 || sh.moe.is_some() {
-        // tests/truth/titan_pp.jsonl measures torchtitan's llama3 stages only
+    // tests/truth/titan_pp.jsonl measures torchtitan's llama3 and qwen3 (dense and MoE, untied)
+    // stages
+    if sh.tied {
+        // torchtitan 0.3.0 `models/common/decoder.py` `Decoder.Config.update_from_config`:
+        // `NotImplementedError("Weight tying is not supported with Pipeline Parallel.")`
+        // (measured: `measure_titan.py --model qwen3 --flavor 0.6B --pp 2` raises it)
         return Err(refuse(
-            "pp",
-            layout.pp,
-            "not measured: torchtitan's pipeline parallelism of a model other than Llama 3 \
-             (its Qwen 3 stages were not measured)",
-            HINT,
+            "tie_word_embeddings",
+            "true",
+            "torchtitan 0.3.0 refuses weight tying with pipeline parallelism (\"Weight tying is \
+             not supported with Pipeline Parallel.\", models/common/decoder.py)",
+            "use an untied model (e.g. qwen3-8b) with --pp, or drop --pp for a tied Qwen 3",
         ));
     }
     if layout.tp > 1 {

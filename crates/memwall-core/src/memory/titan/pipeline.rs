@@ -15,8 +15,9 @@
 //!   `distributed/pipelining/stage.py` `backward_maybe_with_nosync` (every microbatch's
 //!   backward runs with `set_requires_gradient_sync(False)` and
 //!   `set_reshard_after_backward(False)`: the units stay gathered in bf16 through the step and
-//!   FSDP2 accumulates the unsharded gradients in fp32, `reduce_dtype`, until
-//!   `perform_reduce_grad` reduce-scatters them after the last microbatch);
+//!   FSDP2 accumulates the unsharded gradients in fp32, `reduce_dtype`, until the stage's
+//!   `REDUCE_GRAD` action reduce-scatters them: `schedules.py` `_add_reduce_grad` places it
+//!   right after the stage's last backward, `start_gradient_reduction`);
 //! - the orders: torch's `distributed/pipelining/schedules.py` (`ScheduleGPipe`: every forward
 //!   then every backward; `Schedule1F1B`: `min(n, pp - rank)` warm-up forwards, then one
 //!   backward and one forward; `ScheduleInterleaved1F1B._calculate_single_rank_operations` with
@@ -36,12 +37,21 @@
 //!   output's gradient: three `[mb, seq, dim]` bf16);
 //! - a middle stage's: its last block's feed-forward backward (`w2`'s bf16 gradient and one
 //!   `[mb, seq, F]` gradient), with every in-flight microbatch's tensors;
-//! - the last stage's: the loss backward (two fp32 vocabulary-sized gradients, as without PP).
+//! - the last stage's: the loss backward (two fp32 vocabulary-sized gradients, as without PP);
+//! - Qwen 3 (dense, untied) stages as Llama 3's, with its blocks' q/k norms and head_dim
+//!   (`step.rs`) and its cos/sin RoPE cache (`TitanModel::rope_row_bytes`) per block; torchtitan
+//!   refuses a tied model under PP (`models/common/decoder.py`), so the tied unit never splits;
+//! - Qwen 3 MoE stages: a stage before the last peaks at its last block's experts' first weight
+//!   gradient (each bf16 expert gradient is accumulated into the fp32 one as soon as it is
+//!   computed, so one is alive), with the block's expert intermediates still saved.
 //! - under FullAC / SelectiveAC a block keeps its checkpoint input (on a stage after the
 //!   first, the first block's is the received buffer itself) or SelectiveAC's outputs per
 //!   microbatch, and its backward recomputes the no-AC set besides them;
-//! - after the last microbatch, the last stage's head unit is reduce-scattered first (its fp32
-//!   reduce-scatter input and shard while every accumulated gradient is alive);
+//! - after its last microbatch's backward, the last stage's head unit is reduce-scattered
+//!   first (its fp32 reduce-scatter input and shard while every accumulated gradient is
+//!   alive); under Interleaved1F1B the rank's other stage still holds microbatches in flight
+//!   then (measured with `measure_titan.py --live`, which lists the storages alive at the
+//!   peak with the frames that allocated them);
 //! - the fp32 unsharded gradients exist from a stage's first backward of the step on; the
 //!   input-gradient send buffers of the last stage stay alive until the step's final wait (one
 //!   per earlier backward), a middle stage's one.
@@ -128,21 +138,12 @@ pub fn split(stages: u64, layers: u64) -> Result<Vec<Stage>, CoreError> {
         };
         let blocks = n.min(layers - current);
         current += blocks;
-        if blocks == 0 {
-            // measured (`titan-pp-8b-10l-pp4r3-interleaved1f1b-b8s512`, stage 7 = `[norm,
-            // lm_head]` alone): every microbatch's fp32 log-softmax of the previous step was
-            // still alive when the steady step began (+6.2% over this model); not understood,
-            // so refused
-            return Err(CoreError::Unsupported {
-                field: "pp",
-                value: stages.to_string(),
-                engine: "torchtitan 0.3.0",
-                reason: "not modelled: torchtitan's default split gives a pipeline stage no \
-                         transformer block (measured: such a last stage keeps the previous \
-                         step's loss buffers, which memwall does not simulate)",
-                hint: "use fewer pipeline stages (--pp, --virtual-stages) for this depth",
-            });
-        }
+        // a stage may hold no transformer block (the embeddings alone, or `[norm, lm_head]`
+        // alone, when the split gives it one "layer"): measured (`titan-pp-8b-2l-pp4r0-1f1b`,
+        // `-2l-pp4r3-1f1b`, `-3l-pp4r3-gpipe`, `-10l-pp4r3-interleaved1f1b`, the qwen3
+        // `-6l-pp4r{0,3}-interleaved1f1b` cases): the same instants without the blocks'
+        // (the embeddings-only stage peaks at its gradient reduce-scatter, the head-only stage
+        // at the LM head's weight gradient of its first backward)
         out.push(Stage {
             embeddings,
             blocks,
@@ -287,13 +288,104 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
         let mut x = Instant::new(name, phase);
         x.add(Weights, 4 * sharded + 2 * padded)
             .add(OptimizerStates, 8 * sharded + 4 * tensors)
-            .add(Buffers, blocks * seq * u128::from(s.head_dim) * 4)
+            // the stage's blocks' RoPE caches (`seq_len` rows each: Llama 3's complex64,
+            // Qwen 3's fp32 cos and sin, `TitanModel::rope_row_bytes`)
+            .add(
+                Buffers,
+                blocks * seq * u128::from(s.model.rope_row_bytes(s.head_dim)),
+            )
+            // MoE: `expert_bias_E` and `tokens_per_expert_E` (fp32, one per expert) per block
+            // (models/common/moe.py `MoE.__init__`)
+            .add(
+                Buffers,
+                blocks * s.moe.map_or(0, |m| 8 * u128::from(m.experts)),
+            )
             .add(Activations, 16 * tokens + 8 * tm);
         x
+    };
+    // a stage's `REDUCE_GRAD` (see the loop below): FSDP2's `finalize_backward`
+    // (torch/distributed/fsdp/_fully_shard/_fsdp_state.py) runs the post-backward of every unit
+    // in reverse registration order (`[norm, lm_head]`, the blocks from the last, the
+    // embeddings), each one resharding the unit (its bf16 parameters freed), copying its fp32
+    // accumulated gradient into an fp32 reduce-scatter input (the previous unit's input freed
+    // first), writing its fp32 shard and freeing the accumulated gradient (measured, `--debug`
+    // and `--live`: `titan-pp-70b-4l-pp2r1-gpipe-b2s512` (the head unit first),
+    // `titan-pp-8b-2l-pp4r0-1f1b-b4s1024` (the embeddings alone, the peak)). One instant per
+    // unit: its accumulated gradient, input and shard, the units before it resharded and
+    // reduced, the units after it still gathered and accumulated.
+    let finalize = |ls: usize,
+                    live: &[((usize, u64), u128)],
+                    earlier: u64,
+                    others_grads: u128|
+     -> Result<Vec<Instant>, CoreError> {
+        let st = &mine[ls];
+        let z = stage_sizes(st)?;
+        // `(name, (shard, gathered) elements, shard written before the accumulated gradient
+        // is freed)`: `foreach_reduce` (`_fsdp_collectives.py`) frees a block's accumulated
+        // gradients (`unsharded_grads.clear()`) before its reduce-scatter output (the shard) is
+        // allocated (measured on `titan-pp-8b-6l-pp4r1-gpipe-b8s1024-full`, `--debug`); the
+        // single-weight units' (`[norm, lm_head]`, `tok_embeddings`) gradient is still alive
+        // when their shard is written (measured on `titan-pp-70b-4l-pp2r1-gpipe-b2s512` and
+        // `titan-pp-8b-2l-pp4r0-1f1b-b4s1024`; what keeps it was not found)
+        let mut units: Vec<(&str, (u128, u128), bool)> = Vec::new();
+        if st.head {
+            units.push(("head unit", z.head_unit(), true));
+        }
+        for _ in 0..st.blocks {
+            units.push(("block", z.block_unit(), false));
+        }
+        if st.embeddings {
+            units.push(("embeddings", z.embedding_unit(), true));
+        }
+        // the input-gradient send buffers of the last stage (one per earlier backward; a
+        // middle stage's last one is done by then: measured, `--debug`), and the microbatches
+        // in flight on the rank's other stage
+        let sends = if st.head && !st.embeddings {
+            u128::from(earlier) * 2 * d * tm
+        } else {
+            0
+        };
+        let in_flight: u128 = live.iter().map(|(_, h)| *h).sum();
+        let stage_no = job.rank + ls as u64 * job.pp;
+        let mut accumulated: u128 = units.iter().map(|(_, (_, pad), _)| 4 * pad).sum();
+        let mut shards = 0u128;
+        let mut resharded = 0u128;
+        let mut out = Vec::new();
+        for (k, (what, (sh, pad), shard_first)) in units.iter().enumerate() {
+            resharded += 2 * pad;
+            if *shard_first {
+                shards += 4 * sh;
+            }
+            let mut x = base(
+                format!(
+                    "stage {stage_no} gradient reduce-scatter after its last microbatch \
+                     (unit {} of {}: {what})",
+                    k + 1,
+                    units.len()
+                ),
+                Phase::Backward,
+            );
+            x.add(Gradients, others_grads + accumulated + shards)
+                .add(Category::CommBuffers, 4 * pad)
+                .add(Activations, sends + in_flight)
+                .add(Temporaries, if st.embeddings { 0 } else { 2 * d * tm });
+            // the resharded units' bf16 parameters (`Category::ALL[0]` is `Weights`)
+            debug_assert_eq!(Category::ALL[0], Weights);
+            x.bytes[0] = x.bytes[0].saturating_sub(resharded);
+            out.push(x);
+            accumulated -= 4 * pad;
+            if !*shard_first {
+                shards += 4 * sh;
+            }
+        }
+        Ok(out)
     };
     let mut out = Vec::new();
     let mut live: Vec<((usize, u64), u128)> = Vec::new();
     let mut backwards = vec![0u64; mine.len()];
+    // a stage's gradients once reduced: its fp32 gradient shards (4 bytes per shard element)
+    let reduced_grads: Vec<u128> = per.iter().map(|x| 4 * x.0).collect();
+    let mut reduced = vec![false; mine.len()];
     for op in order(job) {
         match op {
             Op::F(ls, m) => live.push(((ls, m), held(&mine[ls]))),
@@ -306,7 +398,13 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
                     .sum();
                 let grads_other: u128 = (0..mine.len())
                     .filter(|&x| x != ls && backwards[x] > 0)
-                    .map(|x| grads[x])
+                    .map(|x| {
+                        if reduced[x] {
+                            reduced_grads[x]
+                        } else {
+                            grads[x]
+                        }
+                    })
                     .sum();
                 let own = if backwards[ls] > 0 { grads[ls] } else { 0 };
                 let earlier: u64 = (0..mine.len())
@@ -333,14 +431,54 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
                 };
                 if st.head {
                     push("loss (log-softmax gradient)", own, held(st), 8 * vocab * tm);
+                    // the LM head's weight gradient (bf16) and, at the stage's first backward of
+                    // the step, its fp32 copy that becomes the accumulated gradient (FSDP2's
+                    // `reduce_dtype` under `set_requires_gradient_sync(False)`), both alive with
+                    // the gradient of the final norm's output; the microbatch's fp32
+                    // log-softmax is freed, its logits (the stage output) are not (measured:
+                    // `titan-pp-8b-3l-pp4r3-gpipe-b4s1024`, `--live`, the first microbatch)
+                    let head_pad = stage_sizes(st)?.head_unit().1;
+                    push(
+                        "LM head weight gradient",
+                        if backwards[ls] > 0 { own } else { 4 * head_pad },
+                        held(st) - 4 * vocab * tm,
+                        2 * head_pad + 2 * d * tm,
+                    );
                 }
                 if st.blocks > 0 && !st.head {
-                    push(
-                        &format!("block {} feed-forward (w2 gradient)", st.blocks - 1),
-                        own,
-                        held(st) - block_saved + recomputed,
-                        2 * f * d + 2 * f * tm,
-                    );
+                    if let Some(moe) = s.moe {
+                        // torchtitan's MoE experts' backward at their first weight gradient
+                        // (measured, `titan-pp-qwen3-30b-a3b-4l-pp2r0-1f1b-b4s1024-dp8`,
+                        // `--live`): under PP each bf16 expert gradient is accumulated into the
+                        // fp32 unsharded gradient as soon as it is computed (no reduce-scatter
+                        // holds it, unlike `step.rs`), so one `[E, F, D]` bf16 gradient is alive,
+                        // with a `[T·K, D]` and a `[T·K, F]` gradient and the scores' fp32
+                        // gradient; of the block's saved tensors the combine's fp32 routed
+                        // output and the sorted scores are freed, the four expert
+                        // intermediates are not yet
+                        let (e, k, fe) = (
+                            u128::from(moe.experts),
+                            u128::from(moe.top_k),
+                            u128::from(moe.expert_ffn),
+                        );
+                        push(
+                            &format!(
+                                "block {} MoE experts (first weight gradient)",
+                                st.blocks - 1
+                            ),
+                            own,
+                            (held(st) - block_saved + recomputed)
+                                .saturating_sub((4 * d * k + 4 * k) * tm),
+                            2 * e * fe * d + (2 * d * k + 2 * fe * k + 4 * k) * tm + 2 * d * tm,
+                        );
+                    } else {
+                        push(
+                            &format!("block {} feed-forward (w2 gradient)", st.blocks - 1),
+                            own,
+                            held(st) - block_saved + recomputed,
+                            2 * f * d + 2 * f * tm,
+                        );
+                    }
                 }
                 if st.embeddings {
                     push(
@@ -352,46 +490,33 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
                 }
                 live.retain(|(k, _)| *k != (ls, m));
                 backwards[ls] += 1;
+                // torch 2.15 `schedules.py` `_add_reduce_grad`: each stage's `REDUCE_GRAD`
+                // (`start_gradient_reduction`, FSDP2's reduce-scatter of the accumulated
+                // gradients) is scheduled right after the stage's last backward, so under
+                // Interleaved1F1B the rank's later stage reduces while its other stage still
+                // holds microbatches in flight (measured:
+                // `titan-pp-qwen3-14b-6l-pp2r1-interleaved1f1b-b8s512`, `--live`); with one
+                // stage per rank it is the schedule's last action
+                if backwards[ls] == job.microbatches {
+                    let others_grads: u128 = (0..mine.len())
+                        .filter(|&x| x != ls && backwards[x] > 0)
+                        .map(|x| {
+                            if reduced[x] {
+                                reduced_grads[x]
+                            } else {
+                                grads[x]
+                            }
+                        })
+                        .sum();
+                    let earlier: u64 = (0..mine.len())
+                        .filter(|&x| !mine[x].embeddings)
+                        .map(|x| backwards[x])
+                        .sum();
+                    out.extend(finalize(ls, &live, earlier, others_grads)?);
+                    reduced[ls] = true;
+                }
             }
         }
-    }
-    // `perform_reduce_grad` after the last microbatch (`finalize_backward`): the first unit
-    // reduced (the head unit on the last stage; measured on
-    // `titan-pp-70b-4l-pp2r1-gpipe-b2s512`, `--debug`) has its fp32 accumulated gradient copied
-    // into the fp32 reduce-scatter input and its fp32 shard written while every other unit's
-    // accumulated gradient is alive; its bf16 parameters are resharded then
-    for (ls, st) in mine.iter().enumerate() {
-        let z = stage_sizes(st)?;
-        // (the last stage's head unit only: on a middle stage the same accounting for its last
-        // block lies 2.6% above the measured peak of `titan-pp-8b-6l-pp4r1-gpipe-b8s1024-full`,
-        // so that stage's reduction is not this instant and is left out)
-        if !st.head {
-            continue;
-        }
-        let (sh_u, pad_u) = z.head_unit();
-        let done: u64 = backwards.iter().sum();
-        let sends = if st.embeddings {
-            0
-        } else if st.head {
-            u128::from(done) * 2 * d * tm
-        } else {
-            2 * d * tm
-        };
-        let mut x = base(
-            format!(
-                "stage {} gradient reduce-scatter (first unit, after the last microbatch)",
-                job.rank + ls as u64 * job.pp
-            ),
-            Phase::Backward,
-        );
-        x.add(Gradients, grads.iter().sum::<u128>() + 4 * sh_u)
-            .add(Category::CommBuffers, 4 * pad_u)
-            .add(Activations, sends)
-            .add(Temporaries, if st.embeddings { 0 } else { 2 * d * tm });
-        // the unit's bf16 parameters resharded (`Category::ALL[0]` is `Weights`)
-        debug_assert_eq!(Category::ALL[0], Weights);
-        x.bytes[0] = x.bytes[0].saturating_sub(2 * pad_u);
-        out.push(x);
     }
     // then `clip_grad_norm_` and AdamW (fused in place, or foreach's fp32 list of the shards)
     let mut x = base(
@@ -470,8 +595,22 @@ mod tests {
             s.iter().map(|x| x.blocks).collect::<Vec<_>>(),
             vec![1, 2, 2, 1]
         );
-        // 10 layers, 8 stages: the last holds norm and head alone: refused
-        assert!(split(8, 10).is_err());
+        // 10 layers, 8 stages: the last holds norm and head alone
+        let s = split(8, 10).unwrap();
+        assert_eq!(
+            s.iter().map(|x| x.blocks).collect::<Vec<_>>(),
+            vec![1, 2, 2, 2, 1, 1, 1, 0]
+        );
+        assert!(s[7].head && !s[0].head && s[0].embeddings);
+        // 2 layers, 4 stages: the embeddings alone, one block each, the head alone
+        assert_eq!(
+            split(4, 2)
+                .unwrap()
+                .iter()
+                .map(|x| x.blocks)
+                .collect::<Vec<_>>(),
+            vec![0, 1, 1, 0]
+        );
         // 32 layers, 4 stages: 34 effective, 9 9 8 8
         let s = split(4, 32).unwrap();
         assert_eq!(

@@ -262,6 +262,16 @@ impl Sizes {
         (self.sharded(&head), self.padded(&head))
     }
 
+    /// `(rank 0's shard, gathered)` elements of one block's unit.
+    pub(super) fn block_unit(&self) -> (u128, u128) {
+        (self.sharded(&self.block), self.padded(&self.block))
+    }
+
+    /// `(rank 0's shard, gathered)` elements of the `tok_embeddings` unit.
+    pub(super) fn embedding_unit(&self) -> (u128, u128) {
+        (self.sharded(&self.embedding), self.padded(&self.embedding))
+    }
+
     /// bf16 bytes of the largest unit gathered.
     pub(super) fn largest_unsharded(&self) -> u128 {
         let head = self.head_params();

@@ -543,15 +543,18 @@ fn what_torchtitan_pipelines_do_not_run_is_refused_by_name() {
         ..l.clone()
     };
     assert_eq!(field(run(&w, &tp, TitanOptions::default())), "tp");
-    // only Llama 3 stages were measured
+    // Llama 3 and Qwen 3 (dense, MoE) stages were measured
+    assert!(simulate_train_titan(&qwen3(6), &w, &l, &TitanOptions::default()).is_ok());
+    assert!(simulate_train_titan(&qwen3_moe(6, 16), &w, &l, &TitanOptions::default()).is_ok());
+    // the FSDP mesh under PP is gpus / pp: 16 experts on 64 / 2 = 32 FSDP ranks are refused
     assert_eq!(
         field(simulate_train_titan(
-            &qwen3(6),
+            &qwen3_moe(6, 16),
             &w,
-            &l,
+            &pp_layout(64, 2, Schedule::OneFOneB, 1),
             &TitanOptions::default()
         )),
-        "pp"
+        "gpus"
     );
     let mut ac = w.clone();
     ac.checkpointing = true;
@@ -600,11 +603,67 @@ fn what_torchtitan_pipelines_do_not_run_is_refused_by_name() {
             ..
         })
     ));
-    // 6 layers in 8 stages: too many stages
+    // 5 layers in 8 stages: too many stages (7 "layers" with the embeddings and the head)
     let deep = pp_layout(16, 4, Schedule::Interleaved, 2);
     let mut w8 = w.clone();
     w8.grad_accum = 8;
-    assert!(run(&w8, &deep, TitanOptions::default()).is_err());
+    assert!(matches!(
+        simulate_train_titan(&model(5), &w8, &deep, &TitanOptions::default()),
+        Err(CoreError::Invalid { field: "pp", .. })
+    ));
+    // 6 layers in 8 stages: the first stage holds the embeddings alone, the last the head
+    // alone (measured, no longer refused)
+    assert!(run(&w8, &deep, TitanOptions::default()).is_ok());
+}
+
+/// torch's `_add_reduce_grad` reduces a stage's gradients right after its last backward: under
+/// Interleaved1F1B the rank's last stage (holding the head) reduces while its other stage still
+/// has microbatches in flight, and the other stage's later backwards hold the reduced stage's
+/// gradient shards, not its accumulated gradients; a stage of the embeddings alone peaks at
+/// its reduce-scatter (its fp32 accumulated gradient, the reduce-scatter input and the shard).
+#[test]
+fn a_stage_reduces_its_gradients_after_its_own_last_backward() {
+    let job = |layers: usize, rank: u64, pp: u64, schedule: Schedule, v: u64, n: u64| PipeJob {
+        shapes: shapes(&qwen3(layers)).unwrap(),
+        world: 4 * pp,
+        pp,
+        rank,
+        schedule,
+        stages_per_rank: v,
+        microbatch_size: 1,
+        microbatches: n,
+        seq: 512,
+        fused_optimizer: true,
+        checkpointing: None,
+    };
+    let all = rank_instants(&job(6, 1, 2, Schedule::Interleaved, 2, 8)).unwrap();
+    let reduce = all
+        .iter()
+        .position(|x| x.name.starts_with("stage 3 gradient reduce-scatter"))
+        .unwrap();
+    assert!(all[reduce].name.contains("unit 1 of 2: head unit"));
+    let later: Vec<&Instant> = all[reduce..]
+        .iter()
+        .filter(|x| x.name.starts_with("stage 1 microbatch"))
+        .collect();
+    assert!(!later.is_empty());
+    // microbatches of stage 1 are in flight at the reduction
+    let act = |x: &Instant| {
+        x.bytes[Category::ALL
+            .iter()
+            .position(|c| *c == Category::Activations)
+            .unwrap()]
+    };
+    let last = all
+        .iter()
+        .rposition(|x| x.name.starts_with("stage 1 gradient reduce-scatter"))
+        .unwrap();
+    assert!(act(&all[reduce]) > act(&all[last]));
+    // an embeddings-only first stage (2 layers in 4 stages): its peak is the reduce-scatter of
+    // its only unit
+    let first = rank_instants(&job(2, 0, 4, Schedule::OneFOneB, 1, 4)).unwrap();
+    let top = first.iter().max_by_key(|x| x.total()).unwrap();
+    assert!(top.name.contains("unit 1 of 1: embeddings"), "{}", top.name);
 }
 
 /// Qwen 3 with tied embeddings (`enable_weight_tying`): one parameter, one gradient shard and
@@ -612,8 +671,8 @@ fn what_torchtitan_pipelines_do_not_run_is_refused_by_name() {
 /// two states and a step scalar fewer than untied), but one FSDP unit `[tok_embeddings, norm,
 /// lm_head]` kept gathered from the embeddings' forward to the loss that gathers the shared
 /// weight twice (the two FSDP parameters `fully_shard` made before `init_weights` re-tied
-/// them); a tied MoE config and tied Llama 3 are refused (not measured), and so is PP (a
-/// Qwen 3 pipeline is not measured; torchtitan refuses tying with PP itself).
+/// them); a tied MoE config and tied Llama 3 are refused (not measured), and so is PP
+/// (torchtitan refuses tying with PP itself, models/common/decoder.py).
 #[test]
 fn tied_qwen3_holds_one_embedding_state_and_gathers_it_twice() {
     let (gpus, seq, layers) = (8u64, 512u64, 2usize);
@@ -679,6 +738,6 @@ fn tied_qwen3_holds_one_embedding_state_and_gathers_it_twice() {
             &pp,
             &TitanOptions::default()
         )),
-        "pp"
+        "tie_word_embeddings"
     );
 }
