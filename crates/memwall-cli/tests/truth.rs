@@ -75,7 +75,6 @@ struct LoraCase {
 #[derive(Debug, Deserialize)]
 struct Measured {
     peak_bytes: u64,
-    #[allow(dead_code)]
     at_peak: BTreeMap<String, u64>,
     phase: String,
     params_total: u64,
@@ -1463,7 +1462,7 @@ fn every_torchtitan_crosscheck_measures_the_same_on_fake_and_real_tensors() {
 
 /// A sweep of scratch measurements (not fixtures): `MEMWALL_SWEEP_TRAIN=file.jsonl` and/or
 /// `MEMWALL_SWEEP_INFER=file.jsonl` print every case's error (refusals by name included)
-/// without asserting; `cargo test -p memwall-cli --test truth sweep -- --ignored --nocapture`.
+/// without asserting (`MEMWALL_SWEEP_BREAKDOWN=1`: training breakdowns at the peak too); `cargo test -p memwall-cli --test truth sweep -- --ignored --nocapture`.
 #[test]
 #[ignore = "prints a scratch sweep named by MEMWALL_SWEEP_TRAIN / MEMWALL_SWEEP_INFER"]
 fn sweep() {
@@ -1489,7 +1488,13 @@ fn sweep() {
             with_image_tokens(&mut desc, c.image_tokens);
             let mut w = workload(&c);
             w.attention = attention_of(&desc, w.attention);
-            let r = simulate_train(&desc, &w, Kernels::Cpu)
+            let r = simulate_train(&desc, &w, Kernels::Cpu);
+            if let (Ok(e), true) = (&r, std::env::var_os("MEMWALL_SWEEP_BREAKDOWN").is_some()) {
+                // what is alive at the peak, estimated then measured (by MemTracker's names)
+                println!("  estimated {:?}", e.at_peak);
+                println!("  measured  {:?}", c.measured.at_peak);
+            }
+            let r = r
                 .map(|e| (e.peak_bytes, phase_name(e.phase)))
                 .map_err(|e| e.to_string());
             print(&c.id, c.measured.peak_bytes, r, &c.measured.phase);

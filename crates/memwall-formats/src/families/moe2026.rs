@@ -28,15 +28,8 @@ const OLMOE: Defaults = Defaults {
 pub(crate) fn olmoe(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> {
     let d = Dims::llama(raw, ctx, &OLMOE)?;
     // modeling_olmoe.py OlmoeAttention.forward: with `clip_qkv` set, q/k/v are clamped in
-    // place (`clamp_`), which autograd handles by saving extra copies; not modelled.
-    if let Some(c) = raw.clip_qkv {
-        return Err(FormatError::OutOfRange {
-            field: ctx.field("clip_qkv"),
-            value: c.to_string(),
-            reason: "OLMoE's in-place q/k/v clipping is not modelled".into(),
-            hint: "the released OLMoE checkpoints have clip_qkv null; remove the key to estimate without clipping".into(),
-        });
-    }
+    // place (`clamp_`) after the q/k norms; autograd saves a copy of each (Attention::clip_qkv).
+    // The bound's value does not change any size.
     // configuration_olmoe.py: num_experts=64 (attribute_map num_local_experts→num_experts),
     // num_experts_per_tok=8. modeling_olmoe.py OlmoeExperts: fused gate_up_proj [E, 2·I, H] and
     // down_proj [E, H, I] with I = intermediate_size, no biases; OlmoeTopKRouter: weight
@@ -62,6 +55,7 @@ pub(crate) fn olmoe(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError>
             qkv_bias: bias,
             o_bias: bias,
             qk_norm: Some((QkNormScope::Full, NormKind::RmsNorm)),
+            clip_qkv: raw.clip_qkv.is_some(),
             ..AttnOpts::rope(d.heads.head_dim)
         },
         // Experts are nn.Parameters, not nn.Linear: only attention is a LoRA target by name.
