@@ -103,6 +103,7 @@ pub(crate) fn check_train(model: &ModelDesc, w: &TrainWorkload) -> Result<Engine
     check_attention(model, w.attention)?;
     check_autocast(model, w.precision)?;
     check_linear_attention_training(model)?;
+    check_lora_targets(model, w)?;
     if model.layers.is_empty() {
         return Err(CoreError::invalid(
             "num_hidden_layers",
@@ -195,6 +196,55 @@ pub(crate) fn check_autocast(
         ));
     }
     Ok(())
+}
+
+/// The model types transformers 5.23 converts from v4 MoE checkpoints like Qwen2-MoE
+/// (`conversion_mapping._MODEL_TO_CONVERSION_PATTERN` → `"qwen2_moe"`), the memwall families
+/// among them.
+const PEFT_MOE_CONVERTED: [&str; 7] = [
+    "qwen2_moe",
+    "qwen3_moe",
+    "qwen3_next",
+    "deepseek_v3",
+    "olmoe",
+    "ernie4_5_moe",
+    "hunyuan_v1_moe",
+];
+
+/// The LoRA target names peft 0.21.2 maps onto the routed experts' fused parameters in those
+/// families (`utils/transformers_weight_conversion.py` `_MOE_TARGET_MODULE_MAPPING["qwen2_moe"]`).
+const PEFT_MOE_EXPERT_NAMES: [&str; 3] = ["gate_proj", "up_proj", "down_proj"];
+
+/// LoRA on the experts is refused: in the families above, peft 0.21.2
+/// (`_convert_peft_config_moe`) turns the target names `gate_proj` / `up_proj` / `down_proj`
+/// into adapters on `experts.gate_up_proj` / `experts.down_proj` (`target_parameters`, rank r·E
+/// for the fused pair) and no longer adapts the dense or shared MLP's `nn.Linear` of that name
+/// (measured on HunYuan MoE and ERNIE 4.5 MoE); those adapters are not modelled. Names that
+/// match nothing are ignored, as peft ignores them while another target matches.
+pub(crate) fn check_lora_targets(model: &ModelDesc, w: &TrainWorkload) -> Result<(), CoreError> {
+    let Some(lora) = &w.lora else {
+        return Ok(());
+    };
+    if !PEFT_MOE_CONVERTED.contains(&model.model_type.as_str()) {
+        return Ok(());
+    }
+    let Some(bad) = lora
+        .targets
+        .iter()
+        .find(|t| PEFT_MOE_EXPERT_NAMES.contains(&t.as_str()))
+    else {
+        return Ok(());
+    };
+    Err(CoreError::invalid_value(
+        "lora_targets",
+        crate::error::untrusted(bad),
+        format!(
+            "in `{}` peft adapts the routed experts' fused parameters for `{}` (transformers converts this MoE family), which is not modelled",
+            crate::error::untrusted(&model.model_type),
+            crate::error::untrusted(bad)
+        ),
+        "target the attention projections (q_proj, k_proj, v_proj, o_proj)",
+    ))
 }
 
 /// The linear-attention shape whose training forms are measured: Qwen3-Next-80B-A3B's

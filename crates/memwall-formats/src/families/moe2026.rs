@@ -227,8 +227,10 @@ pub(crate) fn ernie4_5_moe(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, Forma
             rope_fp32: true,
             ..AttnOpts::rope(d.heads.head_dim)
         },
-        // Dense layers and shared experts are nn.Linear gate/up/down_proj.
-        ..Decoder::new(&d, llama_names(true))
+        // Dense layers and shared experts are nn.Linear gate/up/down_proj, but peft 0.21.2
+        // maps those target names onto the routed experts' parameters (transformers 5.23 converts
+        // ernie4_5_moe like qwen2_moe; memory::check_lora_targets): only attention is a target.
+        ..Decoder::new(&d, llama_names(false))
     }
     .build(ctx, "ernie4_5_moe", &d, |i| {
         Ok(if sparse.get(i).copied().unwrap_or(false) {
