@@ -785,11 +785,19 @@ impl Builder<'_> {
         }
         let params: Vec<TensorId> = lp.ssm.iter().map(|p| p.id).collect();
         let rg = self.rg(zx) || params.iter().any(|&p| self.t.requires_grad(p));
-        if !self.t.recording {
-            // a checkpointed layer's first pass: nothing is saved
+        if !self.t.recording || !rg {
+            // a checkpointed layer's first pass, or a mixer nothing in which needs a gradient
+            // (a LoRA model whose adapters are all downstream of it: frozen input, frozen
+            // `in_proj` and mixer parameters, so autograd records no node): nothing is saved,
+            // each intermediate goes when its last local is rebound, as in the first pass
             self.t
                 .transient(d.forward_peak_unsaved(zs), Category::Activations);
-            return self.act(out_bytes, rg);
+            let out = self.act(out_bytes, rg);
+            if state_cache {
+                let ssm = self.act(d.b * d.h * d.p * d.n * F, false);
+                self.cache_refs.push(ssm);
+            }
+            return out;
         }
         let zx_saved = d.zx_saved(zs);
         let mut extra = if zx_saved {
