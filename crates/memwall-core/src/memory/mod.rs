@@ -104,6 +104,10 @@ pub(crate) fn check_train(model: &ModelDesc, w: &TrainWorkload) -> Result<Engine
     check_autocast(model, w.precision)?;
     check_linear_attention_training(model)?;
     check_lora_targets(model, w)?;
+    let builds_cache = !w.checkpointing
+        && !w.kernels.padding_free
+        && w.step_options.use_cache.unwrap_or(model.use_cache);
+    check_jamba_cache(model, builds_cache)?;
     if model.layers.is_empty() {
         return Err(CoreError::invalid(
             "num_hidden_layers",
@@ -196,6 +200,27 @@ pub(crate) fn check_autocast(
         ));
     }
     Ok(())
+}
+
+/// A Jamba whose layers are all Mamba layers (its `attn_layer_offset` beyond the layer count)
+/// cannot run a forward that builds a cache: `JambaModel.forward` asks the `DynamicCache` for
+/// `get_seq_length()`, which raises `ValueError` when the cache holds only linear-attention
+/// layers (transformers 5.23 models/jamba/modeling_jamba.py, cache_utils.py; measured: the
+/// harness's training steps without checkpointing and `generate` fail, checkpointed steps
+/// run). Training with checkpointing or `use_cache` off does not build one.
+fn check_jamba_cache(model: &ModelDesc, builds_cache: bool) -> Result<(), CoreError> {
+    if model.model_type != "jamba"
+        || !builds_cache
+        || model.layers.iter().any(|l| l.attention_block().is_some())
+    {
+        return Ok(());
+    }
+    Err(CoreError::invalid_value(
+        "attn_layer_offset",
+        format!("no attention layer in {} layers", model.layers.len()),
+        "transformers' JambaModel cannot build a cache without an attention layer (`get_seq_length` raises), so this forward does not run",
+        "train with --checkpointing (the cache is off), or give the model an attention layer (attn_layer_offset < num_hidden_layers)",
+    ))
 }
 
 /// The model types transformers 5.23 converts from v4 MoE checkpoints like Qwen2-MoE
@@ -324,6 +349,7 @@ pub fn check_attention(
 fn check_infer(model: &ModelDesc, w: &crate::workload::InferWorkload) -> Result<(), CoreError> {
     w.validate()?;
     check_attention(model, w.attention)?;
+    check_jamba_cache(model, true)?;
     if w.kv_dtype != crate::workload::KvDtype::Auto
         && model.layers.iter().all(|l| l.attention_block().is_none())
     {
