@@ -378,7 +378,6 @@ struct InferCase {
 #[derive(Debug, Deserialize)]
 struct InferMeasured {
     peak_bytes: u64,
-    #[allow(dead_code)]
     at_peak: BTreeMap<String, u64>,
     phase: String,
     prefill_peak_bytes: u64,
@@ -1462,7 +1461,7 @@ fn every_torchtitan_crosscheck_measures_the_same_on_fake_and_real_tensors() {
 
 /// A sweep of scratch measurements (not fixtures): `MEMWALL_SWEEP_TRAIN=file.jsonl` and/or
 /// `MEMWALL_SWEEP_INFER=file.jsonl` print every case's error (refusals by name included)
-/// without asserting (`MEMWALL_SWEEP_BREAKDOWN=1`: training breakdowns at the peak too); `cargo test -p memwall-cli --test truth sweep -- --ignored --nocapture`.
+/// without asserting (`MEMWALL_SWEEP_BREAKDOWN=1`: the breakdowns at the peak too); `cargo test -p memwall-cli --test truth sweep -- --ignored --nocapture`.
 #[test]
 #[ignore = "prints a scratch sweep named by MEMWALL_SWEEP_TRAIN / MEMWALL_SWEEP_INFER"]
 fn sweep() {
@@ -1507,7 +1506,18 @@ fn sweep() {
             let mut desc = memwall_formats::parse_hf_config(&json).unwrap();
             with_image_tokens(&mut desc, c.image_tokens);
             let w = infer_workload(&c, &desc);
-            let r = simulate_infer(&desc, &w, Kernels::Cpu)
+            let r = simulate_infer(&desc, &w, Kernels::Cpu);
+            if let (Ok(e), true) = (&r, std::env::var_os("MEMWALL_SWEEP_BREAKDOWN").is_some()) {
+                println!(
+                    "  estimated {:?} prefill {}",
+                    e.at_peak, e.prefill_peak_bytes
+                );
+                println!(
+                    "  measured  {:?} prefill {}",
+                    c.measured.at_peak, c.measured.prefill_peak_bytes
+                );
+            }
+            let r = r
                 .map(|e| (e.peak_bytes, phase_name(e.phase)))
                 .map_err(|e| e.to_string());
             print(&c.id, c.measured.peak_bytes, r, &c.measured.phase);

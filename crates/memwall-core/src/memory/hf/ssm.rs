@@ -388,7 +388,23 @@ impl Scan {
                                       // the sum and its copy exist (probe: falcon_h1_mixer.py ckpt mode, exact at 2048 wide)
         let at_c_times_states =
             (at_output + tp * h * n * F + b * c * h * p * n * F).saturating_sub(3 * tp * i * F);
-        at_output.max(at_c_times_states)
+        // and earlier still when the state is wide against short chunks (Falcon-H1 with
+        // N 64, P 32, L 16): the `bmm` of `einsum("bhzc,bchpn->bzhpn", decay_chunk, states)`,
+        // with the chunk-level states (the `cat` of the zero initial state and the per-chunk
+        // states), their copy in the `bmm` layout and its output alive, before
+        // `state_decay_out`, `C_times_states`, `Y_off` and the sum exist (probe:
+        // tools/truth/probes/live_tensors.py on rnd-s29-falconh1-0, 1 chunk, exact)
+        let at_new_states = h * F
+            + b * cd * s * z
+            + t * h * z
+            + 3 * tp * i * F // D_residual, padded x·dt, Y_diag
+            + 3 * tp * h * F // padded A, A_cumsum, decay_states
+            + 3 * tp * h * n * F // padded B and C, B_decay
+            + 3 * b * h * c * l * l * F // L, G, M
+            + b * h * p * n * F // initial state
+            + b * h * c1 * c1 * F // decay_chunk
+            + 3 * b * h * c1 * p * n * F; // states, their bmm copy, the bmm output
+        at_output.max(at_c_times_states).max(at_new_states)
     }
 
     /// 16-bit copies autocast keeps in its cache for the whole forward: the convolution's
