@@ -821,15 +821,34 @@ impl Builder<'_> {
         } else {
             d.saved(zs)
         };
+        // what a frozen mixer does not hold at the forward's peak instant: the padded x of
+        // `D_residual` (gone once the scan used it) and `A = -exp(A_log)` (exp saves its output
+        // only for A_log's gradient): a live-storage trace of the forward (FakeTensorMode,
+        // rnd-s29-mamba2-1, batch 1, 30 tokens, fp32) with LoRA on in_proj against without
+        // differs inside the mixer in exactly these two at that instant
+        let mut frozen_gone = 0;
         if !params.iter().any(|&p| self.t.requires_grad(p)) {
+            frozen_gone = d.tp * d.i * F + d.h * F;
+            extra = extra.saturating_sub(d.h * F);
             // frozen mixer parameters (LoRA): `D_residual = D[..., None] * pad(x)` with a `D`
             // that needs no gradient saves nothing of the padded x (mul saves an operand only
             // for the other operand's gradient), which then goes once the scan has used it
             extra = extra.saturating_sub(d.tp * d.i * F);
+            // the gated norm's `self.weight * hidden_states.to(input_dtype)` with a frozen
+            // weight saves nothing of the fp32 normalised scan output, and `A * dt` with a
+            // frozen `A_log` saves nothing of dt's fp32 copy (made when dt is 16-bit) (mul
+            // saves an operand only for the other's gradient; measured on Mamba-2 with LoRA
+            // on in_proj, bf16/fp16/amp-bf16/fp32: exact to 20 bytes)
+            if d.norm {
+                extra = extra.saturating_sub(d.t * d.i * F);
+            }
+            if zs != F {
+                extra = extra.saturating_sub(d.t * d.h * F);
+            }
         }
         let kept = self.act(extra, false);
         self.t.transient(
-            d.forward_peak(zs).saturating_sub(extra),
+            d.forward_peak(zs).saturating_sub(extra + frozen_gone),
             Category::Activations,
         );
         let out = self.act(out_bytes, rg);
