@@ -810,7 +810,9 @@ fn report(
         s.push_str(&section_report(
             &random.train,
             "## Random sample, training steps (`tests/truth/random_train.jsonl`; cases drawn by \
-             `tools/truth/sample_cases.py`, seed in `tools/truth/cases/random_train.toml`)",
+             `tools/truth/sample_cases.py`: seed 17 over the older families, \
+             `tools/truth/cases/random_train.toml`; seed 29 over the issue-14 families, \
+             `tools/truth/cases/random_new_train.toml`)",
         ));
     }
     if !random.infer.is_empty() {
@@ -818,7 +820,8 @@ fn report(
         s.push_str(&section_report(
             &random.infer,
             "## Random sample, inference (`tests/truth/random_infer.jsonl`; cases drawn by \
-             `tools/truth/sample_cases.py`)",
+             `tools/truth/sample_cases.py`: seed 17, `tools/truth/cases/random_infer.toml`; \
+             seed 29, `tools/truth/cases/random_new_infer.toml`)",
         ));
     }
     let gaps = known_gaps();

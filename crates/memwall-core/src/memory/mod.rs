@@ -202,24 +202,31 @@ pub(crate) fn check_autocast(
     Ok(())
 }
 
-/// A Jamba whose layers are all Mamba layers (its `attn_layer_offset` beyond the layer count)
-/// cannot run a forward that builds a cache: `JambaModel.forward` asks the `DynamicCache` for
-/// `get_seq_length()`, which raises `ValueError` when the cache holds only linear-attention
-/// layers (transformers 5.23 models/jamba/modeling_jamba.py, cache_utils.py; measured: the
-/// harness's training steps without checkpointing and `generate` fail, checkpointed steps
-/// run). Training with checkpointing or `use_cache` off does not build one.
+/// A hybrid model whose layers are all linear-attention / Mamba layers cannot run a forward
+/// that builds a cache: its `*Model.forward` asks the `DynamicCache` for `get_seq_length()`
+/// (`past_seen_tokens = past_key_values.get_seq_length()`), which raises `ValueError` when the
+/// cache holds only linear-attention layers (transformers 5.23 cache_utils.py
+/// `DynamicCache.get_seq_length`; models/jamba, qwen3_next and granitemoehybrid
+/// `modeling_*.py`). Measured: the harness's Jamba and Qwen3-Next steps without checkpointing
+/// and Jamba's `generate` fail, checkpointed steps (HF turns the cache off) run. Training with
+/// checkpointing or `use_cache` off does not build one. Mamba-2 keeps its own cache class.
 fn check_jamba_cache(model: &ModelDesc, builds_cache: bool) -> Result<(), CoreError> {
-    if model.model_type != "jamba"
-        || !builds_cache
-        || model.layers.iter().any(|l| l.attention_block().is_some())
-    {
+    let field = match model.model_type.as_str() {
+        "jamba" => "attn_layer_offset",
+        "qwen3_next" | "granitemoehybrid" => "layer_types",
+        _ => return Ok(()),
+    };
+    if !builds_cache || model.layers.iter().any(|l| l.attention_block().is_some()) {
         return Ok(());
     }
     Err(CoreError::invalid_value(
-        "attn_layer_offset",
+        field,
         format!("no attention layer in {} layers", model.layers.len()),
-        "transformers' JambaModel cannot build a cache without an attention layer (`get_seq_length` raises), so this forward does not run",
-        "train with --checkpointing (the cache is off), or give the model an attention layer (attn_layer_offset < num_hidden_layers)",
+        format!(
+            "transformers' `{}` cannot build a cache without an attention layer (`get_seq_length` raises), so this forward does not run",
+            crate::error::untrusted(&model.model_type)
+        ),
+        "train with --checkpointing (the cache is off), or give the model an attention layer",
     ))
 }
 
@@ -250,7 +257,40 @@ pub(crate) fn check_lora_targets(model: &ModelDesc, w: &TrainWorkload) -> Result
     let Some(lora) = &w.lora else {
         return Ok(());
     };
-    if !PEFT_MOE_CONVERTED.contains(&model.model_type.as_str()) {
+    let mt = model.model_type.as_str();
+    // peft 0.21.2 `_check_lora_target_modules_mamba` (tuners/tuners_utils.py) raises for these
+    // targets of "Mamba-based" model types; Mamba-1's `x_proj` / `dt_proj` (Mamba, Jamba) run
+    // inside the scan composite (hf/mamba1.rs), where adapters are not modelled
+    let unmodelled: &[(&[&str], &[&str], &str)] = &[
+        (
+            &["falcon_h1", "mamba", "mamba2"],
+            &["out_proj", "conv1d"],
+            "peft refuses it for Mamba-based models (\"incompatible with Mamba-based models\")",
+        ),
+        (
+            &["mamba", "jamba"],
+            &["x_proj", "dt_proj"],
+            "it runs inside the Mamba-1 scan, where adapters are not modelled",
+        ),
+    ];
+    for (types, names, why) in unmodelled {
+        if !types.contains(&mt) {
+            continue;
+        }
+        if let Some(bad) = lora.targets.iter().find(|t| names.contains(&t.as_str())) {
+            return Err(CoreError::invalid_value(
+                "lora_targets",
+                crate::error::untrusted(bad),
+                format!(
+                    "LoRA on `{}` of `{}`: {why}",
+                    crate::error::untrusted(bad),
+                    crate::error::untrusted(mt)
+                ),
+                "target in_proj and the attention / MLP projections",
+            ));
+        }
+    }
+    if !PEFT_MOE_CONVERTED.contains(&mt) {
         return Ok(());
     }
     let Some(bad) = lora

@@ -239,4 +239,10 @@ pub(crate) fn ernie4_5_moe(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, Forma
             Mlp::Dense(dense)
         })
     })
+    .map(|mut desc| {
+        // Ernie4_5_MoeForCausalLM: `lm_head = nn.Linear(hidden, vocab, bias=config.use_bias)`
+        // (the dense Ernie4_5ForCausalLM's has bias=False); a tied head shares only the weight
+        desc.head.bias = bias;
+        desc
+    })
 }
