@@ -472,6 +472,105 @@ mod tests {
         m.layers[0].muls.ssm_proj = true;
         assert!(check_autocast(&m, crate::Precision::AmpBf16).is_ok());
     }
+
+    fn with_lora(targets: &[&str]) -> TrainWorkload {
+        let mut w = TrainWorkload::new(1, 64);
+        w.lora = Some(crate::workload::Lora {
+            rank: 8,
+            targets: targets.iter().map(|t| (*t).to_owned()).collect(),
+            qlora: false,
+        });
+        w
+    }
+
+    /// peft 0.21 puts MLP-named adapters on the experts' fused parameters in the MoE families
+    /// transformers converts (refused), refuses out_proj on Mamba models (refused) and Mamba-1's
+    /// x_proj/dt_proj are not modelled (refused); other names pass, unmatched ones are ignored.
+    #[test]
+    fn lora_targets_memwall_cannot_place_are_refused_by_name() {
+        let mut m = llama2_7b();
+        m.model_type = "qwen3_moe".into();
+        let e = simulate_train(&m, &with_lora(&["q_proj", "down_proj"]), Kernels::Cpu).unwrap_err();
+        assert!(
+            e.to_string().contains("lora_targets") && e.to_string().contains("down_proj"),
+            "{e}"
+        );
+        assert!(simulate_train(&m, &with_lora(&["q_proj", "v_proj"]), Kernels::Cpu).is_ok());
+        m.model_type = "llama".into();
+        assert!(simulate_train(&m, &with_lora(&["gate_proj", "no_such"]), Kernels::Cpu).is_ok());
+        m.model_type = "falcon_h1".into();
+        let e = check_lora_targets(&m, &with_lora(&["q_proj", "out_proj"])).unwrap_err();
+        assert!(e.to_string().contains("out_proj"), "{e}");
+        m.model_type = "jamba".into();
+        let e = check_lora_targets(&m, &with_lora(&["dt_proj"])).unwrap_err();
+        assert!(e.to_string().contains("dt_proj"), "{e}");
+        assert!(check_lora_targets(&m, &with_lora(&["in_proj", "out_proj"])).is_ok());
+    }
+
+    /// A Jamba / Qwen3-Next / Granite 4.0-H without attention layers cannot build a cache:
+    /// refused where the forward builds one, estimated with checkpointing (cache off).
+    #[test]
+    fn hybrids_without_attention_are_refused_where_they_build_a_cache() {
+        let mut m = llama2_7b();
+        m.layers.truncate(2);
+        for l in &mut m.layers {
+            l.mixer = crate::model::Mixer::Mamba2(crate::mixer::tests::codestral());
+        }
+        m.model_type = "jamba".into();
+        let e = simulate_train(&m, &TrainWorkload::new(1, 64), Kernels::Cpu).unwrap_err();
+        assert!(e.to_string().contains("attn_layer_offset"), "{e}");
+        let mut w = TrainWorkload::new(1, 64);
+        w.checkpointing = true;
+        assert!(simulate_train(&m, &w, Kernels::Cpu).is_ok());
+        m.model_type = "qwen3_next".into();
+        assert!(check_jamba_cache(&m, true).is_err());
+        m.model_type = "mamba2".into();
+        assert!(check_jamba_cache(&m, true).is_ok());
+    }
+
+    /// OLMoE `clip_qkv`: `clamp_` saves a copy of q, k and v, so a step with it holds more than
+    /// one without, and inference (no grad) the same.
+    #[test]
+    fn clip_qkv_copies_are_saved_in_training_only() {
+        let mut m = llama2_7b();
+        m.layers.truncate(2);
+        let w = TrainWorkload::new(1, 256);
+        let base = simulate_train(&m, &w, Kernels::Cpu).unwrap();
+        for l in &mut m.layers {
+            l.attention.clip_qkv = true;
+        }
+        let clipped = simulate_train(&m, &w, Kernels::Cpu).unwrap();
+        let forward = |e: &TrainEstimate| {
+            e.phase_peaks
+                .iter()
+                .find(|(p, _)| *p == Phase::Forward)
+                .map(|x| x.1)
+        };
+        // both layers' three bf16 copies of [256, 4096] are alive at the forward's end
+        assert_eq!(
+            forward(&clipped).unwrap() - forward(&base).unwrap(),
+            2 * 3 * 256 * 4096 * 2
+        );
+        let iw = crate::workload::InferWorkload {
+            batch: 1,
+            prompt: 256,
+            new_tokens: 4,
+            attention: crate::workload::AttentionImpl::Sdpa,
+            weights: crate::workload::WeightFormat::Bf16,
+            kv_dtype: crate::workload::KvDtype::Auto,
+            moe_decode_batched: true,
+        };
+        let mut plain = m.clone();
+        for l in &mut plain.layers {
+            l.attention.clip_qkv = false;
+        }
+        assert_eq!(
+            simulate_infer(&m, &iw, Kernels::Cpu).unwrap().peak_bytes,
+            simulate_infer(&plain, &iw, Kernels::Cpu)
+                .unwrap()
+                .peak_bytes
+        );
+    }
 }
 
 #[cfg(test)]

@@ -246,3 +246,29 @@ pub(crate) fn ernie4_5_moe(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, Forma
         desc
     })
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use crate::parse_hf_config;
+
+    #[test]
+    fn olmoe_clip_qkv_is_modelled_not_refused() {
+        let base = r#""model_type":"olmoe","vocab_size":100,"hidden_size":64,"intermediate_size":32,"num_hidden_layers":2,"num_attention_heads":4,"num_experts":4,"num_experts_per_tok":2"#;
+        let plain = parse_hf_config(&format!("{{{base}}}")).unwrap();
+        assert!(plain.layers.iter().all(|l| !l.attention.clip_qkv));
+        let clipped = parse_hf_config(&format!("{{{base},\"clip_qkv\":8.0}}")).unwrap();
+        assert!(clipped.layers.iter().all(|l| l.attention.clip_qkv));
+        // MLP names are not LoRA targets (peft maps them onto the experts' parameters)
+        assert!(!clipped.linear_names.iter().any(|(_, n)| n == "down_proj"));
+    }
+
+    #[test]
+    fn ernie_moe_lm_head_has_the_projections_bias() {
+        let base = r#""model_type":"ernie4_5_moe","vocab_size":100,"hidden_size":64,"intermediate_size":96,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"moe_num_experts":4,"moe_k":2,"moe_intermediate_size":32,"tie_word_embeddings":false"#;
+        let with_bias = parse_hf_config(&format!("{{{base},\"use_bias\":true}}")).unwrap();
+        let without = parse_hf_config(&format!("{{{base},\"use_bias\":false}}")).unwrap();
+        assert!(with_bias.head.bias && !without.head.bias);
+        assert!(!with_bias.linear_names.iter().any(|(_, n)| n == "gate_proj"));
+    }
+}
