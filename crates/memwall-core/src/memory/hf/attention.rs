@@ -903,12 +903,16 @@ impl Builder<'_> {
                 // states are fp32); `probs @ value` then makes autocast's compute-dtype copy
                 // (models/falcon/modeling_falcon.py `FalconAttention.forward`)
                 let falcon_amp = falcon && self.amp;
-                // gpt-oss under autocast: the same promotion (`attn_weights + causal_mask`, an
-                // fp32 mask), so the sink logits (fp32 parameter), the shifted logits and the
-                // softmax (`dtype=combined_logits.dtype`) are fp32, and `probs[..., :-1] @ value`
-                // makes autocast's compute-dtype copy of the sliced probabilities (traced on
-                // torch 2.15 CPU, models/gpt_oss/modeling_gpt_oss.py `eager_attention_forward`)
-                let sink_amp = a.sinks && self.amp;
+                // gpt-oss and Llama 4 under autocast: the same promotion (`attn_weights +
+                // causal_mask`, an fp32 mask), and their softmax keeps the scores' dtype
+                // (gpt-oss `dtype=combined_logits.dtype`, after the fp32 sink logits and the
+                // shift; Llama 4 `softmax(attn_weights, dim=-1)`, "llama4 doesn't cast attn
+                // weights to fp32"), so the probabilities stay fp32 and `probs @ value` makes
+                // autocast's compute-dtype copy (of the slice without the sink column) (traced on
+                // torch 2.15 CPU; models/gpt_oss/modeling_gpt_oss.py and models/llama4/
+                // modeling_llama4.py `eager_attention_forward`; rnd-t29-080-llama4text -2.5%
+                // was b·s²·8 bytes short, one fp32 [b, 1, s, s] per layer)
+                let sink_amp = (a.sinks || a.rope_complex) && self.amp;
                 let msz = if falcon_amp || sink_amp { 4 } else { c };
                 let masked = self.op(x * msz, &[cur], &[], &[], &[]);
                 self.drop_(cur);
