@@ -96,10 +96,23 @@ RANDOM_IDS = [
 ]
 
 
+# cases of the issue-14 sample (tools/truth/cases/random_new_train.toml, seed 29) whose mechanisms
+# were fixed from fake-tensor traces: OLMoE clip_qkv (clamp_ saves copies) under autocast, a
+# Mamba-2 mixer with frozen parameters (LoRA on in_proj), a Falcon-H1 mixer that needs no
+# gradient (LoRA downstream), gpt-oss eager sinks under autocast
+RANDOM_NEW_IDS = [
+    "rnd-t29-011-olmoe", "rnd-t29-097-mamba2", "rnd-t29-088-falconh1", "rnd-t29-065-gptoss",
+]
+
+
 def random_cases() -> list[dict]:
-    """The RANDOM_IDS cases as specified in random_train.toml, ids prefixed with ``xc-``."""
-    by_id = {c["id"]: c for c in measure.load_cases(measure.REPO / "tools/truth/cases/random_train.toml")}
-    return [dict(by_id[i], id="xc-" + i) for i in RANDOM_IDS]
+    """The RANDOM_IDS / RANDOM_NEW_IDS cases as specified in random_train.toml /
+    random_new_train.toml, ids prefixed with ``xc-``."""
+    out = []
+    for file, ids in (("random_train.toml", RANDOM_IDS), ("random_new_train.toml", RANDOM_NEW_IDS)):
+        by_id = {c["id"]: c for c in measure.load_cases(measure.REPO / "tools/truth/cases" / file)}
+        out += [dict(by_id[i], id="xc-" + i) for i in ids]
+    return out
 
 
 def main() -> None:

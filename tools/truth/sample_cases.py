@@ -19,10 +19,16 @@ option space unmeasured.  This script draws random *valid* cases from the whole 
 
 Usage:
   python tools/truth/sample_cases.py --seed 17 --train 220 --infer 70
+  python tools/truth/sample_cases.py --families new --seed 29 --train 100 --infer 40 \
+      --configs-per-family 2     # the issue-14 families (NEW_TEMPLATES) instead of the older ones
   python tools/truth/measure.py --cases tools/truth/cases/random_train.toml \
       --out tests/truth/random_train.jsonl --jobs 1 --per-worker 10
   python tools/truth/measure_infer.py --cases tools/truth/cases/random_infer.toml \
       --out tests/truth/random_infer.jsonl --jobs 1 --per-worker 10
+
+`--families new` draws the newer families (issue 14, `NEW_TEMPLATES`) with their own width rules
+(`random_config_new`) and writes tools/truth/cases/random_new_{train,infer}.toml instead; the
+default (`--families old`) draws exactly what it always drew (seed 17 gives byte-identical files).
 
 Only the standard library is used (no torch): the same seed always gives the same files.
 Combinations the harness cannot run are never drawn (gemma2 + sdpa, the fused losses under
@@ -248,6 +254,298 @@ def infer_case(i: int, seed: int, rng: random.Random, pool: list[tuple[str, str]
     return c
 
 
+# ------------------------------------------------------------------ the issue-14 families
+# `--families new`: the config each family's random configs start from (reduced real configs)
+NEW_TEMPLATES = {
+    "cohere": "command-r-v01-2l",
+    "cohere2": "command-r7b-4l",
+    "ernie4_5_moe": "ernie-4.5-21b-a3b-2l",
+    "exaone4": "exaone-4.0-32b-4l",
+    "falcon_h1": "falcon-h1-0.5b-2l",
+    "glm4": "glm-4-9b-0414-4l",
+    "gpt_oss": "gpt-oss-20b-2l",
+    "granite": "granite-3.1-2b-4l",
+    "granitemoe": "granite-3.1-1b-a400m-4l",
+    "granitemoehybrid": "granite-4.0-h-tiny-6l",
+    "hunyuan_v1_dense": "hunyuan-7b-2l",
+    "jamba": "jamba-1.5-mini-5l",
+    "llama4_text": "llama-4-scout-17b-16e-text-4l",
+    "mamba2": "mamba-codestral-7b-2l",
+    "olmoe": "olmoe-1b-7b-2l",
+    "phi": "phi-2-4l",
+    "qwen3_next": "qwen3-next-80b-a3b-4l",
+    "seed_oss": "seed-oss-36b-2l",
+    "smollm3": "smollm3-3b-4l",
+}
+# families whose sparse blocks have fused expert parameters (the `decode_experts` choice)
+NEW_MOE = {"ernie4_5_moe", "gpt_oss", "granitemoe", "granitemoehybrid", "jamba", "llama4_text",
+           "olmoe", "qwen3_next"}
+# the only GatedDeltaNet head shape memwall trains (memory::check_linear_attention_training:
+# Qwen3-Next-80B's 16 key / 32 value heads, both 128 wide); other shapes: inference only
+DELTANET_FITTED = {"linear_num_key_heads": 16, "linear_num_value_heads": 32,
+                   "linear_key_head_dim": 128, "linear_value_head_dim": 128}
+ATTN = ["q_proj", "k_proj", "v_proj", "o_proj"]
+MLP = ["gate_proj", "up_proj", "down_proj"]
+
+
+def _rot_factor(rng: random.Random, head_dim: int) -> float:
+    """A partial-rotary factor whose rotary width is an even integer (RoPE rotates halves)."""
+    ok = [f for f in (0.25, 0.4, 0.5, 0.75, 1.0) if (head_dim * f) == int(head_dim * f)
+          and int(head_dim * f) % 2 == 0 and head_dim * f >= 2]
+    return rng.choice(ok)
+
+
+def _expert_width(rng: random.Random, hidden: int) -> int:
+    """Expert widths are multiples of 8 (torch._grouped_mm's 16-byte row strides)."""
+    return -(-_intermediate(rng, max(8, hidden // 2)) // 8) * 8
+
+
+def _layout(rng: random.Random, n: int, kinds: tuple[str, str], p: float) -> list[str]:
+    """n layer kinds, each the second with probability p, both present when n > 1."""
+    out = [kinds[1] if rng.random() < p else kinds[0] for _ in range(n)]
+    if n > 1 and len(set(out)) == 1:
+        out[rng.randrange(n)] = kinds[0] if out[0] == kinds[1] else kinds[1]
+    return out
+
+
+def _mamba2_heads(rng: random.Random, inner: int) -> tuple[int, int, int]:
+    """(heads, head width, groups) of a Mamba-2 mixer of `inner` = heads × head width channels:
+    the head width a multiple of 4 (8 … 64), groups dividing heads."""
+    widths = [w for w in (8, 16, 32, 64) if inner % w == 0 and inner // w <= 64]
+    d_head = rng.choice(widths)
+    n_heads = inner // d_head
+    groups = rng.choice([g for g in (1, 2, 4, 8) if n_heads % g == 0])
+    return n_heads, d_head, groups
+
+
+def random_config_new(model_type: str, rng: random.Random, k: int) -> dict:
+    """A random small config of one issue-14 family; `k` is its index within the family
+    (qwen3_next's config 0 keeps Qwen3-Next-80B's GatedDeltaNet shape, so it can be trained)."""
+    d = json.loads((CONFIG_DIR / f"{NEW_TEMPLATES[model_type]}.json").read_text())
+    for key in ("architectures", "transformers_version", "_name_or_path", "torch_dtype"):
+        d.pop(key, None)
+    layers = rng.randint(1, 3)
+    heads, kv = _heads(rng)
+    head_dim = rng.choice([8, 16, 32, 64])
+    hidden = heads * head_dim
+    vocab = _vocab(rng)
+    tie = rng.random() < 0.5
+    d.update(hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv,
+             num_hidden_layers=layers, vocab_size=vocab, intermediate_size=_intermediate(rng, hidden))
+    if "head_dim" in d and model_type != "mamba2":
+        d["head_dim"] = head_dim
+        if model_type in ("gpt_oss", "seed_oss", "exaone4", "hunyuan_v1_dense", "glm4", "cohere2") \
+                and rng.random() < 0.3:  # hidden independent of heads × head_dim (as gpt-oss's 2880)
+            d["hidden_size"] = hidden = rng.choice([64, 96, 128, 160, 256])
+    if model_type == "cohere":
+        d.update(use_qk_norm=rng.random() < 0.5, attention_bias=rng.random() < 0.3)
+    elif model_type == "cohere2":
+        layers = d["num_hidden_layers"] = rng.randint(1, 4)
+        d.update(sliding_window=rng.randint(8, 200), sliding_window_pattern=rng.randint(2, 4),
+                 attention_bias=rng.random() < 0.3)
+        d.pop("layer_types", None)
+    elif model_type == "phi":
+        d.update(partial_rotary_factor=_rot_factor(rng, head_dim), qk_layernorm=rng.random() < 0.5,
+                 tie_word_embeddings=tie, resid_pdrop=rng.choice([0.0, 0.1]),
+                 embd_pdrop=rng.choice([0.0, 0.1]), attention_dropout=rng.choice([0.0, 0.1]))
+    elif model_type == "granite":
+        d.update(tie_word_embeddings=tie, attention_bias=rng.random() < 0.3,
+                 mlp_bias=rng.random() < 0.3, attention_dropout=rng.choice([0.0, 0.1]))
+    elif model_type == "granitemoe":
+        n = rng.randint(2, 8)
+        d.update(num_local_experts=n, num_experts_per_tok=rng.randint(1, min(n, 4)),
+                 intermediate_size=_expert_width(rng, hidden), tie_word_embeddings=tie)
+    elif model_type == "granitemoehybrid":
+        layers = d["num_hidden_layers"] = rng.randint(1, 4)
+        n_heads, d_head, groups = _mamba2_heads(rng, 2 * hidden)
+        n = rng.choice([0, rng.randint(2, 8)])
+        d.update(layer_types=_layout(rng, layers, ("mamba", "attention"), 0.35),
+                 mamba_expand=2, mamba_n_heads=n_heads, mamba_d_head=d_head, mamba_n_groups=groups,
+                 mamba_d_state=rng.choice([8, 16, 32, 64, 128]),
+                 mamba_chunk_size=rng.choice([16, 32, 64, 128, 256]),
+                 num_local_experts=n, num_experts_per_tok=rng.randint(1, min(n, 4)) if n else 0,
+                 intermediate_size=_expert_width(rng, hidden),
+                 shared_intermediate_size=_intermediate(rng, hidden),
+                 position_embedding_type=rng.choice(["nope", "rope"]), tie_word_embeddings=tie)
+    elif model_type == "gpt_oss":
+        layers = d["num_hidden_layers"] = rng.randint(1, 4)
+        n = rng.randint(2, 8)
+        k_ = rng.randint(1, min(n, 4))
+        d.update(num_local_experts=n, num_experts_per_tok=k_, experts_per_token=k_,
+                 intermediate_size=_expert_width(rng, hidden), sliding_window=rng.randint(8, 200))
+        d["layer_types"] = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
+    elif model_type == "llama4_text":
+        layers = d["num_hidden_layers"] = rng.randint(1, 4)
+        n = rng.randint(1, 8)
+        d.update(num_local_experts=n, num_experts_per_tok=1,
+                 intermediate_size=_expert_width(rng, hidden),
+                 intermediate_size_mlp=_intermediate(rng, hidden),
+                 interleave_moe_layer_step=rng.choice([1, 1, 2]),
+                 no_rope_layer_interval=rng.choice([2, 3, 4]),
+                 attention_chunk_size=rng.randint(8, 200), use_qk_norm=rng.random() < 0.5,
+                 attention_bias=rng.random() < 0.2)
+        for key in ("layer_types", "no_rope_layers", "moe_layers"):
+            d.pop(key, None)
+    elif model_type == "glm4":
+        d.update(partial_rotary_factor=_rot_factor(rng, head_dim),
+                 attention_bias=rng.random() < 0.5, tie_word_embeddings=tie)
+    elif model_type == "olmoe":
+        n = rng.randint(2, 16)
+        d.update(num_experts=n, num_experts_per_tok=rng.randint(1, min(n, 4)),
+                 intermediate_size=_expert_width(rng, hidden), norm_topk_prob=rng.random() < 0.5,
+                 clip_qkv=rng.choice([None, 8.0]), tie_word_embeddings=tie)
+    elif model_type == "falcon_h1":
+        n_heads, d_head, groups = _mamba2_heads(rng, rng.choice([1, 2]) * hidden)
+        d.update(head_dim=head_dim, mamba_d_ssm=n_heads * d_head, mamba_n_heads=n_heads,
+                 mamba_d_head=d_head, mamba_n_groups=groups,
+                 mamba_d_state=rng.choice([8, 16, 32, 64, 128]),
+                 mamba_chunk_size=rng.choice([16, 32, 64, 128]),
+                 mamba_rms_norm=rng.random() < 0.5, mamba_norm_before_gate=rng.random() < 0.5,
+                 projectors_bias=rng.random() < 0.3, tie_word_embeddings=tie)
+    elif model_type == "jamba":
+        layers = d["num_hidden_layers"] = rng.randint(1, 4)
+        ap = rng.randint(1, 4)
+        ep = rng.randint(1, 3)
+        n = rng.randint(1, 8)
+        d.update(attn_layer_period=ap, attn_layer_offset=rng.randint(0, ap - 1),
+                 expert_layer_period=ep, expert_layer_offset=rng.randint(0, ep - 1),
+                 num_experts=n, num_experts_per_tok=rng.randint(1, min(n, 2)),
+                 mamba_d_state=rng.choice([4, 8, 16, 32]), mamba_d_conv=rng.choice([2, 3, 4]),
+                 mamba_expand=rng.choice([1, 2]), mamba_dt_rank=rng.randint(2, max(2, hidden // 8)),
+                 mamba_conv_bias=rng.random() < 0.7, mamba_proj_bias=rng.random() < 0.3,
+                 tie_word_embeddings=tie)
+        d["intermediate_size"] = -(-d["intermediate_size"] // 8) * 8
+    elif model_type == "mamba2":
+        for key in ("num_attention_heads", "num_key_value_heads"):
+            d.pop(key, None)
+        n_heads, d_head, groups = _mamba2_heads(rng, 2 * hidden)
+        d.update(expand=2, num_heads=n_heads, head_dim=d_head, n_groups=groups,
+                 state_size=rng.choice([8, 16, 32, 64, 128]), chunk_size=rng.choice([16, 32, 64, 128, 256]),
+                 conv_kernel=rng.choice([2, 4]), use_bias=rng.random() < 0.3,
+                 use_conv_bias=rng.random() < 0.7, residual_in_fp32=rng.random() < 0.5,
+                 tie_word_embeddings=tie)
+        d.pop("intermediate_size", None)
+    elif model_type == "smollm3":
+        layers = d["num_hidden_layers"] = rng.randint(1, 4)
+        d.update(no_rope_layer_interval=rng.choice([2, 3, 4]), tie_word_embeddings=tie,
+                 max_window_layers=layers)
+        for key in ("layer_types", "no_rope_layers"):
+            d.pop(key, None)
+    elif model_type == "exaone4":
+        layers = d["num_hidden_layers"] = rng.randint(1, 4)
+        d.pop("layer_types", None)
+        if rng.random() < 0.3:
+            d.update(sliding_window=None, sliding_window_pattern=None)
+        else:
+            d.update(sliding_window=rng.randint(8, 200), sliding_window_pattern=rng.randint(2, 4))
+        d["tie_word_embeddings"] = tie
+    elif model_type == "ernie4_5_moe":
+        n = rng.randint(2, 16)
+        d.update(moe_num_experts=n, moe_k=rng.randint(1, min(n, 4)),
+                 moe_intermediate_size=_expert_width(rng, hidden),
+                 moe_num_shared_experts=rng.randint(0, 2), moe_layer_start_index=rng.randint(0, 1),
+                 moe_layer_interval=rng.choice([1, 1, 2]), moe_layer_end_index=-1,
+                 use_bias=rng.random() < 0.3, tie_word_embeddings=tie)
+    elif model_type == "seed_oss":
+        d.update(attention_bias=rng.random() < 0.5, attention_out_bias=rng.random() < 0.3,
+                 mlp_bias=rng.random() < 0.3, attention_dropout=rng.choice([0.0, 0.1]),
+                 residual_dropout=rng.choice([0.0, 0.1]), tie_word_embeddings=tie)
+    elif model_type == "hunyuan_v1_dense":
+        d.update(use_qk_norm=rng.random() < 0.5, attention_bias=rng.random() < 0.3,
+                 tie_word_embeddings=tie)
+    elif model_type == "qwen3_next":
+        # the trainable config (k = 0) has GatedDeltaNet layers and full attention both
+        layers = d["num_hidden_layers"] = rng.randint(2 if k == 0 else 1, 4)
+        n = rng.randint(2, 16)
+        d.update(num_experts=n, num_experts_per_tok=rng.randint(1, min(n, 4)),
+                 moe_intermediate_size=_expert_width(rng, hidden),
+                 shared_expert_intermediate_size=_intermediate(rng, hidden),
+                 decoder_sparse_step=rng.choice([1, 1, 2]),
+                 partial_rotary_factor=_rot_factor(rng, head_dim), tie_word_embeddings=tie)
+        d.pop("full_attention_interval", None)
+        d["layer_types"] = _layout(rng, layers, ("linear_attention", "full_attention"), 0.4)
+        if k == 0:
+            d.update(DELTANET_FITTED)
+        else:
+            d.update(linear_num_key_heads=rng.choice([1, 2, 4]), linear_key_head_dim=rng.choice([16, 32, 64]),
+                     linear_value_head_dim=rng.choice([16, 32, 64]))
+            d["linear_num_value_heads"] = d["linear_num_key_heads"] * rng.choice([1, 2])
+    pad = d.get("pad_token_id")
+    if isinstance(pad, int) and pad >= d["vocab_size"]:
+        d["pad_token_id"] = None
+    return d
+
+
+def lora_targets_new(model_type: str, d: dict) -> tuple[list[str], list[str]]:
+    """(targets every config of the family has, further targets this config has): peft
+    matches module-name suffixes and needs at least one match; fused expert parameters
+    (nn.Parameter, not nn.Linear) cannot be targeted."""
+    lt = d.get("layer_types") or []
+    if model_type == "phi":
+        return ["q_proj", "k_proj", "v_proj", "dense"], ["fc1", "fc2"]
+    if model_type == "glm4":
+        return ATTN, ["gate_up_proj", "down_proj"]
+    if model_type in ("gpt_oss", "granitemoe", "olmoe"):
+        return ATTN, []
+    if model_type == "llama4_text":
+        return ATTN, MLP  # the shared expert and the dense layers' MLP
+    if model_type == "ernie4_5_moe":
+        return ATTN, MLP
+    if model_type == "mamba2":
+        return ["in_proj", "out_proj"], []
+    if model_type == "falcon_h1":
+        return ATTN + ["in_proj", "out_proj"], MLP
+    if model_type == "jamba":
+        always = ["in_proj", "x_proj", "dt_proj", "out_proj"] if d["attn_layer_offset"] != 0 or \
+            d["num_hidden_layers"] > 1 and d["attn_layer_period"] > 1 else ATTN
+        return always, (ATTN if always[0] == "in_proj" else []) + MLP
+    if model_type == "granitemoehybrid":
+        mixers = (["in_proj", "out_proj"] if "mamba" in lt else []) + (ATTN if "attention" in lt else [])
+        # shared_mlp.input_linear is an nn.Linear, the experts' input_linear is not
+        return mixers, [] if d["num_local_experts"] else ["input_linear", "output_linear"]
+    if model_type == "qwen3_next":
+        mixers = (["in_proj_qkvz", "in_proj_ba", "out_proj"] if "linear_attention" in lt else []) + \
+            (ATTN if "full_attention" in lt else [])
+        return mixers, MLP  # the shared expert
+    return ATTN, MLP
+
+
+def train_case_new(i: int, seed: int, rng: random.Random, pool: list[tuple[str, str, dict]]) -> dict:
+    name, mt, d = rng.choice(pool)
+    c: dict = {"id": f"rnd-t{seed}-{i:03d}-{mt.replace('_', '')}", "config": name}
+    c["batch"] = rng.randint(1, 6)
+    c["seq"] = rng.choice([rng.randint(8, 320), rng.randint(8, 64), 2 * rng.randint(4, 160)])
+    c["precision"] = rng.choice(PRECISIONS)
+    c["optimizer"] = rng.choice(OPTIMIZERS)
+    c["checkpointing"] = rng.random() < 0.3
+    # gpt-oss has no SDPA path (attention sinks); Mamba-2 has no attention (the harness's
+    # recorded value, which memwall maps to its default)
+    c["attention"] = "eager" if mt in ("gpt_oss", "mamba2") else rng.choice(["sdpa", "eager"])
+    if rng.random() < 0.3:
+        always, more = lora_targets_new(mt, d)
+        chosen = [t for t in always + more if rng.random() < 0.5]
+        if not set(chosen) & set(always):
+            chosen.insert(0, rng.choice(always))
+        r = rng.choice([1, 2, 4, 8, 16, 32])
+        c["lora"] = {"rank": r, "alpha": rng.choice([r, 2 * r, 16]), "targets": chosen}
+    c["grad_accum"] = rng.choice([1, 1, 1, 2, 3])
+    c["dropout"] = rng.choice(["config", "off"])
+    return c
+
+
+def infer_case_new(i: int, seed: int, rng: random.Random, pool: list[tuple[str, str, dict]]) -> dict:
+    name, mt, _ = rng.choice(pool)
+    c: dict = {"id": f"rnd-i{seed}-{i:03d}-{mt.replace('_', '')}", "config": name}
+    c["batch"] = rng.randint(1, 5)
+    c["prompt"] = rng.choice([rng.randint(4, 300), rng.randint(4, 48)])
+    c["new_tokens"] = rng.randint(1, 12)
+    c["weights"] = rng.choice(["bf16", "fp16", "fp32"])
+    c["attention"] = "eager" if mt in ("gpt_oss", "mamba2") else rng.choice(["sdpa", "eager"])
+    if mt in NEW_MOE:
+        c["decode_experts"] = rng.choice(["batched_mm", "grouped_mm"])
+    return c
+
+
 def toml_value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -272,12 +570,18 @@ def write_cases(path: Path, header: str, cases: list[dict]) -> None:
 
 
 def write_sources(names: dict[str, str], seed: int) -> None:
-    """Replace the rnd- lines of SOURCES.toml (other lines untouched)."""
+    """Replace this seed's rnd- lines of SOURCES.toml where they stand (other lines untouched;
+    a new seed's lines go after the last rnd- line)."""
     path = CONFIG_DIR / "SOURCES.toml"
-    kept = [l for l in path.read_text().splitlines() if not l.startswith('"rnd-')]
-    kept += [f'"{n}" = "random, seed {seed} (tools/truth/sample_cases.py; widths drawn over {t})"'
-             for n, t in sorted(names.items())]
-    path.write_text("\n".join(kept) + "\n")
+    lines = path.read_text().splitlines()
+    mine = [i for i, l in enumerate(lines) if l.startswith(f'"rnd-s{seed}-')]
+    rnd = [i for i, l in enumerate(lines) if l.startswith('"rnd-')]
+    at = mine[0] if mine else (rnd[-1] + 1 if rnd else len(lines))
+    new = [f'"{n}" = "random, seed {seed} (tools/truth/sample_cases.py; widths drawn over {t})"'
+           for n, t in sorted(names.items())]
+    kept = [l for i, l in enumerate(lines) if i not in set(mine)]
+    at -= sum(1 for i in mine if i < at)
+    path.write_text("\n".join(kept[:at] + new + kept[at:]) + "\n")
 
 
 def main() -> None:
@@ -286,27 +590,39 @@ def main() -> None:
     ap.add_argument("--train", type=int, default=220, help="training cases to draw")
     ap.add_argument("--infer", type=int, default=70, help="inference cases to draw")
     ap.add_argument("--configs-per-family", type=int, default=2)
+    ap.add_argument("--families", choices=["old", "new"], default="old",
+                    help="old: TEMPLATES (seed 17's sample); new: the issue-14 NEW_TEMPLATES")
     args = ap.parse_args()
     rng = random.Random(args.seed)
 
+    new = args.families == "new"
+    templates = NEW_TEMPLATES if new else TEMPLATES
     pool, names = [], {}
-    for mt in sorted(TEMPLATES):
+    for mt in sorted(templates):
         for k in range(args.configs_per_family):
             name = f"rnd-s{args.seed}-{mt.replace('_', '')}-{k}"
-            d = random_config(mt, rng)
+            d = random_config_new(mt, rng, k) if new else random_config(mt, rng)
             (CONFIG_DIR / f"{name}.json").write_text(json.dumps(d, indent=2) + "\n")
-            pool.append((name, mt))
-            names[name] = TEMPLATES[mt]
+            pool.append((name, mt, d) if new else (name, mt))
+            names[name] = templates[mt]
     write_sources(names, args.seed)
 
     note = (f"# Random truth sample, seed {args.seed}: written by tools/truth/sample_cases.py "
             f"--seed {args.seed} --train {args.train} --infer {args.infer} "
-            f"--configs-per-family {args.configs_per_family}; do not edit.\n"
+            f"--configs-per-family {args.configs_per_family}"
+            + (" --families new" if new else "") + "; do not edit.\n"
             "# Fields and semantics as in {}.toml.\n")
-    train = [train_case(i, args.seed, rng, pool) for i in range(args.train)]
-    infer = [infer_case(i, args.seed, rng, pool) for i in range(args.infer)]
-    write_cases(CASES_DIR / "random_train.toml", note.format("train"), train)
-    write_cases(CASES_DIR / "random_infer.toml", note.format("infer"), infer)
+    if new:
+        # GatedDeltaNet training only at the fitted shape (other qwen3_next configs: inference)
+        trainable = [p for p in pool if p[1] != "qwen3_next" or p[0].endswith("-0")]
+        train = [train_case_new(i, args.seed, rng, trainable) for i in range(args.train)]
+        infer = [infer_case_new(i, args.seed, rng, pool) for i in range(args.infer)]
+    else:
+        train = [train_case(i, args.seed, rng, pool) for i in range(args.train)]
+        infer = [infer_case(i, args.seed, rng, pool) for i in range(args.infer)]
+    stem = "random_new" if new else "random"
+    write_cases(CASES_DIR / f"{stem}_train.toml", note.format("train"), train)
+    write_cases(CASES_DIR / f"{stem}_infer.toml", note.format("infer"), infer)
     print(f"{len(pool)} configs, {len(train)} training and {len(infer)} inference cases (seed {args.seed})")
 
 

@@ -75,7 +75,6 @@ struct LoraCase {
 #[derive(Debug, Deserialize)]
 struct Measured {
     peak_bytes: u64,
-    #[allow(dead_code)]
     at_peak: BTreeMap<String, u64>,
     phase: String,
     params_total: u64,
@@ -379,7 +378,6 @@ struct InferCase {
 #[derive(Debug, Deserialize)]
 struct InferMeasured {
     peak_bytes: u64,
-    #[allow(dead_code)]
     at_peak: BTreeMap<String, u64>,
     phase: String,
     prefill_peak_bytes: u64,
@@ -858,7 +856,9 @@ fn report(
         s.push_str(&section_report(
             &random.train,
             "## Random sample, training steps (`tests/truth/random_train.jsonl`; cases drawn by \
-             `tools/truth/sample_cases.py`, seed in `tools/truth/cases/random_train.toml`)",
+             `tools/truth/sample_cases.py`: seed 17 over the older families, \
+             `tools/truth/cases/random_train.toml`; seed 29 over the issue-14 families, \
+             `tools/truth/cases/random_new_train.toml`)",
         ));
     }
     if !random.infer.is_empty() {
@@ -866,7 +866,8 @@ fn report(
         s.push_str(&section_report(
             &random.infer,
             "## Random sample, inference (`tests/truth/random_infer.jsonl`; cases drawn by \
-             `tools/truth/sample_cases.py`)",
+             `tools/truth/sample_cases.py`: seed 17, `tools/truth/cases/random_infer.toml`; \
+             seed 29, `tools/truth/cases/random_new_infer.toml`)",
         ));
     }
     if !random.dist.is_empty() {
@@ -1552,8 +1553,9 @@ fn every_torchtitan_crosscheck_measures_the_same_on_fake_and_real_tensors() {
 
 /// A sweep of scratch measurements (not fixtures): `MEMWALL_SWEEP_TRAIN=file.jsonl`,
 /// `MEMWALL_SWEEP_INFER=file.jsonl` and/or `MEMWALL_SWEEP_DIST=file.jsonl` (rows of
-/// `tools/truth/measure_dist.py --out file.jsonl`) print every case's error (refusals by name included)
-/// without asserting; `cargo test -p memwall-cli --test truth sweep -- --ignored --nocapture`.
+/// `tools/truth/measure_dist.py --out file.jsonl`) print every case's error (refusals by name
+/// included) without asserting (`MEMWALL_SWEEP_BREAKDOWN=1`: the breakdowns at the peak too);
+/// `cargo test -p memwall-cli --test truth sweep -- --ignored --nocapture`.
 #[test]
 #[ignore = "prints a scratch sweep named by MEMWALL_SWEEP_TRAIN / MEMWALL_SWEEP_INFER"]
 fn sweep() {
@@ -1579,7 +1581,13 @@ fn sweep() {
             with_image_tokens(&mut desc, c.image_tokens);
             let mut w = workload(&c);
             w.attention = attention_of(&desc, w.attention);
-            let r = simulate_train(&desc, &w, Kernels::Cpu)
+            let r = simulate_train(&desc, &w, Kernels::Cpu);
+            if let (Ok(e), true) = (&r, std::env::var_os("MEMWALL_SWEEP_BREAKDOWN").is_some()) {
+                // what is alive at the peak, estimated then measured (by MemTracker's names)
+                println!("  estimated {:?}", e.at_peak);
+                println!("  measured  {:?}", c.measured.at_peak);
+            }
+            let r = r
                 .map(|e| (e.peak_bytes, phase_name(e.phase)))
                 .map_err(|e| e.to_string());
             print(&c.id, c.measured.peak_bytes, r, &c.measured.phase);
@@ -1592,7 +1600,18 @@ fn sweep() {
             let mut desc = memwall_formats::parse_hf_config(&json).unwrap();
             with_image_tokens(&mut desc, c.image_tokens);
             let w = infer_workload(&c, &desc);
-            let r = simulate_infer(&desc, &w, Kernels::Cpu)
+            let r = simulate_infer(&desc, &w, Kernels::Cpu);
+            if let (Ok(e), true) = (&r, std::env::var_os("MEMWALL_SWEEP_BREAKDOWN").is_some()) {
+                println!(
+                    "  estimated {:?} prefill {}",
+                    e.at_peak, e.prefill_peak_bytes
+                );
+                println!(
+                    "  measured  {:?} prefill {}",
+                    c.measured.at_peak, c.measured.prefill_peak_bytes
+                );
+            }
+            let r = r
                 .map(|e| (e.peak_bytes, phase_name(e.phase)))
                 .map_err(|e| e.to_string());
             print(&c.id, c.measured.peak_bytes, r, &c.measured.phase);

@@ -190,6 +190,14 @@ pub struct Attention {
     /// self.key_multiplier`): a new `[B, kv_heads, S, head_dim]` tensor, nothing saved.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub key_scaled: bool,
+    /// q, k and v are clamped in place after the q/k norms (OLMoE `clip_qkv`,
+    /// models/olmoe/modeling_olmoe.py `OlmoeAttention.forward`: `query_states.clamp_(min=-c,
+    /// max=c)`, the same for key and value). `clamp_`'s backward reads the input
+    /// (`clamp_backward(grad, self, min, max)`, tools/autograd/derivatives.yaml), so autograd
+    /// saves a copy of each before it is overwritten (torch 2.15 on CPU: the saved tensor's
+    /// storage differs from the clamped one).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub clip_qkv: bool,
 }
 
 /// Family-specific eager attention code paths that change what is alive when.
@@ -1104,6 +1112,7 @@ pub(crate) mod tests {
                 rope_upcast_qk: false,
                 output_gate: false,
                 key_scaled: false,
+                clip_qkv: false,
             },
             attn_output_outlives_mlp: false,
             mixer: Mixer::Attention,

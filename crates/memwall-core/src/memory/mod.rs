@@ -104,6 +104,11 @@ pub(crate) fn check_train(model: &ModelDesc, w: &TrainWorkload) -> Result<Engine
     check_autocast(model, w.precision)?;
     check_linear_attention_training(model)?;
     check_image_checkpointing(model, w)?;
+    check_lora_targets(model, w)?;
+    let builds_cache = !w.checkpointing
+        && !w.kernels.padding_free
+        && w.step_options.use_cache.unwrap_or(model.use_cache);
+    check_jamba_cache(model, builds_cache)?;
     if model.layers.is_empty() {
         return Err(CoreError::invalid(
             "num_hidden_layers",
@@ -196,6 +201,116 @@ pub(crate) fn check_autocast(
         ));
     }
     Ok(())
+}
+
+/// A hybrid model whose layers are all linear-attention / Mamba layers cannot run a forward
+/// that builds a cache: its `*Model.forward` asks the `DynamicCache` for `get_seq_length()`
+/// (`past_seen_tokens = past_key_values.get_seq_length()`), which raises `ValueError` when the
+/// cache holds only linear-attention layers (transformers 5.23 cache_utils.py
+/// `DynamicCache.get_seq_length`; models/jamba, qwen3_next and granitemoehybrid
+/// `modeling_*.py`). Measured: the harness's Jamba and Qwen3-Next steps without checkpointing
+/// and Jamba's `generate` fail, checkpointed steps (HF turns the cache off) run. Training with
+/// checkpointing or `use_cache` off does not build one. Mamba-2 keeps its own cache class.
+fn check_jamba_cache(model: &ModelDesc, builds_cache: bool) -> Result<(), CoreError> {
+    let field = match model.model_type.as_str() {
+        "jamba" => "attn_layer_offset",
+        "qwen3_next" | "granitemoehybrid" => "layer_types",
+        _ => return Ok(()),
+    };
+    if !builds_cache || model.layers.iter().any(|l| l.attention_block().is_some()) {
+        return Ok(());
+    }
+    Err(CoreError::invalid_value(
+        field,
+        format!("no attention layer in {} layers", model.layers.len()),
+        format!(
+            "transformers' `{}` cannot build a cache without an attention layer (`get_seq_length` raises), so this forward does not run",
+            crate::error::untrusted(&model.model_type)
+        ),
+        "train with --checkpointing (the cache is off), or give the model an attention layer",
+    ))
+}
+
+/// The model types transformers 5.23 converts from v4 MoE checkpoints like Qwen2-MoE
+/// (`conversion_mapping._MODEL_TO_CONVERSION_PATTERN` → `"qwen2_moe"`), the memwall families
+/// among them.
+const PEFT_MOE_CONVERTED: [&str; 7] = [
+    "qwen2_moe",
+    "qwen3_moe",
+    "qwen3_next",
+    "deepseek_v3",
+    "olmoe",
+    "ernie4_5_moe",
+    "hunyuan_v1_moe",
+];
+
+/// The LoRA target names peft 0.21.2 maps onto the routed experts' fused parameters in those
+/// families (`utils/transformers_weight_conversion.py` `_MOE_TARGET_MODULE_MAPPING["qwen2_moe"]`).
+const PEFT_MOE_EXPERT_NAMES: [&str; 3] = ["gate_proj", "up_proj", "down_proj"];
+
+/// LoRA on the experts is refused: in the families above, peft 0.21.2
+/// (`_convert_peft_config_moe`) turns the target names `gate_proj` / `up_proj` / `down_proj`
+/// into adapters on `experts.gate_up_proj` / `experts.down_proj` (`target_parameters`, rank r·E
+/// for the fused pair) and no longer adapts the dense or shared MLP's `nn.Linear` of that name
+/// (measured on HunYuan MoE and ERNIE 4.5 MoE); those adapters are not modelled. Names that
+/// match nothing are ignored, as peft ignores them while another target matches.
+pub(crate) fn check_lora_targets(model: &ModelDesc, w: &TrainWorkload) -> Result<(), CoreError> {
+    let Some(lora) = &w.lora else {
+        return Ok(());
+    };
+    let mt = model.model_type.as_str();
+    // peft 0.21.2 `_check_lora_target_modules_mamba` (tuners/tuners_utils.py) raises for these
+    // targets of "Mamba-based" model types; Mamba-1's `x_proj` / `dt_proj` (Mamba, Jamba) run
+    // inside the scan composite (hf/mamba1.rs), where adapters are not modelled
+    let unmodelled: &[(&[&str], &[&str], &str)] = &[
+        (
+            &["falcon_h1", "mamba", "mamba2"],
+            &["out_proj", "conv1d"],
+            "peft refuses it for Mamba-based models (\"incompatible with Mamba-based models\")",
+        ),
+        (
+            &["mamba", "jamba"],
+            &["x_proj", "dt_proj"],
+            "it runs inside the Mamba-1 scan, where adapters are not modelled",
+        ),
+    ];
+    for (types, names, why) in unmodelled {
+        if !types.contains(&mt) {
+            continue;
+        }
+        if let Some(bad) = lora.targets.iter().find(|t| names.contains(&t.as_str())) {
+            return Err(CoreError::invalid_value(
+                "lora_targets",
+                crate::error::untrusted(bad),
+                format!(
+                    "LoRA on `{}` of `{}`: {why}",
+                    crate::error::untrusted(bad),
+                    crate::error::untrusted(mt)
+                ),
+                "target in_proj and the attention / MLP projections",
+            ));
+        }
+    }
+    if !PEFT_MOE_CONVERTED.contains(&mt) {
+        return Ok(());
+    }
+    let Some(bad) = lora
+        .targets
+        .iter()
+        .find(|t| PEFT_MOE_EXPERT_NAMES.contains(&t.as_str()))
+    else {
+        return Ok(());
+    };
+    Err(CoreError::invalid_value(
+        "lora_targets",
+        crate::error::untrusted(bad),
+        format!(
+            "in `{}` peft adapts the routed experts' fused parameters for `{}` (transformers converts this MoE family), which is not modelled",
+            crate::error::untrusted(&model.model_type),
+            crate::error::untrusted(bad)
+        ),
+        "target the attention projections (q_proj, k_proj, v_proj, o_proj)",
+    ))
 }
 
 /// The linear-attention shape whose training forms are measured: Qwen3-Next-80B-A3B's
@@ -303,6 +418,7 @@ pub fn check_attention(
 fn check_infer(model: &ModelDesc, w: &crate::workload::InferWorkload) -> Result<(), CoreError> {
     w.validate()?;
     check_attention(model, w.attention)?;
+    check_jamba_cache(model, true)?;
     if w.kv_dtype != crate::workload::KvDtype::Auto
         && model.layers.iter().all(|l| l.attention_block().is_none())
     {
@@ -384,6 +500,105 @@ mod tests {
         assert!(check_autocast(&m, crate::Precision::Bf16).is_ok());
         m.layers[0].muls.ssm_proj = true;
         assert!(check_autocast(&m, crate::Precision::AmpBf16).is_ok());
+    }
+
+    fn with_lora(targets: &[&str]) -> TrainWorkload {
+        let mut w = TrainWorkload::new(1, 64);
+        w.lora = Some(crate::workload::Lora {
+            rank: 8,
+            targets: targets.iter().map(|t| (*t).to_owned()).collect(),
+            qlora: false,
+        });
+        w
+    }
+
+    /// peft 0.21 puts MLP-named adapters on the experts' fused parameters in the MoE families
+    /// transformers converts (refused), refuses out_proj on Mamba models (refused) and Mamba-1's
+    /// x_proj/dt_proj are not modelled (refused); other names pass, unmatched ones are ignored.
+    #[test]
+    fn lora_targets_memwall_cannot_place_are_refused_by_name() {
+        let mut m = llama2_7b();
+        m.model_type = "qwen3_moe".into();
+        let e = simulate_train(&m, &with_lora(&["q_proj", "down_proj"]), Kernels::Cpu).unwrap_err();
+        assert!(
+            e.to_string().contains("lora_targets") && e.to_string().contains("down_proj"),
+            "{e}"
+        );
+        assert!(simulate_train(&m, &with_lora(&["q_proj", "v_proj"]), Kernels::Cpu).is_ok());
+        m.model_type = "llama".into();
+        assert!(simulate_train(&m, &with_lora(&["gate_proj", "no_such"]), Kernels::Cpu).is_ok());
+        m.model_type = "falcon_h1".into();
+        let e = check_lora_targets(&m, &with_lora(&["q_proj", "out_proj"])).unwrap_err();
+        assert!(e.to_string().contains("out_proj"), "{e}");
+        m.model_type = "jamba".into();
+        let e = check_lora_targets(&m, &with_lora(&["dt_proj"])).unwrap_err();
+        assert!(e.to_string().contains("dt_proj"), "{e}");
+        assert!(check_lora_targets(&m, &with_lora(&["in_proj", "out_proj"])).is_ok());
+    }
+
+    /// A Jamba / Qwen3-Next / Granite 4.0-H without attention layers cannot build a cache:
+    /// refused where the forward builds one, estimated with checkpointing (cache off).
+    #[test]
+    fn hybrids_without_attention_are_refused_where_they_build_a_cache() {
+        let mut m = llama2_7b();
+        m.layers.truncate(2);
+        for l in &mut m.layers {
+            l.mixer = crate::model::Mixer::Mamba2(crate::mixer::tests::codestral());
+        }
+        m.model_type = "jamba".into();
+        let e = simulate_train(&m, &TrainWorkload::new(1, 64), Kernels::Cpu).unwrap_err();
+        assert!(e.to_string().contains("attn_layer_offset"), "{e}");
+        let mut w = TrainWorkload::new(1, 64);
+        w.checkpointing = true;
+        assert!(simulate_train(&m, &w, Kernels::Cpu).is_ok());
+        m.model_type = "qwen3_next".into();
+        assert!(check_jamba_cache(&m, true).is_err());
+        m.model_type = "mamba2".into();
+        assert!(check_jamba_cache(&m, true).is_ok());
+    }
+
+    /// OLMoE `clip_qkv`: `clamp_` saves a copy of q, k and v, so a step with it holds more than
+    /// one without, and inference (no grad) the same.
+    #[test]
+    fn clip_qkv_copies_are_saved_in_training_only() {
+        let mut m = llama2_7b();
+        m.layers.truncate(2);
+        let w = TrainWorkload::new(1, 256);
+        let base = simulate_train(&m, &w, Kernels::Cpu).unwrap();
+        for l in &mut m.layers {
+            l.attention.clip_qkv = true;
+        }
+        let clipped = simulate_train(&m, &w, Kernels::Cpu).unwrap();
+        let forward = |e: &TrainEstimate| {
+            e.phase_peaks
+                .iter()
+                .find(|(p, _)| *p == Phase::Forward)
+                .map(|x| x.1)
+        };
+        // both layers' three bf16 copies of [256, 4096] are alive at the forward's end
+        assert_eq!(
+            forward(&clipped).unwrap() - forward(&base).unwrap(),
+            2 * 3 * 256 * 4096 * 2
+        );
+        let iw = crate::workload::InferWorkload {
+            batch: 1,
+            prompt: 256,
+            new_tokens: 4,
+            attention: crate::workload::AttentionImpl::Sdpa,
+            weights: crate::workload::WeightFormat::Bf16,
+            kv_dtype: crate::workload::KvDtype::Auto,
+            moe_decode_batched: true,
+        };
+        let mut plain = m.clone();
+        for l in &mut plain.layers {
+            l.attention.clip_qkv = false;
+        }
+        assert_eq!(
+            simulate_infer(&m, &iw, Kernels::Cpu).unwrap().peak_bytes,
+            simulate_infer(&plain, &iw, Kernels::Cpu)
+                .unwrap()
+                .peak_bytes
+        );
     }
 }
 

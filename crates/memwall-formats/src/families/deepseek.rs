@@ -78,11 +78,10 @@ pub(crate) fn deepseek_v3(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, Format
         (LinearRole::KvA, "kv_a_proj_with_mqa"),
         (LinearRole::KvB, "kv_b_proj"),
         (LinearRole::O, "o_proj"),
-        // dense layers and shared_experts are DeepseekV3MLP (nn.Linear gate/up/down_proj);
-        // routed experts are fused 3-D parameters, not modules.
-        (LinearRole::Gate, "gate_proj"),
-        (LinearRole::Up, "up_proj"),
-        (LinearRole::Down, "down_proj"),
+        // dense layers and shared_experts are DeepseekV3MLP (nn.Linear gate/up/down_proj), but
+        // peft 0.21.2 maps those target names onto the routed experts' fused 3-D parameters
+        // (transformers 5.23 converts deepseek_v3 like qwen2_moe; memory::check_lora_targets):
+        // not targets by name.
     ]));
     dec.names = linear;
     let mut desc = dec.build(ctx, "deepseek_v3", &d, |i| {

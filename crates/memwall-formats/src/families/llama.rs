@@ -349,8 +349,10 @@ pub(crate) fn qwen2_moe(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatEr
             .into_iter()
             .map(|s| if s { w } else { None })
             .collect(),
-        // Dense layers and the shared expert are nn.Linear gate/up/down_proj.
-        ..Decoder::new(&d, llama_names(true))
+        // Dense layers and the shared expert are nn.Linear gate/up/down_proj, but peft 0.21.2
+        // maps those target names onto the routed experts' parameters (transformers 5.23
+        // `_MODEL_TO_CONVERSION_PATTERN`; memory::check_lora_targets): not targets by name.
+        ..Decoder::new(&d, llama_names(false))
     }
     .build(ctx, "qwen2_moe", &d, |i| {
         Ok(match (sparse.get(i).copied().unwrap_or(false), block) {
@@ -441,11 +443,12 @@ pub(crate) fn qwen3_moe(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatEr
     } else {
         None
     };
-    let any_dense = sparse.contains(&false);
     Decoder {
         attn: qwen3_attn(raw, &d),
         windows: vec![w; d.num_layers()],
-        ..Decoder::new(&d, llama_names(any_dense))
+        // dense layers' gate/up/down_proj are nn.Linear, but peft 0.21.2 maps those target
+        // names onto the experts' parameters (memory::check_lora_targets): not targets by name
+        ..Decoder::new(&d, llama_names(false))
     }
     .build(ctx, "qwen3_moe", &d, |i| {
         Ok(match (sparse.get(i).copied().unwrap_or(false), block) {

@@ -28,15 +28,8 @@ const OLMOE: Defaults = Defaults {
 pub(crate) fn olmoe(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> {
     let d = Dims::llama(raw, ctx, &OLMOE)?;
     // modeling_olmoe.py OlmoeAttention.forward: with `clip_qkv` set, q/k/v are clamped in
-    // place (`clamp_`), which autograd handles by saving extra copies; not modelled.
-    if let Some(c) = raw.clip_qkv {
-        return Err(FormatError::OutOfRange {
-            field: ctx.field("clip_qkv"),
-            value: c.to_string(),
-            reason: "OLMoE's in-place q/k/v clipping is not modelled".into(),
-            hint: "the released OLMoE checkpoints have clip_qkv null; remove the key to estimate without clipping".into(),
-        });
-    }
+    // place (`clamp_`) after the q/k norms; autograd saves a copy of each (Attention::clip_qkv).
+    // The bound's value does not change any size.
     // configuration_olmoe.py: num_experts=64 (attribute_map num_local_experts→num_experts),
     // num_experts_per_tok=8. modeling_olmoe.py OlmoeExperts: fused gate_up_proj [E, 2·I, H] and
     // down_proj [E, H, I] with I = intermediate_size, no biases; OlmoeTopKRouter: weight
@@ -62,6 +55,7 @@ pub(crate) fn olmoe(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError>
             qkv_bias: bias,
             o_bias: bias,
             qk_norm: Some((QkNormScope::Full, NormKind::RmsNorm)),
+            clip_qkv: raw.clip_qkv.is_some(),
             ..AttnOpts::rope(d.heads.head_dim)
         },
         // Experts are nn.Parameters, not nn.Linear: only attention is a LoRA target by name.
@@ -233,8 +227,10 @@ pub(crate) fn ernie4_5_moe(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, Forma
             rope_fp32: true,
             ..AttnOpts::rope(d.heads.head_dim)
         },
-        // Dense layers and shared experts are nn.Linear gate/up/down_proj.
-        ..Decoder::new(&d, llama_names(true))
+        // Dense layers and shared experts are nn.Linear gate/up/down_proj, but peft 0.21.2
+        // maps those target names onto the routed experts' parameters (transformers 5.23 converts
+        // ernie4_5_moe like qwen2_moe; memory::check_lora_targets): only attention is a target.
+        ..Decoder::new(&d, llama_names(false))
     }
     .build(ctx, "ernie4_5_moe", &d, |i| {
         Ok(if sparse.get(i).copied().unwrap_or(false) {
@@ -243,4 +239,36 @@ pub(crate) fn ernie4_5_moe(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, Forma
             Mlp::Dense(dense)
         })
     })
+    .map(|mut desc| {
+        // Ernie4_5_MoeForCausalLM: `lm_head = nn.Linear(hidden, vocab, bias=config.use_bias)`
+        // (the dense Ernie4_5ForCausalLM's has bias=False); a tied head shares only the weight
+        desc.head.bias = bias;
+        desc
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use crate::parse_hf_config;
+
+    #[test]
+    fn olmoe_clip_qkv_is_modelled_not_refused() {
+        let base = r#""model_type":"olmoe","vocab_size":100,"hidden_size":64,"intermediate_size":32,"num_hidden_layers":2,"num_attention_heads":4,"num_experts":4,"num_experts_per_tok":2"#;
+        let plain = parse_hf_config(&format!("{{{base}}}")).unwrap();
+        assert!(plain.layers.iter().all(|l| !l.attention.clip_qkv));
+        let clipped = parse_hf_config(&format!("{{{base},\"clip_qkv\":8.0}}")).unwrap();
+        assert!(clipped.layers.iter().all(|l| l.attention.clip_qkv));
+        // MLP names are not LoRA targets (peft maps them onto the experts' parameters)
+        assert!(!clipped.linear_names.iter().any(|(_, n)| n == "down_proj"));
+    }
+
+    #[test]
+    fn ernie_moe_lm_head_has_the_projections_bias() {
+        let base = r#""model_type":"ernie4_5_moe","vocab_size":100,"hidden_size":64,"intermediate_size":96,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"moe_num_experts":4,"moe_k":2,"moe_intermediate_size":32,"tie_word_embeddings":false"#;
+        let with_bias = parse_hf_config(&format!("{{{base},\"use_bias\":true}}")).unwrap();
+        let without = parse_hf_config(&format!("{{{base},\"use_bias\":false}}")).unwrap();
+        assert!(with_bias.head.bias && !without.head.bias);
+        assert!(!with_bias.linear_names.iter().any(|(_, n)| n == "gate_proj"));
+    }
 }

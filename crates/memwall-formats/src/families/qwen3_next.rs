@@ -147,7 +147,10 @@ pub(crate) fn qwen3_next(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatE
         chunk_size: DELTA_CHUNK,
     };
     let bias = raw.attention_bias.unwrap_or(false);
-    let mut names = llama_names(true);
+    // the shared expert's gate/up/down_proj are nn.Linear, but peft 0.21.2 maps those target
+    // names onto the routed experts' parameters (transformers 5.23 converts qwen3_next like
+    // qwen2_moe; memory::check_lora_targets): they are not targets by name
+    let mut names = llama_names(false);
     names.extend([
         (LinearRole::SsmIn, "in_proj_qkvz".to_string()),
         (LinearRole::SsmGates, "in_proj_ba".to_string()),

@@ -356,6 +356,13 @@ impl Builder<'_> {
         if !a.qk_norm_after_rope {
             (q, k, qs, ks) = self.qk_norms(a, lp, (q, qs), (k, ks), norm_dims);
         }
+        let v = if a.clip_qkv {
+            q = self.clamp_in_place(q, rows * heads * qk_dim, qs);
+            k = self.clamp_in_place(k, rows * kv_heads * qk_dim, ks);
+            self.clamp_in_place(v, rows * kv_heads * v_dim, c)
+        } else {
+            v
+        };
         self.q_bhsd = matches!(a.kind, AttentionKind::Mla { .. })
             || (rot > 0 && (rot < qk_dim || a.rope_concat));
         if a.rope_complex {
@@ -419,6 +426,22 @@ impl Builder<'_> {
                 .attention_core(q, qs, kc, ks, vc, vs, heads, kv_heads, qk_dim, v_dim, a, lp);
         }
         self.attention_core(q, qs, k, ks, v, vs, heads, kv_heads, qk_dim, v_dim, a, lp)
+    }
+
+    /// `x.clamp_(min, max)` on `elems` elements of `size` bytes (OLMoE `clip_qkv`). Autograd
+    /// saves a copy of the input before overwriting it (`clamp_backward(grad, self, ..)` reads
+    /// `self`; traced on torch 2.15 CPU: `aten.clone` then `aten.clamp_`), so with a gradient
+    /// the clamped tensor and the saved copy are both alive until this node's backward, which
+    /// builds two bool masks (`gt`, `lt`, then `logical_and_`), a 0-dim `scalar_tensor(0)` and
+    /// the input gradient by `where`. Modelled as a new output with the input saved (the same
+    /// bytes at every instant). Without a gradient (inference, a frozen prefix) it is in place.
+    fn clamp_in_place(&mut self, x: TensorId, elems: u128, size: u128) -> TensorId {
+        if self.mode.is_infer() || !self.rg(x) {
+            return x;
+        }
+        let y = self.op(elems * size, &[x], &[x], &[], &[2 * elems, size]);
+        self.drop_(x);
+        y
     }
 
     /// The q/k norms of `a` (none: q and k unchanged): each a new tensor, the input freed.
@@ -880,20 +903,31 @@ impl Builder<'_> {
                 // states are fp32); `probs @ value` then makes autocast's compute-dtype copy
                 // (models/falcon/modeling_falcon.py `FalconAttention.forward`)
                 let falcon_amp = falcon && self.amp;
-                let msz = if falcon_amp { 4 } else { c };
+                // gpt-oss and Llama 4 under autocast: the same promotion (`attn_weights +
+                // causal_mask`, an fp32 mask), and their softmax keeps the scores' dtype
+                // (gpt-oss `dtype=combined_logits.dtype`, after the fp32 sink logits and the
+                // shift; Llama 4 `softmax(attn_weights, dim=-1)`, "llama4 doesn't cast attn
+                // weights to fp32"), so the probabilities stay fp32 and `probs @ value` makes
+                // autocast's compute-dtype copy (of the slice without the sink column) (traced on
+                // torch 2.15 CPU; models/gpt_oss/modeling_gpt_oss.py and models/llama4/
+                // modeling_llama4.py `eager_attention_forward`; rnd-t29-080-llama4text -2.5%
+                // was b·s²·8 bytes short, one fp32 [b, 1, s, s] per layer)
+                let sink_amp = (a.sinks || a.rope_complex) && self.amp;
+                let msz = if falcon_amp || sink_amp { 4 } else { c };
                 let masked = self.op(x * msz, &[cur], &[], &[], &[]);
                 self.drop_(cur);
                 // with sinks, the masked scores stay bound to `attn_weights` until the
                 // dropout rebinds that name, i.e. through the softmax
+                let x_scores = x;
                 let (masked, x, held_masked) = if a.sinks {
-                    let (shifted, x1) = self.sink_logits(masked, x, c);
+                    let (shifted, x1) = self.sink_logits(masked, x, msz);
                     (shifted, x1, Some(masked))
                 } else {
                     (masked, x, None)
                 };
 
                 // softmax saves its output; llama-style upcasts to fp32 and casts back
-                let sm = if a.eager_softmax_fp32 || falcon_amp {
+                let sm = if a.eager_softmax_fp32 || falcon_amp || sink_amp {
                     4
                 } else {
                     c
@@ -912,7 +946,9 @@ impl Builder<'_> {
                 // of the fp32 hidden states), so the probabilities stay fp32, dropout runs on
                 // them in fp32 and `probs @ value` makes autocast's compute-dtype copy
                 // (transformers 5.23 `eager_attention_forward`, e.g. models/seed_oss)
-                let pdt = if a.eager_softmax_fp32 && self.amp {
+                let pdt = if sink_amp {
+                    4
+                } else if a.eager_softmax_fp32 && self.amp {
                     qs
                 } else {
                     c
@@ -956,7 +992,8 @@ impl Builder<'_> {
                 // (derivatives.yaml `bmm`, as `mul`): a frozen value path (layer 0 of a LoRA
                 // model without checkpointing and without a v_proj adapter) keeps no probs
                 let pm = if pdt != c {
-                    self.cast(probs, x * c)
+                    // with sinks the copy is of the slice without the sink column
+                    self.cast(probs, if a.sinks { x_scores } else { x } * c)
                 } else {
                     probs
                 };

@@ -388,7 +388,23 @@ impl Scan {
                                       // the sum and its copy exist (probe: falcon_h1_mixer.py ckpt mode, exact at 2048 wide)
         let at_c_times_states =
             (at_output + tp * h * n * F + b * c * h * p * n * F).saturating_sub(3 * tp * i * F);
-        at_output.max(at_c_times_states)
+        // and earlier still when the state is wide against short chunks (Falcon-H1 with
+        // N 64, P 32, L 16): the `bmm` of `einsum("bhzc,bchpn->bzhpn", decay_chunk, states)`,
+        // with the chunk-level states (the `cat` of the zero initial state and the per-chunk
+        // states), their copy in the `bmm` layout and its output alive, before
+        // `state_decay_out`, `C_times_states`, `Y_off` and the sum exist (probe:
+        // tools/truth/probes/live_tensors.py on rnd-s29-falconh1-0, 1 chunk, exact)
+        let at_new_states = h * F
+            + b * cd * s * z
+            + t * h * z
+            + 3 * tp * i * F // D_residual, padded x·dt, Y_diag
+            + 3 * tp * h * F // padded A, A_cumsum, decay_states
+            + 3 * tp * h * n * F // padded B and C, B_decay
+            + 3 * b * h * c * l * l * F // L, G, M
+            + b * h * p * n * F // initial state
+            + b * h * c1 * c1 * F // decay_chunk
+            + 3 * b * h * c1 * p * n * F; // states, their bmm copy, the bmm output
+        at_output.max(at_c_times_states).max(at_new_states)
     }
 
     /// 16-bit copies autocast keeps in its cache for the whole forward: the convolution's
@@ -785,11 +801,19 @@ impl Builder<'_> {
         }
         let params: Vec<TensorId> = lp.ssm.iter().map(|p| p.id).collect();
         let rg = self.rg(zx) || params.iter().any(|&p| self.t.requires_grad(p));
-        if !self.t.recording {
-            // a checkpointed layer's first pass: nothing is saved
+        if !self.t.recording || !rg {
+            // a checkpointed layer's first pass, or a mixer nothing in which needs a gradient
+            // (a LoRA model whose adapters are all downstream of it: frozen input, frozen
+            // `in_proj` and mixer parameters, so autograd records no node): nothing is saved,
+            // each intermediate goes when its last local is rebound, as in the first pass
             self.t
                 .transient(d.forward_peak_unsaved(zs), Category::Activations);
-            return self.act(out_bytes, rg);
+            let out = self.act(out_bytes, rg);
+            if state_cache {
+                let ssm = self.act(d.b * d.h * d.p * d.n * F, false);
+                self.cache_refs.push(ssm);
+            }
+            return out;
         }
         let zx_saved = d.zx_saved(zs);
         let mut extra = if zx_saved {
@@ -797,15 +821,34 @@ impl Builder<'_> {
         } else {
             d.saved(zs)
         };
+        // what a frozen mixer does not hold at the forward's peak instant: the padded x of
+        // `D_residual` (gone once the scan used it) and `A = -exp(A_log)` (exp saves its output
+        // only for A_log's gradient): a live-storage trace of the forward (FakeTensorMode,
+        // rnd-s29-mamba2-1, batch 1, 30 tokens, fp32) with LoRA on in_proj against without
+        // differs inside the mixer in exactly these two at that instant
+        let mut frozen_gone = 0;
         if !params.iter().any(|&p| self.t.requires_grad(p)) {
+            frozen_gone = d.tp * d.i * F + d.h * F;
+            extra = extra.saturating_sub(d.h * F);
             // frozen mixer parameters (LoRA): `D_residual = D[..., None] * pad(x)` with a `D`
             // that needs no gradient saves nothing of the padded x (mul saves an operand only
             // for the other operand's gradient), which then goes once the scan has used it
             extra = extra.saturating_sub(d.tp * d.i * F);
+            // the gated norm's `self.weight * hidden_states.to(input_dtype)` with a frozen
+            // weight saves nothing of the fp32 normalised scan output, and `A * dt` with a
+            // frozen `A_log` saves nothing of dt's fp32 copy (made when dt is 16-bit) (mul
+            // saves an operand only for the other's gradient; measured on Mamba-2 with LoRA
+            // on in_proj, bf16/fp16/amp-bf16/fp32: exact to 20 bytes)
+            if d.norm {
+                extra = extra.saturating_sub(d.t * d.i * F);
+            }
+            if zs != F {
+                extra = extra.saturating_sub(d.t * d.h * F);
+            }
         }
         let kept = self.act(extra, false);
         self.t.transient(
-            d.forward_peak(zs).saturating_sub(extra),
+            d.forward_peak(zs).saturating_sub(extra + frozen_gone),
             Category::Activations,
         );
         let out = self.act(out_bytes, rg);
