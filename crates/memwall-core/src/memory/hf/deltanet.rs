@@ -268,10 +268,11 @@ impl Sizes {
             + self.reorder_copies(z)
             + t * cd * z;
         if c == 1 {
-            alive += 2 * full_k + b * hv * l * F;
+            // what `saved` leaves out at one chunk is alive here
+            alive += self.last_update_saved();
         }
         // locals that are alive whether saved or not, counted in `saved` only when saved
-        let mut not_yet = 3 * F * t * vd + 2 * z * t * vd + if c == 1 { b * hv * F } else { 0 };
+        let mut not_yet = 3 * F * t * vd + 2 * z * t * vd;
         if !g.norm_weight {
             not_yet -= z * t * vd;
         }
@@ -351,9 +352,16 @@ impl Sizes {
         if g.norm_weight {
             base += i(dv) * i(p);
         }
-        // a chunk decay's gradient accumulator exists only when the decay needs one (else one
-        // more saved `[B, Hv, chunks]` tensor is already freed)
-        let cd = if g.decay { decays } else { -decays };
+        // a chunk decay's gradient accumulator exists only when the decay needs one; without
+        // it the saved `[B, Hv, chunks]` chunk decays are already freed at three chunks, still
+        // alive from four (traced; the only term that differs, 4·B·Hv·chunks bytes)
+        let cd = if g.decay {
+            decays
+        } else if c == 3 {
+            -decays
+        } else {
+            0
+        };
         let mut peak = (3 * f * tv).max(base + f * tv + full_v);
         let mut at = |v: i128| peak = peak.max(base + v);
         if c == 1 {
@@ -578,5 +586,117 @@ impl Builder<'_> {
             }
         }
         self.act(out_bytes, false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sizes(
+        b: u128,
+        s: u128,
+        (_h, hk, hv, dk, dv, k): (u128, u128, u128, u128, u128, u128),
+    ) -> Sizes {
+        let l = 64;
+        let c = s.div_ceil(l);
+        Sizes {
+            b,
+            s,
+            t: b * s,
+            tp: b * c * l,
+            c,
+            l,
+            hk,
+            hv,
+            dk,
+            dv,
+            vd: hv * dv,
+            cd: 2 * hk * dk + hv * dv,
+            k,
+        }
+    }
+
+    /// The backward's peak above its start, as `tools/truth/probes/deltanet_mixer.py B S train
+    /// bf16 h,Hk,Hv,dk,dv,K --check-backward [--frozen] [--no-input-grad]` prints it
+    /// (`peak_above`): 1–5 chunks, padded and not, one key head, key and value widths that
+    /// differ, LoRA's frozen mixer with and without an input gradient.
+    #[test]
+    fn backward_peak_is_the_traced_one() {
+        // (batch, seq, (hidden, key heads, value heads, dk, dv, kernel), frozen, input grad, bytes)
+        let traced: &[(
+            u128,
+            u128,
+            (u128, u128, u128, u128, u128, u128),
+            bool,
+            bool,
+            u128,
+        )] = &[
+            (1, 1, (256, 2, 4, 120, 104, 4), false, true, 345792),
+            (1, 150, (256, 2, 4, 120, 104, 4), false, true, 1473440),
+            (1, 1, (128, 2, 4, 128, 64, 4), false, true, 390256),
+            (2, 40, (128, 2, 4, 128, 64, 4), false, true, 459648),
+            (1, 150, (128, 2, 4, 128, 64, 4), false, true, 1546064),
+            (1, 200, (128, 2, 4, 128, 64, 4), false, true, 2520128),
+            (1, 300, (256, 2, 4, 128, 128, 4), false, true, 2322064),
+            (1, 50, (64, 2, 6, 24, 40, 4), false, true, 177056),
+            (1, 100, (64, 2, 6, 24, 40, 4), false, true, 291104),
+            (1, 150, (64, 2, 6, 24, 40, 4), false, true, 1005704),
+            (1, 300, (64, 2, 6, 24, 40, 4), false, true, 1482920),
+            (2, 128, (64, 2, 4, 16, 16, 4), false, true, 565216),
+            (1, 64, (256, 2, 4, 128, 128, 4), false, true, 393216),
+            (1, 192, (2048, 16, 32, 128, 128, 4), false, true, 9937536),
+            (1, 150, (64, 1, 3, 88, 136, 4), false, true, 923948),
+            (5, 1, (256, 1, 4, 64, 96, 4), false, true, 1443952),
+            (1, 150, (64, 2, 6, 24, 40, 4), true, true, 1077624),
+            (1, 300, (64, 2, 6, 24, 40, 4), true, true, 1626840),
+            (1, 100, (64, 2, 6, 24, 40, 4), true, true, 339024),
+            (1, 50, (64, 2, 6, 24, 40, 4), true, true, 200976),
+            (1, 150, (64, 2, 6, 24, 40, 4), true, false, 1077480),
+            (1, 300, (64, 2, 6, 24, 40, 4), true, false, 1626720),
+            (1, 100, (64, 2, 6, 24, 40, 4), true, false, 338976),
+            (1, 50, (64, 2, 6, 24, 40, 4), true, false, 199440),
+        ];
+        for &(b, s, dims, frozen, input_grad, bytes) in traced {
+            let g = Grads {
+                norm_weight: !frozen,
+                a_log: !frozen,
+                decay: !frozen || input_grad,
+            };
+            assert_eq!(
+                sizes(b, s, dims).backward_peak(2, 2, g),
+                bytes,
+                "{b} x {s} {dims:?} frozen {frozen} input grad {input_grad}"
+            );
+        }
+    }
+
+    /// The forward's last state update, as the probe's trace has it: the bytes alive at the
+    /// chunk loop's last `add` of a `[B, Hv, dk, dv]` state, less those alive when the forward
+    /// ends, plus the output and `out_proj`'s input (alive then, not yet at the loop), less the
+    /// projections' outputs (memwall holds them apart): 1–5 chunks, one key head.
+    #[test]
+    fn forward_loop_is_the_traced_one() {
+        let traced: &[(u128, u128, (u128, u128, u128, u128, u128, u128), u128)] = &[
+            (5, 1, (256, 2, 6, 120, 104, 4), 9644400),
+            (1, 150, (256, 2, 6, 120, 104, 4), 1603344),
+            (2, 65, (256, 2, 6, 120, 104, 4), 3298608),
+            (1, 100, (256, 2, 6, 120, 104, 4), 1421664),
+            (1, 300, (256, 2, 6, 120, 104, 4), 1641504),
+            (1, 200, (64, 2, 4, 16, 16, 4), 108672),
+            (2, 65, (256, 2, 4, 128, 128, 4), 2752544),
+            (2, 40, (64, 2, 4, 16, 16, 4), 177440),
+            (5, 1, (256, 1, 4, 64, 96, 4), 3922000),
+            (2, 64, (256, 1, 4, 64, 96, 4), 923680),
+            (1, 64, (2048, 16, 32, 128, 128, 4), 9994368),
+            (3, 40, (128, 2, 6, 32, 48, 4), 1070472),
+        ];
+        for &(b, s, dims, bytes) in traced {
+            assert_eq!(
+                sizes(b, s, dims).forward_loop(2, Grads::ALL),
+                bytes,
+                "{b} x {s} {dims:?}"
+            );
+        }
     }
 }
