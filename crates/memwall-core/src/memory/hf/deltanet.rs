@@ -593,11 +593,10 @@ impl Builder<'_> {
 mod tests {
     use super::*;
 
-    fn sizes(
-        b: u128,
-        s: u128,
-        (_h, hk, hv, dk, dv, k): (u128, u128, u128, u128, u128, u128),
-    ) -> Sizes {
+    /// (hidden, key heads, value heads, key width, value width, conv kernel)
+    type Dims = (u128, u128, u128, u128, u128, u128);
+
+    fn sizes(b: u128, s: u128, (_h, hk, hv, dk, dv, k): Dims) -> Sizes {
         let l = 64;
         let c = s.div_ceil(l);
         Sizes {
@@ -624,14 +623,7 @@ mod tests {
     #[test]
     fn backward_peak_is_the_traced_one() {
         // (batch, seq, (hidden, key heads, value heads, dk, dv, kernel), frozen, input grad, bytes)
-        let traced: &[(
-            u128,
-            u128,
-            (u128, u128, u128, u128, u128, u128),
-            bool,
-            bool,
-            u128,
-        )] = &[
+        let traced: &[(u128, u128, Dims, bool, bool, u128)] = &[
             (1, 1, (256, 2, 4, 120, 104, 4), false, true, 345792),
             (1, 150, (256, 2, 4, 120, 104, 4), false, true, 1473440),
             (1, 1, (128, 2, 4, 128, 64, 4), false, true, 390256),
@@ -677,7 +669,7 @@ mod tests {
     /// projections' outputs (memwall holds them apart): 1–5 chunks, one key head.
     #[test]
     fn forward_loop_is_the_traced_one() {
-        let traced: &[(u128, u128, (u128, u128, u128, u128, u128, u128), u128)] = &[
+        let traced: &[(u128, u128, Dims, u128)] = &[
             (5, 1, (256, 2, 6, 120, 104, 4), 9644400),
             (1, 150, (256, 2, 6, 120, 104, 4), 1603344),
             (2, 65, (256, 2, 6, 120, 104, 4), 3298608),
