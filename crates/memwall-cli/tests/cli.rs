@@ -381,6 +381,21 @@ fn bad_input_snapshots() {
             "q_proj,v_proj"
         ])
     );
+    // GatedDeltaNet training at a linear-attention shape other than Qwen3-Next-80B's: fp32 and
+    // autocast refused by name (the delta rule's no-op casts / 16-bit matmuls are traced only
+    // there); bf16 is estimated (its backward is traced op by op)
+    insta::assert_snapshot!(
+        "gated_deltanet_fp32_other_shape",
+        transcript(&[
+            "train",
+            "--model",
+            "tests/truth/configs/sw6-qwen3next.json",
+            "--seq",
+            "64",
+            "--precision",
+            "fp32"
+        ])
+    );
     insta::assert_snapshot!(
         "image_tokens_without_vision_tower",
         transcript(&["infer", "--model", "gpt2", "--image-tokens", "64"])
