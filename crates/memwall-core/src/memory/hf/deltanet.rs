@@ -147,13 +147,16 @@ impl Sizes {
             + l * l // the causal mask (bool)
             + c * self.state() // the recurrent state entering every chunk
             + b * hv * c * F // chunk decays
-            // gated RMSNorm: fp32 input, normalised (bf16), weighted, fp32 gate, silu; rsqrt
-            + t * vd * (F + 2 + 2 + F + F)
-            + t * hv * F;
-        if z == F {
-            // fp32: the casts are no-ops, and the tensors they would copy are saved instead
-            v += 5 * t * vd * F;
-        }
+            + t * hv * F; // the gated norm's rsqrt
+        v += if z == F {
+            // fp32: the norm's casts are no-ops, so what they would copy is saved instead —
+            // the `z` copy (silu's input), the core output's contiguous copy (the norm's input),
+            // normalised, weighted, silu (traced, more than one value head per key head)
+            5 * t * vd * F
+        } else {
+            // gated RMSNorm: fp32 input, normalised (16-bit), weighted, fp32 gate, silu
+            t * vd * (F + 2 + 2 + F + F)
+        };
         if c == 1 {
             // One chunk: the loop's last state update (`last_recurrent_state * chunk_decay[i] +
             // key[i]ᵀ @ v_new`) is unreachable from the output (`output_final_state=False`),
@@ -225,12 +228,26 @@ impl Sizes {
             cd,
             ..
         } = *self;
-        let v = t * vd * z + self.reorder_copies(z) + b * cd * s * z + 2 * t * hv * F + t * vd * F;
         if z == F {
-            v.saturating_sub(7 * t * vd * F / 2 + t * hv * F)
-        } else {
-            v
+            // fp32 (traced): the casts are no-ops and the `z` copy is saved; alive are the
+            // `b`/`a` copies, the convolution's output, `g` and the variance, the norm's product
+            let b_a = if self.hk > 1 { 2 * t * hv * z } else { 0 };
+            return b_a + b * cd * s * z + 2 * t * hv * F + t * vd * F;
         }
+        t * vd * z + self.reorder_copies(z) + b * cd * s * z + 2 * t * hv * F + t * vd * F
+    }
+
+    /// The mixer's locals still alive when `out_proj` allocates its output (the forward's
+    /// Python locals go when it returns): the convolution's output (bound to
+    /// `query`/`key`/`value`), the reordering copies (less the `z` copy fp32 saves) and `g`.
+    /// Traced: the forward's peak in fp32 at 300 tokens, hidden 256.
+    fn forward_locals(&self, z: u128) -> u128 {
+        let saved_z = if z == F && self.hk > 1 {
+            self.t * self.vd * z
+        } else {
+            0
+        };
+        self.b * self.cd * self.s * z + self.reorder_copies(z) - saved_z + self.t * self.hv * F
     }
 
     /// Bytes alive at the chunk loop's last state update in the forward
@@ -362,7 +379,10 @@ impl Sizes {
         } else {
             0
         };
-        let mut peak = (3 * f * tv).max(base + f * tv + full_v);
+        // the norm's first ops: the incoming gradient cast to fp32 and `silu(gate)`'s two
+        // products (the cast is a no-op in fp32)
+        let norm = if z < f { 3 * f * tv } else { 2 * f * tv };
+        let mut peak = norm.max(base + f * tv + full_v);
         let mut at = |v: i128| peak = peak.max(base + v);
         if c == 1 {
             at(3 * full_v);
@@ -402,14 +422,11 @@ impl Sizes {
         u128::try_from(peak.max(0)).unwrap_or(0)
     }
 
-    /// The backward's transients at Qwen3-Next-80B's shape in fp32 and under autocast, above
-    /// its input and parameter gradients: fitted there (the chunk loop's gradient accumulators
-    /// less the gated norm's saved tensors already freed; none left over in fp32); other
-    /// shapes are refused in these precisions (`memory::check_linear_attention_training`).
-    fn backward_temps_fitted(&self, z: u128) -> u128 {
-        if z == F {
-            return 0;
-        }
+    /// The backward's transients at Qwen3-Next-80B's shape under autocast, above its input
+    /// and parameter gradients: fitted there (the chunk loop's gradient accumulators less the
+    /// gated norm's saved tensors already freed); other shapes are refused under autocast
+    /// (`memory::check_linear_attention_training`).
+    fn backward_temps_fitted(&self) -> u128 {
         (2 * self.tp * self.vd * F).saturating_sub(self.state() / 2)
     }
 
@@ -462,7 +479,14 @@ impl Builder<'_> {
         let (qkvz, zs) = self.linear(x, x_size, rows, lin(LinearRole::SsmIn));
         let (ba, _) = self.linear(x, x_size, rows, lin(LinearRole::SsmGates));
         let inner = self.deltanet_inner(qkvz, ba, zs, x_size, lp, m);
+        let locals = (!self.mode.is_infer() && self.t.recording && !self.amp).then(|| {
+            let d = Sizes::new(m, self.batch, self.seq);
+            self.act(d.forward_locals(zs), false)
+        });
         let (y, _) = self.linear(inner, x_size, rows, lin(LinearRole::SsmOut));
+        if let Some(l) = locals {
+            self.drop_(l);
+        }
         self.drop_(inner);
         self.drop_(qkvz);
         self.drop_(ba);
@@ -520,7 +544,7 @@ impl Builder<'_> {
         };
         let kept = self.act(d.saved(zs, g), false);
         let mut extra = d.forward_extra(zs) + out_bytes;
-        if !self.amp && zs < F {
+        if !self.amp {
             extra = extra.max(d.forward_loop(zs, g));
         }
         self.t.transient(extra, Category::Activations);
@@ -534,8 +558,8 @@ impl Builder<'_> {
         }
         let out = self.act(out_bytes, rg);
         if rg {
-            let temps = if self.amp || zs == F {
-                d.backward_temps_fitted(zs)
+            let temps = if self.amp {
+                d.backward_temps_fitted()
             } else {
                 // the node's model holds its saved tensors, its output's gradient, these
                 // transients and its input and parameter gradients at its peak
@@ -688,6 +712,36 @@ mod tests {
                 sizes(b, s, dims).forward_loop(2, Grads::ALL),
                 bytes,
                 "{b} x {s} {dims:?}"
+            );
+        }
+    }
+
+    /// The same in fp32 (the mixer and its input fp32: its casts are no-ops), more than one
+    /// value head per key head.
+    #[test]
+    fn backward_peak_is_the_traced_one_in_fp32() {
+        let traced: &[(u128, u128, Dims, bool, bool, u128)] = &[
+            (1, 50, (64, 2, 6, 24, 40, 4), false, true, 129136),
+            (1, 100, (64, 2, 6, 24, 40, 4), false, true, 195184),
+            (1, 150, (64, 2, 6, 24, 40, 4), false, true, 861784),
+            (1, 300, (64, 2, 6, 24, 40, 4), false, true, 1195000),
+            (1, 150, (256, 2, 6, 120, 104, 4), false, true, 1835864),
+            (5, 1, (256, 2, 6, 120, 104, 4), false, true, 2579816),
+            (1, 64, (2048, 16, 32, 128, 128, 4), false, true, 2097152),
+            (1, 150, (256, 1, 4, 64, 96, 4), false, true, 713808),
+            (1, 150, (64, 2, 6, 24, 40, 4), true, true, 1005624),
+            (1, 50, (64, 2, 6, 24, 40, 4), true, false, 175440),
+        ];
+        for &(b, s, dims, frozen, input_grad, bytes) in traced {
+            let g = Grads {
+                norm_weight: !frozen,
+                a_log: !frozen,
+                decay: !frozen || input_grad,
+            };
+            assert_eq!(
+                sizes(b, s, dims).backward_peak(4, 4, g),
+                bytes,
+                "{b} x {s} {dims:?} frozen {frozen} input grad {input_grad}"
             );
         }
     }
