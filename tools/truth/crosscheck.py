@@ -81,6 +81,10 @@ CASES = [
          optimizer="sgd"),
     dict(id="xc-qwen3next-h128-r3-s40-b3-sgd", config="h10-qwen3next-h128-r3", batch=3, seq=40,
          optimizer="sgd"),
+    # ... and in fp32, where the gated norm's no-op casts leave the `z` copy and the core
+    # output's contiguous copy saved (4 chunks, padded)
+    dict(id="xc-qwen3next-tiny-s200-fp32-sgd", config="sw6-qwen3next", batch=1, seq=200,
+         precision="fp32", optimizer="sgd"),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),
