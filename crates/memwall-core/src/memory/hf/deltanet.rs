@@ -189,14 +189,26 @@ impl Sizes {
     }
 
     /// The head reordering's copies (`fix_query_key_value_ordering`: `z`, `b` and `a` are
-    /// reshaped across the key-head groups, a copy unless there is one group; with one key head
-    /// they are views of the projections' outputs).
-    fn reorder_copies(&self, z: u128) -> u128 {
-        if self.hk > 1 {
-            self.t * (self.vd + 2 * self.hv) * z
+    /// reshaped across the key-head groups, a copy unless the reshape is a view — one key head,
+    /// or for `b`/`a` one value head per key head). Traced: with one value head per key head
+    /// the chunk loop sees no `z` copy either, while the gated norm's instant holds one
+    /// `[tokens, value_dim]` 16-bit tensor in its place (`at_norm`).
+    fn reorder_copies(&self, z: u128, at_norm: bool) -> u128 {
+        if self.hk == 1 {
+            return 0;
+        }
+        let per_group = self.hv > self.hk;
+        let z_copy = if per_group || at_norm {
+            self.t * self.vd * z
         } else {
             0
-        }
+        };
+        let b_a = if per_group {
+            2 * self.t * self.hv * z
+        } else {
+            0
+        };
+        z_copy + b_a
     }
 
     /// At one chunk, what is not saved, or only by the last state update: the decayed query
@@ -231,10 +243,14 @@ impl Sizes {
         if z == F {
             // fp32 (traced): the casts are no-ops and the `z` copy is saved; alive are the
             // `b`/`a` copies, the convolution's output, `g` and the variance, the norm's product
-            let b_a = if self.hk > 1 { 2 * t * hv * z } else { 0 };
+            let b_a = if self.hk > 1 && self.hv > self.hk {
+                2 * t * hv * z
+            } else {
+                0
+            };
             return b_a + b * cd * s * z + 2 * t * hv * F + t * vd * F;
         }
-        t * vd * z + self.reorder_copies(z) + b * cd * s * z + 2 * t * hv * F + t * vd * F
+        t * vd * z + self.reorder_copies(z, true) + b * cd * s * z + 2 * t * hv * F + t * vd * F
     }
 
     /// The mixer's locals still alive when `out_proj` allocates its output (the forward's
@@ -247,7 +263,9 @@ impl Sizes {
         } else {
             0
         };
-        self.b * self.cd * self.s * z + self.reorder_copies(z) - saved_z + self.t * self.hv * F
+        self.b * self.cd * self.s * z
+            + self.reorder_copies(z, false).saturating_sub(saved_z)
+            + self.t * self.hv * F
     }
 
     /// Bytes alive at the chunk loop's last state update in the forward
@@ -282,7 +300,7 @@ impl Sizes {
             + 2 * tp * hv * dv * F
             + 2 * tp * hv * F
             + 3 * self.state()
-            + self.reorder_copies(z)
+            + self.reorder_copies(z, false)
             + t * cd * z;
         if c == 1 {
             // what `saved` leaves out at one chunk is alive here
@@ -690,7 +708,8 @@ mod tests {
     /// The forward's last state update, as the probe's trace has it: the bytes alive at the
     /// chunk loop's last `add` of a `[B, Hv, dk, dv]` state, less those alive when the forward
     /// ends, plus the output and `out_proj`'s input (alive then, not yet at the loop), less the
-    /// projections' outputs (memwall holds them apart): 1–5 chunks, one key head.
+    /// projections' outputs (memwall holds them apart): 1–5 chunks, one key head, one value head
+    /// per key head.
     #[test]
     fn forward_loop_is_the_traced_one() {
         let traced: &[(u128, u128, Dims, u128)] = &[
@@ -706,6 +725,10 @@ mod tests {
             (2, 64, (256, 1, 4, 64, 96, 4), 923680),
             (1, 64, (2048, 16, 32, 128, 128, 4), 9994368),
             (3, 40, (128, 2, 6, 32, 48, 4), 1070472),
+            // one value head per key head: no reordering copy
+            (2, 100, (64, 4, 4, 16, 16, 4), 134144),
+            (1, 150, (64, 6, 6, 24, 40, 4), 201408),
+            (2, 31, (128, 4, 4, 32, 32, 4), 418336),
         ];
         for &(b, s, dims, bytes) in traced {
             assert_eq!(
