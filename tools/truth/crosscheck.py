@@ -83,6 +83,17 @@ CASES = [
     # expert weights; the 16-bit copies must be alive on real tensors as on fake ones
     dict(id="xc-llama4-tiny-ampfp16-sgd", config="sw6-llama4", batch=1, seq=33,
          precision="amp-fp16", optimizer="sgd", dropout="off"),
+    # GatedDeltaNet at other shapes (issue 14, helper 10): the chunk loop's backward accumulators
+    # and the training cache's final state / pinned last update (3 value heads per key head of
+    # 48/32, 3 chunks padded; 1 chunk at 3 sequences)
+    dict(id="xc-qwen3next-h128-r3-s150-sgd", config="h10-qwen3next-h128-r3", batch=1, seq=150,
+         optimizer="sgd"),
+    dict(id="xc-qwen3next-h128-r3-s40-b3-sgd", config="h10-qwen3next-h128-r3", batch=3, seq=40,
+         optimizer="sgd"),
+    # ... and in fp32, where the gated norm's no-op casts leave the `z` copy and the core
+    # output's contiguous copy saved (4 chunks, padded)
+    dict(id="xc-qwen3next-tiny-s200-fp32-sgd", config="sw6-qwen3next", batch=1, seq=200,
+         precision="fp32", optimizer="sgd"),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),

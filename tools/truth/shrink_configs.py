@@ -10,6 +10,21 @@ import json
 D="tests/truth/configs/"
 def load(n): return json.load(open(D+n+".json"))
 out={}
+# Helper 10 (issue 14): GatedDeltaNet training at other linear-attention shapes: sw6-qwen3next with
+# hidden 64 to 512, 1 to 4 value heads per key head, key and value head widths that differ.
+# `shrink_configs.py --gdn` writes only these (the sw6 lines below rewrite every sw6 config).
+GDN = {
+    "h10-qwen3next-h64-r1": dict(hidden_size=64, linear_num_key_heads=4, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16),
+    "h10-qwen3next-h128-r3": dict(hidden_size=128, linear_num_key_heads=2, linear_num_value_heads=6, linear_key_head_dim=32, linear_value_head_dim=48),
+    "h10-qwen3next-h256-r4": dict(hidden_size=256, linear_num_key_heads=1, linear_num_value_heads=4, linear_key_head_dim=64, linear_value_head_dim=96),
+    "h10-qwen3next-h512-r2": dict(hidden_size=512, linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=64, linear_value_head_dim=64),
+}
+import sys
+if "--gdn" in sys.argv:
+    for name, over in GDN.items():
+        c = load("sw6-qwen3next"); c.update(over)
+        json.dump(c, open(D + name + ".json", "w"), indent=1, sort_keys=True)
+    sys.exit(0)
 def shrink(src, name, **over):
     c=load(src)
     t=c

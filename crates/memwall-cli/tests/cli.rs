@@ -406,6 +406,34 @@ fn bad_input_snapshots() {
             "q_proj,v_proj"
         ])
     );
+    // GatedDeltaNet training refused by name: autocast at a linear-attention shape other than
+    // Qwen3-Next-80B's (the delta rule's 16-bit matmuls are fitted there), fp32 with one value
+    // head per key head (the `z` view keeps the projection output); bf16 and fp32 with more
+    // value heads are estimated (traced op by op)
+    insta::assert_snapshot!(
+        "gated_deltanet_autocast_other_shape",
+        transcript(&[
+            "train",
+            "--model",
+            "tests/truth/configs/sw6-qwen3next.json",
+            "--seq",
+            "64",
+            "--precision",
+            "amp-bf16"
+        ])
+    );
+    insta::assert_snapshot!(
+        "gated_deltanet_fp32_one_value_head_per_key_head",
+        transcript(&[
+            "train",
+            "--model",
+            "tests/truth/configs/h10-qwen3next-h64-r1.json",
+            "--seq",
+            "64",
+            "--precision",
+            "fp32"
+        ])
+    );
     insta::assert_snapshot!(
         "image_tokens_without_vision_tower",
         transcript(&["infer", "--model", "gpt2", "--image-tokens", "64"])

@@ -7,7 +7,19 @@ Every storage allocation and free inside the mixer is logged by tools/truth/prob
 parameters are excluded. Modes: train (forward, ones_like grad, backward), ckpt (forward that
 saves nothing), infer (no_grad prefill with a DynamicCache, then one decode step).
 
-Usage: python tools/truth/probes/deltanet_mixer.py B S MODE bf16|fp32 h,Hk,Hv,dk,dv,K [trace]
+Precisions: bf16, fp16, fp32 (the mixer and its input in that dtype), amp-bf16 / amp-fp16 (fp32
+mixer and input, forward under CPU autocast to that dtype).
+
+`--check-backward` (train only) splits the backward at the composite memwall replays as one node
+(head reordering .. gated norm, `deltanet.rs` `deltanet_inner`): it starts when `out_proj`'s input
+gradient exists (a tensor hook on `out_proj`'s input) and ends when both projections' output
+gradients exist (hooks on `in_proj_qkvz`'s and `in_proj_ba`'s outputs). Printed: the bytes alive
+at its start, its peak above that start, the input and parameter gradients it produces, the
+saved bytes and output gradient it frees, and `temps` = peak − gradients (what memwall's
+`Node::backward_temps` must hold: the node's model is saved + output gradient + temps + input and
+parameter gradients at its peak); with `trace`, the op at the peak and what is alive there.
+
+Usage: python tools/truth/probes/deltanet_mixer.py B S MODE PREC h,Hk,Hv,dk,dv,K [trace] [--check-backward]
 """
 import sys, torch
 from transformers import AutoConfig
@@ -15,21 +27,103 @@ from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextGatedDel
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from mixer_trace import trace, marks  # noqa: E402
 
+PRECISIONS = {
+    "bf16": (torch.bfloat16, None), "fp16": (torch.float16, None), "fp32": (torch.float32, None),
+    "amp-bf16": (torch.float32, torch.bfloat16), "amp-fp16": (torch.float32, torch.float16),
+}
 
-def run(B, S, mode, dtype, dims):
+
+def config(dims):
     h, Hk, Hv, dk, dv, K = dims
-    cfg = AutoConfig.for_model("qwen3_next", hidden_size=h, linear_num_key_heads=Hk,
+    return AutoConfig.for_model("qwen3_next", hidden_size=h, linear_num_key_heads=Hk,
         linear_num_value_heads=Hv, linear_key_head_dim=dk, linear_value_head_dim=dv,
         linear_conv_kernel_dim=K, num_hidden_layers=1, layer_types=["linear_attention"],
         vocab_size=10, num_experts=0)
-    return trace(lambda: Qwen3NextGatedDeltaNet(cfg, 0), cfg, mode, B, S, h, dtype)
+
+
+def run(B, S, mode, prec, dims, setup=None, input_grad=True):
+    dtype, amp = PRECISIONS[prec]
+    cfg = config(dims)
+    return trace(lambda: Qwen3NextGatedDeltaNet(cfg, 0), cfg, mode, B, S, dims[0], dtype,
+                 autocast=amp, setup=setup, input_grad=input_grad)
+
+
+def composite_hooks(mx, ev, frozen=False):
+    """MARKs at the composite's backward boundaries (see the module doc); `frozen`: LoRA's view
+    of the mixer (every parameter frozen but `in_proj_qkvz`'s, which stands for its adapter)."""
+    if frozen:
+        for n, p in mx.named_parameters():
+            if not n.startswith("in_proj_qkvz"):
+                p.requires_grad_(False)
+    def mark(name):
+        def hook(g):
+            ev.append(("MARK", name))
+        return hook
+
+    def pre(_m, args):
+        args[0].register_hook(mark("cstart"))
+
+    def post(name):
+        def f(_m, _args, out):
+            if out.requires_grad:
+                out.register_hook(mark(name))
+        return f
+
+    mx.out_proj.register_forward_pre_hook(pre)
+    mx.in_proj_qkvz.register_forward_hook(post("qkvz_grad"))
+    mx.in_proj_ba.register_forward_hook(post("ba_grad"))
+
+
+def check_backward(B, S, prec, dims, frozen=False, input_grad=True):
+    """The composite's backward (see the module doc); `frozen` / `input_grad=False`: LoRA's
+    mixer (frozen parameters), its input without a gradient (the first layer under LoRA)."""
+    ev = run(B, S, "train", prec, dims, setup=lambda mx, ev: composite_hooks(mx, ev, frozen),
+             input_grad=input_grad)
+    names = [e[1] for e in ev if e[0] == "MARK"]
+    i0 = next(i for i, e in enumerate(ev) if e == ("MARK", "cstart"))
+    # the composite ends when its input gradients exist: the first projection's backward
+    # (its hook) follows the last of them
+    i1 = min(i for i, e in enumerate(ev) if e[0] == "MARK" and e[1] in ("qkvz_grad", "ba_grad"))
+    cur = 0
+    for e in ev[:i0]:
+        if e[0] != "MARK":
+            cur = e[3]
+    start = cur
+    peak, at = start, i0
+    for i in range(i0, i1):
+        e = ev[i]
+        if e[0] != "MARK":
+            cur = e[3]
+            if cur > peak:
+                peak, at = cur, i
+    end = cur
+    h, Hk, Hv, dk, dv, K = dims
+    z = 4 if prec.startswith("amp") or prec == "fp32" else 2
+    p = 4 if prec.startswith("amp") or prec == "fp32" else 2
+    # projections' outputs are 16-bit under autocast
+    zo = 2 if prec.startswith("amp") else z
+    t = B * S
+    g_in = t * (2 * Hk * dk + 2 * Hv * dv) * zo + (t * 2 * Hv * zo if input_grad else 0)
+    cd = 2 * Hk * dk + Hv * dv
+    g_par = 0 if frozen else (cd * K + 2 * Hv + dv) * p
+    out = {"marks": names, "start": start, "peak_above": peak - start, "end_minus_start": end - start,
+           "grads_in": g_in, "grads_param": g_par, "temps": peak - start - g_in - g_par,
+           "peak_op": ev[at]}
+    return out, ev, (i0, at, i1)
 
 
 if __name__ == "__main__":
-    B, S, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    dt = {"bf16": torch.bfloat16, "fp32": torch.float32}[sys.argv[4]]
+    B, S, mode, prec = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
     dims = tuple(int(v) for v in sys.argv[5].split(","))
-    ev = run(B, S, mode, dt, dims)
-    if sys.argv[6:7] == ["trace"]:
-        for e in ev: print(*e)
-    print(marks(ev))
+    if "--check-backward" in sys.argv:
+        res, ev, (i0, at, i1) = check_backward(B, S, prec, dims, frozen="--frozen" in sys.argv,
+                                               input_grad="--no-input-grad" not in sys.argv)
+        if "trace" in sys.argv:
+            for i, e in enumerate(ev[i0:i1 + 1], i0):
+                print("*" if i == at else " ", *e)
+        print(res)
+    else:
+        ev = run(B, S, mode, prec, dims)
+        if sys.argv[6:7] == ["trace"]:
+            for e in ev: print(*e)
+        print(marks(ev))

@@ -4,7 +4,8 @@ deltanet_mixer.py, falcon_h1_mixer.py).
 Every storage allocation and free inside one mixer is logged on fake tensors: a
 TorchDispatchMode registers each op's output storages, weakref finalizers log their frees;
 the mixer's parameters (and, on request, its buffers) are excluded. Events:
-`("+", op, bytes, live, shape, dtype)`, `("-", op, bytes, live)`, `("MARK", name)`.
+`("+", op, bytes, live, shape, dtype)`, `("-", op, bytes, live, shape, dtype)` (the freed
+storage's first shape), `("MARK", name)`.
 Modes: `train` (forward, ones_like grad, backward), `ckpt` (forward under saved_tensors_hooks
 that keep nothing: a checkpointed layer's first pass), `infer` (no_grad prefill with a
 DynamicCache, then one decode step).
@@ -18,9 +19,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 
-def trace(make, cfg, mode, B, S, h, dtype, autocast=None, skip_buffers=False):
+def trace(make, cfg, mode, B, S, h, dtype, autocast=None, skip_buffers=False, setup=None,
+          input_grad=True):
     """Events of one mixer built by `make()` (under `dtype` as the default dtype) on a
-    `[B, S, h]` input; `autocast` (a dtype) runs the forward under CPU autocast."""
+    `[B, S, h]` input; `autocast` (a dtype) runs the forward under CPU autocast; `setup(mixer,
+    events)`, when given, runs after the mixer is built (to register hooks that add MARKs, freeze
+    parameters); `input_grad=False` gives the training input no gradient."""
     live, ev, cur = {}, [], [0]
     skip = set()
 
@@ -28,10 +32,11 @@ def trace(make, cfg, mode, B, S, h, dtype, autocast=None, skip_buffers=False):
         st = t.untyped_storage(); k = st._cdata
         if k in live or k in skip: return
         n = st.nbytes(); live[k] = (n, tuple(t.shape)); cur[0] += n
-        ev.append(("+", op, n, cur[0], tuple(t.shape), str(t.dtype)))
-        def fin(k=k, n=n, op=op):
+        shape, dt = tuple(t.shape), str(t.dtype)
+        ev.append(("+", op, n, cur[0], shape, dt))
+        def fin(k=k, n=n, op=op, shape=shape, dt=dt):
             if live.pop(k, None) is not None:
-                cur[0] -= n; ev.append(("-", op, n, cur[0]))
+                cur[0] -= n; ev.append(("-", op, n, cur[0], shape, dt))
         weakref.finalize(st, fin)
 
     class M(TorchDispatchMode):
@@ -48,11 +53,13 @@ def trace(make, cfg, mode, B, S, h, dtype, autocast=None, skip_buffers=False):
         mx = make()
         torch.set_default_dtype(torch.float32)
         skip |= {p.untyped_storage()._cdata for p in mx.parameters()}
+        if setup is not None:
+            setup(mx, ev)
         if skip_buffers:
             skip |= {b.untyped_storage()._cdata for b in mx.buffers()}
         if mode == "train":
             mx.train()
-            x = torch.randn(B, S, h, dtype=dtype, requires_grad=True)
+            x = torch.randn(B, S, h, dtype=dtype, requires_grad=input_grad)
             with M():
                 with amp():
                     y = mx(x)

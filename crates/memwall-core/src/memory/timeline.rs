@@ -628,6 +628,11 @@ impl Timeline {
         }
     }
 
+    /// Bytes of a parameter's gradient (0 for a tensor that is not a parameter).
+    pub fn grad_bytes(&self, id: TensorId) -> u128 {
+        self.tensors[id as usize].param.map_or(0, |p| p.grad_bytes)
+    }
+
     /// Moves a live tensor to another category (e.g. logits to loss buffers).
     pub fn retag(&mut self, id: TensorId, category: Category) {
         if self.tensors[id as usize].live {

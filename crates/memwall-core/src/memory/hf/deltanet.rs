@@ -14,8 +14,11 @@
 //! under `FakeTensorMode` (`tools/truth/probes/deltanet_mixer.py`, every storage allocation and
 //! free). [`Sizes::saved`] holds byte for byte in bf16 for batch 1–4, 128–1024 tokens, padded
 //! and unpadded; the forward transients are exact in bf16 at batch ≤ 2 and one
-//! `[tokens, value_dim]` tensor low at batch 4 × 128; the backward, no-grad and fp32 forms are
-//! fitted to the probed cases (within a few MiB per layer; `docs/ssm.md` lists them).
+//! `[tokens, value_dim]` tensor low at batch 4 × 128. The backward's peak
+//! ([`Sizes::backward_peak`]) is traced op by op in bf16/fp16 (`deltanet_mixer.py
+//! --check-backward`); its fp32 and autocast forms, and the no-grad form, are fitted at
+//! Qwen3-Next-80B's shape (`memory::check_linear_attention_training` refuses fp32 and autocast
+//! training at other shapes).
 
 use super::{Builder, LayerParams};
 use crate::memory::timeline::{Category, Ids, Node, TensorId};
@@ -24,6 +27,37 @@ use crate::model::LinearRole;
 
 /// fp32: the delta rule casts everything to fp32.
 const F: u128 = 4;
+
+/// Which of the composite's gradients autograd computes (what its backward and its saved
+/// tensors depend on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Grads {
+    /// The gated norm's weight is trained: its product saves the normalised 16-bit tensor and
+    /// the backward computes the weight's gradient (`Qwen3NextRMSNormGated.forward`:
+    /// `self.weight * hidden_states.to(input_dtype)`; a frozen weight leaves only the weight
+    /// saved, for the input's gradient).
+    norm_weight: bool,
+    /// `A_log` is trained: `-A_log.float().exp() * softplus(..)` saves the softplus output and
+    /// `exp` its result.
+    a_log: bool,
+    /// The decay `g` and `beta` need gradients (`in_proj_ba`'s output, `A_log` or `dt_bias`
+    /// does): the delta rule saves what their gradients read — the padded fp32 value (for
+    /// `beta`'s), the decay `exp` and the UT product that multiply `pairwise_decay` (for the
+    /// decay's), the causal mask, `beta` and the softplus input — and its backward builds the
+    /// chunk decays' gradients. Under LoRA the first layer's mixer (its input needs no
+    /// gradient) has none of them.
+    decay: bool,
+}
+
+impl Grads {
+    /// Full training: every parameter and the input need gradients.
+    #[cfg(test)]
+    const ALL: Grads = Grads {
+        norm_weight: true,
+        a_log: true,
+        decay: true,
+    };
+}
 
 /// The sizes of one mixer call (`b` sequences of `s` tokens), in elements.
 #[derive(Debug, Clone, Copy)]
@@ -38,6 +72,8 @@ struct Sizes {
     c: u128,
     /// chunk length
     l: u128,
+    /// key heads
+    hk: u128,
     /// value heads
     hv: u128,
     /// key head width
@@ -63,6 +99,7 @@ impl Sizes {
             tp: b * c * l,
             c,
             l,
+            hk: u128::from(m.num_k_heads),
             hv: u128::from(m.num_v_heads),
             dk: u128::from(m.k_head_dim),
             dv: u128::from(m.v_head_dim),
@@ -79,8 +116,10 @@ impl Sizes {
 
     /// Bytes autograd keeps after the mixer's forward, `out_proj`'s input excluded (the
     /// projections' outputs are not saved: the head reordering copies them); `z` = bytes per
-    /// element of the projections' output.
-    fn saved(&self, z: u128) -> u128 {
+    /// element of the projections' output; `g` = which gradients autograd computes (what a
+    /// frozen parameter or an input without gradient spares: traced with
+    /// `deltanet_mixer.py --check-backward --frozen [--no-input-grad]`).
+    fn saved(&self, z: u128, g: Grads) -> u128 {
         let Sizes {
             b,
             s,
@@ -94,6 +133,7 @@ impl Sizes {
             vd,
             cd,
             k,
+            ..
         } = *self;
         let mut v = t * cd * z // cat(q, k, v): the convolution's input
             + b * cd * (s + k - 1) * z // convolution output (silu's input)
@@ -107,13 +147,16 @@ impl Sizes {
             + l * l // the causal mask (bool)
             + c * self.state() // the recurrent state entering every chunk
             + b * hv * c * F // chunk decays
-            // gated RMSNorm: fp32 input, normalised (bf16), weighted, fp32 gate, silu; rsqrt
-            + t * vd * (F + 2 + 2 + F + F)
-            + t * hv * F;
-        if z == F {
-            // fp32: the casts are no-ops, and the tensors they would copy are saved instead
-            v += 5 * t * vd * F;
-        }
+            + t * hv * F; // the gated norm's rsqrt
+        v += if z == F {
+            // fp32: the norm's casts are no-ops, so what they would copy is saved instead —
+            // the `z` copy (silu's input), the core output's contiguous copy (the norm's input),
+            // normalised, weighted, silu (traced, more than one value head per key head)
+            5 * t * vd * F
+        } else {
+            // gated RMSNorm: fp32 input, normalised (16-bit), weighted, fp32 gate, silu
+            t * vd * (F + 2 + 2 + F + F)
+        };
         if c == 1 {
             // One chunk: the loop's last state update (`last_recurrent_state * chunk_decay[i] +
             // key[i]ᵀ @ v_new`) is unreachable from the output (`output_final_state=False`),
@@ -123,9 +166,64 @@ impl Sizes {
             // `chunk_decay` `[B, Hv, 1]` (from two chunks on, the earlier chunks' reads of the
             // state keep them). Traced with tools/truth/probes/deltanet_mixer.py at 1, 63, 64,
             // 65 and 128 tokens.
-            v -= b * hv * l * (2 * dk + 1) * F + b * hv * F;
+            v -= self.last_update_saved();
+        }
+        if !g.norm_weight {
+            v -= t * vd * z;
+        }
+        if !g.a_log {
+            // the softplus output and `exp(A_log)`
+            v -= t * hv * F + hv * F;
+        }
+        if !g.decay {
+            // `beta`, the softplus input, `-exp(A_log)`, the padded fp32 value, the decay `exp`
+            // and the UT product `[B, Hv, chunks, L, L]`, the causal mask
+            v -= t * hv * z
+                + t * hv * F
+                + hv * F
+                + tp * hv * dv * F
+                + 2 * b * hv * c * l * l * F
+                + l * l;
         }
         v
+    }
+
+    /// The head reordering's copies (`fix_query_key_value_ordering`: `z`, `b` and `a` are
+    /// reshaped across the key-head groups, a copy unless the reshape is a view — one key head,
+    /// or for `b`/`a` one value head per key head). Traced: with one value head per key head
+    /// the chunk loop sees no `z` copy either, while the gated norm's instant holds one
+    /// `[tokens, value_dim]` 16-bit tensor in its place (`at_norm`).
+    fn reorder_copies(&self, z: u128, at_norm: bool) -> u128 {
+        if self.hk == 1 {
+            return 0;
+        }
+        let per_group = self.hv > self.hk;
+        let z_copy = if per_group || at_norm {
+            self.t * self.vd * z
+        } else {
+            0
+        };
+        let b_a = if per_group {
+            2 * self.t * self.hv * z
+        } else {
+            0
+        };
+        z_copy + b_a
+    }
+
+    /// At one chunk, what is not saved, or only by the last state update: the decayed query
+    /// `[B, Hv, L, dk]` (read only against the zero initial state, which needs no gradient, so
+    /// nothing saves it) and [`Sizes::last_update_pinned`].
+    fn last_update_saved(&self) -> u128 {
+        self.b * self.hv * self.l * self.dk * F + self.last_update_pinned()
+    }
+
+    /// At one chunk, what only the last state update's graph holds: the decayed key
+    /// `[B, Hv, L, dk]` (its bmm's saved operand), the key's decay `exp` `[B, Hv, L]` and
+    /// `chunk_decay` `[B, Hv, 1]` (their `exp`s' results), fp32; freed with the unreachable
+    /// update, or kept with the final state while a cache holds it.
+    fn last_update_pinned(&self) -> u128 {
+        self.b * self.hv * self.l * (self.dk + 1) * F + self.b * self.hv * F
     }
 
     /// Highest bytes alive during the forward above the saved tensors, the projections'
@@ -142,12 +240,82 @@ impl Sizes {
             cd,
             ..
         } = *self;
-        let v = 2 * t * vd * z + 2 * t * hv * z + b * cd * s * z + 2 * t * hv * F + t * vd * F;
         if z == F {
-            v.saturating_sub(7 * t * vd * F / 2 + t * hv * F)
-        } else {
-            v
+            // fp32 (traced): the casts are no-ops and the `z` copy is saved; alive are the
+            // `b`/`a` copies, the convolution's output, `g` and the variance, the norm's product
+            let b_a = if self.hk > 1 && self.hv > self.hk {
+                2 * t * hv * z
+            } else {
+                0
+            };
+            return b_a + b * cd * s * z + 2 * t * hv * F + t * vd * F;
         }
+        t * vd * z + self.reorder_copies(z, true) + b * cd * s * z + 2 * t * hv * F + t * vd * F
+    }
+
+    /// The mixer's locals still alive when `out_proj` allocates its output (the forward's
+    /// Python locals go when it returns): the convolution's output (bound to
+    /// `query`/`key`/`value`), the reordering copies (less the `z` copy fp32 saves) and `g`.
+    /// Traced: the forward's peak in fp32 at 300 tokens, hidden 256.
+    fn forward_locals(&self, z: u128) -> u128 {
+        let saved_z = if z == F && self.hk > 1 {
+            self.t * self.vd * z
+        } else {
+            0
+        };
+        self.b * self.cd * self.s * z
+            + self.reorder_copies(z, false).saturating_sub(saved_z)
+            + self.t * self.hv * F
+    }
+
+    /// Bytes alive at the chunk loop's last state update in the forward
+    /// (`last_recurrent_state * chunk_decay[:, :, i] + key[:, :, i]ᵀ @ v_new`), above the same
+    /// reference as [`Sizes::forward_extra`] (bf16 / fp16): the saved tensors of the gated norm
+    /// (three fp32 `[T, value_dim]`, the normalised and weighted 16-bit ones) do not exist yet;
+    /// alive are the reordering copies, the convolution's silu output, the projections' `b`/`a`
+    /// copies, the chunk rule's fp32 locals that are not saved — the decayed key, a chunk of
+    /// `v_new`, `core_attn_out` and the padded `[B, Hv, chunks·L, dv]` value products, the
+    /// padded `beta` and decay — and three states (the old one, the decayed one, the update).
+    /// At one chunk the decayed query and key and the key's decay are locals too (nothing saves
+    /// them, [`Sizes::saved`]). Traced with `tools/truth/probes/deltanet_mixer.py` at hidden
+    /// 64–2048, 1–4 value heads per key head, 1–5 chunks, batch 1–5: exact (the forward's peak
+    /// whenever the state `dk·dv` outweighs `[tokens, value_dim]`, e.g. short sequences).
+    fn forward_loop(&self, z: u128, g: Grads) -> u128 {
+        let Sizes {
+            b,
+            t,
+            tp,
+            c,
+            l,
+            hv,
+            dk,
+            dv,
+            vd,
+            cd,
+            ..
+        } = *self;
+        let full_k = tp * hv * dk * F;
+        let mut alive = full_k
+            + b * hv * l * dv * F
+            + 2 * tp * hv * dv * F
+            + 2 * tp * hv * F
+            + 3 * self.state()
+            + self.reorder_copies(z, false)
+            + t * cd * z;
+        if c == 1 {
+            // what `saved` leaves out at one chunk is alive here
+            alive += self.last_update_saved();
+        }
+        // locals that are alive whether saved or not, counted in `saved` only when saved
+        let mut not_yet = 3 * F * t * vd + 2 * z * t * vd;
+        if !g.norm_weight {
+            not_yet -= z * t * vd;
+        }
+        if !g.decay {
+            // the padded value, `pairwise_decay`, the mask and `beta` are Python locals
+            alive += tp * hv * dv * F + b * hv * c * l * l * F + l * l + t * hv * z;
+        }
+        alive.saturating_sub(not_yet)
     }
 
     /// Highest bytes of a forward that saves nothing (`torch.no_grad()`, a checkpointed
@@ -166,13 +334,117 @@ impl Sizes {
             + self.l * self.l
     }
 
-    /// Transient bytes of the composite's backward above its input and parameter gradients:
-    /// the chunk loop's gradient accumulators (`select_backward` buffers over all chunks) less
-    /// the gated norm's saved tensors already freed (bf16; none left over in fp32).
-    fn backward_temps(&self, z: u128) -> u128 {
-        if z == F {
-            return 0;
+    /// Highest bytes the composite's backward holds above what is alive when it starts (its
+    /// saved tensors and its output's gradient, which it frees as it goes), bf16 / fp16 models;
+    /// `z` = bytes per element of the projections' output, `p` = of the parameters.
+    ///
+    /// Traced op by op on fake tensors (`tools/truth/probes/deltanet_mixer.py --check-backward`,
+    /// transformers 5.23 `torch_chunk_gated_delta_rule`, torch 2.15 autograd) at hidden 64–2048,
+    /// 1–4 value heads per key head, key/value head widths 16–136 (equal and unequal), 1–5
+    /// chunks, batch 1–3: the peak is one of the instants below, each the sum of the tensors
+    /// then alive (allocated by the backward, less the saved tensors it has freed), and each
+    /// holds byte for byte where it is the peak.
+    ///
+    /// - the gated norm's first ops (the incoming gradient in fp32, `silu(gate)`'s product);
+    /// - the output's un-padding (`slice_backward`, `[B, Hv, chunks·L, dv]`);
+    /// - the chunk loop, run backwards: each chunk's `select_backward` gives a full-size
+    ///   `[B, Hv, chunks, L, ·]` gradient of `intra_chunk_attn`, `new_values`, `k_cumdecay`,
+    ///   the decayed query and key, summed out of place (`add`) into the accumulators of the
+    ///   chunks after it — the highest at the second chunk from the end, before its reads of
+    ///   the state have freed anything; the last chunk's backward after every state it saved
+    ///   is freed;
+    /// - the two triangular solves' backwards (`[B, Hv, chunks, L, L]` products, `neg`, `tril`).
+    fn backward_peak(&self, z: u128, p: u128, g: Grads) -> u128 {
+        let Sizes {
+            b,
+            t,
+            tp,
+            c,
+            l,
+            hv,
+            dk,
+            dv,
+            vd,
+            ..
+        } = *self;
+        let i = |v: u128| i128::try_from(v).unwrap_or(i128::MAX);
+        let (c_, f, z) = (i(c), i(F), i(z));
+        let full_v = i(tp * hv * dv * F); // [B, Hv, chunks, L, dv]
+        let full_k = i(tp * hv * dk * F); // [B, Hv, chunks, L, dk]
+        let full_ll = i(b * hv * c * l * l * F); // [B, Hv, chunks, L, L]
+        let chunk_v = i(b * hv * l * dv * F); // one chunk of v_new
+        let chunk_k = i(b * hv * l * dk * F);
+        let st = i(self.state());
+        let decays = i(b * hv * c * F); // chunk_decay [B, Hv, chunks, 1, 1]
+        let heads = i(b * hv * F);
+        let tokens = i(tp * hv * F); // [B, Hv, chunks·L]
+        let tv = i(t * vd);
+        // At every instant past the norm's backward: the output's gradient and the norm's
+        // saved tensors (three fp32 `[T, value_dim]`, the 16-bit normalised one when the
+        // weight is trained, the rsqrt) are freed, the weight's gradient exists.
+        let normed = if g.norm_weight { z } else { 0 };
+        let mut base = -(3 * f + z + normed) * tv - f * i(t * hv);
+        if g.norm_weight {
+            base += i(dv) * i(p);
         }
+        // a chunk decay's gradient accumulator exists only when the decay needs one; without
+        // it the saved `[B, Hv, chunks]` chunk decays are already freed at three chunks, still
+        // alive from four (traced; the only term that differs, 4·B·Hv·chunks bytes)
+        let cd = if g.decay {
+            decays
+        } else if c == 3 {
+            -decays
+        } else {
+            0
+        };
+        // the norm's first ops: the incoming gradient cast to fp32 and `silu(gate)`'s two
+        // products (the cast is a no-op in fp32)
+        let norm = if z < f { 3 * f * tv } else { 2 * f * tv };
+        let mut peak = norm.max(base + f * tv + full_v);
+        let mut at = |v: i128| peak = peak.max(base + v);
+        if c == 1 {
+            at(3 * full_v);
+            at(full_ll + 2 * full_v);
+            at(2 * full_k + full_v);
+            at(4 * full_k - st + tokens);
+            let solve_freed = if g.decay { st } else { st + tokens };
+            at(2 * full_ll + 3 * full_k - solve_freed);
+            at(3 * full_ll + full_k + full_v - solve_freed);
+        } else {
+            if c == 2 {
+                if g.decay {
+                    at(full_ll + full_k + 2 * full_v + st + heads);
+                }
+                at(full_ll + chunk_k + full_k + 2 * full_v);
+            } else {
+                if g.decay {
+                    at(full_ll + 3 * full_k + 2 * full_v + 2 * st + heads);
+                } else {
+                    at(full_ll + chunk_k + 3 * full_k + 2 * full_v);
+                }
+                at(3 * full_ll + 3 * full_k + 2 * full_v + cd);
+                at(full_ll + 3 * full_k + 3 * full_v + 2 * chunk_v + cd);
+                // the key accumulators: one fewer at three chunks (the last chunk's state
+                // update is unreachable, so its key gets no gradient)
+                let keys = if c == 3 { 4 } else { 5 };
+                at(full_ll + keys * full_k + 2 * full_v + cd - chunk_v);
+            }
+            // (two chunks without decay gradients: the saved chunk decays are still alive)
+            let last_cd = if c == 2 && !g.decay { 0 } else { cd };
+            at(full_ll + full_k + 3 * full_v + last_cd + (3 - c_) * chunk_v - (c_ - 1) * st);
+            let solve_freed =
+                c_ * (chunk_v + st) + if g.decay { decays + tokens } else { 2 * tokens };
+            at(2 * full_ll + 2 * full_k + full_v - solve_freed);
+            at(3 * full_ll + 2 * full_v - solve_freed);
+        }
+        u128::try_from(peak.max(0)).unwrap_or(0)
+    }
+
+    /// The backward's transients at Qwen3-Next-80B's shape under autocast, above its input
+    /// and parameter gradients: fitted there (the chunk loop's gradient accumulators less the
+    /// gated norm's saved tensors already freed); other shapes are refused under autocast
+    /// (`memory::check_linear_attention_training`).
+    fn backward_temps_fitted(&self) -> u128 {
         (2 * self.tp * self.vd * F).saturating_sub(self.state() / 2)
     }
 
@@ -225,7 +497,14 @@ impl Builder<'_> {
         let (qkvz, zs) = self.linear(x, x_size, rows, lin(LinearRole::SsmIn));
         let (ba, _) = self.linear(x, x_size, rows, lin(LinearRole::SsmGates));
         let inner = self.deltanet_inner(qkvz, ba, zs, x_size, lp, m);
+        let locals = (!self.mode.is_infer() && self.t.recording && !self.amp).then(|| {
+            let d = Sizes::new(m, self.batch, self.seq);
+            self.act(d.forward_locals(zs), false)
+        });
         let (y, _) = self.linear(inner, x_size, rows, lin(LinearRole::SsmOut));
+        if let Some(l) = locals {
+            self.drop_(l);
+        }
         self.drop_(inner);
         self.drop_(qkvz);
         self.drop_(ba);
@@ -248,6 +527,25 @@ impl Builder<'_> {
         if self.mode.is_infer() {
             return self.deltanet_infer(zs, out_bytes, &d);
         }
+        // a training forward that builds a `DynamicCache` (`use_cache` on — the config's default
+        // — no checkpointing, not padding-free; `Qwen3NextModel.forward` creates it): the mixer
+        // runs with `cache_params`, so `update_conv_state` puts zeros `[B, conv_dim, kernel]` in
+        // the projections' dtype in it before the convolution, and the delta rule returns its
+        // final state (`output_final_state=True`), copied into zeros `[B, Hv, dk, dv]` fp32
+        // (transformers 5.23 `cache_utils.py` `LinearAttentionLayer.update_conv_state` /
+        // `update_recurrent_state`). The copy keeps the last state update's graph reachable from
+        // the cache, so at one chunk what it saved (the decayed query and key, the key's decay,
+        // `chunk_decay`: freed with the final state otherwise, [`Sizes::saved`]) lives as long as
+        // the cache: the model output's `past_key_values`, dropped after the loss unless the
+        // loop keeps the outputs. Measured: one state and one conv state per layer
+        // (`qwen3next-d128-s65-b2-sgd`, `qwen3next-h*`).
+        let state_cache = self.mode.use_cache(self.model)
+            && !self.mode.checkpointing()
+            && !self.mode.kernels().padding_free;
+        if state_cache {
+            let conv = self.act(d.b * d.cd * d.k * zs, false);
+            self.cache_refs.push(conv);
+        }
         let params: Vec<TensorId> = lp.ssm.iter().map(|p| p.id).collect();
         let rg = self.rg(qkvz) || params.iter().any(|&p| self.t.requires_grad(p));
         if !self.t.recording {
@@ -255,17 +553,50 @@ impl Builder<'_> {
             self.t.transient(d.forward_unsaved(), Category::Activations);
             return self.act(out_bytes, rg);
         }
-        let kept = self.act(d.saved(zs), false);
-        self.t
-            .transient(d.forward_extra(zs) + out_bytes, Category::Activations);
+        // which gradients autograd computes: `lp.ssm` is conv1d.weight, dt_bias, A_log, norm
+        let trained = |k: usize| lp.ssm.get(k).is_some_and(|p| self.trainable(p));
+        let g = Grads {
+            norm_weight: trained(3),
+            a_log: trained(2),
+            decay: self.rg(ba) || trained(1) || trained(2),
+        };
+        let kept = self.act(d.saved(zs, g), false);
+        let mut extra = d.forward_extra(zs) + out_bytes;
+        if !self.amp {
+            extra = extra.max(d.forward_loop(zs, g));
+        }
+        self.t.transient(extra, Category::Activations);
+        if state_cache {
+            let state = self.act(d.state(), false);
+            self.cache_refs.push(state);
+            if d.c == 1 && rg {
+                let pinned = self.act(d.last_update_pinned(), false);
+                self.cache_refs.push(pinned);
+            }
+        }
         let out = self.act(out_bytes, rg);
         if rg {
+            let temps = if self.amp {
+                d.backward_temps_fitted()
+            } else {
+                // the node's model holds its saved tensors, its output's gradient, these
+                // transients and its input and parameter gradients at its peak
+                let grad = |x: TensorId| if self.rg(x) { self.t.bytes(x) } else { 0 };
+                let params: u128 = lp
+                    .ssm
+                    .iter()
+                    .filter(|p| self.trainable(p))
+                    .map(|p| self.t.grad_bytes(p.id))
+                    .sum();
+                d.backward_peak(zs, self.param_size, g)
+                    .saturating_sub(grad(qkvz) + grad(ba) + params)
+            };
             self.t.record(Node {
                 saved: Ids::of(&[kept]),
                 inputs: Ids::of(&[qkvz, ba]),
                 params: Ids::of(&params),
                 outputs: Ids::of(&[out]),
-                backward_temps: d.backward_temps(zs),
+                backward_temps: temps,
                 ..Node::default()
             });
         }
@@ -297,5 +628,144 @@ impl Builder<'_> {
             }
         }
         self.act(out_bytes, false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (hidden, key heads, value heads, key width, value width, conv kernel)
+    type Dims = (u128, u128, u128, u128, u128, u128);
+
+    fn sizes(b: u128, s: u128, (_h, hk, hv, dk, dv, k): Dims) -> Sizes {
+        let l = 64;
+        let c = s.div_ceil(l);
+        Sizes {
+            b,
+            s,
+            t: b * s,
+            tp: b * c * l,
+            c,
+            l,
+            hk,
+            hv,
+            dk,
+            dv,
+            vd: hv * dv,
+            cd: 2 * hk * dk + hv * dv,
+            k,
+        }
+    }
+
+    /// The backward's peak above its start, as `tools/truth/probes/deltanet_mixer.py B S train
+    /// bf16 h,Hk,Hv,dk,dv,K --check-backward [--frozen] [--no-input-grad]` prints it
+    /// (`peak_above`): 1–5 chunks, padded and not, one key head, key and value widths that
+    /// differ, LoRA's frozen mixer with and without an input gradient.
+    #[test]
+    fn backward_peak_is_the_traced_one() {
+        // (batch, seq, (hidden, key heads, value heads, dk, dv, kernel), frozen, input grad, bytes)
+        let traced: &[(u128, u128, Dims, bool, bool, u128)] = &[
+            (1, 1, (256, 2, 4, 120, 104, 4), false, true, 345792),
+            (1, 150, (256, 2, 4, 120, 104, 4), false, true, 1473440),
+            (1, 1, (128, 2, 4, 128, 64, 4), false, true, 390256),
+            (2, 40, (128, 2, 4, 128, 64, 4), false, true, 459648),
+            (1, 150, (128, 2, 4, 128, 64, 4), false, true, 1546064),
+            (1, 200, (128, 2, 4, 128, 64, 4), false, true, 2520128),
+            (1, 300, (256, 2, 4, 128, 128, 4), false, true, 2322064),
+            (1, 50, (64, 2, 6, 24, 40, 4), false, true, 177056),
+            (1, 100, (64, 2, 6, 24, 40, 4), false, true, 291104),
+            (1, 150, (64, 2, 6, 24, 40, 4), false, true, 1005704),
+            (1, 300, (64, 2, 6, 24, 40, 4), false, true, 1482920),
+            (2, 128, (64, 2, 4, 16, 16, 4), false, true, 565216),
+            (1, 64, (256, 2, 4, 128, 128, 4), false, true, 393216),
+            (1, 192, (2048, 16, 32, 128, 128, 4), false, true, 9937536),
+            (1, 150, (64, 1, 3, 88, 136, 4), false, true, 923948),
+            (5, 1, (256, 1, 4, 64, 96, 4), false, true, 1443952),
+            (1, 150, (64, 2, 6, 24, 40, 4), true, true, 1077624),
+            (1, 300, (64, 2, 6, 24, 40, 4), true, true, 1626840),
+            (1, 100, (64, 2, 6, 24, 40, 4), true, true, 339024),
+            (1, 50, (64, 2, 6, 24, 40, 4), true, true, 200976),
+            (1, 150, (64, 2, 6, 24, 40, 4), true, false, 1077480),
+            (1, 300, (64, 2, 6, 24, 40, 4), true, false, 1626720),
+            (1, 100, (64, 2, 6, 24, 40, 4), true, false, 338976),
+            (1, 50, (64, 2, 6, 24, 40, 4), true, false, 199440),
+        ];
+        for &(b, s, dims, frozen, input_grad, bytes) in traced {
+            let g = Grads {
+                norm_weight: !frozen,
+                a_log: !frozen,
+                decay: !frozen || input_grad,
+            };
+            assert_eq!(
+                sizes(b, s, dims).backward_peak(2, 2, g),
+                bytes,
+                "{b} x {s} {dims:?} frozen {frozen} input grad {input_grad}"
+            );
+        }
+    }
+
+    /// The forward's last state update, as the probe's trace has it: the bytes alive at the
+    /// chunk loop's last `add` of a `[B, Hv, dk, dv]` state, less those alive when the forward
+    /// ends, plus the output and `out_proj`'s input (alive then, not yet at the loop), less the
+    /// projections' outputs (memwall holds them apart): 1–5 chunks, one key head, one value head
+    /// per key head.
+    #[test]
+    fn forward_loop_is_the_traced_one() {
+        let traced: &[(u128, u128, Dims, u128)] = &[
+            (5, 1, (256, 2, 6, 120, 104, 4), 9644400),
+            (1, 150, (256, 2, 6, 120, 104, 4), 1603344),
+            (2, 65, (256, 2, 6, 120, 104, 4), 3298608),
+            (1, 100, (256, 2, 6, 120, 104, 4), 1421664),
+            (1, 300, (256, 2, 6, 120, 104, 4), 1641504),
+            (1, 200, (64, 2, 4, 16, 16, 4), 108672),
+            (2, 65, (256, 2, 4, 128, 128, 4), 2752544),
+            (2, 40, (64, 2, 4, 16, 16, 4), 177440),
+            (5, 1, (256, 1, 4, 64, 96, 4), 3922000),
+            (2, 64, (256, 1, 4, 64, 96, 4), 923680),
+            (1, 64, (2048, 16, 32, 128, 128, 4), 9994368),
+            (3, 40, (128, 2, 6, 32, 48, 4), 1070472),
+            // one value head per key head: no reordering copy
+            (2, 100, (64, 4, 4, 16, 16, 4), 134144),
+            (1, 150, (64, 6, 6, 24, 40, 4), 201408),
+            (2, 31, (128, 4, 4, 32, 32, 4), 418336),
+        ];
+        for &(b, s, dims, bytes) in traced {
+            assert_eq!(
+                sizes(b, s, dims).forward_loop(2, Grads::ALL),
+                bytes,
+                "{b} x {s} {dims:?}"
+            );
+        }
+    }
+
+    /// The same in fp32 (the mixer and its input fp32: its casts are no-ops), more than one
+    /// value head per key head.
+    #[test]
+    fn backward_peak_is_the_traced_one_in_fp32() {
+        let traced: &[(u128, u128, Dims, bool, bool, u128)] = &[
+            (1, 50, (64, 2, 6, 24, 40, 4), false, true, 129136),
+            (1, 100, (64, 2, 6, 24, 40, 4), false, true, 195184),
+            (1, 150, (64, 2, 6, 24, 40, 4), false, true, 861784),
+            (1, 300, (64, 2, 6, 24, 40, 4), false, true, 1195000),
+            (1, 150, (256, 2, 6, 120, 104, 4), false, true, 1835864),
+            (5, 1, (256, 2, 6, 120, 104, 4), false, true, 2579816),
+            (1, 64, (2048, 16, 32, 128, 128, 4), false, true, 2097152),
+            (1, 150, (256, 1, 4, 64, 96, 4), false, true, 713808),
+            (1, 150, (64, 2, 6, 24, 40, 4), true, true, 1005624),
+            (1, 50, (64, 2, 6, 24, 40, 4), true, false, 175440),
+        ];
+        for &(b, s, dims, frozen, input_grad, bytes) in traced {
+            let g = Grads {
+                norm_weight: !frozen,
+                a_log: !frozen,
+                decay: !frozen || input_grad,
+            };
+            assert_eq!(
+                sizes(b, s, dims).backward_peak(4, 4, g),
+                bytes,
+                "{b} x {s} {dims:?} frozen {frozen} input grad {input_grad}"
+            );
+        }
     }
 }
