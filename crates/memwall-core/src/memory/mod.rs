@@ -246,7 +246,7 @@ pub(crate) fn check_linear_attention_training(model: &ModelDesc) -> Result<(), C
 /// frozen tower's forward only). Measured with the towers at their real widths (2 layers)
 /// behind small text models (tests/truth/known_gaps.toml `[[refused]]`), the frozen-tower
 /// estimate is short by 25.5% (Llama 4), 33.0% (Qwen2-VL, Qwen2.5-VL), 39.6% (Gemma 3) and
-/// 41.4% (Mistral 3), while the same steps without checkpointing are within 0.01%.
+/// 41.4% (Mistral 3), while the tower-dominated steps without checkpointing are within 0.07%.
 pub(crate) fn check_image_checkpointing(
     model: &ModelDesc,
     w: &crate::workload::TrainWorkload,
