@@ -79,6 +79,13 @@ CASES = [
     dict(id="xc-llama4-small-img144-fp32-lora", config="llama4-xc-small", batch=2, seq=200,
          image_tokens=144, precision="fp32",
          lora={"rank": 8, "alpha": 16, "targets": ["gate_proj", "up_proj", "down_proj"]}),
+    # mistral3 image inputs under checkpointing (issue 14): enable_input_require_grads hooks
+    # PixtralVisionModel.patch_conv, so the frozen tower records autograd and its backward runs;
+    # fake tensors (fake_images) against real ones, the tower at its real widths (2 layers)
+    # behind a small text model. (qwen2_vl / gemma3 image cases run on real tensors only, so
+    # their measured cases need no crosscheck.)
+    dict(id="xc-mistral3-small-img64-ckpt", config="mistral3-xc-small", batch=2, seq=96,
+         image_tokens=64, optimizer="sgd", checkpointing=True, fake_images=True),
     # llama4_text under autocast (issue 14): Llama4TextExperts' bmm casts and caches the fp32
     # expert weights; the 16-bit copies must be alive on real tensors as on fake ones
     dict(id="xc-llama4-tiny-ampfp16-sgd", config="sw6-llama4", batch=1, seq=33,

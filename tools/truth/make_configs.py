@@ -487,6 +487,53 @@ VISION_SMALL = {
 }
 
 
+# tower-dominated wrappers for image inputs under checkpointing (issue 14): the vision tower at
+# the real widths cut to 2 layers, behind a 2-layer text model at small widths (hidden 64, 4
+# heads x 16, 2 KV heads, MLP 128, vocabulary 1000; the special ids moved to its top), so the
+# tower's part of the step is not hidden by the text model
+SMALL_TEXT = {
+    "qwen2-vl-xc-small": ("qwen2-vl-7b", 2),
+    "qwen2.5-vl-xc-small": ("qwen2.5-vl-7b", 2),
+    "gemma-3-xc-small": ("gemma-3-4b", 2),
+    "mistral3-xc-small": ("mistral-small-3.1-24b", 2),
+}
+
+SMALL_TEXT_FIELDS = {
+    "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 1000, "num_hidden_layers": 2,
+}
+
+
+def small_text(base: str, depth: int) -> dict:
+    d = reduce_vision(reduce(base_config(base), 2, base), depth)
+    mt = d["model_type"]
+    t = d["text_config"] if isinstance(d.get("text_config"), dict) else d
+    t.update(SMALL_TEXT_FIELDS)
+    v = d["vision_config"]
+    note = ""
+    if mt in ("qwen2_vl", "qwen2_5_vl"):
+        # Qwen2-VL's PatchMerger writes the text width (vision hidden_size / out_hidden_size);
+        # M-RoPE sections sum to head_dim / 2
+        v["out_hidden_size" if mt == "qwen2_5_vl" else "hidden_size"] = 64
+        d["rope_scaling"] = {"type": "mrope", "mrope_section": [2, 3, 3]}
+        d.update(bos_token_id=993, eos_token_id=994, video_token_id=995, vision_token_id=996,
+                 vision_start_token_id=997, vision_end_token_id=998, image_token_id=999)
+        note = "mrope_section [2, 3, 3], merger output 64, special ids 993..999"
+    elif mt == "gemma3":
+        t["query_pre_attn_scalar"] = 16
+        d["boi_token_index"], d["eoi_token_index"], d["image_token_index"] = 997, 998, 999
+        d["eos_token_id"] = 1
+        note = "query_pre_attn_scalar 16, boi/eoi/image ids 997/998/999"
+    elif mt == "mistral3":
+        note = "image id 10 and [IMG_BREAK]/[IMG_END] 12/13 kept"
+    else:
+        raise SystemExit(f"small_text: {mt}")
+    d["_memwall"] = (f"constructed: {base}'s vision tower cut to {depth} layers behind a 2-layer text model "
+                     f"at small widths (hidden 64, 4 heads x 16, 2 KV heads, MLP 128, vocabulary 1000; {note}) "
+                     f"({d['_memwall']})")
+    return d
+
+
 def small_vision(base: str, text: str, depth: int) -> dict:
     d = reduce_vision(reduce(base_config(base), 1, base), depth)
     t = json.loads((OUT / f"{text}.json").read_text())
@@ -606,6 +653,11 @@ def main() -> None:
         if not wanted(name):
             continue
         write(name, small_vision(base, text, depth))
+        written.append(name)
+    for name, (base, depth) in SMALL_TEXT.items():
+        if not wanted(name):
+            continue
+        write(name, small_text(base, depth))
         written.append(name)
     old = OUT / "SOURCES.toml"
     if only and old.exists():

@@ -766,8 +766,8 @@ pub struct TrainArgs {
     /// simulated (qwen2_vl, qwen2_5_vl, mistral3: one image of the most nearly square
     /// a × b = N tokens, N·merge² patches; gemma3: N / 256 images; llama4: N / 144 tiles of
     /// 336 px, plus tiles + 2 separator tokens in --seq; other families, --train-vision, amp-*
-    /// precisions, --padding-free, Megatron layouts (TP/PP/CP/EP) and, for llama4,
-    /// --checkpointing refuse it). Without it, image tokens count as text tokens.
+    /// precisions, --padding-free, Megatron layouts (TP/PP/CP/EP) and --checkpointing
+    /// refuse it). Without it, image tokens count as text tokens.
     #[arg(long, help_heading = "Vision-language models")]
     pub image_tokens: Option<u64>,
     /// Whose training code runs: `hf` (transformers' model under the engine the layout picks)

@@ -315,6 +315,38 @@ fn bad_input_snapshots() {
             "--checkpointing"
         ])
     );
+    // every tower's patch embedding is hooked by enable_input_require_grads (issue 14)
+    insta::assert_snapshot!(
+        "image_tokens_qwen2_vl_checkpointing_policy",
+        transcript(&[
+            "train",
+            "--model",
+            "tests/truth/configs/qwen2-vl-xc-small.json",
+            "--seq",
+            "300",
+            "--image-tokens",
+            "256",
+            "--checkpointing-policy",
+            "every-k:2"
+        ])
+    );
+    insta::assert_snapshot!(
+        "image_tokens_gemma3_checkpointing_lora",
+        transcript(&[
+            "train",
+            "--model",
+            "tests/truth/configs/gemma-3-xc-small.json",
+            "--seq",
+            "300",
+            "--image-tokens",
+            "256",
+            "--checkpointing",
+            "--lora-rank",
+            "8",
+            "--lora-targets",
+            "o_proj,down_proj"
+        ])
+    );
     insta::assert_snapshot!(
         "image_tokens_mistral3_rows_over_seq",
         transcript(&[

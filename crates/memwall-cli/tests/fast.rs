@@ -13,7 +13,7 @@
 
 use memwall_core::layout::{Layout, Offload, Schedule, Strategy as Sharding};
 use memwall_core::memory::{self, fast, DistOptions, Kernels};
-use memwall_core::model::{AttentionKind, LayerSpec, Mlp, ModelDesc, VisionKind};
+use memwall_core::model::{AttentionKind, LayerSpec, Mlp, ModelDesc};
 use memwall_core::workload::{
     AttentionImpl, CheckpointPolicy, InferWorkload, KvDtype, Lora, Optimizer, Precision, TrainLoop,
     TrainWorkload, WeightFormat,
@@ -820,15 +820,15 @@ fn fast_equals_the_replay_with_image_tokens() {
                 per => per * (1 + n % 2),
             };
             v.image_tokens = Some(n);
-            // llama4 refuses image tokens under checkpointing (memory::check_image_checkpointing)
-            let llama4 = v.forward.as_ref().map(|f| f.kind) == Some(VisionKind::Llama4);
+            // image tokens under checkpointing are refused for every tower
+            // (memory::check_image_checkpointing), by both evaluators
             for lora in [None, Some((16, 3, false))] {
                 let t = Train {
                     batch: 2,
                     seq: n + 9,
                     precision: 0,
                     optimizer: 0,
-                    checkpointing: lora.is_some() && !llama4,
+                    checkpointing: false,
                     attention,
                     lora,
                     grad_accum: 1,
@@ -843,6 +843,17 @@ fn fast_equals_the_replay_with_image_tokens() {
                 let f = fast::simulate_train(&m, &w, k);
                 assert!(r.is_ok(), "{name} train {n}: {r:?}");
                 assert_eq!(r, f, "{name} train {n}");
+                let mut ckpt = t;
+                ckpt.checkpointing = true;
+                let w = workload(&ckpt, &m);
+                let r = memory::simulate_train(&m, &w, k);
+                let f = fast::simulate_train(&m, &w, k);
+                assert_eq!(
+                    r.as_ref().err().and_then(|e| e.field()),
+                    Some("image_tokens"),
+                    "{name} train {n} checkpointing: {r:?}"
+                );
+                assert_eq!(r, f, "{name} train {n} checkpointing");
             }
             let inf = Infer {
                 batch: 2,
