@@ -190,6 +190,15 @@ pub struct Attention {
     /// self.key_multiplier`): a new `[B, kv_heads, S, head_dim]` tensor, nothing saved.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub key_scaled: bool,
+    /// Each q/k norm runs on its projection's output before the next projection is computed,
+    /// and the value projection comes last (models/qwen3/modeling_qwen3.py and
+    /// models/qwen3_moe/modeling_qwen3_moe.py: `self.q_norm(self.q_proj(x).view(..))`, then
+    /// `self.k_norm(self.k_proj(x).view(..))`, then `self.v_proj(x)`; models/olmo2/
+    /// modeling_olmo2.py likewise). Gemma 3, EXAONE 4 and Cohere compute q, k and v first and
+    /// normalise after. Inside a checkpointed region (nothing saved) the raw projection dies at
+    /// its norm, so the order sets the forward's peak there.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub qk_norm_inline: bool,
 }
 
 /// Family-specific eager attention code paths that change what is alive when.
@@ -1104,6 +1113,7 @@ pub(crate) mod tests {
                 rope_upcast_qk: false,
                 output_gate: false,
                 key_scaled: false,
+                qk_norm_inline: false,
             },
             attn_output_outlives_mlp: false,
             mixer: Mixer::Attention,

@@ -327,6 +327,8 @@ pub(crate) struct AttnOpts {
     pub output_gate: bool,
     /// `Attention::key_scaled`.
     pub key_scaled: bool,
+    /// `Attention::qk_norm_inline`.
+    pub qk_norm_inline: bool,
 }
 
 impl AttnOpts {
@@ -353,6 +355,7 @@ impl AttnOpts {
             rope_upcast_qk: false,
             output_gate: false,
             key_scaled: false,
+            qk_norm_inline: false,
         }
     }
 
@@ -384,6 +387,7 @@ impl AttnOpts {
             rope_upcast_qk: self.rope_upcast_qk,
             output_gate: self.output_gate,
             key_scaled: self.key_scaled,
+            qk_norm_inline: self.qk_norm_inline,
         }
     }
 }

@@ -231,6 +231,8 @@ impl Builder<'_> {
         let rows = self.tokens;
         let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
         let c = self.compute_size;
+        // the q/k norms already ran between the projections (`Attention::qk_norm_inline`)
+        let mut normed_inline = false;
         let (heads, kv_heads, qk_dim, v_dim, rot, q, k, v, qs, ks) = match a.kind {
             AttentionKind::Standard {
                 num_heads,
@@ -252,8 +254,17 @@ impl Builder<'_> {
                     self.attn_locals.push(y);
                     (y, y, y)
                 } else {
+                    let inline = a.qk_norm_inline && !a.qk_norm_after_rope;
+                    normed_inline = inline;
+                    let dims = (rows, heads, kvh, hd);
                     let (q, _) =
                         self.linear(x, x_size, rows, lin(LinearRole::Q).unwrap_or(lin_zero()));
+                    // Qwen 3 / OLMo 2: the query's norm runs before the key projection
+                    let (q, _) = if inline {
+                        self.qk_norm(a, lp, false, (q, c), dims)
+                    } else {
+                        (q, c)
+                    };
                     if a.output_gate {
                         // Qwen3NextAttention.forward: `torch.chunk(q_proj(x).view(..., 2·hd))`,
                         // then `gate.reshape(*input_shape, -1)` copies the strided gate half;
@@ -272,6 +283,11 @@ impl Builder<'_> {
                         ks
                     } else {
                         k
+                    };
+                    let (k, _) = if inline {
+                        self.qk_norm(a, lp, true, (k, c), dims)
+                    } else {
+                        (k, c)
                     };
                     let (v, _) =
                         self.linear(x, x_size, rows, lin(LinearRole::V).unwrap_or(lin_zero()));
@@ -353,7 +369,7 @@ impl Builder<'_> {
         // rotation or, in HunYuan, after it
         let (mut q, mut k, mut qs, mut ks) = (q, k, qs, ks);
         let norm_dims = (rows, heads, kv_heads, qk_dim);
-        if !a.qk_norm_after_rope {
+        if !a.qk_norm_after_rope && !normed_inline {
             (q, k, qs, ks) = self.qk_norms(a, lp, (q, qs), (k, ks), norm_dims);
         }
         self.q_bhsd = matches!(a.kind, AttentionKind::Mla { .. })
@@ -429,45 +445,40 @@ impl Builder<'_> {
         lp: &LayerParams,
         (q, qs): (TensorId, u128),
         (k, ks): (TensorId, u128),
-        (rows, heads, kv_heads, qk_dim): (u128, u128, u128, u128),
+        dims: (u128, u128, u128, u128),
     ) -> (TensorId, TensorId, u128, u128) {
-        let (Some((scope, kind)), Some((qn, kn))) = (a.qk_norm, lp.qk_norms) else {
-            return (q, k, qs, ks);
-        };
-        let (qrows, krows, qdim, kdim) = match scope {
-            QkNormScope::PerHead => (rows * heads, rows * kv_heads, qk_dim as u64, qk_dim as u64),
-            QkNormScope::Full => (
-                rows,
-                rows,
-                (heads * qk_dim) as u64,
-                (kv_heads * qk_dim) as u64,
-            ),
-        };
-        let (q2, s2) = self.norm(
-            q,
-            qs,
-            qrows,
-            &Norm {
-                kind,
-                dim: qdim,
-                bias: false,
-            },
-            (qn, None),
-        );
-        let (k2, s3) = self.norm(
-            k,
-            ks,
-            krows,
-            &Norm {
-                kind,
-                dim: kdim,
-                bias: false,
-            },
-            (kn, None),
-        );
-        self.drop_(q);
-        self.drop_(k);
+        let (q2, s2) = self.qk_norm(a, lp, false, (q, qs), dims);
+        let (k2, s3) = self.qk_norm(a, lp, true, (k, ks), dims);
         (q2, k2, s2, s3)
+    }
+
+    /// The query's (`key` false) or key's norm of `a` on `x` (none: `x` unchanged); a new
+    /// tensor, `x` freed once normalised: the raw query dies before the key's norm runs
+    /// (Gemma 3 rebinds `query_states`; Qwen 3 / OLMo 2 normalise the projection's temporary).
+    fn qk_norm(
+        &mut self,
+        a: &Attention,
+        lp: &LayerParams,
+        key: bool,
+        (x, xs): (TensorId, u128),
+        (rows, heads, kv_heads, qk_dim): (u128, u128, u128, u128),
+    ) -> (TensorId, u128) {
+        let (Some((scope, kind)), Some((qn, kn))) = (a.qk_norm, lp.qk_norms) else {
+            return (x, xs);
+        };
+        let h = if key { kv_heads } else { heads };
+        let (nrows, dim) = match scope {
+            QkNormScope::PerHead => (rows * h, qk_dim as u64),
+            QkNormScope::Full => (rows, (h * qk_dim) as u64),
+        };
+        let norm = Norm {
+            kind,
+            dim,
+            bias: false,
+        };
+        let (y, ys) = self.norm(x, xs, nrows, &norm, (if key { kn } else { qn }, None));
+        self.drop_(x);
+        (y, ys)
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -259,6 +259,22 @@ impl Builder<'_> {
                 }
                 let t_rs: &[u128] = if self.rg(rs) { &[n * 4] } else { &[] };
                 let h32 = self.op(n * 4, &[x32, rs], hs.as_slice(), &[], t_rs);
+                // Python lifetimes (what is alive when nothing is saved: under `no_grad`, and
+                // inside a checkpointed region, torch/utils/checkpoint.py `_checkpoint_hook`):
+                // the upcast input dies as soon as `h` exists (Llama and OLMo 2 rebind
+                // `hidden_states`; Gemma's `_norm(x.float())` returns, its rsqrt temporary with
+                // it); Llama's and OLMo 2's `h` and `variance` are locals until return, so `h`
+                // is alive through the weight product and the cast; Gemma rebinds `output` to
+                // the weight product, freeing `h` before `type_as`. Measured (torch 2.15): the
+                // checkpointed q/k norms of rdist-001-gemma3text, and an OLMo 2 prefill
+                // (tools/truth/probes/live_tensors.py: `h`, `weight * h` and the cast alive).
+                if x32 != x {
+                    self.drop_(x32);
+                }
+                let gemma = norm.kind == NormKind::GemmaRmsNorm;
+                if gemma {
+                    self.drop_(rs);
+                }
                 // mul saves `h` only for the weight's gradient (derivatives.yaml: mul saves
                 // `other` when `self` needs grad and `self` when `other` does); the weight's
                 // gradient `(grad * h).sum_to(weight)` is a full product before the reduction
@@ -267,7 +283,6 @@ impl Builder<'_> {
                 let y = if norm.kind == NormKind::RmsNorm && x_size != 4 {
                     // Llama: `weight * h.to(input_dtype)`: the weight multiplies in the input dtype
                     let hd = self.cast(h32, n * x_size);
-                    self.drop_(h32);
                     let saved: &[TensorId] = if w_tr { &[hd] } else { &[] };
                     let temps = if w_tr { [n * x_size] } else { [0] };
                     let y = self.op(n * x_size, &[hd], saved, params, &temps);
@@ -278,7 +293,9 @@ impl Builder<'_> {
                     // the weight multiplies in fp32, then one cast
                     let saved: &[TensorId] = if w_tr { &[h32] } else { &[] };
                     let y32 = self.op(n * 4, &[h32], saved, params, &temps);
-                    self.drop_(h32);
+                    if gemma {
+                        self.drop_(h32);
+                    }
                     if x_size != 4 {
                         let y = self.cast(y32, n * x_size);
                         self.drop_(y32);
@@ -287,9 +304,9 @@ impl Builder<'_> {
                         y32
                     }
                 };
-                self.drop_(rs);
-                if x32 != x {
-                    self.drop_(x32);
+                if !gemma {
+                    self.drop_(h32);
+                    self.drop_(rs);
                 }
                 (y, x_size)
             }
