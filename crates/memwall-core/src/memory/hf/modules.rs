@@ -162,18 +162,12 @@ impl Builder<'_> {
                 out_f: lin.out_f,
             };
             let (ha, _) = self.linear(xa, s, rows, la);
-            if xa != x {
-                self.drop_(xa);
-            }
             let (hb, _) = self.linear(ha, c, rows, lb);
             (ha, hb, c)
         } else {
             let keep = self.sac_pre(SacOp::Mm);
             let ha = self.op(rows * rank * s, &[xa], &[xa], &[a.id], &[]);
             self.sac_keep(keep, &[ha]);
-            if xa != x {
-                self.drop_(xa);
-            }
             let keep = self.sac_pre(SacOp::Mm);
             let hb = self.op(rows * lin.out_f * s, &[ha], &[ha], &[b.id], &[]);
             self.sac_keep(keep, &[hb]);
@@ -186,13 +180,22 @@ impl Builder<'_> {
         let sum = self.op(rows * lin.out_f * out_size, &[y, scaled], &[], &[], &[]);
         self.drop_(y);
         self.drop_(scaled);
-        if out_size != c {
+        let out = if out_size != c {
             let r = self.cast(sum, rows * lin.out_f * c);
             self.drop_(sum);
             (r, c)
         } else {
             (sum, c)
+        };
+        // peft/tuners/lora/layer.py `Linear.forward`: `x = self._cast_input_dtype(x,
+        // lora_A.weight.dtype)` rebinds the function's `x`, so the cast input lives until
+        // return, past the sum and `result.to(torch_result_dtype)` (not only as lora_A's saved
+        // input: inside a checkpointed region nothing is saved; measured, rdist-044-gemma's
+        // checkpointed LoRA MLP forward)
+        if xa != x {
+            self.drop_(xa);
         }
+        out
     }
 
     /// A norm over `rows` rows of `dim`, input elements of `x_size` bytes. Returns (output, its size).
