@@ -769,6 +769,13 @@ pub struct ModelDesc {
     /// `generate` always passes `use_cache=True`.
     #[serde(skip_serializing_if = "is_true")]
     pub use_cache: bool,
+    /// The model's forward builds the full-attention and the sliding-window causal mask
+    /// whatever its layers are (models/gemma2/modeling_gemma2.py and
+    /// models/gemma3/modeling_gemma3.py: `causal_mask_mapping = {"full_attention": ...,
+    /// "sliding_attention": ...}` unconditionally, transformers 5.23; Qwen 2 and most others add
+    /// the sliding one only `if self.has_sliding_layers`). Eager attention materialises both.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub builds_both_masks: bool,
 }
 
 /// The vision encoder and multimodal projector of a vision-language model
@@ -1154,6 +1161,7 @@ pub(crate) mod tests {
             linear_names: vec![],
             vision: None,
             use_cache: true,
+            builds_both_masks: false,
         }
     }
 

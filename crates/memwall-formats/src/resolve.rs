@@ -538,6 +538,7 @@ pub(crate) fn assemble(ctx: &Ctx, model_type: &str, p: Parts) -> Result<ModelDes
         linear_names: p.linear_names,
         vision: None,
         use_cache: true,
+        builds_both_masks: false,
     };
     if desc.param_counts().is_err() {
         return Err(FormatError::OutOfRange {

@@ -1124,7 +1124,15 @@ impl Builder<'_> {
                 // in the embeddings' dtype (`create_causal_mask(..., dtype=inputs_embeds.dtype)`):
                 // fp32 under autocast, whose lists do not cover the mask construction
                 let mask_size = if self.amp { 4 } else { self.compute_size };
-                Some(self.act(masks * self.batch * q_len * kv_len * mask_size, false))
+                let one = self.batch * q_len * kv_len * mask_size;
+                // Gemma 2 / 3 build both whatever the layers are (`ModelDesc::builds_both_masks`):
+                // the one no layer reads lives until the base model returns, while a mask the
+                // layers read is also held by checkpointing for the recomputation (measured:
+                // rdist-017-gemma3text, two sliding layers, both masks alive through the final
+                // norm; rdist-008-gemma2, checkpointed, only the read one held into backward)
+                let built = self.model.builds_both_masks && q_len > 1;
+                self.unused_mask = (built && masks == 1).then(|| self.act(one, false));
+                Some(self.act(masks * one, false))
             }
             AttentionImpl::Sdpa
                 if self.mode.kernels().padding_free
