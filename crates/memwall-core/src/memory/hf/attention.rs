@@ -1151,3 +1151,74 @@ impl Builder<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::memory::{simulate_train, Kernels, Phase};
+    use crate::model::tests::llama2_7b;
+    use crate::model::{Mlp, ModelDesc, NormKind, QkNormScope};
+    use crate::workload::{AttentionImpl, TrainWorkload};
+
+    fn peak(m: &ModelDesc, w: &TrainWorkload, phase: Phase) -> u64 {
+        let e = simulate_train(m, w, Kernels::Cuda).unwrap();
+        e.phase_peaks
+            .iter()
+            .find(|(p, _)| *p == phase)
+            .map(|&(_, b)| b)
+            .unwrap()
+    }
+
+    /// Llama-2-7B's first two layers.
+    fn two_layers() -> ModelDesc {
+        let mut m = llama2_7b();
+        m.layers.truncate(2);
+        m
+    }
+
+    #[test]
+    fn inline_qk_norms_run_before_the_next_projection() {
+        // Qwen 3: `q_norm(q_proj(x))`, then `k_norm(k_proj(x))`, then `v_proj(x)`; inside a
+        // checkpointed region nothing is saved, so the raw projections die at their norms and
+        // the value projection does not exist yet while they run
+        // a narrow MLP, so that the attention block holds the checkpointed forward's peak
+        let mut m = two_layers();
+        for l in &mut m.layers {
+            l.attention.qk_norm = Some((QkNormScope::PerHead, NormKind::RmsNorm));
+            if let Mlp::Dense(d) = &mut l.mlp {
+                d.intermediate = 512;
+            }
+        }
+        let mut w = TrainWorkload::new(2, 256);
+        w.checkpointing = true;
+        let separate = peak(&m, &w, Phase::Forward);
+        for l in &mut m.layers {
+            l.attention.qk_norm_inline = true;
+        }
+        let inline = peak(&m, &w, Phase::Forward);
+        assert!(inline < separate, "inline {inline}, separate {separate}");
+    }
+
+    #[test]
+    fn an_unread_causal_mask_lives_through_the_forward_only() {
+        // every layer sliding: one mask read by the layers; Gemma 2/3 build the full one too,
+        // alive until the base model returns, never held into the loss or the backward
+        let mut m = two_layers();
+        for l in &mut m.layers {
+            l.attention.sliding_window = Some(16);
+        }
+        let (batch, seq) = (2, 64);
+        let mut w = TrainWorkload::new(batch, seq);
+        w.attention = AttentionImpl::Eager;
+        for checkpointing in [false, true] {
+            w.checkpointing = checkpointing;
+            m.builds_both_masks = false;
+            let one = [Phase::Forward, Phase::Loss, Phase::Backward].map(|p| peak(&m, &w, p));
+            m.builds_both_masks = true;
+            let both = [Phase::Forward, Phase::Loss, Phase::Backward].map(|p| peak(&m, &w, p));
+            // one [B, 1, S, S] additive mask in the bf16 compute dtype
+            let mask = batch * seq * seq * 2;
+            assert_eq!(both[0], one[0] + mask, "checkpointing {checkpointing}");
+            assert_eq!(both[1..], one[1..], "checkpointing {checkpointing}");
+        }
+    }
+}
