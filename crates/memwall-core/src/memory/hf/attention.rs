@@ -259,12 +259,6 @@ impl Builder<'_> {
                     let dims = (rows, heads, kvh, hd);
                     let (q, _) =
                         self.linear(x, x_size, rows, lin(LinearRole::Q).unwrap_or(lin_zero()));
-                    // Qwen 3 / OLMo 2: the query's norm runs before the key projection
-                    let (q, _) = if inline {
-                        self.qk_norm(a, lp, false, (q, c), dims)
-                    } else {
-                        (q, c)
-                    };
                     if a.output_gate {
                         // Qwen3NextAttention.forward: `torch.chunk(q_proj(x).view(..., 2·hd))`,
                         // then `gate.reshape(*input_shape, -1)` copies the strided gate half;
@@ -273,6 +267,14 @@ impl Builder<'_> {
                         self.attn_locals.push(g);
                         self.attn_gate = Some(g);
                     }
+                    // Qwen 3 / OLMo 2: the query's norm runs before the key projection
+                    // (Qwen3-Next: after the gate's copy, `self.q_norm(query_states.view(..))`
+                    // rebinds the query, releasing the projection's output)
+                    let (q, _) = if inline {
+                        self.qk_norm(a, lp, false, (q, c), dims)
+                    } else {
+                        (q, c)
+                    };
                     let (k, _) =
                         self.linear(x, x_size, rows, lin(LinearRole::K).unwrap_or(lin_zero()));
                     let k = if a.key_scaled {
