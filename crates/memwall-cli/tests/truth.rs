@@ -517,7 +517,6 @@ struct DistCase {
 #[derive(Debug, Deserialize)]
 struct DistMeasured {
     peak_bytes: u64,
-    #[allow(dead_code)]
     at_peak: BTreeMap<String, u64>,
     phase: String,
     params_total: u64,
@@ -665,6 +664,19 @@ fn dist_rows_of(
             .iter()
             .find(|g| g.ranks.contains(&0))
             .expect("rank 0 is reported");
+        // The distributed harness tracks its batch tensor too (measure_dist.py registers `ids`,
+        // [batch, seq] int64, as "Inputs", alive through the whole step: tools/truth/README.md
+        // `inputs`); memwall simulates the model's step, not the loop's batch (the single-GPU
+        // harness leaves `ids` untracked, so its fixtures hold none). The comparison adds it to
+        // every estimate of the distributed fixtures. It matters on tiny phases: the optimizer
+        // phase of a small model is its sharded parameters, gradients and this tensor.
+        let input_bytes = c.batch * c.seq * 8;
+        assert_eq!(
+            c.measured.at_peak.get("inputs").copied(),
+            Some(input_bytes),
+            "{}: the harness's batch tensor",
+            c.id
+        );
         // every phase's own peak, not only the step's: forward, loss, backward, optimizer
         for (phase, est) in &g.phase_peaks {
             let name = phase_name(*phase);
@@ -673,18 +685,19 @@ fn dist_rows_of(
                 .phase_peaks
                 .get(&name)
                 .unwrap_or_else(|| panic!("{}: no measured {name} peak", c.id));
+            let est = *est + input_bytes;
             phases.push(PhaseRow {
                 id: format!("{} {name}", c.id),
                 measured,
-                estimated: *est,
-                error_pct: (*est as f64 - measured as f64) / measured as f64 * 100.0,
+                estimated: est,
+                error_pct: (est as f64 - measured as f64) / measured as f64 * 100.0,
             });
         }
         out.push(Row::new(
             &c.id,
             &c.model_type,
             format!("{} world {}", c.strategy, c.world_size),
-            (c.measured.peak_bytes, g.peak_bytes),
+            (c.measured.peak_bytes, g.peak_bytes + input_bytes),
             &c.measured.phase,
             g.phase,
         ));
@@ -795,15 +808,9 @@ fn random_dist_rows() -> (Vec<Row>, Vec<PhaseRow>) {
     }
 }
 
-/// Phase peaks of the random distributed sample are held within this bound, not 3%: on its
-/// small random configurations the forward and optimizer phases' own peaks are off by up to
-/// 15% (`tests/truth/known_gaps.toml` says what is known) while every step peak is within 3%.
-/// Phase peaks under [`RANDOM_DIST_PHASE_FLOOR`] bytes (an optimizer phase of a few KB on a tiny
-/// model, where 3 KB of scalar temporaries are 24%) are listed but not bounded.
-const RANDOM_DIST_PHASE_BOUND_PCT: f64 = 20.0;
-
-/// See [`RANDOM_DIST_PHASE_BOUND_PCT`]: 1 MiB.
-const RANDOM_DIST_PHASE_FLOOR: u64 = 1 << 20;
+/// Phase peaks of the random distributed sample are held within the hand-picked fixtures'
+/// bound, every phase of every case, however small (an optimizer phase of 14 KB included).
+const RANDOM_DIST_PHASE_BOUND_PCT: f64 = 3.0;
 
 fn random_rows_all() -> RandomRows {
     let (dist, dist_phases) = random_dist_rows();
@@ -878,14 +885,24 @@ fn report(
              drawn by `tools/truth/sample_dist_cases.py`)",
         ));
         let phases = &random.dist_phases;
-        let outside: Vec<&PhaseRow> = phases.iter().filter(|p| p.error_pct.abs() > 3.0).collect();
+        let outside: Vec<&PhaseRow> = phases
+            .iter()
+            .filter(|p| p.error_pct.abs() > RANDOM_DIST_PHASE_BOUND_PCT)
+            .collect();
+        let worst = phases
+            .iter()
+            .max_by(|a, b| a.error_pct.abs().total_cmp(&b.error_pct.abs()));
         let _ = writeln!(
             s,
-            "\n### Peak of every phase\n\n{} phase peaks, median |error| {:.3}%; {} outside 3% \
-             (held within {RANDOM_DIST_PHASE_BOUND_PCT}% from 1 MiB up, a known gap: see \
-             `tests/truth/known_gaps.toml`):\n",
+            "\n### Peak of every phase\n\nEach case's forward, loss, backward and optimizer phases, each against its own \
+             measured peak: {} phase peaks, median |error| {:.3}%, worst {}; {} outside \
+             {RANDOM_DIST_PHASE_BOUND_PCT}%.\n",
             phases.len(),
             median(phases.iter().map(|p| p.error_pct.abs()).collect()),
+            worst.map_or("-".to_owned(), |w| format!(
+                "{:+.3}% ({}: measured {}, estimated {})",
+                w.error_pct, w.id, w.measured, w.estimated
+            )),
             outside.len(),
         );
         for p in outside {
@@ -1055,10 +1072,13 @@ fn every_random_case_within_three_percent() {
     let bad: Vec<String> = random
         .dist_phases
         .iter()
-        .filter(|p| {
-            p.error_pct.abs() > RANDOM_DIST_PHASE_BOUND_PCT && p.measured >= RANDOM_DIST_PHASE_FLOOR
+        .filter(|p| p.error_pct.abs() > RANDOM_DIST_PHASE_BOUND_PCT)
+        .map(|p| {
+            format!(
+                "{}: {:+.2}% (measured {}, estimated {})",
+                p.id, p.error_pct, p.measured, p.estimated
+            )
         })
-        .map(|p| format!("{}: {:+.2}%", p.id, p.error_pct))
         .collect();
     assert!(
         bad.is_empty(),

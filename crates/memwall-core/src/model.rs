@@ -198,6 +198,15 @@ pub struct Attention {
     /// storage differs from the clamped one).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub clip_qkv: bool,
+    /// Each q/k norm runs on its projection's output before the next projection is computed,
+    /// and the value projection comes last (models/qwen3/modeling_qwen3.py and
+    /// models/qwen3_moe/modeling_qwen3_moe.py: `self.q_norm(self.q_proj(x).view(..))`, then
+    /// `self.k_norm(self.k_proj(x).view(..))`, then `self.v_proj(x)`; models/olmo2/
+    /// modeling_olmo2.py likewise). Gemma 3, EXAONE 4 and Cohere compute q, k and v first and
+    /// normalise after. Inside a checkpointed region (nothing saved) the raw projection dies at
+    /// its norm, so the order sets the forward's peak there.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub qk_norm_inline: bool,
 }
 
 /// Family-specific eager attention code paths that change what is alive when.
@@ -768,6 +777,13 @@ pub struct ModelDesc {
     /// `generate` always passes `use_cache=True`.
     #[serde(skip_serializing_if = "is_true")]
     pub use_cache: bool,
+    /// The model's forward builds the full-attention and the sliding-window causal mask
+    /// whatever its layers are (models/gemma2/modeling_gemma2.py and
+    /// models/gemma3/modeling_gemma3.py: `causal_mask_mapping = {"full_attention": ...,
+    /// "sliding_attention": ...}` unconditionally, transformers 5.23; Qwen 2 and most others add
+    /// the sliding one only `if self.has_sliding_layers`). Eager attention materialises both.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub builds_both_masks: bool,
 }
 
 /// The vision encoder and multimodal projector of a vision-language model
@@ -1113,6 +1129,7 @@ pub(crate) mod tests {
                 output_gate: false,
                 key_scaled: false,
                 clip_qkv: false,
+                qk_norm_inline: false,
             },
             attn_output_outlives_mlp: false,
             mixer: Mixer::Attention,
@@ -1153,6 +1170,7 @@ pub(crate) mod tests {
             linear_names: vec![],
             vision: None,
             use_cache: true,
+            builds_both_masks: false,
         }
     }
 

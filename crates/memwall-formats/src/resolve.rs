@@ -329,6 +329,8 @@ pub(crate) struct AttnOpts {
     pub key_scaled: bool,
     /// `Attention::clip_qkv`.
     pub clip_qkv: bool,
+    /// `Attention::qk_norm_inline`.
+    pub qk_norm_inline: bool,
 }
 
 impl AttnOpts {
@@ -356,6 +358,7 @@ impl AttnOpts {
             output_gate: false,
             key_scaled: false,
             clip_qkv: false,
+            qk_norm_inline: false,
         }
     }
 
@@ -388,6 +391,7 @@ impl AttnOpts {
             output_gate: self.output_gate,
             key_scaled: self.key_scaled,
             clip_qkv: self.clip_qkv,
+            qk_norm_inline: self.qk_norm_inline,
         }
     }
 }
@@ -538,6 +542,7 @@ pub(crate) fn assemble(ctx: &Ctx, model_type: &str, p: Parts) -> Result<ModelDes
         linear_names: p.linear_names,
         vision: None,
         use_cache: true,
+        builds_both_masks: false,
     };
     if desc.param_counts().is_err() {
         return Err(FormatError::OutOfRange {

@@ -110,6 +110,7 @@ pub(crate) fn gemma2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError
         Ok(Mlp::Dense(gated(d.intermediate, d.act)))
     })
     .map(scale_in_module)
+    .map(both_masks)
 }
 
 /// A softcap with a class default, where JSON `null` disables it. The raw struct folds
@@ -207,6 +208,15 @@ fn gemma3_named(raw: &HfConfig, ctx: &Ctx, model_type: &str) -> Result<ModelDesc
         Ok(Mlp::Dense(gated(d.intermediate, d.act)))
     })
     .map(scale_in_module)
+    .map(both_masks)
+}
+
+/// Gemma 2 / Gemma 3 build the full and the sliding-window causal mask on every forward
+/// (`causal_mask_mapping` in modeling_gemma2.py / modeling_gemma3.py, transformers 5.23), even
+/// when every layer is of one type.
+fn both_masks(mut d: ModelDesc) -> ModelDesc {
+    d.builds_both_masks = true;
+    d
 }
 
 /// Multimodal `gemma3` (`Gemma3ForConditionalGeneration`): the language model is the

@@ -377,6 +377,8 @@ fn qwen3_attn(raw: &HfConfig, d: &Dims) -> AttnOpts {
         qkv_bias: bias,
         o_bias: bias,
         qk_norm: Some((QkNormScope::PerHead, NormKind::RmsNorm)),
+        // `self.q_norm(self.q_proj(x)..)`, `self.k_norm(self.k_proj(x)..)`, then `v_proj`
+        qk_norm_inline: true,
         ..AttnOpts::rope(d.heads.head_dim)
     }
 }
@@ -475,6 +477,8 @@ pub(crate) fn olmo2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError>
             qkv_bias: bias,
             o_bias: bias,
             qk_norm: Some((QkNormScope::Full, NormKind::Olmo2RmsNorm)),
+            // `self.q_norm(self.q_proj(x))`, `self.k_norm(self.k_proj(x))`, then `v_proj`
+            qk_norm_inline: true,
             ..AttnOpts::rope(d.heads.head_dim)
         },
         // modeling_olmo2.py Olmo2DecoderLayer: only post_attention_layernorm and

@@ -163,6 +163,9 @@ pub(crate) fn qwen3_next(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatE
             qk_norm: Some((QkNormScope::PerHead, NormKind::GemmaRmsNorm)),
             rotary_dim: Some(rotary),
             output_gate: true,
+            // modeling_qwen3_next.py Qwen3NextAttention.forward: `self.q_norm(query_states
+            // .view(..))`, `self.k_norm(self.k_proj(x).view(..))`, then `self.v_proj(x)`
+            qk_norm_inline: true,
             ..AttnOpts::rope(d.heads.head_dim)
         },
         norm_kind: NormKind::GemmaRmsNorm,

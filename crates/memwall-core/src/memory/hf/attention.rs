@@ -231,6 +231,8 @@ impl Builder<'_> {
         let rows = self.tokens;
         let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
         let c = self.compute_size;
+        // the q/k norms already ran between the projections (`Attention::qk_norm_inline`)
+        let mut normed_inline = false;
         let (heads, kv_heads, qk_dim, v_dim, rot, q, k, v, qs, ks) = match a.kind {
             AttentionKind::Standard {
                 num_heads,
@@ -252,6 +254,9 @@ impl Builder<'_> {
                     self.attn_locals.push(y);
                     (y, y, y)
                 } else {
+                    let inline = a.qk_norm_inline && !a.qk_norm_after_rope;
+                    normed_inline = inline;
+                    let dims = (rows, heads, kvh, hd);
                     let (q, _) =
                         self.linear(x, x_size, rows, lin(LinearRole::Q).unwrap_or(lin_zero()));
                     if a.output_gate {
@@ -262,6 +267,14 @@ impl Builder<'_> {
                         self.attn_locals.push(g);
                         self.attn_gate = Some(g);
                     }
+                    // Qwen 3 / OLMo 2: the query's norm runs before the key projection
+                    // (Qwen3-Next: after the gate's copy, `self.q_norm(query_states.view(..))`
+                    // rebinds the query, releasing the projection's output)
+                    let (q, _) = if inline {
+                        self.qk_norm(a, lp, false, (q, c), dims)
+                    } else {
+                        (q, c)
+                    };
                     let (k, _) =
                         self.linear(x, x_size, rows, lin(LinearRole::K).unwrap_or(lin_zero()));
                     let k = if a.key_scaled {
@@ -272,6 +285,11 @@ impl Builder<'_> {
                         ks
                     } else {
                         k
+                    };
+                    let (k, _) = if inline {
+                        self.qk_norm(a, lp, true, (k, c), dims)
+                    } else {
+                        (k, c)
                     };
                     let (v, _) =
                         self.linear(x, x_size, rows, lin(LinearRole::V).unwrap_or(lin_zero()));
@@ -353,7 +371,7 @@ impl Builder<'_> {
         // rotation or, in HunYuan, after it
         let (mut q, mut k, mut qs, mut ks) = (q, k, qs, ks);
         let norm_dims = (rows, heads, kv_heads, qk_dim);
-        if !a.qk_norm_after_rope {
+        if !a.qk_norm_after_rope && !normed_inline {
             (q, k, qs, ks) = self.qk_norms(a, lp, (q, qs), (k, ks), norm_dims);
         }
         let v = if a.clip_qkv {
@@ -452,45 +470,40 @@ impl Builder<'_> {
         lp: &LayerParams,
         (q, qs): (TensorId, u128),
         (k, ks): (TensorId, u128),
-        (rows, heads, kv_heads, qk_dim): (u128, u128, u128, u128),
+        dims: (u128, u128, u128, u128),
     ) -> (TensorId, TensorId, u128, u128) {
-        let (Some((scope, kind)), Some((qn, kn))) = (a.qk_norm, lp.qk_norms) else {
-            return (q, k, qs, ks);
-        };
-        let (qrows, krows, qdim, kdim) = match scope {
-            QkNormScope::PerHead => (rows * heads, rows * kv_heads, qk_dim as u64, qk_dim as u64),
-            QkNormScope::Full => (
-                rows,
-                rows,
-                (heads * qk_dim) as u64,
-                (kv_heads * qk_dim) as u64,
-            ),
-        };
-        let (q2, s2) = self.norm(
-            q,
-            qs,
-            qrows,
-            &Norm {
-                kind,
-                dim: qdim,
-                bias: false,
-            },
-            (qn, None),
-        );
-        let (k2, s3) = self.norm(
-            k,
-            ks,
-            krows,
-            &Norm {
-                kind,
-                dim: kdim,
-                bias: false,
-            },
-            (kn, None),
-        );
-        self.drop_(q);
-        self.drop_(k);
+        let (q2, s2) = self.qk_norm(a, lp, false, (q, qs), dims);
+        let (k2, s3) = self.qk_norm(a, lp, true, (k, ks), dims);
         (q2, k2, s2, s3)
+    }
+
+    /// The query's (`key` false) or key's norm of `a` on `x` (none: `x` unchanged); a new
+    /// tensor, `x` freed once normalised: the raw query dies before the key's norm runs
+    /// (Gemma 3 rebinds `query_states`; Qwen 3 / OLMo 2 normalise the projection's temporary).
+    fn qk_norm(
+        &mut self,
+        a: &Attention,
+        lp: &LayerParams,
+        key: bool,
+        (x, xs): (TensorId, u128),
+        (rows, heads, kv_heads, qk_dim): (u128, u128, u128, u128),
+    ) -> (TensorId, u128) {
+        let (Some((scope, kind)), Some((qn, kn))) = (a.qk_norm, lp.qk_norms) else {
+            return (x, xs);
+        };
+        let h = if key { kv_heads } else { heads };
+        let (nrows, dim) = match scope {
+            QkNormScope::PerHead => (rows * h, qk_dim as u64),
+            QkNormScope::Full => (rows, (h * qk_dim) as u64),
+        };
+        let norm = Norm {
+            kind,
+            dim,
+            bias: false,
+        };
+        let (y, ys) = self.norm(x, xs, nrows, &norm, (if key { kn } else { qn }, None));
+        self.drop_(x);
+        (y, ys)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -641,6 +654,14 @@ impl Builder<'_> {
                 let probs = self.op_saving_output(x * w, masked);
                 self.drop_(masked);
                 let dropped = self.dropout(probs, x * w, w, attn_dropout);
+                // The math kernel returns `std::make_tuple(at::matmul(attn, value_acc)
+                // .to(origin_dtype), attn.to(origin_dtype))` and SDPA keeps only the first
+                // (`std::get<0>`): the probabilities are cast back to the query's dtype too, a
+                // [B, H, S, kv] tensor built before the product (GCC evaluates the arguments
+                // right to left) and freed with the tuple, after the function's locals. None
+                // when the query is fp32 (`.to` returns the tensor itself). Measured:
+                // rdist-042-opt (fp16, attention dropout), its forward 4.2 MB short without it.
+                let attn_cast = (qs != w).then(|| self.act(x * qs, false));
                 let keep = self.sac_pre(SacOp::Saved);
                 let o32 = self.op(
                     rows * heads * v_dim * w,
@@ -666,6 +687,9 @@ impl Builder<'_> {
                 }
                 self.drop_(q32);
                 self.drop_(k32);
+                if let Some(t) = attn_cast {
+                    self.drop_(t);
+                }
                 // [B, H, S, D] -> [B, S, H*D] contiguous copy
                 let oc = self.op(rows * heads * v_dim * c, &[o], &[], &[], &[]);
                 self.drop_(o);
@@ -1139,7 +1163,15 @@ impl Builder<'_> {
                 // in the embeddings' dtype (`create_causal_mask(..., dtype=inputs_embeds.dtype)`):
                 // fp32 under autocast, whose lists do not cover the mask construction
                 let mask_size = if self.amp { 4 } else { self.compute_size };
-                Some(self.act(masks * self.batch * q_len * kv_len * mask_size, false))
+                let one = self.batch * q_len * kv_len * mask_size;
+                // Gemma 2 / 3 build both whatever the layers are (`ModelDesc::builds_both_masks`):
+                // the one no layer reads lives until the base model returns, while a mask the
+                // layers read is also held by checkpointing for the recomputation (measured:
+                // rdist-017-gemma3text, two sliding layers, both masks alive through the final
+                // norm; rdist-008-gemma2, checkpointed, only the read one held into backward)
+                let built = self.model.builds_both_masks && q_len > 1;
+                self.unused_mask = (built && masks == 1).then(|| self.act(one, false));
+                Some(self.act(masks * one, false))
             }
             AttentionImpl::Sdpa
                 if self.mode.kernels().padding_free
@@ -1155,6 +1187,77 @@ impl Builder<'_> {
                 Some(self.act(q_len * kv_len, false))
             }
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::memory::{simulate_train, Kernels, Phase};
+    use crate::model::tests::llama2_7b;
+    use crate::model::{Mlp, ModelDesc, NormKind, QkNormScope};
+    use crate::workload::{AttentionImpl, TrainWorkload};
+
+    fn peak(m: &ModelDesc, w: &TrainWorkload, phase: Phase) -> u64 {
+        let e = simulate_train(m, w, Kernels::Cuda).unwrap();
+        e.phase_peaks
+            .iter()
+            .find(|(p, _)| *p == phase)
+            .map(|&(_, b)| b)
+            .unwrap()
+    }
+
+    /// Llama-2-7B's first two layers.
+    fn two_layers() -> ModelDesc {
+        let mut m = llama2_7b();
+        m.layers.truncate(2);
+        m
+    }
+
+    #[test]
+    fn inline_qk_norms_run_before_the_next_projection() {
+        // Qwen 3: `q_norm(q_proj(x))`, then `k_norm(k_proj(x))`, then `v_proj(x)`; inside a
+        // checkpointed region nothing is saved, so the raw projections die at their norms and
+        // the value projection does not exist yet while they run
+        // a narrow MLP, so that the attention block holds the checkpointed forward's peak
+        let mut m = two_layers();
+        for l in &mut m.layers {
+            l.attention.qk_norm = Some((QkNormScope::PerHead, NormKind::RmsNorm));
+            if let Mlp::Dense(d) = &mut l.mlp {
+                d.intermediate = 512;
+            }
+        }
+        let mut w = TrainWorkload::new(2, 256);
+        w.checkpointing = true;
+        let separate = peak(&m, &w, Phase::Forward);
+        for l in &mut m.layers {
+            l.attention.qk_norm_inline = true;
+        }
+        let inline = peak(&m, &w, Phase::Forward);
+        assert!(inline < separate, "inline {inline}, separate {separate}");
+    }
+
+    #[test]
+    fn an_unread_causal_mask_lives_through_the_forward_only() {
+        // every layer sliding: one mask read by the layers; Gemma 2/3 build the full one too,
+        // alive until the base model returns, never held into the loss or the backward
+        let mut m = two_layers();
+        for l in &mut m.layers {
+            l.attention.sliding_window = Some(16);
+        }
+        let (batch, seq) = (2, 64);
+        let mut w = TrainWorkload::new(batch, seq);
+        w.attention = AttentionImpl::Eager;
+        for checkpointing in [false, true] {
+            w.checkpointing = checkpointing;
+            m.builds_both_masks = false;
+            let one = [Phase::Forward, Phase::Loss, Phase::Backward].map(|p| peak(&m, &w, p));
+            m.builds_both_masks = true;
+            let both = [Phase::Forward, Phase::Loss, Phase::Backward].map(|p| peak(&m, &w, p));
+            // one [B, 1, S, S] additive mask in the bf16 compute dtype
+            let mask = batch * seq * seq * 2;
+            assert_eq!(both[0], one[0] + mask, "checkpointing {checkpointing}");
+            assert_eq!(both[1..], one[1..], "checkpointing {checkpointing}");
         }
     }
 }

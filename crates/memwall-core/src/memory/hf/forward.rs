@@ -296,9 +296,6 @@ impl Builder<'_> {
         rows: u128,
         mask: Option<TensorId>,
     ) -> (TensorId, u128) {
-        if let Some(m) = mask {
-            self.drop_(m);
-        }
         for t in std::mem::take(&mut self.block_outputs) {
             self.drop_(t);
         }
@@ -318,6 +315,16 @@ impl Builder<'_> {
             }
             None => (fx, fs),
         };
+        // the mask is a local of the base model's forward (`causal_mask_mapping` /
+        // `causal_mask` in `*Model.forward`), which runs the final norm (and OPT's
+        // `project_out`) before it returns; measured: rdist-017-gemma3text, both eager masks
+        // alive through the final norm
+        if let Some(m) = mask {
+            self.drop_(m);
+        }
+        if let Some(m) = self.unused_mask.take() {
+            self.drop_(m);
+        }
         if !self.amp && fs != self.param_size {
             // an fp32 residual stream (`residual_in_fp32`) meets a low-precision head:
             // `self.lm_head(hidden_states.to(self.lm_head.weight.dtype))` (Mamba2ForCausalLM)

@@ -207,9 +207,17 @@ impl Builder<'_> {
         let k = u128::from(moe.top_k);
         let router = lp.router.unwrap_or(lin_zero());
         // ERNIE 4.5: `shared_output = self.shared_experts(hidden_states)` before the router,
-        // held until it is added to the routed output
+        // held until it is added to the routed output. Qwen2-MoE / Qwen3-Next run the shared
+        // expert's MLP before the router too (`shared_expert_output =
+        // self.shared_expert(hidden_states_reshaped)`, then `self.gate`, then `self.experts`)
+        // and gate it after the routed experts (`F.sigmoid(self.shared_expert_gate(..)) *
+        // shared_expert_output`; models/qwen2_moe/modeling_qwen2_moe.py
+        // Qwen2MoeSparseMoeBlock.forward, transformers 5.23), so its activations and output
+        // are alive through the routed experts (measured: rdist-015-qwen2moe's forward).
         let pre_shared = if moe.shared_first {
             self.shared_output(x, x_size, lp, moe)
+        } else if moe.shared_gate {
+            self.shared_mlp(x, x_size, lp, moe)
         } else {
             None
         };
@@ -276,10 +284,13 @@ impl Builder<'_> {
             self.mlp_locals.push(logits);
             topw
         } else {
-            // softmax(router_logits, dtype=float) saved; top-k weights cast to the hidden dtype
+            // softmax(router_logits, dtype=float) saved; top-k weights cast to the hidden dtype.
+            // The router returns its logits and the block binds them to `_` until it returns
+            // (`_, routing_weights, selected_experts = self.gate(..)` in Mixtral, Qwen2-MoE,
+            // Qwen3-MoE, OLMoE; transformers 5.23)
             let (logits, _) = self.linear(x, x_size, rows, router);
             let probs = self.op(rows * e * 4, &[logits], &[], &[], &[]);
-            self.drop_(logits);
+            self.mlp_locals.push(logits);
             let topw = self.op(rows * k * 4, &[probs], &[probs], &[], &[]);
             self.drop_(probs);
             topw
@@ -302,7 +313,27 @@ impl Builder<'_> {
         if self.seq == 1 && self.mode.infer().is_some_and(|w| w.moe_decode_batched) {
             return self.moe_batched_decode(x, x_size, lp, moe, topw, pre_shared);
         }
-        let gathered = self.op(ek * h * x_size, &[x], &[], &[], &[]);
+        // The routing's index tensors (integrations/moe.py `grouped_mm_experts_forward`,
+        // transformers 5.23), int64 per (token, k) pair: the router's top-k indices (bound to
+        // `selected_experts` until the block returns), `expert_ids_g, perm =
+        // torch.sort(expert_ids)` (locals until return), `perm // num_top_k` (the gather's
+        // index, saved by its IndexBackward), and `expert_ids_g.float()` for `histc` (fp32 on
+        // CPU, `.int()` on CUDA: 4 bytes either way, a local until return). Measured:
+        // rdist-015-qwen2moe's forward, where these are 0.3 MB of a small model's MoE block.
+        let index_bytes = ek * 8;
+        let topk_index = self.act(index_bytes, false);
+        self.mlp_locals.push(topk_index);
+        let sorted_ids = self.act(index_bytes, false);
+        let perm = self.act(index_bytes, false);
+        let token_index = self.act(index_bytes, false);
+        let saved_index: &[TensorId] = if self.rg(x) { &[token_index] } else { &[] };
+        let gathered = self.op(ek * h * x_size, &[x], saved_index, &[], &[]);
+        self.drop_(token_index);
+        // `sample_weights_g = sample_weights[perm]`: the routing weights gathered (a new
+        // tensor, IndexBackward saving `perm`)
+        let saved_perm: &[TensorId] = if self.rg(topw) { &[perm] } else { &[] };
+        let topw_g = self.op(ek * ws, &[topw], saved_perm, &[], &[]);
+        let histc_input = self.act(ek * 4, false);
         // expert biases (gpt-oss): `gate_up_proj_bias[expert_ids_g]` is gathered per row before
         // the grouped matmul and added in place (`_grouped_linear`: `out.add_(bias)`); it stays
         // bound to `selected_biases` until the down bias replaces it
@@ -357,13 +388,13 @@ impl Builder<'_> {
         // converted to proj_out's dtype only after the node returns (`validate_outputs`,
         // engine.cpp); both transients of the node, beyond the gradients it hands on
         let mut saved = Ids::default();
-        if self.rg(topw) {
+        if self.rg(topw_g) {
             saved.push(down);
         }
         if self.rg(down) {
-            saved.push(topw);
+            saved.push(topw_g);
         }
-        let sum_to = if self.rg(topw) { ek * h * ws } else { 0 };
+        let sum_to = if self.rg(topw_g) { ek * h * ws } else { 0 };
         let promoted = if self.rg(down) {
             ek * h * (ws - c.min(ws))
         } else {
@@ -371,16 +402,23 @@ impl Builder<'_> {
         };
         let weighted = self.op(
             ek * h * ws,
-            &[down, topw],
+            &[down, topw_g],
             saved.as_slice(),
             &[],
             &[sum_to, promoted],
         );
-        self.drop_(topw);
-        // `weighted_out[inv_perm]` (a gather, new tensor), then `.view(T, k, H).sum(1)`,
-        // then `.to(hidden_states.dtype)`
-        let unpermuted = self.op(ek * h * ws, &[weighted], &[], &[], &[]);
+        self.drop_(topw_g);
+        // `routing_weights` is bound in the block until it returns
+        self.mlp_locals.push(topw);
+        // `inv_perm = torch.empty_like(perm)`; `inv_perm[perm] = torch.arange(..)` (a
+        // temporary); `weighted_out[inv_perm]` (a gather, new tensor, IndexBackward saving
+        // `inv_perm`), then `.view(T, k, H).sum(1)`, then `.to(hidden_states.dtype)`
+        let inv_perm = self.act(index_bytes, false);
+        self.t.transient(index_bytes, Category::Activations);
+        let saved_inv: &[TensorId] = if self.rg(weighted) { &[inv_perm] } else { &[] };
+        let unpermuted = self.op(ek * h * ws, &[weighted], saved_inv, &[], &[]);
         self.drop_(weighted);
+        self.drop_(inv_perm);
         let summed = self.op(rows * h * ws, &[unpermuted], &[], &[], &[]);
         self.drop_(unpermuted);
         let out = if ws != c {
@@ -390,10 +428,13 @@ impl Builder<'_> {
         } else {
             summed
         };
-        // `selected_hidden_states_g` and the last `proj_out` stay bound until the experts
-        // function returns (integrations/moe.py `grouped_mm_experts_forward`)
+        // `selected_hidden_states_g`, the last `proj_out` and the sort's outputs stay bound
+        // until the experts function returns (integrations/moe.py `grouped_mm_experts_forward`)
         self.drop_(gathered);
         self.drop_(down);
+        self.drop_(sorted_ids);
+        self.drop_(perm);
+        self.drop_(histc_input);
         for t in std::mem::take(&mut self.mlp_locals) {
             self.drop_(t);
         }
@@ -493,12 +534,35 @@ impl Builder<'_> {
         lp: &LayerParams,
         moe: &crate::model::MoeMlp,
     ) -> Option<TensorId> {
+        let so = self.shared_mlp(x, x_size, lp, moe)?;
+        Some(self.gate_shared(x, x_size, lp, so))
+    }
+
+    /// The shared experts' MLP output, ungated; `None` without shared experts.
+    fn shared_mlp(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        lp: &LayerParams,
+        moe: &crate::model::MoeMlp,
+    ) -> Option<TensorId> {
         let s = moe.shared.as_ref()?;
+        let rows = self.tokens;
+        Some(self.dense_mlp(x, x_size, rows, s, &lp.shared))
+    }
+
+    /// `so` weighted by Qwen2-MoE's `sigmoid(shared_expert_gate(x))` (unchanged without it).
+    fn gate_shared(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        lp: &LayerParams,
+        so: TensorId,
+    ) -> TensorId {
         let rows = self.tokens;
         let c = self.compute_size;
         let h = self.hidden;
-        let so = self.dense_mlp(x, x_size, rows, s, &lp.shared);
-        Some(if let Some(g) = lp.shared_gate {
+        if let Some(g) = lp.shared_gate {
             let (gl, _) = self.linear(x, x_size, rows, g);
             let sg = self.op(rows * c, &[gl], &[], &[], &[]);
             self.drop_(gl);
@@ -508,7 +572,7 @@ impl Builder<'_> {
             y
         } else {
             so
-        })
+        }
     }
 
     /// Adds the always-on shared expert (gated in Qwen2-MoE) to the routed output.
@@ -522,6 +586,8 @@ impl Builder<'_> {
         pre_shared: Option<TensorId>,
     ) -> TensorId {
         let so = match pre_shared {
+            // Qwen2-MoE: the shared expert's MLP ran before the router, its gate runs now
+            Some(so) if !moe.shared_first => self.gate_shared(x, x_size, lp, so),
             Some(so) => so,
             None => match self.shared_output(x, x_size, lp, moe) {
                 Some(so) => so,

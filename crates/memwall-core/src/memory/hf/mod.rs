@@ -263,6 +263,9 @@ pub(crate) struct Builder<'a> {
     mlp_muls: (bool, bool),
     /// tensors bound to Python locals of the MoE block, released when it returns
     mlp_locals: Vec<TensorId>,
+    /// a causal mask the model builds but no layer reads (`ModelDesc::builds_both_masks`),
+    /// released when the base model's forward returns
+    unused_mask: Option<TensorId>,
     /// training: the KV cache's (k, v) storages the model output holds (`past_key_values`)
     cache_refs: Vec<TensorId>,
     /// training: what the model output of the running forward holds (logits, cache, loss)
@@ -422,6 +425,7 @@ impl<'a> Builder<'a> {
             ssm_cache: Vec::new(),
             mlp_muls: (false, false),
             mlp_locals: Vec::new(),
+            unused_mask: None,
             cache_refs: Vec::new(),
             outputs_kept: Vec::new(),
             outputs_prev: Vec::new(),

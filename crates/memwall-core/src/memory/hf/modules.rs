@@ -162,18 +162,12 @@ impl Builder<'_> {
                 out_f: lin.out_f,
             };
             let (ha, _) = self.linear(xa, s, rows, la);
-            if xa != x {
-                self.drop_(xa);
-            }
             let (hb, _) = self.linear(ha, c, rows, lb);
             (ha, hb, c)
         } else {
             let keep = self.sac_pre(SacOp::Mm);
             let ha = self.op(rows * rank * s, &[xa], &[xa], &[a.id], &[]);
             self.sac_keep(keep, &[ha]);
-            if xa != x {
-                self.drop_(xa);
-            }
             let keep = self.sac_pre(SacOp::Mm);
             let hb = self.op(rows * lin.out_f * s, &[ha], &[ha], &[b.id], &[]);
             self.sac_keep(keep, &[hb]);
@@ -186,13 +180,22 @@ impl Builder<'_> {
         let sum = self.op(rows * lin.out_f * out_size, &[y, scaled], &[], &[], &[]);
         self.drop_(y);
         self.drop_(scaled);
-        if out_size != c {
+        let out = if out_size != c {
             let r = self.cast(sum, rows * lin.out_f * c);
             self.drop_(sum);
             (r, c)
         } else {
             (sum, c)
+        };
+        // peft/tuners/lora/layer.py `Linear.forward`: `x = self._cast_input_dtype(x,
+        // lora_A.weight.dtype)` rebinds the function's `x`, so the cast input lives until
+        // return, past the sum and `result.to(torch_result_dtype)` (not only as lora_A's saved
+        // input: inside a checkpointed region nothing is saved; measured, rdist-044-gemma's
+        // checkpointed LoRA MLP forward)
+        if xa != x {
+            self.drop_(xa);
         }
+        out
     }
 
     /// A norm over `rows` rows of `dim`, input elements of `x_size` bytes. Returns (output, its size).
@@ -259,6 +262,22 @@ impl Builder<'_> {
                 }
                 let t_rs: &[u128] = if self.rg(rs) { &[n * 4] } else { &[] };
                 let h32 = self.op(n * 4, &[x32, rs], hs.as_slice(), &[], t_rs);
+                // Python lifetimes (what is alive when nothing is saved: under `no_grad`, and
+                // inside a checkpointed region, torch/utils/checkpoint.py `_checkpoint_hook`):
+                // the upcast input dies as soon as `h` exists (Llama and OLMo 2 rebind
+                // `hidden_states`; Gemma's `_norm(x.float())` returns, its rsqrt temporary with
+                // it); Llama's and OLMo 2's `h` and `variance` are locals until return, so `h`
+                // is alive through the weight product and the cast; Gemma rebinds `output` to
+                // the weight product, freeing `h` before `type_as`. Measured (torch 2.15): the
+                // checkpointed q/k norms of rdist-001-gemma3text, and an OLMo 2 prefill
+                // (tools/truth/probes/live_tensors.py: `h`, `weight * h` and the cast alive).
+                if x32 != x {
+                    self.drop_(x32);
+                }
+                let gemma = norm.kind == NormKind::GemmaRmsNorm;
+                if gemma {
+                    self.drop_(rs);
+                }
                 // mul saves `h` only for the weight's gradient (derivatives.yaml: mul saves
                 // `other` when `self` needs grad and `self` when `other` does); the weight's
                 // gradient `(grad * h).sum_to(weight)` is a full product before the reduction
@@ -267,7 +286,6 @@ impl Builder<'_> {
                 let y = if norm.kind == NormKind::RmsNorm && x_size != 4 {
                     // Llama: `weight * h.to(input_dtype)`: the weight multiplies in the input dtype
                     let hd = self.cast(h32, n * x_size);
-                    self.drop_(h32);
                     let saved: &[TensorId] = if w_tr { &[hd] } else { &[] };
                     let temps = if w_tr { [n * x_size] } else { [0] };
                     let y = self.op(n * x_size, &[hd], saved, params, &temps);
@@ -278,7 +296,9 @@ impl Builder<'_> {
                     // the weight multiplies in fp32, then one cast
                     let saved: &[TensorId] = if w_tr { &[h32] } else { &[] };
                     let y32 = self.op(n * 4, &[h32], saved, params, &temps);
-                    self.drop_(h32);
+                    if gemma {
+                        self.drop_(h32);
+                    }
                     if x_size != 4 {
                         let y = self.cast(y32, n * x_size);
                         self.drop_(y32);
@@ -287,9 +307,9 @@ impl Builder<'_> {
                         y32
                     }
                 };
-                self.drop_(rs);
-                if x32 != x {
-                    self.drop_(x32);
+                if !gemma {
+                    self.drop_(h32);
+                    self.drop_(rs);
                 }
                 (y, x_size)
             }
