@@ -188,6 +188,65 @@ impl Sizes {
         v
     }
 
+    /// Under autocast (`amp`: fp32 parameters and mixer input, CPU/CUDA autocast to 16 bits),
+    /// what [`Sizes::saved`] (evaluated with 16-bit projections, `z = 2`) gains and loses:
+    /// `matmul`/`bmm` are autocast ops (torch `autocast_mode.cpp`, lower-precision list), so
+    /// every matmul of the delta rule casts its fp32 operands to 16 bits and saves the casts,
+    /// and its output is 16-bit. Traced with `deltanet_mixer.py B S train amp-bf16 ..` (the
+    /// tensors alive when the forward ends, against the same call in bf16):
+    ///
+    /// - `k_beta @ key.T` and `query @ key.T`: four 16-bit `[B, Hv, chunks·L, dk]` casts saved
+    ///   in place of the fp32 decayed query and key (saved at two chunks and more in bf16,
+    ///   where the chunk loop's matmuls read them in place); their 16-bit products replace the
+    ///   fp32 ones the decay product saves (with decay gradients), and `intra_chunk_attn` is
+    ///   saved as one 16-bit cast per chunk (`intra_chunk_attn[:, :, i] @ v_new`): 1.5 fp32
+    ///   `[B, Hv, chunks, L, L]` less (0.5 without decay gradients: no product saved);
+    /// - without decay gradients the fp32 padded query and key and `k_beta` are not saved
+    ///   (only the matmuls, which save their casts, read them for a gradient);
+    /// - the chunk loop: `v_new` is cast twice per chunk (once at the last, whose state update
+    ///   is unreachable) instead of saved once in fp32; every read of a state casts it twice
+    ///   (`k_cumdecay[i] @ state`, `query[i] @ state`), the states themselves are saved only by
+    ///   the decay product `state * chunk_decay[i]` of reachable updates (chunks but the last)
+    ///   when the decay needs a gradient; from the second chunk on the query, `k_cumdecay` and
+    ///   key chunks are cast too (the state needs a gradient there);
+    /// - the gated norm: `self.weight * hidden.to(input_dtype)` promotes to fp32 (the weight is
+    ///   fp32), so the product silu's gate multiplies is saved in fp32;
+    /// - `conv1d.weight` is cast to 16 bits by the convolution and saved.
+    fn saved_amp_delta(&self, g: Grads) -> i128 {
+        let Sizes {
+            b,
+            t,
+            tp,
+            c,
+            l,
+            hv,
+            dk,
+            dv,
+            vd,
+            cd,
+            k,
+            ..
+        } = *self;
+        let i = |v: u128| i128::try_from(v).unwrap_or(i128::MAX);
+        let full_ll = i(b * hv * c * l * l * F);
+        let full_k = i(tp * hv * dk * F);
+        let chunk_k = i(b * hv * l * dk * F);
+        let chunk_v = i(b * hv * l * dv * F);
+        let (c_, st) = (i(c), i(self.state()));
+        let mut v = 2 * full_k - chunk_v / 2 + 3 * (c_ - 1) * chunk_k / 2
+            + i(t * vd * (F - 2))
+            + i(cd * k * 2);
+        if c > 1 {
+            v -= 2 * full_k;
+        }
+        if g.decay {
+            v += (c_ - 1) * st - 3 * full_ll / 2;
+        } else {
+            v -= 3 * full_k + full_ll / 2;
+        }
+        v
+    }
+
     /// The head reordering's copies (`fix_query_key_value_ordering`: `z`, `b` and `a` are
     /// reshaped across the key-head groups, a copy unless the reshape is a view — one key head,
     /// or for `b`/`a` one value head per key head). Traced: with one value head per key head
@@ -224,6 +283,23 @@ impl Sizes {
     /// update, or kept with the final state while a cache holds it.
     fn last_update_pinned(&self) -> u128 {
         self.b * self.hv * self.l * (self.dk + 1) * F + self.b * self.hv * F
+    }
+
+    /// Under autocast, what the last state update saves while a cache keeps it reachable
+    /// ([`Sizes::saved_amp_delta`] counts it unreachable): its matmul's 16-bit casts of the
+    /// decayed key and `v_new` chunks, the state entering it (`state * chunk_decay[i]` saves it
+    /// when the decay needs a gradient, the zero initial state at one chunk too) and, at one
+    /// chunk, the key's decay `exp` and `chunk_decay` (from two chunks on the earlier updates
+    /// save them).
+    fn last_update_pinned_amp(&self, g: Grads) -> u128 {
+        let mut v = self.b * self.hv * self.l * (self.dk + self.dv) * 2;
+        if g.decay {
+            v += self.state();
+        }
+        if self.c == 1 {
+            v += self.b * self.hv * self.l * F + self.b * self.hv * F;
+        }
+        v
     }
 
     /// Highest bytes alive during the forward above the saved tensors, the projections'
@@ -560,7 +636,14 @@ impl Builder<'_> {
             a_log: trained(2),
             decay: self.rg(ba) || trained(1) || trained(2),
         };
-        let kept = self.act(d.saved(zs, g), false);
+        let saved = if self.amp {
+            let delta = d.saved_amp_delta(g);
+            let base = i128::try_from(d.saved(zs, g)).unwrap_or(i128::MAX);
+            u128::try_from(base + delta).unwrap_or(0)
+        } else {
+            d.saved(zs, g)
+        };
+        let kept = self.act(saved, false);
         let mut extra = d.forward_extra(zs) + out_bytes;
         if !self.amp {
             extra = extra.max(d.forward_loop(zs, g));
@@ -569,8 +652,17 @@ impl Builder<'_> {
         if state_cache {
             let state = self.act(d.state(), false);
             self.cache_refs.push(state);
-            if d.c == 1 && rg {
-                let pinned = self.act(d.last_update_pinned(), false);
+            let pinned = if !rg {
+                0
+            } else if self.amp {
+                d.last_update_pinned_amp(g)
+            } else if d.c == 1 {
+                d.last_update_pinned()
+            } else {
+                0
+            };
+            if pinned > 0 {
+                let pinned = self.act(pinned, false);
                 self.cache_refs.push(pinned);
             }
         }
