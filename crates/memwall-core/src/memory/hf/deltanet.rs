@@ -430,7 +430,18 @@ impl Sizes {
     ///   the state have freed anything; the last chunk's backward after every state it saved
     ///   is freed;
     /// - the two triangular solves' backwards (`[B, Hv, chunks, L, L]` products, `neg`, `tril`).
-    fn backward_peak(&self, z: u128, p: u128, g: Grads) -> u128 {
+    ///
+    /// Under autocast (`amp`, [`Sizes::saved_amp_delta`]) the chunk loop's matmuls save 16-bit
+    /// casts that its backward frees as it goes, their gradients come back 16-bit and are cast
+    /// to fp32, the gated norm's weighted product is fp32, and the fp32 decayed query and key
+    /// are not saved: each instant differs from its bf16 form by what is freed or allocated
+    /// instead (traced with `deltanet_mixer.py --check-backward` in amp-bf16 on 149 cases —
+    /// hidden 64–2048, 1–4 value heads per key head, 1–5 chunks, LoRA's frozen mixer with and
+    /// without an input gradient —: exact at one chunk with decay gradients and wherever the
+    /// peak is the norm, the un-padding, the two-chunk decay instant or, from three chunks, the
+    /// second chunk from the end; elsewhere its instants keep their bf16 form and the
+    /// composite's backward peak is within -32% … +8% (mean 1.9%) of the trace).
+    fn backward_peak(&self, z: u128, p: u128, g: Grads, amp: bool) -> u128 {
         let Sizes {
             b,
             t,
@@ -459,7 +470,9 @@ impl Sizes {
         // saved tensors (three fp32 `[T, value_dim]`, the 16-bit normalised one when the
         // weight is trained, the rsqrt) are freed, the weight's gradient exists.
         let normed = if g.norm_weight { z } else { 0 };
-        let mut base = -(3 * f + z + normed) * tv - f * i(t * hv);
+        // the weighted product silu's gate multiplies: fp32 under autocast (the weight is fp32)
+        let w = if amp { f } else { z };
+        let mut base = -(3 * f + w + normed) * tv - f * i(t * hv);
         if g.norm_weight {
             base += i(dv) * i(p);
         }
@@ -475,53 +488,72 @@ impl Sizes {
         };
         // the norm's first ops: the incoming gradient cast to fp32 and `silu(gate)`'s two
         // products (the cast is a no-op in fp32)
-        let norm = if z < f { 3 * f * tv } else { 2 * f * tv };
+        // (under autocast the incoming 16-bit gradient needs no cast to the input dtype)
+        let mut norm = if z < f { 3 * f * tv } else { 2 * f * tv };
+        if amp {
+            norm -= z * tv;
+        }
+        // what an instant gains under autocast (`amp`), else nothing
+        let a = |v: i128| if amp { v } else { 0 };
+        let chunk_ll = full_ll / c_.max(1);
         let mut peak = norm.max(base + f * tv + full_v);
         let mut at = |v: i128| peak = peak.max(base + v);
         if c == 1 {
-            at(3 * full_v);
+            // autocast: the output gradient's 16-bit cast for the chunk's matmuls; past the
+            // loop, `intra_chunk_attn` and `v_new` were saved as 16-bit casts (half the fp32
+            // bytes bf16 frees there), and with decay gradients the padded query is freed
+            let past_loop = a(full_ll / 2 + full_v / 2);
+            at(3 * full_v + a(full_v / 2));
             at(full_ll + 2 * full_v);
             at(2 * full_k + full_v);
-            at(4 * full_k - st + tokens);
+            at(4 * full_k - st + tokens + past_loop);
             let solve_freed = if g.decay { st } else { st + tokens };
-            at(2 * full_ll + 3 * full_k - solve_freed);
-            at(3 * full_ll + full_k + full_v - solve_freed);
+            at(2 * full_ll + 3 * full_k - solve_freed + past_loop);
+            let pad_q = if g.decay { full_k } else { 0 };
+            at(3 * full_ll + full_k + full_v - solve_freed + past_loop - a(pad_q));
         } else {
             if c == 2 {
+                // autocast: the fp32 decayed query and key are not saved (so not freed here);
+                // the state, query/`k_cumdecay` and last-chunk casts are freed
+                let last = a(2 * full_k - st / 2 - chunk_k - chunk_ll / 2);
                 if g.decay {
-                    at(full_ll + full_k + 2 * full_v + st + heads);
+                    at(full_ll + full_k + 2 * full_v + st + heads + last);
                 }
-                at(full_ll + chunk_k + full_k + 2 * full_v);
+                at(full_ll + chunk_k + full_k + 2 * full_v + last);
             } else {
+                // autocast: the last chunk's casts (query, `k_cumdecay`, `intra_chunk_attn`,
+                // the states it read) and the second one's key cast are freed
                 if g.decay {
-                    at(full_ll + 3 * full_k + 2 * full_v + 2 * st + heads);
+                    at(full_ll + 3 * full_k + 2 * full_v + 2 * st + heads
+                        - a(3 * chunk_k / 2 + chunk_ll / 2));
                 } else {
                     at(full_ll + chunk_k + 3 * full_k + 2 * full_v);
                 }
-                at(3 * full_ll + 3 * full_k + 2 * full_v + cd);
-                at(full_ll + 3 * full_k + 3 * full_v + 2 * chunk_v + cd);
+                at(3 * full_ll + 3 * full_k + 2 * full_v + cd - a(chunk_ll + 3 * chunk_k / 2 + st));
+                at(full_ll + 3 * full_k + 3 * full_v + 2 * chunk_v + cd
+                    + a(chunk_v / 2 - st - 3 * chunk_k / 2 - chunk_ll / 2));
                 // the key accumulators: one fewer at three chunks (the last chunk's state
                 // update is unreachable, so its key gets no gradient)
                 let keys = if c == 3 { 4 } else { 5 };
-                at(full_ll + keys * full_k + 2 * full_v + cd - chunk_v);
+                let freed = if c > 3 {
+                    a(2 * st + 3 * chunk_k / 2 + chunk_ll - chunk_v / 2)
+                } else {
+                    0
+                };
+                at(full_ll + keys * full_k + 2 * full_v + cd - chunk_v - freed);
             }
             // (two chunks without decay gradients: the saved chunk decays are still alive)
             let last_cd = if c == 2 && !g.decay { 0 } else { cd };
             at(full_ll + full_k + 3 * full_v + last_cd + (3 - c_) * chunk_v - (c_ - 1) * st);
             let solve_freed =
                 c_ * (chunk_v + st) + if g.decay { decays + tokens } else { 2 * tokens };
-            at(2 * full_ll + 2 * full_k + full_v - solve_freed);
-            at(3 * full_ll + 2 * full_v - solve_freed);
+            // autocast, past the loop: `intra_chunk_attn` and `v_new` were 16-bit casts (less
+            // freed than bf16's fp32) and the fp32 states are saved besides their casts
+            let past_loop = a(full_ll / 2 + chunk_v / 2 + (c_ - 1) * st);
+            at(2 * full_ll + 2 * full_k + full_v - solve_freed + past_loop);
+            at(3 * full_ll + 2 * full_v - solve_freed + past_loop);
         }
         u128::try_from(peak.max(0)).unwrap_or(0)
-    }
-
-    /// The backward's transients at Qwen3-Next-80B's shape under autocast, above its input
-    /// and parameter gradients: fitted there (the chunk loop's gradient accumulators less the
-    /// gated norm's saved tensors already freed); other shapes are refused under autocast
-    /// (`memory::check_linear_attention_training`).
-    fn backward_temps_fitted(&self) -> u128 {
-        (2 * self.tp * self.vd * F).saturating_sub(self.state() / 2)
     }
 
     /// Transient bytes of one decode step (`torch_recurrent_gated_delta_rule`): the decayed
@@ -668,21 +700,18 @@ impl Builder<'_> {
         }
         let out = self.act(out_bytes, rg);
         if rg {
-            let temps = if self.amp {
-                d.backward_temps_fitted()
-            } else {
-                // the node's model holds its saved tensors, its output's gradient, these
-                // transients and its input and parameter gradients at its peak
-                let grad = |x: TensorId| if self.rg(x) { self.t.bytes(x) } else { 0 };
-                let params: u128 = lp
-                    .ssm
-                    .iter()
-                    .filter(|p| self.trainable(p))
-                    .map(|p| self.t.grad_bytes(p.id))
-                    .sum();
-                d.backward_peak(zs, self.param_size, g)
-                    .saturating_sub(grad(qkvz) + grad(ba) + params)
-            };
+            // the node's model holds its saved tensors, its output's gradient, these
+            // transients and its input and parameter gradients at its peak
+            let grad = |x: TensorId| if self.rg(x) { self.t.bytes(x) } else { 0 };
+            let param_grads: u128 = lp
+                .ssm
+                .iter()
+                .filter(|p| self.trainable(p))
+                .map(|p| self.t.grad_bytes(p.id))
+                .sum();
+            let temps = d
+                .backward_peak(zs, self.param_size, g, self.amp)
+                .saturating_sub(grad(qkvz) + grad(ba) + param_grads);
             self.t.record(Node {
                 saved: Ids::of(&[kept]),
                 inputs: Ids::of(&[qkvz, ba]),
@@ -790,7 +819,7 @@ mod tests {
                 decay: !frozen || input_grad,
             };
             assert_eq!(
-                sizes(b, s, dims).backward_peak(2, 2, g),
+                sizes(b, s, dims).backward_peak(2, 2, g, false),
                 bytes,
                 "{b} x {s} {dims:?} frozen {frozen} input grad {input_grad}"
             );
@@ -854,7 +883,7 @@ mod tests {
                 decay: !frozen || input_grad,
             };
             assert_eq!(
-                sizes(b, s, dims).backward_peak(4, 4, g),
+                sizes(b, s, dims).backward_peak(4, 4, g, false),
                 bytes,
                 "{b} x {s} {dims:?} frozen {frozen} input grad {input_grad}"
             );
