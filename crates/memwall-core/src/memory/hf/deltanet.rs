@@ -15,10 +15,11 @@
 //! free). [`Sizes::saved`] holds byte for byte in bf16 for batch 1–4, 128–1024 tokens, padded
 //! and unpadded; the forward transients are exact in bf16 at batch ≤ 2 and one
 //! `[tokens, value_dim]` tensor low at batch 4 × 128. The backward's peak
-//! ([`Sizes::backward_peak`]) is traced op by op in bf16/fp16 (`deltanet_mixer.py
-//! --check-backward`); its fp32 and autocast forms, and the no-grad form, are fitted at
-//! Qwen3-Next-80B's shape (`memory::check_linear_attention_training` refuses fp32 and autocast
-//! training at other shapes).
+//! ([`Sizes::backward_peak`]) is traced op by op in bf16/fp16 and fp32 (`deltanet_mixer.py
+//! --check-backward`), and re-traced under autocast, where the delta rule's matmuls save 16-bit
+//! casts ([`Sizes::saved_amp_delta`]); the no-grad form is fitted at Qwen3-Next-80B's widths
+//! (`memory::check_linear_attention_training` refuses fp32 training with one value head per key
+//! head).
 
 use super::{Builder, LayerParams};
 use crate::memory::timeline::{Category, Ids, Node, TensorId};
