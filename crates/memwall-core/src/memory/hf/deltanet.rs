@@ -234,7 +234,8 @@ impl Sizes {
         let chunk_k = i(b * hv * l * dk * F);
         let chunk_v = i(b * hv * l * dv * F);
         let (c_, st) = (i(c), i(self.state()));
-        let mut v = 2 * full_k - chunk_v / 2 + 3 * (c_ - 1) * chunk_k / 2
+        let mut v = 2 * full_k - chunk_v / 2
+            + 3 * (c_ - 1) * chunk_k / 2
             + i(t * vd * (F - 2))
             + i(cd * k * 2);
         if c > 1 {
@@ -531,7 +532,11 @@ impl Sizes {
                     at(full_ll + chunk_k + 3 * full_k + 2 * full_v);
                 }
                 at(3 * full_ll + 3 * full_k + 2 * full_v + cd - a(chunk_ll + 3 * chunk_k / 2 + st));
-                at(full_ll + 3 * full_k + 3 * full_v + 2 * chunk_v + cd
+                at(full_ll
+                    + 3 * full_k
+                    + 3 * full_v
+                    + 2 * chunk_v
+                    + cd
                     + a(chunk_v / 2 - st - 3 * chunk_k / 2 - chunk_ll / 2));
                 // the key accumulators: one fewer at three chunks (the last chunk's state
                 // update is unreachable, so its key gets no gradient)
@@ -885,6 +890,63 @@ mod tests {
             };
             assert_eq!(
                 sizes(b, s, dims).backward_peak(4, 4, g, false),
+                bytes,
+                "{b} x {s} {dims:?} frozen {frozen} input grad {input_grad}"
+            );
+        }
+    }
+
+    /// Under autocast: the composite's saved bytes (`saved` with 16-bit projections plus
+    /// `saved_amp_delta`) against `deltanet_mixer.py B S train amp-bf16 dims` — the bytes alive
+    /// when the forward ends, less what memwall holds outside the composite (the input's and
+    /// the projection weights' 16-bit casts the linears save, the output, `out_proj`'s input when
+    /// `out_proj` trains) —
+    /// and the backward's peak against `--check-backward` where its instants are traced: one
+    /// to five chunks, one key head, one value head per key head, LoRA's frozen mixer with and
+    /// without an input gradient.
+    #[test]
+    fn autocast_is_the_traced_one() {
+        let saved: &[(u128, u128, Dims, bool, bool, u128)] = &[
+            (1, 150, (64, 2, 6, 24, 40, 4), false, true, 3513328),
+            (1, 150, (64, 2, 6, 24, 40, 4), true, false, 2571096),
+            (2, 40, (128, 2, 6, 32, 48, 4), false, true, 2423280),
+            (1, 100, (64, 4, 4, 16, 16, 4), false, true, 1049376),
+            (1, 300, (256, 1, 4, 64, 96, 4), false, true, 9176976),
+            (2, 65, (128, 2, 4, 32, 32, 4), true, true, 2828512),
+        ];
+        let grads = |frozen: bool, input_grad: bool| Grads {
+            norm_weight: !frozen,
+            a_log: !frozen,
+            decay: !frozen || input_grad,
+        };
+        for &(b, s, dims, frozen, input_grad, bytes) in saved {
+            let d = sizes(b, s, dims);
+            let g = grads(frozen, input_grad);
+            let amp = i128::try_from(d.saved(2, g)).unwrap() + d.saved_amp_delta(g);
+            assert_eq!(
+                amp,
+                i128::try_from(bytes).unwrap(),
+                "{b} x {s} {dims:?} {g:?}"
+            );
+        }
+        let peak: &[(u128, u128, Dims, bool, bool, u128)] = &[
+            (1, 50, (64, 2, 6, 24, 40, 4), false, true, 196144),
+            (1, 50, (64, 2, 6, 24, 40, 4), true, false, 255312),
+            (1, 50, (128, 2, 4, 128, 64, 4), false, true, 228832),
+            (1, 50, (256, 2, 6, 120, 104, 4), true, false, 312000),
+            (1, 100, (128, 2, 4, 128, 64, 4), false, true, 619216),
+            (1, 100, (128, 2, 4, 128, 64, 4), true, false, 670144),
+            (1, 100, (64, 2, 4, 16, 16, 4), true, true, 389536),
+            (1, 150, (64, 2, 6, 24, 40, 4), false, true, 757144),
+            (1, 150, (256, 1, 4, 64, 96, 4), false, true, 648784),
+            (1, 150, (64, 1, 3, 88, 136, 4), true, true, 706332),
+            (1, 200, (128, 2, 4, 128, 64, 4), true, true, 2028480),
+            (1, 300, (128, 2, 4, 128, 64, 4), false, true, 2315920),
+            (1, 300, (64, 2, 6, 24, 40, 4), true, true, 1306200),
+        ];
+        for &(b, s, dims, frozen, input_grad, bytes) in peak {
+            assert_eq!(
+                sizes(b, s, dims).backward_peak(2, 4, grads(frozen, input_grad), true),
                 bytes,
                 "{b} x {s} {dims:?} frozen {frozen} input grad {input_grad}"
             );
