@@ -396,6 +396,28 @@ impl Sizes {
         alive.saturating_sub(not_yet)
     }
 
+    /// [`Sizes::forward_loop`] under autocast (16-bit projections), a lower bound: what autocast
+    /// leaves unsaved is alive there as the rule's locals — `intra_chunk_attn` and, from two
+    /// chunks on, the decayed query and key in fp32 — with the last update's 16-bit casts of the
+    /// key and `v_new` chunks, while the gated norm's weighted product, saved in fp32 once it
+    /// exists, does not yet. Traced (`deltanet_mixer.py` amp-bf16, the last state update's
+    /// `add`) at hidden 64–2048, 1–5 chunks, 1–16 key heads: low by 0.6 to 1.5 `v_new` chunks
+    /// `[B, Hv, 64, dv]` fp32 (4–15%, not traced further); the forward's peak can be the core
+    /// output's copy after the loop (up to 8% higher at hidden 64). Not the step's peak on any
+    /// measured case.
+    fn forward_loop_amp(&self, g: Grads) -> u128 {
+        let full_ll = self.b * self.hv * self.c * self.l * self.l * F;
+        let full_k = self.tp * self.hv * self.dk * F;
+        let chunk = self.b * self.hv * self.l * (self.dk + self.dv) * 2;
+        let decayed = if self.c >= 2 { 2 * full_k } else { 0 };
+        let weighted = if g.norm_weight {
+            2 * self.t * self.vd
+        } else {
+            0
+        };
+        (self.forward_loop(2, g) + full_ll + decayed + chunk).saturating_sub(weighted)
+    }
+
     /// Highest bytes of a forward that saves nothing (`torch.no_grad()`, a checkpointed
     /// layer's first pass), above the projections' outputs: the chunked rule's fp32 locals —
     /// the `[tokens, value_dim]`-sized ones (fitted at Qwen3-Next's widths) and, traced with
@@ -683,9 +705,11 @@ impl Builder<'_> {
         };
         let kept = self.act(saved, false);
         let mut extra = d.forward_extra(zs) + out_bytes;
-        if !self.amp {
-            extra = extra.max(d.forward_loop(zs, g));
-        }
+        extra = extra.max(if self.amp {
+            d.forward_loop_amp(g)
+        } else {
+            d.forward_loop(zs, g)
+        });
         self.t.transient(extra, Category::Activations);
         if state_cache {
             let state = self.act(d.state(), false);
@@ -949,6 +973,30 @@ mod tests {
                 sizes(b, s, dims).backward_peak(2, 4, grads(frozen, input_grad), true),
                 bytes,
                 "{b} x {s} {dims:?} frozen {frozen} input grad {input_grad}"
+            );
+        }
+    }
+
+    /// The forward's last state update under autocast, as `deltanet_mixer.py B S train amp-bf16`
+    /// traces it (measured as in [`forward_loop_is_the_traced_one`], `out_proj`'s weight cast
+    /// held apart too): a lower bound within 15%.
+    #[test]
+    fn forward_loop_under_autocast_is_a_lower_bound_of_the_trace() {
+        let traced: &[(u128, u128, Dims, u128)] = &[
+            (1, 100, (64, 4, 4, 16, 16, 4), 277504),
+            (1, 40, (128, 2, 6, 32, 48, 4), 548824),
+            (1, 150, (64, 2, 6, 24, 40, 4), 754896),
+            (2, 65, (256, 2, 4, 128, 128, 4), 4585504),
+            (1, 300, (64, 4, 4, 16, 16, 4), 572416),
+            (5, 1, (256, 1, 4, 64, 96, 4), 5146960),
+            (2, 64, (256, 1, 4, 64, 96, 4), 1316896),
+            (1, 64, (2048, 16, 32, 128, 128, 4), 12615808),
+        ];
+        for &(b, s, dims, bytes) in traced {
+            let est = sizes(b, s, dims).forward_loop_amp(Grads::ALL);
+            assert!(
+                est <= bytes && est * 100 >= bytes * 85,
+                "{b} x {s} {dims:?}: {est} vs {bytes}"
             );
         }
     }
