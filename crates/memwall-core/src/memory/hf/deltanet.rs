@@ -921,7 +921,8 @@ mod tests {
     }
 
     /// Under autocast: the composite's saved bytes (`saved` with 16-bit projections plus
-    /// `saved_amp_delta`) against `deltanet_mixer.py B S train amp-bf16 dims` — the bytes alive
+    /// `saved_amp_delta`) against `deltanet_mixer.py B S train amp-bf16 dims --saved [--frozen]
+    /// [--no-input-grad]` — the bytes alive
     /// when the forward ends, less what memwall holds outside the composite (the input's and
     /// the projection weights' 16-bit casts the linears save, the output, `out_proj`'s input when
     /// `out_proj` trains) —
@@ -977,9 +978,9 @@ mod tests {
         }
     }
 
-    /// The forward's last state update under autocast, as `deltanet_mixer.py B S train amp-bf16`
-    /// traces it (measured as in [`forward_loop_is_the_traced_one`], `out_proj`'s weight cast
-    /// held apart too): a lower bound within 15%.
+    /// The forward's last state update under autocast, as `deltanet_mixer.py B S train amp-bf16
+    /// dims --saved` prints it (`loop`: measured as in [`forward_loop_is_the_traced_one`],
+    /// `out_proj`'s weight cast held apart too): a lower bound within 15%.
     #[test]
     fn forward_loop_under_autocast_is_a_lower_bound_of_the_trace() {
         let traced: &[(u128, u128, Dims, u128)] = &[
