@@ -101,6 +101,13 @@ CASES = [
     # output's contiguous copy saved (4 chunks, padded)
     dict(id="xc-qwen3next-tiny-s200-fp32-sgd", config="sw6-qwen3next", batch=1, seq=200,
          precision="fp32", optimizer="sgd"),
+    # ... and under autocast (helper 16), where the delta rule's matmuls save 16-bit casts of
+    # their fp32 operands and the training cache pins the last update's casts (3 chunks padded,
+    # 3 value heads per key head; 1 chunk, one value head per key head)
+    dict(id="xc-qwen3next-h128-r3-s150-ampbf16-sgd", config="h10-qwen3next-h128-r3", batch=1,
+         seq=150, precision="amp-bf16", optimizer="sgd"),
+    dict(id="xc-qwen3next-h64-r1-s40-b2-ampbf16-sgd", config="h10-qwen3next-h64-r1", batch=2,
+         seq=40, precision="amp-bf16", optimizer="sgd"),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),

@@ -19,7 +19,11 @@ saved bytes and output gradient it frees, and `temps` = peak − gradients (what
 `Node::backward_temps` must hold: the node's model is saved + output gradient + temps + input and
 parameter gradients at its peak); with `trace`, the op at the peak and what is alive there.
 
-Usage: python tools/truth/probes/deltanet_mixer.py B S MODE PREC h,Hk,Hv,dk,dv,K [trace] [--check-backward]
+`--saved` (train only): the composite's saved bytes and its forward's last state update, held
+apart from what memwall counts outside it (see `check_saved`).
+
+Usage: python tools/truth/probes/deltanet_mixer.py B S MODE PREC h,Hk,Hv,dk,dv,K [trace]
+       [--check-backward | --saved] [--frozen] [--no-input-grad]
 """
 import sys, torch
 from transformers import AutoConfig
@@ -112,10 +116,46 @@ def check_backward(B, S, prec, dims, frozen=False, input_grad=True):
     return out, ev, (i0, at, i1)
 
 
+def check_saved(B, S, prec, dims, frozen=False, input_grad=True):
+    """The composite's saved bytes and its forward's last state update (`deltanet.rs`
+    `Sizes::saved` (+ `saved_amp_delta` under autocast), `forward_loop` / `forward_loop_amp`):
+    the bytes alive when the forward ends, less what memwall holds outside the composite — the
+    input (its 16-bit cast under autocast), the output, `out_proj`'s input when `out_proj` trains
+    and, under autocast, the projection weights' 16-bit casts the linears save (`in_proj_qkvz`'s
+    and `in_proj_ba`'s when the input needs a gradient or the weight trains, `out_proj`'s) —;
+    `loop`: the bytes alive at the chunk loop's last state `add` above the forward's end, plus
+    the output and `out_proj`'s input (and its weight cast), less the projections' outputs."""
+    ev = run(B, S, "train", prec, dims, setup=lambda mx, ev: composite_hooks(mx, ev, frozen),
+             input_grad=input_grad)
+    h, Hk, Hv, dk, dv, K = dims
+    t, vd = B * S, Hv * dv
+    amp = prec.startswith("amp")
+    z = 2 if amp or prec in ("bf16", "fp16") else 4
+    i1 = ev.index(("MARK", "fwd"))
+    fw = [e for e in ev[:i1] if e[0] != "MARK"]
+    end = fw[-1][3]
+    outside = 2 * t * h * z + (0 if frozen else t * vd * z)
+    if amp:
+        outside += h * vd * 2
+        if input_grad or not frozen:
+            outside += (2 * Hk * dk + 2 * vd) * h * 2
+        if input_grad:
+            outside += 2 * Hv * h * 2
+    adds = [e for e in fw if e[0] == "+" and e[1] == "add" and tuple(e[4]) == (B, Hv, dk, dv)]
+    loop = None
+    if adds:
+        loop = (adds[-1][3] - end + 2 * t * h * z - t * h * z + t * vd * z
+                - t * (2 * Hk * dk + 2 * vd) * z - t * 2 * Hv * z + (h * vd * 2 if amp else 0))
+    return {"saved": end - outside, "loop": loop}
+
+
 if __name__ == "__main__":
     B, S, mode, prec = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
     dims = tuple(int(v) for v in sys.argv[5].split(","))
-    if "--check-backward" in sys.argv:
+    if "--saved" in sys.argv:
+        print(check_saved(B, S, prec, dims, frozen="--frozen" in sys.argv,
+                          input_grad="--no-input-grad" not in sys.argv))
+    elif "--check-backward" in sys.argv:
         res, ev, (i0, at, i1) = check_backward(B, S, prec, dims, frozen="--frozen" in sys.argv,
                                                input_grad="--no-input-grad" not in sys.argv)
         if "trace" in sys.argv:

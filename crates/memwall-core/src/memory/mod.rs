@@ -313,19 +313,12 @@ pub(crate) fn check_lora_targets(model: &ModelDesc, w: &TrainWorkload) -> Result
     ))
 }
 
-/// The linear-attention shape whose training forms are measured: Qwen3-Next-80B-A3B's
-/// The linear-attention shape whose autocast training forms are measured: Qwen3-Next-80B-A3B's
-/// `Qwen3NextGatedDeltaNet` (16 key heads, 32 value heads, both 128 wide).
-const FITTED_DELTANET: (u64, u64, u64, u64) = (16, 32, 128, 128);
-
 /// Training through GatedDeltaNet layers that memwall does not model at their shape. In bf16 /
-/// fp16, and in fp32 with more than one value head per key head, the composite's saved tensors,
-/// its forward instants and its backward's peak are traced op by op (`hf/deltanet.rs`) and hold
-/// at any shape. Refused: autocast at a shape other than Qwen3-Next-80B's (the delta rule's
-/// matmuls run in 16 bits and save 16-bit copies that are not modelled; fitted at that shape,
-/// within 0.5% on its fixtures, measured -2.7% … +9.2% elsewhere), and fp32 with one value head
-/// per key head (the `z` reshape is then a view of `in_proj_qkvz`'s output, which the no-op
-/// cast leaves silu saving: the whole projection output stays alive, not modelled).
+/// fp16, under autocast, and in fp32 with more than one value head per key head, the
+/// composite's saved tensors, its forward instants and its backward's peak are traced op by op
+/// (`hf/deltanet.rs`) and hold at any shape. Refused: fp32 with one value head per key head
+/// (the `z` reshape is then a view of `in_proj_qkvz`'s output, which the no-op cast leaves
+/// silu saving: the whole projection output stays alive, not modelled).
 /// Inference is not affected. (tests/truth/known_gaps.toml)
 pub(crate) fn check_linear_attention_training(
     model: &ModelDesc,
@@ -335,7 +328,6 @@ pub(crate) fn check_linear_attention_training(
     let Some(m) = model.layers.iter().find_map(|l| l.gated_delta_net()) else {
         return Ok(());
     };
-    let shape = (m.num_k_heads, m.num_v_heads, m.k_head_dim, m.v_head_dim);
     let heads = format!(
         "{} key / {} value heads of {}/{}",
         m.num_k_heads, m.num_v_heads, m.k_head_dim, m.v_head_dim
@@ -352,16 +344,7 @@ pub(crate) fn check_linear_attention_training(
             "train in bf16 or fp16 (`--precision bf16`), or estimate inference (`memwall infer`)",
         )),
         Precision::Fp32 => Ok(()),
-        Precision::AmpBf16 | Precision::AmpFp16 if shape == FITTED_DELTANET => Ok(()),
-        Precision::AmpBf16 | Precision::AmpFp16 => Err(CoreError::invalid_value(
-            "precision",
-            precision.name(),
-            format!(
-                "training `{}`'s gated-delta-net layers ({heads}) under autocast is modelled only at Qwen3-Next's linear-attention shape (16 key / 32 value heads of 128): the delta rule's 16-bit matmuls and the copies they save are not traced at other shapes (measured -2.7% … +9.2%)",
-                crate::error::untrusted(&model.model_type),
-            ),
-            "train in bf16 or fp16 (`--precision bf16`), or estimate inference (`memwall infer`)",
-        )),
+        Precision::AmpBf16 | Precision::AmpFp16 => Ok(()),
     }
 }
 

@@ -15,10 +15,11 @@
 //! free). [`Sizes::saved`] holds byte for byte in bf16 for batch 1–4, 128–1024 tokens, padded
 //! and unpadded; the forward transients are exact in bf16 at batch ≤ 2 and one
 //! `[tokens, value_dim]` tensor low at batch 4 × 128. The backward's peak
-//! ([`Sizes::backward_peak`]) is traced op by op in bf16/fp16 (`deltanet_mixer.py
-//! --check-backward`); its fp32 and autocast forms, and the no-grad form, are fitted at
-//! Qwen3-Next-80B's shape (`memory::check_linear_attention_training` refuses fp32 and autocast
-//! training at other shapes).
+//! ([`Sizes::backward_peak`]) is traced op by op in bf16/fp16 and fp32 (`deltanet_mixer.py
+//! --check-backward`), and re-traced under autocast, where the delta rule's matmuls save 16-bit
+//! casts ([`Sizes::saved_amp_delta`]); the no-grad form is fitted at Qwen3-Next-80B's widths
+//! (`memory::check_linear_attention_training` refuses fp32 training with one value head per key
+//! head).
 
 use super::{Builder, LayerParams};
 use crate::memory::timeline::{Category, Ids, Node, TensorId};
@@ -188,6 +189,66 @@ impl Sizes {
         v
     }
 
+    /// Under autocast (`amp`: fp32 parameters and mixer input, CPU/CUDA autocast to 16 bits),
+    /// what [`Sizes::saved`] (evaluated with 16-bit projections, `z = 2`) gains and loses:
+    /// `matmul`/`bmm` are autocast ops (torch `autocast_mode.cpp`, lower-precision list), so
+    /// every matmul of the delta rule casts its fp32 operands to 16 bits and saves the casts,
+    /// and its output is 16-bit. Traced with `deltanet_mixer.py B S train amp-bf16 ..` (the
+    /// tensors alive when the forward ends, against the same call in bf16):
+    ///
+    /// - `k_beta @ key.T` and `query @ key.T`: four 16-bit `[B, Hv, chunks·L, dk]` casts saved
+    ///   in place of the fp32 decayed query and key (saved at two chunks and more in bf16,
+    ///   where the chunk loop's matmuls read them in place); their 16-bit products replace the
+    ///   fp32 ones the decay product saves (with decay gradients), and `intra_chunk_attn` is
+    ///   saved as one 16-bit cast per chunk (`intra_chunk_attn[:, :, i] @ v_new`): 1.5 fp32
+    ///   `[B, Hv, chunks, L, L]` less (0.5 without decay gradients: no product saved);
+    /// - without decay gradients the fp32 padded query and key and `k_beta` are not saved
+    ///   (only the matmuls, which save their casts, read them for a gradient);
+    /// - the chunk loop: `v_new` is cast twice per chunk (once at the last, whose state update
+    ///   is unreachable) instead of saved once in fp32; every read of a state casts it twice
+    ///   (`k_cumdecay[i] @ state`, `query[i] @ state`), the states themselves are saved only by
+    ///   the decay product `state * chunk_decay[i]` of reachable updates (chunks but the last)
+    ///   when the decay needs a gradient; from the second chunk on the query, `k_cumdecay` and
+    ///   key chunks are cast too (the state needs a gradient there);
+    /// - the gated norm: `self.weight * hidden.to(input_dtype)` promotes to fp32 (the weight is
+    ///   fp32), so the product silu's gate multiplies is saved in fp32;
+    /// - `conv1d.weight` is cast to 16 bits by the convolution and saved.
+    fn saved_amp_delta(&self, g: Grads) -> i128 {
+        let Sizes {
+            b,
+            t,
+            tp,
+            c,
+            l,
+            hv,
+            dk,
+            dv,
+            vd,
+            cd,
+            k,
+            ..
+        } = *self;
+        let i = |v: u128| i128::try_from(v).unwrap_or(i128::MAX);
+        let full_ll = i(b * hv * c * l * l * F);
+        let full_k = i(tp * hv * dk * F);
+        let chunk_k = i(b * hv * l * dk * F);
+        let chunk_v = i(b * hv * l * dv * F);
+        let (c_, st) = (i(c), i(self.state()));
+        let mut v = 2 * full_k - chunk_v / 2
+            + 3 * (c_ - 1) * chunk_k / 2
+            + i(t * vd * (F - 2))
+            + i(cd * k * 2);
+        if c > 1 {
+            v -= 2 * full_k;
+        }
+        if g.decay {
+            v += (c_ - 1) * st - 3 * full_ll / 2;
+        } else {
+            v -= 3 * full_k + full_ll / 2;
+        }
+        v
+    }
+
     /// The head reordering's copies (`fix_query_key_value_ordering`: `z`, `b` and `a` are
     /// reshaped across the key-head groups, a copy unless the reshape is a view — one key head,
     /// or for `b`/`a` one value head per key head). Traced: with one value head per key head
@@ -224,6 +285,23 @@ impl Sizes {
     /// update, or kept with the final state while a cache holds it.
     fn last_update_pinned(&self) -> u128 {
         self.b * self.hv * self.l * (self.dk + 1) * F + self.b * self.hv * F
+    }
+
+    /// Under autocast, what the last state update saves while a cache keeps it reachable
+    /// ([`Sizes::saved_amp_delta`] counts it unreachable): its matmul's 16-bit casts of the
+    /// decayed key and `v_new` chunks, the state entering it (`state * chunk_decay[i]` saves it
+    /// when the decay needs a gradient, the zero initial state at one chunk too) and, at one
+    /// chunk, the key's decay `exp` and `chunk_decay` (from two chunks on the earlier updates
+    /// save them).
+    fn last_update_pinned_amp(&self, g: Grads) -> u128 {
+        let mut v = self.b * self.hv * self.l * (self.dk + self.dv) * 2;
+        if g.decay {
+            v += self.state();
+        }
+        if self.c == 1 {
+            v += self.b * self.hv * self.l * F + self.b * self.hv * F;
+        }
+        v
     }
 
     /// Highest bytes alive during the forward above the saved tensors, the projections'
@@ -318,6 +396,28 @@ impl Sizes {
         alive.saturating_sub(not_yet)
     }
 
+    /// [`Sizes::forward_loop`] under autocast (16-bit projections), a lower bound: what autocast
+    /// leaves unsaved is alive there as the rule's locals — `intra_chunk_attn` and, from two
+    /// chunks on, the decayed query and key in fp32 — with the last update's 16-bit casts of the
+    /// key and `v_new` chunks, while the gated norm's weighted product, saved in fp32 once it
+    /// exists, does not yet. Traced (`deltanet_mixer.py` amp-bf16, the last state update's
+    /// `add`) at hidden 64–2048, 1–5 chunks, 1–16 key heads: low by 0.6 to 1.5 `v_new` chunks
+    /// `[B, Hv, 64, dv]` fp32 (4–15%, not traced further); the forward's peak can be the core
+    /// output's copy after the loop (up to 8% higher at hidden 64). Not the step's peak on any
+    /// measured case.
+    fn forward_loop_amp(&self, g: Grads) -> u128 {
+        let full_ll = self.b * self.hv * self.c * self.l * self.l * F;
+        let full_k = self.tp * self.hv * self.dk * F;
+        let chunk = self.b * self.hv * self.l * (self.dk + self.dv) * 2;
+        let decayed = if self.c >= 2 { 2 * full_k } else { 0 };
+        let weighted = if g.norm_weight {
+            2 * self.t * self.vd
+        } else {
+            0
+        };
+        (self.forward_loop(2, g) + full_ll + decayed + chunk).saturating_sub(weighted)
+    }
+
     /// Highest bytes of a forward that saves nothing (`torch.no_grad()`, a checkpointed
     /// layer's first pass), above the projections' outputs: the chunked rule's fp32 locals —
     /// the `[tokens, value_dim]`-sized ones (fitted at Qwen3-Next's widths) and, traced with
@@ -354,7 +454,18 @@ impl Sizes {
     ///   the state have freed anything; the last chunk's backward after every state it saved
     ///   is freed;
     /// - the two triangular solves' backwards (`[B, Hv, chunks, L, L]` products, `neg`, `tril`).
-    fn backward_peak(&self, z: u128, p: u128, g: Grads) -> u128 {
+    ///
+    /// Under autocast (`amp`, [`Sizes::saved_amp_delta`]) the chunk loop's matmuls save 16-bit
+    /// casts that its backward frees as it goes, their gradients come back 16-bit and are cast
+    /// to fp32, the gated norm's weighted product is fp32, and the fp32 decayed query and key
+    /// are not saved: each instant differs from its bf16 form by what is freed or allocated
+    /// instead (traced with `deltanet_mixer.py --check-backward` in amp-bf16 on 149 cases —
+    /// hidden 64–2048, 1–4 value heads per key head, 1–5 chunks, LoRA's frozen mixer with and
+    /// without an input gradient —: exact at one chunk with decay gradients and wherever the
+    /// peak is the norm, the un-padding, the two-chunk decay instant or, from three chunks, the
+    /// second chunk from the end; elsewhere its instants keep their bf16 form and the
+    /// composite's backward peak is within -32% … +8% (mean 1.9%) of the trace).
+    fn backward_peak(&self, z: u128, p: u128, g: Grads, amp: bool) -> u128 {
         let Sizes {
             b,
             t,
@@ -383,7 +494,9 @@ impl Sizes {
         // saved tensors (three fp32 `[T, value_dim]`, the 16-bit normalised one when the
         // weight is trained, the rsqrt) are freed, the weight's gradient exists.
         let normed = if g.norm_weight { z } else { 0 };
-        let mut base = -(3 * f + z + normed) * tv - f * i(t * hv);
+        // the weighted product silu's gate multiplies: fp32 under autocast (the weight is fp32)
+        let w = if amp { f } else { z };
+        let mut base = -(3 * f + w + normed) * tv - f * i(t * hv);
         if g.norm_weight {
             base += i(dv) * i(p);
         }
@@ -399,53 +512,76 @@ impl Sizes {
         };
         // the norm's first ops: the incoming gradient cast to fp32 and `silu(gate)`'s two
         // products (the cast is a no-op in fp32)
-        let norm = if z < f { 3 * f * tv } else { 2 * f * tv };
+        // (under autocast the incoming 16-bit gradient needs no cast to the input dtype)
+        let mut norm = if z < f { 3 * f * tv } else { 2 * f * tv };
+        if amp {
+            norm -= z * tv;
+        }
+        // what an instant gains under autocast (`amp`), else nothing
+        let a = |v: i128| if amp { v } else { 0 };
+        let chunk_ll = full_ll / c_.max(1);
         let mut peak = norm.max(base + f * tv + full_v);
         let mut at = |v: i128| peak = peak.max(base + v);
         if c == 1 {
-            at(3 * full_v);
+            // autocast: the output gradient's 16-bit cast for the chunk's matmuls; past the
+            // loop, `intra_chunk_attn` and `v_new` were saved as 16-bit casts (half the fp32
+            // bytes bf16 frees there), and with decay gradients the padded query is freed
+            let past_loop = a(full_ll / 2 + full_v / 2);
+            at(3 * full_v + a(full_v / 2));
             at(full_ll + 2 * full_v);
             at(2 * full_k + full_v);
-            at(4 * full_k - st + tokens);
+            at(4 * full_k - st + tokens + past_loop);
             let solve_freed = if g.decay { st } else { st + tokens };
-            at(2 * full_ll + 3 * full_k - solve_freed);
-            at(3 * full_ll + full_k + full_v - solve_freed);
+            at(2 * full_ll + 3 * full_k - solve_freed + past_loop);
+            let pad_q = if g.decay { full_k } else { 0 };
+            at(3 * full_ll + full_k + full_v - solve_freed + past_loop - a(pad_q));
         } else {
             if c == 2 {
+                // autocast: the fp32 decayed query and key are not saved (so not freed here);
+                // the state, query/`k_cumdecay` and last-chunk casts are freed
+                let last = a(2 * full_k - st / 2 - chunk_k - chunk_ll / 2);
                 if g.decay {
-                    at(full_ll + full_k + 2 * full_v + st + heads);
+                    at(full_ll + full_k + 2 * full_v + st + heads + last);
                 }
-                at(full_ll + chunk_k + full_k + 2 * full_v);
+                at(full_ll + chunk_k + full_k + 2 * full_v + last);
             } else {
+                // autocast: the last chunk's casts (query, `k_cumdecay`, `intra_chunk_attn`,
+                // the states it read) and the second one's key cast are freed
                 if g.decay {
-                    at(full_ll + 3 * full_k + 2 * full_v + 2 * st + heads);
+                    at(full_ll + 3 * full_k + 2 * full_v + 2 * st + heads
+                        - a(3 * chunk_k / 2 + chunk_ll / 2));
                 } else {
                     at(full_ll + chunk_k + 3 * full_k + 2 * full_v);
                 }
-                at(3 * full_ll + 3 * full_k + 2 * full_v + cd);
-                at(full_ll + 3 * full_k + 3 * full_v + 2 * chunk_v + cd);
+                at(3 * full_ll + 3 * full_k + 2 * full_v + cd - a(chunk_ll + 3 * chunk_k / 2 + st));
+                at(full_ll
+                    + 3 * full_k
+                    + 3 * full_v
+                    + 2 * chunk_v
+                    + cd
+                    + a(chunk_v / 2 - st - 3 * chunk_k / 2 - chunk_ll / 2));
                 // the key accumulators: one fewer at three chunks (the last chunk's state
                 // update is unreachable, so its key gets no gradient)
                 let keys = if c == 3 { 4 } else { 5 };
-                at(full_ll + keys * full_k + 2 * full_v + cd - chunk_v);
+                let freed = if c > 3 {
+                    a(2 * st + 3 * chunk_k / 2 + chunk_ll - chunk_v / 2)
+                } else {
+                    0
+                };
+                at(full_ll + keys * full_k + 2 * full_v + cd - chunk_v - freed);
             }
             // (two chunks without decay gradients: the saved chunk decays are still alive)
             let last_cd = if c == 2 && !g.decay { 0 } else { cd };
             at(full_ll + full_k + 3 * full_v + last_cd + (3 - c_) * chunk_v - (c_ - 1) * st);
             let solve_freed =
                 c_ * (chunk_v + st) + if g.decay { decays + tokens } else { 2 * tokens };
-            at(2 * full_ll + 2 * full_k + full_v - solve_freed);
-            at(3 * full_ll + 2 * full_v - solve_freed);
+            // autocast, past the loop: `intra_chunk_attn` and `v_new` were 16-bit casts (less
+            // freed than bf16's fp32) and the fp32 states are saved besides their casts
+            let past_loop = a(full_ll / 2 + chunk_v / 2 + (c_ - 1) * st);
+            at(2 * full_ll + 2 * full_k + full_v - solve_freed + past_loop);
+            at(3 * full_ll + 2 * full_v - solve_freed + past_loop);
         }
         u128::try_from(peak.max(0)).unwrap_or(0)
-    }
-
-    /// The backward's transients at Qwen3-Next-80B's shape under autocast, above its input
-    /// and parameter gradients: fitted there (the chunk loop's gradient accumulators less the
-    /// gated norm's saved tensors already freed); other shapes are refused under autocast
-    /// (`memory::check_linear_attention_training`).
-    fn backward_temps_fitted(&self) -> u128 {
-        (2 * self.tp * self.vd * F).saturating_sub(self.state() / 2)
     }
 
     /// Transient bytes of one decode step (`torch_recurrent_gated_delta_rule`): the decayed
@@ -560,37 +696,52 @@ impl Builder<'_> {
             a_log: trained(2),
             decay: self.rg(ba) || trained(1) || trained(2),
         };
-        let kept = self.act(d.saved(zs, g), false);
+        let saved = if self.amp {
+            let delta = d.saved_amp_delta(g);
+            let base = i128::try_from(d.saved(zs, g)).unwrap_or(i128::MAX);
+            u128::try_from(base + delta).unwrap_or(0)
+        } else {
+            d.saved(zs, g)
+        };
+        let kept = self.act(saved, false);
         let mut extra = d.forward_extra(zs) + out_bytes;
-        if !self.amp {
-            extra = extra.max(d.forward_loop(zs, g));
-        }
+        extra = extra.max(if self.amp {
+            d.forward_loop_amp(g)
+        } else {
+            d.forward_loop(zs, g)
+        });
         self.t.transient(extra, Category::Activations);
         if state_cache {
             let state = self.act(d.state(), false);
             self.cache_refs.push(state);
-            if d.c == 1 && rg {
-                let pinned = self.act(d.last_update_pinned(), false);
+            let pinned = if !rg {
+                0
+            } else if self.amp {
+                d.last_update_pinned_amp(g)
+            } else if d.c == 1 {
+                d.last_update_pinned()
+            } else {
+                0
+            };
+            if pinned > 0 {
+                let pinned = self.act(pinned, false);
                 self.cache_refs.push(pinned);
             }
         }
         let out = self.act(out_bytes, rg);
         if rg {
-            let temps = if self.amp {
-                d.backward_temps_fitted()
-            } else {
-                // the node's model holds its saved tensors, its output's gradient, these
-                // transients and its input and parameter gradients at its peak
-                let grad = |x: TensorId| if self.rg(x) { self.t.bytes(x) } else { 0 };
-                let params: u128 = lp
-                    .ssm
-                    .iter()
-                    .filter(|p| self.trainable(p))
-                    .map(|p| self.t.grad_bytes(p.id))
-                    .sum();
-                d.backward_peak(zs, self.param_size, g)
-                    .saturating_sub(grad(qkvz) + grad(ba) + params)
-            };
+            // the node's model holds its saved tensors, its output's gradient, these
+            // transients and its input and parameter gradients at its peak
+            let grad = |x: TensorId| if self.rg(x) { self.t.bytes(x) } else { 0 };
+            let param_grads: u128 = lp
+                .ssm
+                .iter()
+                .filter(|p| self.trainable(p))
+                .map(|p| self.t.grad_bytes(p.id))
+                .sum();
+            let temps = d
+                .backward_peak(zs, self.param_size, g, self.amp)
+                .saturating_sub(grad(qkvz) + grad(ba) + param_grads);
             self.t.record(Node {
                 saved: Ids::of(&[kept]),
                 inputs: Ids::of(&[qkvz, ba]),
@@ -698,7 +849,7 @@ mod tests {
                 decay: !frozen || input_grad,
             };
             assert_eq!(
-                sizes(b, s, dims).backward_peak(2, 2, g),
+                sizes(b, s, dims).backward_peak(2, 2, g, false),
                 bytes,
                 "{b} x {s} {dims:?} frozen {frozen} input grad {input_grad}"
             );
@@ -762,9 +913,91 @@ mod tests {
                 decay: !frozen || input_grad,
             };
             assert_eq!(
-                sizes(b, s, dims).backward_peak(4, 4, g),
+                sizes(b, s, dims).backward_peak(4, 4, g, false),
                 bytes,
                 "{b} x {s} {dims:?} frozen {frozen} input grad {input_grad}"
+            );
+        }
+    }
+
+    /// Under autocast: the composite's saved bytes (`saved` with 16-bit projections plus
+    /// `saved_amp_delta`) against `deltanet_mixer.py B S train amp-bf16 dims --saved [--frozen]
+    /// [--no-input-grad]` — the bytes alive
+    /// when the forward ends, less what memwall holds outside the composite (the input's and
+    /// the projection weights' 16-bit casts the linears save, the output, `out_proj`'s input when
+    /// `out_proj` trains) —
+    /// and the backward's peak against `--check-backward` where its instants are traced: one
+    /// to five chunks, one key head, one value head per key head, LoRA's frozen mixer with and
+    /// without an input gradient.
+    #[test]
+    fn autocast_is_the_traced_one() {
+        let saved: &[(u128, u128, Dims, bool, bool, u128)] = &[
+            (1, 150, (64, 2, 6, 24, 40, 4), false, true, 3513328),
+            (1, 150, (64, 2, 6, 24, 40, 4), true, false, 2571096),
+            (2, 40, (128, 2, 6, 32, 48, 4), false, true, 2423280),
+            (1, 100, (64, 4, 4, 16, 16, 4), false, true, 1049376),
+            (1, 300, (256, 1, 4, 64, 96, 4), false, true, 9176976),
+            (2, 65, (128, 2, 4, 32, 32, 4), true, true, 2828512),
+        ];
+        let grads = |frozen: bool, input_grad: bool| Grads {
+            norm_weight: !frozen,
+            a_log: !frozen,
+            decay: !frozen || input_grad,
+        };
+        for &(b, s, dims, frozen, input_grad, bytes) in saved {
+            let d = sizes(b, s, dims);
+            let g = grads(frozen, input_grad);
+            let amp = i128::try_from(d.saved(2, g)).unwrap() + d.saved_amp_delta(g);
+            assert_eq!(
+                amp,
+                i128::try_from(bytes).unwrap(),
+                "{b} x {s} {dims:?} {g:?}"
+            );
+        }
+        let peak: &[(u128, u128, Dims, bool, bool, u128)] = &[
+            (1, 50, (64, 2, 6, 24, 40, 4), false, true, 196144),
+            (1, 50, (64, 2, 6, 24, 40, 4), true, false, 255312),
+            (1, 50, (128, 2, 4, 128, 64, 4), false, true, 228832),
+            (1, 50, (256, 2, 6, 120, 104, 4), true, false, 312000),
+            (1, 100, (128, 2, 4, 128, 64, 4), false, true, 619216),
+            (1, 100, (128, 2, 4, 128, 64, 4), true, false, 670144),
+            (1, 100, (64, 2, 4, 16, 16, 4), true, true, 389536),
+            (1, 150, (64, 2, 6, 24, 40, 4), false, true, 757144),
+            (1, 150, (256, 1, 4, 64, 96, 4), false, true, 648784),
+            (1, 150, (64, 1, 3, 88, 136, 4), true, true, 706332),
+            (1, 200, (128, 2, 4, 128, 64, 4), true, true, 2028480),
+            (1, 300, (128, 2, 4, 128, 64, 4), false, true, 2315920),
+            (1, 300, (64, 2, 6, 24, 40, 4), true, true, 1306200),
+        ];
+        for &(b, s, dims, frozen, input_grad, bytes) in peak {
+            assert_eq!(
+                sizes(b, s, dims).backward_peak(2, 4, grads(frozen, input_grad), true),
+                bytes,
+                "{b} x {s} {dims:?} frozen {frozen} input grad {input_grad}"
+            );
+        }
+    }
+
+    /// The forward's last state update under autocast, as `deltanet_mixer.py B S train amp-bf16
+    /// dims --saved` prints it (`loop`: measured as in [`forward_loop_is_the_traced_one`],
+    /// `out_proj`'s weight cast held apart too): a lower bound within 15%.
+    #[test]
+    fn forward_loop_under_autocast_is_a_lower_bound_of_the_trace() {
+        let traced: &[(u128, u128, Dims, u128)] = &[
+            (1, 100, (64, 4, 4, 16, 16, 4), 277504),
+            (1, 40, (128, 2, 6, 32, 48, 4), 548824),
+            (1, 150, (64, 2, 6, 24, 40, 4), 754896),
+            (2, 65, (256, 2, 4, 128, 128, 4), 4585504),
+            (1, 300, (64, 4, 4, 16, 16, 4), 572416),
+            (5, 1, (256, 1, 4, 64, 96, 4), 5146960),
+            (2, 64, (256, 1, 4, 64, 96, 4), 1316896),
+            (1, 64, (2048, 16, 32, 128, 128, 4), 12615808),
+        ];
+        for &(b, s, dims, bytes) in traced {
+            let est = sizes(b, s, dims).forward_loop_amp(Grads::ALL);
+            assert!(
+                est <= bytes && est * 100 >= bytes * 85,
+                "{b} x {s} {dims:?}: {est} vs {bytes}"
             );
         }
     }
