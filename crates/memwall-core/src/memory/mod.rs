@@ -103,7 +103,7 @@ pub(crate) fn check_train(model: &ModelDesc, w: &TrainWorkload) -> Result<Engine
     check_attention(model, w.attention)?;
     check_autocast(model, w.precision)?;
     check_linear_attention_training(model, w.precision)?;
-    check_image_checkpointing(model, w)?;
+    check_image_checkpointing(model, w, false)?;
     check_lora_targets(model, w)?;
     let builds_cache = !w.checkpointing
         && !w.kernels.padding_free
@@ -385,6 +385,7 @@ pub(crate) fn check_linear_attention_training(
 pub(crate) fn check_image_checkpointing(
     model: &ModelDesc,
     w: &crate::workload::TrainWorkload,
+    distributed: bool,
 ) -> Result<(), CoreError> {
     let Some(v) = model.vision.as_ref() else {
         return Ok(());
@@ -393,6 +394,14 @@ pub(crate) fn check_image_checkpointing(
         return Ok(());
     };
     let tower = match kind {
+        // simulated on one GPU with full checkpointing (memory/hf/vision.rs `vision_tower`)
+        crate::model::VisionKind::Qwen2Vl | crate::model::VisionKind::Qwen25Vl
+            if !distributed
+                && w.step_options.checkpointing_policy
+                    == crate::workload::CheckpointPolicy::Full =>
+        {
+            return Ok(());
+        }
         crate::model::VisionKind::Qwen2Vl => "Qwen2-VL",
         crate::model::VisionKind::Qwen25Vl => "Qwen2.5-VL",
         crate::model::VisionKind::Gemma3Siglip => "Gemma 3 (SigLIP)",
