@@ -376,12 +376,17 @@ pub(crate) fn check_linear_attention_training(
 /// `get_input_embeddings`. The hook calls `output.requires_grad_(True)`, so the frozen tower's
 /// patch embeddings require grad: the tower records autograd (its encoder layers are
 /// `GradientCheckpointingLayer`s, checkpointed like the text layers; the ops between them save
-/// their inputs) and the backward runs back through it, recomputing its layers. That backward
-/// is not simulated (memory/hf/vision.rs, siglip.rs, pixtral.rs, llama4_vision.rs replay the
-/// frozen tower's forward only). Measured with the towers at their real widths (2 layers)
-/// behind small text models (tests/truth/known_gaps.toml `[[refused]]`), the frozen-tower
-/// estimate is short by 25.5% (Llama 4), 33.0% (Qwen2-VL, Qwen2.5-VL), 39.6% (Gemma 3) and
-/// 41.4% (Mistral 3), while the tower-dominated steps without checkpointing are within 0.07%.
+/// their inputs) and the backward runs back through it, recomputing its layers. For Qwen2-VL
+/// and Qwen2.5-VL that backward is simulated on one GPU under full checkpointing
+/// (memory/hf/vision.rs `vision_tower`, `recompute_vision_block`; the measured
+/// `vlm-qwen2vl-*-ckpt` / `vlm-qwen25vl-*-ckpt` cases, -33.0% before, are within 0.1%); another
+/// checkpointing policy with image inputs is refused for them (field checkpointing_policy),
+/// and so are the sharded engines (field image_tokens). The other towers' backward is not
+/// simulated (siglip.rs, pixtral.rs, llama4_vision.rs replay the frozen tower's forward
+/// only): measured with the towers at their real widths (2 layers) behind small text models
+/// (tests/truth/known_gaps.toml `[[refused]]`), the frozen-tower estimate is short by 25.5%
+/// (Llama 4), 39.6% (Gemma 3) and 41.4% (Mistral 3), while the tower-dominated steps without
+/// checkpointing are within 0.07%.
 pub(crate) fn check_image_checkpointing(
     model: &ModelDesc,
     w: &crate::workload::TrainWorkload,
@@ -393,32 +398,55 @@ pub(crate) fn check_image_checkpointing(
     let Some(kind) = v.forward.as_ref().map(|f| f.kind) else {
         return Ok(());
     };
+    let Some(n) = v.image_tokens.filter(|_| w.checkpointing) else {
+        return Ok(());
+    };
     let tower = match kind {
-        // simulated on one GPU with full checkpointing (memory/hf/vision.rs `vision_tower`)
-        crate::model::VisionKind::Qwen2Vl | crate::model::VisionKind::Qwen25Vl
-            if !distributed
-                && w.step_options.checkpointing_policy
-                    == crate::workload::CheckpointPolicy::Full =>
-        {
-            return Ok(());
+        crate::model::VisionKind::Qwen2Vl | crate::model::VisionKind::Qwen25Vl => {
+            let tower = if kind == crate::model::VisionKind::Qwen2Vl {
+                "Qwen2-VL"
+            } else {
+                "Qwen2.5-VL"
+            };
+            let policy = w.step_options.checkpointing_policy;
+            if policy != crate::workload::CheckpointPolicy::Full {
+                // transformers checkpoints every GradientCheckpointingLayer, the vision
+                // blocks included; a layer policy is the harness's, over the text layers
+                return Err(CoreError::invalid_value(
+                    crate::workload::CheckpointPolicy::FIELD,
+                    policy.name(),
+                    format!(
+                        "with image inputs, the {tower} vision tower's blocks are modelled under full checkpointing only (transformers checkpoints every vision block; which blocks a `{}` policy would cover is not traced)",
+                        policy.name()
+                    ),
+                    "drop --checkpointing-policy (full checkpointing), or drop --image-tokens and count the image tokens as text tokens of the sequence",
+                ));
+            }
+            if !distributed {
+                // simulated on one GPU (memory/hf/vision.rs `vision_tower`)
+                return Ok(());
+            }
+            return Err(CoreError::invalid_value(
+                "image_tokens",
+                n,
+                format!(
+                    "with activation checkpointing the {tower} vision tower's backward runs (enable_input_require_grads hooks its patch embedding); memwall models it on one GPU only, not under data-parallel sharding"
+                ),
+                "estimate one GPU (drop --gpus), or drop --checkpointing",
+            ));
         }
-        crate::model::VisionKind::Qwen2Vl => "Qwen2-VL",
-        crate::model::VisionKind::Qwen25Vl => "Qwen2.5-VL",
         crate::model::VisionKind::Gemma3Siglip => "Gemma 3 (SigLIP)",
         crate::model::VisionKind::Pixtral => "Mistral 3 (Pixtral)",
         crate::model::VisionKind::Llama4 => "Llama 4",
     };
-    match v.image_tokens {
-        Some(n) if w.checkpointing => Err(CoreError::invalid_value(
-            "image_tokens",
-            n,
-            format!(
-                "with activation checkpointing, transformers' enable_input_require_grads makes the {tower} vision tower's patch embeddings require grad, so the tower's backward runs (its layers recomputed); memwall simulates the frozen tower's forward only"
-            ),
-            "drop --checkpointing (and --checkpointing-policy), or drop --image-tokens and count the image tokens as text tokens of the sequence",
-        )),
-        _ => Ok(()),
-    }
+    Err(CoreError::invalid_value(
+        "image_tokens",
+        n,
+        format!(
+            "with activation checkpointing, transformers' enable_input_require_grads makes the {tower} vision tower's patch embeddings require grad, so the tower's backward runs (its layers recomputed); memwall simulates this tower's frozen forward only (the tower's backward is modelled for Qwen2-VL and Qwen2.5-VL)"
+        ),
+        "drop --checkpointing (and --checkpointing-policy), or drop --image-tokens and count the image tokens as text tokens of the sequence",
+    ))
 }
 
 /// Attention implementations transformers refuses for the model: a model with attention sinks
