@@ -186,7 +186,7 @@ impl Builder<'_> {
             sin = s2;
         }
         for block in 0..f.depth {
-            let windowed = qwen25 && f.window > 0 && !f.full_blocks.contains(&u64::from(block));
+            let windowed = qwen25 && f.window > 0 && !f.full_blocks.contains(&block);
             let chunks = if windowed { &windows } else { &full };
             let y = if grad {
                 // the checkpointed block: its forward saves nothing, the checkpoint keeps its
@@ -256,8 +256,9 @@ impl Builder<'_> {
         let n = u128::from(n);
         let p = images * n * u128::from(f.merge) * u128::from(f.merge);
         let (full, windows) = Self::vision_chunks(f, images, n);
-        let windowed =
-            f.kind == VisionKind::Qwen25Vl && f.window > 0 && !f.full_blocks.contains(&u64::from(block));
+        let windowed = f.kind == VisionKind::Qwen25Vl
+            && f.window > 0
+            && !f.full_blocks.contains(&u64::from(block));
         let chunks = if windowed { windows } else { full };
         let y = self.vision_block(f, &chunks, h, cos, sin, p);
         self.t.move_grad(out, y);
@@ -459,7 +460,13 @@ impl Builder<'_> {
     /// the result, its temporaries freed. With `x` requiring grad the products save the
     /// (grad-free) cos and sin only, so nothing of `x`; `rotate_half`'s slices, negation and
     /// concatenation save nothing and their backward is one gradient of `x`'s size.
-    fn vision_rotate(&mut self, x: TensorId, cos: TensorId, sin: TensorId, numel: u128) -> TensorId {
+    fn vision_rotate(
+        &mut self,
+        x: TensorId,
+        cos: TensorId,
+        sin: TensorId,
+        numel: u128,
+    ) -> TensorId {
         let a = self.mul(x, cos, numel * 4);
         // rotate_half: torch.cat((-x2, x1), dim=-1)
         let neg = self.act(numel / 2 * 4, false);
