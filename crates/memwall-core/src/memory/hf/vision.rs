@@ -9,9 +9,12 @@
 //! transformers `vision_utils.py` `get_vision_window_index` for the windows).
 //!
 //! The tower is frozen (its parameters do not require grad) and `pixel_values` never require
-//! grad, so autograd records nothing in it: transformers does not wrap it in `no_grad`, but an
-//! op none of whose inputs requires grad saves nothing (`torch/csrc/autograd`), so every
-//! tensor of the tower is a transient freed by reference counting. What outlives the tower:
+//! grad, so without checkpointing autograd records nothing in it: transformers does not wrap
+//! it in `no_grad`, but an op none of whose inputs requires grad saves nothing
+//! (`torch/csrc/autograd`), so every tensor of the tower is a transient freed by reference
+//! counting. With checkpointing, `enable_input_require_grads` makes the patch embeddings
+//! require grad and the tower runs a backward (checkpointed blocks recomputed, frozen weights:
+//! `Builder::vision_tower`). What outlives the tower:
 //! its output object (`last_hidden_state` and the merged `pooler_output`), the concatenated
 //! `image_embeds` and both placeholder masks, all locals of `Qwen2VLModel.forward` until the
 //! language model returns; `masked_scatter` saves the image mask when the embeddings require
@@ -492,11 +495,11 @@ impl Builder<'_> {
     /// each call saves its inputs (views of the three tensors) and, SDPA, its output and
     /// logsumexp (the fused kernel's backward needs both), eager, the fp32 softmax result
     /// (`_softmax` saves its result) and its 16-bit cast (the second matmul's operand); the
-    /// outputs' contiguous copies and the concatenation save nothing. The calls' saved tensors
-    /// are held in one node per run, released after the gradients of q, k and v exist (an
-    /// upper bound of the per-call backward order), and eager's backward adds the largest
-    /// call's [heads, len, len] transients: the probabilities' gradient, its fp32 cast and the
-    /// softmax backward's fp32 result.
+    /// outputs' contiguous copies and the concatenation save nothing. A run's saved tensors are
+    /// held by one node, which backward reaches last call first (the run's first-reached call
+    /// sees them all, its peak), with eager's [heads, len, len] transients of one call; the
+    /// gradients of q, k and v (split_backward concatenates the calls') come after every run,
+    /// and the concatenation's gradient lives until then.
     fn vision_attention(
         &mut self,
         chunks: &[(u128, u128)],
@@ -510,7 +513,9 @@ impl Builder<'_> {
         let save = self.t.recording && qkv.iter().any(|&x| self.rg(x));
         let round = |b: u128| b.div_ceil(g) * g;
         let mut outs = Vec::new();
-        let mut temps = 0;
+        // where the node handing q, k and v their gradients goes on the tape: before the
+        // calls', so that backward reaches it after them
+        let first = self.t.tape.len();
         for &(pi, count) in chunks {
             let eager = self.mode.attention() == AttentionImpl::Eager;
             // the saved tensors of the run's first `count - 1` calls, one block each
@@ -527,9 +532,19 @@ impl Builder<'_> {
                     }
                 }
             }
-            if save && eager {
-                temps = temps.max(round(heads * pi * pi * s) + 2 * round(heads * pi * pi * 4));
-            }
+            // eager backward of one call: the probabilities' gradient (16-bit), its fp32 cast,
+            // then the softmax backward's fp32 result, with the 16-bit probabilities (saved by
+            // the second matmul only) already released; fp32: the gradient and the result
+            let temps = if save && eager {
+                let sq = round(heads * pi * pi * 4);
+                if s == 4 {
+                    2 * sq
+                } else {
+                    (2 * sq).saturating_sub(round(heads * pi * pi * s))
+                }
+            } else {
+                0
+            };
             let oc = match self.mode.attention() {
                 AttentionImpl::Eager => {
                     // eager_attention_forward: matmul(q, kᵀ) * scaling, softmax in fp32 cast
@@ -587,6 +602,7 @@ impl Builder<'_> {
             if save {
                 self.t.record(Node {
                     saved: Ids::of(&held),
+                    backward_temps: temps,
                     ..Node::default()
                 });
             }
@@ -602,9 +618,11 @@ impl Builder<'_> {
                 saved: Ids::of(&qkv),
                 inputs: Ids::of(&qkv),
                 outputs: Ids::of(&[cat]),
-                backward_temps: temps,
                 ..Node::default()
             });
+            if let Some(node) = self.t.tape.pop() {
+                self.t.tape.insert(first, node);
+            }
         }
         for o in outs {
             self.drop_(o);
