@@ -614,14 +614,26 @@ impl Builder<'_> {
         let rg = qkv.iter().any(|&x| self.rg(x));
         let cat = self.act(p * e * s, rg);
         if save {
+            // eager with one call: the value (a view of the qkv output) is saved by the second
+            // matmul only, whose backward runs first, so the qkv output is gone before the
+            // softmax backward (with more calls the other calls' value views keep it)
+            let calls: u128 = chunks.iter().map(|&(_, count)| count).sum();
+            let value_first = self.mode.attention() == AttentionImpl::Eager && calls == 1;
+            let held: &[TensorId] = if value_first { &qkv[..2] } else { &qkv };
             self.t.record(Node {
-                saved: Ids::of(&qkv),
+                saved: Ids::of(held),
                 inputs: Ids::of(&qkv),
                 outputs: Ids::of(&[cat]),
                 ..Node::default()
             });
             if let Some(node) = self.t.tape.pop() {
                 self.t.tape.insert(first, node);
+            }
+            if value_first {
+                self.t.record(Node {
+                    saved: Ids::of(&qkv[2..]),
+                    ..Node::default()
+                });
             }
         }
         for o in outs {
