@@ -612,6 +612,74 @@ mod tests {
         assert!(check_lora_targets(&m, &with_lora(&["in_proj", "out_proj"])).is_ok());
     }
 
+    /// Image inputs under checkpointing: simulated for the Qwen towers on one GPU with full
+    /// checkpointing (the tower's backward then runs after the text's and adds to the step),
+    /// refused by name for a layer policy, for the sharded engines and for the other towers.
+    #[test]
+    fn image_checkpointing_is_simulated_for_the_qwen_towers_only() {
+        use crate::model::{VisionForward, VisionKind, VisionTower};
+        let mut m = llama2_7b();
+        m.layers.truncate(1);
+        let tower = |kind: VisionKind| VisionTower {
+            model_type: "qwen2_vl".into(),
+            encoder_params: 0,
+            projector_params: 0,
+            trainable: false,
+            linears: vec![],
+            forward: Some(VisionForward {
+                patch_in: 1176,
+                width: 1280,
+                heads: 16,
+                mlp: 5120,
+                depth: 2,
+                merge: 2,
+                out: 4096,
+                kind,
+                window: if kind == VisionKind::Qwen25Vl { 4 } else { 0 },
+                full_blocks: vec![1],
+                per_image: 0,
+                adapter: 0,
+            }),
+            image_tokens: Some(1024),
+        };
+        let mut w = TrainWorkload::new(1, 1100);
+        w.checkpointing = true;
+        for kind in [VisionKind::Qwen2Vl, VisionKind::Qwen25Vl] {
+            m.vision = Some(tower(kind));
+            let with = simulate_train(&m, &w, Kernels::Cpu).expect("simulated");
+            assert!(check_image_checkpointing(&m, &w, true)
+                .is_err_and(|e| e.field() == Some("image_tokens")));
+            let mut policy = w.clone();
+            policy.step_options.checkpointing_policy = crate::workload::CheckpointPolicy::EveryK(2);
+            assert!(check_image_checkpointing(&m, &policy, false)
+                .is_err_and(|e| e.field() == Some("checkpointing_policy")));
+            // the same step with the image tokens counted as text: no tower
+            let mut text = m.clone();
+            text.vision = None;
+            let text = simulate_train(&text, &w, Kernels::Cpu).expect("simulated");
+            let backward = |e: &TrainEstimate| {
+                e.phase_peaks
+                    .iter()
+                    .find(|(p, _)| *p == Phase::Backward)
+                    .map_or(0, |(_, b)| *b)
+            };
+            // P = 4096 patches: after the text's backward the recomputed vision block holds its
+            // saved tensors and its MLP's backward gradients ([P, 5120] bf16 each), above the
+            // text-only step's backward peak (without the tower's backward, the image tokens'
+            // forward would leave nothing in the backward but the placeholder mask)
+            let one_mlp_activation = 4096 * 5120 * 2;
+            assert!(
+                backward(&with) > backward(&text) + one_mlp_activation,
+                "{kind:?}: {} vs {}",
+                backward(&with),
+                backward(&text)
+            );
+        }
+        m.vision = Some(tower(VisionKind::Gemma3Siglip));
+        assert!(check_image_checkpointing(&m, &w, false)
+            .is_err_and(|e| e.field() == Some("image_tokens")));
+    }
+
     /// A Jamba / Qwen3-Next / Granite 4.0-H without attention layers cannot build a cache:
     /// refused where the forward builds one, estimated with checkpointing (cache off).
     #[test]
