@@ -1356,6 +1356,49 @@ fn image_tokens_simulate_the_vision_forward() {
         .is_some_and(|a| a.starts_with("1024 of each sequence's tokens")));
 }
 
+/// `--image-tokens N` on qwen2_vl and qwen2_5_vl with `--checkpointing`: the tower's patch
+/// embeddings require grad (enable_input_require_grads), so its checkpointed blocks are
+/// recomputed and run a backward after the text's: the tower-dominated step peaks in the
+/// backward, above the same step without checkpointing (whose peak is the tower's forward;
+/// measured 770,796,596 B against 516,699,052 B for Qwen2-VL).
+#[test]
+fn qwen_image_tokens_under_checkpointing_run_the_towers_backward() {
+    for config in [
+        "tests/truth/configs/qwen2-vl-xc-small.json",
+        "tests/truth/configs/qwen2.5-vl-xc-small.json",
+    ] {
+        let peak = |extra: &[&str]| -> (u64, String) {
+            let mut args = vec![
+                "train",
+                "--model",
+                config,
+                "--seq",
+                "1100",
+                "--batch",
+                "2",
+                "--image-tokens",
+                "1024",
+                "--optimizer",
+                "sgd",
+                "--json",
+            ];
+            args.extend_from_slice(extra);
+            let (code, out, err) = run(&args);
+            assert_eq!(code, 0, "{config}: {err}");
+            let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+            (
+                v["peak_bytes"].as_u64().expect("peak"),
+                v["phase"].as_str().unwrap_or_default().to_string(),
+            )
+        };
+        let (plain, plain_phase) = peak(&[]);
+        let (ckpt, ckpt_phase) = peak(&["--checkpointing"]);
+        assert_eq!(plain_phase, "forward", "{config}");
+        assert_eq!(ckpt_phase, "backward", "{config}");
+        assert!(ckpt > plain + plain / 3, "{config}: {ckpt} vs {plain}");
+    }
+}
+
 /// `--image-tokens N` on gemma3: N / 256 images of 896² pixels run through the SigLIP tower;
 /// the report says how many images, and a second image adds its tower forward (eager: the
 /// attention weights of 4,096 patches dominate the forward).

@@ -820,8 +820,15 @@ fn fast_equals_the_replay_with_image_tokens() {
                 per => per * (1 + n % 2),
             };
             v.image_tokens = Some(n);
-            // image tokens under checkpointing are refused for every tower
-            // (memory::check_image_checkpointing), by both evaluators
+            // image tokens under checkpointing are simulated for the Qwen towers and refused
+            // for the others (memory::check_image_checkpointing), by both evaluators
+            let qwen = v.forward.as_ref().is_some_and(|f| {
+                matches!(
+                    f.kind,
+                    memwall_core::model::VisionKind::Qwen2Vl
+                        | memwall_core::model::VisionKind::Qwen25Vl
+                )
+            });
             for lora in [None, Some((16, 3, false))] {
                 let t = Train {
                     batch: 2,
@@ -848,11 +855,16 @@ fn fast_equals_the_replay_with_image_tokens() {
                 let w = workload(&ckpt, &m);
                 let r = memory::simulate_train(&m, &w, k);
                 let f = fast::simulate_train(&m, &w, k);
-                assert_eq!(
-                    r.as_ref().err().and_then(|e| e.field()),
-                    Some("image_tokens"),
-                    "{name} train {n} checkpointing: {r:?}"
-                );
+                if qwen {
+                    // the Qwen towers' backward is simulated (memory/hf/vision.rs)
+                    assert!(r.is_ok(), "{name} train {n} checkpointing: {r:?}");
+                } else {
+                    assert_eq!(
+                        r.as_ref().err().and_then(|e| e.field()),
+                        Some("image_tokens"),
+                        "{name} train {n} checkpointing: {r:?}"
+                    );
+                }
                 assert_eq!(r, f, "{name} train {n} checkpointing");
             }
             let inf = Infer {

@@ -213,7 +213,7 @@ fn simulate_in(
     super::check_attention(model, w.attention)?;
     super::check_autocast(model, w.precision)?;
     super::check_linear_attention_training(model, w.precision)?;
-    super::check_image_checkpointing(model, w)?;
+    super::check_image_checkpointing(model, w, true)?;
     let kind = match engine {
         Engine::Megatron => {
             return super::megatron::simulate(model, w, layout).map(|e| (e, Path::Formula))

@@ -162,6 +162,9 @@ pub struct Node {
     /// When set, this node stands for a checkpointed core attention to recompute first (the
     /// simulator's index of the call).
     pub recompute_attention: Option<u32>,
+    /// When set, this node stands for a checkpointed vision-tower block to recompute first
+    /// (the block's index; memory/hf/vision.rs).
+    pub recompute_vision: Option<u32>,
     /// The gradient of the first input is the first output's gradient tensor itself, rewritten
     /// in place (Liger's RMSNorm writes `dX` over `dY`): handed on, no allocation.
     pub input_grad_is_output_grad: bool,

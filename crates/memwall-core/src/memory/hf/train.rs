@@ -343,6 +343,10 @@ impl Builder<'_> {
                 self.drop_(y);
                 continue;
             }
+            if let Some(block) = node.recompute_vision {
+                self.recompute_vision_block(&node, block);
+                continue;
+            }
             if let Some(index) = node.recompute_attention {
                 self.recompute_kernel(&node, index);
                 continue;

@@ -9,9 +9,12 @@
 //! transformers `vision_utils.py` `get_vision_window_index` for the windows).
 //!
 //! The tower is frozen (its parameters do not require grad) and `pixel_values` never require
-//! grad, so autograd records nothing in it: transformers does not wrap it in `no_grad`, but an
-//! op none of whose inputs requires grad saves nothing (`torch/csrc/autograd`), so every
-//! tensor of the tower is a transient freed by reference counting. What outlives the tower:
+//! grad, so without checkpointing autograd records nothing in it: transformers does not wrap
+//! it in `no_grad`, but an op none of whose inputs requires grad saves nothing
+//! (`torch/csrc/autograd`), so every tensor of the tower is a transient freed by reference
+//! counting. With checkpointing, `enable_input_require_grads` makes the patch embeddings
+//! require grad and the tower runs a backward (checkpointed blocks recomputed, frozen weights:
+//! `Builder::vision_tower`). What outlives the tower:
 //! its output object (`last_hidden_state` and the merged `pooler_output`), the concatenated
 //! `image_embeds` and both placeholder masks, all locals of `Qwen2VLModel.forward` until the
 //! language model returns; `masked_scatter` saves the image mask when the embeddings require
@@ -23,6 +26,9 @@ use super::Builder;
 use crate::memory::timeline::{Ids, Node, TensorId};
 use crate::model::{VisionForward, VisionKind};
 use crate::workload::AttentionImpl;
+
+/// Runs of equal attention chunks, (patches, count).
+type Runs = Vec<(u128, u128)>;
 
 impl Builder<'_> {
     /// Runs the image path when the model has image tokens and this forward carries pixels
@@ -59,19 +65,25 @@ impl Builder<'_> {
         }
         // `torch.cat(pooler_output splits).to(inputs_embeds.dtype)`: a copy
         let out = u128::from(f.out);
-        let image_embeds = self.act(images * n * out * s, false);
+        let image_embeds = self.op(images * n * out * s, &[merged], &[], &[], &[]);
         // get_placeholder_mask: `input_ids == image_token_id` and `== video_token_id`, [B, S]
         // bool each; the video mask is bound to `_` by the caller, a local too
         let rows = self.tokens;
         let image_mask = self.act(rows, false);
         let video_mask = self.act(rows, false);
         // `inputs_embeds.masked_scatter(image_mask, image_embeds)`: a new tensor
-        let rg = self.rg(emb);
+        let rg = self.rg(emb) || self.rg(image_embeds);
         let merged_embeds = self.act(rows * self.hidden * s, rg);
         if rg {
+            let mut inputs = Ids::default();
+            for x in [emb, image_embeds] {
+                if self.rg(x) {
+                    inputs.push(x);
+                }
+            }
             self.t.record(Node {
                 saved: Ids::of(&[image_mask]),
-                inputs: Ids::of(&[emb]),
+                inputs,
                 outputs: Ids::of(&[merged_embeds]),
                 ..Node::default()
             });
@@ -90,23 +102,12 @@ impl Builder<'_> {
         }
     }
 
-    /// The vision transformer's forward (`Qwen2VisionTransformerPretrainedModel` /
-    /// `Qwen2_5_VisionTransformerPretrainedModel.forward`) over `images` images of `n` LLM
-    /// tokens each, no tensor requiring grad; returns (`last_hidden_state`, merged
-    /// `pooler_output`).
-    fn vision_tower(&mut self, f: &VisionForward, images: u128, n: u128) -> (TensorId, TensorId) {
-        let s = self.param_size;
+    /// The attention chunks of the tower in patches, as runs of (patches, count): one per
+    /// image (`cu_seqlens`), and Qwen2.5-VL's windows; returns (full, windowed).
+    fn vision_chunks(f: &VisionForward, images: u128, n: u128) -> (Runs, Runs) {
         let merge2 = u128::from(f.merge) * u128::from(f.merge);
-        let p = images * n * merge2;
-        let e = u128::from(f.width);
-        let heads = u128::from(f.heads).max(1);
-        let hd = e / heads;
-        let m = u128::from(f.mlp);
-        let qwen25 = f.kind == VisionKind::Qwen25Vl;
-        // attention chunks in patches, as runs of (patches, count): one per image
-        // (cu_seqlens), and Qwen2.5-VL's windows
         let full = vec![(n * merge2, images)];
-        let windows = if qwen25 && f.window > 0 {
+        let windows = if f.kind == VisionKind::Qwen25Vl && f.window > 0 {
             let mut runs: Vec<(u128, u128)> = Vec::new();
             let per_image = window_chunks(n, u128::from(f.window));
             let single = runs_of(per_image.iter().map(|t| t * merge2));
@@ -123,15 +124,55 @@ impl Builder<'_> {
         } else {
             full.clone()
         };
+        (full, windows)
+    }
+
+    /// The vision transformer's forward (`Qwen2VisionTransformerPretrainedModel` /
+    /// `Qwen2_5_VisionTransformerPretrainedModel.forward`) over `images` images of `n` LLM
+    /// tokens each; returns (`last_hidden_state`, merged `pooler_output`).
+    ///
+    /// Without checkpointing no tensor of the tower requires grad. With it, transformers 5.23
+    /// `activation_checkpointing_enable` calls `enable_input_require_grads`, whose forward hook
+    /// on the tower's `get_input_embeddings()` (`_input_embed_layer = "patch_embed"`) calls
+    /// `output.requires_grad_(True)` (`modeling_utils.py`): the patch embeddings are a leaf
+    /// that requires grad, held by its AccumulateGrad node until backward reaches it, and the
+    /// frozen tower records autograd from there. Its blocks are `GradientCheckpointingLayer`s,
+    /// checkpointed (non-reentrant, `torch/utils/checkpoint.py`) like the text layers: each
+    /// keeps its inputs (the hidden state and the fp32 rotary cos/sin) and is recomputed when
+    /// backward reaches it, after the whole text backward (the tower ran first). The ops
+    /// outside the blocks (Qwen2.5-VL's window permutation, the merger) save what their
+    /// backward needs with frozen weights: a linear saves nothing of its input, a norm its
+    /// input and statistics, GELU its input, an index its indices
+    /// (`tools/autograd/derivatives.yaml`).
+    fn vision_tower(&mut self, f: &VisionForward, images: u128, n: u128) -> (TensorId, TensorId) {
+        let s = self.param_size;
+        let merge2 = u128::from(f.merge) * u128::from(f.merge);
+        let p = images * n * merge2;
+        let e = u128::from(f.width);
+        let heads = u128::from(f.heads).max(1);
+        let hd = e / heads;
+        let qwen25 = f.kind == VisionKind::Qwen25Vl;
+        let grad = self.mode.checkpointing();
+        let (full, windows) = Self::vision_chunks(f, images, n);
         // get_vision_position_ids: int64 [P, 2] (h, w coordinates)
         let pos = self.act(p * 2 * 8, false);
         // Qwen2.5-VL get_vision_window_index: int64 window_index over the LLM tokens
         let widx = qwen25.then(|| self.act(p / merge2 * 8, false));
         // PatchEmbed: Conv3d with kernel = stride = the patch, output [P, E]
         let mut h = self.act(p * e * s, false);
-        if qwen25 {
-            // permute_input_for_window_attn: `x[window_index]`, a copy
-            let hw = self.act(p * e * s, false);
+        if grad {
+            // enable_input_require_grads' hook: the patch embeddings become a leaf that
+            // requires grad; its AccumulateGrad node holds it until backward reaches it
+            self.t.set_requires_grad(h, true);
+            self.t.record(Node {
+                saved: Ids::of(&[h]),
+                outputs: Ids::of(&[h]),
+                ..Node::default()
+            });
+        }
+        if let Some(widx) = widx {
+            // permute_input_for_window_attn: `x[window_index]`, a copy; the index is saved
+            let hw = self.op(p * e * s, &[h], &[widx], &[], &[]);
             self.drop_(h);
             h = hw;
         }
@@ -150,79 +191,41 @@ impl Builder<'_> {
         for block in 0..f.depth {
             let windowed = qwen25 && f.window > 0 && !f.full_blocks.contains(&block);
             let chunks = if windowed { &windows } else { &full };
-            // hidden_states + attn(norm1(hidden_states)): norm1's output is attn's argument
-            let n1 = self.vision_norm(qwen25, p * e, p);
-            let qkv = self.act(p * 3 * e * s, false);
-            // apply_rotary_pos_emb_vision: q.float(), k.float(), then
-            // (x * cos) + (rotate_half(x) * sin) in fp32, cast back to the model dtype
-            let qf = self.act(p * e * 4, false);
-            let kf = self.act(p * e * 4, false);
-            let qe = self.vision_rotate_fp32(p * e);
-            let ke = self.vision_rotate_fp32(p * e);
-            let (q, k) = if s == 4 {
-                (qe, ke)
+            let y = if grad {
+                // the checkpointed block: its forward saves nothing, the checkpoint keeps its
+                // inputs for the recompute
+                self.t.recording = false;
+                let y = self.vision_block(f, chunks, h, cos, sin, p);
+                self.t.recording = true;
+                self.t.set_requires_grad(y, true);
+                self.t.record(Node {
+                    saved: Ids::of(&[h, cos, sin]),
+                    outputs: Ids::of(&[y]),
+                    recompute_vision: Some(u32::try_from(block).unwrap_or(u32::MAX)),
+                    ..Node::default()
+                });
+                y
             } else {
-                let q = self.act(p * e * s, false);
-                let k = self.act(p * e * s, false);
-                self.drop_(qe);
-                self.drop_(ke);
-                (q, k)
+                self.vision_block(f, chunks, h, cos, sin, p)
             };
-            self.drop_(qf);
-            self.drop_(kf);
-            let cat = self.vision_attention(chunks, e, heads, s);
-            self.drop_(q);
-            self.drop_(k);
-            self.drop_(qkv);
-            let proj = self.act(p * e * s, false);
-            self.drop_(cat);
-            self.drop_(n1);
-            let h1 = self.act(p * e * s, false);
-            self.drop_(proj);
             self.drop_(h);
-            // hidden_states + mlp(norm2(hidden_states))
-            let n2 = self.vision_norm(qwen25, p * e, p);
-            let g = if qwen25 {
-                // Qwen2_5_VLMLP: down(act(gate(x)) * up(x)), SiLU
-                let gate = self.act(p * m * s, false);
-                let act = self.act(p * m * s, false);
-                self.drop_(gate);
-                let up = self.act(p * m * s, false);
-                let g = self.act(p * m * s, false);
-                self.drop_(act);
-                self.drop_(up);
-                g
-            } else {
-                // VisionMlp: fc2(quick_gelu(fc1(x))), quick_gelu = x * sigmoid(1.702 * x)
-                let f1 = self.act(p * m * s, false);
-                let scaled = self.act(p * m * s, false);
-                let sig = self.act(p * m * s, false);
-                self.drop_(scaled);
-                let g = self.act(p * m * s, false);
-                self.drop_(sig);
-                self.drop_(f1);
-                g
-            };
-            let f2 = self.act(p * e * s, false);
-            self.drop_(g);
-            self.drop_(n2);
-            h = self.act(p * e * s, false);
-            self.drop_(f2);
-            self.drop_(h1);
+            h = y;
         }
         // Qwen2.5-VL: `reverse_indices = torch.argsort(window_index)` before the merger
         let rev = qwen25.then(|| self.act(p / merge2 * 8, false));
         // PatchMerger: mlp(ln_q(x).view(-1, E·merge²)): Linear, GELU, Linear
-        let ln = self.vision_norm(qwen25, p * e, p);
-        let l1 = self.act(p * e * s, false);
+        let ln = self.vision_norm_of(qwen25, h, p * e, p);
+        let l1 = self.op(p * e * s, &[ln], &[], &[], &[]);
         self.drop_(ln);
-        let gelu = self.act(p * e * s, false);
+        // nn.GELU saves its input
+        let gelu = self.op(p * e * s, &[l1], &[l1], &[], &[]);
         self.drop_(l1);
-        let mut merged = self.act(p / merge2.max(1) * u128::from(f.out) * s, false);
+        let out = p / merge2.max(1) * u128::from(f.out) * s;
+        let mut merged = self.op(out, &[gelu], &[], &[], &[]);
         self.drop_(gelu);
-        if qwen25 {
+        if let Some(rev) = rev {
             // `merged_hidden_states[reverse_indices, :]`: a copy, the unordered one rebound
-            let ordered = self.act(p / merge2.max(1) * u128::from(f.out) * s, false);
+            let ordered = self.op(out, &[merged], &[rev], &[], &[]);
             self.drop_(merged);
             merged = ordered;
         }
@@ -233,6 +236,191 @@ impl Builder<'_> {
             self.drop_(x);
         }
         (h, merged)
+    }
+
+    /// Recomputes checkpointed vision block `block` when backward first reaches it (the
+    /// non-reentrant checkpoint's first unpack re-runs the block's forward with saving on,
+    /// `torch/utils/checkpoint.py` `_checkpoint_hook`); its nodes then run on the tape.
+    pub(super) fn recompute_vision_block(&mut self, node: &Node, block: u32) {
+        let (Some(v), [h, cos, sin]) = (self.model.vision.as_ref(), node.saved.as_slice()) else {
+            return;
+        };
+        let (Some(f), Some(n)) = (v.forward.as_ref(), v.image_tokens) else {
+            return;
+        };
+        let (h, cos, sin) = (*h, *cos, *sin);
+        let out = node.outputs.as_slice()[0];
+        // the checkpoint's inputs stay held until the block's backward is done
+        self.t.tape.push(Node {
+            saved: node.saved,
+            ..Node::default()
+        });
+        let images = self.batch;
+        let n = u128::from(n);
+        let p = images * n * u128::from(f.merge) * u128::from(f.merge);
+        let (full, windows) = Self::vision_chunks(f, images, n);
+        let windowed = f.kind == VisionKind::Qwen25Vl
+            && f.window > 0
+            && !f.full_blocks.contains(&u64::from(block));
+        let chunks = if windowed { windows } else { full };
+        let y = self.vision_block(f, &chunks, h, cos, sin, p);
+        self.t.move_grad(out, y);
+        self.drop_(y);
+    }
+
+    /// One vision block (`Qwen2VLVisionBlock` / `Qwen2_5_VLVisionBlock`) over `p` patches:
+    /// `h + attn(norm1(h))`, then `h + mlp(norm2(h))`; returns its output, `h` keeps its
+    /// reference. The weights are frozen, so a linear saves nothing of its input (`addmm`
+    /// saves `mat1` only when `mat2` requires grad, derivatives.yaml).
+    fn vision_block(
+        &mut self,
+        f: &VisionForward,
+        chunks: &[(u128, u128)],
+        h: TensorId,
+        cos: TensorId,
+        sin: TensorId,
+        p: u128,
+    ) -> TensorId {
+        let s = self.param_size;
+        let e = u128::from(f.width);
+        let heads = u128::from(f.heads).max(1);
+        let m = u128::from(f.mlp);
+        let qwen25 = f.kind == VisionKind::Qwen25Vl;
+        // hidden_states + attn(norm1(hidden_states)): norm1's output is attn's argument
+        let n1 = self.vision_norm_of(qwen25, h, p * e, p);
+        let qkv = self.op(p * 3 * e * s, &[n1], &[], &[], &[]);
+        // `.reshape(P, 3, heads, -1).permute(1, 0, 2, 3)`: a view whose gradient is made
+        // contiguous for the linear (a copy), then `.unbind(0)`: three views whose gradients
+        // are stacked (`unbind_backward`: `stack`)
+        let rg = self.rg(qkv);
+        let r = self.t.view(qkv, p * 3 * e * s, rg);
+        let [qv, kv, vv] = [0; 3].map(|_| self.t.view(r, p * e * s, rg));
+        if rg {
+            self.t.record(Node {
+                inputs: Ids::of(&[qkv]),
+                outputs: Ids::of(&[r]),
+                ..Node::default()
+            });
+            self.t.record(Node {
+                inputs: Ids::of(&[r]),
+                outputs: Ids::of(&[qv, kv, vv]),
+                ..Node::default()
+            });
+        }
+        self.drop_(r);
+        self.drop_(qkv);
+        // apply_rotary_pos_emb_vision: q.float(), k.float(), then
+        // (x * cos) + (rotate_half(x) * sin) in fp32, cast back to the model dtype
+        let qf = self.cast(qv, p * e * 4);
+        let kf = self.cast(kv, p * e * 4);
+        let qe = self.vision_rotate(qf, cos, sin, p * e);
+        let ke = self.vision_rotate(kf, cos, sin, p * e);
+        let (q, k) = if s == 4 {
+            (qe, ke)
+        } else {
+            let q = self.cast(qe, p * e * s);
+            let k = self.cast(ke, p * e * s);
+            self.drop_(qe);
+            self.drop_(ke);
+            (q, k)
+        };
+        self.drop_(qf);
+        self.drop_(kf);
+        self.drop_(qv);
+        self.drop_(kv);
+        let cat = self.vision_attention(chunks, e, heads, s, [q, k, vv]);
+        self.drop_(q);
+        self.drop_(k);
+        self.drop_(vv);
+        let proj = self.op(p * e * s, &[cat], &[], &[], &[]);
+        self.drop_(cat);
+        self.drop_(n1);
+        let h1 = self.op(p * e * s, &[h, proj], &[], &[], &[]);
+        self.drop_(proj);
+        // hidden_states + mlp(norm2(hidden_states))
+        let n2 = self.vision_norm_of(qwen25, h1, p * e, p);
+        let g = if qwen25 {
+            // Qwen2_5_VLMLP: down(act(gate(x)) * up(x)), SiLU (saves its input)
+            let gate = self.op(p * m * s, &[n2], &[], &[], &[]);
+            let act = self.op(p * m * s, &[gate], &[gate], &[], &[]);
+            self.drop_(gate);
+            let up = self.op(p * m * s, &[n2], &[], &[], &[]);
+            let g = self.mul(act, up, p * m * s);
+            self.drop_(act);
+            self.drop_(up);
+            g
+        } else {
+            // VisionMlp: fc2(quick_gelu(fc1(x))), quick_gelu = x * sigmoid(1.702 * x): the
+            // scalar product saves nothing, sigmoid its result, the product both operands
+            let f1 = self.op(p * m * s, &[n2], &[], &[], &[]);
+            let scaled = self.op(p * m * s, &[f1], &[], &[], &[]);
+            let sig = self.op_saving_output(p * m * s, scaled);
+            self.drop_(scaled);
+            let g = self.mul(f1, sig, p * m * s);
+            self.drop_(sig);
+            self.drop_(f1);
+            g
+        };
+        let f2 = self.op(p * e * s, &[g], &[], &[], &[]);
+        self.drop_(g);
+        self.drop_(n2);
+        let y = self.op(p * e * s, &[h1, f2], &[], &[], &[]);
+        self.drop_(f2);
+        self.drop_(h1);
+        y
+    }
+
+    /// [`Self::vision_norm`] of `x`, recording autograd when `x` requires grad: LayerNorm saves
+    /// its input, mean and rstd (`native_layer_norm`); the RMSNorm's ops save the fp32 copy
+    /// (`pow`, and the product with the `rsqrt`) and the `rsqrt`'s result.
+    fn vision_norm_of(&mut self, rms: bool, x: TensorId, numel: u128, rows: u128) -> TensorId {
+        let s = self.param_size;
+        if !rms {
+            let rg = self.rg(x);
+            let y = self.act(numel * s, rg);
+            let stats = self.act(rows * 4 * 2, false);
+            if rg {
+                self.t.record(Node {
+                    saved: Ids::of(&[x, stats]),
+                    inputs: Ids::of(&[x]),
+                    outputs: Ids::of(&[y]),
+                    ..Node::default()
+                });
+            }
+            self.drop_(stats);
+            return y;
+        }
+        // `x.to(torch.float32)`: x itself in fp32
+        let up = if s == 4 {
+            self.retain_id(x)
+        } else {
+            self.cast(x, numel * 4)
+        };
+        let sq = self.op(numel * 4, &[up], &[up], &[], &[]);
+        let var = self.op(rows * 4, &[sq], &[], &[], &[]);
+        self.drop_(sq);
+        let ve = self.op(rows * 4, &[var], &[], &[], &[]);
+        let rs = self.op_saving_output(rows * 4, ve);
+        self.drop_(ve);
+        let y = self.mul(up, rs, numel * 4);
+        self.drop_(rs);
+        if s != 4 {
+            self.drop_(up);
+        }
+        let out = if s == 4 {
+            self.op(numel * 4, &[y], &[], &[], &[])
+        } else {
+            let down = self.cast(y, numel * s);
+            let out = self.op(numel * s, &[down], &[], &[], &[]);
+            self.drop_(down);
+            out
+        };
+        self.drop_(y);
+        self.drop_(var);
+        if s == 4 {
+            self.drop_(up);
+        }
+        out
     }
 
     /// The block's norm over `numel` elements in `rows` rows, no grad: Qwen2-VL's LayerNorm
@@ -271,17 +459,25 @@ impl Builder<'_> {
         out
     }
 
-    /// `(x * cos) + (rotate_half(x) * sin)` on an fp32 copy of `numel` elements: returns the
-    /// result, its temporaries freed.
-    fn vision_rotate_fp32(&mut self, numel: u128) -> TensorId {
-        let a = self.act(numel * 4, false);
+    /// `(x * cos) + (rotate_half(x) * sin)` on the fp32 copy `x` of `numel` elements: returns
+    /// the result, its temporaries freed. With `x` requiring grad the products save the
+    /// (grad-free) cos and sin only, so nothing of `x`; `rotate_half`'s slices, negation and
+    /// concatenation save nothing and their backward is one gradient of `x`'s size.
+    fn vision_rotate(
+        &mut self,
+        x: TensorId,
+        cos: TensorId,
+        sin: TensorId,
+        numel: u128,
+    ) -> TensorId {
+        let a = self.mul(x, cos, numel * 4);
         // rotate_half: torch.cat((-x2, x1), dim=-1)
         let neg = self.act(numel / 2 * 4, false);
-        let cat = self.act(numel * 4, false);
+        let cat = self.op(numel * 4, &[x], &[], &[], &[]);
         self.drop_(neg);
-        let b = self.act(numel * 4, false);
+        let b = self.mul(cat, sin, numel * 4);
         self.drop_(cat);
-        let y = self.act(numel * 4, false);
+        let y = self.op(numel * 4, &[a, b], &[], &[], &[]);
         self.drop_(a);
         self.drop_(b);
         y
@@ -294,21 +490,61 @@ impl Builder<'_> {
     /// of equal chunks, (patches, count): the live bytes grow from one call of a run to the
     /// next (the list only grows), so a run's first `count - 1` outputs are allocated as one
     /// block of their rounded sizes and its last call is replayed in full: the same peak.
+    ///
+    /// When `qkv` (the rotated q and k and the value view) require grad and autograd records,
+    /// each call saves its inputs (views of the three tensors) and, SDPA, its output and
+    /// logsumexp (the fused kernel's backward needs both), eager, the fp32 softmax result
+    /// (`_softmax` saves its result) and its 16-bit cast (the second matmul's operand); the
+    /// outputs' contiguous copies and the concatenation save nothing. A run's saved tensors are
+    /// held by one node, which backward reaches last call first (the run's first-reached call
+    /// sees them all, its peak), with eager's [heads, len, len] transients of one call; the
+    /// gradients of q, k and v (split_backward concatenates the calls') come after every run,
+    /// and the concatenation's gradient lives until then.
     fn vision_attention(
         &mut self,
         chunks: &[(u128, u128)],
         e: u128,
         heads: u128,
         s: u128,
+        qkv: [TensorId; 3],
     ) -> TensorId {
         let p: u128 = chunks.iter().map(|(len, count)| len * count).sum();
         let g = self.t.granularity.max(1);
+        let save = self.t.recording && qkv.iter().any(|&x| self.rg(x));
+        let round = |b: u128| b.div_ceil(g) * g;
         let mut outs = Vec::new();
+        // where the node handing q, k and v their gradients goes on the tape: before the
+        // calls', so that backward reaches it after them
+        let first = self.t.tape.len();
         for &(pi, count) in chunks {
+            let eager = self.mode.attention() == AttentionImpl::Eager;
+            // the saved tensors of the run's first `count - 1` calls, one block each
+            let mut held = Vec::new();
             if count > 1 {
-                let each = (pi * e * s).div_ceil(g) * g;
-                outs.push(self.act((count - 1) * each, false));
+                outs.push(self.act((count - 1) * round(pi * e * s), false));
+                if save {
+                    if eager {
+                        held.push(self.act((count - 1) * round(heads * pi * pi * 4), false));
+                        held.push(self.act((count - 1) * round(heads * pi * pi * s), false));
+                    } else {
+                        held.push(self.act((count - 1) * round(pi * e * s), false));
+                        held.push(self.act((count - 1) * round(heads * pi * 4), false));
+                    }
+                }
             }
+            // eager backward of one call: the probabilities' gradient (16-bit), its fp32 cast,
+            // then the softmax backward's fp32 result, with the 16-bit probabilities (saved by
+            // the second matmul only) already released; fp32: the gradient and the result
+            let temps = if save && eager {
+                let sq = round(heads * pi * pi * 4);
+                if s == 4 {
+                    2 * sq
+                } else {
+                    (2 * sq).saturating_sub(round(heads * pi * pi * s))
+                }
+            } else {
+                0
+            };
             let oc = match self.mode.attention() {
                 AttentionImpl::Eager => {
                     // eager_attention_forward: matmul(q, kᵀ) * scaling, softmax in fp32 cast
@@ -326,14 +562,22 @@ impl Builder<'_> {
                         let sm32 = self.act(heads * pi * pi * 4, false);
                         self.drop_(up);
                         let sm = self.act(heads * pi * pi * s, false);
-                        self.drop_(sm32);
+                        if save {
+                            held.push(sm32);
+                        } else {
+                            self.drop_(sm32);
+                        }
                         sm
                     };
                     self.drop_(ws);
                     let o = self.act(pi * e * s, false);
                     let oc = self.act(pi * e * s, false);
                     self.drop_(o);
-                    self.drop_(sm);
+                    if save {
+                        held.push(sm);
+                    } else {
+                        self.drop_(sm);
+                    }
                     oc
                 }
                 AttentionImpl::Sdpa | AttentionImpl::Flash => {
@@ -341,15 +585,57 @@ impl Builder<'_> {
                     // fused kernel, then `.transpose(1, 2).contiguous()`
                     let o = self.act(pi * e * s, false);
                     let lse = self.act(heads * pi * 4, false);
-                    self.drop_(lse);
+                    if save {
+                        held.push(lse);
+                    } else {
+                        self.drop_(lse);
+                    }
                     let oc = self.act(pi * e * s, false);
-                    self.drop_(o);
+                    if save {
+                        held.push(o);
+                    } else {
+                        self.drop_(o);
+                    }
                     oc
                 }
             };
+            if save {
+                self.t.record(Node {
+                    saved: Ids::of(&held),
+                    backward_temps: temps,
+                    ..Node::default()
+                });
+            }
+            for x in held {
+                self.drop_(x);
+            }
             outs.push(oc);
         }
-        let cat = self.act(p * e * s, false);
+        let rg = qkv.iter().any(|&x| self.rg(x));
+        let cat = self.act(p * e * s, rg);
+        if save {
+            // eager with one call: the value (a view of the qkv output) is saved by the second
+            // matmul only, whose backward runs first, so the qkv output is gone before the
+            // softmax backward (with more calls the other calls' value views keep it)
+            let calls: u128 = chunks.iter().map(|&(_, count)| count).sum();
+            let value_first = self.mode.attention() == AttentionImpl::Eager && calls == 1;
+            let held: &[TensorId] = if value_first { &qkv[..2] } else { &qkv };
+            self.t.record(Node {
+                saved: Ids::of(held),
+                inputs: Ids::of(&qkv),
+                outputs: Ids::of(&[cat]),
+                ..Node::default()
+            });
+            if let Some(node) = self.t.tape.pop() {
+                self.t.tape.insert(first, node);
+            }
+            if value_first {
+                self.t.record(Node {
+                    saved: Ids::of(&qkv[2..]),
+                    ..Node::default()
+                });
+            }
+        }
         for o in outs {
             self.drop_(o);
         }
