@@ -241,12 +241,22 @@ impl Builder<'_> {
                 // models/{llama,olmo2,gemma}/modeling_*.py):
                 //   h = x.to(float32); h = h * rsqrt(h.pow(2).mean(-1) + eps)
                 let x32 = if x_size != 4 { self.cast(x, n * 4) } else { x };
-                self.t.transient(n * 4, Category::Activations); // pow(2), freed after mean
-                                                                // The decomposed backward, op by op (tools/truth/probes/rmsnorm_backward.py):
-                                                                // pow/mean/rsqrt's node gets mean's expanded gradient and computes
-                                                                // `grad * 2 * x.pow(1)`, three fp32 [rows, dim] tensors at once of which the
-                                                                // last is the gradient it hands on: two temporaries beyond it
+                // pow(2), freed after mean
+                self.t.transient(n * 4, Category::Activations);
+                // Llama / Olmo2 bind `variance = h.pow(2).mean(-1, keepdim=True)` until the
+                // norm returns; Gemma's `_norm` keeps the mean as an expression temporary,
+                // freed by `+ eps`. `variance + eps` is a temporary freed after `rsqrt`.
+                let variance = self.act(rows * 4, false);
+                let eps_sum = self.act(rows * 4, false);
+                if norm.kind == NormKind::GemmaRmsNorm {
+                    self.drop_(variance);
+                }
+                // The decomposed backward, op by op (tools/truth/probes/rmsnorm_backward.py):
+                // pow/mean/rsqrt's node gets mean's expanded gradient and computes
+                // `grad * 2 * x.pow(1)`, three fp32 [rows, dim] tensors at once of which the
+                // last is the gradient it hands on: two temporaries beyond it
                 let rs = self.op(rows * 4, &[x32], &[x32], &[], &[2 * n * 4]);
+                self.drop_(eps_sum);
                 // `h * rsqrt(...)`: each operand saved for the other's gradient; the
                 // row-broadcast factor's gradient `(grad * h).sum(-1)` is a full product before
                 // the reduction (mul_tensor_backward)
@@ -259,15 +269,27 @@ impl Builder<'_> {
                 }
                 let t_rs: &[u128] = if self.rg(rs) { &[n * 4] } else { &[] };
                 let h32 = self.op(n * 4, &[x32, rs], hs.as_slice(), &[], t_rs);
+                // `hidden_states = hidden_states * torch.rsqrt(...)` rebinds the name: the
+                // fp32 copy and the rsqrt temporary are released here (kept only where autograd
+                // saved them); under no_grad the fp32 copy is gone before `.to(input_dtype)`
+                // (tools/truth/probes/live_tensors.py on rnd-i29-020-seedoss)
+                self.drop_(rs);
+                if x32 != x {
+                    self.drop_(x32);
+                }
                 // mul saves `h` only for the weight's gradient (derivatives.yaml: mul saves
                 // `other` when `self` needs grad and `self` when `other` does); the weight's
                 // gradient `(grad * h).sum_to(weight)` is a full product before the reduction
                 let w_tr = self.trainable(&p.0);
                 let temps = if w_tr { [n * 4] } else { [0] };
+                // Llama and Olmo2 bind `hidden_states` (the fp32 `h`) until the norm returns;
+                // Gemma rebinds `output = output * (1.0 + weight.float())`, releasing it before
+                // `type_as` (live_tensors.py on rnd-i17-063-olmo2: `h`, `weight * h` and the cast
+                // alive at once)
+                let gemma = norm.kind == NormKind::GemmaRmsNorm;
                 let y = if norm.kind == NormKind::RmsNorm && x_size != 4 {
                     // Llama: `weight * h.to(input_dtype)`: the weight multiplies in the input dtype
                     let hd = self.cast(h32, n * x_size);
-                    self.drop_(h32);
                     let saved: &[TensorId] = if w_tr { &[hd] } else { &[] };
                     let temps = if w_tr { [n * x_size] } else { [0] };
                     let y = self.op(n * x_size, &[hd], saved, params, &temps);
@@ -278,7 +300,9 @@ impl Builder<'_> {
                     // the weight multiplies in fp32, then one cast
                     let saved: &[TensorId] = if w_tr { &[h32] } else { &[] };
                     let y32 = self.op(n * 4, &[h32], saved, params, &temps);
-                    self.drop_(h32);
+                    if gemma {
+                        self.drop_(h32);
+                    }
                     if x_size != 4 {
                         let y = self.cast(y32, n * x_size);
                         self.drop_(y32);
@@ -287,9 +311,9 @@ impl Builder<'_> {
                         y32
                     }
                 };
-                self.drop_(rs);
-                if x32 != x {
-                    self.drop_(x32);
+                if !gemma {
+                    self.drop_(h32);
+                    self.drop_(variance);
                 }
                 (y, x_size)
             }
