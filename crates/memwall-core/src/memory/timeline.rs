@@ -168,6 +168,13 @@ pub struct Node {
     /// The gradient of the first input is the first output's gradient tensor itself, rewritten
     /// in place (Liger's RMSNorm writes `dX` over `dY`): handed on, no allocation.
     pub input_grad_is_output_grad: bool,
+    /// Every input's gradient is the output's gradient itself where the two have the same
+    /// bytes (same dtype and shape): `AddBackward0` returns `grad` for both operands
+    /// (tools/autograd/derivatives.yaml `add.Tensor`: `handle_r_to_c(self, grad)`,
+    /// `maybe_multiply(grad, alpha)` with alpha 1), so the residual add's branches share one
+    /// tensor. An input of another dtype (autocast's fp32 + 16-bit) or a broadcast one gets its
+    /// own (`validate_outputs` casts or reduces it).
+    pub input_grads_alias_output: bool,
     /// The parameter gradients leave this node in the compute dtype (`backward_temps` holds
     /// them) and the parameter's autocast cast converts them in its own `ToCopyBackward` node,
     /// which runs after this node has released its incoming gradients and saved tensors
@@ -835,8 +842,19 @@ impl Timeline {
                     .and_then(|&o| self.tensors[o as usize].grad)
             })
             .flatten();
+        let alias = node
+            .input_grads_alias_output
+            .then(|| {
+                node.outputs
+                    .as_slice()
+                    .first()
+                    .and_then(|&o| self.tensors[o as usize].grad)
+            })
+            .flatten();
         for &x in node.inputs.as_slice() {
-            let g = from_output.take().or_else(&mut next_given);
+            let g = from_output.take().or_else(&mut next_given).or_else(|| {
+                alias.filter(|&g| self.tensors[g as usize].bytes == self.tensors[x as usize].bytes)
+            });
             if self.tensors[x as usize].requires_grad {
                 self.grad_for_input(x, g);
             }
@@ -996,5 +1014,30 @@ mod tests {
         t.grad_for_input(x, None);
         assert_eq!(t.live(), before);
         assert_eq!(t.peak(), before + 16);
+    }
+
+    #[test]
+    fn add_hands_its_gradient_to_operands_of_the_same_bytes() {
+        // `y = a + b` with a 16-bit `b` of half the bytes: `a`'s gradient is `y`'s own tensor,
+        // `b` gets a new one (the engine's cast)
+        let mut t = Timeline::new();
+        let a = t.alloc(16, Category::Activations, true);
+        let b = t.alloc(8, Category::Activations, true);
+        let y = t.alloc(16, Category::Activations, true);
+        t.record(Node {
+            inputs: Ids::of(&[a, b]),
+            outputs: Ids::of(&[y]),
+            input_grads_alias_output: true,
+            ..Node::default()
+        });
+        t.seed_grad(y);
+        let gy = t.tensors[y as usize].grad;
+        let before = t.live();
+        let node = t.tape.pop().unwrap();
+        t.backward_node(&node);
+        assert_eq!(t.live(), before + 8);
+        assert_eq!(t.tensors[a as usize].grad, gy);
+        assert_ne!(t.tensors[b as usize].grad, gy);
+        assert_eq!(t.peak(), before + 8);
     }
 }

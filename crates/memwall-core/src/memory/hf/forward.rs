@@ -113,9 +113,8 @@ impl Builder<'_> {
         let rows = self.tokens;
         let h = self.hidden;
         let p_drop = self.model.dropout.residual;
-        let add = |b: &mut Self, a: TensorId, bb: TensorId, size: u128| {
-            b.op(rows * h * size, &[a, bb], &[], &[], &[])
-        };
+        let add =
+            |b: &mut Self, a: TensorId, bb: TensorId, size: u128| b.add(a, bb, rows * h * size);
         let post = |b: &mut Self,
                     y: TensorId,
                     ys: u128,

@@ -604,6 +604,29 @@ impl<'a> Builder<'a> {
         y
     }
 
+    /// `a + b` of two tensors: nothing saved, and each operand's gradient is the sum's own
+    /// gradient tensor where the dtypes and shapes agree (`AddBackward0`,
+    /// tools/autograd/derivatives.yaml `add.Tensor`; [`Node::input_grads_alias_output`]).
+    fn add(&mut self, a: TensorId, b: TensorId, out_bytes: u128) -> TensorId {
+        let rg = self.rg(a) || self.rg(b);
+        let y = self.act(out_bytes, rg);
+        if rg {
+            let mut inputs = Ids::default();
+            for i in [a, b] {
+                if self.rg(i) {
+                    inputs.push(i);
+                }
+            }
+            self.t.record(Node {
+                inputs,
+                outputs: Ids::of(&[y]),
+                input_grads_alias_output: true,
+                ..Node::default()
+            });
+        }
+        y
+    }
+
     /// `a * b` of two tensors: each operand is saved only if the other needs a gradient
     /// (`tools/autograd/derivatives.yaml`, `mul.Tensor`).
     fn mul(&mut self, a: TensorId, b: TensorId, out_bytes: u128) -> TensorId {

@@ -244,12 +244,22 @@ impl Builder<'_> {
                 // models/{llama,olmo2,gemma}/modeling_*.py):
                 //   h = x.to(float32); h = h * rsqrt(h.pow(2).mean(-1) + eps)
                 let x32 = if x_size != 4 { self.cast(x, n * 4) } else { x };
-                self.t.transient(n * 4, Category::Activations); // pow(2), freed after mean
-                                                                // The decomposed backward, op by op (tools/truth/probes/rmsnorm_backward.py):
-                                                                // pow/mean/rsqrt's node gets mean's expanded gradient and computes
-                                                                // `grad * 2 * x.pow(1)`, three fp32 [rows, dim] tensors at once of which the
-                                                                // last is the gradient it hands on: two temporaries beyond it
+                // pow(2), freed after mean
+                self.t.transient(n * 4, Category::Activations);
+                // Llama / Olmo2 bind `variance = h.pow(2).mean(-1, keepdim=True)` until the
+                // norm returns; Gemma's `_norm` keeps the mean as an expression temporary,
+                // freed by `+ eps`. `variance + eps` is a temporary freed after `rsqrt`.
+                let variance = self.act(rows * 4, false);
+                let eps_sum = self.act(rows * 4, false);
+                if norm.kind == NormKind::GemmaRmsNorm {
+                    self.drop_(variance);
+                }
+                // The decomposed backward, op by op (tools/truth/probes/rmsnorm_backward.py):
+                // pow/mean/rsqrt's node gets mean's expanded gradient and computes
+                // `grad * 2 * x.pow(1)`, three fp32 [rows, dim] tensors at once of which the
+                // last is the gradient it hands on: two temporaries beyond it
                 let rs = self.op(rows * 4, &[x32], &[x32], &[], &[2 * n * 4]);
+                self.drop_(eps_sum);
                 // `h * rsqrt(...)`: each operand saved for the other's gradient; the
                 // row-broadcast factor's gradient `(grad * h).sum(-1)` is a full product before
                 // the reduction (mul_tensor_backward)
@@ -262,27 +272,26 @@ impl Builder<'_> {
                 }
                 let t_rs: &[u128] = if self.rg(rs) { &[n * 4] } else { &[] };
                 let h32 = self.op(n * 4, &[x32, rs], hs.as_slice(), &[], t_rs);
-                // Python lifetimes (what is alive when nothing is saved: under `no_grad`, and
-                // inside a checkpointed region, torch/utils/checkpoint.py `_checkpoint_hook`):
-                // the upcast input dies as soon as `h` exists (Llama and OLMo 2 rebind
-                // `hidden_states`; Gemma's `_norm(x.float())` returns, its rsqrt temporary with
-                // it); Llama's and OLMo 2's `h` and `variance` are locals until return, so `h`
-                // is alive through the weight product and the cast; Gemma rebinds `output` to
-                // the weight product, freeing `h` before `type_as`. Measured (torch 2.15): the
-                // checkpointed q/k norms of rdist-001-gemma3text, and an OLMo 2 prefill
-                // (tools/truth/probes/live_tensors.py: `h`, `weight * h` and the cast alive).
+                // `hidden_states = hidden_states * torch.rsqrt(...)` rebinds the name: the
+                // fp32 copy and the rsqrt temporary are released here (kept only where autograd
+                // saved them); under no_grad, and inside a checkpointed region
+                // (torch/utils/checkpoint.py `_checkpoint_hook`: nothing saved), the fp32 copy is
+                // gone before `.to(input_dtype)` (tools/truth/probes/live_tensors.py on
+                // rnd-i29-020-seedoss; the checkpointed q/k norms of rdist-001-gemma3text)
+                self.drop_(rs);
                 if x32 != x {
                     self.drop_(x32);
-                }
-                let gemma = norm.kind == NormKind::GemmaRmsNorm;
-                if gemma {
-                    self.drop_(rs);
                 }
                 // mul saves `h` only for the weight's gradient (derivatives.yaml: mul saves
                 // `other` when `self` needs grad and `self` when `other` does); the weight's
                 // gradient `(grad * h).sum_to(weight)` is a full product before the reduction
                 let w_tr = self.trainable(&p.0);
                 let temps = if w_tr { [n * 4] } else { [0] };
+                // Llama and Olmo2 bind `hidden_states` (the fp32 `h`) until the norm returns;
+                // Gemma rebinds `output = output * (1.0 + weight.float())`, releasing it before
+                // `type_as` (live_tensors.py on rnd-i17-063-olmo2: `h`, `weight * h` and the cast
+                // alive at once)
+                let gemma = norm.kind == NormKind::GemmaRmsNorm;
                 let y = if norm.kind == NormKind::RmsNorm && x_size != 4 {
                     // Llama: `weight * h.to(input_dtype)`: the weight multiplies in the input dtype
                     let hd = self.cast(h32, n * x_size);
@@ -309,7 +318,7 @@ impl Builder<'_> {
                 };
                 if !gemma {
                     self.drop_(h32);
-                    self.drop_(rs);
+                    self.drop_(variance);
                 }
                 (y, x_size)
             }

@@ -522,6 +522,28 @@ impl Scan {
         norm_instant
     }
 
+    /// [`Scan::backward_peak`] of a mixer none of whose parameters needs a gradient (LoRA
+    /// without `in_proj`), above the frozen mixer's saved set, which lacks `t·i` fp32 bytes of
+    /// the trainable one (the gated norm's weight `mul`, see `Builder::mamba2_inner`): both
+    /// instants, the gated norm's and the scan's at `M = G * L`, hold those bytes all the same
+    /// (at the norm's instant the frozen backward's own fp32 product of that size, at the
+    /// scan's what the trainable backward has freed by then is not part of the frozen saved set
+    /// either), and no gradient of the norm weight. Traced with
+    /// `tools/truth/probes/mixer_trace.py` on `GraniteMoeHybridMambaLayer` and `Mamba2Mixer`
+    /// with every parameter frozen (bf16 and fp32, 1–6 sequences of 20–300 tokens, padded and
+    /// full chunks; [`tests::frozen_mixer_backward_matches_the_trace`]): exact without
+    /// autocast; the autocast forms only drop the norm weight's gradient (not traced frozen).
+    fn backward_peak_frozen(&self, z: u128) -> u128 {
+        let norm_instant = self.backward_peak_norm(z, 0);
+        if self.zx16 {
+            return norm_instant.max(self.backward_peak_scan_amp16(0));
+        }
+        if self.norm && !self.amp {
+            return norm_instant.max(self.backward_peak_scan(z, 0)) + self.t * self.i * F;
+        }
+        norm_instant
+    }
+
     /// The backward of `M = G * L` without autocast (`Mamba2Mixer`, projections of `z` bytes
     /// per element, `zxbcdt` saved), above the composite's saved tensors and its output's
     /// gradient: the norm's, `Y_off`'s, the chunk states' and `B_decay`'s backwards have freed
@@ -863,9 +885,12 @@ impl Builder<'_> {
                 .filter(|p| self.trainable(p))
                 .map(|p| p.numel * self.param_size)
                 .sum();
-            let temps = d
-                .backward_peak(out_size, self.param_size)
-                .saturating_sub(d.t * d.e * zs + param_grads);
+            let peak = if frozen_gone > 0 {
+                d.backward_peak_frozen(out_size)
+            } else {
+                d.backward_peak(out_size, self.param_size)
+            };
+            let temps = peak.saturating_sub(d.t * d.e * zs + param_grads);
             let saved = if zx_saved {
                 Ids::of(&[zx, kept])
             } else {
@@ -979,6 +1004,49 @@ mod tests {
             assert_eq!(d.forward_peak(2), fwd, "forward peak {b}×{s}");
             assert_eq!(d.backward_peak(2, 2), bwd, "backward peak {b}×{s}");
             assert!(d.backward_peak_scan(2, 2) > d.backward_peak_norm(2, 2));
+        }
+    }
+
+    /// A mixer with every parameter frozen (LoRA without `in_proj`), Granite 4.0-H's random
+    /// config rnd-s29-granitemoehybrid-0 (hidden 224, 14 heads of 32, one group, state 16,
+    /// chunks of 128): the backward's highest bytes above the frozen saved set, as the mixer
+    /// tracer reads them (`tools/truth/probes/mixer_trace.py` on `GraniteMoeHybridMambaLayer`
+    /// and `Mamba2Mixer` with `requires_grad_(False)` on every parameter, the input needing a
+    /// gradient: the peak above the backward's start, less the output's gradient). One padded
+    /// chunk peaks at `M = G * L`, two chunks and one full chunk at the gated norm.
+    #[test]
+    fn frozen_mixer_backward_matches_the_trace() {
+        let m = Mamba2 {
+            num_heads: 14,
+            head_dim: 32,
+            n_groups: 1,
+            state_size: 16,
+            conv_kernel: 4,
+            intermediate: 448,
+            chunk_size: 128,
+            ..crate::mixer::tests::codestral()
+        };
+        // (batch, seq, bytes per element, traced peak above the backward's start)
+        for (b, s, z, traced) in [
+            (6, 61, 2, 6_572_032),
+            (2, 61, 2, 2_190_672),
+            (6, 20, 2, 7_675_096),
+            (1, 61, 2, 1_324_708),
+            (6, 61, 4, 7_555_840),
+            (4, 100, 2, 3_681_848),
+            (6, 128, 2, 6_878_208),
+            (6, 200, 2, 10_747_200),
+            (3, 300, 2, 8_060_400),
+            (6, 128, 4, 6_878_208),
+            (6, 200, 4, 12_034_398),
+        ] {
+            let d = Scan::new(&m, b, s, false);
+            let out_grad = d.t * d.i * z;
+            assert_eq!(
+                d.backward_peak_frozen(z) + out_grad,
+                traced,
+                "frozen backward {b}×{s}, {z} B"
+            );
         }
     }
 
