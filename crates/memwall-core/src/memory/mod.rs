@@ -385,11 +385,13 @@ pub(crate) fn check_image_checkpointing(
         return Ok(());
     };
     let tower = match kind {
-        crate::model::VisionKind::Qwen2Vl | crate::model::VisionKind::Qwen25Vl => {
-            let tower = if kind == crate::model::VisionKind::Qwen2Vl {
-                "Qwen2-VL"
-            } else {
-                "Qwen2.5-VL"
+        crate::model::VisionKind::Qwen2Vl
+        | crate::model::VisionKind::Qwen25Vl
+        | crate::model::VisionKind::Gemma3Siglip => {
+            let tower = match kind {
+                crate::model::VisionKind::Qwen2Vl => "Qwen2-VL",
+                crate::model::VisionKind::Qwen25Vl => "Qwen2.5-VL",
+                _ => "Gemma 3 (SigLIP)",
             };
             let policy = w.step_options.checkpointing_policy;
             if policy != crate::workload::CheckpointPolicy::Full {
@@ -418,7 +420,6 @@ pub(crate) fn check_image_checkpointing(
                 "estimate one GPU (drop --gpus), or drop --checkpointing",
             ));
         }
-        crate::model::VisionKind::Gemma3Siglip => "Gemma 3 (SigLIP)",
         crate::model::VisionKind::Pixtral => "Mistral 3 (Pixtral)",
         crate::model::VisionKind::Llama4 => "Llama 4",
     };
