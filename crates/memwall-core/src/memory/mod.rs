@@ -600,7 +600,7 @@ mod tests {
     /// checkpointing (the tower's backward then runs after the text's and adds to the step),
     /// refused by name for a layer policy, for the sharded engines and for the other towers.
     #[test]
-    fn image_checkpointing_is_simulated_for_the_qwen_towers_only() {
+    fn image_checkpointing_is_simulated_for_the_qwen_towers() {
         use crate::model::{VisionForward, VisionKind, VisionTower};
         let mut m = llama2_7b();
         m.layers.truncate(1);
@@ -659,7 +659,7 @@ mod tests {
                 backward(&text)
             );
         }
-        m.vision = Some(tower(VisionKind::Gemma3Siglip));
+        m.vision = Some(tower(VisionKind::Pixtral));
         assert!(check_image_checkpointing(&m, &w, false)
             .is_err_and(|e| e.field() == Some("image_tokens")));
     }

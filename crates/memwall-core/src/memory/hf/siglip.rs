@@ -380,6 +380,50 @@ mod tests {
         }
     }
 
+    /// Under checkpointing the tower's backward runs after the text's (the patch embeddings
+    /// require grad): the recomputed encoder layer holds its saved tensors (LayerNorm inputs,
+    /// q/k/v, fc1's output for the GELU) in the backward, so the backward peak passes the
+    /// text-only step's by more than one [P, mlp] activation (LoRA on the text, whose frozen
+    /// weights then have no gradients); a layer policy and sharding are refused by name.
+    #[test]
+    fn checkpointing_runs_the_towers_backward() {
+        use crate::memory::{check_image_checkpointing, TrainEstimate};
+        for attention in [AttentionImpl::Sdpa, AttentionImpl::Eager] {
+            // LoRA on the text: the frozen 7B's gradients would hide the tower's backward
+            let mut w = TrainWorkload::new(2, 64);
+            w.attention = attention;
+            w.checkpointing = true;
+            w.lora = Some(crate::workload::Lora {
+                rank: 8,
+                targets: vec!["o_proj".to_owned()],
+                qlora: false,
+            });
+            let backward = |m: &ModelDesc| {
+                let e: TrainEstimate = simulate_train(m, &w, Kernels::Cuda).unwrap();
+                e.phase_peaks
+                    .iter()
+                    .find(|(p, _)| *p == Phase::Backward)
+                    .map(|&(_, b)| b)
+                    .unwrap()
+            };
+            // 2 images of 64 patches, 4304 bf16 features
+            let one_mlp_activation = 2 * 64 * 4304 * 2;
+            let text = backward(&model(None));
+            let images = backward(&model(Some(16)));
+            assert!(
+                images > text + one_mlp_activation,
+                "{attention:?}: {images} vs {text}"
+            );
+            let m = model(Some(16));
+            assert!(check_image_checkpointing(&m, &w, true)
+                .is_err_and(|e| e.field() == Some("image_tokens")));
+            let mut policy = w.clone();
+            policy.step_options.checkpointing_policy = crate::workload::CheckpointPolicy::EveryK(2);
+            assert!(check_image_checkpointing(&m, &policy, false)
+                .is_err_and(|e| e.field() == Some("checkpointing_policy")));
+        }
+    }
+
     #[test]
     fn image_blocks_give_sdpa_layers_masks() {
         // the image forward's own tensors aside, SDPA with image blocks holds two boolean
