@@ -387,11 +387,13 @@ pub(crate) fn check_image_checkpointing(
     let tower = match kind {
         crate::model::VisionKind::Qwen2Vl
         | crate::model::VisionKind::Qwen25Vl
-        | crate::model::VisionKind::Gemma3Siglip => {
+        | crate::model::VisionKind::Gemma3Siglip
+        | crate::model::VisionKind::Pixtral => {
             let tower = match kind {
                 crate::model::VisionKind::Qwen2Vl => "Qwen2-VL",
                 crate::model::VisionKind::Qwen25Vl => "Qwen2.5-VL",
-                _ => "Gemma 3 (SigLIP)",
+                crate::model::VisionKind::Gemma3Siglip => "Gemma 3 (SigLIP)",
+                _ => "Mistral 3 (Pixtral)",
             };
             let policy = w.step_options.checkpointing_policy;
             if policy != crate::workload::CheckpointPolicy::Full {
@@ -420,7 +422,6 @@ pub(crate) fn check_image_checkpointing(
                 "estimate one GPU (drop --gpus), or drop --checkpointing",
             ));
         }
-        crate::model::VisionKind::Pixtral => "Mistral 3 (Pixtral)",
         crate::model::VisionKind::Llama4 => "Llama 4",
     };
     Err(CoreError::invalid_value(
