@@ -100,6 +100,7 @@ impl Builder<'_> {
             self.t.record(Node {
                 saved: Ids::of(&[conv]),
                 outputs: Ids::of(&[conv]),
+                leaf_keeps_grad: true,
                 ..Node::default()
             });
         }

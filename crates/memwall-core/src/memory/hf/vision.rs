@@ -167,6 +167,7 @@ impl Builder<'_> {
             self.t.record(Node {
                 saved: Ids::of(&[h]),
                 outputs: Ids::of(&[h]),
+                leaf_keeps_grad: true,
                 ..Node::default()
             });
         }
