@@ -331,20 +331,16 @@ fn bad_input_snapshots() {
         ])
     );
     insta::assert_snapshot!(
-        "image_tokens_gemma3_checkpointing_lora",
+        "image_tokens_llama4_checkpointing",
         transcript(&[
             "train",
             "--model",
-            "tests/truth/configs/gemma-3-xc-small.json",
+            "tests/truth/configs/llama4-xc-small.json",
             "--seq",
             "300",
             "--image-tokens",
-            "256",
-            "--checkpointing",
-            "--lora-rank",
-            "8",
-            "--lora-targets",
-            "o_proj,down_proj"
+            "144",
+            "--checkpointing"
         ])
     );
     insta::assert_snapshot!(

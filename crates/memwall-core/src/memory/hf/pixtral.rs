@@ -460,4 +460,42 @@ mod tests {
         assert!(sdpa < sdpa_text + (320 << 20), "{sdpa_text} {sdpa}");
         assert!(sdpa < eager);
     }
+
+    /// Under checkpointing the tower's backward runs after the text's: the recomputed layer's
+    /// saved tensors (its norms' inputs, q/k/v, the SiLU input and the gate-up operands, the
+    /// block mask held by the checkpoints) put the backward peak more than one [L, mlp]
+    /// activation above the text-only step's (LoRA on the text, whose frozen weights then
+    /// have no gradients); sharding is refused by name.
+    #[test]
+    fn checkpointing_runs_the_towers_backward() {
+        use crate::memory::{check_image_checkpointing, TrainEstimate};
+        for attention in [AttentionImpl::Sdpa, AttentionImpl::Eager] {
+            let mut w = TrainWorkload::new(1, 300);
+            w.attention = attention;
+            w.checkpointing = true;
+            w.lora = Some(crate::workload::Lora {
+                rank: 8,
+                targets: vec!["lm_head".to_owned()],
+                qlora: false,
+            });
+            let backward = |m: &ModelDesc| {
+                let e: TrainEstimate = simulate_train(m, &w, Kernels::Cuda).unwrap();
+                e.phase_peaks
+                    .iter()
+                    .find(|(p, _)| *p == Phase::Backward)
+                    .map(|&(_, b)| b)
+                    .unwrap()
+            };
+            // 256 tokens: L = 1024 patches, 4096 bf16 features
+            let one_mlp_activation = 1024 * 4096 * 2;
+            let text = backward(&model(None));
+            let images = backward(&model(Some(256)));
+            assert!(
+                images > text + one_mlp_activation,
+                "{attention:?}: {images} vs {text}"
+            );
+            assert!(check_image_checkpointing(&model(Some(256)), &w, true)
+                .is_err_and(|e| e.field() == Some("image_tokens")));
+        }
+    }
 }
