@@ -331,16 +331,20 @@ fn bad_input_snapshots() {
         ])
     );
     insta::assert_snapshot!(
-        "image_tokens_llama4_checkpointing",
+        "image_tokens_gemma3_checkpointing_ddp",
         transcript(&[
             "train",
             "--model",
-            "tests/truth/configs/llama4-xc-small.json",
+            "tests/truth/configs/gemma-3-xc-small.json",
             "--seq",
             "300",
             "--image-tokens",
-            "144",
-            "--checkpointing"
+            "256",
+            "--checkpointing",
+            "--gpus",
+            "2",
+            "--strategy",
+            "ddp"
         ])
     );
     insta::assert_snapshot!(
