@@ -42,7 +42,13 @@ impl Builder<'_> {
         let images = self.batch;
         let (last, projected) = self.pixtral_tower(f, images, n);
         // `torch.cat(pooler_output, dim=0).to(device, dtype)`: a copy of the split views
-        let image_features = self.op(images * n * u128::from(f.out) * s, &[projected], &[], &[], &[]);
+        let image_features = self.op(
+            images * n * u128::from(f.out) * s,
+            &[projected],
+            &[],
+            &[],
+            &[],
+        );
         // get_placeholder_mask: `input_ids == image_token_id` [B, S] bool (`sum()` and the
         // size check are scalars; `unsqueeze(-1)` a view)
         let rows = self.tokens;
@@ -317,7 +323,13 @@ impl Builder<'_> {
     /// returns the result, its temporaries freed. With `x` requiring grad the products save
     /// the (grad-free) cos and sin only; `rotate_half`'s slices, negation and concatenation
     /// save nothing.
-    fn pixtral_rotate(&mut self, x: TensorId, cos: TensorId, sin: TensorId, numel: u128) -> TensorId {
+    fn pixtral_rotate(
+        &mut self,
+        x: TensorId,
+        cos: TensorId,
+        sin: TensorId,
+        numel: u128,
+    ) -> TensorId {
         let s = self.param_size;
         let a = self.mul(x, cos, numel * s);
         // rotate_half: torch.cat((-x2, x1), dim=-1)

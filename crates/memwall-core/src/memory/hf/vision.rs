@@ -388,7 +388,13 @@ impl Builder<'_> {
     /// [`Self::vision_norm`] of `x`, recording autograd when `x` requires grad: LayerNorm saves
     /// its input, mean and rstd (`native_layer_norm`); the RMSNorm's ops save the fp32 copy
     /// (`pow`, and the product with the `rsqrt`) and the `rsqrt`'s result.
-    pub(super) fn vision_norm_of(&mut self, rms: bool, x: TensorId, numel: u128, rows: u128) -> TensorId {
+    pub(super) fn vision_norm_of(
+        &mut self,
+        rms: bool,
+        x: TensorId,
+        numel: u128,
+        rows: u128,
+    ) -> TensorId {
         let s = self.param_size;
         if !rms {
             let rg = self.rg(x);
