@@ -331,7 +331,7 @@ fn bad_input_snapshots() {
         ])
     );
     insta::assert_snapshot!(
-        "image_tokens_gemma3_checkpointing_lora",
+        "image_tokens_gemma3_checkpointing_ddp",
         transcript(&[
             "train",
             "--model",
@@ -341,10 +341,10 @@ fn bad_input_snapshots() {
             "--image-tokens",
             "256",
             "--checkpointing",
-            "--lora-rank",
-            "8",
-            "--lora-targets",
-            "o_proj,down_proj"
+            "--gpus",
+            "2",
+            "--strategy",
+            "ddp"
         ])
     );
     insta::assert_snapshot!(

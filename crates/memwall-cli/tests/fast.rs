@@ -820,13 +820,16 @@ fn fast_equals_the_replay_with_image_tokens() {
                 per => per * (1 + n % 2),
             };
             v.image_tokens = Some(n);
-            // image tokens under checkpointing are simulated for the Qwen towers and refused
-            // for the others (memory::check_image_checkpointing), by both evaluators
-            let qwen = v.forward.as_ref().is_some_and(|f| {
+            // image tokens under checkpointing are simulated for the Qwen, SigLIP and Pixtral
+            // towers and refused for Llama 4's (memory::check_image_checkpointing), by both
+            // evaluators
+            let simulated = v.forward.as_ref().is_some_and(|f| {
                 matches!(
                     f.kind,
                     memwall_core::model::VisionKind::Qwen2Vl
                         | memwall_core::model::VisionKind::Qwen25Vl
+                        | memwall_core::model::VisionKind::Gemma3Siglip
+                        | memwall_core::model::VisionKind::Pixtral
                 )
             });
             for lora in [None, Some((16, 3, false))] {
@@ -855,8 +858,9 @@ fn fast_equals_the_replay_with_image_tokens() {
                 let w = workload(&ckpt, &m);
                 let r = memory::simulate_train(&m, &w, k);
                 let f = fast::simulate_train(&m, &w, k);
-                if qwen {
-                    // the Qwen towers' backward is simulated (memory/hf/vision.rs)
+                if simulated {
+                    // the tower's backward is simulated (memory/hf/vision.rs, siglip.rs,
+                    // pixtral.rs)
                     assert!(r.is_ok(), "{name} train {n} checkpointing: {r:?}");
                 } else {
                     assert_eq!(

@@ -348,7 +348,7 @@ pub(crate) fn check_linear_attention_training(
     }
 }
 
-/// Image inputs under activation checkpointing are refused for every vision tower: transformers
+/// Image inputs under activation checkpointing run the vision tower's backward: transformers
 /// 5.23 `PreTrainedModel.activation_checkpointing_enable` calls `enable_input_require_grads`
 /// (the wrapper's `main_input_name` is `input_ids`), which walks `self.modules()` and hooks the
 /// `get_input_embeddings()` of every `PreTrainedModel` in it, the vision sub-model included
@@ -359,16 +359,16 @@ pub(crate) fn check_linear_attention_training(
 /// `get_input_embeddings`. The hook calls `output.requires_grad_(True)`, so the frozen tower's
 /// patch embeddings require grad: the tower records autograd (its encoder layers are
 /// `GradientCheckpointingLayer`s, checkpointed like the text layers; the ops between them save
-/// their inputs) and the backward runs back through it, recomputing its layers. For Qwen2-VL
-/// and Qwen2.5-VL that backward is simulated on one GPU under full checkpointing
-/// (memory/hf/vision.rs `vision_tower`, `recompute_vision_block`; the measured
-/// `vlm-qwen2vl-*-ckpt` / `vlm-qwen25vl-*-ckpt` cases, -33.0% before, are within 0.1%); another
-/// checkpointing policy with image inputs is refused for them (field checkpointing_policy),
-/// and so are the sharded engines (field image_tokens). The other towers' backward is not
-/// simulated (siglip.rs, pixtral.rs, llama4_vision.rs replay the frozen tower's forward
-/// only): measured with the towers at their real widths (2 layers) behind small text models
-/// (tests/truth/known_gaps.toml `[[refused]]`), the frozen-tower estimate is short by 25.5%
-/// (Llama 4), 39.6% (Gemma 3) and 41.4% (Mistral 3), while the tower-dominated steps without
+/// their inputs) and the backward runs back through it, recomputing its layers. For Qwen2-VL,
+/// Qwen2.5-VL, Gemma 3 (SigLIP) and Mistral 3 (Pixtral) that backward is simulated on one GPU
+/// under full checkpointing (memory/hf/vision.rs `vision_tower`, `recompute_vision_block`;
+/// siglip.rs `siglip_block`, pixtral.rs `pixtral_block`; the measured `vlm-*-ckpt` cases of
+/// these towers, 33% to 41% short before, are within 0.33%); another checkpointing policy
+/// with image inputs is refused for them (field checkpointing_policy), and so are the sharded
+/// engines (field image_tokens). Llama 4's backward is not simulated (llama4_vision.rs
+/// replays the frozen tower's forward only): measured with the tower at its real width (2
+/// layers) behind a small text model (tests/truth/known_gaps.toml `[[refused]]`), the
+/// frozen-tower estimate is short by 25.5%, while the tower-dominated steps without
 /// checkpointing are within 0.07%.
 pub(crate) fn check_image_checkpointing(
     model: &ModelDesc,
@@ -385,11 +385,15 @@ pub(crate) fn check_image_checkpointing(
         return Ok(());
     };
     let tower = match kind {
-        crate::model::VisionKind::Qwen2Vl | crate::model::VisionKind::Qwen25Vl => {
-            let tower = if kind == crate::model::VisionKind::Qwen2Vl {
-                "Qwen2-VL"
-            } else {
-                "Qwen2.5-VL"
+        crate::model::VisionKind::Qwen2Vl
+        | crate::model::VisionKind::Qwen25Vl
+        | crate::model::VisionKind::Gemma3Siglip
+        | crate::model::VisionKind::Pixtral => {
+            let tower = match kind {
+                crate::model::VisionKind::Qwen2Vl => "Qwen2-VL",
+                crate::model::VisionKind::Qwen25Vl => "Qwen2.5-VL",
+                crate::model::VisionKind::Gemma3Siglip => "Gemma 3 (SigLIP)",
+                _ => "Mistral 3 (Pixtral)",
             };
             let policy = w.step_options.checkpointing_policy;
             if policy != crate::workload::CheckpointPolicy::Full {
@@ -418,15 +422,13 @@ pub(crate) fn check_image_checkpointing(
                 "estimate one GPU (drop --gpus), or drop --checkpointing",
             ));
         }
-        crate::model::VisionKind::Gemma3Siglip => "Gemma 3 (SigLIP)",
-        crate::model::VisionKind::Pixtral => "Mistral 3 (Pixtral)",
         crate::model::VisionKind::Llama4 => "Llama 4",
     };
     Err(CoreError::invalid_value(
         "image_tokens",
         n,
         format!(
-            "with activation checkpointing, transformers' enable_input_require_grads makes the {tower} vision tower's patch embeddings require grad, so the tower's backward runs (its layers recomputed); memwall simulates this tower's frozen forward only (the tower's backward is modelled for Qwen2-VL and Qwen2.5-VL)"
+            "with activation checkpointing, transformers' enable_input_require_grads makes the {tower} vision tower's patch embeddings require grad, so the tower's backward runs (its layers recomputed); memwall simulates this tower's frozen forward only (the tower's backward is modelled for Qwen2-VL, Qwen2.5-VL, Gemma 3 and Mistral 3)"
         ),
         "drop --checkpointing (and --checkpointing-policy), or drop --image-tokens and count the image tokens as text tokens of the sequence",
     ))
@@ -597,9 +599,9 @@ mod tests {
 
     /// Image inputs under checkpointing: simulated for the Qwen towers on one GPU with full
     /// checkpointing (the tower's backward then runs after the text's and adds to the step),
-    /// refused by name for a layer policy, for the sharded engines and for the other towers.
+    /// refused by name for a layer policy, for the sharded engines and for Llama 4's tower.
     #[test]
-    fn image_checkpointing_is_simulated_for_the_qwen_towers_only() {
+    fn image_checkpointing_is_simulated_for_the_qwen_towers() {
         use crate::model::{VisionForward, VisionKind, VisionTower};
         let mut m = llama2_7b();
         m.layers.truncate(1);
@@ -658,7 +660,7 @@ mod tests {
                 backward(&text)
             );
         }
-        m.vision = Some(tower(VisionKind::Gemma3Siglip));
+        m.vision = Some(tower(VisionKind::Llama4));
         assert!(check_image_checkpointing(&m, &w, false)
             .is_err_and(|e| e.field() == Some("image_tokens")));
     }

@@ -165,6 +165,11 @@ pub struct Node {
     /// When set, this node stands for a checkpointed vision-tower block to recompute first
     /// (the block's index; memory/hf/vision.rs).
     pub recompute_vision: Option<u32>,
+    /// This node is a grad-requiring leaf's AccumulateGrad (its one output is the leaf): the
+    /// gradient it receives becomes the leaf's `.grad`, and the node, which holds the leaf
+    /// (`torch/csrc/autograd/functions/accumulate_grad.h`: `Variable variable`), lives on in
+    /// the graph until the graph is freed, so leaf and gradient stay allocated until then.
+    pub leaf_keeps_grad: bool,
     /// The gradient of the first input is the first output's gradient tensor itself, rewritten
     /// in place (Liger's RMSNorm writes `dX` over `dY`): handed on, no allocation.
     pub input_grad_is_output_grad: bool,
@@ -903,6 +908,12 @@ impl Timeline {
     }
 
     /// Moves the pending gradient of `from` onto `to` (a recomputed twin of the same value).
+    /// Takes `id`'s gradient (the caller owns its reference).
+    pub fn take_grad(&mut self, id: TensorId) -> Option<TensorId> {
+        self.tensors[id as usize].grad.take()
+    }
+
+    /// Moves `from`'s gradient to `to`.
     pub fn move_grad(&mut self, from: TensorId, to: TensorId) {
         let g = self.tensors[from as usize].grad.take();
         self.tensors[to as usize].grad = g;

@@ -285,6 +285,9 @@ pub(crate) struct Builder<'a> {
     /// image inputs: the vision tower's outputs and the placeholder masks, locals of the
     /// wrapper's forward until the language model returns (memory/hf/vision.rs)
     vision_refs: Vec<TensorId>,
+    /// training: grad-requiring leaves reached by backward and their `.grad`, held by the
+    /// graph (the leaf's AccumulateGrad node) until it is freed with the loss after backward
+    leaves_held: Vec<TensorId>,
     /// inference: the prefill has run the vision tower (decode steps carry no pixels)
     images_done: bool,
     /// the running forward carries Gemma 3 image tokens with their `token_type_ids`: the
@@ -434,6 +437,7 @@ impl<'a> Builder<'a> {
             lm_head_bias: None,
             attn_gate: None,
             vision_refs: Vec::new(),
+            leaves_held: Vec::new(),
             images_done: false,
             image_blocks: false,
             sac: sac::Sac::default(),

@@ -42,18 +42,30 @@ impl Builder<'_> {
         let images = self.batch;
         let (last, projected) = self.pixtral_tower(f, images, n);
         // `torch.cat(pooler_output, dim=0).to(device, dtype)`: a copy of the split views
-        let image_features = self.act(images * n * u128::from(f.out) * s, false);
+        let image_features = self.op(
+            images * n * u128::from(f.out) * s,
+            &[projected],
+            &[],
+            &[],
+            &[],
+        );
         // get_placeholder_mask: `input_ids == image_token_id` [B, S] bool (`sum()` and the
         // size check are scalars; `unsqueeze(-1)` a view)
         let rows = self.tokens;
         let image_mask = self.act(rows, false);
         // `inputs_embeds.masked_scatter(special_image_mask, image_features)`: a new tensor
-        let rg = self.rg(emb);
+        let rg = self.rg(emb) || self.rg(image_features);
         let merged = self.act(rows * self.hidden * s, rg);
         if rg {
+            let mut inputs = Ids::default();
+            for x in [emb, image_features] {
+                if self.rg(x) {
+                    inputs.push(x);
+                }
+            }
             self.t.record(Node {
                 saved: Ids::of(&[image_mask]),
-                inputs: Ids::of(&[emb]),
+                inputs,
                 outputs: Ids::of(&[merged]),
                 ..Node::default()
             });
@@ -74,8 +86,8 @@ impl Builder<'_> {
         let e = u128::from(f.width);
         let heads = u128::from(f.heads).max(1);
         let hd = e / heads;
-        let m = u128::from(f.mlp);
         let g = self.t.granularity.max(1);
+        let grad = self.mode.checkpointing();
         // `patch_conv(pixel_values.to(dtype=target_dtype))`: a copy of the fp32 pixels unless
         // fp32 (freed when the conv returns); the conv's [B, E, h, w] output stays alive
         // through the tower: `patch_embeds_list` (a local until the forward returns) holds
@@ -85,11 +97,24 @@ impl Builder<'_> {
         if let Some(pv) = pv {
             self.drop_(pv);
         }
+        if grad {
+            // enable_input_require_grads' hook on `get_input_embeddings()` (PixtralVisionModel:
+            // `patch_conv`, modeling_pixtral.py) calls `output.requires_grad_(True)`: the conv
+            // output is a leaf that requires grad, held by its AccumulateGrad node until
+            // backward reaches it (as in vision.rs); the slices, flatten and `.T` are views
+            self.t.set_requires_grad(conv, true);
+            self.t.record(Node {
+                saved: Ids::of(&[conv]),
+                outputs: Ids::of(&[conv]),
+                leaf_keeps_grad: true,
+                ..Node::default()
+            });
+        }
         // `torch.cat([p.flatten(1).T ...])` [1, L, E], then ln_pre (PixtralRMSNorm); the cat
         // goes when `patch_embeds` is rebound; the normed embeddings stay bound until the
         // forward returns
-        let cat = self.act(l * e * s, false);
-        let embeds = self.vision_norm(true, l * e, l);
+        let cat = self.op(l * e * s, &[conv], &[], &[], &[]);
+        let embeds = self.vision_norm_of(true, cat, l * e, l);
         self.drop_(cat);
         // position ids: per image `torch.stack([h.flatten(), w.flatten()], -1)` int64 [P, 2]
         // kept in a list, then `torch.cat` [L, 2] (the list goes when the name is rebound)
@@ -102,51 +127,35 @@ impl Builder<'_> {
         let mask =
             (self.mode.attention() != AttentionImpl::Flash).then(|| self.act(l * l * s, false));
         let mut h = embeds;
-        for _ in 0..f.depth {
-            // PixtralAttentionLayer: attention_norm, q/k/v_proj ([1, L, E]; views per head)
-            let n1 = self.vision_norm(true, l * e, l);
-            let q = self.act(l * e * s, false);
-            let k = self.act(l * e * s, false);
-            let v = self.act(l * e * s, false);
-            // apply_rotary_pos_emb in the model dtype (cos/sin are cast by the rotary module)
-            let qe = self.pixtral_rotate(l * e);
-            let ke = self.pixtral_rotate(l * e);
-            self.drop_(q);
-            self.drop_(k);
-            let (o, weights) = self.pixtral_attention(l, e, heads, s);
-            // `reshape(...).contiguous()` is a view; o_proj; then the attention's locals go
-            let proj = self.act(l * e * s, false);
-            self.drop_(o);
-            self.drop_(qe);
-            self.drop_(ke);
-            self.drop_(v);
-            self.drop_(n1);
-            let h1 = self.act(l * e * s, false);
-            self.drop_(proj);
-            // ffn_norm, PixtralMLP: down(act(gate(x)) * up(x))
-            let n2 = self.vision_norm(true, l * e, l);
-            let gate = self.act(l * m * s, false);
-            let act = self.act(l * m * s, false);
-            self.drop_(gate);
-            let up = self.act(l * m * s, false);
-            let prod = self.act(l * m * s, false);
-            self.drop_(act);
-            self.drop_(up);
-            let down = self.act(l * e * s, false);
-            self.drop_(prod);
-            self.drop_(n2);
-            let h2 = self.act(l * e * s, false);
-            self.drop_(down);
-            self.drop_(h1);
-            // eager: the weights are bound to `_` in the layer until it returns; the caller's
-            // `hidden_states` goes when rebound (the embeddings stay bound in the forward)
-            if let Some(w) = weights {
-                self.drop_(w);
-            }
+        for block in 0..f.depth {
+            let y = if grad {
+                // the checkpointed PixtralAttentionLayer (a GradientCheckpointingLayer): its
+                // forward saves nothing, the checkpoint keeps its inputs (the hidden state, the
+                // mask and cos/sin) for the recompute
+                self.t.recording = false;
+                let y = self.pixtral_block(f, l, h, cos, sin, mask);
+                self.t.recording = true;
+                self.t.set_requires_grad(y, true);
+                let mut saved = Ids::of(&[h, cos, sin]);
+                if let Some(mask) = mask {
+                    saved.push(mask);
+                }
+                self.t.record(Node {
+                    saved,
+                    outputs: Ids::of(&[y]),
+                    recompute_vision: Some(u32::try_from(block).unwrap_or(u32::MAX)),
+                    ..Node::default()
+                });
+                y
+            } else {
+                self.pixtral_block(f, l, h, cos, sin, mask)
+            };
+            // the caller's `hidden_states` goes when rebound (the embeddings stay bound in the
+            // forward)
             if h != embeds {
                 self.drop_(h);
             }
-            h = h2;
+            h = y;
         }
         // PixtralVisionModel.forward returns: its locals go
         for x in [Some(conv), Some(position_ids), Some(cos), Some(sin), mask]
@@ -165,15 +174,16 @@ impl Builder<'_> {
         // `merging_layer`; the list goes when the merger returns. The list only grows, so the
         // first `images - 1` grids are allocated as one block of their rounded sizes and the
         // last image is replayed in full: the same peak.
-        let normed = self.vision_norm(true, l * e, l);
+        let normed = self.vision_norm_of(true, last, l * e, l);
         let grid_bytes = per_image * e * s;
         let earlier =
             (images > 1).then(|| self.act((images - 1) * grid_bytes.div_ceil(g) * g, false));
+        // with grad: `im2col` saves only sizes, `cat` and the frozen `merging_layer` nothing
         let contiguous = self.act(grid_bytes, false);
-        let grid = self.act(grid_bytes, false);
+        let grid = self.op(grid_bytes, &[normed], &[], &[], &[]);
         self.drop_(contiguous);
-        let grids_cat = self.act(l * e * s, false);
-        let merged = self.act(l / merge2.max(1) * e * s, false);
+        let grids_cat = self.op(l * e * s, &[grid], &[], &[], &[]);
+        let merged = self.op(l / merge2.max(1) * e * s, &[grids_cat], &[], &[], &[]);
         self.drop_(grids_cat);
         self.drop_(grid);
         if let Some(x) = earlier {
@@ -183,13 +193,95 @@ impl Builder<'_> {
         // linear_1, act (projector_hidden_act), linear_2 over the B·N tokens
         let rows = images * n;
         let out = u128::from(f.out);
-        let l1 = self.act(rows * out * s, false);
-        let a = self.act(rows * out * s, false);
+        // (frozen linears save nothing of their inputs; the activation, GELU, saves its input)
+        let l1 = self.op(rows * out * s, &[merged], &[], &[], &[]);
+        let a = self.op(rows * out * s, &[l1], &[l1], &[], &[]);
         self.drop_(l1);
-        let projected = self.act(rows * out * s, false);
+        let projected = self.op(rows * out * s, &[a], &[], &[], &[]);
         self.drop_(a);
         self.drop_(merged);
         (last, projected)
+    }
+
+    /// One `PixtralAttentionLayer` over the `l` patches from `h` (which keeps its reference):
+    /// `h + attention(attention_norm(h))`, then `h + feed_forward(ffn_norm(h))`; returns its
+    /// output. The weights are frozen, so a linear saves nothing of its input (`mm` saves
+    /// `self` only when `mat2` requires grad, derivatives.yaml); SiLU saves its input, the
+    /// gate-up product both operands. Without grad nothing is recorded.
+    fn pixtral_block(
+        &mut self,
+        f: &VisionForward,
+        l: u128,
+        h: TensorId,
+        cos: TensorId,
+        sin: TensorId,
+        mask: Option<TensorId>,
+    ) -> TensorId {
+        let s = self.param_size;
+        let e = u128::from(f.width);
+        let heads = u128::from(f.heads).max(1);
+        let m = u128::from(f.mlp);
+        // PixtralAttentionLayer: attention_norm, q/k/v_proj ([1, L, E]; views per head)
+        let n1 = self.vision_norm_of(true, h, l * e, l);
+        let q = self.op(l * e * s, &[n1], &[], &[], &[]);
+        let k = self.op(l * e * s, &[n1], &[], &[], &[]);
+        let v = self.op(l * e * s, &[n1], &[], &[], &[]);
+        // apply_rotary_pos_emb in the model dtype (cos/sin are cast by the rotary module)
+        let qe = self.pixtral_rotate(q, cos, sin, l * e);
+        let ke = self.pixtral_rotate(k, cos, sin, l * e);
+        self.drop_(q);
+        self.drop_(k);
+        let (o, weights) = self.pixtral_attention(l, e, heads, s, [qe, ke, v], mask);
+        // `reshape(...).contiguous()` is a view; o_proj; then the attention's locals go
+        let proj = self.op(l * e * s, &[o], &[], &[], &[]);
+        self.drop_(o);
+        self.drop_(qe);
+        self.drop_(ke);
+        self.drop_(v);
+        self.drop_(n1);
+        let h1 = self.op(l * e * s, &[h, proj], &[], &[], &[]);
+        self.drop_(proj);
+        // ffn_norm, PixtralMLP: down(act(gate(x)) * up(x))
+        let n2 = self.vision_norm_of(true, h1, l * e, l);
+        let gate = self.op(l * m * s, &[n2], &[], &[], &[]);
+        let act = self.op(l * m * s, &[gate], &[gate], &[], &[]);
+        self.drop_(gate);
+        let up = self.op(l * m * s, &[n2], &[], &[], &[]);
+        let prod = self.mul(act, up, l * m * s);
+        self.drop_(act);
+        self.drop_(up);
+        let down = self.op(l * e * s, &[prod], &[], &[], &[]);
+        self.drop_(prod);
+        self.drop_(n2);
+        let h2 = self.op(l * e * s, &[h1, down], &[], &[], &[]);
+        self.drop_(down);
+        self.drop_(h1);
+        // eager: the weights are bound to `_` in the layer until it returns
+        if let Some(w) = weights {
+            self.drop_(w);
+        }
+        h2
+    }
+
+    /// Recomputes checkpointed PixtralAttentionLayer `node` when backward first reaches it
+    /// (the non-reentrant checkpoint re-runs the layer's forward with saving on,
+    /// `torch/utils/checkpoint.py` `_checkpoint_hook`); its nodes then run on the tape.
+    pub(super) fn recompute_pixtral_block(&mut self, node: &Node, f: &VisionForward, n: u128) {
+        let (h, cos, sin, mask) = match node.saved.as_slice() {
+            [h, cos, sin] => (*h, *cos, *sin, None),
+            [h, cos, sin, mask] => (*h, *cos, *sin, Some(*mask)),
+            _ => return,
+        };
+        let out = node.outputs.as_slice()[0];
+        // the checkpoint's inputs stay held until the layer's backward is done
+        self.t.tape.push(Node {
+            saved: node.saved,
+            ..Node::default()
+        });
+        let l = self.batch * n * u128::from(f.merge) * u128::from(f.merge);
+        let y = self.pixtral_block(f, l, h, cos, sin, mask);
+        self.t.move_grad(out, y);
+        self.drop_(y);
     }
 
     /// PixtralVisionRotaryEmbedding over `l` positions (under `no_grad`): `position_ids[...,
@@ -227,18 +319,26 @@ impl Builder<'_> {
         (cos, sin)
     }
 
-    /// `(x * cos) + (rotate_half(x) * sin)` in the model dtype over `numel` elements: returns
-    /// the result, its temporaries freed.
-    fn pixtral_rotate(&mut self, numel: u128) -> TensorId {
+    /// `(x * cos) + (rotate_half(x) * sin)` in the model dtype over `numel` elements of `x`:
+    /// returns the result, its temporaries freed. With `x` requiring grad the products save
+    /// the (grad-free) cos and sin only; `rotate_half`'s slices, negation and concatenation
+    /// save nothing.
+    fn pixtral_rotate(
+        &mut self,
+        x: TensorId,
+        cos: TensorId,
+        sin: TensorId,
+        numel: u128,
+    ) -> TensorId {
         let s = self.param_size;
-        let a = self.act(numel * s, false);
+        let a = self.mul(x, cos, numel * s);
         // rotate_half: torch.cat((-x2, x1), dim=-1)
         let neg = self.act(numel / 2 * s, false);
-        let cat = self.act(numel * s, false);
+        let cat = self.op(numel * s, &[x], &[], &[], &[]);
         self.drop_(neg);
-        let b = self.act(numel * s, false);
+        let b = self.mul(cat, sin, numel * s);
         self.drop_(cat);
-        let y = self.act(numel * s, false);
+        let y = self.op(numel * s, &[a, b], &[], &[], &[]);
         self.drop_(a);
         self.drop_(b);
         y
@@ -246,46 +346,65 @@ impl Builder<'_> {
 
     /// PixtralAttention's core over one sequence of `l` patches with the block mask; returns
     /// the output ([1, L, H, D] layout, so the reshape is a view) and, for eager, the
-    /// attention weights the layer keeps.
+    /// attention weights the layer keeps. With grad, eager's matmuls save their operands
+    /// (q and k; the 16-bit probabilities and v), `_softmax` its fp32 result, the scaling,
+    /// the mask's add and the casts nothing; SDPA's fused kernel saves q, k, v, the mask, its
+    /// output and its fp32 logsumexp.
     fn pixtral_attention(
         &mut self,
         l: u128,
         e: u128,
         heads: u128,
         s: u128,
+        qkv: [TensorId; 3],
+        mask: Option<TensorId>,
     ) -> (TensorId, Option<TensorId>) {
         let w_elems = heads * l * l;
+        let [q, k, v] = qkv;
         match self.mode.attention() {
             AttentionImpl::Eager => {
                 // matmul(q, kᵀ) * scaling, + attention_mask, softmax(dtype=float32) (converts
                 // its input first), cast back; dropout p = 0 returns its input; matmul with v;
                 // `transpose(1, 2).contiguous()` copies
-                let w = self.act(w_elems * s, false);
-                let ws = self.act(w_elems * s, false);
+                let w = self.op(w_elems * s, &[q, k], &[q, k], &[], &[]);
+                let ws = self.op(w_elems * s, &[w], &[], &[], &[]);
                 self.drop_(w);
-                let wm = self.act(w_elems * s, false);
+                let wm = self.op(w_elems * s, &[ws], &[], &[], &[]);
                 self.drop_(ws);
                 let sm = if s == 4 {
-                    self.act(w_elems * 4, false)
+                    self.op_saving_output(w_elems * 4, wm)
                 } else {
-                    let up = self.act(w_elems * 4, false);
-                    let sm32 = self.act(w_elems * 4, false);
+                    let up = self.cast(wm, w_elems * 4);
+                    let sm32 = self.op_saving_output(w_elems * 4, up);
                     self.drop_(up);
-                    let sm = self.act(w_elems * s, false);
+                    let sm = self.cast(sm32, w_elems * s);
                     self.drop_(sm32);
                     sm
                 };
                 self.drop_(wm);
-                let o = self.act(l * e * s, false);
-                let oc = self.act(l * e * s, false);
+                let o = self.op(l * e * s, &[sm, v], &[sm, v], &[], &[]);
+                let oc = self.op(l * e * s, &[o], &[], &[], &[]);
                 self.drop_(o);
                 (oc, Some(sm))
             }
             AttentionImpl::Sdpa | AttentionImpl::Flash => {
                 // the fused kernel's output (laid out [1, L, H, D]) and its fp32 logsumexp,
                 // dropped by the Python wrapper
-                let o = self.act(l * e * s, false);
+                let rg = qkv.iter().any(|&x| self.rg(x));
+                let o = self.act(l * e * s, rg);
                 let lse = self.act(heads * l * 4, false);
+                if rg {
+                    let mut saved = Ids::of(&[q, k, v, o, lse]);
+                    if let Some(mask) = mask {
+                        saved.push(mask);
+                    }
+                    self.t.record(Node {
+                        saved,
+                        inputs: Ids::of(&qkv),
+                        outputs: Ids::of(&[o]),
+                        ..Node::default()
+                    });
+                }
                 self.drop_(lse);
                 (o, None)
             }
@@ -352,5 +471,43 @@ mod tests {
         assert!(eager > text + (8 << 30), "{text} {eager}");
         assert!(sdpa < sdpa_text + (320 << 20), "{sdpa_text} {sdpa}");
         assert!(sdpa < eager);
+    }
+
+    /// Under checkpointing the tower's backward runs after the text's: the recomputed layer's
+    /// saved tensors (its norms' inputs, q/k/v, the SiLU input and the gate-up operands, the
+    /// block mask held by the checkpoints) put the backward peak more than one [L, mlp]
+    /// activation above the text-only step's (LoRA on the text, whose frozen weights then
+    /// have no gradients); sharding is refused by name.
+    #[test]
+    fn checkpointing_runs_the_towers_backward() {
+        use crate::memory::{check_image_checkpointing, TrainEstimate};
+        for attention in [AttentionImpl::Sdpa, AttentionImpl::Eager] {
+            let mut w = TrainWorkload::new(1, 300);
+            w.attention = attention;
+            w.checkpointing = true;
+            w.lora = Some(crate::workload::Lora {
+                rank: 8,
+                targets: vec!["lm_head".to_owned()],
+                qlora: false,
+            });
+            let backward = |m: &ModelDesc| {
+                let e: TrainEstimate = simulate_train(m, &w, Kernels::Cuda).unwrap();
+                e.phase_peaks
+                    .iter()
+                    .find(|(p, _)| *p == Phase::Backward)
+                    .map(|&(_, b)| b)
+                    .unwrap()
+            };
+            // 256 tokens: L = 1024 patches, 4096 bf16 features
+            let one_mlp_activation = 1024 * 4096 * 2;
+            let text = backward(&model(None));
+            let images = backward(&model(Some(256)));
+            assert!(
+                images > text + one_mlp_activation,
+                "{attention:?}: {images} vs {text}"
+            );
+            assert!(check_image_checkpointing(&model(Some(256)), &w, true)
+                .is_err_and(|e| e.field() == Some("image_tokens")));
+        }
     }
 }

@@ -44,12 +44,18 @@ impl Builder<'_> {
         let image_mask = self.act(rows, false);
         // `inputs_embeds.masked_scatter(special_image_mask, image_features)`: a new tensor
         // (`pooler_output.to(device, dtype)` is the same tensor)
-        let rg = self.rg(emb);
+        let rg = self.rg(emb) || self.rg(projected);
         let merged = self.act(rows * self.hidden * s, rg);
         if rg {
+            let mut inputs = Ids::default();
+            for x in [emb, projected] {
+                if self.rg(x) {
+                    inputs.push(x);
+                }
+            }
             self.t.record(Node {
                 saved: Ids::of(&[image_mask]),
-                inputs: Ids::of(&[emb]),
+                inputs,
                 outputs: Ids::of(&[merged]),
                 ..Node::default()
             });
@@ -73,117 +79,191 @@ impl Builder<'_> {
         let per_image = tokens * merge2;
         let p = images * per_image;
         let e = u128::from(f.width);
-        let heads = u128::from(f.heads).max(1);
-        let m = u128::from(f.mlp);
         // SiglipVisionEmbeddings: `patch_embedding(pixel_values.to(dtype=target_dtype))` (a copy
         // of the fp32 pixels unless fp32, freed when the conv returns), `flatten(2).transpose`
         // (a view), `+ position_embedding(position_ids)` ([1, patches, E], freed after the add)
+        let grad = self.mode.checkpointing();
         let pv = (s != 4).then(|| self.act(p * u128::from(f.patch_in) * s, false));
         let conv = self.act(p * e * s, false);
         if let Some(pv) = pv {
             self.drop_(pv);
         }
+        if grad {
+            // enable_input_require_grads' hook on `get_input_embeddings()` (SiglipVisionModel:
+            // `_input_embed_layer = "patch_embedding"`, modeling_siglip.py) calls
+            // `output.requires_grad_(True)`: the conv output is a leaf that requires grad, held
+            // by its AccumulateGrad node until backward reaches it (as in vision.rs)
+            self.t.set_requires_grad(conv, true);
+            self.t.record(Node {
+                saved: Ids::of(&[conv]),
+                outputs: Ids::of(&[conv]),
+                leaf_keeps_grad: true,
+                ..Node::default()
+            });
+        }
         let pos = self.act(per_image * e * s, false);
-        let embedded = self.act(p * e * s, false);
+        // the add saves nothing (the position embeddings are frozen)
+        let embedded = self.op(p * e * s, &[conv], &[], &[], &[]);
         self.drop_(pos);
         self.drop_(conv);
         // the embeddings stay bound as SiglipVisionModel.forward's `hidden_states` (and the
         // encoder's `inputs_embeds`) until the vision model returns
         let mut h = embedded;
-        for _ in 0..f.depth {
-            // SiglipEncoderLayer: residual = x; x = layer_norm1(x)
-            let n1 = self.vision_norm(false, p * e, p);
-            // SiglipAttention: q/k/v_proj outputs, `view(...).transpose(1, 2)` views
-            let q = self.act(p * e * s, false);
-            let k = self.act(p * e * s, false);
-            let v = self.act(p * e * s, false);
-            let (o, weights) = self.siglip_attention(images, per_image, e, heads, s);
-            // `reshape(...).contiguous()`: a view of the [B, S, H, D] output; out_proj
-            let proj = self.act(p * e * s, false);
-            self.drop_(o);
-            self.drop_(q);
-            self.drop_(k);
-            self.drop_(v);
-            self.drop_(n1);
-            let h1 = self.act(p * e * s, false);
-            self.drop_(proj);
-            // layer_norm2, SiglipMLP: fc2(gelu_tanh(fc1(x)))
-            let n2 = self.vision_norm(false, p * e, p);
-            let f1 = self.act(p * m * s, false);
-            let g = self.act(p * m * s, false);
-            self.drop_(f1);
-            let f2 = self.act(p * e * s, false);
-            self.drop_(g);
-            self.drop_(n2);
-            let h2 = self.act(p * e * s, false);
-            self.drop_(f2);
-            self.drop_(h1);
-            // eager: the attention weights are bound to `_` in the layer's forward until it
-            // returns; the caller's `hidden_states` goes when it is rebound to the output
-            if let Some(w) = weights {
-                self.drop_(w);
-            }
+        for block in 0..f.depth {
+            let y = if grad {
+                // the checkpointed SiglipEncoderLayer (a GradientCheckpointingLayer): its
+                // forward saves nothing, the checkpoint keeps its input for the recompute
+                self.t.recording = false;
+                let y = self.siglip_block(f, images, h);
+                self.t.recording = true;
+                self.t.set_requires_grad(y, true);
+                self.t.record(Node {
+                    saved: Ids::of(&[h]),
+                    outputs: Ids::of(&[y]),
+                    recompute_vision: Some(u32::try_from(block).unwrap_or(u32::MAX)),
+                    ..Node::default()
+                });
+                y
+            } else {
+                self.siglip_block(f, images, h)
+            };
+            // the caller's `hidden_states` goes when it is rebound to the output
             if h != embedded {
                 self.drop_(h);
             }
-            h = h2;
+            h = y;
         }
         // post_layernorm; the encoder's output object keeps the un-normed state until the
         // vision model's forward returns
-        let last = self.vision_norm(false, p * e, p);
+        let last = self.vision_norm_of(false, h, p * e, p);
         if h != embedded {
             self.drop_(h);
         }
         self.drop_(embedded);
         // Gemma3MultiModalProjector: `transpose(1, 2).reshape(B, E, side, side).contiguous()`
-        // (a copy), AvgPool2d(kernel = merge) to `tokens` per image, flatten/transpose (views)
-        let rs = self.act(p * e * s, false);
+        // (a copy, saving nothing), AvgPool2d(kernel = merge) to `tokens` per image (saves its
+        // input, `avg_pool2d` in derivatives.yaml), flatten/transpose (views)
+        let rs = self.op(p * e * s, &[last], &[], &[], &[]);
         let rows = images * tokens;
-        let pooled = self.act(rows * e * s, false);
-        let normed = self.gemma3_rms_norm(rows, e);
-        // `torch.matmul(normed, mm_input_projection_weight).type_as(vision_outputs)`
-        let projected = self.act(rows * u128::from(f.out) * s, false);
+        let pooled = self.op(rows * e * s, &[rs], &[rs], &[], &[]);
+        let normed = self.gemma3_rms_norm(pooled, rows, e);
+        // `torch.matmul(normed, mm_input_projection_weight).type_as(vision_outputs)`: the
+        // weight is frozen, so `mm` saves nothing of `normed`; `type_as` to the same dtype
+        // returns its input
+        let projected = self.op(rows * u128::from(f.out) * s, &[normed], &[], &[], &[]);
         self.drop_(normed);
         self.drop_(pooled);
         self.drop_(rs);
         (last, projected)
     }
 
-    /// `Gemma3RMSNorm` over `rows` rows of `e` features, no grad: `_norm(x.float())`
+    /// `Gemma3RMSNorm` of `x` over `rows` rows of `e` features: `_norm(x.float())`
     /// (`x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)`), `* (1.0 + weight.float())`,
-    /// `type_as(x)`; returns the output in the model dtype.
-    fn gemma3_rms_norm(&mut self, rows: u128, e: u128) -> TensorId {
+    /// `type_as(x)`; returns the output in the model dtype. With `x` requiring grad, `pow`
+    /// saves the fp32 copy, `rsqrt` its result, the product both, and the product with the
+    /// frozen weight saves `1 + weight` (derivatives.yaml).
+    fn gemma3_rms_norm(&mut self, x: TensorId, rows: u128, e: u128) -> TensorId {
         let s = self.param_size;
         let numel = rows * e;
         // `.float()` of the transposed pooled view: a contiguous fp32 copy (also in fp32)
-        let xf = self.act(numel * 4, false);
-        let sq = self.act(numel * 4, false);
-        let mean = self.act(rows * 4, false);
+        let xf = self.cast(x, numel * 4);
+        let sq = self.op(numel * 4, &[xf], &[xf], &[], &[]);
+        let mean = self.op(rows * 4, &[sq], &[], &[], &[]);
         self.drop_(sq);
-        let eps = self.act(rows * 4, false);
+        let eps = self.op(rows * 4, &[mean], &[], &[], &[]);
         self.drop_(mean);
-        let rs = self.act(rows * 4, false);
+        let rs = self.op_saving_output(rows * 4, eps);
         self.drop_(eps);
-        let y = self.act(numel * 4, false);
+        let y = self.mul(xf, rs, numel * 4);
         self.drop_(rs);
         self.drop_(xf);
         let w32 = self.act(e * 4, false);
         let w1 = self.act(e * 4, false);
         self.drop_(w32);
-        let out = self.act(numel * 4, false);
+        let out = self.mul(y, w1, numel * 4);
         self.drop_(w1);
         self.drop_(y);
         if s == 4 {
             return out;
         }
-        let down = self.act(numel * s, false);
+        let down = self.cast(out, numel * s);
         self.drop_(out);
         down
     }
 
+    /// One `SiglipEncoderLayer` over `images` images from `h` (which keeps its reference):
+    /// `h + attn(layer_norm1(h))`, then `h + mlp(layer_norm2(h))`; returns its output. The
+    /// weights are frozen, so a linear saves nothing of its input (`addmm` saves `mat1` only
+    /// when `mat2` requires grad, derivatives.yaml); `gelu(approximate="tanh")` saves its
+    /// input. Without grad nothing is recorded.
+    fn siglip_block(&mut self, f: &VisionForward, images: u128, h: TensorId) -> TensorId {
+        let s = self.param_size;
+        let per_image = u128::from(f.per_image) * u128::from(f.merge) * u128::from(f.merge);
+        let p = images * per_image;
+        let e = u128::from(f.width);
+        let heads = u128::from(f.heads).max(1);
+        let m = u128::from(f.mlp);
+        // residual = x; x = layer_norm1(x)
+        let n1 = self.vision_norm_of(false, h, p * e, p);
+        // SiglipAttention: q/k/v_proj outputs, `view(...).transpose(1, 2)` views
+        let q = self.op(p * e * s, &[n1], &[], &[], &[]);
+        let k = self.op(p * e * s, &[n1], &[], &[], &[]);
+        let v = self.op(p * e * s, &[n1], &[], &[], &[]);
+        let (o, weights) = self.siglip_attention(images, per_image, e, heads, s, [q, k, v]);
+        // `reshape(...).contiguous()`: a view of the [B, S, H, D] output; out_proj
+        let proj = self.op(p * e * s, &[o], &[], &[], &[]);
+        self.drop_(o);
+        self.drop_(q);
+        self.drop_(k);
+        self.drop_(v);
+        self.drop_(n1);
+        let h1 = self.op(p * e * s, &[h, proj], &[], &[], &[]);
+        self.drop_(proj);
+        // layer_norm2, SiglipMLP: fc2(gelu_tanh(fc1(x)))
+        let n2 = self.vision_norm_of(false, h1, p * e, p);
+        let f1 = self.op(p * m * s, &[n2], &[], &[], &[]);
+        let g = self.op(p * m * s, &[f1], &[f1], &[], &[]);
+        self.drop_(f1);
+        let f2 = self.op(p * e * s, &[g], &[], &[], &[]);
+        self.drop_(g);
+        self.drop_(n2);
+        let h2 = self.op(p * e * s, &[h1, f2], &[], &[], &[]);
+        self.drop_(f2);
+        self.drop_(h1);
+        // eager: the attention weights are bound to `_` in the layer's forward until it
+        // returns
+        if let Some(w) = weights {
+            self.drop_(w);
+        }
+        h2
+    }
+
+    /// Recomputes checkpointed SiglipEncoderLayer `node` when backward first reaches it (the
+    /// non-reentrant checkpoint re-runs the layer's forward with saving on,
+    /// `torch/utils/checkpoint.py` `_checkpoint_hook`); its nodes then run on the tape.
+    pub(super) fn recompute_siglip_block(&mut self, node: &Node, f: &VisionForward, n: u128) {
+        let [h] = node.saved.as_slice() else {
+            return;
+        };
+        let h = *h;
+        let out = node.outputs.as_slice()[0];
+        // the checkpoint's input stays held until the layer's backward is done
+        self.t.tape.push(Node {
+            saved: node.saved,
+            ..Node::default()
+        });
+        let images = self.batch * (n / u128::from(f.per_image).max(1));
+        let y = self.siglip_block(f, images, h);
+        self.t.move_grad(out, y);
+        self.drop_(y);
+    }
+
     /// SiglipAttention's core over `images` images of `len` patches each (no mask, not
-    /// causal); returns the output (laid out [B, S, H, D], so `transpose(1, 2).contiguous()`
-    /// and the reshape are views) and, for eager, the attention weights the layer keeps.
+    /// causal) on `qkv`; returns the output (laid out [B, S, H, D], so `transpose(1,
+    /// 2).contiguous()` and the reshape are views) and, for eager, the attention weights the
+    /// layer keeps. With grad, eager's matmuls save their operands (q and k; the 16-bit
+    /// probabilities and v), `_softmax` its fp32 result, the scaling and the casts nothing;
+    /// SDPA's fused kernel saves q, k, v, its output and its fp32 logsumexp.
     fn siglip_attention(
         &mut self,
         images: u128,
@@ -191,38 +271,49 @@ impl Builder<'_> {
         e: u128,
         heads: u128,
         s: u128,
+        qkv: [TensorId; 3],
     ) -> (TensorId, Option<TensorId>) {
         let p = images * len;
         let w_elems = images * heads * len * len;
+        let [q, k, v] = qkv;
         match self.mode.attention() {
             AttentionImpl::Eager => {
                 // matmul(q, kᵀ) * scaling; softmax(dtype=float32) converts its input first
                 // (aten `softmax.int`), cast back to the query's dtype; dropout p = 0 returns
                 // its input; matmul with v; `transpose(1, 2).contiguous()` copies
-                let w = self.act(w_elems * s, false);
-                let ws = self.act(w_elems * s, false);
+                let w = self.op(w_elems * s, &[q, k], &[q, k], &[], &[]);
+                let ws = self.op(w_elems * s, &[w], &[], &[], &[]);
                 self.drop_(w);
                 let sm = if s == 4 {
-                    self.act(w_elems * 4, false)
+                    self.op_saving_output(w_elems * 4, ws)
                 } else {
-                    let up = self.act(w_elems * 4, false);
-                    let sm32 = self.act(w_elems * 4, false);
+                    let up = self.cast(ws, w_elems * 4);
+                    let sm32 = self.op_saving_output(w_elems * 4, up);
                     self.drop_(up);
-                    let sm = self.act(w_elems * s, false);
+                    let sm = self.cast(sm32, w_elems * s);
                     self.drop_(sm32);
                     sm
                 };
                 self.drop_(ws);
-                let o = self.act(p * e * s, false);
-                let oc = self.act(p * e * s, false);
+                let o = self.op(p * e * s, &[sm, v], &[sm, v], &[], &[]);
+                let oc = self.op(p * e * s, &[o], &[], &[], &[]);
                 self.drop_(o);
                 (oc, Some(sm))
             }
             AttentionImpl::Sdpa | AttentionImpl::Flash => {
                 // scaled_dot_product_attention: the fused kernel's output (q's [B, S, H, D]
-                // layout) and its fp32 logsumexp, dropped by the Python wrapper
-                let o = self.act(p * e * s, false);
+                // layout) and its fp32 logsumexp, dropped by the Python wrapper unless saved
+                let rg = qkv.iter().any(|&x| self.rg(x));
+                let o = self.act(p * e * s, rg);
                 let lse = self.act(images * heads * len * 4, false);
+                if rg {
+                    self.t.record(Node {
+                        saved: Ids::of(&[q, k, v, o, lse]),
+                        inputs: Ids::of(&qkv),
+                        outputs: Ids::of(&[o]),
+                        ..Node::default()
+                    });
+                }
                 self.drop_(lse);
                 (o, None)
             }
@@ -287,6 +378,50 @@ mod tests {
             let two = forward_peak(&model(Some(32)), attention);
             assert_eq!(partial, text, "{attention:?}");
             assert!(text < one && one < two, "{attention:?}: {text} {one} {two}");
+        }
+    }
+
+    /// Under checkpointing the tower's backward runs after the text's (the patch embeddings
+    /// require grad): the recomputed encoder layer holds its saved tensors (LayerNorm inputs,
+    /// q/k/v, fc1's output for the GELU) in the backward, so the backward peak passes the
+    /// text-only step's by more than one [P, mlp] activation (LoRA on the text, whose frozen
+    /// weights then have no gradients); a layer policy and sharding are refused by name.
+    #[test]
+    fn checkpointing_runs_the_towers_backward() {
+        use crate::memory::{check_image_checkpointing, TrainEstimate};
+        for attention in [AttentionImpl::Sdpa, AttentionImpl::Eager] {
+            // LoRA on the text: the frozen 7B's gradients would hide the tower's backward
+            let mut w = TrainWorkload::new(2, 64);
+            w.attention = attention;
+            w.checkpointing = true;
+            w.lora = Some(crate::workload::Lora {
+                rank: 8,
+                targets: vec!["o_proj".to_owned()],
+                qlora: false,
+            });
+            let backward = |m: &ModelDesc| {
+                let e: TrainEstimate = simulate_train(m, &w, Kernels::Cuda).unwrap();
+                e.phase_peaks
+                    .iter()
+                    .find(|(p, _)| *p == Phase::Backward)
+                    .map(|&(_, b)| b)
+                    .unwrap()
+            };
+            // 2 images of 64 patches, 4304 bf16 features
+            let one_mlp_activation = 2 * 64 * 4304 * 2;
+            let text = backward(&model(None));
+            let images = backward(&model(Some(16)));
+            assert!(
+                images > text + one_mlp_activation,
+                "{attention:?}: {images} vs {text}"
+            );
+            let m = model(Some(16));
+            assert!(check_image_checkpointing(&m, &w, true)
+                .is_err_and(|e| e.field() == Some("image_tokens")));
+            let mut policy = w.clone();
+            policy.step_options.checkpointing_policy = crate::workload::CheckpointPolicy::EveryK(2);
+            assert!(check_image_checkpointing(&m, &policy, false)
+                .is_err_and(|e| e.field() == Some("checkpointing_policy")));
         }
     }
 

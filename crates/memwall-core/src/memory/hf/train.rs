@@ -132,6 +132,11 @@ impl Builder<'_> {
         self.t.seed_grad(loss);
         self.unit_pre_backward(0);
         self.backward();
+        // `del loss` (measure.py; the Trainer's loss goes with the step) frees the graph: the
+        // leaves its AccumulateGrad nodes held go, with their `.grad`
+        for x in std::mem::take(&mut self.leaves_held) {
+            self.drop_(x);
+        }
         self.seg(None, SegKind::Fixed);
         self.finish_backward();
         if self.mode.keeps_outputs() {
@@ -342,6 +347,17 @@ impl Builder<'_> {
                 self.t.move_grad(out, y);
                 self.drop_(y);
                 continue;
+            }
+            if node.leaf_keeps_grad {
+                // AccumulateGrad stores the gradient as the leaf's `.grad`; the graph holds
+                // both until it is freed after backward (`Builder::leaves_held`)
+                for &o in node.outputs.as_slice() {
+                    self.t.retain(o);
+                    self.leaves_held.push(o);
+                    if let Some(g) = self.t.take_grad(o) {
+                        self.leaves_held.push(g);
+                    }
+                }
             }
             if let Some(block) = node.recompute_vision {
                 self.recompute_vision_block(&node, block);

@@ -167,6 +167,7 @@ impl Builder<'_> {
             self.t.record(Node {
                 saved: Ids::of(&[h]),
                 outputs: Ids::of(&[h]),
+                leaf_keeps_grad: true,
                 ..Node::default()
             });
         }
@@ -242,6 +243,20 @@ impl Builder<'_> {
     /// non-reentrant checkpoint's first unpack re-runs the block's forward with saving on,
     /// `torch/utils/checkpoint.py` `_checkpoint_hook`); its nodes then run on the tape.
     pub(super) fn recompute_vision_block(&mut self, node: &Node, block: u32) {
+        if let Some(v) = self.model.vision.as_ref() {
+            if let (Some(f), Some(n)) = (v.forward.as_ref(), v.image_tokens) {
+                if f.kind == VisionKind::Gemma3Siglip {
+                    let f = f.clone();
+                    self.recompute_siglip_block(node, &f, u128::from(n));
+                    return;
+                }
+                if f.kind == VisionKind::Pixtral {
+                    let f = f.clone();
+                    self.recompute_pixtral_block(node, &f, u128::from(n));
+                    return;
+                }
+            }
+        }
         let (Some(v), [h, cos, sin]) = (self.model.vision.as_ref(), node.saved.as_slice()) else {
             return;
         };
@@ -373,7 +388,13 @@ impl Builder<'_> {
     /// [`Self::vision_norm`] of `x`, recording autograd when `x` requires grad: LayerNorm saves
     /// its input, mean and rstd (`native_layer_norm`); the RMSNorm's ops save the fp32 copy
     /// (`pow`, and the product with the `rsqrt`) and the `rsqrt`'s result.
-    fn vision_norm_of(&mut self, rms: bool, x: TensorId, numel: u128, rows: u128) -> TensorId {
+    pub(super) fn vision_norm_of(
+        &mut self,
+        rms: bool,
+        x: TensorId,
+        numel: u128,
+        rows: u128,
+    ) -> TensorId {
         let s = self.param_size;
         if !rms {
             let rg = self.rg(x);
