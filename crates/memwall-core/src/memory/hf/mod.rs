@@ -674,6 +674,20 @@ impl<'a> Builder<'a> {
     fn drop_(&mut self, x: TensorId) {
         self.t.release(x);
     }
+
+    /// `x` made a leaf that requires grad by a forward hook (`output.requires_grad_(True)`:
+    /// transformers' `enable_input_require_grads` on a vision tower's `get_input_embeddings()`
+    /// under gradient checkpointing): its AccumulateGrad node holds it, and its `.grad` is
+    /// kept until the graph is freed after backward (`Node::leaf_keeps_grad`).
+    fn input_grad_leaf(&mut self, x: TensorId) {
+        self.t.set_requires_grad(x, true);
+        self.t.record(Node {
+            saved: Ids::of(&[x]),
+            outputs: Ids::of(&[x]),
+            leaf_keeps_grad: true,
+            ..Node::default()
+        });
+    }
 }
 
 /// A stand-in for a linear the layer does not have (its role is absent from the table).

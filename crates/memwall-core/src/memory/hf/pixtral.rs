@@ -102,13 +102,7 @@ impl Builder<'_> {
             // `patch_conv`, modeling_pixtral.py) calls `output.requires_grad_(True)`: the conv
             // output is a leaf that requires grad, held by its AccumulateGrad node until
             // backward reaches it (as in vision.rs); the slices, flatten and `.T` are views
-            self.t.set_requires_grad(conv, true);
-            self.t.record(Node {
-                saved: Ids::of(&[conv]),
-                outputs: Ids::of(&[conv]),
-                leaf_keeps_grad: true,
-                ..Node::default()
-            });
+            self.input_grad_leaf(conv);
         }
         // `torch.cat([p.flatten(1).T ...])` [1, L, E], then ln_pre (PixtralRMSNorm); the cat
         // goes when `patch_embeds` is rebound; the normed embeddings stay bound until the

@@ -93,13 +93,7 @@ impl Builder<'_> {
             // `_input_embed_layer = "patch_embedding"`, modeling_siglip.py) calls
             // `output.requires_grad_(True)`: the conv output is a leaf that requires grad, held
             // by its AccumulateGrad node until backward reaches it (as in vision.rs)
-            self.t.set_requires_grad(conv, true);
-            self.t.record(Node {
-                saved: Ids::of(&[conv]),
-                outputs: Ids::of(&[conv]),
-                leaf_keeps_grad: true,
-                ..Node::default()
-            });
+            self.input_grad_leaf(conv);
         }
         let pos = self.act(per_image * e * s, false);
         // the add saves nothing (the position embeddings are frozen)

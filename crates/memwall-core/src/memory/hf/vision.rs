@@ -163,13 +163,7 @@ impl Builder<'_> {
         if grad {
             // enable_input_require_grads' hook: the patch embeddings become a leaf that
             // requires grad; its AccumulateGrad node holds it until backward reaches it
-            self.t.set_requires_grad(h, true);
-            self.t.record(Node {
-                saved: Ids::of(&[h]),
-                outputs: Ids::of(&[h]),
-                leaf_keeps_grad: true,
-                ..Node::default()
-            });
+            self.input_grad_leaf(h);
         }
         if let Some(widx) = widx {
             // permute_input_for_window_attn: `x[window_index]`, a copy; the index is saved
