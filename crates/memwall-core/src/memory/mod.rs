@@ -385,52 +385,38 @@ pub(crate) fn check_image_checkpointing(
         return Ok(());
     };
     let tower = match kind {
-        crate::model::VisionKind::Qwen2Vl
-        | crate::model::VisionKind::Qwen25Vl
-        | crate::model::VisionKind::Gemma3Siglip
-        | crate::model::VisionKind::Pixtral => {
-            let tower = match kind {
-                crate::model::VisionKind::Qwen2Vl => "Qwen2-VL",
-                crate::model::VisionKind::Qwen25Vl => "Qwen2.5-VL",
-                crate::model::VisionKind::Gemma3Siglip => "Gemma 3 (SigLIP)",
-                _ => "Mistral 3 (Pixtral)",
-            };
-            let policy = w.step_options.checkpointing_policy;
-            if policy != crate::workload::CheckpointPolicy::Full {
-                // transformers checkpoints every GradientCheckpointingLayer, the vision
-                // blocks included; a layer policy is the harness's, over the text layers
-                return Err(CoreError::invalid_value(
-                    crate::workload::CheckpointPolicy::FIELD,
-                    policy.name(),
-                    format!(
-                        "with image inputs, the {tower} vision tower's blocks are modelled under full checkpointing only (transformers checkpoints every vision block; which blocks a `{}` policy would cover is not traced)",
-                        policy.name()
-                    ),
-                    "drop --checkpointing-policy (full checkpointing), or drop --image-tokens and count the image tokens as text tokens of the sequence",
-                ));
-            }
-            if !distributed {
-                // simulated on one GPU (memory/hf/vision.rs `vision_tower`)
-                return Ok(());
-            }
-            return Err(CoreError::invalid_value(
-                "image_tokens",
-                n,
-                format!(
-                    "with activation checkpointing the {tower} vision tower's backward runs (enable_input_require_grads hooks its patch embedding); memwall models it on one GPU only, not under data-parallel sharding"
-                ),
-                "estimate one GPU (drop --gpus), or drop --checkpointing",
-            ));
-        }
+        crate::model::VisionKind::Qwen2Vl => "Qwen2-VL",
+        crate::model::VisionKind::Qwen25Vl => "Qwen2.5-VL",
+        crate::model::VisionKind::Gemma3Siglip => "Gemma 3 (SigLIP)",
+        crate::model::VisionKind::Pixtral => "Mistral 3 (Pixtral)",
         crate::model::VisionKind::Llama4 => "Llama 4",
     };
+    let policy = w.step_options.checkpointing_policy;
+    if policy != crate::workload::CheckpointPolicy::Full {
+        // transformers checkpoints every GradientCheckpointingLayer, the vision
+        // blocks included; a layer policy is the harness's, over the text layers
+        return Err(CoreError::invalid_value(
+            crate::workload::CheckpointPolicy::FIELD,
+            policy.name(),
+            format!(
+                "with image inputs, the {tower} vision tower's blocks are modelled under full checkpointing only (transformers checkpoints every vision block; which blocks a `{}` policy would cover is not traced)",
+                policy.name()
+            ),
+            "drop --checkpointing-policy (full checkpointing), or drop --image-tokens and count the image tokens as text tokens of the sequence",
+        ));
+    }
+    if !distributed {
+        // simulated on one GPU (memory/hf/vision.rs `vision_tower`, siglip.rs, pixtral.rs,
+        // llama4_vision.rs)
+        return Ok(());
+    }
     Err(CoreError::invalid_value(
         "image_tokens",
         n,
         format!(
-            "with activation checkpointing, transformers' enable_input_require_grads makes the {tower} vision tower's patch embeddings require grad, so the tower's backward runs (its layers recomputed); memwall simulates this tower's frozen forward only (the tower's backward is modelled for Qwen2-VL, Qwen2.5-VL, Gemma 3 and Mistral 3)"
+            "with activation checkpointing the {tower} vision tower's backward runs (enable_input_require_grads hooks its patch embedding); memwall models it on one GPU only, not under data-parallel sharding"
         ),
-        "drop --checkpointing (and --checkpointing-policy), or drop --image-tokens and count the image tokens as text tokens of the sequence",
+        "estimate one GPU (drop --gpus), or drop --checkpointing",
     ))
 }
 

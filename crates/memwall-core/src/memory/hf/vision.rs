@@ -255,6 +255,11 @@ impl Builder<'_> {
                     self.recompute_pixtral_block(node, &f, u128::from(n));
                     return;
                 }
+                if f.kind == VisionKind::Llama4 {
+                    let f = f.clone();
+                    self.recompute_llama4_block(node, &f, u128::from(n));
+                    return;
+                }
             }
         }
         let (Some(v), [h, cos, sin]) = (self.model.vision.as_ref(), node.saved.as_slice()) else {
