@@ -52,7 +52,13 @@ impl Builder<'_> {
         // Llama4MultiModalProjector over `image_features.view(-1, d)` (a view): linear_1, no
         // bias, frozen (saves nothing of its input); `.to(device, dtype)` returns the same
         // tensor
-        let projected = self.op(tiles * per * u128::from(f.out) * s, &[features], &[], &[], &[]);
+        let projected = self.op(
+            tiles * per * u128::from(f.out) * s,
+            &[features],
+            &[],
+            &[],
+            &[],
+        );
         // get_placeholder_mask: `input_ids == image_token_id` [B, S] bool (its `sum()` and the
         // size check are scalars); unsqueezed, a view
         let rows = self.tokens;
