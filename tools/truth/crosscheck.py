@@ -79,6 +79,13 @@ CASES = [
     dict(id="xc-llama4-small-img144-fp32-lora", config="llama4-xc-small", batch=2, seq=200,
          image_tokens=144, precision="fp32",
          lora={"rank": 8, "alpha": 16, "targets": ["gate_proj", "up_proj", "down_proj"]}),
+    # llama4 image inputs under checkpointing (helper 20): the tower's backward (the
+    # recomputed encoder layers' SDPA / eager backward) on real CPU tensors against fake ones
+    dict(id="xc-llama4-small-img288-sgd-ckpt", config="llama4-xc-small", batch=1, seq=320,
+         image_tokens=288, optimizer="sgd", checkpointing=True, fake_images=True),
+    dict(id="xc-llama4-small-img144-b2-sgd-ckpt-eager", config="llama4-xc-small", batch=2,
+         seq=200, image_tokens=144, attention="eager", optimizer="sgd", checkpointing=True,
+         fake_images=True),
     # mistral3 image inputs under checkpointing (issue 14): enable_input_require_grads hooks
     # PixtralVisionModel.patch_conv, so the frozen tower records autograd and its backward runs;
     # fake tensors (fake_images) against real ones, the tower at its real widths (2 layers)

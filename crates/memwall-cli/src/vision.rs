@@ -20,7 +20,7 @@ pub const IMAGE_TOKENS_ASSUMPTION: &str = "image tokens are counted as text toke
 pub fn image_tokens_note(n: u64, per_image: u64, kind: Option<VisionKind>) -> String {
     if kind == Some(VisionKind::Llama4) {
         let tiles = n.checked_div(per_image).unwrap_or(0);
-        return format!("{n} of each sequence's tokens (--seq/--prompt) are the <|patch|> tokens of {tiles} image tile(s) of {per_image} tokens (one image of {tiles} tiles, or several images, as the processor cuts them; its separator tokens are text): the frozen vision tower's forward over the tiles (nothing of it saved for backward), the projector and the merge into the embeddings are simulated; the other tokens are text");
+        return format!("{n} of each sequence's tokens (--seq/--prompt) are the <|patch|> tokens of {tiles} image tile(s) of {per_image} tokens (one image of {tiles} tiles, or several images, as the processor cuts them; its separator tokens are text): the frozen vision tower's forward over the tiles (nothing of it saved for backward; with --checkpointing its encoder layers are checkpointed and its backward runs after the text's, recomputing them), the projector and the merge into the embeddings are simulated; the other tokens are text");
     }
     if let Some(images) = n.checked_div(per_image) {
         return format!("{n} of each sequence's tokens (--seq/--prompt) are the tokens of {images} image(s) of {per_image} tokens: the frozen vision tower's forward over their patches (nothing of it saved for backward; with --checkpointing its blocks are checkpointed and its backward runs after the text's, recomputing them), the projector, the merge into the embeddings and the bidirectional image-block attention masks are simulated; the other tokens are text");

@@ -820,9 +820,8 @@ fn fast_equals_the_replay_with_image_tokens() {
                 per => per * (1 + n % 2),
             };
             v.image_tokens = Some(n);
-            // image tokens under checkpointing are simulated for the Qwen, SigLIP and Pixtral
-            // towers and refused for Llama 4's (memory::check_image_checkpointing), by both
-            // evaluators
+            // image tokens under checkpointing are simulated for the Qwen, SigLIP, Pixtral and
+            // Llama 4 towers (memory::check_image_checkpointing), by both evaluators
             let simulated = v.forward.as_ref().is_some_and(|f| {
                 matches!(
                     f.kind,
@@ -830,6 +829,7 @@ fn fast_equals_the_replay_with_image_tokens() {
                         | memwall_core::model::VisionKind::Qwen25Vl
                         | memwall_core::model::VisionKind::Gemma3Siglip
                         | memwall_core::model::VisionKind::Pixtral
+                        | memwall_core::model::VisionKind::Llama4
                 )
             });
             for lora in [None, Some((16, 3, false))] {

@@ -249,6 +249,11 @@ impl Builder<'_> {
                     self.recompute_pixtral_block(node, &f, u128::from(n));
                     return;
                 }
+                if f.kind == VisionKind::Llama4 {
+                    let f = f.clone();
+                    self.recompute_llama4_block(node, &f, u128::from(n));
+                    return;
+                }
             }
         }
         let (Some(v), [h, cos, sin]) = (self.model.vision.as_ref(), node.saved.as_slice()) else {
@@ -435,42 +440,6 @@ impl Builder<'_> {
         if s == 4 {
             self.drop_(up);
         }
-        out
-    }
-
-    /// The block's norm over `numel` elements in `rows` rows, no grad: Qwen2-VL's LayerNorm
-    /// (one output; its mean and rstd are freed at once), Qwen2.5-VL's `Qwen2_5_VLRMSNorm`
-    /// (`x.to(float32)`, `pow(2).mean(-1)`, `x * rsqrt(var + eps)`, `weight * x.to(dtype)`).
-    pub(super) fn vision_norm(&mut self, rms: bool, numel: u128, rows: u128) -> TensorId {
-        let s = self.param_size;
-        if !rms {
-            let y = self.act(numel * s, false);
-            let stats = self.act(rows * 4 * 2, false);
-            self.drop_(stats);
-            return y;
-        }
-        let up = (s != 4).then(|| self.act(numel * 4, false));
-        let sq = self.act(numel * 4, false);
-        let var = self.act(rows * 4, false);
-        self.drop_(sq);
-        let ve = self.act(rows * 4, false);
-        let rs = self.act(rows * 4, false);
-        self.drop_(ve);
-        let y = self.act(numel * 4, false);
-        self.drop_(rs);
-        if let Some(up) = up {
-            self.drop_(up);
-        }
-        let out = if s == 4 {
-            self.act(numel * 4, false)
-        } else {
-            let down = self.act(numel * s, false);
-            let out = self.act(numel * s, false);
-            self.drop_(down);
-            out
-        };
-        self.drop_(y);
-        self.drop_(var);
         out
     }
 
