@@ -115,13 +115,7 @@ impl Builder<'_> {
         if grad {
             // enable_input_require_grads' hook: `output.requires_grad_(True)`, a leaf held
             // by its AccumulateGrad node until the graph is freed (as in vision.rs)
-            self.t.set_requires_grad(patched, true);
-            self.t.record(Node {
-                saved: Ids::of(&[patched]),
-                outputs: Ids::of(&[patched]),
-                leaf_keeps_grad: true,
-                ..Node::default()
-            });
+            self.input_grad_leaf(patched);
         }
         // `torch.cat([hidden_state, class_embedding.expand(...)], dim=1)` (saves sizes
         // only), then `+ positional_embedding_vlm` (a frozen parameter in the model dtype;
