@@ -15,17 +15,21 @@ use memwall_core::model::VisionKind;
 /// What every report of a vision-language model states without `--image-tokens`.
 pub const IMAGE_TOKENS_ASSUMPTION: &str = "image tokens are counted as text tokens of the sequence (give them in --seq/--prompt); the vision tower's own activations are not simulated, only its weights";
 
+/// Appended to the `--image-tokens` note: the step-time model (`memwall_core::time`) prices the
+/// text model's work only, the image tokens included, not the tower's.
+const IMAGE_TIME_NOTE: &str = "; speed figures count the text model's compute only (the vision tower's forward and recompute are not in the time model)";
+
 /// What a report states with `--image-tokens N` (`per_image`: the tower's tokens per image,
 /// or per tile for llama4 (`kind`); 0 when the N tokens are one image).
 pub fn image_tokens_note(n: u64, per_image: u64, kind: Option<VisionKind>) -> String {
     if kind == Some(VisionKind::Llama4) {
         let tiles = n.checked_div(per_image).unwrap_or(0);
-        return format!("{n} of each sequence's tokens (--seq/--prompt) are the <|patch|> tokens of {tiles} image tile(s) of {per_image} tokens (one image of {tiles} tiles, or several images, as the processor cuts them; its separator tokens are text): the frozen vision tower's forward over the tiles (nothing of it saved for backward; with --checkpointing its encoder layers are checkpointed and its backward runs after the text's, recomputing them), the projector and the merge into the embeddings are simulated; the other tokens are text");
+        return format!("{n} of each sequence's tokens (--seq/--prompt) are the <|patch|> tokens of {tiles} image tile(s) of {per_image} tokens (one image of {tiles} tiles, or several images, as the processor cuts them; its separator tokens are text): the frozen vision tower's forward over the tiles (nothing of it saved for backward; with --checkpointing its encoder layers are checkpointed and its backward runs after the text's, recomputing them), the projector and the merge into the embeddings are simulated; the other tokens are text{IMAGE_TIME_NOTE}");
     }
     if let Some(images) = n.checked_div(per_image) {
-        return format!("{n} of each sequence's tokens (--seq/--prompt) are the tokens of {images} image(s) of {per_image} tokens: the frozen vision tower's forward over their patches (nothing of it saved for backward; with --checkpointing its blocks are checkpointed and its backward runs after the text's, recomputing them), the projector, the merge into the embeddings and the bidirectional image-block attention masks are simulated; the other tokens are text");
+        return format!("{n} of each sequence's tokens (--seq/--prompt) are the tokens of {images} image(s) of {per_image} tokens: the frozen vision tower's forward over their patches (nothing of it saved for backward; with --checkpointing its blocks are checkpointed and its backward runs after the text's, recomputing them), the projector, the merge into the embeddings and the bidirectional image-block attention masks are simulated; the other tokens are text{IMAGE_TIME_NOTE}");
     }
-    format!("{n} of each sequence's tokens (--seq/--prompt) are one image's tokens: the frozen vision tower's forward over its patches (nothing of it saved for backward; with --checkpointing its blocks are checkpointed and its backward runs after the text's, recomputing them), the projector and the merge into the embeddings are simulated; the other tokens are text")
+    format!("{n} of each sequence's tokens (--seq/--prompt) are one image's tokens: the frozen vision tower's forward over its patches (nothing of it saved for backward; with --checkpointing its blocks are checkpointed and its backward runs after the text's, recomputing them), the projector and the merge into the embeddings are simulated; the other tokens are text{IMAGE_TIME_NOTE}")
 }
 
 /// The families whose image forward is simulated, for hints.
