@@ -366,7 +366,7 @@ pub(crate) fn check_linear_attention_training(
 /// these towers, 33% to 41% short before, are within 0.33%); another checkpointing policy
 /// with image inputs is refused for them (field checkpointing_policy), and so are the sharded
 /// engines (field image_tokens). The same holds for Llama 4's tower (llama4_vision.rs
-/// `llama4_block`, `recompute_llama4_block`): measured with the tower at its real width (2
+/// `llama4_block`, `recompute_vision_block`): measured with the tower at its real width (2
 /// layers) behind a small text model, the frozen-tower estimate was short by 25.5%; the
 /// simulated backward is within 0.06% (`vlm-l4xc-*-ckpt`, `vlm-l4scout-1l-img576-sgd-ckpt`).
 pub(crate) fn check_image_checkpointing(

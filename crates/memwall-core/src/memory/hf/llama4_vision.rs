@@ -19,7 +19,7 @@
 //! The tower is frozen and `pixel_values` never require grad, so without checkpointing
 //! nothing of it is saved for backward (as in `vision.rs`); under gradient checkpointing the
 //! patch embedding's output is made a leaf that requires grad and the tower's backward runs
-//! (`llama4_tower`, `llama4_block`, `recompute_llama4_block`). The pixels are the batch's input (Llama4ImageProcessor returns
+//! (`llama4_tower`, `llama4_block`, `recompute_vision_block`). The pixels are the batch's input (Llama4ImageProcessor returns
 //! bf16; the vision model casts nothing, so they come in the model dtype), not counted. What
 //! outlives the tower: the vision model's output (`mm_encoder_outputs["image"]
 //! .last_hidden_state`, the pixel-shuffle MLP's output), the projected features and the
@@ -66,23 +66,7 @@ impl Builder<'_> {
         // `inputs_embeds.masked_scatter(special_image_mask, projected_vision_flat)`: a new
         // tensor; saves the mask (`masked_scatter` in derivatives.yaml: the source's gradient
         // is `masked_select` of the output's)
-        let rg = self.rg(emb) || self.rg(projected);
-        let merged = self.act(rows * self.hidden * s, rg);
-        if rg {
-            let mut inputs = Ids::default();
-            for x in [emb, projected] {
-                if self.rg(x) {
-                    inputs.push(x);
-                }
-            }
-            self.t.record(Node {
-                saved: Ids::of(&[image_mask]),
-                inputs,
-                outputs: Ids::of(&[merged]),
-                ..Node::default()
-            });
-        }
-        self.drop_(emb);
+        let merged = self.masked_scatter_embeds(emb, projected, image_mask);
         self.vision_refs.extend([features, projected, image_mask]);
         merged
     }
@@ -191,7 +175,7 @@ impl Builder<'_> {
     /// (`addmm` saves `mat1` only when `mat2` requires grad, derivatives.yaml); the
     /// LayerNorms save their inputs and statistics, `nn.GELU` its input, the attention its
     /// operands. Without grad nothing is recorded.
-    fn llama4_block(&mut self, f: &VisionForward, tiles: u128, h: TensorId) -> TensorId {
+    pub(super) fn llama4_block(&mut self, f: &VisionForward, tiles: u128, h: TensorId) -> TensorId {
         let s = self.param_size;
         let patches = u128::from(f.per_image) * u128::from(f.merge) * u128::from(f.merge);
         let rows = tiles * (patches + 1);
@@ -214,44 +198,13 @@ impl Builder<'_> {
         self.drop_(kr);
         self.drop_(v);
         self.drop_(n1);
-        let h1 = self.op(rows * e * s, &[h, proj], &[], &[], &[]);
-        self.drop_(proj);
         // post_attention_layernorm, Llama4VisionMLP: fc2(GELU(fc1(x))), biases
-        let n2 = self.vision_norm_of(false, h1, rows * e, rows);
-        let f1 = self.op(rows * m * s, &[n2], &[], &[], &[]);
-        let g = self.op(rows * m * s, &[f1], &[f1], &[], &[]);
-        self.drop_(f1);
-        let f2 = self.op(rows * e * s, &[g], &[], &[], &[]);
-        self.drop_(g);
-        self.drop_(n2);
-        let h2 = self.op(rows * e * s, &[h1, f2], &[], &[], &[]);
-        self.drop_(f2);
-        self.drop_(h1);
+        let h2 = self.norm_gelu_mlp_residual(h, proj, rows, (e, m, s));
         // eager: the weights are bound in the layer until it returns
         if let Some(w) = weights {
             self.drop_(w);
         }
         h2
-    }
-
-    /// Recomputes checkpointed Llama4VisionEncoderLayer `node` when backward first reaches it
-    /// (the non-reentrant checkpoint re-runs the layer's forward with saving on,
-    /// `torch/utils/checkpoint.py` `_checkpoint_hook`); its nodes then run on the tape.
-    pub(super) fn recompute_llama4_block(&mut self, node: &Node, f: &VisionForward, n: u128) {
-        let [h] = node.saved.as_slice() else {
-            return;
-        };
-        let h = *h;
-        let out = node.outputs.as_slice()[0];
-        // the checkpoint's input stays held until the layer's backward is done
-        self.t.tape.push(Node {
-            saved: node.saved,
-            ..Node::default()
-        });
-        let tiles = self.batch * (n / u128::from(f.per_image).max(1));
-        let y = self.llama4_block(f, tiles, h);
-        self.t.move_grad(out, y);
-        self.drop_(y);
     }
 
     /// `vision_apply_rotary_emb` on `q` and `k` of `numel` elements each: `x.float()` (a copy

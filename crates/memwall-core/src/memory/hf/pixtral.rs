@@ -54,23 +54,7 @@ impl Builder<'_> {
         let rows = self.tokens;
         let image_mask = self.act(rows, false);
         // `inputs_embeds.masked_scatter(special_image_mask, image_features)`: a new tensor
-        let rg = self.rg(emb) || self.rg(image_features);
-        let merged = self.act(rows * self.hidden * s, rg);
-        if rg {
-            let mut inputs = Ids::default();
-            for x in [emb, image_features] {
-                if self.rg(x) {
-                    inputs.push(x);
-                }
-            }
-            self.t.record(Node {
-                saved: Ids::of(&[image_mask]),
-                inputs,
-                outputs: Ids::of(&[merged]),
-                ..Node::default()
-            });
-        }
-        self.drop_(emb);
+        let merged = self.masked_scatter_embeds(emb, image_features, image_mask);
         self.vision_refs
             .extend([last, projected, image_features, image_mask]);
         merged
@@ -202,7 +186,7 @@ impl Builder<'_> {
     /// output. The weights are frozen, so a linear saves nothing of its input (`mm` saves
     /// `self` only when `mat2` requires grad, derivatives.yaml); SiLU saves its input, the
     /// gate-up product both operands. Without grad nothing is recorded.
-    fn pixtral_block(
+    pub(super) fn pixtral_block(
         &mut self,
         f: &VisionForward,
         l: u128,
@@ -255,27 +239,6 @@ impl Builder<'_> {
             self.drop_(w);
         }
         h2
-    }
-
-    /// Recomputes checkpointed PixtralAttentionLayer `node` when backward first reaches it
-    /// (the non-reentrant checkpoint re-runs the layer's forward with saving on,
-    /// `torch/utils/checkpoint.py` `_checkpoint_hook`); its nodes then run on the tape.
-    pub(super) fn recompute_pixtral_block(&mut self, node: &Node, f: &VisionForward, n: u128) {
-        let (h, cos, sin, mask) = match node.saved.as_slice() {
-            [h, cos, sin] => (*h, *cos, *sin, None),
-            [h, cos, sin, mask] => (*h, *cos, *sin, Some(*mask)),
-            _ => return,
-        };
-        let out = node.outputs.as_slice()[0];
-        // the checkpoint's inputs stay held until the layer's backward is done
-        self.t.tape.push(Node {
-            saved: node.saved,
-            ..Node::default()
-        });
-        let l = self.batch * n * u128::from(f.merge) * u128::from(f.merge);
-        let y = self.pixtral_block(f, l, h, cos, sin, mask);
-        self.t.move_grad(out, y);
-        self.drop_(y);
     }
 
     /// PixtralVisionRotaryEmbedding over `l` positions (under `no_grad`): `position_ids[...,

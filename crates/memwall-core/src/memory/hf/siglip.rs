@@ -30,7 +30,6 @@ impl Builder<'_> {
         emb: TensorId,
         n: u128,
     ) -> TensorId {
-        let s = self.param_size;
         let per = u128::from(f.per_image).max(1);
         let images = self.batch * (n / per);
         if images == 0 {
@@ -44,23 +43,7 @@ impl Builder<'_> {
         let image_mask = self.act(rows, false);
         // `inputs_embeds.masked_scatter(special_image_mask, image_features)`: a new tensor
         // (`pooler_output.to(device, dtype)` is the same tensor)
-        let rg = self.rg(emb) || self.rg(projected);
-        let merged = self.act(rows * self.hidden * s, rg);
-        if rg {
-            let mut inputs = Ids::default();
-            for x in [emb, projected] {
-                if self.rg(x) {
-                    inputs.push(x);
-                }
-            }
-            self.t.record(Node {
-                saved: Ids::of(&[image_mask]),
-                inputs,
-                outputs: Ids::of(&[merged]),
-                ..Node::default()
-            });
-        }
-        self.drop_(emb);
+        let merged = self.masked_scatter_embeds(emb, projected, image_mask);
         // get_block_sequence_ids_for_mask: int64 [B, S], a local of the forward (its bool and
         // cumsum temporaries go at once)
         let block_ids = self.act(rows * 8, false);
@@ -190,7 +173,12 @@ impl Builder<'_> {
     /// weights are frozen, so a linear saves nothing of its input (`addmm` saves `mat1` only
     /// when `mat2` requires grad, derivatives.yaml); `gelu(approximate="tanh")` saves its
     /// input. Without grad nothing is recorded.
-    fn siglip_block(&mut self, f: &VisionForward, images: u128, h: TensorId) -> TensorId {
+    pub(super) fn siglip_block(
+        &mut self,
+        f: &VisionForward,
+        images: u128,
+        h: TensorId,
+    ) -> TensorId {
         let s = self.param_size;
         let per_image = u128::from(f.per_image) * u128::from(f.merge) * u128::from(f.merge);
         let p = images * per_image;
@@ -211,45 +199,14 @@ impl Builder<'_> {
         self.drop_(k);
         self.drop_(v);
         self.drop_(n1);
-        let h1 = self.op(p * e * s, &[h, proj], &[], &[], &[]);
-        self.drop_(proj);
         // layer_norm2, SiglipMLP: fc2(gelu_tanh(fc1(x)))
-        let n2 = self.vision_norm_of(false, h1, p * e, p);
-        let f1 = self.op(p * m * s, &[n2], &[], &[], &[]);
-        let g = self.op(p * m * s, &[f1], &[f1], &[], &[]);
-        self.drop_(f1);
-        let f2 = self.op(p * e * s, &[g], &[], &[], &[]);
-        self.drop_(g);
-        self.drop_(n2);
-        let h2 = self.op(p * e * s, &[h1, f2], &[], &[], &[]);
-        self.drop_(f2);
-        self.drop_(h1);
+        let h2 = self.norm_gelu_mlp_residual(h, proj, p, (e, m, s));
         // eager: the attention weights are bound to `_` in the layer's forward until it
         // returns
         if let Some(w) = weights {
             self.drop_(w);
         }
         h2
-    }
-
-    /// Recomputes checkpointed SiglipEncoderLayer `node` when backward first reaches it (the
-    /// non-reentrant checkpoint re-runs the layer's forward with saving on,
-    /// `torch/utils/checkpoint.py` `_checkpoint_hook`); its nodes then run on the tape.
-    pub(super) fn recompute_siglip_block(&mut self, node: &Node, f: &VisionForward, n: u128) {
-        let [h] = node.saved.as_slice() else {
-            return;
-        };
-        let h = *h;
-        let out = node.outputs.as_slice()[0];
-        // the checkpoint's input stays held until the layer's backward is done
-        self.t.tape.push(Node {
-            saved: node.saved,
-            ..Node::default()
-        });
-        let images = self.batch * (n / u128::from(f.per_image).max(1));
-        let y = self.siglip_block(f, images, h);
-        self.t.move_grad(out, y);
-        self.drop_(y);
     }
 
     /// SiglipAttention's core over `images` images of `len` patches each (no mask, not

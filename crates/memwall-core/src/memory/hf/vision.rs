@@ -72,26 +72,41 @@ impl Builder<'_> {
         let image_mask = self.act(rows, false);
         let video_mask = self.act(rows, false);
         // `inputs_embeds.masked_scatter(image_mask, image_embeds)`: a new tensor
-        let rg = self.rg(emb) || self.rg(image_embeds);
-        let merged_embeds = self.act(rows * self.hidden * s, rg);
+        let merged_embeds = self.masked_scatter_embeds(emb, image_embeds, image_mask);
+        self.vision_refs
+            .extend([last, merged, image_embeds, image_mask, video_mask]);
+        merged_embeds
+    }
+
+    /// `inputs_embeds.masked_scatter(mask, source)` over the text embeddings `emb` (released:
+    /// the wrapper rebinds `inputs_embeds`): a new tensor of the embeddings' size whose node
+    /// saves only the mask (`masked_scatter` in tools/autograd/derivatives.yaml: the source's
+    /// gradient is `masked_select` of the output's) and sends gradients to whichever of `emb`
+    /// and `source` requires them.
+    pub(super) fn masked_scatter_embeds(
+        &mut self,
+        emb: TensorId,
+        source: TensorId,
+        mask: TensorId,
+    ) -> TensorId {
+        let rg = self.rg(emb) || self.rg(source);
+        let merged = self.act(self.tokens * self.hidden * self.param_size, rg);
         if rg {
             let mut inputs = Ids::default();
-            for x in [emb, image_embeds] {
+            for x in [emb, source] {
                 if self.rg(x) {
                     inputs.push(x);
                 }
             }
             self.t.record(Node {
-                saved: Ids::of(&[image_mask]),
+                saved: Ids::of(&[mask]),
                 inputs,
-                outputs: Ids::of(&[merged_embeds]),
+                outputs: Ids::of(&[merged]),
                 ..Node::default()
             });
         }
         self.drop_(emb);
-        self.vision_refs
-            .extend([last, merged, image_embeds, image_mask, video_mask]);
-        merged_embeds
+        merged
     }
 
     /// Drops the wrapper's image locals when its language model has returned.
@@ -233,51 +248,62 @@ impl Builder<'_> {
         (h, merged)
     }
 
-    /// Recomputes checkpointed vision block `block` when backward first reaches it (the
-    /// non-reentrant checkpoint's first unpack re-runs the block's forward with saving on,
-    /// `torch/utils/checkpoint.py` `_checkpoint_hook`); its nodes then run on the tape.
+    /// Recomputes checkpointed vision layer `node` (`block`: its index in the tower) when
+    /// backward first reaches it: the non-reentrant checkpoint's first unpack re-runs the
+    /// layer's forward with saving on (`torch/utils/checkpoint.py` `_checkpoint_hook`); its
+    /// nodes then run on the tape. The layer is the tower's own (`VisionForward::kind`), with the
+    /// inputs its checkpoint saved.
     pub(super) fn recompute_vision_block(&mut self, node: &Node, block: u32) {
-        if let Some(v) = self.model.vision.as_ref() {
-            if let (Some(f), Some(n)) = (v.forward.as_ref(), v.image_tokens) {
-                if f.kind == VisionKind::Gemma3Siglip {
-                    let f = f.clone();
-                    self.recompute_siglip_block(node, &f, u128::from(n));
-                    return;
-                }
-                if f.kind == VisionKind::Pixtral {
-                    let f = f.clone();
-                    self.recompute_pixtral_block(node, &f, u128::from(n));
-                    return;
-                }
-                if f.kind == VisionKind::Llama4 {
-                    let f = f.clone();
-                    self.recompute_llama4_block(node, &f, u128::from(n));
-                    return;
-                }
-            }
-        }
-        let (Some(v), [h, cos, sin]) = (self.model.vision.as_ref(), node.saved.as_slice()) else {
+        let model = self.model;
+        let Some(v) = model.vision.as_ref() else {
             return;
         };
         let (Some(f), Some(n)) = (v.forward.as_ref(), v.image_tokens) else {
             return;
         };
-        let (h, cos, sin) = (*h, *cos, *sin);
-        let out = node.outputs.as_slice()[0];
-        // the checkpoint's inputs stay held until the block's backward is done
+        let n = u128::from(n);
+        // images (tiles for Llama 4) of the batch, each `per_image` tokens
+        let images = self.batch * (n / u128::from(f.per_image).max(1));
+        let patches = self.batch * n * u128::from(f.merge) * u128::from(f.merge);
+        match (f.kind, node.saved.as_slice()) {
+            (VisionKind::Gemma3Siglip, &[h]) => {
+                self.rerun_checkpointed(node, |b| b.siglip_block(f, images, h));
+            }
+            (VisionKind::Llama4, &[h]) => {
+                self.rerun_checkpointed(node, |b| b.llama4_block(f, images, h));
+            }
+            (VisionKind::Pixtral, &[h, cos, sin]) => {
+                self.rerun_checkpointed(node, |b| b.pixtral_block(f, patches, h, cos, sin, None));
+            }
+            (VisionKind::Pixtral, &[h, cos, sin, mask]) => {
+                self.rerun_checkpointed(node, |b| {
+                    b.pixtral_block(f, patches, h, cos, sin, Some(mask))
+                });
+            }
+            (VisionKind::Qwen2Vl | VisionKind::Qwen25Vl, &[h, cos, sin]) => {
+                let (full, windows) = Self::vision_chunks(f, self.batch, n);
+                let windowed = f.kind == VisionKind::Qwen25Vl
+                    && f.window > 0
+                    && !f.full_blocks.contains(&u64::from(block));
+                let chunks = if windowed { windows } else { full };
+                self.rerun_checkpointed(node, |b| b.vision_block(f, &chunks, h, cos, sin, patches));
+            }
+            _ => {}
+        }
+    }
+
+    /// The shared part of every checkpointed layer's recompute: the checkpoint's saved inputs
+    /// stay held until the layer's backward is done, `run` re-records the layer's forward, and
+    /// the gradient the layer's output was given moves to the recomputed output.
+    fn rerun_checkpointed(&mut self, node: &Node, run: impl FnOnce(&mut Self) -> TensorId) {
+        let Some(&out) = node.outputs.as_slice().first() else {
+            return;
+        };
         self.t.tape.push(Node {
             saved: node.saved,
             ..Node::default()
         });
-        let images = self.batch;
-        let n = u128::from(n);
-        let p = images * n * u128::from(f.merge) * u128::from(f.merge);
-        let (full, windows) = Self::vision_chunks(f, images, n);
-        let windowed = f.kind == VisionKind::Qwen25Vl
-            && f.window > 0
-            && !f.full_blocks.contains(&u64::from(block));
-        let chunks = if windowed { windows } else { full };
-        let y = self.vision_block(f, &chunks, h, cos, sin, p);
+        let y = run(self);
         self.t.move_grad(out, y);
         self.drop_(y);
     }
@@ -382,6 +408,33 @@ impl Builder<'_> {
         self.drop_(f2);
         self.drop_(h1);
         y
+    }
+
+    /// The second half of a pre-norm encoder layer with a LayerNorm and a one-activation MLP
+    /// (SigLIP's `layer_norm2` and `fc2(gelu_tanh(fc1(x)))`, Llama 4's
+    /// `post_attention_layernorm` and `fc2(GELU(fc1(x)))`): `h1 = h + proj`, then
+    /// `h1 + mlp(norm(h1))` over `rows` of width `e` (MLP width `m`, element size `s`); the
+    /// activation saves its input, the frozen linears nothing.
+    pub(super) fn norm_gelu_mlp_residual(
+        &mut self,
+        h: TensorId,
+        proj: TensorId,
+        rows: u128,
+        (e, m, s): (u128, u128, u128),
+    ) -> TensorId {
+        let h1 = self.op(rows * e * s, &[h, proj], &[], &[], &[]);
+        self.drop_(proj);
+        let n2 = self.vision_norm_of(false, h1, rows * e, rows);
+        let f1 = self.op(rows * m * s, &[n2], &[], &[], &[]);
+        let g = self.op(rows * m * s, &[f1], &[f1], &[], &[]);
+        self.drop_(f1);
+        let f2 = self.op(rows * e * s, &[g], &[], &[], &[]);
+        self.drop_(g);
+        self.drop_(n2);
+        let h2 = self.op(rows * e * s, &[h1, f2], &[], &[], &[]);
+        self.drop_(f2);
+        self.drop_(h1);
+        h2
     }
 
     /// [`Self::vision_norm`] of `x`, recording autograd when `x` requires grad: LayerNorm saves
