@@ -207,6 +207,21 @@ fn serve_cli_json_and_refusal() {
     assert_eq!(code, 0);
     let j: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(j["fits_max_model_len"], false);
+    // not one block fits: no launch line (a `--max-model-len 0` one could not start), the reason
+    let cmd = j["vllm_serve_command"].as_str().unwrap();
+    assert!(cmd.starts_with("# no `vllm serve` command"), "{cmd}");
+    assert!(!cmd.contains("--max-model-len"), "{cmd}");
+    // and no emitted config either: exit 2 with the reason
+    let (code, _) = run(&[
+        "serve",
+        "--model",
+        "llama-3.1-70b",
+        "--gpu",
+        "h100-sxm",
+        "--emit",
+        "vllm",
+    ]);
+    assert_eq!(code, 2);
     // heads that do not divide tp: exit 2 naming the field
     let (code, _) = run(&["serve", "--model", "llama-3.1-8b", "--tp", "3"]);
     assert_eq!(code, 2);

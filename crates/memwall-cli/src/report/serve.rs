@@ -68,6 +68,35 @@ pub fn build(s: &ServeSettings) -> Result<ServeReport> {
     } else {
         plan.max_model_len_that_fits
     };
+    // Nothing fits (not one KV block after weights, activations and graphs): vLLM would refuse
+    // to start at any length, so no launch line is printed, only why (a `--max-model-len 0`
+    // line would be a command that cannot run).
+    let cmd = if max_len == 0 {
+        format!(
+            "# no `vllm serve` command: not one KV-cache block fits on a rank (weights/rank {} of \
+             the {} requested); raise --tp, --gpu-memory-utilization or quantize the weights",
+            Bytes(cfg.weights_bytes_per_rank),
+            Bytes(plan.requested_memory_bytes)
+        )
+    } else {
+        launch_command(s, &cfg, max_len)
+    };
+    Ok(ServeReport {
+        model: ModelInfo::new(&s.model, 0),
+        gpu: s.gpu.id.clone(),
+        runtime_profile: "vllm",
+        config: cfg,
+        weights_from: s.weights_from.clone(),
+        estimated_inputs: resolved.estimated_inputs,
+        plan,
+        max_concurrency: Entries(conc),
+        fragmentation: frag,
+        vllm_serve_command: cmd,
+    })
+}
+
+/// The `vllm serve` line of a deployment that fits at `max_len` tokens.
+fn launch_command(s: &ServeSettings, cfg: &ServeConfig, max_len: u64) -> String {
     let mut cmd = format!(
         "vllm serve {} --tensor-parallel-size {} --gpu-memory-utilization {} --max-model-len {max_len}",
         s.model.hf_repo.clone().unwrap_or_else(|| s.model.label.clone()),
@@ -91,18 +120,7 @@ pub fn build(s: &ServeSettings) -> Result<ServeReport> {
         Some(false) => cmd.push_str(" --no-enable-prefix-caching"),
         None => {}
     }
-    Ok(ServeReport {
-        model: ModelInfo::new(&s.model, 0),
-        gpu: s.gpu.id.clone(),
-        runtime_profile: "vllm",
-        config: cfg,
-        weights_from: s.weights_from.clone(),
-        estimated_inputs: resolved.estimated_inputs,
-        plan,
-        max_concurrency: Entries(conc),
-        fragmentation: frag,
-        vllm_serve_command: cmd,
-    })
+    cmd
 }
 
 impl ServeReport {
@@ -323,6 +341,20 @@ pub fn emit_files(
         serve::resolve(&s.model.desc, s.gpu, &s.request).context("cannot plan this deployment")?;
     let plan =
         serve::plan(&s.model.desc, &resolved.config).context("cannot plan this deployment")?;
+    if !plan.fits_max_model_len && plan.max_model_len_that_fits == 0 {
+        return Err(crate::error::UserError::new(
+            format!(
+                "`--emit vllm`: nothing fits on a rank of {} (weights/rank {} of the {} \
+                 requested leave no KV-cache block), so there is no config vLLM would start with",
+                s.gpu.id,
+                Bytes(resolved.config.weights_bytes_per_rank),
+                Bytes(plan.requested_memory_bytes)
+            ),
+            "raise --tp, --gpu-memory-utilization or quantize the weights; \
+             `memwall serve` without --emit shows the budget",
+        )
+        .into());
+    }
     let mut cfg = resolved.config.clone();
     if !plan.fits_max_model_len {
         cfg.max_model_len = plan.max_model_len_that_fits;
