@@ -1185,8 +1185,8 @@ fn the_torchtitan_runtime_estimates_plans_and_refuses_by_name() {
 /// the emitted launch names the config torchtitan ships for exactly these shapes, and refuses
 /// one it has none for instead of writing a wrong flavour; Qwen 3 MoE runs torchtitan's MoE
 /// blocks; untied Qwen 3 (dense, MoE) runs torchtitan's pipeline parallelism and emits its PP
-/// keys; what is not measured (MoE with TP, "never" resharding, SelectiveAC or more FSDP ranks
-/// than experts) or torchtitan refuses (a tied model under PP) exits 2 naming the field.
+/// keys; SelectiveAC on MoE blocks runs; what is not measured (MoE with TP, "never" resharding
+/// or more FSDP ranks than experts) or torchtitan refuses (a tied model under PP) exits 2 naming the field.
 #[test]
 fn the_torchtitan_runtime_runs_dense_qwen3() {
     let titan = |model: &str, extra: &[&str]| {
@@ -1277,6 +1277,12 @@ fn the_torchtitan_runtime_runs_dense_qwen3() {
         assert_eq!(code, 0, "{model}: {err}");
         assert!(out.contains("pp rank 1 (stage 1"), "{model}: {out}");
     }
+    // torchtitan's default SelectiveAC on the MoE blocks (measured, with and without PP)
+    for extra in [&[][..], &["--pp", "2", "--grad-accum", "2"][..]] {
+        let args = [&["--checkpointing-policy", "selective-op"][..], extra].concat();
+        let (code, _, err) = titan("qwen3-30b-a3b", &args);
+        assert_eq!(code, 0, "{extra:?}: {err}");
+    }
     for (model, extra, field) in [
         // torchtitan refuses weight tying under PP (models/common/decoder.py)
         (
@@ -1302,11 +1308,6 @@ fn the_torchtitan_runtime_runs_dense_qwen3() {
             "qwen3-30b-a3b",
             &["--strategy", "fsdp-grad-op"][..],
             "fsdp-grad-op",
-        ),
-        (
-            "qwen3-30b-a3b",
-            &["--checkpointing-policy", "selective-op"][..],
-            "selective-op",
         ),
     ] {
         let (code, _, err) = titan(model, extra);

@@ -45,7 +45,7 @@
 //! cannot be measured honestly), LoRA, gradient accumulation, the chunked loss
 //! (`ChunkedLossWrapper`, torchtitan's default for `llama3_8b`: FSDPMemTracker refuses its
 //! repeated calls of the head unit, so it is not measured), tied embeddings other than Qwen 3's
-//! dense ones, for MoE blocks TP, "never" resharding, SelectiveAC and more FSDP ranks than experts, and every family but
+//! dense ones, for MoE blocks TP, "never" resharding and more FSDP ranks than experts, and every family but
 //! Llama 3 and Qwen 3 ([`shapes`] maps an HF config onto torchtitan's model arguments;
 //! DeepSeek-V3's MLA + shared-expert MoE is not simulated).
 //!
@@ -186,7 +186,8 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     checkpoint_policies: Rule {
         allowed: &[true, false],
         note: "full: `FullAC` (ptd checkpoint_wrapper per block); selective-op: `SelectiveAC` \
-               (op-level save list, every second matmul recomputed); every-k:K: `FullAC`'s \
+               (op-level save list, every second matmul recomputed; on MoE blocks the router \
+               gate and the grouped-mm experts are recomputed, `topk` saved); every-k:K: `FullAC`'s \
                wrapper on every K-th block (earlier torchtitan's layer-level selective AC; 0.3.0 \
                dropped the option, measured with the same wrapper); selective-attn is refused \
                (Megatron-LM's pattern)",
@@ -573,7 +574,8 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
     }
     if s.moe.is_some() {
         // measured for the MoE flavours: FSDP2 (dim-0 and dim-1 expert sharding), no / full /
-        // every-k AC, the three reshard policies, fused and foreach AdamW
+        // every-k AC and SelectiveAC (`titan-qwen3moe-*-selac`, with PP too), the three reshard
+        // policies, fused and foreach AdamW
         if layout.tp > 1 {
             return Err(refuse(
                 "tp",
@@ -607,16 +609,6 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
                      with --runtime torchtitan",
                 ));
             }
-        }
-        if w.checkpointing && w.step_options.checkpointing_policy == CheckpointPolicy::SelectiveOp {
-            return Err(refuse(
-                CheckpointPolicy::FIELD,
-                "selective-op",
-                "not measured: torchtitan's op-level SelectiveAC on MoE blocks (which of the \
-                 router's and grouped-mm outputs its policy saves)",
-                "use --checkpointing-policy full or every-k:K for a MoE model with --runtime \
-                 torchtitan",
-            ));
         }
     }
     Ok(s)

@@ -443,9 +443,47 @@ fn qwen3_moe_runs_torchtitans_moe_blocks_and_refuses_what_was_not_measured() {
         )),
         "gpus"
     );
+    // SelectiveAC on a MoE block (measured, `titan-qwen3moe-*-selac`): its cache holds the
+    // block input, `wqkv`'s output (matmul 1), the attention HOP's out + logsumexp + max and
+    // `topk`'s fp32 values and int64 ids; `wo` (matmul 2), the router gate (forced by shape),
+    // the grouped-mm experts and everything else are recomputed
     let sel = workload(1, 1024, Some(CheckpointPolicy::SelectiveOp));
-    assert_eq!(field(run(&sel, &l, None)), "checkpointing_policy");
-    assert!(run(&workload(1, 1024, Some(CheckpointPolicy::Full)), &l, None).is_ok());
+    let full = workload(1, 1024, Some(CheckpointPolicy::Full));
+    let (d, t) = (4096u128, 1024u128);
+    assert_eq!(
+        step::block_saved(&s, t, Some(CheckpointPolicy::SelectiveOp)),
+        2 * d * t + 2 * (3 * d) * t + (2 * d + 8 * 32) * t + 12 * 8 * t
+    );
+    assert_eq!(
+        step::block_saved(&s, t, Some(CheckpointPolicy::Full)),
+        2 * d * t
+    );
+    assert!(run(&sel, &l, None).is_ok() && run(&full, &l, None).is_ok());
+    // block 7's backward holds blocks 0–6's caches: SelectiveAC's minus FullAC's inputs, seven
+    // times
+    let m8 = qwen3_moe(8, 128);
+    let at = |p: CheckpointPolicy| {
+        let job = Job {
+            shapes: shapes(&m8).unwrap(),
+            world: 8,
+            tp: 1,
+            batch: 1,
+            seq: 1024,
+            checkpointing: Some(p),
+            reshard: ReshardPolicy::Default,
+            fused_optimizer: true,
+        };
+        instants(&job)
+            .unwrap()
+            .into_iter()
+            .find(|x| x.name == "backward: block 7 feed-forward input gradient")
+            .unwrap()
+            .total()
+    };
+    assert_eq!(
+        at(CheckpointPolicy::SelectiveOp) - at(CheckpointPolicy::Full),
+        7 * (2 * (3 * d) * t + (2 * d + 8 * 32) * t + 12 * 8 * t)
+    );
     // a MoE config under the dense model type, and a dense one under qwen3_moe, are refused
     let mut odd = qwen3_moe(2, 128);
     odd.model_type = "qwen3".into();
