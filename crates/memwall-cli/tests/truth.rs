@@ -1326,7 +1326,10 @@ fn titan_pp_rows() -> Vec<TitanRow> {
             "none" => None,
             "full" => Some(CheckpointPolicy::Full),
             "selective" => Some(CheckpointPolicy::SelectiveOp),
-            p => panic!("{}: AC {p}", c.id),
+            p => Some(
+                p.parse::<CheckpointPolicy>()
+                    .unwrap_or_else(|e| panic!("{}: AC {p}: {e}", c.id)),
+            ),
         };
         let config = match (c.model.as_deref().unwrap_or("llama3"), c.flavor.as_str()) {
             ("llama3", "8B") => "data/models/meta-llama/Llama-3.1-8B.json",

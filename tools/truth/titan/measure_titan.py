@@ -155,11 +155,18 @@ def measure_one(argv: list[str]) -> dict:
     config.parallelism.fsdp_reshard_after_forward = args.reshard
     if args.ac.startswith("every-k:"):
         every = int(args.ac.split(":")[1])
+        # earlier torchtitan's layer-level SAC counts the blocks it is given with one
+        # process-wide counter (`distributed/activation_checkpoint.py` `_apply_layer_sac`, the
+        # module-global `_layer_sac_count`; pytorch/torchtitan 01db32e9): without PP the model's
+        # blocks from 1; under PP each rank's own blocks, across its model parts in the order
+        # they are built (stage `rank`, then `rank + pp` for looped schedules), from 1
+        count = [0]
 
         def apply_every_k(self, model):
             layers = model.get_submodule("layers")
-            for idx, (layer_id, block) in enumerate(list(layers.named_children())):
-                if (idx + 1) % every == 0:
+            for layer_id, block in list(layers.named_children()):
+                count[0] += 1
+                if count[0] % every == 0:
                     layers.register_module(layer_id, self._wrap_block(block, base_fqn=f"layers.{layer_id}"))
 
         FullAC.apply = apply_every_k
@@ -722,7 +729,7 @@ def _pp(name, layers, pp, rank, sched, batch, seq=1024, extra=(), dp=4, flavor="
     prefix = "titan-pp" if model == "llama3" else f"titan-pp-{model}"
     return (f"{prefix}-{flavor.lower()}-{layers}l-pp{pp}r{rank}-{sched.lower()}-b{batch}s{seq}"
             + (f"-dp{dp}" if dp != 4 else "") + (f"-mbs{mbs}" if mbs != 1 else "")
-            + "".join(f"-{e.lstrip('-')}" for e in extra if e.startswith("--optim") is False and not e.startswith("-")),
+            + "".join(f"-{e.lstrip('-').replace('every-k:', 'everyk')}" for e in extra if e.startswith("--optim") is False and not e.startswith("-")),
             [*(["--model", model] if model != "llama3" else []),
              "--flavor", flavor, "--layers", str(layers), "--world", str(dp * pp), "--pp", str(pp), "--pp-rank", str(rank),
              "--schedule", sched, "--batch", str(batch), "--seq", str(seq), "--mbs", str(mbs), "--loss", "ce", *extra])
@@ -785,6 +792,15 @@ PP_CASES = [
     _ppq("", 6, 2, 1, "Interleaved1F1B", 4, flavor="30B-A3B"),
     _ppq("", 4, 2, 1, "1F1B", 4, seq=2048, flavor="30B-A3B", dp=8, extra=("--ac", "full")),
     _ppq("", 3, 2, 0, "GPipe", 2, seq=512, flavor="235B-A22B", dp=16),
+    # eighth batch (h24): every-k:K AC under PP (earlier torchtitan's layer-level SAC: each
+    # rank counts its own blocks, across its stages)
+    _pp("", 4, 2, 0, "1F1B", 4, seq=2048, extra=("--ac", "every-k:2")),
+    _pp("", 4, 2, 1, "1F1B", 4, seq=2048, extra=("--ac", "every-k:2")),
+    _pp("", 6, 4, 1, "GPipe", 8, seq=1024, extra=("--ac", "every-k:2")),
+    _pp("", 9, 2, 0, "1F1B", 4, seq=1024, extra=("--ac", "every-k:3")),
+    _ppq("", 6, 2, 1, "Interleaved1F1B", 4, seq=1024, extra=("--ac", "every-k:2")),
+    _ppq("", 6, 4, 2, "1F1B", 8, seq=1024, flavor="14B", extra=("--ac", "every-k:2")),
+    _ppq("", 6, 2, 0, "Interleaved1F1B", 8, seq=512, extra=("--ac", "every-k:3")),
     # seventh batch (h24): SelectiveAC on the MoE stages
     _ppq("", 4, 2, 0, "1F1B", 4, seq=2048, flavor="30B-A3B", dp=8, extra=("--ac", "selective")),
     _ppq("", 4, 2, 1, "1F1B", 4, seq=1024, flavor="30B-A3B", dp=8, extra=("--ac", "selective")),
@@ -839,6 +855,9 @@ CROSSCHECKS = [
     ("xc-titan-qwen3moe-debug-4l-w4-pp2r0-1f1b-b4s256", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256"]),
     ("xc-titan-qwen3moe-debug-4l-w4-pp2r1-gpipe-b4s256-fullac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "GPipe", "--batch", "4", "--seq", "256", "--ac", "full"]),
     ("xc-titan-qwen3moe-debug-4l-w4-pp2r0-1f1b-b4s256-selac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256", "--ac", "selective"]),
+    # every-k:K under PP (h24): each rank counts its own blocks across its stages
+    ("xc-titan-debug-4l-w4-pp2r0-1f1b-b4s256-everyk2", ["--flavor", "debugmodel", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256", "--ac", "every-k:2"]),
+    ("xc-titan-debug-6l-w4-pp2r1-interleaved1f1b-b4s256-everyk2", ["--flavor", "debugmodel", "--layers", "6", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "Interleaved1F1B", "--batch", "4", "--seq", "256", "--ac", "every-k:2"]),
     # stages without a transformer block: the embeddings alone (rank 0) and `[norm, lm_head]`
     # alone (rank 3) of 2 layers on 4 ranks
     ("xc-titan-debug-2l-w8-pp4r0-1f1b-b4s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "8", "--pp", "4", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256"]),
