@@ -189,8 +189,9 @@ pub const CAPABILITIES: Capabilities = Capabilities {
                (op-level save list, every second matmul recomputed; on MoE blocks the router \
                gate and the grouped-mm experts are recomputed, `topk` saved); every-k:K: `FullAC`'s \
                wrapper on every K-th block (earlier torchtitan's layer-level selective AC; 0.3.0 \
-               dropped the option, measured with the same wrapper); selective-attn is refused \
-               (Megatron-LM's pattern)",
+               dropped the option, measured with the same wrapper; under PP each rank counts \
+               its own blocks from 1, as its process-wide counter did); selective-attn is \
+               refused (Megatron-LM's pattern)",
         refused: "",
         hint: "",
     },

@@ -46,7 +46,9 @@
 //!   computed, so one is alive), with the block's expert intermediates still saved.
 //! - under FullAC / SelectiveAC a block keeps its checkpoint input (on a stage after the
 //!   first, the first block's is the received buffer itself) or SelectiveAC's outputs per
-//!   microbatch, and its backward recomputes the no-AC set besides them;
+//!   microbatch, and its backward recomputes the no-AC set besides them; under every-k:K only
+//!   every K-th block of the rank, counted from 1 across the rank's own stages (earlier
+//!   torchtitan's process-wide layer-SAC counter; measured, `titan-pp-*-everyk*`);
 //! - after its last microbatch's backward, the last stage's head unit is reduce-scattered
 //!   first (its fp32 reduce-scatter input and shard while every accumulated gradient is
 //!   alive); under Interleaved1F1B the rank's other stage still holds microbatches in flight
@@ -86,7 +88,8 @@ pub struct PipeJob {
     pub seq: u64,
     /// `optimizer.implementation = "fused"` (else "foreach").
     pub fused_optimizer: bool,
-    /// Activation checkpointing (`FullAC` or `SelectiveAC` on every block; `None`: no AC).
+    /// Activation checkpointing (`FullAC` or `SelectiveAC` on every block, or every-k:K's
+    /// `FullAC` wrapper on every K-th block of the rank; `None`: no AC).
     pub checkpointing: Option<CheckpointPolicy>,
 }
 
@@ -274,9 +277,8 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
         })
         .collect();
     let checkpointed = |ls: usize, j: u64| -> bool {
-        job.checkpointing.is_some_and(|p| {
-            usize::try_from(first_block[ls] + j).is_ok_and(|c| p.covers(c))
-        })
+        job.checkpointing
+            .is_some_and(|p| usize::try_from(first_block[ls] + j).is_ok_and(|c| p.covers(c)))
     };
     let no_ac = super::step::block_saved_no_ac(s, tm);
     // what a block keeps per microbatch: its no-AC set, or under a checkpoint wrapper its input
@@ -474,7 +476,12 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
                     out.push(x);
                 };
                 if st.head {
-                    push("loss (log-softmax gradient)", own, held_at(ls), 8 * vocab * tm);
+                    push(
+                        "loss (log-softmax gradient)",
+                        own,
+                        held_at(ls),
+                        8 * vocab * tm,
+                    );
                     // the LM head's weight gradient (bf16) and, at the stage's first backward of
                     // the step, its fp32 copy that becomes the accumulated gradient (FSDP2's
                     // `reduce_dtype` under `set_requires_gradient_sync(False)`), both alive with
