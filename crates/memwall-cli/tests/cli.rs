@@ -1067,20 +1067,24 @@ fn the_torchtitan_runtime_estimates_plans_and_refuses_by_name() {
     let (code, out, err) = run(&[&base[..], &["--pp", "2", "--grad-accum", "2"]].concat());
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("pp rank 1 (stage 1"), "{out}");
+    // every-k:K under PP runs (measured: each rank counts its own blocks)
+    let (code, out, err) = run(&[
+        &base[..],
+        &[
+            "--pp",
+            "2",
+            "--grad-accum",
+            "2",
+            "--checkpointing-policy",
+            "every-k:2",
+        ],
+    ]
+    .concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("pp rank 1 (stage 1"), "{out}");
     for (extra, flag) in [
         (&["--pp", "2"][..], "grad-accum"),
         (&["--pp", "2", "--grad-accum", "2", "--tp", "2"][..], "tp"),
-        (
-            &[
-                "--pp",
-                "2",
-                "--grad-accum",
-                "2",
-                "--checkpointing-policy",
-                "every-k:2",
-            ][..],
-            "every-k:2",
-        ),
         (&["--pp", "8", "--grad-accum", "8"][..], "gpus"),
         (
             &[
@@ -1185,8 +1189,8 @@ fn the_torchtitan_runtime_estimates_plans_and_refuses_by_name() {
 /// the emitted launch names the config torchtitan ships for exactly these shapes, and refuses
 /// one it has none for instead of writing a wrong flavour; Qwen 3 MoE runs torchtitan's MoE
 /// blocks; untied Qwen 3 (dense, MoE) runs torchtitan's pipeline parallelism and emits its PP
-/// keys; what is not measured (MoE with TP, "never" resharding, SelectiveAC or more FSDP ranks
-/// than experts) or torchtitan refuses (a tied model under PP) exits 2 naming the field.
+/// keys; SelectiveAC on MoE blocks runs; what is not measured (MoE with TP, "never" resharding
+/// or more FSDP ranks than experts) or torchtitan refuses (a tied model under PP) exits 2 naming the field.
 #[test]
 fn the_torchtitan_runtime_runs_dense_qwen3() {
     let titan = |model: &str, extra: &[&str]| {
@@ -1277,6 +1281,25 @@ fn the_torchtitan_runtime_runs_dense_qwen3() {
         assert_eq!(code, 0, "{model}: {err}");
         assert!(out.contains("pp rank 1 (stage 1"), "{model}: {out}");
     }
+    // torchtitan's default SelectiveAC on the MoE blocks (measured, with and without PP), and
+    // every-k:K under PP (measured on Llama 3 and Qwen 3)
+    for (model, policy, extra) in [
+        ("qwen3-30b-a3b", "selective-op", &[][..]),
+        (
+            "qwen3-30b-a3b",
+            "selective-op",
+            &["--pp", "2", "--grad-accum", "2"][..],
+        ),
+        (
+            "qwen3-8b",
+            "every-k:2",
+            &["--pp", "2", "--grad-accum", "2"][..],
+        ),
+    ] {
+        let args = [&["--checkpointing-policy", policy][..], extra].concat();
+        let (code, _, err) = titan(model, &args);
+        assert_eq!(code, 0, "{model} {policy} {extra:?}: {err}");
+    }
     for (model, extra, field) in [
         // torchtitan refuses weight tying under PP (models/common/decoder.py)
         (
@@ -1284,29 +1307,11 @@ fn the_torchtitan_runtime_runs_dense_qwen3() {
             &["--pp", "2", "--grad-accum", "2"][..],
             "Weight tying is not supported with Pipeline Parallel",
         ),
-        // every-k AC under PP is not measured (for MoE pipelines neither)
-        (
-            "qwen3-30b-a3b",
-            &[
-                "--pp",
-                "2",
-                "--grad-accum",
-                "2",
-                "--checkpointing-policy",
-                "every-k:2",
-            ][..],
-            "every-k:2",
-        ),
         ("qwen3-30b-a3b", &["--tp", "2"][..], "--tp"),
         (
             "qwen3-30b-a3b",
             &["--strategy", "fsdp-grad-op"][..],
             "fsdp-grad-op",
-        ),
-        (
-            "qwen3-30b-a3b",
-            &["--checkpointing-policy", "selective-op"][..],
-            "selective-op",
         ),
     ] {
         let (code, _, err) = titan(model, extra);

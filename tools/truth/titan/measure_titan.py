@@ -155,11 +155,18 @@ def measure_one(argv: list[str]) -> dict:
     config.parallelism.fsdp_reshard_after_forward = args.reshard
     if args.ac.startswith("every-k:"):
         every = int(args.ac.split(":")[1])
+        # earlier torchtitan's layer-level SAC counts the blocks it is given with one
+        # process-wide counter (`distributed/activation_checkpoint.py` `_apply_layer_sac`, the
+        # module-global `_layer_sac_count`; pytorch/torchtitan 01db32e9): without PP the model's
+        # blocks from 1; under PP each rank's own blocks, across its model parts in the order
+        # they are built (stage `rank`, then `rank + pp` for looped schedules), from 1
+        count = [0]
 
         def apply_every_k(self, model):
             layers = model.get_submodule("layers")
-            for idx, (layer_id, block) in enumerate(list(layers.named_children())):
-                if (idx + 1) % every == 0:
+            for layer_id, block in list(layers.named_children()):
+                count[0] += 1
+                if count[0] % every == 0:
                     layers.register_module(layer_id, self._wrap_block(block, base_fqn=f"layers.{layer_id}"))
 
         FullAC.apply = apply_every_k
@@ -684,6 +691,18 @@ CASES = [
     # measured, not a fixture (memwall refuses it, see README "Qwen 3 MoE"): ("titan-qwen3moe-235b-2l-w64-s1024-fullac-never", ["--model", "qwen3", "--flavor", "235B-A22B", "--layers", "2", "--world", "64", "--seq", "1024", "--loss", "ce", "--ac", "full", "--reshard", "never"]),
     ("titan-qwen3moe-30b-2l-w12-s512-always", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "2", "--world", "12", "--seq", "512", "--loss", "ce", "--reshard", "always"]),
     ("titan-qwen3moe-30b-2l-w8-b2s2048-foreach", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "2", "--world", "8", "--batch", "2", "--seq", "2048", "--loss", "ce", "--optim", "foreach"]),
+    # seventh batch (issue 15, h24): torchtitan's op-level SelectiveAC on the MoE blocks (its
+    # default AC mode): `wqkv` saved, `wo` recomputed, the router gate forced to recompute by its
+    # shape, `_grouped_mm` not in the save list, `topk` saved
+    ("titan-qwen3moe-30b-2l-w8-s1024-selac", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "2", "--world", "8", "--seq", "1024", "--loss", "ce", "--ac", "selective"]),
+    ("titan-qwen3moe-30b-3l-w16-b2s2048-selac", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "3", "--world", "16", "--batch", "2", "--seq", "2048", "--loss", "ce", "--ac", "selective"]),
+    ("titan-qwen3moe-30b-1l-w32-s512-selac", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "1", "--world", "32", "--seq", "512", "--loss", "ce", "--ac", "selective"]),
+    ("titan-qwen3moe-30b-2l-w12-b2s1024-selac-always-foreach", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "2", "--world", "12", "--batch", "2", "--seq", "1024", "--loss", "ce", "--ac", "selective", "--reshard", "always", "--optim", "foreach"]),
+    ("titan-qwen3moe-235b-2l-w32-s1024-selac", ["--model", "qwen3", "--flavor", "235B-A22B", "--layers", "2", "--world", "32", "--seq", "1024", "--loss", "ce", "--ac", "selective"]),
+    # FullAC on one MoE block: block 0's reduce-scatter after its reshard, nothing of the
+    # recomputed block alive (as without AC and under SelectiveAC)
+    ("titan-qwen3moe-30b-1l-w32-s512-fullac", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "1", "--world", "32", "--seq", "512", "--loss", "ce", "--ac", "full"]),
+    ("titan-qwen3moe-235b-1l-w16-b2s2048-selac", ["--model", "qwen3", "--flavor", "235B-A22B", "--layers", "1", "--world", "16", "--batch", "2", "--seq", "2048", "--loss", "ce", "--ac", "selective"]),
     # sixth batch: qwen3's tied flavours (0.6B / 1.7B / 4B, `enable_weight_tying`): one FSDP unit
     # `[tok_embeddings, norm, lm_head]`, the tie re-made by `init_weights` after `fully_shard`
     # as `Trainer.__init__` does (see README "Tied embeddings")
@@ -710,7 +729,7 @@ def _pp(name, layers, pp, rank, sched, batch, seq=1024, extra=(), dp=4, flavor="
     prefix = "titan-pp" if model == "llama3" else f"titan-pp-{model}"
     return (f"{prefix}-{flavor.lower()}-{layers}l-pp{pp}r{rank}-{sched.lower()}-b{batch}s{seq}"
             + (f"-dp{dp}" if dp != 4 else "") + (f"-mbs{mbs}" if mbs != 1 else "")
-            + "".join(f"-{e.lstrip('-')}" for e in extra if e.startswith("--optim") is False and not e.startswith("-")),
+            + "".join(f"-{e.lstrip('-').replace('every-k:', 'everyk')}" for e in extra if e.startswith("--optim") is False and not e.startswith("-")),
             [*(["--model", model] if model != "llama3" else []),
              "--flavor", flavor, "--layers", str(layers), "--world", str(dp * pp), "--pp", str(pp), "--pp-rank", str(rank),
              "--schedule", sched, "--batch", str(batch), "--seq", str(seq), "--mbs", str(mbs), "--loss", "ce", *extra])
@@ -773,6 +792,20 @@ PP_CASES = [
     _ppq("", 6, 2, 1, "Interleaved1F1B", 4, flavor="30B-A3B"),
     _ppq("", 4, 2, 1, "1F1B", 4, seq=2048, flavor="30B-A3B", dp=8, extra=("--ac", "full")),
     _ppq("", 3, 2, 0, "GPipe", 2, seq=512, flavor="235B-A22B", dp=16),
+    # eighth batch (h24): every-k:K AC under PP (earlier torchtitan's layer-level SAC: each
+    # rank counts its own blocks, across its stages)
+    _pp("", 4, 2, 0, "1F1B", 4, seq=2048, extra=("--ac", "every-k:2")),
+    _pp("", 4, 2, 1, "1F1B", 4, seq=2048, extra=("--ac", "every-k:2")),
+    _pp("", 6, 4, 1, "GPipe", 8, seq=1024, extra=("--ac", "every-k:2")),
+    _pp("", 9, 2, 0, "1F1B", 4, seq=1024, extra=("--ac", "every-k:3")),
+    _ppq("", 6, 2, 1, "Interleaved1F1B", 4, seq=1024, extra=("--ac", "every-k:2")),
+    _ppq("", 6, 4, 2, "1F1B", 8, seq=1024, flavor="14B", extra=("--ac", "every-k:2")),
+    _ppq("", 6, 2, 0, "Interleaved1F1B", 8, seq=512, extra=("--ac", "every-k:3")),
+    # seventh batch (h24): SelectiveAC on the MoE stages
+    _ppq("", 4, 2, 0, "1F1B", 4, seq=2048, flavor="30B-A3B", dp=8, extra=("--ac", "selective")),
+    _ppq("", 4, 2, 1, "1F1B", 4, seq=1024, flavor="30B-A3B", dp=8, extra=("--ac", "selective")),
+    _ppq("", 6, 4, 1, "GPipe", 8, seq=512, flavor="30B-A3B", extra=("--ac", "selective")),
+    _ppq("", 6, 2, 1, "Interleaved1F1B", 4, flavor="30B-A3B", extra=("--ac", "selective")),
 ]
 
 
@@ -799,6 +832,10 @@ CROSSCHECKS = [
     ("xc-titan-qwen3tied-debug-3l-w8-b2s256-fullac-always", ["--model", "qwen3", "--flavor", "debugmodel", "--layers", "3", "--world", "8", "--batch", "2", "--seq", "256", "--ac", "full", "--reshard", "always"]),
     ("xc-titan-qwen3moe-debug-2l-w4-s256", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "2", "--world", "4", "--seq", "256"]),
     ("xc-titan-qwen3moe-debug-2l-w8-s256-fullac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "2", "--world", "8", "--batch", "2", "--seq", "256", "--ac", "full"]),
+    # SelectiveAC on the MoE blocks (h24): the SAC cache (wqkv's output, the attention HOP's,
+    # topk's values and ids) and the recomputed router and experts, on real tensors too
+    ("xc-titan-qwen3moe-debug-2l-w8-b2s256-selac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "2", "--world", "8", "--batch", "2", "--seq", "256", "--ac", "selective"]),
+    ("xc-titan-qwen3moe-debug-1l-w4-s256-selac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "1", "--world", "4", "--seq", "256", "--ac", "selective"]),
     # pipeline parallelism: one pp rank's stage(s) with real tensors over the same fake process
     # group (its send/recv are no-ops: the received buffers are allocated, not written)
     ("xc-titan-debug-4l-w4-pp2r0-1f1b-b4s256", ["--flavor", "debugmodel", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256"]),
@@ -817,6 +854,10 @@ CROSSCHECKS = [
     # grouped-mm backward with gradient accumulation, on real tensors too
     ("xc-titan-qwen3moe-debug-4l-w4-pp2r0-1f1b-b4s256", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256"]),
     ("xc-titan-qwen3moe-debug-4l-w4-pp2r1-gpipe-b4s256-fullac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "GPipe", "--batch", "4", "--seq", "256", "--ac", "full"]),
+    ("xc-titan-qwen3moe-debug-4l-w4-pp2r0-1f1b-b4s256-selac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256", "--ac", "selective"]),
+    # every-k:K under PP (h24): each rank counts its own blocks across its stages
+    ("xc-titan-debug-4l-w4-pp2r0-1f1b-b4s256-everyk2", ["--flavor", "debugmodel", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256", "--ac", "every-k:2"]),
+    ("xc-titan-debug-6l-w4-pp2r1-interleaved1f1b-b4s256-everyk2", ["--flavor", "debugmodel", "--layers", "6", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "Interleaved1F1B", "--batch", "4", "--seq", "256", "--ac", "every-k:2"]),
     # stages without a transformer block: the embeddings alone (rank 0) and `[norm, lm_head]`
     # alone (rank 3) of 2 layers on 4 ranks
     ("xc-titan-debug-2l-w8-pp4r0-1f1b-b4s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "8", "--pp", "4", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256"]),

@@ -40,12 +40,12 @@
 //! Refused by name (the capability row [`CAPABILITIES`] and [`check`]): tensor parallelism
 //! without sequence parallelism and degrees that do not divide the heads, key/value heads and
 //! feed-forward width, context and expert parallelism (not measured here), pipeline
-//! parallelism with TP, every-k AC or tied embeddings (torchtitan refuses those), HSDP, CPU offload, float8 (`torchao` converters are not simulated),
+//! parallelism with TP or tied embeddings (torchtitan refuses those), HSDP, CPU offload, float8 (`torchao` converters are not simulated),
 //! `torch.compile` (Inductor's generated code cannot run on fake tensors, so a compiled step
 //! cannot be measured honestly), LoRA, gradient accumulation, the chunked loss
 //! (`ChunkedLossWrapper`, torchtitan's default for `llama3_8b`: FSDPMemTracker refuses its
 //! repeated calls of the head unit, so it is not measured), tied embeddings other than Qwen 3's
-//! dense ones, for MoE blocks TP, "never" resharding, SelectiveAC and more FSDP ranks than experts, and every family but
+//! dense ones, for MoE blocks TP, "never" resharding and more FSDP ranks than experts, and every family but
 //! Llama 3 and Qwen 3 ([`shapes`] maps an HF config onto torchtitan's model arguments;
 //! DeepSeek-V3's MLA + shared-expert MoE is not simulated).
 //!
@@ -186,10 +186,12 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     checkpoint_policies: Rule {
         allowed: &[true, false],
         note: "full: `FullAC` (ptd checkpoint_wrapper per block); selective-op: `SelectiveAC` \
-               (op-level save list, every second matmul recomputed); every-k:K: `FullAC`'s \
+               (op-level save list, every second matmul recomputed; on MoE blocks the router \
+               gate and the grouped-mm experts are recomputed, `topk` saved); every-k:K: `FullAC`'s \
                wrapper on every K-th block (earlier torchtitan's layer-level selective AC; 0.3.0 \
-               dropped the option, measured with the same wrapper); selective-attn is refused \
-               (Megatron-LM's pattern)",
+               dropped the option, measured with the same wrapper; under PP each rank counts \
+               its own blocks from 1, as its process-wide counter did); selective-attn is \
+               refused (Megatron-LM's pattern)",
         refused: "",
         hint: "",
     },
@@ -573,7 +575,8 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
     }
     if s.moe.is_some() {
         // measured for the MoE flavours: FSDP2 (dim-0 and dim-1 expert sharding), no / full /
-        // every-k AC, the three reshard policies, fused and foreach AdamW
+        // every-k AC and SelectiveAC (`titan-qwen3moe-*-selac`, with PP too), the three reshard
+        // policies, fused and foreach AdamW
         if layout.tp > 1 {
             return Err(refuse(
                 "tp",
@@ -607,16 +610,6 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
                      with --runtime torchtitan",
                 ));
             }
-        }
-        if w.checkpointing && w.step_options.checkpointing_policy == CheckpointPolicy::SelectiveOp {
-            return Err(refuse(
-                CheckpointPolicy::FIELD,
-                "selective-op",
-                "not measured: torchtitan's op-level SelectiveAC on MoE blocks (which of the \
-                 router's and grouped-mm outputs its policy saves)",
-                "use --checkpointing-policy full or every-k:K for a MoE model with --runtime \
-                 torchtitan",
-            ));
         }
     }
     Ok(s)
@@ -689,7 +682,8 @@ fn check_tp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(),
 
 /// torchtitan's pipeline parallelism as measured (`memory/titan/pipeline.rs`): 1F1B, GPipe or
 /// Interleaved1F1B (two stages per rank, torchtitan's default for looped schedules) over
-/// `pp × dp_shard` ranks, FSDP2 on `dp_shard` ≥ 2, no TP, no AC or FullAC / SelectiveAC, Llama 3
+/// `pp × dp_shard` ranks, FSDP2 on `dp_shard` ≥ 2, no TP, no AC, FullAC, SelectiveAC or every-k:K
+/// (each rank counting its own blocks, see `pipeline.rs`), Llama 3
 /// or untied Qwen 3, dense or MoE (any split torchtitan makes, stages without a block included); the
 /// workload's `batch` is `pipeline_parallel_microbatch_size` and its `grad_accum` the
 /// microbatches per step (`local_batch_size / microbatch_size`).
@@ -724,20 +718,8 @@ fn check_pp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(),
             HINT,
         ));
     }
-    if w.checkpointing
-        && !matches!(
-            w.step_options.checkpointing_policy,
-            CheckpointPolicy::Full | CheckpointPolicy::SelectiveOp
-        )
-    {
-        return Err(refuse(
-            CheckpointPolicy::FIELD,
-            w.step_options.checkpointing_policy.name(),
-            "not measured: activation checkpointing under torchtitan's pipeline parallelism \
-             other than FullAC and SelectiveAC on every block",
-            "use --checkpointing-policy full or selective-op with --pp and --runtime torchtitan",
-        ));
-    }
+    // FullAC, SelectiveAC and every-k:K are measured under PP (`tests/truth/titan_pp.jsonl`);
+    // selective-attn is refused by `check` for every torchtitan job
     let v_ok = match layout.schedule {
         Schedule::OneFOneB | Schedule::Gpipe => layout.virtual_stages == 1,
         Schedule::Interleaved => layout.virtual_stages == 2,

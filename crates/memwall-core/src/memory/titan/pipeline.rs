@@ -46,7 +46,9 @@
 //!   computed, so one is alive), with the block's expert intermediates still saved.
 //! - under FullAC / SelectiveAC a block keeps its checkpoint input (on a stage after the
 //!   first, the first block's is the received buffer itself) or SelectiveAC's outputs per
-//!   microbatch, and its backward recomputes the no-AC set besides them;
+//!   microbatch, and its backward recomputes the no-AC set besides them; under every-k:K only
+//!   every K-th block of the rank, counted from 1 across the rank's own stages (earlier
+//!   torchtitan's process-wide layer-SAC counter; measured, `titan-pp-*-everyk*`);
 //! - after its last microbatch's backward, the last stage's head unit is reduce-scattered
 //!   first (its fp32 reduce-scatter input and shard while every accumulated gradient is
 //!   alive); under Interleaved1F1B the rank's other stage still holds microbatches in flight
@@ -86,7 +88,8 @@ pub struct PipeJob {
     pub seq: u64,
     /// `optimizer.implementation = "fused"` (else "foreach").
     pub fused_optimizer: bool,
-    /// Activation checkpointing (`FullAC` or `SelectiveAC` on every block; `None`: no AC).
+    /// Activation checkpointing (`FullAC` or `SelectiveAC` on every block, or every-k:K's
+    /// `FullAC` wrapper on every K-th block of the rank; `None`: no AC).
     pub checkpointing: Option<CheckpointPolicy>,
 }
 
@@ -258,20 +261,63 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
     let blocks: u128 = mine.iter().map(|x| u128::from(x.blocks)).sum();
     let grads: Vec<u128> = per.iter().map(|x| 4 * x.1).collect();
     let emb_padded: Vec<u128> = per.iter().map(|x| x.3).collect();
-    let block_saved = super::step::block_saved(s, tm, job.checkpointing);
-    // a checkpointed block's backward recomputes its no-AC set while its checkpoint input
-    // (and SelectiveAC's cached outputs, the same tensors) stay: the no-AC set and the input
-    let recomputed = if job.checkpointing.is_some() {
-        super::step::block_saved_no_ac(s, tm) + 2 * d * tm
-    } else {
-        block_saved
+    // which of the rank's blocks run under a checkpoint wrapper: every block under FullAC and
+    // SelectiveAC; under every-k:K every K-th block the rank holds, counted from 1 across its
+    // stages in the order they are built (stage `rank`, then `rank + pp`): earlier torchtitan's
+    // layer-level SAC counts the blocks given to it with one process-wide counter
+    // (`distributed/activation_checkpoint.py` `_apply_layer_sac`, the module-global
+    // `_layer_sac_count`, pytorch/torchtitan 01db32e9), and each pp rank's process builds and
+    // wraps only its own model parts (measured: `titan-pp-*-everyk*`)
+    let first_block: Vec<u64> = mine
+        .iter()
+        .scan(0u64, |n, st| {
+            let here = *n;
+            *n += st.blocks;
+            Some(here)
+        })
+        .collect();
+    let checkpointed = |ls: usize, j: u64| -> bool {
+        job.checkpointing
+            .is_some_and(|p| usize::try_from(first_block[ls] + j).is_ok_and(|c| p.covers(c)))
+    };
+    let no_ac = super::step::block_saved_no_ac(s, tm);
+    // what a block keeps per microbatch: its no-AC set, or under a checkpoint wrapper its input
+    // (FullAC's, every-k's) or SelectiveAC's cached outputs
+    let saved_when_checkpointed = match job.checkpointing {
+        Some(CheckpointPolicy::SelectiveOp) => {
+            super::step::block_saved(s, tm, Some(CheckpointPolicy::SelectiveOp))
+        }
+        _ => super::step::block_saved(s, tm, Some(CheckpointPolicy::Full)),
+    };
+    let saved = |ls: usize, j: u64| -> u128 {
+        if checkpointed(ls, j) {
+            saved_when_checkpointed
+        } else {
+            no_ac
+        }
+    };
+    // the stage's last block: what it keeps, and what its backward holds of it (a checkpointed
+    // block recomputes its no-AC set while its checkpoint input, and SelectiveAC's cached
+    // outputs, the same tensors, stay: the no-AC set and the input)
+    let last_block = |ls: usize| -> (u128, u128) {
+        let st = &mine[ls];
+        if st.blocks == 0 {
+            return (0, 0);
+        }
+        let j = st.blocks - 1;
+        if checkpointed(ls, j) {
+            (saved(ls, j), no_ac + 2 * d * tm)
+        } else {
+            (no_ac, no_ac)
+        }
     };
     // held per microbatch from its forward to its backward
-    let held = |st: &Stage| -> u128 {
-        let mut h = u128::from(st.blocks) * block_saved;
-        // the received input (under AC it is also the first block's checkpoint input: one
-        // storage)
-        if !st.embeddings && (job.checkpointing.is_none() || st.blocks == 0) {
+    let held_at = |ls: usize| -> u128 {
+        let st = &mine[ls];
+        let mut h: u128 = (0..st.blocks).map(|j| saved(ls, j)).sum();
+        // the received input (when the first block is checkpointed it is also that block's
+        // checkpoint input: one storage)
+        if !st.embeddings && (st.blocks == 0 || !checkpointed(ls, 0)) {
             h += 2 * d * tm;
         }
         if st.head {
@@ -388,7 +434,7 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
     let mut reduced = vec![false; mine.len()];
     for op in order(job) {
         match op {
-            Op::F(ls, m) => live.push(((ls, m), held(&mine[ls]))),
+            Op::F(ls, m) => live.push(((ls, m), held_at(ls))),
             Op::B(ls, m) => {
                 let st = &mine[ls];
                 let others: u128 = live
@@ -430,7 +476,12 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
                     out.push(x);
                 };
                 if st.head {
-                    push("loss (log-softmax gradient)", own, held(st), 8 * vocab * tm);
+                    push(
+                        "loss (log-softmax gradient)",
+                        own,
+                        held_at(ls),
+                        8 * vocab * tm,
+                    );
                     // the LM head's weight gradient (bf16) and, at the stage's first backward of
                     // the step, its fp32 copy that becomes the accumulated gradient (FSDP2's
                     // `reduce_dtype` under `set_requires_gradient_sync(False)`), both alive with
@@ -441,11 +492,12 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
                     push(
                         "LM head weight gradient",
                         if backwards[ls] > 0 { own } else { 4 * head_pad },
-                        held(st) - 4 * vocab * tm,
+                        held_at(ls) - 4 * vocab * tm,
                         2 * head_pad + 2 * d * tm,
                     );
                 }
                 if st.blocks > 0 && !st.head {
+                    let (last_saved, last_recomputed) = last_block(ls);
                     if let Some(moe) = s.moe {
                         // torchtitan's MoE experts' backward at their first weight gradient
                         // (measured, `titan-pp-qwen3-30b-a3b-4l-pp2r0-1f1b-b4s1024-dp8`,
@@ -467,7 +519,7 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
                                 st.blocks - 1
                             ),
                             own,
-                            (held(st) - block_saved + recomputed)
+                            (held_at(ls) - last_saved + last_recomputed)
                                 .saturating_sub((4 * d * k + 4 * k) * tm),
                             2 * e * fe * d + (2 * d * k + 2 * fe * k + 4 * k) * tm + 2 * d * tm,
                         );
@@ -475,7 +527,7 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
                         push(
                             &format!("block {} feed-forward (w2 gradient)", st.blocks - 1),
                             own,
-                            held(st) - block_saved + recomputed,
+                            held_at(ls) - last_saved + last_recomputed,
                             2 * f * d + 2 * f * tm,
                         );
                     }

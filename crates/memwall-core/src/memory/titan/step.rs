@@ -304,6 +304,14 @@ struct BlockActs {
     /// 5 of `wqkv, wo, w1, w3, w2` (every second matmul is recomputed: `mm_count % 2 == 0`) and
     /// the FlexAttention HOP (out, logsumexp, max); `w2`'s output is the row-parallel partial
     /// sum on `T` tokens (reduce-scattered after it, spmd_types' own collective, not saved).
+    /// On a MoE block (torchtitan 0.3.0 `distributed/activation_checkpoint.py`
+    /// `SelectiveAC._wrap_block` and `_get_default_save_ops`): `wqkv` is matmul 1 (saved) and
+    /// `wo` matmul 2 (recomputed); the router's gate is forced to recompute by its weight shape
+    /// (`force_recompute_mm_shapes_by_fqns = ["moe.router.gate"]`, the default) and is not
+    /// counted; `torch._grouped_mm` is in no save list (torch's `get_default_op_list()`
+    /// compute-intensive ops are mm, addmm, bmm, `_scaled_mm`, convolution and the SDPA
+    /// kernels), so the experts are recomputed; `topk` is saved (its fp32 values and int64
+    /// ids, `[T, K]` each: `12K` per token) to keep the expert assignment stable.
     selective: u128,
 }
 
@@ -350,7 +358,12 @@ impl BlockActs {
         BlockActs {
             none: 2 * norm + (rope + qk_norms + 2 * q + 4 * kv) * t + ffn_part + attention_out,
             full: 2 * d * tl,
-            selective: 2 * d * tl + (2 * (q + 2 * kv) + 2 * f + 2 * d) * t + attention_out,
+            selective: match s.moe {
+                None => 2 * d * tl + (2 * (q + 2 * kv) + 2 * f + 2 * d) * t + attention_out,
+                Some(m) => {
+                    2 * d * tl + (2 * (q + 2 * kv) + 12 * u128::from(m.top_k)) * t + attention_out
+                }
+            },
         }
     }
 
@@ -693,10 +706,40 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
                 );
             out.push(x);
         }
-        // FSDP2 post_backward: the block's bf16 gradients copied (cast to fp32) into the
-        // reduce-scatter input; for block 0 the embeddings' all-gather is already issued
-        // (backward prefetch); measured under AC: the block's gathered parameters, its
-        // recomputed norms' fp32 buffers and two hidden-size tensors still alive
+        // FSDP2 `post_backward` (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py),
+        // entered with every bf16 gradient of the block computed: the block still gathered, the
+        // previous unit's reduce-scatter buffer still alive (waited for inside this
+        // post-backward) and the prefetched unit's all-gather output (the embeddings for block
+        // 0); measured under AC on the 405B and 70B blocks (`titan-llama3-405b-2l-w32-s1024-
+        // fullac`, `titan-llama3-70b-2l-w16-s2048-selac`): the recomputed norms' fp32 buffers
+        // and two hidden-size tensors still alive too (the 8B and Qwen 3 MoE blocks' logs,
+        // `--debug`, show none: an upper bound there)
+        {
+            let previous_rs = if i + 1 == layers {
+                4 * z.padded(&z.final_norm)
+            } else {
+                4 * z.padded(&z.block)
+            };
+            let mut x = base(
+                format!("backward: block {i} post-backward (gathered, gradients computed)"),
+                Phase::Backward,
+            );
+            x.add(Weights, below + u_block)
+                .add(CommBuffers, previous_rs + prefetched)
+                .add(Gradients, done + u_block)
+                .add(Activations, saved_below(i) + positions)
+                .add(Temporaries, 2 * d * tl);
+            if ckpt {
+                x.add(Temporaries, (20 * d + 8) * tl)
+                    .add(Activations, 4 * d * tl);
+            }
+            out.push(x);
+        }
+        // then the block resharded (`reshard()` before `foreach_reduce`) and its bf16 gradients
+        // copied (cast to fp32) into the reduce-scatter input, the previous buffer freed; for
+        // block 0 the embeddings' all-gather is already issued (backward prefetch); the same
+        // with and without AC (measured: `titan-qwen3moe-30b-1l-w32-s512-selac` and its FullAC
+        // run, `--debug`: nothing of the recomputed block is alive then)
         let mut x = base(
             format!("backward: block {i} gradient reduce-scatter"),
             Phase::Backward,
@@ -709,11 +752,6 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
             .add(Gradients, done + u_block)
             .add(Activations, saved_below(i) + positions)
             .add(Temporaries, 2 * d * tl);
-        if ckpt {
-            x.add(Weights, u_block)
-                .add(Temporaries, (20 * d + 8) * tl)
-                .add(Activations, 4 * d * tl);
-        }
         out.push(x);
     }
 

@@ -443,9 +443,47 @@ fn qwen3_moe_runs_torchtitans_moe_blocks_and_refuses_what_was_not_measured() {
         )),
         "gpus"
     );
+    // SelectiveAC on a MoE block (measured, `titan-qwen3moe-*-selac`): its cache holds the
+    // block input, `wqkv`'s output (matmul 1), the attention HOP's out + logsumexp + max and
+    // `topk`'s fp32 values and int64 ids; `wo` (matmul 2), the router gate (forced by shape),
+    // the grouped-mm experts and everything else are recomputed
     let sel = workload(1, 1024, Some(CheckpointPolicy::SelectiveOp));
-    assert_eq!(field(run(&sel, &l, None)), "checkpointing_policy");
-    assert!(run(&workload(1, 1024, Some(CheckpointPolicy::Full)), &l, None).is_ok());
+    let full = workload(1, 1024, Some(CheckpointPolicy::Full));
+    let (d, t) = (4096u128, 1024u128);
+    assert_eq!(
+        step::block_saved(&s, t, Some(CheckpointPolicy::SelectiveOp)),
+        2 * d * t + 2 * (3 * d) * t + (2 * d + 8 * 32) * t + 12 * 8 * t
+    );
+    assert_eq!(
+        step::block_saved(&s, t, Some(CheckpointPolicy::Full)),
+        2 * d * t
+    );
+    assert!(run(&sel, &l, None).is_ok() && run(&full, &l, None).is_ok());
+    // block 7's backward holds blocks 0–6's caches: SelectiveAC's minus FullAC's inputs, seven
+    // times
+    let m8 = qwen3_moe(8, 128);
+    let at = |p: CheckpointPolicy| {
+        let job = Job {
+            shapes: shapes(&m8).unwrap(),
+            world: 8,
+            tp: 1,
+            batch: 1,
+            seq: 1024,
+            checkpointing: Some(p),
+            reshard: ReshardPolicy::Default,
+            fused_optimizer: true,
+        };
+        instants(&job)
+            .unwrap()
+            .into_iter()
+            .find(|x| x.name == "backward: block 7 feed-forward input gradient")
+            .unwrap()
+            .total()
+    };
+    assert_eq!(
+        at(CheckpointPolicy::SelectiveOp) - at(CheckpointPolicy::Full),
+        7 * (2 * (3 * d) * t + (2 * d + 8 * 32) * t + 12 * 8 * t)
+    );
     // a MoE config under the dense model type, and a dense one under qwen3_moe, are refused
     let mut odd = qwen3_moe(2, 128);
     odd.model_type = "qwen3".into();
@@ -558,13 +596,12 @@ fn what_torchtitan_pipelines_do_not_run_is_refused_by_name() {
     );
     let mut ac = w.clone();
     ac.checkpointing = true;
-    ac.step_options.checkpointing_policy = CheckpointPolicy::EveryK(2);
-    assert_eq!(
-        field(run(&ac, &l, TitanOptions::default())),
-        "checkpointing_policy"
-    );
-    // FullAC and SelectiveAC are measured under PP
-    for p in [CheckpointPolicy::Full, CheckpointPolicy::SelectiveOp] {
+    // FullAC, SelectiveAC and every-k:K are measured under PP
+    for p in [
+        CheckpointPolicy::Full,
+        CheckpointPolicy::SelectiveOp,
+        CheckpointPolicy::EveryK(2),
+    ] {
         ac.step_options.checkpointing_policy = p;
         let with = run(&ac, &l, TitanOptions::default()).unwrap().peak_bytes;
         let without = run(&w, &l, TitanOptions::default()).unwrap().peak_bytes;
@@ -739,5 +776,48 @@ fn tied_qwen3_holds_one_embedding_state_and_gathers_it_twice() {
             &TitanOptions::default()
         )),
         "tie_word_embeddings"
+    );
+}
+
+/// every-k:K under PP counts each rank's own blocks from 1 (earlier torchtitan's process-wide
+/// `_layer_sac_count`, one process per pp rank): 6 layers on 2 ranks put blocks 3, 4, 5 on rank
+/// 1, whose second block (block 4) is wrapped under every-k:2, not blocks 3 and 5 as the model's
+/// own numbering would have it.
+#[test]
+fn every_k_under_pp_counts_the_ranks_own_blocks() {
+    let m = model(6);
+    let at_loss = |p: Option<CheckpointPolicy>| {
+        let job = PipeJob {
+            shapes: shapes(&m).unwrap(),
+            world: 8,
+            pp: 2,
+            rank: 1,
+            schedule: Schedule::Gpipe,
+            stages_per_rank: 1,
+            microbatch_size: 1,
+            microbatches: 2,
+            seq: 512,
+            fused_optimizer: true,
+            checkpointing: p,
+        };
+        rank_instants(&job)
+            .unwrap()
+            .into_iter()
+            .find(|x| x.name == "stage 1 microbatch 0 backward: loss (log-softmax gradient)")
+            .unwrap()
+            .total()
+    };
+    let tm = 512u128;
+    let d = 4096u128;
+    let no_ac = step::block_saved_no_ac(&shapes(&m).unwrap(), tm);
+    // two microbatches held (GPipe), each with one block's no-AC set replaced by its input
+    assert_eq!(
+        at_loss(None) - at_loss(Some(CheckpointPolicy::EveryK(2))),
+        2 * (no_ac - 2 * d * tm)
+    );
+    // every-k:1 is FullAC
+    assert_eq!(
+        at_loss(Some(CheckpointPolicy::EveryK(1))),
+        at_loss(Some(CheckpointPolicy::Full))
     );
 }
