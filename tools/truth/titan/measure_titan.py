@@ -810,6 +810,12 @@ PP_CASES = [
 # fake vs real CPU tensors on torchtitan's small "debugmodel" flavour (dim 256), attention
 # stubbed on both sides (see --attn-stub) -> tests/truth/titan_crosscheck.jsonl
 CROSSCHECKS = [
+    # float8 linears (run with /work/venvs/titan-fp8): `torch._scaled_mm` runs on CPU tensors in
+    # torch 2.15 (rowwise and tensorwise scales, bf16 output), so the casts and GEMMs of
+    # torchao's Float8Linear run for real on the llama3 debugmodel
+    ("xc-titan-fp8-debug-2l-w4-s256-rowwise", ["--flavor", "debugmodel", "--layers", "2", "--world", "4", "--seq", "256", "--float8", "rowwise"]),
+    ("xc-titan-fp8-debug-2l-w4-b2s256-gwhp-fullac", ["--flavor", "debugmodel", "--layers", "2", "--world", "4", "--batch", "2", "--seq", "256", "--float8", "rowwise_with_gw_hp", "--ac", "full"]),
+    ("xc-titan-fp8-debug-3l-w8-s512-rowwise-selac-never", ["--flavor", "debugmodel", "--layers", "3", "--world", "8", "--seq", "512", "--float8", "rowwise", "--ac", "selective", "--reshard", "never"]),
     ("xc-titan-debug-2l-w4-s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "4", "--seq", "256"]),
     ("xc-titan-debug-2l-w4-tp2-s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "4", "--tp", "2", "--seq", "256"]),
     ("xc-titan-debug-2l-w2-tp2-s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "2", "--tp", "2", "--seq", "256"]),
