@@ -37,12 +37,17 @@ fn workload(batch: u64, seq: u64, ac: Option<CheckpointPolicy>) -> TrainWorkload
 }
 
 fn peak(m: &ModelDesc, w: &TrainWorkload, l: &Layout, reshard: Option<ReshardPolicy>) -> u64 {
-    simulate_train_titan(m, w, l, &TitanOptions {
-        reshard,
-        ..TitanOptions::default()
-    })
-        .unwrap()
-        .peak_bytes
+    simulate_train_titan(
+        m,
+        w,
+        l,
+        &TitanOptions {
+            reshard,
+            ..TitanOptions::default()
+        },
+    )
+    .unwrap()
+    .peak_bytes
 }
 
 fn field(r: Result<DistEstimate, CoreError>) -> &'static str {
@@ -421,10 +426,15 @@ fn qwen3_moe_runs_torchtitans_moe_blocks_and_refuses_what_was_not_measured() {
     .unwrap();
     assert!(e12.groups[0].model_state_bytes * 12 > e.groups[0].model_state_bytes * 8);
     let run = |w: &TrainWorkload, l: &Layout, r: Option<ReshardPolicy>| {
-        simulate_train_titan(&m, w, l, &TitanOptions {
+        simulate_train_titan(
+            &m,
+            w,
+            l,
+            &TitanOptions {
                 reshard: r,
                 ..TitanOptions::default()
-            })
+            },
+        )
     };
     let tp = Layout {
         tp: 2,
