@@ -192,3 +192,94 @@ pub(super) fn check(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The instants of one linear, by hand for `[2, 3] @ [4, 3]ᵀ` (M 2, K 3, N 4).
+    #[test]
+    fn the_casts_of_one_linear_follow_torchaos_order() {
+        // forward: input cast 9·6 = 54; weight cast with the fp8 input and its scale:
+        // (6 + 8) + 9·12 + 16 = 138; output: 6 + 8 + 12 + 16 + 2·8 = 58
+        let r = linear_casts(Float8Recipe::Rowwise, 2, 3, 4);
+        assert_eq!(r.forward, 138);
+        // backward rowwise: the last cast (the input along dim 0) with grad_output's two fp8
+        // copies (8 + 8, 8 + 16), the weight's (12 + 12) and grad_input (12) alive:
+        // 16 + 24 + 12 + 24 + 9·6 + 12 = 142
+        assert_eq!(r.backward, 142);
+        // rowwise_with_gw_hp: the weight cast (tensorwise scale, 4 B) is the largest:
+        // 16 + 9·12 + 4 = 128
+        let g = linear_casts(Float8Recipe::RowwiseWithGwHp, 2, 3, 4);
+        assert_eq!((g.forward, g.backward), (138, 128));
+    }
+
+    /// The LM head of Llama 3 8B at 1024 tokens: the weight cast (`9·V·D` with the fp8 input)
+    /// is the forward's peak, as measured (`titan-fp8-8b-1l-w8-s1024-rowwise`: 4,202,692,608 B
+    /// of fp32 copies, 525,336,576 B of fp8 weight, 4,194,304 B of fp8 input, the scales).
+    #[test]
+    fn the_lm_head_weight_cast_is_the_forward_peak() {
+        let (m, k, n) = (1024, 4096, 128_256);
+        let r = linear_casts(Float8Recipe::Rowwise, m, k, n);
+        assert_eq!(
+            r.forward,
+            4_202_692_608 + 525_336_576 + 4_194_304 + 4 * m + 4 * n
+        );
+        // with more tokens the backward's grad_output casts (`M·N`) take over
+        let long = linear_casts(Float8Recipe::Rowwise, 8192, k, n);
+        assert!(long.backward > long.forward);
+    }
+
+    /// Only the LM head's casts are simulated: a model whose head is not the largest linear,
+    /// or is not converted (a dim not divisible by 16), is refused; so are tensorwise, the
+    /// float8 all-gather, TP and PP.
+    #[test]
+    fn what_is_not_simulated_is_refused_by_name() {
+        let llama = Shapes {
+            model: super::super::TitanModel::Llama3,
+            dim: 4096,
+            heads: 32,
+            kv_heads: 8,
+            head_dim: 128,
+            ffn: 14336,
+            moe: None,
+            vocab: 128_256,
+            layers: 2,
+            tied: false,
+        };
+        let field = |r: Result<(), CoreError>| r.err().and_then(|e| e.field());
+        assert!(check(Float8Recipe::Rowwise, false, &llama, 1, 1).is_ok());
+        assert!(check(Float8Recipe::RowwiseWithGwHp, false, &llama, 1, 1).is_ok());
+        assert_eq!(
+            field(check(Float8Recipe::Tensorwise, false, &llama, 1, 1)),
+            Some("float8")
+        );
+        assert_eq!(
+            field(check(Float8Recipe::Rowwise, true, &llama, 1, 1)),
+            Some("float8_all_gather")
+        );
+        assert_eq!(
+            field(check(Float8Recipe::Rowwise, false, &llama, 2, 1)),
+            Some("tp")
+        );
+        assert_eq!(
+            field(check(Float8Recipe::Rowwise, false, &llama, 1, 2)),
+            Some("pp")
+        );
+        let small_vocab = Shapes {
+            vocab: 8192,
+            ..llama
+        };
+        assert!(check(Float8Recipe::Rowwise, false, &small_vocab, 1, 1).is_err());
+        let odd_vocab = Shapes {
+            vocab: 128_257,
+            ..llama
+        };
+        assert!(check(Float8Recipe::Rowwise, false, &odd_vocab, 1, 1).is_err());
+        let tied = Shapes {
+            tied: true,
+            ..llama
+        };
+        assert!(check(Float8Recipe::Rowwise, false, &tied, 1, 1).is_err());
+    }
+}

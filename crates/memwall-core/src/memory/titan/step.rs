@@ -488,15 +488,16 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         // `[V, D]` weight in the forward, with the head unit gathered and its all-gather output
         // alive (FSDP2 frees it after the unit's forward; measured); its backward casts
         // `grad_output` (the bf16 gradient of the logits, alive) and the weight again
+        // (the forward's casts are filed as activations, as FSDPMemTracker files what the
+        // forward allocates; they are freed when the linear returns)
         let casts = linear_casts(recipe, tokens, d, v);
         let mut x = base("forward: LM head float8 casts".into(), Phase::Forward);
         x.add(Weights, resident(z.layers) + u_head)
             .add(CommBuffers, u_head)
             .add(
                 Activations,
-                saved_all + positions + final_norm_saved + final_norm_out,
-            )
-            .add(Temporaries, casts.forward);
+                saved_all + positions + final_norm_saved + final_norm_out + casts.forward,
+            );
         out.push(x);
         let mut x = base("backward: LM head float8 casts".into(), Phase::Backward);
         x.add(Weights, resident(z.layers) + u_head)
