@@ -561,8 +561,15 @@ fn speed_line(r: &TrainReport) -> String {
             parts.push(format!("{name} {v:.3}"));
         }
     }
+    // `--float8`: the time model prices every GEMM at the bf16 peak; torchao's `_scaled_mm`
+    // at the fp8 peak and its eager casts' memory traffic are not modelled (not measured)
+    let float8 = if r.float8.is_some() {
+        " (GEMMs timed as bf16: float8's scaled GEMMs and casts are not in the time model)"
+    } else {
+        ""
+    };
     format!(
-        "{:.3} s per step ({} s) → {:.0} tokens/s per GPU, MFU {:.1}%",
+        "{:.3} s per step ({} s) → {:.0} tokens/s per GPU, MFU {:.1}%{float8}",
         sp.step_s,
         parts.join(", "),
         sp.tokens_per_s_per_gpu,
