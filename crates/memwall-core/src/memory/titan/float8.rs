@@ -28,8 +28,10 @@
 //!
 //! The LM head (`[V, D]`) is the largest of these casts by far (`V ≥ 2·D` and `V ≥ F` for
 //! every model this profile accepts, checked in [`check`]), so its forward and backward are
-//! the instants added to the step (`step.rs`); the blocks' projections cast the same way at
-//! smaller sizes and no block instant changes.
+//! the instants added to the step (`step.rs`). The blocks' projections cast the same way at
+//! smaller sizes; they are not added to the block instants (in every measured case they stay
+//! below the peak: the head's casts, the loss, or the embeddings' gradient instants on 1–2
+//! ranks). A peak at a block instant would be underestimated by that projection's casts.
 //!
 //! Not simulated, refused by name: the `tensorwise` recipe and FSDP2 float8 all-gather
 //! (`enable_fsdp_float8_all_gather`, `precompute_float8_dynamic_scale_for_fsdp`): torchtitan
