@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use memwall_core::error::untrusted;
 use memwall_core::gpu::GpuSpec;
 use memwall_core::layout::{Layout, Offload, OffloadDevice, Schedule, Strategy};
-use memwall_core::memory::titan::Runtime;
+use memwall_core::memory::titan::{Float8Recipe, Runtime};
 use memwall_core::memory::Kernels;
 use memwall_core::names::{parse_named, Named};
 use memwall_core::plan::AllowItem;
@@ -783,6 +783,18 @@ pub struct TrainArgs {
     /// checkpointing, fused kernels or QLoRA).
     #[arg(long)]
     pub activation_offload: bool,
+    /// With --runtime torchtitan: torchtitan 0.3.0's float8 linear layers
+    /// (`Float8LinearConverter` over torchao 0.18.0: every projection and the LM head) with this
+    /// recipe: `rowwise` (torchtitan's default) or `rowwise_with_gw_hp`; `tensorwise` is not
+    /// offered by torchtitan 0.3.0 (refused). Single-GPU-style FSDP2 only: TP, PP, MoE and
+    /// tied embeddings are refused. The step time is not changed (the time model counts bf16
+    /// GEMMs).
+    #[arg(long, value_parser = named::<Float8Recipe>(), value_name = "RECIPE")]
+    pub float8: Option<Float8Recipe>,
+    /// With --float8: FSDP2 float8 all-gather (torchao's `enable_fsdp_float8_all_gather`);
+    /// torchtitan 0.3.0 has none, so it is refused by name.
+    #[arg(long)]
+    pub float8_all_gather: bool,
 }
 
 /// The gradient accumulation that makes `global` = micro-batch × accumulation × dp: derived
@@ -953,6 +965,8 @@ pub struct TrainSettings {
     pub layout: Option<Layout>,
     /// `--runtime`: whose training code is simulated.
     pub runtime: Runtime,
+    /// `--float8` and `--float8-all-gather` (torchtitan runtime only).
+    pub titan: memwall_core::memory::titan::TitanOptions,
 }
 
 impl TrainSettings {
@@ -1001,6 +1015,8 @@ impl TrainSettings {
             image_tokens,
             runtime,
             activation_offload,
+            float8,
+            float8_all_gather,
         } = a;
         let format = output.resolve()?;
         // numbers first (shared bounds from the core): they need neither the model nor the GPU
@@ -1032,6 +1048,7 @@ impl TrainSettings {
         // torchtitan always shards with FSDP2 (one rank too: `apply_fsdp_to_decoder` runs with
         // shard degree 1), so its job is always a layout, fsdp-full unless named
         let titan = runtime == Runtime::Torchtitan;
+        float8_flags(titan, float8, float8_all_gather, emit.emit.is_some())?;
         let distributed = titan
             || gpus != 1
             || strategy.is_some()
@@ -1223,8 +1240,52 @@ impl TrainSettings {
             emit,
             layout,
             runtime,
+            titan: memwall_core::memory::titan::TitanOptions {
+                reshard: None,
+                float8,
+                float8_all_gather,
+            },
         })
     }
+}
+
+/// `--float8` and `--float8-all-gather` are torchtitan's (its `Float8LinearConverter`): refused
+/// with the hf runtime, and with `--emit` (torchtitan 0.3.0 sets converters in the model
+/// registry, `model_registry(flavor, converters=[…])`, not on its command line, so the emitted
+/// launch would silently train in bf16). The core refuses the rest (`memory/titan/float8.rs`).
+fn float8_flags(
+    titan: bool,
+    float8: Option<Float8Recipe>,
+    all_gather: bool,
+    emit: bool,
+) -> Result<()> {
+    let flag = match (float8, all_gather) {
+        (Some(r), _) => ("--float8", r.to_string()),
+        (None, true) => ("--float8-all-gather", "true".to_owned()),
+        (None, false) => return Ok(()),
+    };
+    if !titan {
+        return Err(UserError::flag(
+            flag.0,
+            flag.1,
+            "float8 linears are simulated for torchtitan's step only (its Float8LinearConverter \
+             over torchao); transformers' Trainer has no float8 training here",
+            "add --runtime torchtitan, or drop the float8 flags",
+        )
+        .into());
+    }
+    if emit {
+        return Err(UserError::flag(
+            flag.0,
+            flag.1,
+            "torchtitan 0.3.0 sets the float8 converter in the model registry \
+             (`model_registry(flavor, converters=[Float8LinearConverter.Config(...)])`), not on \
+             its command line, so --emit torchtitan cannot launch it",
+            "drop --emit, or drop --float8 to emit the bf16 launch",
+        )
+        .into());
+    }
+    Ok(())
 }
 
 /// `--format` and its `--json` alias, on every subcommand.

@@ -100,6 +100,8 @@ pub const FLAGS: &[(&str, &str)] = &[
     ("checkpointing_policy", "--checkpointing-policy"),
     ("use_cache", "--use-cache"),
     ("activation_offload", "--activation-offload"),
+    ("float8", "--float8"),
+    ("float8_all_gather", "--float8-all-gather"),
 ];
 
 /// The flag of a core field, or `None` for a field of the model's config.

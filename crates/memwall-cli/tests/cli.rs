@@ -984,6 +984,111 @@ fn attention_sinks_refuse_sdpa_by_name() {
     assert_eq!(code, 0, "{stderr}");
 }
 
+/// `--float8` (torchtitan's `Float8LinearConverter`): the LM head's eager casts raise the
+/// torchtitan peak into the forward; what torchtitan 0.3.0 does not offer or was not measured
+/// exits 2 naming the flag.
+#[test]
+fn the_float8_flag_runs_torchtitans_converter_and_refuses_by_name() {
+    let base = [
+        "train",
+        "-m",
+        "llama-3.1-8b",
+        "--runtime",
+        "torchtitan",
+        "--precision",
+        "amp-bf16",
+        "--optimizer",
+        "adamw-fused",
+        "--gpus",
+        "8",
+        "--seq",
+        "2048",
+    ];
+    insta::assert_snapshot!(
+        "train_torchtitan_float8_rowwise",
+        transcript(&[&base[..], &["--float8", "rowwise"]].concat())
+    );
+    let peak = |extra: &[&str]| {
+        let (code, out, err) = run(&[&base[..], extra, &["--json"]].concat());
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        (v["peak_bytes"].as_u64().unwrap(), v["float8"].clone())
+    };
+    let (bf16, none) = peak(&[]);
+    let (rowwise, name) = peak(&["--float8", "rowwise"]);
+    let (gw_hp, _) = peak(&["--float8", "rowwise_with_gw_hp"]);
+    assert!(none.is_null());
+    assert_eq!(name, "rowwise");
+    assert!(rowwise > bf16 && gw_hp > bf16, "{bf16} {rowwise} {gw_hp}");
+    let refusals = [
+        (&["--float8", "tensorwise"][..], "--float8"),
+        (
+            &["--float8", "rowwise", "--float8-all-gather"][..],
+            "--float8-all-gather",
+        ),
+        (&["--float8-all-gather"][..], "--float8-all-gather"),
+        (&["--float8", "rowwise", "--tp", "2"][..], "--tp"),
+        (
+            &["--float8", "rowwise", "--pp", "2", "--grad-accum", "2"][..],
+            "--pp",
+        ),
+        (
+            &["--float8", "rowwise", "--emit", "torchtitan"][..],
+            "--float8",
+        ),
+        (&["--float8", "fp8"][..], "--float8"),
+    ];
+    let mut transcripts = String::new();
+    for (extra, flag) in refusals {
+        let (code, _, err) = run(&[&base[..], extra].concat());
+        assert_eq!(code, 2, "{extra:?}: {err}");
+        assert!(
+            err.contains(flag) && err.contains("hint:"),
+            "{extra:?}: {err}"
+        );
+        transcripts.push_str(&format!("$ … {}\n{err}\n", extra.join(" ")));
+    }
+    // the transformers runtime, a MoE model and tied embeddings are refused too
+    for args in [
+        &["train", "-m", "llama-3.1-8b", "--float8", "rowwise"][..],
+        &[
+            "train",
+            "-m",
+            "qwen3-30b-a3b",
+            "--runtime",
+            "torchtitan",
+            "--precision",
+            "amp-bf16",
+            "--gpus",
+            "8",
+            "--float8",
+            "rowwise",
+        ][..],
+        &[
+            "train",
+            "-m",
+            "qwen3-0.6b",
+            "--runtime",
+            "torchtitan",
+            "--precision",
+            "amp-bf16",
+            "--gpus",
+            "8",
+            "--float8",
+            "rowwise",
+        ][..],
+    ] {
+        let (code, _, err) = run(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(
+            err.contains("--float8") && err.contains("hint:"),
+            "{args:?}: {err}"
+        );
+        transcripts.push_str(&format!("$ {}\n{err}\n", args.join(" ")));
+    }
+    insta::assert_snapshot!("train_torchtitan_float8_refusals", transcripts);
+}
+
 /// `--runtime torchtitan`: the profile names itself, plan emits torchtitan's launch with its
 /// own reshard policy and AC subcommand, and what it does not simulate exits 2 naming the flag.
 #[test]

@@ -1147,6 +1147,9 @@ struct TitanCase {
     #[serde(default)]
     #[allow(dead_code)]
     router_gate: Option<String>,
+    /// torchtitan's `Float8LinearConverter` recipe (absent: bf16 linears)
+    #[serde(default)]
+    float8: Option<String>,
     /// `pipeline_parallel_degree` (absent: 1; `tests/truth/titan_pp.jsonl`)
     #[serde(default)]
     pp: Option<u64>,
@@ -1185,7 +1188,7 @@ struct TitanRow {
 fn titan_rows() -> Vec<TitanRow> {
     use memwall_core::layout::{Layout, Offload, OffloadDevice, Schedule, Strategy};
     use memwall_core::memory::titan::{
-        instants, simulate_train_titan, Instant, Job, ReshardPolicy, TitanOptions,
+        instants, simulate_train_titan, Float8Recipe, Instant, Job, ReshardPolicy, TitanOptions,
     };
     let Ok(text) = std::fs::read_to_string(root().join("tests/truth/titan.jsonl")) else {
         return Vec::new();
@@ -1252,6 +1255,10 @@ fn titan_rows() -> Vec<TitanRow> {
             Some("never") => ReshardPolicy::Never,
             Some(r) => panic!("{}: reshard {r}", c.id),
         };
+        let float8 = c.float8.as_deref().map(|r| {
+            r.parse::<Float8Recipe>()
+                .unwrap_or_else(|e| panic!("{}: {e}", c.id))
+        });
         let layout = Layout {
             gpus: c.world_size,
             gpus_per_node: c.world_size,
@@ -1272,6 +1279,8 @@ fn titan_rows() -> Vec<TitanRow> {
             &layout,
             &TitanOptions {
                 reshard: Some(reshard),
+                float8,
+                float8_all_gather: false,
             },
         )
         .unwrap_or_else(|err| panic!("{}: {err}", c.id));
@@ -1284,6 +1293,7 @@ fn titan_rows() -> Vec<TitanRow> {
             checkpointing: policy,
             reshard,
             fused_optimizer: c.optimizer_implementation.as_deref() != Some("foreach"),
+            float8,
         };
         let all = instants(&job).unwrap();
         let at = all
@@ -1441,7 +1451,8 @@ fn titan_section(rows: &[TitanRow]) -> String {
         rows,
         "\n## torchtitan runtime profile (`--runtime torchtitan`; `tests/truth/titan.jsonl`)\n\n\
          torchtitan 0.3.0's own Llama 3 and Qwen 3 (dense, MoE) steps (its models, FSDP2 units and \
-         reshard policy, FullAC / SelectiveAC, CrossEntropyLoss, fused or foreach AdamW, TP + SP) \
+         reshard policy, FullAC / SelectiveAC, CrossEntropyLoss, fused or foreach AdamW, TP + SP, \
+         float8 linears: `titan-fp8-*`, torchtitan's Float8LinearConverter over torchao 0.18.0) \
          on a fake process group, measured by \
          `tools/truth/titan/measure_titan.py` with FSDPMemTracker (rank 0, steady step); \
          estimates: `memory/titan` (`--runtime torchtitan --precision amp-bf16 --strategy \

@@ -74,6 +74,12 @@ def measure_one(argv: list[str]) -> dict:
     # each step, with the step that allocated them and the Python frames (torch's pipelining,
     # torchtitan) that did, printed to stderr
     ap.add_argument("--live", type=int, default=None)
+    # torchtitan 0.3.0's `Float8LinearConverter` (components/quantization/float8.py, needs
+    # torchao: run with /work/venvs/titan-fp8): `recipe_name` rowwise | rowwise_with_gw_hp (the
+    # only two it accepts), `filter_fqns` from --float8-filter (comma-separated; default none:
+    # every Linear with both dims divisible by 16, the LM head included, as the converter does)
+    ap.add_argument("--float8", choices=["rowwise", "rowwise_with_gw_hp"], default=None)
+    ap.add_argument("--float8-filter", default="")
     args = ap.parse_args(argv)
 
     import torch
@@ -134,7 +140,18 @@ def measure_one(argv: list[str]) -> dict:
     # the job config of `llama3_8b()` (loss, optimizer, training defaults) with the chosen
     # model's spec in place of llama3's (the trainer reads `config.model_spec`)
     config = llama3_8b()
-    spec = model_registry(args.flavor, attn_backend=args.attn)
+    converters = None
+    if args.float8:
+        # the converter refuses to swap unless the device is SM89+ (or `emulate`, which replaces
+        # the recipe by torchao's tensorwise default and emulates the GEMMs); the fake CPU device
+        # has no capability: the check is patched, the recipe kept, and the GEMMs are
+        # `torch._scaled_mm` (its fake rule on fake tensors; it runs on CPU tensors in torch 2.15)
+        import torchtitan.components.quantization.float8 as tt_fp8
+
+        tt_fp8.has_cuda_capability = lambda *a, **k: True
+        filt = [f for f in args.float8_filter.split(",") if f]
+        converters = [tt_fp8.Float8LinearConverter.Config(recipe_name=args.float8, filter_fqns=filt)]
+    spec = model_registry(args.flavor, attn_backend=args.attn, converters=converters)
     spec.model.layers = spec.model.layers[: args.layers]
     if args.untie:
         spec.model.enable_weight_tying = False
@@ -347,6 +364,8 @@ def result(args, W, snap, first, mt, t0, n_gates=0) -> dict:
         **({"tensors": "real"} if args.real else {}),
         **({"reshard_after_forward": args.reshard} if args.reshard != "default" else {}),
         **({"optimizer_implementation": args.optim} if args.optim != "fused" else {}),
+        **({"float8": args.float8, **({"float8_filter_fqns": args.float8_filter} if args.float8_filter else {})}
+           if args.float8 else {}),
         **({"router_gate": "fp32 (CUDA autocast emulated)"} if n_gates else {}),
         **({"pp": args.pp, "pp_rank": args.pp_rank, "schedule": args.schedule,
             "microbatch_size": args.mbs, "microbatches": args.batch // args.mbs,
@@ -358,6 +377,7 @@ def result(args, W, snap, first, mt, t0, n_gates=0) -> dict:
             "first_step_peak_bytes": int(first),
         },
         "versions": {"torch": torch.__version__.split("+")[0], "torchtitan": md.version("torchtitan"),
+                     **({"torchao": md.version("torchao")} if args.float8 else {}),
                      "python": platform.python_version()},
         "_seconds": round(time.time() - t0, 1),
     }
@@ -718,6 +738,22 @@ CASES = [
     ("titan-qwen3tied-0.6b-28l-w2-s128", ["--model", "qwen3", "--flavor", "0.6B", "--layers", "28", "--world", "2", "--seq", "128", "--loss", "ce"]),
     ("titan-qwen3tied-1.7b-28l-w8-s256-fullac", ["--model", "qwen3", "--flavor", "1.7B", "--layers", "28", "--world", "8", "--seq", "256", "--loss", "ce", "--ac", "full"]),
     ("titan-qwen3tied-4b-2l-w8-tp2-s1024-fullac", ["--model", "qwen3", "--flavor", "4B", "--layers", "2", "--world", "8", "--tp", "2", "--seq", "1024", "--loss", "ce", "--ac", "full"]),
+    # float8 linears (torchtitan 0.3.0's Float8LinearConverter over torchao 0.18.0; run with
+    # /work/venvs/titan-fp8/bin/python, see README "Float8"): every Linear, the LM head included
+    ("titan-fp8-8b-1l-w8-s1024-rowwise", ["--layers", "1", "--world", "8", "--seq", "1024", "--loss", "ce", "--float8", "rowwise"]),
+    ("titan-fp8-8b-2l-w8-s2048-rowwise", ["--layers", "2", "--world", "8", "--seq", "2048", "--loss", "ce", "--float8", "rowwise"]),
+    ("titan-fp8-8b-4l-w16-s4096-rowwise-fullac", ["--layers", "4", "--world", "16", "--seq", "4096", "--loss", "ce", "--float8", "rowwise", "--ac", "full"]),
+    ("titan-fp8-8b-4l-w8-b2s4096-rowwise", ["--layers", "4", "--world", "8", "--batch", "2", "--seq", "4096", "--loss", "ce", "--float8", "rowwise"]),
+    ("titan-fp8-8b-2l-w64-b2s1024-gwhp", ["--layers", "2", "--world", "64", "--batch", "2", "--seq", "1024", "--loss", "ce", "--float8", "rowwise_with_gw_hp"]),
+    ("titan-fp8-8b-3l-w8-s2048-gwhp-never", ["--layers", "3", "--world", "8", "--seq", "2048", "--loss", "ce", "--float8", "rowwise_with_gw_hp", "--reshard", "never"]),
+    ("titan-fp8-8b-2l-w32-s8192-gwhp-fullac-foreach", ["--layers", "2", "--world", "32", "--seq", "8192", "--loss", "ce", "--float8", "rowwise_with_gw_hp", "--ac", "full", "--optim", "foreach"]),
+    ("titan-fp8-8b-3l-w16-s2048-rowwise-always", ["--layers", "3", "--world", "16", "--seq", "2048", "--loss", "ce", "--float8", "rowwise", "--reshard", "always"]),
+    # few ranks: the gradient shards outweigh the casts, the peak is the embeddings' backward
+    # with and without float8 (the blocks' casts stay below it)
+    ("titan-fp8-8b-4l-w1-s512-rowwise", ["--layers", "4", "--world", "1", "--seq", "512", "--loss", "ce", "--float8", "rowwise"]),
+    ("titan-fp8-8b-8l-w2-s1024-rowwise-fullac", ["--layers", "8", "--world", "2", "--seq", "1024", "--loss", "ce", "--float8", "rowwise", "--ac", "full"]),
+    ("titan-fp8-8b-4l-w2-s2048-rowwise", ["--layers", "4", "--world", "2", "--seq", "2048", "--loss", "ce", "--float8", "rowwise"]),
+    ("titan-fp8-qwen3-8b-2l-w8-s2048-rowwise-selective", ["--model", "qwen3", "--flavor", "8B", "--layers", "2", "--world", "8", "--seq", "2048", "--loss", "ce", "--float8", "rowwise", "--ac", "selective"]),
 ]
 
 
@@ -812,6 +848,12 @@ PP_CASES = [
 # fake vs real CPU tensors on torchtitan's small "debugmodel" flavour (dim 256), attention
 # stubbed on both sides (see --attn-stub) -> tests/truth/titan_crosscheck.jsonl
 CROSSCHECKS = [
+    # float8 linears (run with /work/venvs/titan-fp8): `torch._scaled_mm` runs on CPU tensors in
+    # torch 2.15 (rowwise and tensorwise scales, bf16 output), so the casts and GEMMs of
+    # torchao's Float8Linear run for real on the llama3 debugmodel
+    ("xc-titan-fp8-debug-2l-w4-s256-rowwise", ["--flavor", "debugmodel", "--layers", "2", "--world", "4", "--seq", "256", "--float8", "rowwise"]),
+    ("xc-titan-fp8-debug-2l-w4-b2s256-gwhp-fullac", ["--flavor", "debugmodel", "--layers", "2", "--world", "4", "--batch", "2", "--seq", "256", "--float8", "rowwise_with_gw_hp", "--ac", "full"]),
+    ("xc-titan-fp8-debug-3l-w8-s512-rowwise-selac-never", ["--flavor", "debugmodel", "--layers", "3", "--world", "8", "--seq", "512", "--float8", "rowwise", "--ac", "selective", "--reshard", "never"]),
     ("xc-titan-debug-2l-w4-s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "4", "--seq", "256"]),
     ("xc-titan-debug-2l-w4-tp2-s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "4", "--tp", "2", "--seq", "256"]),
     ("xc-titan-debug-2l-w2-tp2-s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "2", "--tp", "2", "--seq", "256"]),

@@ -57,6 +57,9 @@ pub struct TrainReport {
     /// what each micro-batch copies to the host and back).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_offload_bytes: Option<u64>,
+    /// `--float8`: torchtitan's float8 recipe (its `Float8LinearConverter`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub float8: Option<&'static str>,
 }
 
 /// One rank of a distributed job.
@@ -198,13 +201,8 @@ fn train_speed(s: &TrainSettings) -> Result<Speed> {
 fn dist_report(s: &TrainSettings, layout: &Layout) -> Result<TrainReport> {
     let titan = s.runtime == memory::titan::Runtime::Torchtitan;
     let e = if titan {
-        memory::titan::simulate_train_titan(
-            &s.model.desc,
-            &s.workload,
-            layout,
-            &memory::titan::TitanOptions::default(),
-        )
-        .context("cannot simulate this torchtitan step")?
+        memory::titan::simulate_train_titan(&s.model.desc, &s.workload, layout, &s.titan)
+            .context("cannot simulate this torchtitan step")?
     } else {
         memory::fast::simulate_train_dist(&s.model.desc, &s.workload, layout, s.kernels)
             .context("cannot simulate this distributed step")?
@@ -292,6 +290,7 @@ fn dist_report(s: &TrainSettings, layout: &Layout) -> Result<TrainReport> {
         ranks: Some(ranks),
         doctor: None,
         host_offload_bytes: None,
+        float8: s.titan.float8.map(|r| r.name()),
     }
     .with_doctor(s))
 }
@@ -326,6 +325,7 @@ pub fn build(s: &TrainSettings) -> Result<TrainReport> {
             .step_options
             .activation_offload
             .then_some(est.host_offload_bytes),
+        float8: None,
     }
     .with_doctor(s))
 }
@@ -338,11 +338,15 @@ impl TrainReport {
         let line = workload_line(&self.workload);
         if self.runtime_profile == Engine::Torchtitan.name() {
             let name = serde_name(&self.workload.attention);
-            line.replacen(
+            let line = line.replacen(
                 &format!("attention {name}"),
                 "attention flex (torchtitan)",
                 1,
-            )
+            );
+            match self.float8 {
+                Some(recipe) => format!("{line} · float8 {recipe} linears"),
+                None => line,
+            }
         } else {
             line
         }
@@ -557,8 +561,15 @@ fn speed_line(r: &TrainReport) -> String {
             parts.push(format!("{name} {v:.3}"));
         }
     }
+    // `--float8`: the time model prices every GEMM at the bf16 peak; torchao's `_scaled_mm`
+    // at the fp8 peak and its eager casts' memory traffic are not modelled (not measured)
+    let float8 = if r.float8.is_some() {
+        " (GEMMs timed as bf16: float8's scaled GEMMs and casts are not in the time model)"
+    } else {
+        ""
+    };
     format!(
-        "{:.3} s per step ({} s) → {:.0} tokens/s per GPU, MFU {:.1}%",
+        "{:.3} s per step ({} s) → {:.0} tokens/s per GPU, MFU {:.1}%{float8}",
         sp.step_s,
         parts.join(", "),
         sp.tokens_per_s_per_gpu,

@@ -40,7 +40,7 @@
 //! Refused by name (the capability row [`CAPABILITIES`] and [`check`]): tensor parallelism
 //! without sequence parallelism and degrees that do not divide the heads, key/value heads and
 //! feed-forward width, context and expert parallelism (not measured here), pipeline
-//! parallelism with TP or tied embeddings (torchtitan refuses those), HSDP, CPU offload, float8 (`torchao` converters are not simulated),
+//! parallelism with TP or tied embeddings (torchtitan refuses those), HSDP, CPU offload, float8 with TP, PP, MoE or tied embeddings and its `tensorwise` recipe and float8 all-gather (not in torchtitan 0.3.0; see `float8.rs`),
 //! `torch.compile` (Inductor's generated code cannot run on fake tensors, so a compiled step
 //! cannot be measured honestly), LoRA, gradient accumulation, the chunked loss
 //! (`ChunkedLossWrapper`, torchtitan's default for `llama3_8b`: FSDPMemTracker refuses its
@@ -66,8 +66,11 @@ use crate::model::{Activation, AttentionKind, Mlp, ModelDesc, NormKind, QkNormSc
 use crate::optimizer::Optimizer;
 use crate::workload::{CheckpointPolicy, KernelSet, LossKernel, TrainLoop, TrainWorkload};
 
+mod float8;
 mod pipeline;
 mod step;
+
+pub use float8::Float8Recipe;
 
 pub use pipeline::{rank_instants, split, PipeJob, Stage};
 pub use step::{instants, Instant, Job};
@@ -255,6 +258,10 @@ impl ReshardPolicy {
 pub struct TitanOptions {
     /// `fsdp_reshard_after_forward`; `None` = the layout strategy's ([`ReshardPolicy::for_strategy`]).
     pub reshard: Option<ReshardPolicy>,
+    /// `--float8`: torchtitan's float8 linears with this recipe (`None`: bf16 linears).
+    pub float8: Option<Float8Recipe>,
+    /// `--float8-all-gather`: FSDP2 float8 all-gather (refused: torchtitan 0.3.0 has none).
+    pub float8_all_gather: bool,
 }
 
 /// Which of torchtitan 0.3.0's decoder models the job runs (`--module`).
@@ -871,6 +878,16 @@ pub fn simulate_train_titan(
     opts: &TitanOptions,
 ) -> Result<DistEstimate, CoreError> {
     let s = check(model, w, layout)?;
+    if let Some(recipe) = opts.float8 {
+        float8::check(recipe, opts.float8_all_gather, &s, layout.tp, layout.pp)?;
+    } else if opts.float8_all_gather {
+        return Err(refuse(
+            "float8_all_gather",
+            "true",
+            "float8 all-gather gathers float8 weights, so it needs float8 linears",
+            "drop --float8-all-gather, or add --float8 rowwise",
+        ));
+    }
     if layout.pp > 1 {
         return simulate_pipeline(s, w, layout, opts);
     }
@@ -896,6 +913,7 @@ pub fn simulate_train_titan(
             .then_some(w.step_options.checkpointing_policy),
         reshard,
         fused_optimizer: w.optimizer == Optimizer::AdamwFused,
+        float8: opts.float8,
     };
     let all = instants(&job)?;
     let (peak_i, peak) = all

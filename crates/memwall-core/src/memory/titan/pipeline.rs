@@ -248,6 +248,7 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
             checkpointing: None,
             reshard: super::ReshardPolicy::Never,
             fused_optimizer: job.fused_optimizer,
+            float8: None,
         })
     };
     let sizes = |st: &Stage| -> Result<(u128, u128, u128, u128, u128), CoreError> {
@@ -609,6 +610,7 @@ pub fn rank_states(job: &PipeJob) -> Result<(u128, u128), CoreError> {
             checkpointing: None,
             reshard: super::ReshardPolicy::Never,
             fused_optimizer: job.fused_optimizer,
+            float8: None,
         };
         let z = Sizes::new(&one)?;
         let (sh, _, tensors, _, n) = z.stage(st.embeddings, st.head);

@@ -13,6 +13,7 @@
 //! back, and the loss is vocabulary-parallel (`components/loss.py` `_LossParallelCrossEntropy`
 //! over `V / tp` logits).
 
+use super::float8::{linear_casts, Float8Recipe};
 use super::{ReshardPolicy, Shapes};
 use crate::error::CoreError;
 use crate::memory::{Category, Phase};
@@ -38,6 +39,8 @@ pub struct Job {
     /// `optimizer.implementation`: `true` = "fused" (torchtitan 0.3.0's default), `false` =
     /// "foreach".
     pub fused_optimizer: bool,
+    /// torchtitan's `Float8LinearConverter` recipe (`None`: bf16 linears); see `float8.rs`.
+    pub float8: Option<Float8Recipe>,
 }
 
 /// What is alive at one instant of the step, by [`Category`] (in [`Category::ALL`] order).
@@ -492,6 +495,32 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         )
         .add(LossBuffers, 2 * vl * tokens);
     out.push(x);
+
+    if let (Some(recipe), 1) = (job.float8, tp) {
+        // float8 (float8.rs): the LM head's `Float8Linear` casts its input and its gathered
+        // `[V, D]` weight in the forward, with the head unit gathered and its all-gather output
+        // alive (FSDP2 frees it after the unit's forward; measured); its backward casts
+        // `grad_output` (the bf16 gradient of the logits, alive) and the weight again
+        // (the forward's casts are filed as activations, as FSDPMemTracker files what the
+        // forward allocates; they are freed when the linear returns)
+        let casts = linear_casts(recipe, tokens, d, v);
+        let mut x = base("forward: LM head float8 casts".into(), Phase::Forward);
+        x.add(Weights, resident(z.layers) + u_head)
+            .add(CommBuffers, u_head)
+            .add(
+                Activations,
+                saved_all + positions + final_norm_saved + final_norm_out + casts.forward,
+            );
+        out.push(x);
+        let mut x = base("backward: LM head float8 casts".into(), Phase::Backward);
+        x.add(Weights, resident(z.layers) + u_head)
+            .add(
+                Activations,
+                saved_all + positions + final_norm_saved + final_norm_out,
+            )
+            .add(Temporaries, 2 * v * tokens + casts.backward);
+        out.push(x);
+    }
 
     if tp == 1 {
         // components/loss.py: `cross_entropy(pred.float(), …)`; at `log_softmax_backward` the

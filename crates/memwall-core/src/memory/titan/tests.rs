@@ -37,9 +37,17 @@ fn workload(batch: u64, seq: u64, ac: Option<CheckpointPolicy>) -> TrainWorkload
 }
 
 fn peak(m: &ModelDesc, w: &TrainWorkload, l: &Layout, reshard: Option<ReshardPolicy>) -> u64 {
-    simulate_train_titan(m, w, l, &TitanOptions { reshard })
-        .unwrap()
-        .peak_bytes
+    simulate_train_titan(
+        m,
+        w,
+        l,
+        &TitanOptions {
+            reshard,
+            ..TitanOptions::default()
+        },
+    )
+    .unwrap()
+    .peak_bytes
 }
 
 fn field(r: Result<DistEstimate, CoreError>) -> &'static str {
@@ -282,6 +290,7 @@ fn qwen3_adds_its_qk_norms_and_a_cos_sin_rope_cache() {
         checkpointing: None,
         reshard: ReshardPolicy::Default,
         fused_optimizer: true,
+        float8: None,
     };
     let (llama, qwen) = (model(layers), qwen3(layers));
     assert_eq!(shapes(&qwen).unwrap().model, TitanModel::Qwen3);
@@ -417,7 +426,15 @@ fn qwen3_moe_runs_torchtitans_moe_blocks_and_refuses_what_was_not_measured() {
     .unwrap();
     assert!(e12.groups[0].model_state_bytes * 12 > e.groups[0].model_state_bytes * 8);
     let run = |w: &TrainWorkload, l: &Layout, r: Option<ReshardPolicy>| {
-        simulate_train_titan(&m, w, l, &TitanOptions { reshard: r })
+        simulate_train_titan(
+            &m,
+            w,
+            l,
+            &TitanOptions {
+                reshard: r,
+                ..TitanOptions::default()
+            },
+        )
     };
     let tp = Layout {
         tp: 2,
@@ -472,6 +489,7 @@ fn qwen3_moe_runs_torchtitans_moe_blocks_and_refuses_what_was_not_measured() {
             checkpointing: Some(p),
             reshard: ReshardPolicy::Default,
             fused_optimizer: true,
+            float8: None,
         };
         instants(&job)
             .unwrap()
@@ -625,7 +643,8 @@ fn what_torchtitan_pipelines_do_not_run_is_refused_by_name() {
             &w,
             &l,
             TitanOptions {
-                reshard: Some(ReshardPolicy::Always)
+                reshard: Some(ReshardPolicy::Always),
+                ..TitanOptions::default()
             }
         )),
         "fsdp_reshard_after_forward"
@@ -739,6 +758,7 @@ fn tied_qwen3_holds_one_embedding_state_and_gathers_it_twice() {
         checkpointing: None,
         reshard: ReshardPolicy::Default,
         fused_optimizer: true,
+        float8: None,
     };
     let (iu, it) = (instants(&job(su)).unwrap(), instants(&job(st)).unwrap());
     let cat =
