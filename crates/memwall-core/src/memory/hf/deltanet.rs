@@ -146,6 +146,27 @@ impl Sizes {
         self.b * self.hv * self.dk * self.dv * F
     }
 
+    /// fp32 with one value head per key head: `repeat_interleave` is skipped and
+    /// `.to(float32, contiguous_format)` aliases (`to`'s suggested memory format of the
+    /// transposed `[B, Hv, S, dk]` view is contiguous), so l2norm's `x * x` saves query and key
+    /// as views of the convolution's silu output: it is saved whole `[B, conv_dim, S]` in
+    /// place of two fp32 `[B, Hv, S, dk]` copies. Traced (`deltanet_mixer.py B S train fp32
+    /// h,Hk,Hk,dk,dv,K --saved`, the storages alive when the forward ends).
+    fn pins_conv(&self, z: u128) -> bool {
+        z == F && self.hv == self.hk
+    }
+
+    /// fp32 with one value head per key head and more than one key head: `z` is a view of
+    /// `in_proj_qkvz`'s output (`fix_query_key_value_ordering`'s reshape of the `[B, S, Hk,
+    /// dv]` slice and the forward's `z.reshape(-1, dv)` merge dimensions of matching strides)
+    /// and `gate.to(float32)` is a no-op, so silu saves the view: the projection's whole
+    /// output stays alive with the composite's saved tensors (no `z` copy is saved), until
+    /// silu's backward — the norm's first — frees it (traced with `--check-backward`: the
+    /// backward's peak above its start is the projection's output less a `z` copy lower).
+    fn pins_projection(&self, z: u128) -> bool {
+        z == F && self.hv == self.hk && self.hk > 1
+    }
+
     /// Bytes autograd keeps after the mixer's forward, `out_proj`'s input excluded (the
     /// projections' outputs are not saved: the head reordering copies them); `z` = bytes per
     /// element of the projections' output; `g` = which gradients autograd computes (what a
@@ -189,6 +210,13 @@ impl Sizes {
             // gated RMSNorm: fp32 input, normalised (16-bit), weighted, fp32 gate, silu
             t * vd * (F + 2 + 2 + F + F)
         };
+        if self.pins_conv(z) {
+            v = v + b * cd * s * z - 2 * b * hv * s * dk * F;
+        }
+        if self.pins_projection(z) {
+            // the projection's output is saved instead (the caller holds it)
+            v -= t * vd * z;
+        }
         if c == 1 {
             // One chunk: the loop's last state update (`last_recurrent_state * chunk_decay[i] +
             // key[i]ᵀ @ v_new`) is unreachable from the output (`output_final_state=False`),
@@ -357,7 +385,8 @@ impl Sizes {
             } else {
                 0
             };
-            return b_a + b * cd * s * z + 2 * t * hv * F + t * vd * F;
+            let conv = if self.pins_conv(z) { 0 } else { b * cd * s * z };
+            return b_a + conv + 2 * t * hv * F + t * vd * F;
         }
         t * vd * z + self.reorder_copies(z, true) + b * cd * s * z + 2 * t * hv * F + t * vd * F
     }
@@ -372,9 +401,12 @@ impl Sizes {
         } else {
             0
         };
-        self.b * self.cd * self.s * z
-            + self.reorder_copies(z, false).saturating_sub(saved_z)
-            + self.t * self.hv * F
+        let conv = if self.pins_conv(z) {
+            0
+        } else {
+            self.b * self.cd * self.s * z
+        };
+        conv + self.reorder_copies(z, false).saturating_sub(saved_z) + self.t * self.hv * F
     }
 
     /// Bytes alive at the chunk loop's last state update in the forward
@@ -410,13 +442,17 @@ impl Sizes {
             + 2 * tp * hv * F
             + 3 * self.state()
             + self.reorder_copies(z, false)
-            + t * cd * z;
+            + if self.pins_conv(z) { 0 } else { t * cd * z };
         if c == 1 {
             // what `saved` leaves out at one chunk is alive here
             alive += self.last_update_saved();
         }
         // locals that are alive whether saved or not, counted in `saved` only when saved
         let mut not_yet = 3 * F * t * vd + 2 * z * t * vd;
+        if self.pins_projection(z) {
+            // no `z` copy is saved
+            not_yet -= z * t * vd;
+        }
         if !g.norm_weight {
             not_yet -= z * t * vd;
         }
@@ -741,6 +777,11 @@ impl Sizes {
             ..
         } = *self;
         let i = |v: u128| i128::try_from(v).unwrap_or(i128::MAX);
+        let pinned = if self.pins_projection(z) {
+            i(t * self.cd * z)
+        } else {
+            0
+        };
         let (c_, f, z) = (i(c), i(F), i(z));
         let full_v = i(tp * hv * dv * F); // [B, Hv, chunks, L, dv]
         let full_k = i(tp * hv * dk * F); // [B, Hv, chunks, L, dk]
@@ -762,6 +803,10 @@ impl Sizes {
         if g.norm_weight {
             base += i(dv) * i(p);
         }
+        // silu's backward frees the projection's output it pinned (fp32, one value head per
+        // key head), less the `z` copy the base frees: every instant past the norm's first
+        // ops is that much lower
+        base -= pinned;
         // a chunk decay's gradient accumulator exists only when the decay needs one; without
         // it the saved `[B, Hv, chunks]` chunk decays are already freed at three chunks, still
         // alive from four (traced; the only term that differs, 4·B·Hv·chunks bytes)
@@ -1014,8 +1059,15 @@ impl Builder<'_> {
             let temps = d
                 .backward_peak(zs, self.param_size, g, self.amp)
                 .saturating_sub(grad(qkvz) + grad(ba) + param_grads);
+            // fp32, one value head per key head: silu saves `z` as a view of the projection's
+            // output, which the node then holds ([`Sizes::pins_projection`])
+            let saved = if d.pins_projection(zs) && self.rg(qkvz) {
+                Ids::of(&[qkvz, kept])
+            } else {
+                Ids::of(&[kept])
+            };
             self.t.record(Node {
-                saved: Ids::of(&[kept]),
+                saved,
                 inputs: Ids::of(&[qkvz, ba]),
                 params: Ids::of(&params),
                 outputs: Ids::of(&[out]),
@@ -1374,6 +1426,39 @@ mod tests {
                 Unsaved { peak, locals },
                 "{b} x {s} {dims:?} cache {cache} z {z}"
             );
+        }
+    }
+
+    /// fp32 with one value head per key head (more than one key head): the composite's saved
+    /// bytes plus the projection's output its silu pins (`--saved` counts it: memwall holds
+    /// it apart) and the backward's peak (`--check-backward`, `peak_above`), against
+    /// `deltanet_mixer.py B S train fp32 h,Hk,Hk,dk,dv,K`: one to five chunks, the peak at
+    /// the norm's first ops (before the pinned output is freed) and in the chunk loop, LoRA's
+    /// frozen mixer with and without an input gradient.
+    #[test]
+    fn fp32_one_value_head_per_key_head_is_the_traced_one() {
+        // (batch, seq, dims, frozen, input grad, saved + projection output, backward peak)
+        let traced: &[(u128, u128, Dims, bool, bool, u128, u128)] = &[
+            (1, 100, (64, 4, 4, 16, 16, 4), false, true, 1417920, 209376),
+            (2, 65, (128, 4, 4, 32, 32, 4), false, true, 3729696, 313376),
+            (1, 150, (64, 6, 6, 24, 40, 4), false, true, 4797976, 544984),
+            (1, 300, (64, 4, 4, 16, 16, 4), false, true, 3757552, 773584),
+            (1, 100, (64, 4, 4, 16, 16, 4), true, true, 1390704, 234912),
+            (1, 150, (64, 6, 6, 24, 40, 4), true, false, 3864888, 688680),
+            (3, 1, (64, 4, 4, 16, 16, 4), false, true, 1372992, 669712),
+            (2, 64, (128, 4, 4, 32, 32, 4), false, true, 2292768, 131072),
+        ];
+        for &(b, s, dims, frozen, input_grad, saved, peak) in traced {
+            let d = sizes(b, s, dims);
+            assert!(d.pins_conv(F) && d.pins_projection(F) && !d.pins_projection(2));
+            let g = Grads {
+                norm_weight: !frozen,
+                a_log: !frozen,
+                decay: !frozen || input_grad,
+            };
+            let projection = d.t * (2 * d.hk * d.dk + 2 * d.vd) * F;
+            assert_eq!(d.saved(F, g) + projection, saved, "{b} x {s} {dims:?} {g:?}");
+            assert_eq!(d.backward_peak(F, F, g, false), peak, "{b} x {s} {dims:?} {g:?}");
         }
     }
 }
