@@ -26,11 +26,15 @@ holds; `locals` = what is alive when `out_proj` allocates its output besides tha
 cache's recurrent state (infer), the gated norm's output and `out_proj`'s output; `decode` (infer)
 = the decode step's peak above its input, projections' outputs and the cache.
 
+`--real`: run on real CPU tensors instead of fake ones (the `--unsaved` figures are the same:
+checked at 3 × 65 bf16 prefill, 150 tokens fp32 prefill with one value head per key head,
+2 × 130 bf16 checkpointed first pass with one key head).
+
 `--saved` (train only): the composite's saved bytes and its forward's last state update, held
 apart from what memwall counts outside it (see `check_saved`).
 
 Usage: python tools/truth/probes/deltanet_mixer.py B S MODE PREC h,Hk,Hv,dk,dv,K [trace]
-       [--check-backward | --saved | --unsaved] [--frozen] [--no-input-grad]
+       [--check-backward | --saved | --unsaved] [--frozen] [--no-input-grad] [--real]
 """
 import sys, torch
 from transformers import AutoConfig
@@ -188,6 +192,10 @@ def check_unsaved(B, S, mode, prec, dims):
 if __name__ == "__main__":
     B, S, mode, prec = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
     dims = tuple(int(v) for v in sys.argv[5].split(","))
+    if "--real" in sys.argv:
+        # real CPU tensors instead of fake ones (fake must equal real: the same events)
+        import contextlib, mixer_trace
+        mixer_trace.FakeTensorMode = contextlib.nullcontext
     if "--unsaved" in sys.argv:
         print(check_unsaved(B, S, mode, prec, dims))
     elif "--saved" in sys.argv:

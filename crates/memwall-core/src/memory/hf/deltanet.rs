@@ -1457,8 +1457,16 @@ mod tests {
                 decay: !frozen || input_grad,
             };
             let projection = d.t * (2 * d.hk * d.dk + 2 * d.vd) * F;
-            assert_eq!(d.saved(F, g) + projection, saved, "{b} x {s} {dims:?} {g:?}");
-            assert_eq!(d.backward_peak(F, F, g, false), peak, "{b} x {s} {dims:?} {g:?}");
+            assert_eq!(
+                d.saved(F, g) + projection,
+                saved,
+                "{b} x {s} {dims:?} {g:?}"
+            );
+            assert_eq!(
+                d.backward_peak(F, F, g, false),
+                peak,
+                "{b} x {s} {dims:?} {g:?}"
+            );
         }
     }
 }
