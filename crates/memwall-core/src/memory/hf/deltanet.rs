@@ -17,10 +17,11 @@
 //! `[tokens, value_dim]` tensor low at batch 4 × 128. The backward's peak
 //! ([`Sizes::backward_peak`]) is traced op by op in bf16/fp16 and fp32 (`deltanet_mixer.py
 //! --check-backward`), and re-traced under autocast, where the delta rule's matmuls save 16-bit
-//! casts ([`Sizes::saved_amp_delta`]); the forward that saves nothing (inference's prefill, a
+//! casts ([`Sizes::saved_amp_delta`]); in fp32 with one value head per key head two views pin
+//! the convolution's and `in_proj_qkvz`'s outputs ([`Sizes::pins_conv`],
+//! [`Sizes::pins_projection`]). The forward that saves nothing (inference's prefill, a
 //! checkpointed layer's first pass) is replayed op by op ([`Sizes::unsaved`], exact on 340
-//! traced shapes) (`memory::check_linear_attention_training` refuses fp32 training with one
-//! value head per key head).
+//! traced shapes).
 
 use super::{Builder, LayerParams};
 use crate::memory::timeline::{Category, Ids, Node, TensorId};
@@ -496,11 +497,12 @@ impl Sizes {
     /// both projections' outputs, above which the peak is counted.
     ///
     /// Read off `tools/truth/probes/deltanet_mixer.py B S infer|ckpt PREC dims --unsaved`
-    /// (every storage allocation and free on fake tensors; [`tests::unsaved_is_the_traced_one`]
+    /// (every storage allocation and free on fake tensors; the unit test `unsaved_is_the_traced_one`
     /// holds it byte for byte over batch 1–4, 1–300 tokens, hidden 64–2048, one key head, one
     /// and more value heads per key head, bf16 and fp32). Under autocast (a checkpointed
     /// layer's first pass only) the same replay at 16-bit projections stands in: the matmuls'
-    /// 16-bit operand casts and outputs are not replayed (within 0.4% at the mixer, traced).
+    /// 16-bit operand casts and outputs are not replayed (+0.35% at the mixer against
+    /// `deltanet_mixer.py 2 130 ckpt amp-bf16 64,2,4,16,16,4 --unsaved`).
     fn unsaved(&self, z: u128, cache: bool) -> Unsaved {
         let Sizes {
             b,
