@@ -186,6 +186,7 @@ def check_unsaved(B, S, mode, prec, dims):
         # decode reference: the prefill's cache (conv, state) and the decode step's projections
         dref = ev[dm[1]][3]
         out["decode"] = max(e[3] for e in ev[dm[1] + 1:dm[2]] if e[0] != "MARK") - dref
+        out["decode_locals"] = ev[dm[2]][3] - dref - B * vd * z - B * h * z
     return out
 
 
