@@ -115,6 +115,11 @@ CASES = [
          seq=150, precision="amp-bf16", optimizer="sgd"),
     dict(id="xc-qwen3next-h64-r1-s40-b2-ampbf16-sgd", config="h10-qwen3next-h64-r1", batch=2,
          seq=40, precision="amp-bf16", optimizer="sgd"),
+    # ... and in fp32 with one value head per key head (helper 23), where l2norm saves query and
+    # key as views of the conv's silu output and silu saves `z` as a view of in_proj_qkvz's
+    # output (`to`'s aliasing must be the same on real tensors; 3 chunks, padded)
+    dict(id="xc-qwen3next-h128-r1-s130-fp32-sgd", config="h23-qwen3next-h128-r1", batch=1,
+         seq=130, precision="fp32", optimizer="sgd"),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),

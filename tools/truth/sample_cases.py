@@ -280,8 +280,9 @@ NEW_TEMPLATES = {
 # families whose sparse blocks have fused expert parameters (the `decode_experts` choice)
 NEW_MOE = {"ernie4_5_moe", "gpt_oss", "granitemoe", "granitemoehybrid", "jamba", "llama4_text",
            "olmoe", "qwen3_next"}
-# the only GatedDeltaNet head shape memwall trains (memory::check_linear_attention_training:
-# Qwen3-Next-80B's 16 key / 32 value heads, both 128 wide); other shapes: inference only
+# the only GatedDeltaNet head shape memwall trained when seed 29 was drawn (Qwen3-Next-80B's 16
+# key / 32 value heads, both 128 wide; every shape is estimated since): other shapes were drawn
+# for inference only, kept so that the seed draws the same cases
 DELTANET_FITTED = {"linear_num_key_heads": 16, "linear_num_value_heads": 32,
                    "linear_key_head_dim": 128, "linear_value_head_dim": 128}
 ATTN = ["q_proj", "k_proj", "v_proj", "o_proj"]

@@ -18,6 +18,7 @@ GDN = {
     "h10-qwen3next-h128-r3": dict(hidden_size=128, linear_num_key_heads=2, linear_num_value_heads=6, linear_key_head_dim=32, linear_value_head_dim=48),
     "h10-qwen3next-h256-r4": dict(hidden_size=256, linear_num_key_heads=1, linear_num_value_heads=4, linear_key_head_dim=64, linear_value_head_dim=96),
     "h10-qwen3next-h512-r2": dict(hidden_size=512, linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=64, linear_value_head_dim=64),
+    "h23-qwen3next-h128-r1": dict(hidden_size=128, linear_num_key_heads=4, linear_num_value_heads=4, linear_key_head_dim=32, linear_value_head_dim=32),
 }
 import sys
 if "--gdn" in sys.argv:

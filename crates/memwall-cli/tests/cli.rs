@@ -454,18 +454,6 @@ fn bad_input_snapshots() {
         ])
     );
     insta::assert_snapshot!(
-        "gated_deltanet_fp32_one_value_head_per_key_head",
-        transcript(&[
-            "train",
-            "--model",
-            "tests/truth/configs/h10-qwen3next-h64-r1.json",
-            "--seq",
-            "64",
-            "--precision",
-            "fp32"
-        ])
-    );
-    insta::assert_snapshot!(
         "image_tokens_without_vision_tower",
         transcript(&["infer", "--model", "gpt2", "--image-tokens", "64"])
     );

@@ -212,7 +212,6 @@ fn simulate_in(
     crate::memory::hf::sac_check(model, w)?;
     super::check_attention(model, w.attention)?;
     super::check_autocast(model, w.precision)?;
-    super::check_linear_attention_training(model, w.precision)?;
     super::check_image_checkpointing(model, w, true)?;
     let kind = match engine {
         Engine::Megatron => {

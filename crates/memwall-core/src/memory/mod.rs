@@ -102,7 +102,6 @@ pub(crate) fn check_train(model: &ModelDesc, w: &TrainWorkload) -> Result<Engine
     crate::memory::hf::sac_check(model, w)?;
     check_attention(model, w.attention)?;
     check_autocast(model, w.precision)?;
-    check_linear_attention_training(model, w.precision)?;
     check_image_checkpointing(model, w, false)?;
     check_lora_targets(model, w)?;
     let builds_cache = !w.checkpointing
@@ -311,41 +310,6 @@ pub(crate) fn check_lora_targets(model: &ModelDesc, w: &TrainWorkload) -> Result
         ),
         "target the attention projections (q_proj, k_proj, v_proj, o_proj)",
     ))
-}
-
-/// Training through GatedDeltaNet layers that memwall does not model at their shape. In bf16 /
-/// fp16, under autocast, and in fp32 with more than one value head per key head, the
-/// composite's saved tensors, its forward instants and its backward's peak are traced op by op
-/// (`hf/deltanet.rs`) and hold at any shape. Refused: fp32 with one value head per key head
-/// (the `z` reshape is then a view of `in_proj_qkvz`'s output, which the no-op cast leaves
-/// silu saving: the whole projection output stays alive, not modelled).
-/// Inference is not affected. (tests/truth/known_gaps.toml)
-pub(crate) fn check_linear_attention_training(
-    model: &ModelDesc,
-    precision: crate::dtype::Precision,
-) -> Result<(), CoreError> {
-    use crate::dtype::Precision;
-    let Some(m) = model.layers.iter().find_map(|l| l.gated_delta_net()) else {
-        return Ok(());
-    };
-    let heads = format!(
-        "{} key / {} value heads of {}/{}",
-        m.num_k_heads, m.num_v_heads, m.k_head_dim, m.v_head_dim
-    );
-    match precision {
-        Precision::Bf16 | Precision::Fp16 => Ok(()),
-        Precision::Fp32 if m.num_v_heads == m.num_k_heads => Err(CoreError::invalid_value(
-            "linear_num_value_heads",
-            format!("{} (= linear_num_key_heads)", m.num_v_heads),
-            format!(
-                "training `{}`'s gated-delta-net layers ({heads}) in fp32 with one value head per key head is not modelled: the `z` reshape is then a view of `in_proj_qkvz`'s output, which silu saves whole (fp32's casts are no-ops)",
-                crate::error::untrusted(&model.model_type),
-            ),
-            "train in bf16 or fp16 (`--precision bf16`), or estimate inference (`memwall infer`)",
-        )),
-        Precision::Fp32 => Ok(()),
-        Precision::AmpBf16 | Precision::AmpFp16 => Ok(()),
-    }
 }
 
 /// Image inputs under activation checkpointing run the vision tower's backward: transformers

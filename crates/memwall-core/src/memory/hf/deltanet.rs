@@ -17,14 +17,19 @@
 //! `[tokens, value_dim]` tensor low at batch 4 × 128. The backward's peak
 //! ([`Sizes::backward_peak`]) is traced op by op in bf16/fp16 and fp32 (`deltanet_mixer.py
 //! --check-backward`), and re-traced under autocast, where the delta rule's matmuls save 16-bit
-//! casts ([`Sizes::saved_amp_delta`]); the no-grad form is fitted at Qwen3-Next-80B's widths
-//! (`memory::check_linear_attention_training` refuses fp32 training with one value head per key
-//! head).
+//! casts ([`Sizes::saved_amp_delta`]); in fp32 with one value head per key head two views pin
+//! the convolution's and `in_proj_qkvz`'s outputs ([`Sizes::pins_conv`],
+//! [`Sizes::pins_projection`]). The forward that saves nothing (inference's prefill, a
+//! checkpointed layer's first pass) is replayed op by op ([`Sizes::unsaved`], exact on 340
+//! traced shapes).
+
+mod unsaved;
 
 use super::{Builder, LayerParams};
 use crate::memory::timeline::{Category, Ids, Node, TensorId};
 use crate::mixer::GatedDeltaNet;
 use crate::model::LinearRole;
+use unsaved::Pass;
 
 /// fp32: the delta rule casts everything to fp32.
 const F: u128 = 4;
@@ -115,6 +120,27 @@ impl Sizes {
         self.b * self.hv * self.dk * self.dv * F
     }
 
+    /// fp32 with one value head per key head: `repeat_interleave` is skipped and
+    /// `.to(float32, contiguous_format)` aliases (`to`'s suggested memory format of the
+    /// transposed `[B, Hv, S, dk]` view is contiguous), so l2norm's `x * x` saves query and key
+    /// as views of the convolution's silu output: it is saved whole `[B, conv_dim, S]` in
+    /// place of two fp32 `[B, Hv, S, dk]` copies. Traced (`deltanet_mixer.py B S train fp32
+    /// h,Hk,Hk,dk,dv,K --saved`, the storages alive when the forward ends).
+    fn pins_conv(&self, z: u128) -> bool {
+        z == F && self.hv == self.hk
+    }
+
+    /// fp32 with one value head per key head and more than one key head: `z` is a view of
+    /// `in_proj_qkvz`'s output (`fix_query_key_value_ordering`'s reshape of the `[B, S, Hk,
+    /// dv]` slice and the forward's `z.reshape(-1, dv)` merge dimensions of matching strides)
+    /// and `gate.to(float32)` is a no-op, so silu saves the view: the projection's whole
+    /// output stays alive with the composite's saved tensors (no `z` copy is saved), until
+    /// silu's backward — the norm's first — frees it (traced with `--check-backward`: the
+    /// backward's peak above its start is the projection's output less a `z` copy lower).
+    fn pins_projection(&self, z: u128) -> bool {
+        z == F && self.hv == self.hk && self.hk > 1
+    }
+
     /// Bytes autograd keeps after the mixer's forward, `out_proj`'s input excluded (the
     /// projections' outputs are not saved: the head reordering copies them); `z` = bytes per
     /// element of the projections' output; `g` = which gradients autograd computes (what a
@@ -158,6 +184,13 @@ impl Sizes {
             // gated RMSNorm: fp32 input, normalised (16-bit), weighted, fp32 gate, silu
             t * vd * (F + 2 + 2 + F + F)
         };
+        if self.pins_conv(z) {
+            v = v + b * cd * s * z - 2 * b * hv * s * dk * F;
+        }
+        if self.pins_projection(z) {
+            // the projection's output is saved instead (the caller holds it)
+            v -= t * vd * z;
+        }
         if c == 1 {
             // One chunk: the loop's last state update (`last_recurrent_state * chunk_decay[i] +
             // key[i]ᵀ @ v_new`) is unreachable from the output (`output_final_state=False`),
@@ -326,7 +359,8 @@ impl Sizes {
             } else {
                 0
             };
-            return b_a + b * cd * s * z + 2 * t * hv * F + t * vd * F;
+            let conv = if self.pins_conv(z) { 0 } else { b * cd * s * z };
+            return b_a + conv + 2 * t * hv * F + t * vd * F;
         }
         t * vd * z + self.reorder_copies(z, true) + b * cd * s * z + 2 * t * hv * F + t * vd * F
     }
@@ -341,9 +375,12 @@ impl Sizes {
         } else {
             0
         };
-        self.b * self.cd * self.s * z
-            + self.reorder_copies(z, false).saturating_sub(saved_z)
-            + self.t * self.hv * F
+        let conv = if self.pins_conv(z) {
+            0
+        } else {
+            self.b * self.cd * self.s * z
+        };
+        conv + self.reorder_copies(z, false).saturating_sub(saved_z) + self.t * self.hv * F
     }
 
     /// Bytes alive at the chunk loop's last state update in the forward
@@ -379,13 +416,17 @@ impl Sizes {
             + 2 * tp * hv * F
             + 3 * self.state()
             + self.reorder_copies(z, false)
-            + t * cd * z;
+            + if self.pins_conv(z) { 0 } else { t * cd * z };
         if c == 1 {
             // what `saved` leaves out at one chunk is alive here
             alive += self.last_update_saved();
         }
         // locals that are alive whether saved or not, counted in `saved` only when saved
         let mut not_yet = 3 * F * t * vd + 2 * z * t * vd;
+        if self.pins_projection(z) {
+            // no `z` copy is saved
+            not_yet -= z * t * vd;
+        }
         if !g.norm_weight {
             not_yet -= z * t * vd;
         }
@@ -416,22 +457,6 @@ impl Sizes {
             0
         };
         (self.forward_loop(2, g) + full_ll + decayed + chunk).saturating_sub(weighted)
-    }
-
-    /// Highest bytes of a forward that saves nothing (`torch.no_grad()`, a checkpointed
-    /// layer's first pass), above the projections' outputs: the chunked rule's fp32 locals —
-    /// the `[tokens, value_dim]`-sized ones (fitted at Qwen3-Next's widths) and, traced with
-    /// `tools/truth/probes/deltanet_mixer.py … infer` at 1 and 2 tokens, `pairwise_decay`,
-    /// `ut_system` and `intra_chunk_attn` `[B, Hv, chunks, L, L]` (fp32) and the bool `[L, L]`
-    /// chunk mask, alive through the chunk loop. At real widths the `L × L` locals are ~1% of
-    /// the layer's locals; at hidden 64 they are most of them (prefill -21% without them).
-    /// At 2+ chunks the peak's moment in the loop differs (measured +2.9% at 3 × 65 tokens,
-    /// -0.5% at 150 tokens in fp32, hidden 64): the closed form is not exact there.
-    fn forward_unsaved(&self) -> u128 {
-        13 * self.tp * self.vd * F
-            + self.state()
-            + 3 * self.b * self.hv * self.c * self.l * self.l * F
-            + self.l * self.l
     }
 
     /// Highest bytes the composite's backward holds above what is alive when it starts (its
@@ -479,6 +504,11 @@ impl Sizes {
             ..
         } = *self;
         let i = |v: u128| i128::try_from(v).unwrap_or(i128::MAX);
+        let pinned = if self.pins_projection(z) {
+            i(t * self.cd * z)
+        } else {
+            0
+        };
         let (c_, f, z) = (i(c), i(F), i(z));
         let full_v = i(tp * hv * dv * F); // [B, Hv, chunks, L, dv]
         let full_k = i(tp * hv * dk * F); // [B, Hv, chunks, L, dk]
@@ -500,6 +530,10 @@ impl Sizes {
         if g.norm_weight {
             base += i(dv) * i(p);
         }
+        // silu's backward frees the projection's output it pinned (fp32, one value head per
+        // key head), less the `z` copy the base frees: every instant past the norm's first
+        // ops is that much lower
+        base -= pinned;
         // a chunk decay's gradient accumulator exists only when the decay needs one; without
         // it the saved `[B, Hv, chunks]` chunk decays are already freed at three chunks, still
         // alive from four (traced; the only term that differs, 4·B·Hv·chunks bytes)
@@ -583,12 +617,6 @@ impl Sizes {
         }
         u128::try_from(peak.max(0)).unwrap_or(0)
     }
-
-    /// Transient bytes of one decode step (`torch_recurrent_gated_delta_rule`): the decayed
-    /// state, the outer-product update and the new state.
-    fn decode_peak(&self) -> u128 {
-        3 * self.state()
-    }
 }
 
 impl Builder<'_> {
@@ -632,11 +660,24 @@ impl Builder<'_> {
         };
         let (qkvz, zs) = self.linear(x, x_size, rows, lin(LinearRole::SsmIn));
         let (ba, _) = self.linear(x, x_size, rows, lin(LinearRole::SsmGates));
+        let d = Sizes::new(m, self.batch, self.seq);
+        let decode = self.mode.is_infer()
+            && d.s == 1
+            && self.cache.get(self.cur_layer).is_some_and(Option::is_some);
         let inner = self.deltanet_inner(qkvz, ba, zs, x_size, lp, m);
-        let locals = (!self.mode.is_infer() && self.t.recording && !self.amp).then(|| {
-            let d = Sizes::new(m, self.batch, self.seq);
-            self.act(d.forward_locals(zs), false)
-        });
+        let locals = if self.mode.is_infer() || !self.t.recording {
+            // a forward that saves nothing: its locals as the replay has them at `out_proj`
+            let pass = if decode {
+                Pass::Decode
+            } else if self.mode.is_infer() {
+                Pass::Prefill
+            } else {
+                Pass::Checkpointed
+            };
+            Some(self.act(d.unsaved(zs, pass).locals, false))
+        } else {
+            (!self.amp).then(|| self.act(d.forward_locals(zs), false))
+        };
         let (y, _) = self.linear(inner, x_size, rows, lin(LinearRole::SsmOut));
         if let Some(l) = locals {
             self.drop_(l);
@@ -686,7 +727,10 @@ impl Builder<'_> {
         let rg = self.rg(qkvz) || params.iter().any(|&p| self.t.requires_grad(p));
         if !self.t.recording {
             // a checkpointed layer's first pass: nothing is saved
-            self.t.transient(d.forward_unsaved(), Category::Activations);
+            self.t.transient(
+                d.unsaved(zs, Pass::Checkpointed).peak,
+                Category::Activations,
+            );
             return self.act(out_bytes, rg);
         }
         // which gradients autograd computes: `lp.ssm` is conv1d.weight, dt_bias, A_log, norm
@@ -742,8 +786,15 @@ impl Builder<'_> {
             let temps = d
                 .backward_peak(zs, self.param_size, g, self.amp)
                 .saturating_sub(grad(qkvz) + grad(ba) + param_grads);
+            // fp32, one value head per key head: silu saves `z` as a view of the projection's
+            // output, which the node then holds ([`Sizes::pins_projection`])
+            let saved = if d.pins_projection(zs) && self.rg(qkvz) {
+                Ids::of(&[qkvz, kept])
+            } else {
+                Ids::of(&[kept])
+            };
             self.t.record(Node {
-                saved: Ids::of(&[kept]),
+                saved,
                 inputs: Ids::of(&[qkvz, ba]),
                 params: Ids::of(&params),
                 outputs: Ids::of(&[out]),
@@ -763,13 +814,14 @@ impl Builder<'_> {
         let layer = self.cur_layer;
         let has_state = self.cache.get(layer).is_some_and(Option::is_some);
         if has_state && d.s == 1 {
-            self.t.transient(d.decode_peak(), Category::Activations);
+            self.t
+                .transient(d.unsaved(zs, Pass::Decode).peak, Category::Activations);
         } else {
             let conv = self.act(d.b * d.cd * d.k * zs, false);
-            // the prefill asks for the final state (`output_final_state=True`): one more
-            // state alive besides the chunk loop's (fitted on batch 1–4, 256–512 tokens)
+            // the prefill asks for the final state (`output_final_state=True`), which the
+            // cache's zero state then copies ([`Sizes::unsaved`] replays both)
             self.t
-                .transient(d.forward_unsaved() + d.state(), Category::Activations);
+                .transient(d.unsaved(zs, Pass::Prefill).peak, Category::Activations);
             let state = self.act(d.state(), false);
             if let Some(slot) = self.cache.get_mut(layer) {
                 if let Some((oc, os, _)) = slot.replace((conv, state, 0)) {
@@ -787,9 +839,9 @@ mod tests {
     use super::*;
 
     /// (hidden, key heads, value heads, key width, value width, conv kernel)
-    type Dims = (u128, u128, u128, u128, u128, u128);
+    pub(super) type Dims = (u128, u128, u128, u128, u128, u128);
 
-    fn sizes(b: u128, s: u128, (_h, hk, hv, dk, dv, k): Dims) -> Sizes {
+    pub(super) fn sizes(b: u128, s: u128, (_h, hk, hv, dk, dv, k): Dims) -> Sizes {
         let l = 64;
         let c = s.div_ceil(l);
         Sizes {
@@ -998,6 +1050,47 @@ mod tests {
             assert!(
                 est <= bytes && est * 100 >= bytes * 85,
                 "{b} x {s} {dims:?}: {est} vs {bytes}"
+            );
+        }
+    }
+
+    /// fp32 with one value head per key head (more than one key head): the composite's saved
+    /// bytes plus the projection's output its silu pins (`--saved` counts it: memwall holds
+    /// it apart) and the backward's peak (`--check-backward`, `peak_above`), against
+    /// `deltanet_mixer.py B S train fp32 h,Hk,Hk,dk,dv,K`: one to five chunks, the peak at
+    /// the norm's first ops (before the pinned output is freed) and in the chunk loop, LoRA's
+    /// frozen mixer with and without an input gradient.
+    #[test]
+    fn fp32_one_value_head_per_key_head_is_the_traced_one() {
+        // (batch, seq, dims, frozen, input grad, saved + projection output, backward peak)
+        let traced: &[(u128, u128, Dims, bool, bool, u128, u128)] = &[
+            (1, 100, (64, 4, 4, 16, 16, 4), false, true, 1417920, 209376),
+            (2, 65, (128, 4, 4, 32, 32, 4), false, true, 3729696, 313376),
+            (1, 150, (64, 6, 6, 24, 40, 4), false, true, 4797976, 544984),
+            (1, 300, (64, 4, 4, 16, 16, 4), false, true, 3757552, 773584),
+            (1, 100, (64, 4, 4, 16, 16, 4), true, true, 1390704, 234912),
+            (1, 150, (64, 6, 6, 24, 40, 4), true, false, 3864888, 688680),
+            (3, 1, (64, 4, 4, 16, 16, 4), false, true, 1372992, 669712),
+            (2, 64, (128, 4, 4, 32, 32, 4), false, true, 2292768, 131072),
+        ];
+        for &(b, s, dims, frozen, input_grad, saved, peak) in traced {
+            let d = sizes(b, s, dims);
+            assert!(d.pins_conv(F) && d.pins_projection(F) && !d.pins_projection(2));
+            let g = Grads {
+                norm_weight: !frozen,
+                a_log: !frozen,
+                decay: !frozen || input_grad,
+            };
+            let projection = d.t * (2 * d.hk * d.dk + 2 * d.vd) * F;
+            assert_eq!(
+                d.saved(F, g) + projection,
+                saved,
+                "{b} x {s} {dims:?} {g:?}"
+            );
+            assert_eq!(
+                d.backward_peak(F, F, g, false),
+                peak,
+                "{b} x {s} {dims:?} {g:?}"
             );
         }
     }
