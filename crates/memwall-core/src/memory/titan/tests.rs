@@ -391,7 +391,9 @@ fn qwen3_moe_runs_torchtitans_moe_blocks_and_refuses_what_was_not_measured() {
         Some(TitanMoe {
             experts: 128,
             top_k: 8,
-            expert_ffn: 768
+            expert_ffn: 768,
+            shared_ffn: 0,
+            route_norm: true,
         })
     );
     let w = workload(1, 1024, None);
