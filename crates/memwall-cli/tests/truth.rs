@@ -1212,6 +1212,7 @@ fn titan_rows() -> Vec<TitanRow> {
             ("qwen3", "32B") => "data/models/Qwen/Qwen3-32B.json",
             ("qwen3", "30B-A3B") => "data/models/Qwen/Qwen3-30B-A3B.json",
             ("qwen3", "235B-A22B") => "data/models/Qwen/Qwen3-235B-A22B.json",
+            ("deepseek_v3", "671B" | "16B") => "data/models/deepseek-ai/DeepSeek-V3.json",
             (m, f) => panic!("{}: model {m} flavour {f}", c.id),
         };
         let mut json = std::fs::read_to_string(root().join(config)).expect("read config");
@@ -1225,6 +1226,35 @@ fn titan_rows() -> Vec<TitanRow> {
             v["num_attention_heads"] = 32.into();
             v["intermediate_size"] = 9728.into();
             v["num_hidden_layers"] = 36.into();
+            json = v.to_string();
+        }
+        if (c.model.as_deref(), c.flavor.as_str()) == (Some("deepseek_v3"), "16B") {
+            // torchtitan's deepseek_v3 "16B" flavour (models/deepseek_v3/__init__.py `_16b`:
+            // DeepSeek-V2-Lite's shapes: dim 2048, 16 heads, no q LoRA, kv_lora_rank 512, 1
+            // dense block of 10944, 64 experts of 1408, top 6, 2 shared experts, vocab
+            // 102400); the catalogue has no DeepSeek-V2-Lite config (model_type deepseek_v2),
+            // so DeepSeek-V3's with those fields set. Its router (softmax, no node-limited
+            // routing, `route_norm = False`) differs from the 671B flavour's only by the
+            // route-norm tensors memwall assumes (`4 + 4 · top_k` bytes per token and MoE
+            // block: memwall's model description does not record `norm_topk_prob`)
+            let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+            v["hidden_size"] = 2048.into();
+            v["num_attention_heads"] = 16.into();
+            v["num_key_value_heads"] = 16.into();
+            v["q_lora_rank"] = serde_json::Value::Null;
+            v["intermediate_size"] = 10944.into();
+            v["moe_intermediate_size"] = 1408.into();
+            v["n_routed_experts"] = 64.into();
+            v["num_experts_per_tok"] = 6.into();
+            v["n_shared_experts"] = 2.into();
+            v["first_k_dense_replace"] = 1.into();
+            v["n_group"] = 1.into();
+            v["topk_group"] = 1.into();
+            v["norm_topk_prob"] = false.into();
+            v["scoring_func"] = "softmax".into();
+            v["routed_scaling_factor"] = 1.0.into();
+            v["vocab_size"] = 102400.into();
+            v["num_hidden_layers"] = 27.into();
             json = v.to_string();
         }
         let mut desc = memwall_formats::parse_hf_config(&json).unwrap();

@@ -699,6 +699,20 @@ CASES = [
     ("titan-qwen3tied-0.6b-28l-w2-s128", ["--model", "qwen3", "--flavor", "0.6B", "--layers", "28", "--world", "2", "--seq", "128", "--loss", "ce"]),
     ("titan-qwen3tied-1.7b-28l-w8-s256-fullac", ["--model", "qwen3", "--flavor", "1.7B", "--layers", "28", "--world", "8", "--seq", "256", "--loss", "ce", "--ac", "full"]),
     ("titan-qwen3tied-4b-2l-w8-tp2-s1024-fullac", ["--model", "qwen3", "--flavor", "4B", "--layers", "2", "--world", "8", "--tp", "2", "--seq", "1024", "--loss", "ce", "--ac", "full"]),
+    # seventh batch: torchtitan's deepseek_v3 (MLA + MoE with shared experts, `n_dense_layers`
+    # leading dense blocks; router gate in fp32 as CUDA autocast runs it), its 16B flavour
+    # (1 dense block, 64 experts, top 6, 2 shared, softmax, no route_norm, q_lora_rank 0) and
+    # its 671B flavour (3 dense blocks, 256 experts, top 8, 1 shared, sigmoid, node-limited
+    # routing 8/4, route_norm, q_lora_rank 1536); the first blocks of each
+    ("titan-dsv3-16b-2l-w8-s1024", ["--model", "deepseek_v3", "--flavor", "16B", "--layers", "2", "--world", "8", "--seq", "1024", "--loss", "ce"]),
+    ("titan-dsv3-16b-3l-w16-b2s2048-fullac", ["--model", "deepseek_v3", "--flavor", "16B", "--layers", "3", "--world", "16", "--batch", "2", "--seq", "2048", "--loss", "ce", "--ac", "full"]),
+    ("titan-dsv3-16b-3l-w64-s1024-everyk2", ["--model", "deepseek_v3", "--flavor", "16B", "--layers", "3", "--world", "64", "--seq", "1024", "--loss", "ce", "--ac", "every-k:2"]),
+    ("titan-dsv3-16b-2l-w8-b2s512-always-foreach", ["--model", "deepseek_v3", "--flavor", "16B", "--layers", "2", "--world", "8", "--batch", "2", "--seq", "512", "--loss", "ce", "--reshard", "always", "--optim", "foreach"]),
+    ("titan-dsv3-671b-4l-w64-s1024", ["--model", "deepseek_v3", "--flavor", "671B", "--layers", "4", "--world", "64", "--seq", "1024", "--loss", "ce"]),
+    ("titan-dsv3-671b-5l-w32-s2048-fullac", ["--model", "deepseek_v3", "--flavor", "671B", "--layers", "5", "--world", "32", "--seq", "2048", "--loss", "ce", "--ac", "full"]),
+    ("titan-dsv3-671b-4l-w64-b2s1024-always", ["--model", "deepseek_v3", "--flavor", "671B", "--layers", "4", "--world", "64", "--batch", "2", "--seq", "1024", "--loss", "ce", "--reshard", "always"]),
+    ("titan-dsv3-671b-4l-w256-s512-foreach", ["--model", "deepseek_v3", "--flavor", "671B", "--layers", "4", "--world", "256", "--seq", "512", "--loss", "ce", "--optim", "foreach"]),
+    ("titan-dsv3-671b-3l-w8-s2048", ["--model", "deepseek_v3", "--flavor", "671B", "--layers", "3", "--world", "8", "--seq", "2048", "--loss", "ce"]),
 ]
 
 

@@ -669,7 +669,11 @@ fn deepseek_v3_shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
             rope_head_dim: qk_rope_head_dim,
             v_head_dim,
         }),
-        dense_layers: if moe.is_some() { dense_layers as u64 } else { 0 },
+        dense_layers: if moe.is_some() {
+            dense_layers as u64
+        } else {
+            0
+        },
     })
 }
 

@@ -686,7 +686,9 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         x.add(Weights, resident(z.layers) + u_head)
             .add(
                 CommBuffers,
-                4 * z.padded(&z.lm_head) + u_block_of(layers - 1) + 2 * z.sharded(z.unit(layers - 1)),
+                4 * z.padded(&z.lm_head)
+                    + u_block_of(layers - 1)
+                    + 2 * z.sharded(z.unit(layers - 1)),
             )
             .add(Gradients, 4 * z.sharded(&z.lm_head))
             .add(Activations, saved_all + positions + final_norm_saved)
@@ -862,10 +864,19 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
                 CommBuffers,
                 4 * z.padded(z.unit(i)) + if i == 0 && !never { u_embedding } else { 0 },
             )
+            // the unit prefetched at this block's pre-backward (block `i - 1`), still gathered
+            // (measured: `titan-dsv3-16b-2l-w8-s1024`, `--debug`: block 1's reduce-scatter
+            // input allocated while block 0's all-gather output is alive, the peak)
+            .add(CommBuffers, if i > 0 { prefetched } else { 0 })
             .add(Gradients, done + u_block)
             .add(Activations, saved_below(i) + positions)
             .add(Temporaries, 2 * d * tl);
-        if ckpt {
+        // under AC block 0's gathered parameters, its recomputed norms' fp32 buffers and two
+        // hidden-size tensors (measured on `titan-llama3-405b-2l-w32-s1024-fullac`); a block
+        // above it measured as without AC (its parameters resharded before the reduce-scatter
+        // input is allocated, block `i - 1` prefetched: `titan-dsv3-16b-3l-w16-b2s2048-fullac`,
+        // `--debug`)
+        if ckpt && i == 0 {
             x.add(Weights, u_block)
                 .add(Temporaries, (20 * d + 8) * tl)
                 .add(Activations, 4 * d * tl);
