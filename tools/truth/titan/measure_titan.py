@@ -122,6 +122,8 @@ def measure_one(argv: list[str]) -> dict:
     from torchtitan.models.llama3.config_registry import llama3_8b
 
     model_registry = importlib.import_module(f"torchtitan.models.{args.model}").model_registry
+    if args.model == "deepseek_v3":
+        register_dsv3_debug671()
 
     W = args.world
     os.environ.setdefault("WORLD_SIZE", str(W))
@@ -539,6 +541,40 @@ def measure_pp(args, config, spec, model, model_config, parallel_dims, train_con
     return snap["Total"], first, snap, mt, n_gates
 
 
+def register_dsv3_debug671():
+    """A small deepseek_v3 flavour "debug671" with the 671B flavour's structure (q LoRA rank
+    and `q_norm`, sigmoid scores, node-limited routing 4 groups / 2 kept, `route_norm`,
+    `route_scale` 2.5, one shared expert, a leading dense block) at debugmodel widths, for the
+    fake-vs-real crosschecks (the 671B widths do not fit real CPU tensors). Built with
+    torchtitan's own `_build_dsv3_layers`, as its `_debugmodel` is; a harness-only flavour."""
+    import torchtitan.models.deepseek_v3 as dsv3
+    from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+
+    def _debug671(attn_backend, moe_comm_backend, non_blocking_capacity_factor=None, num_mtp_layers=0):
+        dim, vocab = 256, 2048
+        layers = dsv3._build_dsv3_layers(
+            n_layers=6, n_dense_layers=1, dim=dim, n_heads=16, q_lora_rank=128, kv_lora_rank=128,
+            qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64, mscale=1.0,
+            dense_hidden_dim=1024, moe_hidden_dim=256, num_experts=16, num_shared_experts=1,
+            router_top_k=4, router_score_func="sigmoid", router_num_expert_groups=4,
+            router_num_limited_groups=2, router_route_scale=2.5, router_route_norm=True,
+            attn_backend=attn_backend, moe_comm_backend=moe_comm_backend,
+            non_blocking_capacity_factor=non_blocking_capacity_factor,
+            rope=ComplexRoPE.Config(dim=32, max_seq_len=4096 * 4, theta=10000.0, scaling="yarn",
+                                    rope_factor=40.0, beta_fast=32.0, beta_slow=1.0, original_seq_len=4096),
+        )
+        return dsv3.DeepSeekV3Model.Config(
+            vocab_size=vocab, dim=dim,
+            tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=dsv3._EMBEDDING_INIT),
+            norm=RMSNorm.Config(normalized_shape=dim, param_init=dsv3._NORM_INIT),
+            lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=dsv3._output_linear_init(dim)),
+            layers=layers,
+            mtp_layers=dsv3._build_mtp_layers(layers[-1], dim=dim, num_mtp_layers=num_mtp_layers),
+        )
+
+    dsv3.deepseekv3_configs.setdefault("debug671", _debug671)
+
+
 def stub_flex_attention(q, k, v, *, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
                         return_aux=None, kernel_options=None):
     """The fused FlexAttention's allocations without its arithmetic (see --attn-stub)."""
@@ -549,7 +585,9 @@ def stub_flex_attention(q, k, v, *, score_mod=None, block_mask=None, scale=None,
     class _Stub(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v):
-            out = torch.empty_like(q)
+            # the output has the value head dim (MLA: v_head_dim 128 < qk_head_dim 192; the
+            # same shape as q for GQA, so the llama3 / qwen3 crosschecks are unchanged)
+            out = q.new_empty((*q.shape[:-1], v.shape[-1]))
             lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
             mx = q.new_empty(q.shape[:-1], dtype=torch.float32)
             ctx.save_for_backward(q, k, v, out, lse, mx)
@@ -811,6 +849,13 @@ CROSSCHECKS = [
     ("xc-titan-qwen3tied-debug-2l-w4-s256", ["--model", "qwen3", "--flavor", "debugmodel", "--layers", "2", "--world", "4", "--seq", "256"]),
     ("xc-titan-qwen3tied-debug-2l-w4-tp2-s256-selac", ["--model", "qwen3", "--flavor", "debugmodel", "--layers", "2", "--world", "4", "--tp", "2", "--seq", "256", "--ac", "selective"]),
     ("xc-titan-qwen3tied-debug-3l-w8-b2s256-fullac-always", ["--model", "qwen3", "--flavor", "debugmodel", "--layers", "3", "--world", "8", "--batch", "2", "--seq", "256", "--ac", "full", "--reshard", "always"]),
+    # torchtitan's deepseek_v3 "debugmodel" (dim 256, MLA without q LoRA, 1 dense block, 8
+    # experts top 3 with 2 shared, softmax) and the harness's "debug671" (the 671B flavour's
+    # structure: q LoRA + q_norm, sigmoid, node-limited routing, route_norm, 1 shared expert)
+    ("xc-titan-dsv3-debug-2l-w4-s256", ["--model", "deepseek_v3", "--flavor", "debugmodel", "--layers", "2", "--world", "4", "--seq", "256"]),
+    ("xc-titan-dsv3-debug-3l-w8-b2s256-fullac", ["--model", "deepseek_v3", "--flavor", "debugmodel", "--layers", "3", "--world", "8", "--batch", "2", "--seq", "256", "--ac", "full"]),
+    ("xc-titan-dsv3-debug671-2l-w4-s256", ["--model", "deepseek_v3", "--flavor", "debug671", "--layers", "2", "--world", "4", "--seq", "256"]),
+    ("xc-titan-dsv3-debug671-3l-w8-b2s512-always-foreach", ["--model", "deepseek_v3", "--flavor", "debug671", "--layers", "3", "--world", "8", "--batch", "2", "--seq", "512", "--reshard", "always", "--optim", "foreach"]),
     ("xc-titan-qwen3moe-debug-2l-w4-s256", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "2", "--world", "4", "--seq", "256"]),
     ("xc-titan-qwen3moe-debug-2l-w8-s256-fullac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "2", "--world", "8", "--batch", "2", "--seq", "256", "--ac", "full"]),
     # pipeline parallelism: one pp rank's stage(s) with real tensors over the same fake process
