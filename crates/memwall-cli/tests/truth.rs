@@ -1596,7 +1596,7 @@ fn every_torchtitan_crosscheck_measures_the_same_on_fake_and_real_tensors() {
     }
     assert_eq!(
         models.into_iter().collect::<Vec<_>>(),
-        ["llama3", "qwen3"],
+        ["deepseek_v3", "llama3", "qwen3"],
         "a crosscheck per simulated torchtitan model"
     );
 }
