@@ -1170,7 +1170,11 @@ impl TrainSettings {
                 None
             }
         };
-        crate::weights::check_trainable(&model, lora.as_ref())?;
+        if titan {
+            crate::weights::check_trainable_titan(&model)?;
+        } else {
+            crate::weights::check_trainable(&model, lora.as_ref())?;
+        }
         let mut workload = TrainWorkload {
             batch,
             seq,

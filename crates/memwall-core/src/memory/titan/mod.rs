@@ -822,15 +822,14 @@ fn check_deepseek_v3(
     if model.model_type != "deepseek_v3" {
         return Ok(());
     }
-    const HINT: &str = "drop --tp / --pp and use --checkpointing-policy full (or none) with \
-                        deepseek-v3 and --runtime torchtitan, or drop --runtime torchtitan";
     if layout.tp > 1 {
         return Err(refuse(
             "tp",
             layout.tp,
             "not measured: torchtitan's tensor parallelism of deepseek_v3 (MLA's and the MoE \
              blocks' TP plans, models/deepseek_v3/sharding.py)",
-            HINT,
+            "use --tp 1 with deepseek-v3 and --runtime torchtitan (FSDP2 over every GPU), or \
+             drop --runtime torchtitan",
         ));
     }
     if layout.pp > 1 {
@@ -838,7 +837,7 @@ fn check_deepseek_v3(
             "pp",
             layout.pp,
             "not measured: torchtitan's pipeline parallelism of deepseek_v3",
-            HINT,
+            "drop --pp with deepseek-v3 and --runtime torchtitan, or drop --runtime torchtitan",
         ));
     }
     if w.checkpointing && w.step_options.checkpointing_policy == CheckpointPolicy::SelectiveOp {
@@ -847,7 +846,8 @@ fn check_deepseek_v3(
             "selective-op",
             "not measured: torchtitan's op-level SelectiveAC on deepseek_v3 blocks (which of \
              MLA's, the router's and the grouped-mm outputs its policy saves)",
-            HINT,
+            "use --checkpointing-policy full or every-k:K with deepseek-v3 and --runtime \
+             torchtitan",
         ));
     }
     if layout.strategy == Strategy::FsdpGradOp {
