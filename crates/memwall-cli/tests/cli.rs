@@ -1181,6 +1181,71 @@ fn the_torchtitan_runtime_estimates_plans_and_refuses_by_name() {
     );
 }
 
+/// `--runtime torchtitan` on DeepSeek-V3: torchtitan's deepseek_v3 (MLA, three dense blocks,
+/// MoE blocks with a shared expert; `titan-dsv3-*` in tests/truth/titan.jsonl) on 256 GPUs,
+/// one expert per FSDP rank; the catalogue's fp8 checkpoint trains (torchtitan's state-dict
+/// adapter dequantises it), and what was not measured exits 2 naming the flag.
+#[test]
+fn the_torchtitan_runtime_runs_deepseek_v3_on_256_gpus_and_refuses_by_name() {
+    let base = [
+        "train",
+        "-m",
+        "deepseek-v3",
+        "--runtime",
+        "torchtitan",
+        "--precision",
+        "amp-bf16",
+    ];
+    let (code, out, err) = run(&[
+        &base[..],
+        &[
+            "--gpus",
+            "256",
+            "--checkpointing-policy",
+            "full",
+            "--seq",
+            "4096",
+            "--json",
+        ],
+    ]
+    .concat());
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["runtime_profile"], "torchtitan");
+    let with_ac = v["peak_bytes"].as_u64().unwrap();
+    let (code, out, err) =
+        run(&[&base[..], &["--gpus", "256", "--seq", "4096", "--json"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["peak_bytes"].as_u64().unwrap() > with_ac);
+    for (extra, flag) in [
+        (&["--gpus", "256", "--tp", "2"][..], "--tp"),
+        (&["--gpus", "256", "--pp", "2", "--grad-accum", "2"], "--pp"),
+        (
+            &["--gpus", "256", "--checkpointing-policy", "selective-op"],
+            "--checkpointing-policy",
+        ),
+        (
+            &["--gpus", "256", "--strategy", "fsdp-grad-op"],
+            "--strategy",
+        ),
+        (&["--gpus", "256", "--ep", "8"], "--ep"),
+        // more FSDP ranks than its 256 experts
+        (&["--gpus", "512"], "--gpus"),
+    ] {
+        let (code, _, err) = run(&[&base[..], extra].concat());
+        assert_eq!(code, 2, "{extra:?}: {err}");
+        assert!(
+            err.contains(flag) && err.contains("hint:"),
+            "{extra:?}: {err}"
+        );
+    }
+    // the hf profile still refuses to fine-tune the fp8 checkpoint (transformers does)
+    let (code, _, err) = run(&["train", "-m", "deepseek-v3", "--gpus", "256"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("quantised"), "{err}");
+}
+
 /// `--runtime torchtitan` on Qwen 3: the dense models (tied or not) run torchtitan's own qwen3 model;
 /// the emitted launch names the config torchtitan ships for exactly these shapes, and refuses
 /// one it has none for instead of writing a wrong flavour; Qwen 3 MoE runs torchtitan's MoE

@@ -1467,8 +1467,8 @@ fn titan_section(rows: &[TitanRow]) -> String {
     titan_section_with(
         rows,
         "\n## torchtitan runtime profile (`--runtime torchtitan`; `tests/truth/titan.jsonl`)\n\n\
-         torchtitan 0.3.0's own Llama 3 and Qwen 3 (dense, MoE) steps (its models, FSDP2 units and \
-         reshard policy, FullAC / SelectiveAC, CrossEntropyLoss, fused or foreach AdamW, TP + SP) \
+         torchtitan 0.3.0's own Llama 3, Qwen 3 (dense, MoE) and DeepSeek-V3 steps (its models, \
+         FSDP2 units and reshard policy, FullAC / SelectiveAC, CrossEntropyLoss, fused or foreach AdamW, TP + SP) \
          on a fake process group, measured by \
          `tools/truth/titan/measure_titan.py` with FSDPMemTracker (rank 0, steady step); \
          estimates: `memory/titan` (`--runtime torchtitan --precision amp-bf16 --strategy \

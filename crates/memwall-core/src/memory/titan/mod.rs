@@ -1,7 +1,8 @@
 //! [`Engine::Torchtitan`]: torchtitan 0.3.0's own training step (`--runtime torchtitan`).
 //!
-//! torchtitan does not run the transformers model: it builds its own Llama 3 or Qwen 3 (plain
-//! PyTorch, `torchtitan/models/llama3/model.py`, `models/qwen3/model.py` over
+//! torchtitan does not run the transformers model: it builds its own Llama 3, Qwen 3 or
+//! DeepSeek-V3 (plain PyTorch, `torchtitan/models/llama3/model.py`, `models/qwen3/model.py`,
+//! `models/deepseek_v3/model.py` over
 //! `models/common/{decoder,attention,rope,feed_forward,nn_modules}.py`), wraps it with activation checkpointing and FSDP2
 //! (`models/llama3/parallelize.py` `parallelize_llama`, `distributed/fsdp.py`
 //! `apply_fsdp_to_decoder`, `distributed/activation_checkpoint.py`) and trains it with its own
@@ -45,9 +46,9 @@
 //! cannot be measured honestly), LoRA, gradient accumulation, the chunked loss
 //! (`ChunkedLossWrapper`, torchtitan's default for `llama3_8b`: FSDPMemTracker refuses its
 //! repeated calls of the head unit, so it is not measured), tied embeddings other than Qwen 3's
-//! dense ones, for MoE blocks TP, "never" resharding, SelectiveAC and more FSDP ranks than experts, and every family but
-//! Llama 3 and Qwen 3 ([`shapes`] maps an HF config onto torchtitan's model arguments;
-//! DeepSeek-V3's MLA + shared-expert MoE is not simulated).
+//! dense ones, for MoE blocks TP, "never" resharding, SelectiveAC and more FSDP ranks than experts,
+//! for DeepSeek-V3 also PP, and every family but Llama 3, Qwen 3 and DeepSeek-V3 ([`shapes`] maps
+//! an HF config onto torchtitan's model arguments).
 //!
 //! Qwen 3 MoE (`qwen3_moe`): every block's feed-forward is torchtitan's `MoE`
 //! (`models/common/moe.py`): the router's gate in fp32 (its `torch.autocast(dtype=float32)`,
@@ -55,6 +56,14 @@
 //! gather, fp32-scaled `scatter_add` combine), `GroupedExperts` on `torch._grouped_mm`, the
 //! `expert_bias_E` / `tokens_per_expert_E` buffers; the experts are FSDP-sharded on dim 0 as part
 //! of their block's unit (measured, `tools/truth/titan/README.md` "Qwen 3 MoE").
+//!
+//! DeepSeek-V3 (`deepseek_v3`, `models/deepseek_v3/`): multi-head latent attention (q / kv LoRA
+//! projections and their fp32 RMSNorms, RoPE on `qk_rope_head_dim` only, FlexAttention over
+//! 192-dim query/key and 128-dim value heads), `n_dense_layers` leading dense blocks, then the
+//! same `MoE` with a shared-experts `FeedForward`, a sigmoid router with node-limited routing
+//! and `route_norm` (671B); each block one FSDP unit, the experts sharded on dim 0 (measured,
+//! `tools/truth/titan/README.md` "DeepSeek-V3"; FSDP2 only: TP, PP, EP, SelectiveAC and "never"
+//! resharding are refused).
 
 use super::ranks::{CommBuffer, DistEstimate, RankGroup, RankSet};
 use super::{Category, Phase};
@@ -81,8 +90,9 @@ crate::names::named_enum! {
         /// deepspeed, megatron).
         #[default]
         Hf = "hf": "transformers' model and step (the engine the layout picks)",
-        /// torchtitan 0.3.0's Llama 3 or Qwen 3 (dense, MoE) under FSDP2 ([`Engine::Torchtitan`]).
-        Torchtitan = "torchtitan": "torchtitan 0.3.0's own Llama 3 / Qwen 3 step under FSDP2 (and its TP + SP, or its PP)",
+        /// torchtitan 0.3.0's Llama 3, Qwen 3 (dense, MoE) or DeepSeek-V3 under FSDP2
+        /// ([`Engine::Torchtitan`]).
+        Torchtitan = "torchtitan": "torchtitan 0.3.0's own Llama 3 / Qwen 3 / DeepSeek-V3 step under FSDP2 (and its TP + SP, or its PP)",
     }
 }
 
@@ -94,9 +104,9 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     engine: Engine::Torchtitan,
     name: "torchtitan",
     title: ENGINE,
-    source: "torchtitan 0.3.0's Llama 3 and Qwen 3 (dense, MoE) steps under FSDP2, with its tensor + \
-             sequence parallelism, and its pipeline parallelism (torchtitan/models/llama3/, \
-             models/qwen3/, models/common/, distributed/fsdp.py, distributed/activation_checkpoint.py, \
+    source: "torchtitan 0.3.0's Llama 3, Qwen 3 (dense, MoE) and DeepSeek-V3 steps under FSDP2, \
+             with its tensor + sequence parallelism, and its pipeline parallelism \
+             (torchtitan/models/llama3/, models/qwen3/, models/deepseek_v3/, models/common/, distributed/fsdp.py, distributed/activation_checkpoint.py, \
              distributed/pipeline_parallel.py; measured with FSDPMemTracker on fake tensors and \
              fake dp_shard × tp and pp × dp_shard meshes, tests/truth/titan.jsonl, \
              titan_pp.jsonl; memory/titan/)",
