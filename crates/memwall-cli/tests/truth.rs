@@ -1233,10 +1233,8 @@ fn titan_rows() -> Vec<TitanRow> {
             // DeepSeek-V2-Lite's shapes: dim 2048, 16 heads, no q LoRA, kv_lora_rank 512, 1
             // dense block of 10944, 64 experts of 1408, top 6, 2 shared experts, vocab
             // 102400); the catalogue has no DeepSeek-V2-Lite config (model_type deepseek_v2),
-            // so DeepSeek-V3's with those fields set. Its router (softmax, no node-limited
-            // routing, `route_norm = False`) differs from the 671B flavour's only by the
-            // route-norm tensors memwall assumes (`4 + 4 · top_k` bytes per token and MoE
-            // block: memwall's model description does not record `norm_topk_prob`)
+            // so DeepSeek-V3's with those fields set (its router: softmax, no node-limited
+            // routing, `route_norm = False` = `norm_topk_prob: false`)
             let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
             v["hidden_size"] = 2048.into();
             v["num_attention_heads"] = 16.into();

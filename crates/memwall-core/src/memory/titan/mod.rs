@@ -572,9 +572,8 @@ pub fn shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
 /// (sigmoid or softmax), its node-limited routing (`n_group` / `topk_group`), the expert bias
 /// and `routed_scaling_factor` do not change what the step holds (the scores are saved either
 /// way; the node-limited selection's autograd nodes are unreachable from the loss once `topk`'s
-/// values are dropped, so nothing of it is alive at the backward); `route_norm` is taken as
-/// the 671B flavour's (`norm_topk_prob = true`: memwall's model description does not record
-/// the field; `false` would save `4 + 4 · top_k` bytes per token and MoE block fewer).
+/// values are dropped, so nothing of it is alive at the backward); `norm_topk_prob` →
+/// `route_norm` (true in DeepSeek-V3's config and the 671B flavour, false in the 16B one).
 fn deepseek_v3_shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
     const WHY: &str = "this config differs from torchtitan's deepseek_v3 blocks (multi-head \
                        latent attention without biases, pre-norm RMSNorm, gated SiLU \
@@ -634,7 +633,7 @@ fn deepseek_v3_shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
                 top_k: m.top_k,
                 expert_ffn: m.expert.intermediate,
                 shared_ffn: m.shared.map_or(0, |s| s.intermediate),
-                route_norm: true,
+                route_norm: m.norm_topk_prob.unwrap_or(true),
             })
         }
         Some(_) => return Err(refuse("model_type", &model.model_type, WHY, HINT)),

@@ -375,6 +375,7 @@ fn qwen3_moe(layers: usize, experts: u64) -> ModelDesc {
             all_experts: false,
             granite_router: false,
             hunyuan_router: false,
+            norm_topk_prob: None,
         });
     }
     m
