@@ -255,6 +255,13 @@ impl Sizes {
             .fold(0, u128::saturating_add)
     }
 
+    /// Elements of a unit's parameters (unpadded).
+    pub(super) fn unpadded(&self, p: &Params) -> u128 {
+        p.iter()
+            .map(|(o, a, b)| o.saturating_mul(*a).saturating_mul(*b))
+            .fold(0, u128::saturating_add)
+    }
+
     /// Elements of a unit gathered (the padded shards of every rank).
     fn padded(&self, p: &Params) -> u128 {
         self.sharded(p).saturating_mul(self.world)
@@ -705,6 +712,10 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
                 .sum::<u128>();
         let acts = acts_of(i);
         let u_block = u_block_of(i);
+        // the block's bf16 weight gradients: autograd allocates them in each parameter's own
+        // shape, not FSDP2's padded one (measured: `titan-dsv3-671b-4l-w256-s512-foreach`,
+        // 256 ranks padding `wkv_a`'s 576 rows to 768)
+        let g_block = 2 * z.unpadded(z.unit(i));
         let ckpt = BlockActs::checkpointed(job.checkpointing, i);
         let below = resident(i as u128);
         // the unit FSDP2 prefetched at this block's pre-backward (its backward prefetch:
@@ -836,7 +847,7 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
             );
             x.add(Weights, below + u_block)
                 .add(CommBuffers, previous_rs + prefetched)
-                .add(Gradients, done + u_block)
+                .add(Gradients, done + g_block)
                 .add(
                     Activations,
                     saved_below(i)
@@ -868,7 +879,7 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
             // (measured: `titan-dsv3-16b-2l-w8-s1024`, `--debug`: block 1's reduce-scatter
             // input allocated while block 0's all-gather output is alive, the peak)
             .add(CommBuffers, if i > 0 { prefetched } else { 0 })
-            .add(Gradients, done + u_block)
+            .add(Gradients, done + g_block)
             .add(Activations, saved_below(i) + positions)
             .add(Temporaries, 2 * d * tl);
         // under AC block 0's gathered parameters, its recomputed norms' fp32 buffers and two
