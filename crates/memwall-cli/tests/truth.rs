@@ -1113,7 +1113,8 @@ fn accuracy_report_is_current() {
 }
 
 /// One measured torchtitan case (`tests/truth/titan.jsonl`, `tools/truth/titan/measure_titan.py`):
-/// torchtitan 0.3.0's Llama 3 or Qwen 3 step under FSDP2 on a fake process group, FSDPMemTracker.
+/// torchtitan 0.3.0's Llama 3, Qwen 3 or DeepSeek-V3 step under FSDP2 on a fake process group,
+/// FSDPMemTracker.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TitanCase {
