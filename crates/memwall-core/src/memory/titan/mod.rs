@@ -46,7 +46,7 @@
 //! cannot be measured honestly), LoRA, gradient accumulation, the chunked loss
 //! (`ChunkedLossWrapper`, torchtitan's default for `llama3_8b`: FSDPMemTracker refuses its
 //! repeated calls of the head unit, so it is not measured), tied embeddings other than Qwen 3's
-//! dense ones, for MoE blocks TP, "never" resharding, SelectiveAC and more FSDP ranks than experts,
+//! dense ones, for MoE blocks TP, SelectiveAC and more FSDP ranks than experts,
 //! for DeepSeek-V3 also PP, and every family but Llama 3, Qwen 3 and DeepSeek-V3 ([`shapes`] maps
 //! an HF config onto torchtitan's model arguments).
 //!
@@ -62,8 +62,8 @@
 //! 192-dim query/key and 128-dim value heads), `n_dense_layers` leading dense blocks, then the
 //! same `MoE` with a shared-experts `FeedForward`, a sigmoid router with node-limited routing
 //! and `route_norm` (671B); each block one FSDP unit, the experts sharded on dim 0 (measured,
-//! `tools/truth/titan/README.md` "DeepSeek-V3"; FSDP2 only: TP, PP, EP, SelectiveAC and "never"
-//! resharding are refused).
+//! `tools/truth/titan/README.md` "DeepSeek-V3"; FSDP2 only: TP, PP, EP and SelectiveAC are
+//! refused).
 
 use super::ranks::{CommBuffer, DistEstimate, RankGroup, RankSet};
 use super::{Category, Phase};
@@ -781,16 +781,6 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
                 "use --tp 1 for a MoE model with --runtime torchtitan",
             ));
         }
-        if layout.strategy == Strategy::FsdpGradOp {
-            return Err(refuse(
-                "strategy",
-                "fsdp-grad-op",
-                "not measured on MoE blocks: `fsdp_reshard_after_forward = \"never\"` (a measured \
-                 case, titan-qwen3moe-235b-2l-w64-s1024-fullac-never, holds the recomputed MoE \
-                 block's tensors through its gradient reduce-scatter, which is not simulated)",
-                "use --strategy fsdp-full for a MoE model with --runtime torchtitan",
-            ));
-        }
         if let Some(m) = s.moe {
             // the FSDP mesh: `dp_shard = gpus / (tp · pp)`
             let dp_shard = layout.gpus / layout.tp.max(1) / layout.pp.max(1);
@@ -822,7 +812,7 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
 
 /// torchtitan's deepseek_v3 as measured (`titan-dsv3-*`, tools/truth/titan/README.md
 /// "DeepSeek-V3"): FSDP2 over `dp_shard` without TP, PP or EP, no AC, FullAC or every-k:K,
-/// "default" and "always" resharding; the rest is refused by name.
+/// the three reshard policies; the rest is refused by name.
 fn check_deepseek_v3(
     model: &ModelDesc,
     w: &TrainWorkload,
@@ -857,14 +847,6 @@ fn check_deepseek_v3(
              MLA's, the router's and the grouped-mm outputs its policy saves)",
             "use --checkpointing-policy full or every-k:K with deepseek-v3 and --runtime \
              torchtitan",
-        ));
-    }
-    if layout.strategy == Strategy::FsdpGradOp {
-        return Err(refuse(
-            "strategy",
-            "fsdp-grad-op",
-            "not measured on deepseek_v3: `fsdp_reshard_after_forward = \"never\"`",
-            "use --strategy fsdp-full with deepseek-v3 and --runtime torchtitan",
         ));
     }
     Ok(())
@@ -1143,14 +1125,6 @@ pub fn simulate_train_titan(
     let reshard = opts
         .reshard
         .unwrap_or_else(|| ReshardPolicy::for_strategy(layout.strategy));
-    if (s.moe.is_some() || s.mla.is_some()) && reshard == ReshardPolicy::Never {
-        return Err(refuse(
-            "reshard_after_forward",
-            "never",
-            "not measured on MoE or MLA blocks (see --strategy fsdp-grad-op)",
-            "use the default reshard policy for a MoE model with --runtime torchtitan",
-        ));
-    }
     let job = step::Job {
         shapes: s,
         world: layout.gpus,
