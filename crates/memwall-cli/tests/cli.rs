@@ -1254,6 +1254,13 @@ fn the_torchtitan_runtime_runs_deepseek_v3_on_256_gpus_and_refuses_by_name() {
             "{extra:?}: {err}"
         );
     }
+    // torchtitan's shipped deepseek_v3 configs run EP: no launch is written for them
+    let (code, _, err) = run(&[&base[..], &["--gpus", "256", "--emit", "torchtitan"]].concat());
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("deepseek_v3_671b") && err.contains("hint:"),
+        "{err}"
+    );
     // the hf profile still refuses to fine-tune the fp8 checkpoint (transformers does)
     let (code, _, err) = run(&["train", "-m", "deepseek-v3", "--gpus", "256"]);
     assert_eq!(code, 2, "{err}");
