@@ -865,6 +865,7 @@ CROSSCHECKS = [
     ("xc-titan-dsv3-debug-3l-w8-b2s256-fullac", ["--model", "deepseek_v3", "--flavor", "debugmodel", "--layers", "3", "--world", "8", "--batch", "2", "--seq", "256", "--ac", "full"]),
     ("xc-titan-dsv3-debug671-2l-w4-s256", ["--model", "deepseek_v3", "--flavor", "debug671", "--layers", "2", "--world", "4", "--seq", "256"]),
     ("xc-titan-dsv3-debug671-3l-w8-b2s512-always-foreach", ["--model", "deepseek_v3", "--flavor", "debug671", "--layers", "3", "--world", "8", "--batch", "2", "--seq", "512", "--reshard", "always", "--optim", "foreach"]),
+    ("xc-titan-dsv3-debug671-3l-w4-s256-fullac-never", ["--model", "deepseek_v3", "--flavor", "debug671", "--layers", "3", "--world", "4", "--seq", "256", "--ac", "full", "--reshard", "never"]),
     ("xc-titan-qwen3moe-debug-2l-w4-s256", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "2", "--world", "4", "--seq", "256"]),
     ("xc-titan-qwen3moe-debug-2l-w8-s256-fullac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "2", "--world", "8", "--batch", "2", "--seq", "256", "--ac", "full"]),
     # pipeline parallelism: one pp rank's stage(s) with real tensors over the same fake process
