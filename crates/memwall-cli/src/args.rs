@@ -771,10 +771,11 @@ pub struct TrainArgs {
     #[arg(long, help_heading = "Vision-language models")]
     pub image_tokens: Option<u64>,
     /// Whose training code runs: `hf` (transformers' model under the engine the layout picks)
-    /// or `torchtitan` (torchtitan 0.3.0's own Llama 3 or Qwen 3 (dense, MoE) under FSDP2, with its
-    /// tensor + sequence parallelism for --tp > 1 (--tp implies --sequence-parallel, torchtitan's
-    /// default) or, for Llama 3, its pipeline parallelism for --pp > 1 (-b = microbatch size,
-    /// --grad-accum = microbatches); needs --precision amp-bf16, defaults --strategy to fsdp-full).
+    /// or `torchtitan` (torchtitan 0.3.0's own Llama 3, Qwen 3 (dense, MoE) or DeepSeek-V3 under
+    /// FSDP2, with its tensor + sequence parallelism for --tp > 1 (--tp implies
+    /// --sequence-parallel, torchtitan's default) or, for Llama 3 and Qwen 3, its pipeline
+    /// parallelism for --pp > 1 (-b = microbatch size, --grad-accum = microbatches); needs
+    /// --precision amp-bf16, defaults --strategy to fsdp-full).
     #[arg(long, value_parser = named::<Runtime>(), default_value = "hf")]
     pub runtime: Runtime,
     /// Activation offloading to host: the model's forward (loss included) runs under
@@ -1187,7 +1188,11 @@ impl TrainSettings {
                 None
             }
         };
-        crate::weights::check_trainable(&model, lora.as_ref())?;
+        if titan {
+            crate::weights::check_trainable_titan(&model)?;
+        } else {
+            crate::weights::check_trainable(&model, lora.as_ref())?;
+        }
         let mut workload = TrainWorkload {
             batch,
             seq,
@@ -1505,7 +1510,7 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub output: OutputArgs,
     /// Whose training code the plans run (as `memwall train --runtime`): `torchtitan` plans
-    /// are FSDP2 layouts of torchtitan's own Llama 3 or Qwen 3 (dense, MoE) (with its tensor + sequence parallelism,
+    /// are FSDP2 layouts of torchtitan's own Llama 3, Qwen 3 (dense, MoE) or DeepSeek-V3 (with its tensor + sequence parallelism,
     /// tp 1/2/4/8 within a node), one micro-batch per rank per step, and --emit torchtitan
     /// launches them.
     #[arg(long, value_parser = named::<Runtime>(), default_value = "hf")]

@@ -402,6 +402,30 @@ pub fn is_bnb_4bit(model: &ModelSource) -> bool {
         .is_some_and(|q| matches!(q.method(), QuantMethod::Bnb4 { .. }))
 }
 
+/// Training a quantised checkpoint with `--runtime torchtitan`: torchtitan trains fp32 master
+/// weights loaded through its state-dict adapters, and only DeepSeek-V3's dequantises a
+/// quantised HF checkpoint (torchtitan 0.3.0 `models/deepseek_v3/state_dict_adapter.py`
+/// `from_hf`: "When loading from HF checkpoint, dequantize the weights from float8 to
+/// float32"), so DeepSeek-V3's block-wise fp8 checkpoint trains as its unquantised model;
+/// every other quantised checkpoint is refused by name.
+pub fn check_trainable_titan(model: &ModelSource) -> Result<()> {
+    let Some(q) = &model.quant else {
+        return Ok(());
+    };
+    if model.desc.model_type == "deepseek_v3" && matches!(q.method(), QuantMethod::Fp8 { .. }) {
+        return Ok(());
+    }
+    Err(UserError::new(
+        format!(
+            "{} is quantised ({}), and torchtitan 0.3.0 dequantises only DeepSeek-V3's fp8 checkpoints when it loads HF weights",
+            model.label,
+            q.describe()
+        ),
+        "train the unquantised checkpoint with --runtime torchtitan, or drop --runtime torchtitan",
+    )
+    .into())
+}
+
 /// Training a quantised checkpoint: transformers refuses to fine-tune a purely quantised
 /// model (`Trainer.__init__`: "You cannot perform fine-tuning on purely quantized models.
 /// Please attach trainable adapters"); with LoRA adapters memwall models the frozen base as

@@ -1113,7 +1113,8 @@ fn accuracy_report_is_current() {
 }
 
 /// One measured torchtitan case (`tests/truth/titan.jsonl`, `tools/truth/titan/measure_titan.py`):
-/// torchtitan 0.3.0's Llama 3 or Qwen 3 step under FSDP2 on a fake process group, FSDPMemTracker.
+/// torchtitan 0.3.0's Llama 3, Qwen 3 or DeepSeek-V3 step under FSDP2 on a fake process group,
+/// FSDPMemTracker.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TitanCase {
@@ -1215,6 +1216,7 @@ fn titan_rows() -> Vec<TitanRow> {
             ("qwen3", "32B") => "data/models/Qwen/Qwen3-32B.json",
             ("qwen3", "30B-A3B") => "data/models/Qwen/Qwen3-30B-A3B.json",
             ("qwen3", "235B-A22B") => "data/models/Qwen/Qwen3-235B-A22B.json",
+            ("deepseek_v3", "671B" | "16B") => "data/models/deepseek-ai/DeepSeek-V3.json",
             (m, f) => panic!("{}: model {m} flavour {f}", c.id),
         };
         let mut json = std::fs::read_to_string(root().join(config)).expect("read config");
@@ -1228,6 +1230,33 @@ fn titan_rows() -> Vec<TitanRow> {
             v["num_attention_heads"] = 32.into();
             v["intermediate_size"] = 9728.into();
             v["num_hidden_layers"] = 36.into();
+            json = v.to_string();
+        }
+        if (c.model.as_deref(), c.flavor.as_str()) == (Some("deepseek_v3"), "16B") {
+            // torchtitan's deepseek_v3 "16B" flavour (models/deepseek_v3/__init__.py `_16b`:
+            // DeepSeek-V2-Lite's shapes: dim 2048, 16 heads, no q LoRA, kv_lora_rank 512, 1
+            // dense block of 10944, 64 experts of 1408, top 6, 2 shared experts, vocab
+            // 102400); the catalogue has no DeepSeek-V2-Lite config (model_type deepseek_v2),
+            // so DeepSeek-V3's with those fields set (its router: softmax, no node-limited
+            // routing, `route_norm = False` = `norm_topk_prob: false`)
+            let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+            v["hidden_size"] = 2048.into();
+            v["num_attention_heads"] = 16.into();
+            v["num_key_value_heads"] = 16.into();
+            v["q_lora_rank"] = serde_json::Value::Null;
+            v["intermediate_size"] = 10944.into();
+            v["moe_intermediate_size"] = 1408.into();
+            v["n_routed_experts"] = 64.into();
+            v["num_experts_per_tok"] = 6.into();
+            v["n_shared_experts"] = 2.into();
+            v["first_k_dense_replace"] = 1.into();
+            v["n_group"] = 1.into();
+            v["topk_group"] = 1.into();
+            v["norm_topk_prob"] = false.into();
+            v["scoring_func"] = "softmax".into();
+            v["routed_scaling_factor"] = 1.0.into();
+            v["vocab_size"] = 102400.into();
+            v["num_hidden_layers"] = 27.into();
             json = v.to_string();
         }
         let mut desc = memwall_formats::parse_hf_config(&json).unwrap();
@@ -1450,9 +1479,10 @@ fn titan_section(rows: &[TitanRow]) -> String {
     titan_section_with(
         rows,
         "\n## torchtitan runtime profile (`--runtime torchtitan`; `tests/truth/titan.jsonl`)\n\n\
-         torchtitan 0.3.0's own Llama 3 and Qwen 3 (dense, MoE) steps (its models, FSDP2 units and \
-         reshard policy, FullAC / SelectiveAC, CrossEntropyLoss, fused or foreach AdamW, TP + SP, \
-         float8 linears: `titan-fp8-*`, torchtitan's Float8LinearConverter over torchao 0.18.0) \
+         torchtitan 0.3.0's own Llama 3, Qwen 3 (dense, MoE) and DeepSeek-V3 steps (its models, \
+         FSDP2 units and reshard policy, FullAC / SelectiveAC, CrossEntropyLoss, fused or foreach \
+         AdamW, TP + SP, float8 linears: `titan-fp8-*`, torchtitan's Float8LinearConverter over \
+         torchao 0.18.0) \
          on a fake process group, measured by \
          `tools/truth/titan/measure_titan.py` with FSDPMemTracker (rank 0, steady step); \
          estimates: `memory/titan` (`--runtime torchtitan --precision amp-bf16 --strategy \
@@ -1596,7 +1626,7 @@ fn every_torchtitan_crosscheck_measures_the_same_on_fake_and_real_tensors() {
     }
     assert_eq!(
         models.into_iter().collect::<Vec<_>>(),
-        ["llama3", "qwen3"],
+        ["deepseek_v3", "llama3", "qwen3"],
         "a crosscheck per simulated torchtitan model"
     );
 }

@@ -450,6 +450,12 @@ pub struct MoeMlp {
     /// gradient), softmax over all experts in fp32 (saved), top-k, renormalised in place, fp32
     /// routing weights (the weighted expert outputs are fp32, as with `router_fp32`).
     pub hunyuan_router: bool,
+    /// The top-k routing weights divided by their sum (HF `norm_topk_prob`), as the config
+    /// states it; recorded by the `deepseek_v3` normaliser (torchtitan's `route_norm`, whose
+    /// saved tensors `memory/titan` counts), `None` where a family's router is modelled as a
+    /// whole.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub norm_topk_prob: Option<bool>,
 }
 
 impl MoeMlp {

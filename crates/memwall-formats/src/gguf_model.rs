@@ -561,6 +561,13 @@ impl Hparams<'_> {
                 c.insert(hf.into(), json!(v));
             }
         }
+        // llama.cpp's convert_hf_to_gguf.py writes `norm_topk_prob` as `expert_weights_norm`
+        // (`add_expert_weights_norm`); absent: the config default (true)
+        let key = self.key("expert_weights_norm");
+        if let Some(v) = self.header.get(&key) {
+            let norm = v.as_bool().ok_or_else(|| wrong(&key, "a boolean"))?;
+            c.insert("norm_topk_prob".into(), json!(norm));
+        }
         Ok(())
     }
 }

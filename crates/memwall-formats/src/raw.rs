@@ -112,6 +112,7 @@ pub(crate) struct HfConfig {
     pub mlp_only_layers: Option<Vec<u64>>,
     pub n_group: Option<u64>,
     pub topk_group: Option<u64>,
+    pub norm_topk_prob: Option<bool>,
 
     // multi-head latent attention
     #[serde(default, deserialize_with = "present_or_null")]

@@ -193,6 +193,22 @@ pub(super) fn args(
             "use --emit accelerate or trainer",
         ));
     }
+    if s.model_type == "deepseek_v3" {
+        // models/deepseek_v3/config_registry.py ships `deepseek_v3_16b` and `deepseek_v3_671b`
+        // with expert parallelism (`expert_parallel_degree` 8 and 2), SelectiveAC and a
+        // compiled loss; the hint's two overrides were parsed with torchtitan 0.3.0's
+        // `ConfigManager.parse_args` (EP 1, compile off, flavour 671B), but a whole launch was
+        // not, so none is written
+        return Err(EmitError::unsupported(
+            KIND,
+            "torchtitan 0.3.0's deepseek_v3 configs (deepseek_v3_16b, deepseek_v3_671b) run expert \
+             parallelism, SelectiveAC and a compiled loss; a launch overriding them to the FSDP2 \
+             step memwall simulates is not written (not checked against torchtitan's parser)",
+            "launch `--module deepseek_v3 --config deepseek_v3_671b` with \
+             --parallelism.expert-parallel-degree 1 and --compile.no-enable yourself, or use --emit \
+             accelerate or trainer",
+        ));
+    }
     let Some(&Flavour { module, config, .. }) = CONFIGS.iter().find(|f| f.matches(s)) else {
         return Err(EmitError::unsupported(
             KIND,

@@ -179,5 +179,8 @@ fn moe_block(raw: &HfConfig, ctx: &Ctx, d: &Dims) -> Result<MoeMlp, FormatError>
         all_experts: false,
         granite_router: false,
         hunyuan_router: false,
+        // configuration_deepseek_v3.py: norm_topk_prob=True; DeepseekV3TopkRouter divides the
+        // top-k weights by their sum when set
+        norm_topk_prob: Some(raw.norm_topk_prob.unwrap_or(true)),
     })
 }

@@ -169,6 +169,7 @@ pub(crate) fn granitemoehybrid(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, F
             all_experts: false,
             granite_router: true,
             hunyuan_router: false,
+            norm_topk_prob: None,
         })
     } else {
         Mlp::Dense(shared)

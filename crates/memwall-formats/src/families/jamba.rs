@@ -159,6 +159,7 @@ pub(crate) fn jamba(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError>
         all_experts: false,
         granite_router: false,
         hunyuan_router: false,
+        norm_topk_prob: None,
     };
     let rms = norm(NormKind::RmsNorm, hidden);
     let mut specs = Vec::with_capacity(usize::try_from(layers).unwrap_or(0));

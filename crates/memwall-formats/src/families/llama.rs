@@ -142,6 +142,7 @@ pub(crate) fn moe(
         all_experts: false,
         granite_router: false,
         hunyuan_router: false,
+        norm_topk_prob: None,
     })
 }
 

@@ -203,6 +203,7 @@ fn llama4_named(raw: &HfConfig, ctx: &Ctx, model_type: &str) -> Result<ModelDesc
             all_experts: true,
             granite_router: false,
             hunyuan_router: false,
+            norm_topk_prob: None,
             router_topk_then_softmax: false,
             router_weights_in_compute_dtype: false,
             shared_first: false,

@@ -658,7 +658,13 @@ fn convert(config: &str) -> Gguf {
                 &k("expert_group_used_count"),
                 u("topk_group").unwrap() as u32,
             )
-            .u32(&k("expert_gating_func"), 2);
+            .u32(&k("expert_gating_func"), 2)
+            .boolean(
+                &k("expert_weights_norm"),
+                c.get("norm_topk_prob")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(true),
+            );
         if let Some(q) = u("q_lora_rank") {
             g = g.u32(&k("attention.q_lora_rank"), q as u32);
         }

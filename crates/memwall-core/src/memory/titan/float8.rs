@@ -245,6 +245,8 @@ mod tests {
             head_dim: 128,
             ffn: 14336,
             moe: None,
+            mla: None,
+            dense_layers: 0,
             vocab: 128_256,
             layers: 2,
             tied: false,

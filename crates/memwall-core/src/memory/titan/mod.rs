@@ -1,7 +1,8 @@
 //! [`Engine::Torchtitan`]: torchtitan 0.3.0's own training step (`--runtime torchtitan`).
 //!
-//! torchtitan does not run the transformers model: it builds its own Llama 3 or Qwen 3 (plain
-//! PyTorch, `torchtitan/models/llama3/model.py`, `models/qwen3/model.py` over
+//! torchtitan does not run the transformers model: it builds its own Llama 3, Qwen 3 or
+//! DeepSeek-V3 (plain PyTorch, `torchtitan/models/llama3/model.py`, `models/qwen3/model.py`,
+//! `models/deepseek_v3/model.py` over
 //! `models/common/{decoder,attention,rope,feed_forward,nn_modules}.py`), wraps it with activation checkpointing and FSDP2
 //! (`models/llama3/parallelize.py` `parallelize_llama`, `distributed/fsdp.py`
 //! `apply_fsdp_to_decoder`, `distributed/activation_checkpoint.py`) and trains it with its own
@@ -45,9 +46,9 @@
 //! cannot be measured honestly), LoRA, gradient accumulation, the chunked loss
 //! (`ChunkedLossWrapper`, torchtitan's default for `llama3_8b`: FSDPMemTracker refuses its
 //! repeated calls of the head unit, so it is not measured), tied embeddings other than Qwen 3's
-//! dense ones, for MoE blocks TP, "never" resharding and more FSDP ranks than experts, and every family but
-//! Llama 3 and Qwen 3 ([`shapes`] maps an HF config onto torchtitan's model arguments;
-//! DeepSeek-V3's MLA + shared-expert MoE is not simulated).
+//! dense ones, for MoE blocks TP and more FSDP ranks than experts, for DeepSeek-V3 also PP and
+//! SelectiveAC, and every family but Llama 3, Qwen 3 and DeepSeek-V3 ([`shapes`] maps an HF
+//! config onto torchtitan's model arguments).
 //!
 //! Qwen 3 MoE (`qwen3_moe`): every block's feed-forward is torchtitan's `MoE`
 //! (`models/common/moe.py`): the router's gate in fp32 (its `torch.autocast(dtype=float32)`,
@@ -55,6 +56,14 @@
 //! gather, fp32-scaled `scatter_add` combine), `GroupedExperts` on `torch._grouped_mm`, the
 //! `expert_bias_E` / `tokens_per_expert_E` buffers; the experts are FSDP-sharded on dim 0 as part
 //! of their block's unit (measured, `tools/truth/titan/README.md` "Qwen 3 MoE").
+//!
+//! DeepSeek-V3 (`deepseek_v3`, `models/deepseek_v3/`): multi-head latent attention (q / kv LoRA
+//! projections and their fp32 RMSNorms, RoPE on `qk_rope_head_dim` only, FlexAttention over
+//! 192-dim query/key and 128-dim value heads), `n_dense_layers` leading dense blocks, then the
+//! same `MoE` with a shared-experts `FeedForward`, a sigmoid router with node-limited routing
+//! and `route_norm` (671B); each block one FSDP unit, the experts sharded on dim 0 (measured,
+//! `tools/truth/titan/README.md` "DeepSeek-V3"; FSDP2 only: TP, PP, EP and SelectiveAC are
+//! refused).
 
 use super::ranks::{CommBuffer, DistEstimate, RankGroup, RankSet};
 use super::{Category, Phase};
@@ -84,8 +93,9 @@ crate::names::named_enum! {
         /// deepspeed, megatron).
         #[default]
         Hf = "hf": "transformers' model and step (the engine the layout picks)",
-        /// torchtitan 0.3.0's Llama 3 or Qwen 3 (dense, MoE) under FSDP2 ([`Engine::Torchtitan`]).
-        Torchtitan = "torchtitan": "torchtitan 0.3.0's own Llama 3 / Qwen 3 step under FSDP2 (and its TP + SP, or its PP)",
+        /// torchtitan 0.3.0's Llama 3, Qwen 3 (dense, MoE) or DeepSeek-V3 under FSDP2
+        /// ([`Engine::Torchtitan`]).
+        Torchtitan = "torchtitan": "torchtitan 0.3.0's own Llama 3 / Qwen 3 / DeepSeek-V3 step under FSDP2 (and its TP + SP, or its PP)",
     }
 }
 
@@ -97,9 +107,9 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     engine: Engine::Torchtitan,
     name: "torchtitan",
     title: ENGINE,
-    source: "torchtitan 0.3.0's Llama 3 and Qwen 3 (dense, MoE) steps under FSDP2, with its tensor + \
-             sequence parallelism, and its pipeline parallelism (torchtitan/models/llama3/, \
-             models/qwen3/, models/common/, distributed/fsdp.py, distributed/activation_checkpoint.py, \
+    source: "torchtitan 0.3.0's Llama 3, Qwen 3 (dense, MoE) and DeepSeek-V3 steps under FSDP2, \
+             with its tensor + sequence parallelism, and its pipeline parallelism \
+             (torchtitan/models/llama3/, models/qwen3/, models/deepseek_v3/, models/common/, distributed/fsdp.py, distributed/activation_checkpoint.py, \
              distributed/pipeline_parallel.py; measured with FSDPMemTracker on fake tensors and \
              fake dp_shard × tp and pp × dp_shard meshes, tests/truth/titan.jsonl, \
              titan_pp.jsonl; memory/titan/)",
@@ -274,6 +284,11 @@ pub enum TitanModel {
     /// row: cos and sin, `models/common/rope.py`) and an RMSNorm of `head_dim` on q and on k
     /// before RoPE (`GQAttention.q_norm` / `k_norm`, `models/common/attention.py`).
     Qwen3,
+    /// `models/deepseek_v3/`: multi-head latent attention (`model.py` `Attention`: q and kv
+    /// LoRA projections with their RMSNorms, RoPE on `qk_rope_head_dim` by `ComplexRoPE`),
+    /// `n_dense_layers` leading dense blocks, then MoE blocks with shared experts
+    /// (`models/deepseek_v3/__init__.py` `build_mla_moe_layers`).
+    DeepseekV3,
 }
 
 impl TitanModel {
@@ -282,6 +297,7 @@ impl TitanModel {
         match self {
             TitanModel::Llama3 => "llama3",
             TitanModel::Qwen3 => "qwen3",
+            TitanModel::DeepseekV3 => "deepseek_v3",
         }
     }
 
@@ -290,13 +306,14 @@ impl TitanModel {
         matches!(self, TitanModel::Qwen3)
     }
 
-    /// Bytes of one row (one position) of a block's RoPE cache: `ComplexRoPE`'s
-    /// `head_dim / 2` complex64 (`4 · head_dim`), `CosSinRoPE`'s cos and sin of `head_dim`
-    /// fp32 each (`8 · head_dim`) (models/common/rope.py `_precompute_cache`).
-    pub const fn rope_row_bytes(self, head_dim: u64) -> u64 {
+    /// Bytes of one row (one position) of a block's RoPE cache over `rope_dim` rotary
+    /// dimensions: `ComplexRoPE`'s `rope_dim / 2` complex64 (`4 · rope_dim`; Llama 3 over
+    /// `head_dim`, DeepSeek-V3 over `qk_rope_head_dim`), `CosSinRoPE`'s cos and sin of
+    /// `rope_dim` fp32 each (`8 · rope_dim`) (models/common/rope.py `_precompute_cache`).
+    pub const fn rope_row_bytes(self, rope_dim: u64) -> u64 {
         match self {
-            TitanModel::Llama3 => 4 * head_dim,
-            TitanModel::Qwen3 => 8 * head_dim,
+            TitanModel::Llama3 | TitanModel::DeepseekV3 => 4 * rope_dim,
+            TitanModel::Qwen3 => 8 * rope_dim,
         }
     }
 }
@@ -326,6 +343,52 @@ pub struct Shapes {
     /// `enable_weight_tying` (HF `tie_word_embeddings`; Qwen 3 0.6B/1.7B/4B): one parameter
     /// shared by `tok_embeddings` and `lm_head`, in one FSDP unit with the final norm.
     pub tied: bool,
+    /// DeepSeek-V3's multi-head latent attention (`None`: `GQAttention` of `heads`, `kv_heads`
+    /// and `head_dim`).
+    pub mla: Option<TitanMla>,
+    /// With `moe`: the leading blocks whose feed-forward is dense (of width `ffn`;
+    /// DeepSeek-V3's `n_dense_layers`, HF `first_k_dense_replace`); 0 for Qwen 3 MoE.
+    pub dense_layers: u64,
+}
+
+impl Shapes {
+    /// Bytes of one row of a block's RoPE cache (see [`TitanModel::rope_row_bytes`]).
+    pub fn rope_row_bytes(&self) -> u64 {
+        let rope_dim = self.mla.map_or(self.head_dim, |m| m.rope_head_dim);
+        self.model.rope_row_bytes(rope_dim)
+    }
+
+    /// Whether block `i` (0-based) is a MoE block.
+    pub fn is_moe_block(&self, i: u64) -> bool {
+        self.moe.is_some() && i >= self.dense_layers
+    }
+
+    /// MoE blocks among the model's blocks.
+    pub fn moe_layers(&self) -> u64 {
+        if self.moe.is_some() {
+            self.layers.saturating_sub(self.dense_layers)
+        } else {
+            0
+        }
+    }
+}
+
+/// DeepSeek-V3's multi-head latent attention (`models/deepseek_v3/model.py` `Attention`):
+/// `wq` (or `wq_a` → `q_norm` → `wq_b` with a q LoRA rank), `wkv_a` → split → `kv_norm` →
+/// `wkv_b`, RoPE on the `rope_head_dim` part of q and of the shared k, FlexAttention over
+/// `nope + rope` query/key and `v_head_dim` value heads, `wo`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TitanMla {
+    /// `q_lora_rank` (0: a plain `wq`).
+    pub q_lora_rank: u64,
+    /// `kv_lora_rank`.
+    pub kv_lora_rank: u64,
+    /// `qk_nope_head_dim`.
+    pub nope_head_dim: u64,
+    /// `qk_rope_head_dim`.
+    pub rope_head_dim: u64,
+    /// `v_head_dim`.
+    pub v_head_dim: u64,
 }
 
 /// torchtitan's MoE feed-forward (`models/common/moe.py`: `TokenChoiceTopKRouter` with a
@@ -339,6 +402,11 @@ pub struct TitanMoe {
     pub top_k: u64,
     /// One expert's `hidden_dim` (`moe_intermediate_size`).
     pub expert_ffn: u64,
+    /// The shared experts' `hidden_dim` (`moe_intermediate_size × n_shared_experts`; one
+    /// `FeedForward`, `MoE.shared_experts`); 0 without shared experts (Qwen 3).
+    pub shared_ffn: u64,
+    /// `route_norm`: the top-k scores divided by their sum (Qwen 3, DeepSeek-V3 671B).
+    pub route_norm: bool,
 }
 
 fn refuse(
@@ -370,14 +438,15 @@ fn refuse(
 /// RMSNorms, MLA configs (`deepseek_v3`), and tied embeddings of Llama models (Llama 3.2; not
 /// measured: tied embeddings are measured for Qwen 3).
 pub fn shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
-    const ONLY: &str = "torchtitan 0.3.0's llama3 and qwen3 (dense and MoE) models are \
-                        simulated (models/llama3/, models/qwen3/); its deepseek_v3 (MLA + MoE \
-                        with shared experts) and other models are not";
-    const HINT: &str = "use a Llama 3 / 3.1 or Qwen 3 model (e.g. llama-3.1-8b, qwen3-8b, \
-                        qwen3-30b-a3b), or drop --runtime torchtitan";
+    const ONLY: &str = "torchtitan 0.3.0's llama3, qwen3 (dense and MoE) and deepseek_v3 models \
+                        are simulated (models/llama3/, models/qwen3/, models/deepseek_v3/); \
+                        its other models are not";
+    const HINT: &str = "use a Llama 3 / 3.1, Qwen 3 or DeepSeek-V3 model (e.g. llama-3.1-8b, \
+                        qwen3-8b, qwen3-30b-a3b, deepseek-v3), or drop --runtime torchtitan";
     let titan_model = match model.model_type.as_str() {
         "llama" => TitanModel::Llama3,
         "qwen3" | "qwen3_moe" => TitanModel::Qwen3,
+        "deepseek_v3" => return deepseek_v3_shapes(model),
         _ => return Err(refuse("model_type", &model.model_type, ONLY, HINT)),
     };
     let first = model
@@ -414,6 +483,8 @@ pub fn shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
                     experts: m.num_experts,
                     top_k: m.top_k,
                     expert_ffn: m.expert.intermediate,
+                    shared_ffn: 0,
+                    route_norm: true,
                 }),
             )
         }
@@ -495,6 +566,132 @@ pub fn shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
         vocab: model.embeddings.vocab_size,
         layers: model.layers.len() as u64,
         tied: model.head.tied,
+        mla: None,
+        dense_layers: 0,
+    })
+}
+
+/// torchtitan's deepseek_v3 shapes of an HF `deepseek_v3` config (`models/deepseek_v3/
+/// __init__.py` `build_mla_moe_layers`, the 671B flavour's fields): `hidden_size` → `dim`,
+/// `num_attention_heads` → `n_heads`, `q_lora_rank` (null → 0: a plain `wq`),
+/// `kv_lora_rank`, `qk_nope_head_dim`, `qk_rope_head_dim`, `v_head_dim`,
+/// `first_k_dense_replace` → `n_dense_layers` (of `intermediate_size`), `n_routed_experts`,
+/// `num_experts_per_tok` → `top_k`, `moe_intermediate_size`, `n_shared_experts` (one
+/// `FeedForward` of `moe_intermediate_size × n_shared_experts`). The router's score function
+/// (sigmoid or softmax), its node-limited routing (`n_group` / `topk_group`), the expert bias
+/// and `routed_scaling_factor` do not change what the step holds (the scores are saved either
+/// way; the node-limited selection's autograd nodes are unreachable from the loss once `topk`'s
+/// values are dropped, so nothing of it is alive at the backward); `norm_topk_prob` →
+/// `route_norm` (true in DeepSeek-V3's config and the 671B flavour, false in the 16B one).
+fn deepseek_v3_shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
+    const WHY: &str = "this config differs from torchtitan's deepseek_v3 blocks (multi-head \
+                       latent attention without biases, pre-norm RMSNorm, gated SiLU \
+                       feed-forward, dense blocks first, then MoE blocks of routed and \
+                       shared SiLU experts)";
+    const HINT: &str = "use DeepSeek-V3's own config (deepseek-v3), or drop --runtime torchtitan";
+    let first = model
+        .layers
+        .first()
+        .ok_or_else(|| CoreError::invalid("num_hidden_layers", "the model has no layers"))?;
+    let AttentionKind::Mla {
+        num_heads,
+        q_lora_rank,
+        kv_lora_rank,
+        qk_nope_head_dim,
+        qk_rope_head_dim,
+        v_head_dim,
+    } = first.attention.kind
+    else {
+        return Err(refuse("model_type", &model.model_type, WHY, HINT));
+    };
+    if model.head.tied {
+        return Err(refuse(
+            "tie_word_embeddings",
+            "true",
+            "torchtitan's deepseek_v3 flavours are untied (tied embeddings are measured for \
+             Qwen 3's dense flavours only)",
+            HINT,
+        ));
+    }
+    let swiglu = |d: &crate::model::DenseMlp| d.gated && d.act == Activation::Silu && !d.bias;
+    let dense_layers = model
+        .layers
+        .iter()
+        .take_while(|l| matches!(l.mlp, Mlp::Dense(_)))
+        .count();
+    let ffn = match &first.mlp {
+        Mlp::Dense(d) if swiglu(d) => d.intermediate,
+        Mlp::Moe(_) => 0,
+        _ => return Err(refuse("model_type", &model.model_type, WHY, HINT)),
+    };
+    let moe = match model.layers.get(dense_layers).map(|l| &l.mlp) {
+        None => None,
+        Some(Mlp::Moe(m))
+            if swiglu(&m.expert)
+                && m.shared.is_none_or(|s| swiglu(&s))
+                && !m.shared_gate
+                && !m.router_bias
+                && m.router_extra_params == 0
+                && m.frozen_router_params == 0
+                && !m.all_experts
+                && !m.router_topk_then_softmax
+                && !m.shared_first =>
+        {
+            Some(TitanMoe {
+                experts: m.num_experts,
+                top_k: m.top_k,
+                expert_ffn: m.expert.intermediate,
+                shared_ffn: m.shared.map_or(0, |s| s.intermediate),
+                route_norm: m.norm_topk_prob.unwrap_or(true),
+            })
+        }
+        Some(_) => return Err(refuse("model_type", &model.model_type, WHY, HINT)),
+    };
+    let same = model.layers.iter().enumerate().all(|(i, l)| {
+        let mlp_ok = if i < dense_layers {
+            l.mlp == first.mlp
+        } else {
+            l.mlp == model.layers[dense_layers].mlp
+        };
+        mlp_ok
+            && l.attention.kind == first.attention.kind
+            && !l.attention.qkv_bias
+            && !l.attention.o_bias
+            && l.attention.sliding_window.is_none()
+            && l.attention.qk_norm.is_none()
+            && l.residual == Residual::Sequential
+            && l.attn_norm.is_some_and(|n| n.kind == NormKind::RmsNorm)
+            && l.mlp_norm.is_some_and(|n| n.kind == NormKind::RmsNorm)
+            && l.attn_post_norm.is_none()
+            && l.mlp_post_norm.is_none()
+            && l.mixer == crate::mixer::Mixer::Attention
+    });
+    if !same || num_heads == 0 || model.vision.is_some() {
+        return Err(refuse("model_type", &model.model_type, WHY, HINT));
+    }
+    Ok(Shapes {
+        model: TitanModel::DeepseekV3,
+        dim: model.hidden_size,
+        heads: num_heads,
+        kv_heads: num_heads,
+        head_dim: qk_nope_head_dim + qk_rope_head_dim,
+        ffn,
+        moe,
+        vocab: model.embeddings.vocab_size,
+        layers: model.layers.len() as u64,
+        tied: false,
+        mla: Some(TitanMla {
+            q_lora_rank: q_lora_rank.unwrap_or(0),
+            kv_lora_rank,
+            nope_head_dim: qk_nope_head_dim,
+            rope_head_dim: qk_rope_head_dim,
+            v_head_dim,
+        }),
+        dense_layers: if moe.is_some() {
+            dense_layers as u64
+        } else {
+            0
+        },
     })
 }
 
@@ -515,6 +712,7 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
             ));
         }
     }
+    check_deepseek_v3(model, w, layout)?;
     check_tp(model, w, layout)?;
     check_pp(model, w, layout)?;
     // the layout's own checks, with torchtitan's TP and PP (checked above) in place of
@@ -593,16 +791,6 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
                 "use --tp 1 for a MoE model with --runtime torchtitan",
             ));
         }
-        if layout.strategy == Strategy::FsdpGradOp {
-            return Err(refuse(
-                "strategy",
-                "fsdp-grad-op",
-                "not measured on MoE blocks: `fsdp_reshard_after_forward = \"never\"` (a measured \
-                 case, titan-qwen3moe-235b-2l-w64-s1024-fullac-never, holds the recomputed MoE \
-                 block's tensors through its gradient reduce-scatter, which is not simulated)",
-                "use --strategy fsdp-full for a MoE model with --runtime torchtitan",
-            ));
-        }
         if let Some(m) = s.moe {
             // the FSDP mesh: `dp_shard = gpus / (tp · pp)`
             let dp_shard = layout.gpus / layout.tp.max(1) / layout.pp.max(1);
@@ -620,6 +808,48 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
         }
     }
     Ok(s)
+}
+
+/// torchtitan's deepseek_v3 as measured (`titan-dsv3-*`, tools/truth/titan/README.md
+/// "DeepSeek-V3"): FSDP2 over `dp_shard` without TP, PP or EP, no AC, FullAC or every-k:K,
+/// the three reshard policies; the rest is refused by name.
+fn check_deepseek_v3(
+    model: &ModelDesc,
+    w: &TrainWorkload,
+    layout: &Layout,
+) -> Result<(), CoreError> {
+    if model.model_type != "deepseek_v3" {
+        return Ok(());
+    }
+    if layout.tp > 1 {
+        return Err(refuse(
+            "tp",
+            layout.tp,
+            "not measured: torchtitan's tensor parallelism of deepseek_v3 (MLA's and the MoE \
+             blocks' TP plans, models/deepseek_v3/sharding.py)",
+            "use --tp 1 with deepseek-v3 and --runtime torchtitan (FSDP2 over every GPU), or \
+             drop --runtime torchtitan",
+        ));
+    }
+    if layout.pp > 1 {
+        return Err(refuse(
+            "pp",
+            layout.pp,
+            "not measured: torchtitan's pipeline parallelism of deepseek_v3",
+            "drop --pp with deepseek-v3 and --runtime torchtitan, or drop --runtime torchtitan",
+        ));
+    }
+    if w.checkpointing && w.step_options.checkpointing_policy == CheckpointPolicy::SelectiveOp {
+        return Err(refuse(
+            CheckpointPolicy::FIELD,
+            "selective-op",
+            "not measured: torchtitan's op-level SelectiveAC on deepseek_v3 blocks (which of \
+             MLA's, the router's and the grouped-mm outputs its policy saves)",
+            "use --checkpointing-policy full or every-k:K with deepseek-v3 and --runtime \
+             torchtitan",
+        ));
+    }
+    Ok(())
 }
 
 /// torchtitan's tensor parallelism as measured: `tensor_parallel_degree` with its default
@@ -894,14 +1124,6 @@ pub fn simulate_train_titan(
     let reshard = opts
         .reshard
         .unwrap_or_else(|| ReshardPolicy::for_strategy(layout.strategy));
-    if s.moe.is_some() && reshard == ReshardPolicy::Never {
-        return Err(refuse(
-            "reshard_after_forward",
-            "never",
-            "not measured on MoE blocks (see --strategy fsdp-grad-op)",
-            "use the default reshard policy for a MoE model with --runtime torchtitan",
-        ));
-    }
     let job = step::Job {
         shapes: s,
         world: layout.gpus,

@@ -337,10 +337,7 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
             .add(OptimizerStates, 8 * sharded + 4 * tensors)
             // the stage's blocks' RoPE caches (`seq_len` rows each: Llama 3's complex64,
             // Qwen 3's fp32 cos and sin, `TitanModel::rope_row_bytes`)
-            .add(
-                Buffers,
-                blocks * seq * u128::from(s.model.rope_row_bytes(s.head_dim)),
-            )
+            .add(Buffers, blocks * seq * u128::from(s.rope_row_bytes()))
             // MoE: `expert_bias_E` and `tokens_per_expert_E` (fp32, one per expert) per block
             // (models/common/moe.py `MoE.__init__`)
             .add(

@@ -84,7 +84,11 @@ type Params = Vec<(u128, u128, u128)>;
 pub(super) struct Sizes {
     /// FSDP ranks (`dp_shard`).
     world: u128,
+    /// The model's (last) block kind: its MoE block, or every block of a uniform model.
     block: Params,
+    /// DeepSeek-V3's leading dense blocks (`dense_layers` of them; empty otherwise).
+    dense_block: Params,
+    dense_layers: u128,
     embedding: Params,
     lm_head: Params,
     final_norm: Params,
@@ -113,29 +117,70 @@ impl Sizes {
         let f = u128::from(s.ffn) / t;
         let v = u128::from(s.vocab).div_ceil(t);
         let hd = u128::from(s.head_dim);
-        let mut block = vec![(1, q + 2 * kv, d), (1, d, q), (1, d, 1), (1, d, 1)];
-        match s.moe {
-            None => block.extend([(1, f, d), (1, d, f), (1, f, d)]),
+        let mut attention = match s.mla {
+            None => vec![(1, q + 2 * kv, d), (1, d, q)],
+            Some(m) => {
+                // models/deepseek_v3/model.py `Attention` (no TP: refused): `wq` `[H·qk, D]`
+                // or `wq_a` `[r_q, D]`, `q_norm` `[r_q]`, `wq_b` `[H·qk, r_q]`; `wkv_a`
+                // `[r_kv + rope, D]`, `kv_norm` `[r_kv]`, `wkv_b` `[H·(nope + v), r_kv]`,
+                // `wo` `[D, H·v]`
+                let h = u128::from(s.heads);
+                let qk = u128::from(m.nope_head_dim + m.rope_head_dim);
+                let (rq, rkv) = (u128::from(m.q_lora_rank), u128::from(m.kv_lora_rank));
+                let mut a = if rq == 0 {
+                    vec![(1, h * qk, d)]
+                } else {
+                    vec![(1, rq, d), (1, rq, 1), (1, h * qk, rq)]
+                };
+                a.extend([
+                    (1, rkv + u128::from(m.rope_head_dim), d),
+                    (1, rkv, 1),
+                    (1, h * u128::from(m.nope_head_dim + m.v_head_dim), rkv),
+                    (1, d, h * u128::from(m.v_head_dim)),
+                ]);
+                a
+            }
+        };
+        // the attention and feed-forward norms
+        attention.extend([(1, d, 1), (1, d, 1)]);
+        if s.model.qk_norm() {
+            // Qwen 3's `q_norm` and `k_norm` (RMSNorm of head_dim each; replicated under TP,
+            // models/qwen3/sharding.py)
+            attention.extend([(1, hd, 1), (1, hd, 1)]);
+        }
+        let mut dense_block = attention.clone();
+        dense_block.extend([(1, f, d), (1, d, f), (1, f, d)]);
+        let block = match s.moe {
+            None => dense_block.clone(),
             Some(m) => {
                 // models/common/moe.py: the router's `gate` `[E, D]` and `GroupedExperts`'
                 // `w1_EFD`, `w2_EDF`, `w3_EFD`, sharded on dim 0 (distributed/fsdp.py
                 // `apply_fsdp_to_decoder`; its `Shard(1)` for an FSDP mesh larger than the
-                // expert count is refused by `check`, not measured)
+                // expert count is refused by `check`, not measured); DeepSeek-V3's shared
+                // experts, one `FeedForward` (`w1`, `w2`, `w3`) of `F_s`
                 let (e, fe) = (u128::from(m.experts), u128::from(m.expert_ffn));
-                block.extend([(1, e, d), (1, e, fe * d), (1, e, d * fe), (1, e, fe * d)]);
+                let mut b = attention;
+                b.extend([(1, e, d), (1, e, fe * d), (1, e, d * fe), (1, e, fe * d)]);
+                let fs = u128::from(m.shared_ffn);
+                if fs > 0 {
+                    b.extend([(1, fs, d), (1, d, fs), (1, fs, d)]);
+                }
+                b
             }
-        }
-        if s.model.qk_norm() {
-            // Qwen 3's `q_norm` and `k_norm` (RMSNorm of head_dim each; replicated under TP,
-            // models/qwen3/sharding.py)
-            block.extend([(1, hd, 1), (1, hd, 1)]);
-        }
+        };
+        let dense_layers = if s.moe.is_some() {
+            u128::from(s.dense_layers.min(s.layers))
+        } else {
+            0
+        };
         Ok(Sizes {
             world: u128::from(job.world / job.tp),
             // models/common/attention.py (fused `wqkv` when `fuse_qkv=True`, every llama3
             // flavour), feed_forward.py (w1, w2, w3), llama3/model.py (the two norms); under
             // TP the local shards (`colwise_config`: dim 0, `rowwise_config`: dim 1)
             block,
+            dense_block,
+            dense_layers,
             embedding: vec![(1, v, d)],
             lm_head: vec![(1, v, d)],
             final_norm: vec![(1, d, 1)],
@@ -159,6 +204,25 @@ impl Sizes {
     /// the other). Measured (`titan-qwen3tied-*`, `tools/truth/titan/README.md`).
     fn tied(&self) -> bool {
         self.tied
+    }
+
+    /// The parameters of block `i`'s unit (0-based).
+    pub(super) fn unit(&self, i: usize) -> &Params {
+        if (i as u128) < self.dense_layers {
+            &self.dense_block
+        } else {
+            &self.block
+        }
+    }
+
+    /// Elements of rank 0's shards of every block.
+    fn blocks_sharded(&self) -> u128 {
+        self.sharded(&self.block)
+            .saturating_mul(self.layers - self.dense_layers)
+            .saturating_add(
+                self.sharded(&self.dense_block)
+                    .saturating_mul(self.dense_layers),
+            )
     }
 
     /// The embeddings' own elements of rank 0's shards (0 when tied: the head's parameter).
@@ -194,6 +258,13 @@ impl Sizes {
             .fold(0, u128::saturating_add)
     }
 
+    /// Elements of a unit's parameters (unpadded).
+    pub(super) fn unpadded(&self, p: &Params) -> u128 {
+        p.iter()
+            .map(|(o, a, b)| o.saturating_mul(*a).saturating_mul(*b))
+            .fold(0, u128::saturating_add)
+    }
+
     /// Elements of a unit gathered (the padded shards of every rank).
     fn padded(&self, p: &Params) -> u128 {
         self.sharded(p).saturating_mul(self.world)
@@ -201,8 +272,7 @@ impl Sizes {
 
     /// Elements of all of rank 0's shards.
     fn sharded_total(&self) -> u128 {
-        self.sharded(&self.block)
-            .saturating_mul(self.layers)
+        self.blocks_sharded()
             .saturating_add(self.embedding_own_shard())
             .saturating_add(self.sharded(&self.lm_head))
             .saturating_add(self.sharded(&self.final_norm))
@@ -210,14 +280,20 @@ impl Sizes {
 
     /// Parameter tensors (each has its own AdamW `step` scalar).
     fn tensors(&self) -> u128 {
-        self.block.len() as u128 * self.layers + if self.tied() { 2 } else { 3 }
+        self.block.len() as u128 * (self.layers - self.dense_layers)
+            + self.dense_block.len() as u128 * self.dense_layers
+            + if self.tied() { 2 } else { 3 }
     }
 
     /// Parameters of the model on one TP rank (all of them without TP).
     pub(super) fn params_total(&self) -> u128 {
         let n = |p: &Params| p.iter().map(|(o, a, b)| o * a * b).sum::<u128>();
         let embedding = if self.tied() { 0 } else { n(&self.embedding) };
-        n(&self.block) * self.layers + embedding + n(&self.lm_head) + n(&self.final_norm)
+        n(&self.block) * (self.layers - self.dense_layers)
+            + n(&self.dense_block) * self.dense_layers
+            + embedding
+            + n(&self.lm_head)
+            + n(&self.final_norm)
     }
 
     /// fp32 shards, fp32 gradient shards and AdamW's two fp32 states with its step scalars.
@@ -278,8 +354,14 @@ impl Sizes {
     /// bf16 bytes of the largest unit gathered.
     pub(super) fn largest_unsharded(&self) -> u128 {
         let head = self.head_params();
+        let dense = if self.dense_layers > 0 {
+            self.padded(&self.dense_block)
+        } else {
+            0
+        };
         2 * self
             .padded(&self.block)
+            .max(dense)
             .max(self.padded(&self.embedding))
             .max(self.padded(&head))
     }
@@ -319,7 +401,8 @@ struct BlockActs {
 }
 
 impl BlockActs {
-    fn new(s: &Shapes, tp: u128, tokens: u128) -> Self {
+    /// The saved bytes of a MoE block (`moe`, with `s.moe`) or of a dense block.
+    fn new(s: &Shapes, tp: u128, tokens: u128, moe: bool) -> Self {
         let d = u128::from(s.dim);
         let q = u128::from(s.heads) * u128::from(s.head_dim) / tp;
         let kv = u128::from(s.kv_heads) * u128::from(s.head_dim) / tp;
@@ -329,7 +412,7 @@ impl BlockActs {
         let tl = tokens / tp;
         let norm = (8 * d + 4) * tl + 2 * d * t;
         let attention_out = (2 * q + 8 * heads) * t;
-        let rope = u128::from(s.model.rope_row_bytes(s.head_dim));
+        let rope = u128::from(s.rope_row_bytes());
         // q/k norms on the TP-local heads (sharded on the head dim, models/qwen3/sharding.py)
         let qk_norms = if s.model.qk_norm() {
             let kv_heads = u128::from(s.kv_heads) / tp;
@@ -346,20 +429,62 @@ impl BlockActs {
         // scores (`4K`) and the fp32 routed output the combine scales (`4DK`); per block the
         // fp32 gate weight (`4ED`) and the int32 offsets (`4E`); the ffn norm's bf16 output is
         // not saved (the gate saves its fp32 copy, the gather its indices)
+        //
+        // DeepSeek-V3's MoE (`measure_titan.py --model deepseek_v3 --flavor 671B --saved`): the
+        // same tensors (its sigmoid scores are saved as the softmax's are; without `route_norm`,
+        // the 16B flavour, no denominator and no normalised scores), plus the shared experts'
+        // `FeedForward` on every token: its four `[T, F_s]` intermediates (`8 F_s`) and its
+        // input, the ffn norm's bf16 output (so that is saved here). The node-limited
+        // routing's group top-k indices and mask are saved by autograd nodes that nothing
+        // reaches once `topk`'s values are dropped (`_, ids = torch.topk(...)`, models/common/
+        // moe.py `TokenChoiceTopKRouter.forward`): freed with them, not held to the backward.
         let ffn_part = match s.moe {
-            None => 8 * f * t,
-            Some(m) => {
-                let (e, k, fe) = (
+            Some(m) if moe => {
+                let (e, k, fe, fs) = (
                     u128::from(m.experts),
                     u128::from(m.top_k),
                     u128::from(m.expert_ffn),
+                    u128::from(m.shared_ffn),
                 );
-                (4 * d + 4 * e + 4 + 32 * k + 6 * d * k + 8 * fe * k) * t + 4 * e * d + 4 * e
-                    - 2 * d * t
+                let route_norm = if m.route_norm { 4 + 4 * k } else { 0 };
+                let routed = (4 * d + 4 * e + route_norm + 28 * k + 6 * d * k + 8 * fe * k) * t
+                    + 4 * e * d
+                    + 4 * e;
+                if fs > 0 {
+                    routed + 8 * fs * t
+                } else {
+                    routed - 2 * d * t
+                }
+            }
+            _ => 8 * f * t,
+        };
+        // DeepSeek-V3's multi-head latent attention (`measure_titan.py --model deepseek_v3
+        // --saved`, 16B and 671B: exact): the RoPE cache rows of `qk_rope_head_dim`; with a q
+        // LoRA rank `q_norm`'s fp32 input, fp32 normalised tensor and rstd and its bf16 output
+        // (`wq_b`'s input: `10 r_q + 4`); `kv_norm`'s (`8 r_kv + 4`) and its bf16 output
+        // (`wkv_b`'s input, `2 r_kv`); q and k after the concatenation (`2 H·qk` each), `wkv_b`'s
+        // output whose split v FlexAttention saves (one storage: `2 H·(nope + v)`), the
+        // attention output (`2 H·v`, `wo`'s input) and its logsumexp and row max (`8 H`)
+        let attention = match s.mla {
+            None => (rope + qk_norms + 2 * q + 4 * kv) * t + attention_out,
+            Some(m) => {
+                let h = u128::from(s.heads);
+                let qk = u128::from(m.nope_head_dim + m.rope_head_dim);
+                let (rq, rkv) = (u128::from(m.q_lora_rank), u128::from(m.kv_lora_rank));
+                let q_lora = if rq > 0 { 10 * rq + 4 } else { 0 };
+                (rope
+                    + q_lora
+                    + 10 * rkv
+                    + 4
+                    + 4 * h * qk
+                    + 2 * h * u128::from(m.nope_head_dim + m.v_head_dim)
+                    + 2 * h * u128::from(m.v_head_dim)
+                    + 8 * h)
+                    * t
             }
         };
         BlockActs {
-            none: 2 * norm + (rope + qk_norms + 2 * q + 4 * kv) * t + ffn_part + attention_out,
+            none: 2 * norm + attention + ffn_part,
             full: 2 * d * tl,
             selective: match s.moe {
                 None => 2 * d * tl + (2 * (q + 2 * kv) + 2 * f + 2 * d) * t + attention_out,
@@ -392,14 +517,14 @@ impl BlockActs {
 
 /// Bytes one block saves for `tokens` tokens without AC or TP (see [`BlockActs`]).
 pub(super) fn block_saved_no_ac(s: &Shapes, tokens: u128) -> u128 {
-    BlockActs::new(s, 1, tokens).none
+    BlockActs::new(s, 1, tokens, s.moe.is_some()).none
 }
 
 /// Bytes one block keeps from its forward to its backward for `tokens` tokens without TP
 /// under `policy` (full: its input; selective-op: SelectiveAC's saved outputs; see
 /// [`BlockActs`]).
 pub(super) fn block_saved(s: &Shapes, tokens: u128, policy: Option<CheckpointPolicy>) -> u128 {
-    BlockActs::new(s, 1, tokens).of(policy, 0)
+    BlockActs::new(s, 1, tokens, s.moe.is_some()).of(policy, 0)
 }
 
 /// Every instant of the steady (second) step whose live bytes can be the peak. The forward is
@@ -421,10 +546,19 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
     // the sequence-parallel shard of the tokens (all of them without TP)
     let tl = tokens / tp;
     let vl = v.div_ceil(tp);
-    let acts = BlockActs::new(s, tp, tokens);
+    // the saved tensors of a dense block and of a MoE block (the same for a uniform model)
+    let acts_dense = BlockActs::new(s, tp, tokens, false);
+    let acts_moe = BlockActs::new(s, tp, tokens, s.moe.is_some());
+    let acts_of = |i: usize| {
+        if s.is_moe_block(i as u64) {
+            &acts_moe
+        } else {
+            &acts_dense
+        }
+    };
     let saved_below = |i: usize| -> u128 {
         (0..i)
-            .map(|j| acts.of(job.checkpointing, j))
+            .map(|j| acts_of(j).of(job.checkpointing, j))
             .fold(0u128, u128::saturating_add)
     };
     let saved_all = saved_below(layers);
@@ -434,7 +568,8 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
     // bf16 units gathered (MixedPrecisionPolicy param_dtype=bfloat16); tied: the unit holding
     // the LM head also holds the embeddings (gathered twice, see `Sizes::tied`), and it is the
     // unit the embeddings' forward and backward gather
-    let u_block = 2 * z.padded(&z.block);
+    // block `i`'s unit gathered (bf16)
+    let u_block_of = |i: usize| 2 * z.padded(z.unit(i));
     let u_head = 2 * z.padded(&z.head_params());
     let u_embedding = if z.tied() {
         u_head
@@ -454,13 +589,13 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
             .add(OptimizerStates, 8 * sharded + 4 * z.tensors())
             .add(
                 Buffers,
-                z.layers * u128::from(job.seq) * u128::from(s.model.rope_row_bytes(s.head_dim)),
+                z.layers * u128::from(job.seq) * u128::from(s.rope_row_bytes()),
             )
-            // MoE: `expert_bias_E` and `tokens_per_expert_E` (fp32, one per expert) per block
-            // (models/common/moe.py `MoE.__init__`)
+            // MoE: `expert_bias_E` and `tokens_per_expert_E` (fp32, one per expert) per MoE
+            // block (models/common/moe.py `MoE.__init__`)
             .add(
                 Buffers,
-                z.layers * s.moe.map_or(0, |m| 8 * u128::from(m.experts)),
+                u128::from(s.moe_layers()) * s.moe.map_or(0, |m| 8 * u128::from(m.experts)),
             )
             .add(Activations, 16 * tokens);
         x
@@ -476,7 +611,8 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
     // LM head's backward like every unit)
     let resident = |blocks: u128| {
         if never {
-            (if z.tied() { 0 } else { u_embedding }) + blocks * u_block
+            (if z.tied() { 0 } else { u_embedding })
+                + (0..blocks as usize).map(u_block_of).sum::<u128>()
         } else {
             0
         }
@@ -599,7 +735,15 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         x.add(Weights, resident(z.layers) + u_head)
             .add(
                 CommBuffers,
-                4 * z.padded(&z.lm_head) + u_block + 2 * z.sharded(&z.block),
+                4 * z.padded(&z.lm_head)
+                    + if never {
+                        // "never": the last block is still gathered from its forward, nothing
+                        // to prefetch (measured: `titan-dsv3-16b-2l-w8-s1024-never`, whose MoE
+                        // block outweighs the head)
+                        0
+                    } else {
+                        u_block_of(layers - 1) + 2 * z.sharded(z.unit(layers - 1))
+                    },
             )
             .add(Gradients, 4 * z.sharded(&z.lm_head))
             .add(Activations, saved_all + positions + final_norm_saved)
@@ -608,9 +752,18 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
     }
 
     let head_grads = 4 * z.sharded(&head);
-    let block_grad_shard = 4 * z.sharded(&z.block);
     for i in (0..layers).rev() {
-        let done = head_grads + block_grad_shard * ((layers - 1 - i) as u128);
+        // the gradient shards written: the head's and those of the blocks above `i`
+        let done = head_grads
+            + (i + 1..layers)
+                .map(|j| 4 * z.sharded(z.unit(j)))
+                .sum::<u128>();
+        let acts = acts_of(i);
+        let u_block = u_block_of(i);
+        // the block's bf16 weight gradients: autograd allocates them in each parameter's own
+        // shape, not FSDP2's padded one (measured: `titan-dsv3-671b-4l-w256-s512-foreach`,
+        // 256 ranks padding `wkv_a`'s 576 rows to 768)
+        let g_block = 2 * z.unpadded(z.unit(i));
         let ckpt = BlockActs::checkpointed(job.checkpointing, i);
         let below = resident(i as u128);
         // the unit FSDP2 prefetched at this block's pre-backward (its backward prefetch:
@@ -621,7 +774,7 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         let prefetched = match (never, i) {
             (true, _) => 0,
             (false, 0) => u_embedding,
-            (false, _) => u_block,
+            (false, _) => u_block_of(i - 1),
         };
         // the recomputed forward of a checkpointed block: all its saved tensors again, the
         // block gathered (a lower bound of its backward's live bytes)
@@ -648,7 +801,7 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
             let previous_rs = if i + 1 == layers {
                 4 * z.padded(&z.final_norm)
             } else {
-                4 * z.padded(&z.block)
+                4 * z.padded(z.unit(i + 1))
             };
             // under AC the recomputed set is the no-AC set (SelectiveAC's saved outputs are
             // the same tensors, replayed from its cache) besides the checkpoint's input
@@ -663,7 +816,7 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
             );
             x.add(Weights, below + u_block)
                 .add(CommBuffers, previous_rs + prefetched);
-            if let Some(m) = s.moe {
+            if let Some(m) = s.moe.filter(|_| s.is_moe_block(i as u64)) {
                 // torchtitan's MoE at `w1_EFD`'s grouped-mm backward (the last expert weight
                 // gradient; measured, `measure_titan.py --model qwen3 --flavor 30B-A3B
                 // --debug`): the three bf16 `[E, F, D]` expert gradients, the gradients of the
@@ -672,21 +825,34 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
                 // and the block's output gradient; freed of the block's activations: the
                 // combine's fp32 routed output and sorted scores and the four expert
                 // intermediates
-                let (e, k, fe) = (
+                let (e, k, fe, fs) = (
                     u128::from(m.experts),
                     u128::from(m.top_k),
                     u128::from(m.expert_ffn),
+                    u128::from(m.shared_ffn),
                 );
-                x.add(Gradients, done + 2 * 3 * e * fe * d)
+                // DeepSeek-V3's shared experts run after the routed ones, so autograd (latest
+                // node first) finishes their backward before the routed experts': their three
+                // bf16 weight gradients written, their saved tensors (the ffn norm's bf16
+                // output and the four `[T, F_s]` intermediates) freed, and the gradient of their
+                // input held until the routed branch's is added to it
+                let shared_done = if fs > 0 {
+                    (2 * 3 * fs * d, (2 * d + 8 * fs) * tokens, 2 * d * tokens)
+                } else {
+                    (0, 0, 0)
+                };
+                x.add(Gradients, done + 2 * 3 * e * fe * d + shared_done.0)
                     .add(
                         Activations,
                         saved_below(i)
                             + positions
-                            + own.saturating_sub((4 * d * k + 8 * fe * k + 4 * k) * tokens),
+                            + own.saturating_sub(
+                                (4 * d * k + 8 * fe * k + 4 * k) * tokens + shared_done.1,
+                            ),
                     )
                     .add(
                         Temporaries,
-                        (2 * 2 * d * k + 2 * fe * k + 4 * k) * tokens + 2 * d * tl,
+                        (2 * 2 * d * k + 2 * fe * k + 4 * k) * tokens + 2 * d * tl + shared_done.2,
                     );
             } else {
                 x.add(Gradients, done + 2 * 3 * f * d)
@@ -709,10 +875,19 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         {
             let q = u128::from(s.heads) * u128::from(s.head_dim) / tp;
             let kv = u128::from(s.kv_heads) * u128::from(s.head_dim) / tp;
+            // the gradient of the first projection's output: `wqkv`'s, or MLA's `wq` /
+            // `wq_a` (the last of its weight gradients, the query path running first in the
+            // forward) with the gradient of the norm's output already accumulated from
+            // `wkv_a` (`[T, D]` more)
+            let projection_out = match s.mla {
+                None => q + 2 * kv,
+                Some(m) if m.q_lora_rank > 0 => u128::from(m.q_lora_rank) + d,
+                Some(m) => u128::from(s.heads * (m.nope_head_dim + m.rope_head_dim)) + d,
+            };
             let previous_rs = if i + 1 == layers {
                 4 * z.padded(&z.final_norm)
             } else {
-                4 * z.padded(&z.block)
+                4 * z.padded(z.unit(i + 1))
             };
             let mut x = base(
                 format!("backward: block {i} attention input gradient"),
@@ -720,7 +895,7 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
             );
             x.add(Weights, below + u_block)
                 .add(CommBuffers, previous_rs + prefetched)
-                .add(Gradients, done + u_block)
+                .add(Gradients, done + g_block)
                 .add(
                     Activations,
                     saved_below(i)
@@ -731,7 +906,7 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
                 )
                 .add(
                     Temporaries,
-                    2 * d * tokens + 2 * (q + 2 * kv) * tokens + 2 * d * tl,
+                    2 * d * tokens + 2 * projection_out * tokens + 2 * d * tl,
                 );
             out.push(x);
         }
@@ -747,7 +922,7 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
             let previous_rs = if i + 1 == layers {
                 4 * z.padded(&z.final_norm)
             } else {
-                4 * z.padded(&z.block)
+                4 * z.padded(z.unit(i + 1))
             };
             let mut x = base(
                 format!("backward: block {i} post-backward (gathered, gradients computed)"),
@@ -755,7 +930,7 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
             );
             x.add(Weights, below + u_block)
                 .add(CommBuffers, previous_rs + prefetched)
-                .add(Gradients, done + u_block)
+                .add(Gradients, done + g_block)
                 .add(Activations, saved_below(i) + positions)
                 .add(Temporaries, 2 * d * tl);
             if ckpt {
@@ -776,9 +951,13 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         x.add(Weights, below)
             .add(
                 CommBuffers,
-                4 * z.padded(&z.block) + if i == 0 && !never { u_embedding } else { 0 },
+                4 * z.padded(z.unit(i)) + if i == 0 && !never { u_embedding } else { 0 },
             )
-            .add(Gradients, done + u_block)
+            // the unit prefetched at this block's pre-backward (block `i - 1`), still gathered
+            // (measured: `titan-dsv3-16b-2l-w8-s1024`, `--debug`: block 1's reduce-scatter
+            // input allocated while block 0's all-gather output is alive, the peak)
+            .add(CommBuffers, if i > 0 { prefetched } else { 0 })
+            .add(Gradients, done + g_block)
             .add(Activations, saved_below(i) + positions)
             .add(Temporaries, 2 * d * tl);
         out.push(x);
@@ -786,7 +965,7 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
 
     // block 0's fp32 reduce-scatter input, alive through the embeddings' pre-backward and backward
     let block0_reduce_scatter = if layers > 0 {
-        4 * z.padded(&z.block)
+        4 * z.padded(z.unit(0))
     } else {
         0
     };
