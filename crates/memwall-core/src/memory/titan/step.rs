@@ -798,11 +798,6 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
             let f = u128::from(s.ffn) / tp;
             // after the last block: the head unit's second post-backward (the final norm's
             // gradient) waited for the LM head's reduce-scatter and issued the norm's
-            let previous_rs = if i + 1 == layers {
-                4 * z.padded(&z.final_norm)
-            } else {
-                4 * z.padded(z.unit(i + 1))
-            };
             // under AC the recomputed set is the no-AC set (SelectiveAC's saved outputs are
             // the same tensors, replayed from its cache) besides the checkpoint's input
             let own = if ckpt {
@@ -867,6 +862,13 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
             }
             out.push(x);
         }
+        // the reduce-scatter buffer of the unit above (the final norm's above the last block),
+        // alive until this block's post-backward waits for it
+        let previous_rs = if i + 1 == layers {
+            4 * z.padded(&z.final_norm)
+        } else {
+            4 * z.padded(z.unit(i + 1))
+        };
         // the attention's backward at `wqkv` (the last weight gradient of the block; measured,
         // `titan-llama3-70b-2l-w16-tp4-s1024-fullac`): every bf16 weight gradient of the block,
         // the gradient of `wqkv`'s output and of its all-gathered input, the block's output
@@ -883,11 +885,6 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
                 None => q + 2 * kv,
                 Some(m) if m.q_lora_rank > 0 => u128::from(m.q_lora_rank) + d,
                 Some(m) => u128::from(s.heads * (m.nope_head_dim + m.rope_head_dim)) + d,
-            };
-            let previous_rs = if i + 1 == layers {
-                4 * z.padded(&z.final_norm)
-            } else {
-                4 * z.padded(z.unit(i + 1))
             };
             let mut x = base(
                 format!("backward: block {i} attention input gradient"),
@@ -919,11 +916,6 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         // and two hidden-size tensors still alive too (the 8B and Qwen 3 MoE blocks' logs,
         // `--debug`, show none: an upper bound there)
         {
-            let previous_rs = if i + 1 == layers {
-                4 * z.padded(&z.final_norm)
-            } else {
-                4 * z.padded(z.unit(i + 1))
-            };
             let mut x = base(
                 format!("backward: block {i} post-backward (gathered, gradients computed)"),
                 Phase::Backward,
