@@ -766,6 +766,13 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         let g_block = 2 * z.unpadded(z.unit(i));
         let ckpt = BlockActs::checkpointed(job.checkpointing, i);
         let below = resident(i as u128);
+        // the reduce-scatter buffer of the unit above (the final norm's above the last block),
+        // alive until this block's post-backward waits for it
+        let previous_rs = if i + 1 == layers {
+            4 * z.padded(&z.final_norm)
+        } else {
+            4 * z.padded(z.unit(i + 1))
+        };
         // the unit FSDP2 prefetched at this block's pre-backward (its backward prefetch:
         // the embeddings for block 0, block `i - 1` otherwise), its bf16 all-gather output
         // alive through this block's feed-forward and attention backward (measured on
@@ -862,13 +869,6 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
             }
             out.push(x);
         }
-        // the reduce-scatter buffer of the unit above (the final norm's above the last block),
-        // alive until this block's post-backward waits for it
-        let previous_rs = if i + 1 == layers {
-            4 * z.padded(&z.final_norm)
-        } else {
-            4 * z.padded(z.unit(i + 1))
-        };
         // the attention's backward at `wqkv` (the last weight gradient of the block; measured,
         // `titan-llama3-70b-2l-w16-tp4-s1024-fullac`): every bf16 weight gradient of the block,
         // the gradient of `wqkv`'s output and of its all-gathered input, the block's output
