@@ -766,8 +766,9 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         let g_block = 2 * z.unpadded(z.unit(i));
         let ckpt = BlockActs::checkpointed(job.checkpointing, i);
         let below = resident(i as u128);
-        // the reduce-scatter buffer of the unit above (the final norm's above the last block),
-        // alive until this block's post-backward waits for it
+        // the reduce-scatter buffer of the unit above, alive until this block's post-backward
+        // waits for it (after the last block: the head unit's second post-backward, the final
+        // norm's gradient, waited for the LM head's reduce-scatter and issued the norm's)
         let previous_rs = if i + 1 == layers {
             4 * z.padded(&z.final_norm)
         } else {
@@ -803,8 +804,6 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         // whose checkpoint input stays saved too)
         {
             let f = u128::from(s.ffn) / tp;
-            // after the last block: the head unit's second post-backward (the final norm's
-            // gradient) waited for the LM head's reduce-scatter and issued the norm's
             // under AC the recomputed set is the no-AC set (SelectiveAC's saved outputs are
             // the same tensors, replayed from its cache) besides the checkpoint's input
             let own = if ckpt {
