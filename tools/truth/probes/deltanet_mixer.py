@@ -19,11 +19,18 @@ saved bytes and output gradient it frees, and `temps` = peak − gradients (what
 `Node::backward_temps` must hold: the node's model is saved + output gradient + temps + input and
 parameter gradients at its peak); with `trace`, the op at the peak and what is alive there.
 
+`--unsaved` (infer / ckpt): the forward that saves nothing (`deltanet.rs` `Sizes::unsaved_peak`,
+`Sizes::unsaved_locals`): `peak` = the highest bytes alive between `in_proj_ba`'s output and
+`out_proj`'s, above the input, both projections' outputs and (infer) the conv state the cache
+holds; `locals` = what is alive when `out_proj` allocates its output besides that reference, the
+cache's recurrent state (infer), the gated norm's output and `out_proj`'s output; `decode` (infer)
+= the decode step's peak above its input, projections' outputs and the cache.
+
 `--saved` (train only): the composite's saved bytes and its forward's last state update, held
 apart from what memwall counts outside it (see `check_saved`).
 
 Usage: python tools/truth/probes/deltanet_mixer.py B S MODE PREC h,Hk,Hv,dk,dv,K [trace]
-       [--check-backward | --saved] [--frozen] [--no-input-grad]
+       [--check-backward | --saved | --unsaved] [--frozen] [--no-input-grad]
 """
 import sys, torch
 from transformers import AutoConfig
@@ -149,10 +156,41 @@ def check_saved(B, S, prec, dims, frozen=False, input_grad=True):
     return {"saved": end - outside, "loop": loop}
 
 
+def check_unsaved(B, S, mode, prec, dims):
+    """See the module doc (`--unsaved`)."""
+    ev = run(B, S, mode, prec, dims)
+    h, Hk, Hv, dk, dv, K = dims
+    dtype, _ = PRECISIONS[prec]
+    z = 4 if dtype == torch.float32 else 2
+    t, vd, cd = B * S, Hv * dv, 2 * Hk * dk + Hv * dv
+    state = B * Hv * dk * dv * 4
+    out = {}
+    end = ev.index(("MARK", "prefill" if mode == "infer" else "fwd"))
+    mms = [i for i, e in enumerate(ev[:end]) if e[0] == "+" and e[1] == "mm"]
+    i_ba, i_out = mms[1], mms[2]
+    ref = ev[i_ba][3] + (B * cd * K * z if mode == "infer" else 0)
+    pk = max(e[3] for e in ev[i_ba + 1:i_out] if e[0] != "MARK")
+    at = max(range(i_ba + 1, i_out), key=lambda i: ev[i][3] if ev[i][0] != "MARK" else -1)
+    out["peak"] = pk - ref
+    out["peak_op"] = ev[at][:3] + ev[at][4:]
+    cache_state = state if mode == "infer" else 0
+    out["locals"] = ev[i_out][3] - ref - cache_state - t * vd * z - t * h * z
+    if mode == "infer":
+        d0 = end + 1
+        d1 = ev.index(("MARK", "decode"))
+        dm = [i for i, e in enumerate(ev[d0:d1], d0) if e[0] == "+" and e[1] == "mm"]
+        # decode reference: the prefill's cache (conv, state) and the decode step's projections
+        dref = ev[dm[1]][3]
+        out["decode"] = max(e[3] for e in ev[dm[1] + 1:dm[2]] if e[0] != "MARK") - dref
+    return out
+
+
 if __name__ == "__main__":
     B, S, mode, prec = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
     dims = tuple(int(v) for v in sys.argv[5].split(","))
-    if "--saved" in sys.argv:
+    if "--unsaved" in sys.argv:
+        print(check_unsaved(B, S, mode, prec, dims))
+    elif "--saved" in sys.argv:
         print(check_saved(B, S, prec, dims, frozen="--frozen" in sys.argv,
                           input_grad="--no-input-grad" not in sys.argv))
     elif "--check-backward" in sys.argv:

@@ -17,9 +17,10 @@
 //! `[tokens, value_dim]` tensor low at batch 4 × 128. The backward's peak
 //! ([`Sizes::backward_peak`]) is traced op by op in bf16/fp16 and fp32 (`deltanet_mixer.py
 //! --check-backward`), and re-traced under autocast, where the delta rule's matmuls save 16-bit
-//! casts ([`Sizes::saved_amp_delta`]); the no-grad form is fitted at Qwen3-Next-80B's widths
-//! (`memory::check_linear_attention_training` refuses fp32 training with one value head per key
-//! head).
+//! casts ([`Sizes::saved_amp_delta`]); the forward that saves nothing (inference's prefill, a
+//! checkpointed layer's first pass) is replayed op by op ([`Sizes::unsaved`], exact on 340
+//! traced shapes) (`memory::check_linear_attention_training` refuses fp32 training with one
+//! value head per key head).
 
 use super::{Builder, LayerParams};
 use crate::memory::timeline::{Category, Ids, Node, TensorId};
@@ -58,6 +59,36 @@ impl Grads {
         a_log: true,
         decay: true,
     };
+}
+
+/// Bytes alive over a replayed sequence of allocations and frees, and the highest.
+#[derive(Debug, Default)]
+struct Live {
+    now: u128,
+    peak: u128,
+}
+
+impl Live {
+    fn alloc(&mut self, bytes: u128) {
+        self.now += bytes;
+        self.peak = self.peak.max(self.now);
+    }
+
+    fn free(&mut self, bytes: u128) {
+        self.now = self.now.saturating_sub(bytes);
+    }
+}
+
+/// A forward that saves nothing ([`Sizes::unsaved`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Unsaved {
+    /// Highest bytes alive above the input, both projections' outputs and (a prefill) the conv
+    /// state, up to the gated norm's output.
+    peak: u128,
+    /// The forward's locals still alive when `out_proj` allocates its output (the
+    /// convolution's silu output, the reordering copies, `beta`, `g`, a prefill's final
+    /// state), besides the norm's output and the cache's state.
+    locals: u128,
 }
 
 /// The sizes of one mixer call (`b` sequences of `s` tokens), in elements.
@@ -115,6 +146,27 @@ impl Sizes {
         self.b * self.hv * self.dk * self.dv * F
     }
 
+    /// fp32 with one value head per key head: `repeat_interleave` is skipped and
+    /// `.to(float32, contiguous_format)` aliases (`to`'s suggested memory format of the
+    /// transposed `[B, Hv, S, dk]` view is contiguous), so l2norm's `x * x` saves query and key
+    /// as views of the convolution's silu output: it is saved whole `[B, conv_dim, S]` in
+    /// place of two fp32 `[B, Hv, S, dk]` copies. Traced (`deltanet_mixer.py B S train fp32
+    /// h,Hk,Hk,dk,dv,K --saved`, the storages alive when the forward ends).
+    fn pins_conv(&self, z: u128) -> bool {
+        z == F && self.hv == self.hk
+    }
+
+    /// fp32 with one value head per key head and more than one key head: `z` is a view of
+    /// `in_proj_qkvz`'s output (`fix_query_key_value_ordering`'s reshape of the `[B, S, Hk,
+    /// dv]` slice and the forward's `z.reshape(-1, dv)` merge dimensions of matching strides)
+    /// and `gate.to(float32)` is a no-op, so silu saves the view: the projection's whole
+    /// output stays alive with the composite's saved tensors (no `z` copy is saved), until
+    /// silu's backward — the norm's first — frees it (traced with `--check-backward`: the
+    /// backward's peak above its start is the projection's output less a `z` copy lower).
+    fn pins_projection(&self, z: u128) -> bool {
+        z == F && self.hv == self.hk && self.hk > 1
+    }
+
     /// Bytes autograd keeps after the mixer's forward, `out_proj`'s input excluded (the
     /// projections' outputs are not saved: the head reordering copies them); `z` = bytes per
     /// element of the projections' output; `g` = which gradients autograd computes (what a
@@ -158,6 +210,13 @@ impl Sizes {
             // gated RMSNorm: fp32 input, normalised (16-bit), weighted, fp32 gate, silu
             t * vd * (F + 2 + 2 + F + F)
         };
+        if self.pins_conv(z) {
+            v = v + b * cd * s * z - 2 * b * hv * s * dk * F;
+        }
+        if self.pins_projection(z) {
+            // the projection's output is saved instead (the caller holds it)
+            v -= t * vd * z;
+        }
         if c == 1 {
             // One chunk: the loop's last state update (`last_recurrent_state * chunk_decay[i] +
             // key[i]ᵀ @ v_new`) is unreachable from the output (`output_final_state=False`),
@@ -326,7 +385,8 @@ impl Sizes {
             } else {
                 0
             };
-            return b_a + b * cd * s * z + 2 * t * hv * F + t * vd * F;
+            let conv = if self.pins_conv(z) { 0 } else { b * cd * s * z };
+            return b_a + conv + 2 * t * hv * F + t * vd * F;
         }
         t * vd * z + self.reorder_copies(z, true) + b * cd * s * z + 2 * t * hv * F + t * vd * F
     }
@@ -341,9 +401,12 @@ impl Sizes {
         } else {
             0
         };
-        self.b * self.cd * self.s * z
-            + self.reorder_copies(z, false).saturating_sub(saved_z)
-            + self.t * self.hv * F
+        let conv = if self.pins_conv(z) {
+            0
+        } else {
+            self.b * self.cd * self.s * z
+        };
+        conv + self.reorder_copies(z, false).saturating_sub(saved_z) + self.t * self.hv * F
     }
 
     /// Bytes alive at the chunk loop's last state update in the forward
@@ -379,13 +442,17 @@ impl Sizes {
             + 2 * tp * hv * F
             + 3 * self.state()
             + self.reorder_copies(z, false)
-            + t * cd * z;
+            + if self.pins_conv(z) { 0 } else { t * cd * z };
         if c == 1 {
             // what `saved` leaves out at one chunk is alive here
             alive += self.last_update_saved();
         }
         // locals that are alive whether saved or not, counted in `saved` only when saved
         let mut not_yet = 3 * F * t * vd + 2 * z * t * vd;
+        if self.pins_projection(z) {
+            // no `z` copy is saved
+            not_yet -= z * t * vd;
+        }
         if !g.norm_weight {
             not_yet -= z * t * vd;
         }
@@ -418,20 +485,251 @@ impl Sizes {
         (self.forward_loop(2, g) + full_ll + decayed + chunk).saturating_sub(weighted)
     }
 
-    /// Highest bytes of a forward that saves nothing (`torch.no_grad()`, a checkpointed
-    /// layer's first pass), above the projections' outputs: the chunked rule's fp32 locals —
-    /// the `[tokens, value_dim]`-sized ones (fitted at Qwen3-Next's widths) and, traced with
-    /// `tools/truth/probes/deltanet_mixer.py … infer` at 1 and 2 tokens, `pairwise_decay`,
-    /// `ut_system` and `intra_chunk_attn` `[B, Hv, chunks, L, L]` (fp32) and the bool `[L, L]`
-    /// chunk mask, alive through the chunk loop. At real widths the `L × L` locals are ~1% of
-    /// the layer's locals; at hidden 64 they are most of them (prefill -21% without them).
-    /// At 2+ chunks the peak's moment in the loop differs (measured +2.9% at 3 × 65 tokens,
-    /// -0.5% at 150 tokens in fp32, hidden 64): the closed form is not exact there.
-    fn forward_unsaved(&self) -> u128 {
-        13 * self.tp * self.vd * F
-            + self.state()
-            + 3 * self.b * self.hv * self.c * self.l * self.l * F
-            + self.l * self.l
+    /// A forward that saves nothing (`torch.no_grad()` inference, a checkpointed layer's first
+    /// pass), replayed op by op from `in_proj_ba`'s output to the gated norm's: every tensor
+    /// transformers 5.23 `Qwen3NextGatedDeltaNet.forward` and `torch_chunk_gated_delta_rule`
+    /// allocate, in their order, freed when torch frees it (its last Python reference goes or
+    /// is rebound). `z` = bytes per element of the projections' output (the mixer's dtype);
+    /// `cache`: a prefill with a `DynamicCache` (`output_final_state=True`: the final state
+    /// outlives the rule, the cache's recurrent state is allocated after it, a prompt shorter
+    /// than the kernel is padded to it) — its conv state is held outside, with the input and
+    /// both projections' outputs, above which the peak is counted.
+    ///
+    /// Read off `tools/truth/probes/deltanet_mixer.py B S infer|ckpt PREC dims --unsaved`
+    /// (every storage allocation and free on fake tensors; [`tests::unsaved_is_the_traced_one`]
+    /// holds it byte for byte over batch 1–4, 1–300 tokens, hidden 64–2048, one key head, one
+    /// and more value heads per key head, bf16 and fp32). Under autocast (a checkpointed
+    /// layer's first pass only) the same replay at 16-bit projections stands in: the matmuls'
+    /// 16-bit operand casts and outputs are not replayed (within 0.4% at the mixer, traced).
+    fn unsaved(&self, z: u128, cache: bool) -> Unsaved {
+        let Sizes {
+            b,
+            s,
+            t,
+            tp,
+            c,
+            l,
+            hk,
+            hv,
+            dk,
+            dv,
+            vd,
+            cd,
+            k,
+            ..
+        } = *self;
+        let fp32 = z == F;
+        let st = self.state();
+        let mut m = Live::default();
+        // `fix_query_key_value_ordering`: `value` and `z` `[B, S, Hk, (Hv/Hk)·dv]` → `[B, S, Hv,
+        // dv]`, `b` and `a` → `[B, S, Hv]` are copies when they merge two dimensions of
+        // different strides (more than one key head and more than one value head per key head)
+        let per_group = hk > 1 && hv > hk;
+        let (value_copy, z_copy, ba_copy) = if per_group {
+            (t * vd * z, t * vd * z, 2 * t * hv * z)
+        } else {
+            (0, 0, 0)
+        };
+        m.alloc(value_copy + z_copy + ba_copy);
+        // `query`/`key`/`value`.reshape(B, S, -1): copies of the strided `[B, S, Hk, ·]` slices
+        // with more than one key head (`value` unless copied above)
+        let flat = if hk > 1 {
+            2 * t * hk * dk * z + if per_group { 0 } else { t * vd * z }
+        } else {
+            0
+        };
+        m.alloc(flat);
+        // `torch.cat` → the convolution's input; with a cache, `update_conv_state` pads a prompt
+        // shorter than the kernel to it (`F.pad`, the cat freed as `mixed_qkv` is rebound)
+        m.alloc(t * cd * z);
+        let len = if cache { s.max(k) } else { s };
+        let conv_in = b * cd * len * z;
+        if len > s {
+            m.alloc(conv_in);
+            m.free(t * cd * z);
+        }
+        // `causal_conv1d_fn`: `F.conv1d` (padding kernel − 1), silu of its first `len` columns
+        // (bound to `query`/`key`/`value` until the forward returns); its input and the
+        // reshape copies go as `mixed_qkv`, `query`, `key`, `value` are rebound
+        let silu = b * cd * len * z;
+        m.alloc(b * cd * (len + k - 1) * z);
+        m.alloc(silu);
+        m.free(b * cd * (len + k - 1) * z + conv_in + value_copy + flat);
+        // beta = b.sigmoid(); g = -A_log.float().exp() * softplus(a.float() + dt_bias) (the
+        // `.float()`s are no-ops in fp32)
+        let (heads, rows) = (hv * F, t * hv * F);
+        let (a_log32, a32) = if fp32 { (0, 0) } else { (heads, rows) };
+        m.alloc(t * hv * z);
+        m.alloc(a_log32 + heads);
+        m.free(a_log32);
+        m.alloc(heads);
+        m.free(heads);
+        m.alloc(a32 + rows);
+        m.free(a32);
+        m.alloc(rows);
+        m.free(rows);
+        m.alloc(rows);
+        m.free(heads + rows);
+        // -- torch_chunk_gated_delta_rule --
+        // `repeat_interleave` of query and key to the value heads
+        let repeat = if hv > hk { t * hv * dk * z } else { 0 };
+        m.alloc(2 * repeat);
+        // `.transpose(1, 2).to(float32, contiguous_format)`: copies in 16 bits (the decay `g` is
+        // fp32 and 3-D: `to` aliases it, its suggested memory format being contiguous); in fp32
+        // every one aliases the same way
+        let qk = t * hv * dk * F;
+        if !fp32 {
+            m.alloc(2 * qk + t * vd * F + rows);
+            m.free(2 * repeat);
+        }
+        // l2norm(query), l2norm(key): `x * x`, its sum, `+ eps`, rsqrt, `x * inv_norm`; the
+        // input goes as it is rebound (the fp32 copy, in fp32 the repeat copy or a view)
+        for _ in 0..2 {
+            m.alloc(qk + rows);
+            m.free(qk);
+            m.alloc(rows);
+            m.free(rows);
+            m.alloc(rows);
+            m.free(rows);
+            m.alloc(qk);
+            m.free(rows);
+            m.free(if fp32 { repeat } else { qk });
+        }
+        // query * scaling
+        m.alloc(qk);
+        m.free(qk);
+        // F.pad to whole chunks (a copy even when nothing is padded) of query, key, value, then
+        // beta and the decay
+        let (full_k, full_v, tokens) = (tp * hv * dk * F, tp * hv * dv * F, tp * hv * F);
+        let ll = b * hv * c * l * l * F;
+        m.alloc(2 * full_k + full_v);
+        m.free(2 * qk + if fp32 { 0 } else { t * vd * F });
+        m.alloc(2 * tokens);
+        if !fp32 {
+            m.free(rows);
+        }
+        // v_beta, k_beta; the strictly upper mask (`ones`, then `triu`); cum_decay
+        m.alloc(full_v + full_k);
+        m.alloc(2 * l * l);
+        m.free(l * l);
+        m.alloc(tokens);
+        // pairwise_decay: `sub`, `masked_fill`, `exp`, each freeing the one before
+        m.alloc(2 * ll);
+        m.free(ll);
+        m.alloc(ll);
+        m.free(ll);
+        // ut_system, intra_chunk_attn: `[chunk, chunk]` products (bmm) times pairwise_decay
+        for _ in 0..2 {
+            m.alloc(2 * ll);
+            m.free(ll);
+        }
+        // decayed_k_beta (`cum_decay.exp()`), the two triangular solves, the zero initial state,
+        // core_attn_out
+        m.alloc(tokens + full_k);
+        m.free(tokens);
+        m.alloc(full_v + full_k + st + full_v);
+        // query and key times their decays (`exp`, then `sub` and `exp`), the padded ones freed;
+        // chunk_decay
+        m.alloc(tokens + full_k);
+        m.free(tokens + full_k);
+        m.alloc(2 * tokens);
+        m.free(tokens);
+        m.alloc(full_k);
+        m.free(tokens + full_k);
+        m.alloc(b * hv * c * F);
+        // the chunk loop: `k_cumdecay[i] @ state`, v_new, `query[i] @ state`, `intra @ v_new`,
+        // their sum (copied into core_attn_out); then `state * chunk_decay[i]`, `keyᵀ @ v_new`,
+        // their sum, the old state freed. From the second chunk on the previous v_new and
+        // inter_chunk_attn go as they are rebound: every chunk peaks alike
+        let chunk = b * hv * l * dv * F;
+        for i in 0..c.min(2) {
+            m.alloc(2 * chunk);
+            m.free(chunk);
+            if i > 0 {
+                m.free(chunk);
+            }
+            m.alloc(chunk);
+            if i > 0 {
+                m.free(chunk);
+            }
+            m.alloc(2 * chunk);
+            m.free(2 * chunk);
+            m.alloc(3 * st);
+            m.free(3 * st);
+        }
+        if !cache {
+            // `output_final_state=False`: the final state is dropped
+            m.free(st);
+        }
+        // core_attn_out.reshape(B, Hv, -1, dv): a copy from two chunks on (`zeros_like` kept
+        // `solve_triangular`'s column-major strides), the original freed; `.to(input dtype,
+        // contiguous_format)`: a copy in 16 bits (the padded output then freed), an alias in fp32
+        if c > 1 {
+            m.alloc(full_v);
+            m.free(full_v);
+        }
+        let tv = t * vd;
+        if !fp32 {
+            m.alloc(tv * z);
+            m.free(full_v);
+        }
+        // the rule returns: its locals go (the padded value, beta, decay; v_beta, k_beta; the
+        // mask; cum_decay; the three `[chunk, chunk]` products; decayed_k_beta, new_values,
+        // k_cumdecay; the decayed query and key; chunk_decay; the last v_new and inter_chunk_attn)
+        m.free(
+            3 * full_v
+                + 2 * tokens
+                + 5 * full_k
+                + l * l
+                + tokens
+                + 3 * ll
+                + b * hv * c * F
+                + 2 * chunk,
+        );
+        if cache {
+            // `update_recurrent_state`: the cache's zero state, the final state copied in
+            m.alloc(st);
+        }
+        // core_attn_out.reshape(-1, dv): a copy of fp32's strided alias (the padded output
+        // then freed); z.reshape(-1, dv): a copy with one key head (`[B, S, 1, Hv·dv]`
+        // split into heads cannot merge its token and head dimensions)
+        if fp32 {
+            m.alloc(tv * F);
+            m.free(full_v);
+        }
+        let z_norm = if hk == 1 && t > 1 { tv * z } else { 0 };
+        m.alloc(z_norm);
+        // Qwen3NextRMSNormGated: `.to(float32)` (no-op in fp32), pow, mean, `+ eps`, rsqrt, the
+        // product; `weight * hidden.to(input_dtype)`; `gate.to(float32)`, silu, the product;
+        // `.to(input_dtype)` (no-ops in fp32); its input freed as core_attn_out is rebound
+        let cast = if fp32 { 0 } else { tv * F };
+        let norm_rows = t * hv * F;
+        m.alloc(cast + tv * F + norm_rows);
+        m.free(tv * F);
+        m.alloc(norm_rows);
+        m.alloc(norm_rows);
+        m.free(norm_rows);
+        m.alloc(tv * F);
+        m.free(norm_rows + cast);
+        let to16 = if fp32 { 0 } else { tv * z };
+        m.alloc(to16 + tv * z);
+        m.free(to16 + tv * F);
+        m.alloc(cast + tv * F);
+        m.free(cast);
+        m.alloc(tv * F);
+        m.free(tv * F + tv * z);
+        m.alloc(to16);
+        m.free(if fp32 { 0 } else { tv * F });
+        Unsaved {
+            peak: m.peak,
+            locals: silu
+                + z_copy
+                + ba_copy
+                + t * hv * z
+                + rows
+                + z_norm
+                + if cache { st } else { 0 },
+        }
     }
 
     /// Highest bytes the composite's backward holds above what is alive when it starts (its
@@ -479,6 +777,11 @@ impl Sizes {
             ..
         } = *self;
         let i = |v: u128| i128::try_from(v).unwrap_or(i128::MAX);
+        let pinned = if self.pins_projection(z) {
+            i(t * self.cd * z)
+        } else {
+            0
+        };
         let (c_, f, z) = (i(c), i(F), i(z));
         let full_v = i(tp * hv * dv * F); // [B, Hv, chunks, L, dv]
         let full_k = i(tp * hv * dk * F); // [B, Hv, chunks, L, dk]
@@ -500,6 +803,10 @@ impl Sizes {
         if g.norm_weight {
             base += i(dv) * i(p);
         }
+        // silu's backward frees the projection's output it pinned (fp32, one value head per
+        // key head), less the `z` copy the base frees: every instant past the norm's first
+        // ops is that much lower
+        base -= pinned;
         // a chunk decay's gradient accumulator exists only when the decay needs one; without
         // it the saved `[B, Hv, chunks]` chunk decays are already freed at three chunks, still
         // alive from four (traced; the only term that differs, 4·B·Hv·chunks bytes)
@@ -632,11 +939,20 @@ impl Builder<'_> {
         };
         let (qkvz, zs) = self.linear(x, x_size, rows, lin(LinearRole::SsmIn));
         let (ba, _) = self.linear(x, x_size, rows, lin(LinearRole::SsmGates));
+        let d = Sizes::new(m, self.batch, self.seq);
+        let decode = self.mode.is_infer()
+            && d.s == 1
+            && self.cache.get(self.cur_layer).is_some_and(Option::is_some);
         let inner = self.deltanet_inner(qkvz, ba, zs, x_size, lp, m);
-        let locals = (!self.mode.is_infer() && self.t.recording && !self.amp).then(|| {
-            let d = Sizes::new(m, self.batch, self.seq);
-            self.act(d.forward_locals(zs), false)
-        });
+        let locals = if decode {
+            None
+        } else if self.mode.is_infer() || !self.t.recording {
+            // a forward that saves nothing: its locals as the replay has them at `out_proj`
+            let u = d.unsaved(zs, self.mode.is_infer());
+            Some(self.act(u.locals, false))
+        } else {
+            (!self.amp).then(|| self.act(d.forward_locals(zs), false))
+        };
         let (y, _) = self.linear(inner, x_size, rows, lin(LinearRole::SsmOut));
         if let Some(l) = locals {
             self.drop_(l);
@@ -686,7 +1002,8 @@ impl Builder<'_> {
         let rg = self.rg(qkvz) || params.iter().any(|&p| self.t.requires_grad(p));
         if !self.t.recording {
             // a checkpointed layer's first pass: nothing is saved
-            self.t.transient(d.forward_unsaved(), Category::Activations);
+            self.t
+                .transient(d.unsaved(zs, false).peak, Category::Activations);
             return self.act(out_bytes, rg);
         }
         // which gradients autograd computes: `lp.ssm` is conv1d.weight, dt_bias, A_log, norm
@@ -742,8 +1059,15 @@ impl Builder<'_> {
             let temps = d
                 .backward_peak(zs, self.param_size, g, self.amp)
                 .saturating_sub(grad(qkvz) + grad(ba) + param_grads);
+            // fp32, one value head per key head: silu saves `z` as a view of the projection's
+            // output, which the node then holds ([`Sizes::pins_projection`])
+            let saved = if d.pins_projection(zs) && self.rg(qkvz) {
+                Ids::of(&[qkvz, kept])
+            } else {
+                Ids::of(&[kept])
+            };
             self.t.record(Node {
-                saved: Ids::of(&[kept]),
+                saved,
                 inputs: Ids::of(&[qkvz, ba]),
                 params: Ids::of(&params),
                 outputs: Ids::of(&[out]),
@@ -766,10 +1090,10 @@ impl Builder<'_> {
             self.t.transient(d.decode_peak(), Category::Activations);
         } else {
             let conv = self.act(d.b * d.cd * d.k * zs, false);
-            // the prefill asks for the final state (`output_final_state=True`): one more
-            // state alive besides the chunk loop's (fitted on batch 1–4, 256–512 tokens)
+            // the prefill asks for the final state (`output_final_state=True`), which the
+            // cache's zero state then copies ([`Sizes::unsaved`] replays both)
             self.t
-                .transient(d.forward_unsaved() + d.state(), Category::Activations);
+                .transient(d.unsaved(zs, true).peak, Category::Activations);
             let state = self.act(d.state(), false);
             if let Some(slot) = self.cache.get_mut(layer) {
                 if let Some((oc, os, _)) = slot.replace((conv, state, 0)) {
@@ -999,6 +1323,142 @@ mod tests {
                 est <= bytes && est * 100 >= bytes * 85,
                 "{b} x {s} {dims:?}: {est} vs {bytes}"
             );
+        }
+    }
+
+    /// A forward that saves nothing, against `tools/truth/probes/deltanet_mixer.py B S MODE
+    /// PREC dims --unsaved` (`peak`, `locals`): `infer` (a prefill with a `DynamicCache`) and
+    /// `ckpt` (a checkpointed layer's first pass), bf16 and fp32, batch 1–4, 1–300 tokens (one
+    /// to five chunks, padded and not), one key head, one and more value heads per key head,
+    /// hidden 64–2048. A sample of the 340 traced cases (all exact).
+    #[test]
+    fn unsaved_is_the_traced_one() {
+        // (batch, seq, dims, prefill with a cache, bytes per element, peak, locals)
+        let traced: &[(u128, u128, Dims, bool, u128, u128, u128)] = &[
+            (4, 63, (64, 2, 4, 16, 16, 4), false, 2, 1778080, 106848),
+            (2, 2, (64, 2, 4, 16, 16, 4), false, 4, 840992, 3328),
+            (1, 1, (64, 2, 4, 16, 16, 4), true, 2, 422072, 5288),
+            (3, 65, (64, 2, 4, 16, 16, 4), true, 2, 2378584, 94968),
+            (1, 300, (64, 2, 4, 16, 16, 4), true, 2, 1985840, 131296),
+            (2, 200, (64, 2, 4, 16, 16, 4), true, 4, 3318912, 340992),
+            (4, 63, (64, 2, 6, 24, 40, 4), false, 2, 4303216, 305424),
+            (3, 65, (64, 2, 6, 24, 40, 4), false, 4, 5656240, 468000),
+            (3, 65, (64, 2, 6, 24, 40, 4), true, 2, 5424580, 305460),
+            (1, 150, (64, 2, 6, 24, 40, 4), true, 4, 2883208, 383040),
+            (1, 64, (64, 4, 4, 16, 16, 4), false, 2, 446992, 26112),
+            (3, 3, (64, 4, 4, 16, 16, 4), false, 4, 1261648, 7200),
+            (1, 40, (64, 4, 4, 16, 16, 4), true, 2, 437200, 20416),
+            (4, 63, (64, 4, 4, 16, 16, 4), true, 4, 1872832, 217984),
+            (1, 300, (64, 4, 4, 16, 16, 4), true, 4, 2098640, 244096),
+            (2, 128, (128, 2, 4, 128, 64, 4), false, 2, 6318144, 534528),
+            (1, 1, (128, 2, 4, 128, 64, 4), false, 4, 1780816, 4160),
+            (1, 40, (128, 2, 4, 128, 64, 4), true, 2, 1860176, 214592),
+            (2, 200, (128, 2, 4, 128, 64, 4), true, 4, 11924480, 1926144),
+            (2, 128, (128, 2, 6, 32, 48, 4), false, 2, 4404320, 375808),
+            (1, 1, (128, 2, 6, 32, 48, 4), false, 4, 1179000, 2912),
+            (2, 2, (128, 2, 6, 32, 48, 4), true, 2, 2357280, 82928),
+            (2, 2, (128, 2, 6, 32, 48, 4), true, 4, 2366384, 92032),
+            (
+                2,
+                128,
+                (160, 16, 32, 128, 128, 4),
+                false,
+                2,
+                71488000,
+                6373376,
+            ),
+            (
+                3,
+                65,
+                (160, 16, 32, 128, 128, 4),
+                false,
+                4,
+                107354368,
+                9684480,
+            ),
+            (1, 1, (160, 16, 32, 128, 128, 4), true, 2, 21598656, 2171200),
+            (
+                1,
+                150,
+                (160, 16, 32, 128, 128, 4),
+                true,
+                4,
+                51043712,
+                9546752,
+            ),
+            (3, 65, (256, 1, 4, 64, 96, 4), false, 2, 7501480, 354120),
+            (1, 300, (256, 1, 4, 64, 96, 4), false, 2, 5609584, 544800),
+            (1, 64, (256, 1, 4, 64, 96, 4), false, 4, 1647632, 231424),
+            (1, 1, (256, 1, 4, 64, 96, 4), true, 2, 1518632, 102424),
+            (1, 40, (256, 1, 4, 64, 96, 4), true, 4, 1597712, 242944),
+            (1, 1, (2048, 16, 32, 128, 128, 4), false, 2, 21549504, 24896),
+            (
+                1,
+                300,
+                (2048, 16, 32, 128, 128, 4),
+                false,
+                4,
+                80562816,
+                14899200,
+            ),
+            (
+                1,
+                64,
+                (2048, 16, 32, 128, 128, 4),
+                true,
+                2,
+                23117952,
+                3690496,
+            ),
+            (
+                3,
+                3,
+                (2048, 16, 32, 128, 128, 4),
+                true,
+                4,
+                65110912,
+                6836736,
+            ),
+        ];
+        for &(b, s, dims, cache, z, peak, locals) in traced {
+            assert_eq!(
+                sizes(b, s, dims).unsaved(z, cache),
+                Unsaved { peak, locals },
+                "{b} x {s} {dims:?} cache {cache} z {z}"
+            );
+        }
+    }
+
+    /// fp32 with one value head per key head (more than one key head): the composite's saved
+    /// bytes plus the projection's output its silu pins (`--saved` counts it: memwall holds
+    /// it apart) and the backward's peak (`--check-backward`, `peak_above`), against
+    /// `deltanet_mixer.py B S train fp32 h,Hk,Hk,dk,dv,K`: one to five chunks, the peak at
+    /// the norm's first ops (before the pinned output is freed) and in the chunk loop, LoRA's
+    /// frozen mixer with and without an input gradient.
+    #[test]
+    fn fp32_one_value_head_per_key_head_is_the_traced_one() {
+        // (batch, seq, dims, frozen, input grad, saved + projection output, backward peak)
+        let traced: &[(u128, u128, Dims, bool, bool, u128, u128)] = &[
+            (1, 100, (64, 4, 4, 16, 16, 4), false, true, 1417920, 209376),
+            (2, 65, (128, 4, 4, 32, 32, 4), false, true, 3729696, 313376),
+            (1, 150, (64, 6, 6, 24, 40, 4), false, true, 4797976, 544984),
+            (1, 300, (64, 4, 4, 16, 16, 4), false, true, 3757552, 773584),
+            (1, 100, (64, 4, 4, 16, 16, 4), true, true, 1390704, 234912),
+            (1, 150, (64, 6, 6, 24, 40, 4), true, false, 3864888, 688680),
+            (3, 1, (64, 4, 4, 16, 16, 4), false, true, 1372992, 669712),
+            (2, 64, (128, 4, 4, 32, 32, 4), false, true, 2292768, 131072),
+        ];
+        for &(b, s, dims, frozen, input_grad, saved, peak) in traced {
+            let d = sizes(b, s, dims);
+            assert!(d.pins_conv(F) && d.pins_projection(F) && !d.pins_projection(2));
+            let g = Grads {
+                norm_weight: !frozen,
+                a_log: !frozen,
+                decay: !frozen || input_grad,
+            };
+            let projection = d.t * (2 * d.hk * d.dk + 2 * d.vd) * F;
+            assert_eq!(d.saved(F, g) + projection, saved, "{b} x {s} {dims:?} {g:?}");
+            assert_eq!(d.backward_peak(F, F, g, false), peak, "{b} x {s} {dims:?} {g:?}");
         }
     }
 }
