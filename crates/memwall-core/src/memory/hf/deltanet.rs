@@ -485,6 +485,36 @@ impl Sizes {
         (self.forward_loop(2, g) + full_ll + decayed + chunk).saturating_sub(weighted)
     }
 
+    /// The training forward's transient above its saved tensors (and, with a cache, above the
+    /// cache's recurrent state and what the last update pins, allocated before it): the higher
+    /// of the gated norm's last cast ([`Sizes::forward_extra`] and the norm's output
+    /// `out_bytes`) and the chunk loop's last state update ([`Sizes::forward_loop`], under
+    /// autocast [`Sizes::forward_loop_amp`]). `cache` = what the last update pins while a
+    /// training `DynamicCache` holds its result ([`Sizes::last_update_pinned`]), `None` without
+    /// a cache.
+    ///
+    /// With a cache (`output_final_state=True`) the rule returns its final state — the loop's
+    /// last update, alive in the mixer's local `last_recurrent_state` until the forward returns
+    /// — and `update_recurrent_state` copies it into the cache's zero state (`zeros_like`,
+    /// allocated after the rule's locals are freed, transformers 5.23 `cache_utils.py`
+    /// `LinearAttentionLayer.update_recurrent_state`): at the norm both are alive, at the loop
+    /// neither the copy nor anything more (the final state is the update the loop counts).
+    /// Traced with `deltanet_mixer.py B S train-cache PREC dims --forward`
+    /// ([`tests::training_forward_with_a_cache_is_the_traced_one`]).
+    fn forward_transient(&self, z: u128, g: Grads, amp: bool, out_bytes: u128, cache: Option<u128>) -> u128 {
+        let mut norm = self.forward_extra(z) + out_bytes;
+        let mut state_loop = if amp {
+            self.forward_loop_amp(g)
+        } else {
+            self.forward_loop(z, g)
+        };
+        if let Some(pinned) = cache {
+            norm += self.state();
+            state_loop = state_loop.saturating_sub(self.state() + pinned);
+        }
+        norm.max(state_loop)
+    }
+
     /// A forward that saves nothing (`torch.no_grad()` inference, a checkpointed layer's first
     /// pass), replayed op by op from `in_proj_ba`'s output to the gated norm's: every tensor
     /// transformers 5.23 `Qwen3NextGatedDeltaNet.forward` and `torch_chunk_gated_delta_rule`
@@ -951,7 +981,15 @@ impl Builder<'_> {
             let u = d.unsaved(zs, self.mode.is_infer());
             Some(self.act(u.locals, false))
         } else {
-            (!self.amp).then(|| self.act(d.forward_locals(zs), false))
+            // with a training cache, the final state the rule returned is still the local
+            // `last_recurrent_state` ([`Sizes::forward_transient`])
+            let final_state = if self.deltanet_state_cache() {
+                d.state()
+            } else {
+                0
+            };
+            let locals = if self.amp { 0 } else { d.forward_locals(zs) } + final_state;
+            (locals > 0).then(|| self.act(locals, false))
         };
         let (y, _) = self.linear(inner, x_size, rows, lin(LinearRole::SsmOut));
         if let Some(l) = locals {
@@ -991,9 +1029,7 @@ impl Builder<'_> {
         // the cache: the model output's `past_key_values`, dropped after the loss unless the
         // loop keeps the outputs. Measured: one state and one conv state per layer
         // (`qwen3next-d128-s65-b2-sgd`, `qwen3next-h*`).
-        let state_cache = self.mode.use_cache(self.model)
-            && !self.mode.checkpointing()
-            && !self.mode.kernels().padding_free;
+        let state_cache = self.deltanet_state_cache();
         if state_cache {
             let conv = self.act(d.b * d.cd * d.k * zs, false);
             self.cache_refs.push(conv);
@@ -1021,14 +1057,9 @@ impl Builder<'_> {
             d.saved(zs, g)
         };
         let kept = self.act(saved, false);
-        let mut extra = d.forward_extra(zs) + out_bytes;
-        extra = extra.max(if self.amp {
-            d.forward_loop_amp(g)
-        } else {
-            d.forward_loop(zs, g)
-        });
-        self.t.transient(extra, Category::Activations);
-        if state_cache {
+        // the cache's recurrent state and what the last update pins exist from the rule's end
+        // on; the transient counts the loop before them ([`Sizes::forward_transient`])
+        let cache = state_cache.then(|| {
             let state = self.act(d.state(), false);
             self.cache_refs.push(state);
             let pinned = if !rg {
@@ -1041,10 +1072,15 @@ impl Builder<'_> {
                 0
             };
             if pinned > 0 {
-                let pinned = self.act(pinned, false);
-                self.cache_refs.push(pinned);
+                let id = self.act(pinned, false);
+                self.cache_refs.push(id);
             }
-        }
+            pinned
+        });
+        self.t.transient(
+            d.forward_transient(zs, g, self.amp, out_bytes, cache),
+            Category::Activations,
+        );
         let out = self.act(out_bytes, rg);
         if rg {
             // the node's model holds its saved tensors, its output's gradient, these
@@ -1077,6 +1113,15 @@ impl Builder<'_> {
         }
         self.drop_(kept);
         out
+    }
+
+    /// A training forward that builds a `DynamicCache` (`use_cache` on — the config's default
+    /// — no checkpointing, not padding-free; `Qwen3NextModel.forward` creates it), see
+    /// [`Builder::deltanet_inner`].
+    fn deltanet_state_cache(&self) -> bool {
+        self.mode.use_cache(self.model)
+            && !self.mode.checkpointing()
+            && !self.mode.kernels().padding_free
     }
 
     /// Inference: the prefill allocates the layer's fixed-size state (conv state
@@ -1131,6 +1176,36 @@ mod tests {
             cd: 2 * hk * dk + hv * dv,
             k,
         }
+    }
+
+    /// memwall's timeline of one mixer's training forward as `Builder::deltanet_mixer` and
+    /// `Builder::deltanet_inner` build it (every parameter trained, the input needing a
+    /// gradient, no autocast): the input `[tokens, hidden]` (the trace registers its storage at
+    /// the first view of it), both projections' outputs, the
+    /// cache's conv state, the saved tensors, the cache's recurrent state and what the last
+    /// update pins, the transient, the norm's output, the locals at `out_proj` and its output
+    /// `[tokens, hidden]`. Returns (the highest bytes alive, those alive when the forward
+    /// returns), what `deltanet_mixer.py B S train[-cache] PREC dims --forward` prints.
+    fn forward_timeline(d: &Sizes, hidden: u128, z: u128, cache: bool) -> (u128, u128) {
+        let g = Grads::ALL;
+        let qkvz = d.t * (2 * d.hk * d.dk + 2 * d.vd) * z;
+        let proj = qkvz + d.t * 2 * d.hv * z;
+        let conv = if cache { d.b * d.cd * d.k * z } else { 0 };
+        let pinned = if cache && d.c == 1 {
+            d.last_update_pinned()
+        } else {
+            0
+        };
+        let state = if cache { d.state() + pinned } else { 0 };
+        let out = d.t * d.vd * z;
+        let saved = d.saved(z, g);
+        let base = proj + conv + saved + state;
+        let transient = d.forward_transient(z, g, false, out, cache.then_some(pinned));
+        let locals = d.forward_locals(z) + if cache { d.state() } else { 0 };
+        let y = d.t * hidden * z;
+        let peak = y + (base + transient).max(base + out + locals + y);
+        let held = if d.pins_projection(z) { qkvz } else { 0 };
+        (peak, y + held + conv + saved + state + out + y)
     }
 
     /// The backward's peak above its start, as `tools/truth/probes/deltanet_mixer.py B S train
@@ -1425,6 +1500,25 @@ mod tests {
                 sizes(b, s, dims).unsaved(z, cache),
                 Unsaved { peak, locals },
                 "{b} x {s} {dims:?} cache {cache} z {z}"
+            );
+        }
+    }
+
+    /// The training forward with and without a `DynamicCache` against `deltanet_mixer.py B S
+    /// train|train-cache PREC dims --forward` (`peak`, `end`): batch 1–6, 1–5 chunks, padded
+    /// and not, one key head, one to three value heads per key head, bf16 / fp16 / fp32.
+    #[test]
+    fn training_forward_with_a_cache_is_the_traced_one() {
+        // (batch, seq, dims, bytes per element, cache, peak, end)
+        let traced: &[(u128, u128, Dims, u128, bool, u128, u128)] = &[
+            (1, 160, (32, 16, 32, 128, 128, 4), 2, false, 77959808, 65034880),
+            (1, 160, (32, 16, 32, 128, 128, 4), 2, true, 81162880, 67197568),
+        ];
+        for &(b, s, dims, z, cache, peak, end) in traced {
+            assert_eq!(
+                forward_timeline(&sizes(b, s, dims), dims.0, z, cache),
+                (peak, end),
+                "{b} x {s} {dims:?} z {z} cache {cache}"
             );
         }
     }
