@@ -346,6 +346,26 @@ impl Sizes {
         self.b * self.hv * self.l * (self.dk + 1) * F + self.b * self.hv * F
     }
 
+    /// What the last state update saves that the reachable graph saves too (so [`Sizes::saved`]
+    /// counts it): the state entering it (`state * chunk_decay[:, :, i]` saves it when the decay
+    /// needs a gradient), the last chunk's `v_new` (`key[:, :, i]ᵀ @ v_new` saves it, as does
+    /// `intra_chunk_attn[:, :, i] @ v_new`) and, from two chunks on, the decayed key whose view
+    /// that matmul saves and `chunk_decay` whose view the product saves (one chunk:
+    /// [`Sizes::last_update_pinned`]). The loss's backward never runs the unreachable update,
+    /// so these outlive the backward while a training cache keeps it reachable (a loop that
+    /// keeps the model's outputs: `qwen3next-rnd53-b2-s160-keep`, whose next forward peaks with
+    /// them), while the reachable nodes free their own saves.
+    fn last_update_shared(&self, g: Grads) -> u128 {
+        let mut v = self.b * self.hv * self.l * self.dv * F;
+        if g.decay {
+            v += self.state();
+        }
+        if self.c > 1 {
+            v += self.tp * self.hv * self.dk * F + self.b * self.hv * self.c * F;
+        }
+        v
+    }
+
     /// Under autocast, what the last state update saves while a cache keeps it reachable
     /// ([`Sizes::saved_amp_delta`] counts it unreachable): its matmul's 16-bit casts of the
     /// decayed key and `v_new` chunks, the state entering it (`state * chunk_decay[i]` saves it
@@ -1028,7 +1048,10 @@ impl Builder<'_> {
         // `chunk_decay`: freed with the final state otherwise, [`Sizes::saved`]) lives as long as
         // the cache: the model output's `past_key_values`, dropped after the loss unless the
         // loop keeps the outputs. Measured: one state and one conv state per layer
-        // (`qwen3next-d128-s65-b2-sgd`, `qwen3next-h*`).
+        // (`qwen3next-d128-s65-b2-sgd`, `qwen3next-h*`). The final state itself is the mixer's
+        // local `last_recurrent_state` until it returns: alive beside the cache's copy at the
+        // gated norm and at `out_proj` ([`Sizes::forward_transient`]; `rnd-t53-000-qwen3next`,
+        // `qwen3next-rnd53-*`, whose forward peaks at the norm).
         let state_cache = self.deltanet_state_cache();
         if state_cache {
             let conv = self.act(d.b * d.cd * d.k * zs, false);
@@ -1056,7 +1079,20 @@ impl Builder<'_> {
         } else {
             d.saved(zs, g)
         };
-        let kept = self.act(saved, false);
+        // with a training cache (bf16 / fp16 / fp32) the saved bytes the unreachable last state
+        // update shares with the reachable graph are one tensor the cache holds too
+        // ([`Sizes::last_update_shared`])
+        let shared_bytes = if state_cache && rg && !self.amp {
+            d.last_update_shared(g).min(saved)
+        } else {
+            0
+        };
+        let kept = self.act(saved - shared_bytes, false);
+        let shared = (shared_bytes > 0).then(|| {
+            let id = self.act(shared_bytes, false);
+            self.cache_refs.push(id);
+            id
+        });
         // the cache's recurrent state and what the last update pins exist from the rule's end
         // on; the transient counts the loop before them ([`Sizes::forward_transient`])
         let cache = state_cache.then(|| {
@@ -1097,11 +1133,14 @@ impl Builder<'_> {
                 .saturating_sub(grad(qkvz) + grad(ba) + param_grads);
             // fp32, one value head per key head: silu saves `z` as a view of the projection's
             // output, which the node then holds ([`Sizes::pins_projection`])
-            let saved = if d.pins_projection(zs) && self.rg(qkvz) {
+            let mut saved = if d.pins_projection(zs) && self.rg(qkvz) {
                 Ids::of(&[qkvz, kept])
             } else {
                 Ids::of(&[kept])
             };
+            if let Some(id) = shared {
+                saved.push(id);
+            }
             self.t.record(Node {
                 saved,
                 inputs: Ids::of(&[qkvz, ba]),
