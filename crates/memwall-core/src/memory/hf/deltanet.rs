@@ -308,6 +308,35 @@ impl Sizes {
         v
     }
 
+    /// `z.reshape(-1, dv)` before the gated norm: a copy with one key head (`[B, S, 1, Hv·dv]`
+    /// split into heads cannot merge its token and head dimensions), the mixer's local `z`
+    /// until it returns (as [`Sizes::unsaved`] replays it); a view otherwise (the reordering
+    /// copied it, or one value head per key head keeps the projection's strides mergeable).
+    /// Traced (`deltanet_mixer.py train[-cache] bf16 --forward` at 150 tokens: one key head a
+    /// `[tokens, value_dim]` 16-bit tensor higher at the norm, one value head per key head
+    /// with more than one key head as much lower, than the copy once counted for the latter).
+    fn norm_z_copy(&self, z: u128) -> u128 {
+        if self.hk == 1 && self.t > 1 {
+            self.t * self.vd * z
+        } else {
+            0
+        }
+    }
+
+    /// With a training cache, a sequence shorter than the kernel: `update_conv_state` pads the
+    /// convolution's input to the kernel (`F.pad`), so the convolution's input and output and
+    /// its silu are `kernel − seq` columns longer (as [`Sizes::unsaved`] replays a prefill).
+    /// Returns (the saved bytes it adds, the bytes it adds to the silu output the forward's
+    /// instants hold); traced at one token (`deltanet_mixer.py B 1 train-cache`).
+    fn cache_conv_pad(&self, z: u128) -> (u128, u128) {
+        let pad = self.b * self.cd * self.k.saturating_sub(self.s) * z;
+        if self.pins_conv(z) {
+            (3 * pad, 0)
+        } else {
+            (2 * pad, pad)
+        }
+    }
+
     /// The head reordering's copies (`fix_query_key_value_ordering`: `z`, `b` and `a` are
     /// reshaped across the key-head groups, a copy unless the reshape is a view — one key head,
     /// or for `b`/`a` one value head per key head). Traced: with one value head per key head
@@ -315,14 +344,10 @@ impl Sizes {
     /// `[tokens, value_dim]` 16-bit tensor in its place (`at_norm`).
     fn reorder_copies(&self, z: u128, at_norm: bool) -> u128 {
         if self.hk == 1 {
-            return 0;
+            return if at_norm { self.norm_z_copy(z) } else { 0 };
         }
         let per_group = self.hv > self.hk;
-        let z_copy = if per_group || at_norm {
-            self.t * self.vd * z
-        } else {
-            0
-        };
+        let z_copy = if per_group { self.t * self.vd * z } else { 0 };
         let b_a = if per_group {
             2 * self.t * self.hv * z
         } else {
@@ -429,7 +454,9 @@ impl Sizes {
         } else {
             self.b * self.cd * self.s * z
         };
-        conv + self.reorder_copies(z, false).saturating_sub(saved_z) + self.t * self.hv * F
+        conv + self.reorder_copies(z, false).saturating_sub(saved_z)
+            + self.t * self.hv * F
+            + self.norm_z_copy(z)
     }
 
     /// Bytes alive at the chunk loop's last state update in the forward
@@ -509,12 +536,13 @@ impl Sizes {
     }
 
     /// The training forward's transient above its saved tensors (and, with a cache, above the
-    /// cache's recurrent state and what the last update pins, allocated before it): the higher
+    /// cache's recurrent state and what the last update pins, allocated before it): the highest
     /// of the gated norm's last cast ([`Sizes::forward_extra`] and the norm's output
-    /// `out_bytes`) and the chunk loop's last state update ([`Sizes::forward_loop`], under
-    /// autocast [`Sizes::forward_loop_amp`]). `cache` = what the last update pins while a
-    /// training `DynamicCache` holds its result ([`Sizes::last_update_pinned`]), `None` without
-    /// a cache.
+    /// `out_bytes`), the chunk loop's last state update ([`Sizes::forward_loop`], under
+    /// autocast [`Sizes::forward_loop_amp`]), its last output sum and the output's reshape copy
+    /// after the loop (bf16 / fp16 / fp32; autocast keeps its lower bound). `cache` = what the
+    /// last update pins while a training `DynamicCache` holds its result
+    /// ([`Sizes::last_update_pinned`]), `None` without a cache.
     ///
     /// With a cache (`output_final_state=True`) the rule returns its final state — the loop's
     /// last update, alive in the mixer's local `last_recurrent_state` until the forward returns
@@ -524,18 +552,43 @@ impl Sizes {
     /// neither the copy nor anything more (the final state is the update the loop counts).
     /// Traced with `deltanet_mixer.py B S train-cache PREC dims --forward`
     /// ([`tests::training_forward_with_a_cache_is_the_traced_one`]).
-    fn forward_transient(&self, z: u128, g: Grads, amp: bool, out_bytes: u128, cache: Option<u128>) -> u128 {
+    fn forward_transient(
+        &self,
+        z: u128,
+        g: Grads,
+        amp: bool,
+        out_bytes: u128,
+        cache: Option<u128>,
+    ) -> u128 {
+        let st = self.state();
         let mut norm = self.forward_extra(z) + out_bytes;
-        let mut state_loop = if amp {
+        let state_add = if amp {
             self.forward_loop_amp(g)
         } else {
             self.forward_loop(z, g)
         };
-        if let Some(pinned) = cache {
-            norm += self.state();
-            state_loop = state_loop.saturating_sub(self.state() + pinned);
+        let mut at_loop = state_add;
+        if !amp {
+            // the last chunk's output (`inter_chunk_attn + intra_chunk_attn[:, :, i] @ v_new`):
+            // the matmul and the sum, two `v_new` chunks, where the state update holds three
+            // states (the peak when `[B, Hv, 64, dv]` outweighs `[B, Hv, dk, dv]`: short heads)
+            let chunk_v = self.b * self.hv * self.l * self.dv * F;
+            at_loop = at_loop.max((state_add + 2 * chunk_v).saturating_sub(3 * st));
+            if self.c > 1 {
+                // `core_attn_out.reshape(..)` copies the padded output after the loop (its
+                // `zeros_like` freed after): the update's product and matmul are freed, and the
+                // update itself unless it is the final state a cache asks for
+                let kept = if cache.is_some() { st } else { 0 };
+                let full_v = self.tp * self.hv * self.dv * F;
+                at_loop = at_loop.max((state_add + full_v + kept).saturating_sub(3 * st));
+            }
         }
-        norm.max(state_loop)
+        if let Some(pinned) = cache {
+            let (_, silu_pad) = self.cache_conv_pad(z);
+            norm += st + silu_pad;
+            at_loop = (at_loop + silu_pad).saturating_sub(st + pinned);
+        }
+        norm.max(at_loop)
     }
 
     /// A forward that saves nothing (`torch.no_grad()` inference, a checkpointed layer's first
@@ -1005,9 +1058,10 @@ impl Builder<'_> {
             Some(self.act(u.locals, false))
         } else {
             // with a training cache, the final state the rule returned is still the local
-            // `last_recurrent_state` ([`Sizes::forward_transient`])
+            // `last_recurrent_state` ([`Sizes::forward_transient`]), the silu output is the
+            // padded convolution's ([`Sizes::cache_conv_pad`])
             let final_state = if self.deltanet_state_cache() {
-                d.state()
+                d.state() + d.cache_conv_pad(zs).1
             } else {
                 0
             };
@@ -1075,13 +1129,16 @@ impl Builder<'_> {
             a_log: trained(2),
             decay: self.rg(ba) || trained(1) || trained(2),
         };
-        let saved = if self.amp {
+        let mut saved = if self.amp {
             let delta = d.saved_amp_delta(g);
             let base = i128::try_from(d.saved(zs, g)).unwrap_or(i128::MAX);
             u128::try_from(base + delta).unwrap_or(0)
         } else {
             d.saved(zs, g)
         };
+        if state_cache {
+            saved += d.cache_conv_pad(zs).0;
+        }
         // with a training cache (bf16 / fp16 / fp32) the saved bytes the unreachable last state
         // update shares with the reachable graph are one tensor the cache holds too
         // ([`Sizes::last_update_shared`])
@@ -1240,10 +1297,15 @@ mod tests {
         };
         let state = if cache { d.state() + pinned } else { 0 };
         let out = d.t * d.vd * z;
-        let saved = d.saved(z, g);
+        let saved = d.saved(z, g) + if cache { d.cache_conv_pad(z).0 } else { 0 };
         let base = proj + conv + saved + state;
         let transient = d.forward_transient(z, g, false, out, cache.then_some(pinned));
-        let locals = d.forward_locals(z) + if cache { d.state() } else { 0 };
+        let locals = d.forward_locals(z)
+            + if cache {
+                d.state() + d.cache_conv_pad(z).1
+            } else {
+                0
+            };
         let y = d.t * hidden * z;
         let peak = y + (base + transient).max(base + out + locals + y);
         let held = if d.pins_projection(z) { qkvz } else { 0 };
