@@ -380,17 +380,24 @@ impl Sizes {
     /// needs a gradient), the last chunk's `v_new` (`key[:, :, i]ᵀ @ v_new` saves it, as does
     /// `intra_chunk_attn[:, :, i] @ v_new`) and, from two chunks on, the decayed key whose view
     /// that matmul saves and `chunk_decay` whose view the product saves (one chunk:
-    /// [`Sizes::last_update_pinned`]). The loss's backward never runs the unreachable update,
-    /// so these outlive the backward while a training cache keeps it reachable (a loop that
-    /// keeps the model's outputs: `qwen3next-rnd53-b2-s160-keep`, whose next forward peaks with
-    /// them), while the reachable nodes free their own saves.
+    /// [`Sizes::last_update_pinned`], and the padded key its product saves). The loss's
+    /// backward never runs the unreachable update, so these outlive the backward while a
+    /// training cache keeps it reachable (a loop that keeps the model's outputs:
+    /// `qwen3next-rnd53-b2-s160-keep`, `-b2-s64-fp16-keep`, `-b3-s2-keep-sgd`, whose next
+    /// forward peaks with them), while the reachable nodes free their own saves.
     fn last_update_shared(&self, g: Grads) -> u128 {
         let mut v = self.b * self.hv * self.l * self.dv * F;
+        let full_k = self.tp * self.hv * self.dk * F;
         if g.decay {
             v += self.state();
+            if self.c == 1 {
+                // the padded key the decayed key's product saves (for the decay's gradient);
+                // from two chunks on that product is reachable, its backward frees it
+                v += full_k;
+            }
         }
         if self.c > 1 {
-            v += self.tp * self.hv * self.dk * F + self.b * self.hv * self.c * F;
+            v += full_k + self.b * self.hv * self.c * F;
         }
         v
     }
