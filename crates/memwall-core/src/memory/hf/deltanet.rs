@@ -343,9 +343,10 @@ impl Sizes {
 
     /// The head reordering's copies (`fix_query_key_value_ordering`: `z`, `b` and `a` are
     /// reshaped across the key-head groups, a copy unless the reshape is a view — one key head,
-    /// or for `b`/`a` one value head per key head). Traced: with one value head per key head
-    /// the chunk loop sees no `z` copy either, while the gated norm's instant holds one
-    /// `[tokens, value_dim]` 16-bit tensor in its place (`at_norm`).
+    /// or for `b`/`a` one value head per key head); `at_norm`: at the gated norm, where one
+    /// key head adds the norm's `z` copy ([`Sizes::norm_z_copy`]). Traced: with one value
+    /// head per key head there is no `z` copy at the loop nor at the norm (`--forward`; one
+    /// was counted at the norm before, never the peak on a measured case).
     fn reorder_copies(&self, z: u128, at_norm: bool) -> u128 {
         if self.hk == 1 {
             return if at_norm { self.norm_z_copy(z) } else { 0 };
@@ -452,8 +453,9 @@ impl Sizes {
 
     /// The mixer's locals still alive when `out_proj` allocates its output (the forward's
     /// Python locals go when it returns): the convolution's output (bound to
-    /// `query`/`key`/`value`), the reordering copies (less the `z` copy fp32 saves) and `g`.
-    /// Traced: the forward's peak in fp32 at 300 tokens, hidden 256.
+    /// `query`/`key`/`value`), the reordering copies (less the `z` copy fp32 saves), `g` and,
+    /// with one key head, the norm's `z` copy. Traced: the forward's peak in fp32 at 300
+    /// tokens, hidden 256; the forward's end (`--forward`).
     fn forward_locals(&self, z: u128) -> u128 {
         let saved_z = if z == F && self.hk > 1 {
             self.t * self.vd * z
@@ -562,7 +564,7 @@ impl Sizes {
     /// `LinearAttentionLayer.update_recurrent_state`): at the norm both are alive, at the loop
     /// neither the copy nor anything more (the final state is the update the loop counts).
     /// Traced with `deltanet_mixer.py B S train-cache PREC dims --forward`
-    /// ([`tests::training_forward_with_a_cache_is_the_traced_one`]).
+    /// (`tests::training_forward_with_a_cache_is_the_traced_one`).
     fn forward_transient(
         &self,
         z: u128,
