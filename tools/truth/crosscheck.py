@@ -120,6 +120,15 @@ CASES = [
     # output (`to`'s aliasing must be the same on real tensors; 3 chunks, padded)
     dict(id="xc-qwen3next-h128-r1-s130-fp32-sgd", config="h23-qwen3next-h128-r1", batch=1,
          seq=130, precision="fp32", optimizer="sgd"),
+    # ... and the training cache at the forward's peak (helper 25): the rule's final state and
+    # the cache's copy alive at the gated norm (fp16, fp32), the unreachable last update's saves
+    # outliving the backward while the loop keeps the outputs (the next forward's peak)
+    dict(id="xc-qwen3next-rnd53-b1-s160-fp16", config="rnd-s53-qwen3next-0", batch=1, seq=160,
+         precision="fp16", attention="eager"),
+    dict(id="xc-qwen3next-rnd53-b1-s160-fp32-sgd", config="rnd-s53-qwen3next-0", batch=1,
+         seq=160, precision="fp32", optimizer="sgd"),
+    dict(id="xc-qwen3next-rnd53-b2-s160-keep", config="rnd-s53-qwen3next-0", batch=2, seq=160,
+         loop="keep-outputs"),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),

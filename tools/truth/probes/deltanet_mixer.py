@@ -33,8 +33,10 @@ checked at 3 × 65 bf16 prefill, 150 tokens fp32 prefill with one value head per
 `--saved` (train only): the composite's saved bytes and its forward's last state update, held
 apart from what memwall counts outside it (see `check_saved`).
 
+`--forward` (train, train-cache): see `check_forward`.
+
 Usage: python tools/truth/probes/deltanet_mixer.py B S MODE PREC h,Hk,Hv,dk,dv,K [trace]
-       [--check-backward | --saved | --unsaved] [--frozen] [--no-input-grad] [--real]
+       [--check-backward | --saved | --unsaved | --forward] [--frozen] [--no-input-grad] [--real]
 """
 import sys, torch
 from transformers import AutoConfig
@@ -190,6 +192,20 @@ def check_unsaved(B, S, mode, prec, dims):
     return out
 
 
+def check_forward(B, S, prec, dims, cache=True):
+    """`--forward` (train / train-cache): the training forward's peak and end as memwall's
+    timeline of the mixer has them (`deltanet.rs` `Sizes::forward_peak`): every storage the
+    mixer allocates from `in_proj_qkvz`'s output on (its input and parameters excluded) —
+    `peak`, the highest bytes alive up to the forward's return, and `end`, those alive when it
+    returns (the saved tensors, the cache, `out_proj`'s input and output); `peak_op`, the op
+    at the peak."""
+    ev = run(B, S, "train-cache" if cache else "train", prec, dims)
+    i1 = ev.index(("MARK", "fwd"))
+    fw = [e for e in ev[:i1] if e[0] != "MARK"]
+    at = max(range(len(fw)), key=lambda i: fw[i][3])
+    return {"peak": fw[at][3], "end": fw[-1][3], "peak_op": fw[at][:3] + fw[at][4:]}
+
+
 if __name__ == "__main__":
     B, S, mode, prec = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
     dims = tuple(int(v) for v in sys.argv[5].split(","))
@@ -197,7 +213,9 @@ if __name__ == "__main__":
         # real CPU tensors instead of fake ones (fake must equal real: the same events)
         import contextlib, mixer_trace
         mixer_trace.FakeTensorMode = contextlib.nullcontext
-    if "--unsaved" in sys.argv:
+    if "--forward" in sys.argv:
+        print(check_forward(B, S, prec, dims, cache=mode == "train-cache"))
+    elif "--unsaved" in sys.argv:
         print(check_unsaved(B, S, mode, prec, dims))
     elif "--saved" in sys.argv:
         print(check_saved(B, S, prec, dims, frozen="--frozen" in sys.argv,

@@ -6,7 +6,8 @@ TorchDispatchMode registers each op's output storages, weakref finalizers log th
 the mixer's parameters (and, on request, its buffers) are excluded. Events:
 `("+", op, bytes, live, shape, dtype)`, `("-", op, bytes, live, shape, dtype)` (the freed
 storage's first shape), `("MARK", name)`.
-Modes: `train` (forward, ones_like grad, backward), `ckpt` (forward under saved_tensors_hooks
+Modes: `train` (forward, ones_like grad, backward), `train-cache` (the same with a
+DynamicCache passed as the model passes it with `use_cache` on, dropped after the forward), `ckpt` (forward under saved_tensors_hooks
 that keep nothing: a checkpointed layer's first pass), `infer` (no_grad prefill with a
 DynamicCache, then one decode step).
 """
@@ -57,13 +58,22 @@ def trace(make, cfg, mode, B, S, h, dtype, autocast=None, skip_buffers=False, se
             setup(mx, ev)
         if skip_buffers:
             skip |= {b.untyped_storage()._cdata for b in mx.buffers()}
-        if mode == "train":
+        if mode in ("train", "train-cache"):
             mx.train()
             x = torch.randn(B, S, h, dtype=dtype, requires_grad=input_grad)
+            cache = None
+            if mode == "train-cache":
+                # the training forward with `use_cache` on (the model builds a DynamicCache and
+                # passes it as `cache_params`); the cache goes with the model output, before the
+                # backward (a loop that keeps only the loss, tools/truth/measure.py)
+                from transformers import DynamicCache
+                cache = DynamicCache(config=cfg)
             with M():
                 with amp():
-                    y = mx(x)
+                    y = mx(x) if cache is None else mx(x, cache_params=cache)
                 ev.append(("MARK", "fwd"))
+                del cache
+                ev.append(("MARK", "cache"))
                 g = torch.ones_like(y)
                 ev.append(("MARK", "gy"))
                 y.backward(g); del y, g

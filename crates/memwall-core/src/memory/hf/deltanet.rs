@@ -21,7 +21,11 @@
 //! the convolution's and `in_proj_qkvz`'s outputs ([`Sizes::pins_conv`],
 //! [`Sizes::pins_projection`]). The forward that saves nothing (inference's prefill, a
 //! checkpointed layer's first pass) is replayed op by op ([`Sizes::unsaved`], exact on 340
-//! traced shapes).
+//! traced shapes). The training forward's peak and end — with the `DynamicCache` the model
+//! builds when `use_cache` is on (the final state and the cache's copy alive at the gated norm)
+//! and without — are exact in bf16 / fp16 / fp32 on the shapes
+//! `deltanet_mixer.py B S train[-cache] PREC dims --forward` traced
+//! ([`Sizes::forward_transient`]).
 
 mod unsaved;
 
@@ -282,21 +286,47 @@ impl Sizes {
         v
     }
 
-    /// The head reordering's copies (`fix_query_key_value_ordering`: `z`, `b` and `a` are
-    /// reshaped across the key-head groups, a copy unless the reshape is a view — one key head,
-    /// or for `b`/`a` one value head per key head). Traced: with one value head per key head
-    /// the chunk loop sees no `z` copy either, while the gated norm's instant holds one
-    /// `[tokens, value_dim]` 16-bit tensor in its place (`at_norm`).
-    fn reorder_copies(&self, z: u128, at_norm: bool) -> u128 {
-        if self.hk == 1 {
-            return 0;
-        }
-        let per_group = self.hv > self.hk;
-        let z_copy = if per_group || at_norm {
+    /// `z.reshape(-1, dv)` before the gated norm: a copy with one key head (`[B, S, 1, Hv·dv]`
+    /// split into heads cannot merge its token and head dimensions), the mixer's local `z`
+    /// until it returns (as [`Sizes::unsaved`] replays it); a view otherwise (the reordering
+    /// copied it, or one value head per key head keeps the projection's strides mergeable).
+    /// Traced (`deltanet_mixer.py train[-cache] bf16 --forward` at 150 tokens: one key head a
+    /// `[tokens, value_dim]` 16-bit tensor higher at the norm, one value head per key head
+    /// with more than one key head as much lower, than the copy once counted for the latter).
+    fn norm_z_copy(&self, z: u128) -> u128 {
+        if self.hk == 1 && self.t > 1 {
             self.t * self.vd * z
         } else {
             0
-        };
+        }
+    }
+
+    /// With a training cache, a sequence shorter than the kernel: `update_conv_state` pads the
+    /// convolution's input to the kernel (`F.pad`), so the convolution's input and output and
+    /// its silu are `kernel − seq` columns longer (as [`Sizes::unsaved`] replays a prefill).
+    /// Returns (the saved bytes it adds, the bytes it adds to the silu output the forward's
+    /// instants hold); traced at one token (`deltanet_mixer.py B 1 train-cache`).
+    fn cache_conv_pad(&self, z: u128) -> (u128, u128) {
+        let pad = self.b * self.cd * self.k.saturating_sub(self.s) * z;
+        if self.pins_conv(z) {
+            (3 * pad, 0)
+        } else {
+            (2 * pad, pad)
+        }
+    }
+
+    /// The head reordering's copies (`fix_query_key_value_ordering`: `z`, `b` and `a` are
+    /// reshaped across the key-head groups, a copy unless the reshape is a view — one key head,
+    /// or for `b`/`a` one value head per key head); `at_norm`: at the gated norm, where one
+    /// key head adds the norm's `z` copy ([`Sizes::norm_z_copy`]). Traced: with one value
+    /// head per key head there is no `z` copy at the loop nor at the norm (`--forward`; one
+    /// was counted at the norm before, never the peak on a measured case).
+    fn reorder_copies(&self, z: u128, at_norm: bool) -> u128 {
+        if self.hk == 1 {
+            return if at_norm { self.norm_z_copy(z) } else { 0 };
+        }
+        let per_group = self.hv > self.hk;
+        let z_copy = if per_group { self.t * self.vd * z } else { 0 };
         let b_a = if per_group {
             2 * self.t * self.hv * z
         } else {
@@ -318,6 +348,33 @@ impl Sizes {
     /// update, or kept with the final state while a cache holds it.
     fn last_update_pinned(&self) -> u128 {
         self.b * self.hv * self.l * (self.dk + 1) * F + self.b * self.hv * F
+    }
+
+    /// What the last state update saves that the reachable graph saves too (so [`Sizes::saved`]
+    /// counts it): the state entering it (`state * chunk_decay[:, :, i]` saves it when the decay
+    /// needs a gradient), the last chunk's `v_new` (`key[:, :, i]ᵀ @ v_new` saves it, as does
+    /// `intra_chunk_attn[:, :, i] @ v_new`) and, from two chunks on, the decayed key whose view
+    /// that matmul saves and `chunk_decay` whose view the product saves (one chunk:
+    /// [`Sizes::last_update_pinned`], and the padded key its product saves). The loss's
+    /// backward never runs the unreachable update, so these outlive the backward while a
+    /// training cache keeps it reachable (a loop that keeps the model's outputs:
+    /// `qwen3next-rnd53-b2-s160-keep`, `-b2-s64-fp16-keep`, `-b3-s2-keep-sgd`, whose next
+    /// forward peaks with them), while the reachable nodes free their own saves.
+    fn last_update_shared(&self, g: Grads) -> u128 {
+        let mut v = self.b * self.hv * self.l * self.dv * F;
+        let full_k = self.tp * self.hv * self.dk * F;
+        if g.decay {
+            v += self.state();
+            if self.c == 1 {
+                // the padded key the decayed key's product saves (for the decay's gradient);
+                // from two chunks on that product is reachable, its backward frees it
+                v += full_k;
+            }
+        }
+        if self.c > 1 {
+            v += full_k + self.b * self.hv * self.c * F;
+        }
+        v
     }
 
     /// Under autocast, what the last state update saves while a cache keeps it reachable
@@ -352,23 +409,27 @@ impl Sizes {
             ..
         } = *self;
         if z == F {
-            // fp32 (traced): the casts are no-ops and the `z` copy is saved; alive are the
-            // `b`/`a` copies, the convolution's output, `g` and the variance, the norm's product
+            // fp32 (traced): the casts are no-ops and the `z` copy is saved; alive beside the
+            // norm's last product (its output, the caller's `out_bytes`) are the `b`/`a` copies,
+            // the convolution's output, `g` and the variance (`train[-cache] fp32 --forward`:
+            // a `[tokens, value_dim]` fp32 product more was counted here, never the peak
+            // without a cache, the forward's with one)
             let b_a = if self.hk > 1 && self.hv > self.hk {
                 2 * t * hv * z
             } else {
                 0
             };
             let conv = if self.pins_conv(z) { 0 } else { b * cd * s * z };
-            return b_a + conv + 2 * t * hv * F + t * vd * F;
+            return b_a + conv + 2 * t * hv * F;
         }
         t * vd * z + self.reorder_copies(z, true) + b * cd * s * z + 2 * t * hv * F + t * vd * F
     }
 
     /// The mixer's locals still alive when `out_proj` allocates its output (the forward's
     /// Python locals go when it returns): the convolution's output (bound to
-    /// `query`/`key`/`value`), the reordering copies (less the `z` copy fp32 saves) and `g`.
-    /// Traced: the forward's peak in fp32 at 300 tokens, hidden 256.
+    /// `query`/`key`/`value`), the reordering copies (less the `z` copy fp32 saves), `g` and,
+    /// with one key head, the norm's `z` copy. Traced: the forward's peak in fp32 at 300
+    /// tokens, hidden 256; the forward's end (`--forward`).
     fn forward_locals(&self, z: u128) -> u128 {
         let saved_z = if z == F && self.hk > 1 {
             self.t * self.vd * z
@@ -380,7 +441,9 @@ impl Sizes {
         } else {
             self.b * self.cd * self.s * z
         };
-        conv + self.reorder_copies(z, false).saturating_sub(saved_z) + self.t * self.hv * F
+        conv + self.reorder_copies(z, false).saturating_sub(saved_z)
+            + self.t * self.hv * F
+            + self.norm_z_copy(z)
     }
 
     /// Bytes alive at the chunk loop's last state update in the forward
@@ -457,6 +520,62 @@ impl Sizes {
             0
         };
         (self.forward_loop(2, g) + full_ll + decayed + chunk).saturating_sub(weighted)
+    }
+
+    /// The training forward's transient above its saved tensors (and, with a cache, above the
+    /// cache's recurrent state and what the last update pins, allocated before it): the highest
+    /// of the gated norm's last cast ([`Sizes::forward_extra`] and the norm's output
+    /// `out_bytes`), the chunk loop's last state update ([`Sizes::forward_loop`], under
+    /// autocast [`Sizes::forward_loop_amp`]), its last output sum and the output's reshape copy
+    /// after the loop (bf16 / fp16 / fp32; autocast keeps its lower bound). `cache` = what the
+    /// last update pins while a training `DynamicCache` holds its result
+    /// ([`Sizes::last_update_pinned`]), `None` without a cache.
+    ///
+    /// With a cache (`output_final_state=True`) the rule returns its final state — the loop's
+    /// last update, alive in the mixer's local `last_recurrent_state` until the forward returns
+    /// — and `update_recurrent_state` copies it into the cache's zero state (`zeros_like`,
+    /// allocated after the rule's locals are freed, transformers 5.23 `cache_utils.py`
+    /// `LinearAttentionLayer.update_recurrent_state`): at the norm both are alive, at the loop
+    /// neither the copy nor anything more (the final state is the update the loop counts).
+    /// Traced with `deltanet_mixer.py B S train-cache PREC dims --forward`
+    /// (`tests::training_forward_with_a_cache_is_the_traced_one`).
+    fn forward_transient(
+        &self,
+        z: u128,
+        g: Grads,
+        amp: bool,
+        out_bytes: u128,
+        cache: Option<u128>,
+    ) -> u128 {
+        let st = self.state();
+        let mut norm = self.forward_extra(z) + out_bytes;
+        let state_add = if amp {
+            self.forward_loop_amp(g)
+        } else {
+            self.forward_loop(z, g)
+        };
+        let mut at_loop = state_add;
+        if !amp {
+            // the last chunk's output (`inter_chunk_attn + intra_chunk_attn[:, :, i] @ v_new`):
+            // the matmul and the sum, two `v_new` chunks, where the state update holds three
+            // states (the peak when `[B, Hv, 64, dv]` outweighs `[B, Hv, dk, dv]`: short heads)
+            let chunk_v = self.b * self.hv * self.l * self.dv * F;
+            at_loop = at_loop.max((state_add + 2 * chunk_v).saturating_sub(3 * st));
+            if self.c > 1 {
+                // `core_attn_out.reshape(..)` copies the padded output after the loop (its
+                // `zeros_like` freed after): the update's product and matmul are freed, and the
+                // update itself unless it is the final state a cache asks for
+                let kept = if cache.is_some() { st } else { 0 };
+                let full_v = self.tp * self.hv * self.dv * F;
+                at_loop = at_loop.max((state_add + full_v + kept).saturating_sub(3 * st));
+            }
+        }
+        if let Some(pinned) = cache {
+            let (_, silu_pad) = self.cache_conv_pad(z);
+            norm += st + silu_pad;
+            at_loop = (at_loop + silu_pad).saturating_sub(st + pinned);
+        }
+        norm.max(at_loop)
     }
 
     /// Highest bytes the composite's backward holds above what is alive when it starts (its
@@ -676,7 +795,16 @@ impl Builder<'_> {
             };
             Some(self.act(d.unsaved(zs, pass).locals, false))
         } else {
-            (!self.amp).then(|| self.act(d.forward_locals(zs), false))
+            // with a training cache, the final state the rule returned is still the local
+            // `last_recurrent_state` ([`Sizes::forward_transient`]), the silu output is the
+            // padded convolution's ([`Sizes::cache_conv_pad`])
+            let final_state = if self.deltanet_state_cache() {
+                d.state() + d.cache_conv_pad(zs).1
+            } else {
+                0
+            };
+            let locals = if self.amp { 0 } else { d.forward_locals(zs) } + final_state;
+            (locals > 0).then(|| self.act(locals, false))
         };
         let (y, _) = self.linear(inner, x_size, rows, lin(LinearRole::SsmOut));
         if let Some(l) = locals {
@@ -715,10 +843,11 @@ impl Builder<'_> {
         // `chunk_decay`: freed with the final state otherwise, [`Sizes::saved`]) lives as long as
         // the cache: the model output's `past_key_values`, dropped after the loss unless the
         // loop keeps the outputs. Measured: one state and one conv state per layer
-        // (`qwen3next-d128-s65-b2-sgd`, `qwen3next-h*`).
-        let state_cache = self.mode.use_cache(self.model)
-            && !self.mode.checkpointing()
-            && !self.mode.kernels().padding_free;
+        // (`qwen3next-d128-s65-b2-sgd`, `qwen3next-h*`). The final state itself is the mixer's
+        // local `last_recurrent_state` until it returns: alive beside the cache's copy at the
+        // gated norm and at `out_proj` ([`Sizes::forward_transient`]; `rnd-t53-000-qwen3next`,
+        // `qwen3next-rnd53-*`, whose forward peaks at the norm).
+        let state_cache = self.deltanet_state_cache();
         if state_cache {
             let conv = self.act(d.b * d.cd * d.k * zs, false);
             self.cache_refs.push(conv);
@@ -740,22 +869,33 @@ impl Builder<'_> {
             a_log: trained(2),
             decay: self.rg(ba) || trained(1) || trained(2),
         };
-        let saved = if self.amp {
+        let mut saved = if self.amp {
             let delta = d.saved_amp_delta(g);
             let base = i128::try_from(d.saved(zs, g)).unwrap_or(i128::MAX);
             u128::try_from(base + delta).unwrap_or(0)
         } else {
             d.saved(zs, g)
         };
-        let kept = self.act(saved, false);
-        let mut extra = d.forward_extra(zs) + out_bytes;
-        extra = extra.max(if self.amp {
-            d.forward_loop_amp(g)
-        } else {
-            d.forward_loop(zs, g)
-        });
-        self.t.transient(extra, Category::Activations);
         if state_cache {
+            saved += d.cache_conv_pad(zs).0;
+        }
+        // with a training cache (bf16 / fp16 / fp32) the saved bytes the unreachable last state
+        // update shares with the reachable graph are one tensor the cache holds too
+        // ([`Sizes::last_update_shared`])
+        let shared_bytes = if state_cache && rg && !self.amp {
+            d.last_update_shared(g).min(saved)
+        } else {
+            0
+        };
+        let kept = self.act(saved - shared_bytes, false);
+        let shared = (shared_bytes > 0).then(|| {
+            let id = self.act(shared_bytes, false);
+            self.cache_refs.push(id);
+            id
+        });
+        // the cache's recurrent state and what the last update pins exist from the rule's end
+        // on; the transient counts the loop before them ([`Sizes::forward_transient`])
+        let cache = state_cache.then(|| {
             let state = self.act(d.state(), false);
             self.cache_refs.push(state);
             let pinned = if !rg {
@@ -768,10 +908,15 @@ impl Builder<'_> {
                 0
             };
             if pinned > 0 {
-                let pinned = self.act(pinned, false);
-                self.cache_refs.push(pinned);
+                let id = self.act(pinned, false);
+                self.cache_refs.push(id);
             }
-        }
+            pinned
+        });
+        self.t.transient(
+            d.forward_transient(zs, g, self.amp, out_bytes, cache),
+            Category::Activations,
+        );
         let out = self.act(out_bytes, rg);
         if rg {
             // the node's model holds its saved tensors, its output's gradient, these
@@ -788,11 +933,14 @@ impl Builder<'_> {
                 .saturating_sub(grad(qkvz) + grad(ba) + param_grads);
             // fp32, one value head per key head: silu saves `z` as a view of the projection's
             // output, which the node then holds ([`Sizes::pins_projection`])
-            let saved = if d.pins_projection(zs) && self.rg(qkvz) {
+            let mut saved = if d.pins_projection(zs) && self.rg(qkvz) {
                 Ids::of(&[qkvz, kept])
             } else {
                 Ids::of(&[kept])
             };
+            if let Some(id) = shared {
+                saved.push(id);
+            }
             self.t.record(Node {
                 saved,
                 inputs: Ids::of(&[qkvz, ba]),
@@ -804,6 +952,15 @@ impl Builder<'_> {
         }
         self.drop_(kept);
         out
+    }
+
+    /// A training forward that builds a `DynamicCache` (`use_cache` on — the config's default
+    /// — no checkpointing, not padding-free; `Qwen3NextModel.forward` creates it), see
+    /// [`Builder::deltanet_inner`].
+    fn deltanet_state_cache(&self) -> bool {
+        self.mode.use_cache(self.model)
+            && !self.mode.checkpointing()
+            && !self.mode.kernels().padding_free
     }
 
     /// Inference: the prefill allocates the layer's fixed-size state (conv state
@@ -859,6 +1016,41 @@ mod tests {
             cd: 2 * hk * dk + hv * dv,
             k,
         }
+    }
+
+    /// memwall's timeline of one mixer's training forward as `Builder::deltanet_mixer` and
+    /// `Builder::deltanet_inner` build it (every parameter trained, the input needing a
+    /// gradient, no autocast): the input `[tokens, hidden]` (the trace registers its storage at
+    /// the first view of it), both projections' outputs, the
+    /// cache's conv state, the saved tensors, the cache's recurrent state and what the last
+    /// update pins, the transient, the norm's output, the locals at `out_proj` and its output
+    /// `[tokens, hidden]`. Returns (the highest bytes alive, those alive when the forward
+    /// returns), what `deltanet_mixer.py B S train[-cache] PREC dims --forward` prints.
+    fn forward_timeline(d: &Sizes, hidden: u128, z: u128, cache: bool) -> (u128, u128) {
+        let g = Grads::ALL;
+        let qkvz = d.t * (2 * d.hk * d.dk + 2 * d.vd) * z;
+        let proj = qkvz + d.t * 2 * d.hv * z;
+        let conv = if cache { d.b * d.cd * d.k * z } else { 0 };
+        let pinned = if cache && d.c == 1 {
+            d.last_update_pinned()
+        } else {
+            0
+        };
+        let state = if cache { d.state() + pinned } else { 0 };
+        let out = d.t * d.vd * z;
+        let saved = d.saved(z, g) + if cache { d.cache_conv_pad(z).0 } else { 0 };
+        let base = proj + conv + saved + state;
+        let transient = d.forward_transient(z, g, false, out, cache.then_some(pinned));
+        let locals = d.forward_locals(z)
+            + if cache {
+                d.state() + d.cache_conv_pad(z).1
+            } else {
+                0
+            };
+        let y = d.t * hidden * z;
+        let peak = y + (base + transient).max(base + out + locals + y);
+        let held = if d.pins_projection(z) { qkvz } else { 0 };
+        (peak, y + held + conv + saved + state + out + y)
     }
 
     /// The backward's peak above its start, as `tools/truth/probes/deltanet_mixer.py B S train
@@ -1051,6 +1243,255 @@ mod tests {
                 est <= bytes && est * 100 >= bytes * 85,
                 "{b} x {s} {dims:?}: {est} vs {bytes}"
             );
+        }
+    }
+
+    /// The training forward without and with a `DynamicCache` against `deltanet_mixer.py B S
+    /// train|train-cache PREC dims --forward` (`peak`, `end`): batch 1–6, 1 to 300 tokens (1–5
+    /// chunks, padded and not, shorter than the kernel), one and more key heads, one to three
+    /// value heads per key head, head widths 16–136, bf16 / fp16 / fp32 (one value head per key
+    /// head in fp32 too, the refused case); the comments name the op at each peak (the state
+    /// update's or the output's `add`, the reshape `clone` after the loop, the norm's last cast
+    /// or product).
+    #[test]
+    fn training_forward_with_a_cache_is_the_traced_one() {
+        // (batch, seq, dims, bytes per element, [(peak, end) without a cache, with one])
+        type Row = (u128, u128, Dims, u128, [(u128, u128); 2]);
+        let traced: &[Row] = &[
+            // fp16: peaks at `add` / `_to_copy`
+            (
+                1,
+                160,
+                (32, 16, 32, 128, 128, 4),
+                2,
+                [(77959808, 65034880), (81162880, 67197568)],
+            ),
+            // fp16: peaks at `add` / `_to_copy`
+            (
+                6,
+                160,
+                (32, 16, 32, 128, 128, 4),
+                2,
+                [(467737088, 390187520), (486955520, 403163648)],
+            ),
+            // bf16: peaks at `add` / `_to_copy`
+            (
+                2,
+                128,
+                (32, 16, 32, 128, 128, 4),
+                2,
+                [(113808128, 92721920), (120230656, 97047296)],
+            ),
+            // fp32: peaks at `add` / `mul`
+            (
+                1,
+                160,
+                (32, 16, 32, 128, 128, 4),
+                4,
+                [(91177600, 74289792), (91824768, 76518016)],
+            ),
+            // bf16: peaks at `add` / `add`
+            (
+                1,
+                1,
+                (64, 2, 4, 16, 16, 4),
+                2,
+                [(590632, 456952), (593960, 481032)],
+            ),
+            // fp16: peaks at `add` / `add`
+            (
+                3,
+                40,
+                (64, 2, 4, 16, 16, 4),
+                2,
+                [(2002320, 1657440), (2005392, 1725072)],
+            ),
+            // bf16: peaks at `add` / `clone`
+            (
+                2,
+                65,
+                (64, 2, 4, 16, 16, 4),
+                2,
+                [(2507344, 2266640), (2517584, 2276880)],
+            ),
+            // fp32: peaks at `mm` / `mm`
+            (
+                1,
+                300,
+                (64, 2, 4, 16, 16, 4),
+                4,
+                [(3934384, 3526384), (3944624, 3532528)],
+            ),
+            // bf16: peaks at `add` / `add`
+            (
+                4,
+                63,
+                (64, 4, 4, 16, 16, 4),
+                2,
+                [(2950336, 2506432), (2956480, 2598656)],
+            ),
+            // fp16: peaks at `_to_copy` / `_to_copy`
+            (
+                1,
+                150,
+                (64, 4, 4, 16, 16, 4),
+                2,
+                [(2051712, 1871712), (2061440, 1877344)],
+            ),
+            // fp32: peaks at `mm` / `mm`
+            (
+                2,
+                100,
+                (64, 4, 4, 16, 16, 4),
+                4,
+                [(2994912, 2985312), (3017440, 2999648)],
+            ),
+            // bf16: peaks at `_to_copy` / `_to_copy`
+            (
+                1,
+                150,
+                (64, 1, 3, 88, 136, 4),
+                2,
+                [(6107248, 5158648), (6399152, 5306936)],
+            ),
+            // fp16: peaks at `add` / `add`
+            (
+                5,
+                1,
+                (256, 1, 4, 64, 96, 4),
+                2,
+                [(8935288, 5010648), (9001848, 5886248)],
+            ),
+            // fp32: peaks at `mm` / `mm`
+            (
+                1,
+                200,
+                (128, 2, 6, 32, 48, 4),
+                4,
+                [(7720528, 6800528), (7800912, 6844048)],
+            ),
+            // bf16: peaks at `add` / `clone`
+            (
+                3,
+                65,
+                (128, 2, 6, 32, 48, 4),
+                2,
+                [(9435292, 8075980), (9555868, 8196556)],
+            ),
+            // bf16: peaks at `add` / `add`
+            (
+                1,
+                64,
+                (256, 2, 4, 128, 64, 4),
+                2,
+                [(2938928, 2016288), (2945072, 2285616)],
+            ),
+            // fp16: peaks at `_to_copy` / `_to_copy`
+            (
+                2,
+                300,
+                (256, 2, 4, 128, 64, 4),
+                2,
+                [(25315584, 22205184), (25852160, 22479616)],
+            ),
+            // bf16: peaks at `_to_copy` / `_to_copy`
+            (
+                1,
+                250,
+                (64, 2, 4, 16, 16, 4),
+                2,
+                [(2840272, 2568272), (2849488, 2573392)],
+            ),
+            // bf16: peaks at `add` / `add`
+            (
+                6,
+                1,
+                (2048, 16, 32, 128, 128, 4),
+                2,
+                [(149162624, 73687424), (150440576, 93594752)],
+            ),
+            // bf16: peaks at `_to_copy` / `_to_copy`
+            (
+                1,
+                300,
+                (64, 2, 4, 16, 16, 4),
+                2,
+                [(3504016, 3177616), (3513232, 3182736)],
+            ),
+            // fp16: peaks at `_to_copy` / `_to_copy`
+            (
+                2,
+                250,
+                (128, 2, 4, 128, 64, 4),
+                2,
+                [(20488576, 17768576), (21025152, 18043008)],
+            ),
+            // bf16: peaks at `add` / `clone`
+            (
+                6,
+                70,
+                (64, 2, 4, 16, 16, 4),
+                2,
+                [(7574976, 6867264), (7605696, 6897984)],
+            ),
+            // fp32: peaks at `add` / `add`
+            (
+                2,
+                3,
+                (64, 2, 4, 16, 16, 4),
+                4,
+                [(1195520, 928352), (1202688, 977536)],
+            ),
+            // bf16: peaks at `add` / `add`
+            (
+                3,
+                2,
+                (64, 1, 3, 88, 136, 4),
+                2,
+                [(5835328, 3013396), (5870368, 3677368)],
+            ),
+            // fp32: peaks at `mm` / `mm`
+            (
+                1,
+                200,
+                (64, 4, 4, 16, 16, 4),
+                4,
+                [(2992608, 2983008), (3003872, 2990176)],
+            ),
+            // fp32: peaks at `add` / `add`
+            (
+                2,
+                64,
+                (128, 4, 4, 32, 32, 4),
+                4,
+                [(2630720, 2489376), (2643008, 2602048)],
+            ),
+            // fp16: peaks at `_to_copy` / `_to_copy`
+            (
+                1,
+                129,
+                (64, 1, 3, 88, 136, 4),
+                2,
+                [(5720050, 4904254), (6011954, 5052542)],
+            ),
+            // bf16: peaks at `add` / `_to_copy`
+            (
+                4,
+                100,
+                (32, 16, 32, 128, 128, 4),
+                2,
+                [(214652160, 169748736), (216458496, 178399488)],
+            ),
+        ];
+        for &(b, s, dims, z, traced) in traced {
+            let d = sizes(b, s, dims);
+            for (cache, bytes) in [false, true].into_iter().zip(traced) {
+                assert_eq!(
+                    forward_timeline(&d, dims.0, z, cache),
+                    bytes,
+                    "{b} x {s} {dims:?} z {z} cache {cache}"
+                );
+            }
         }
     }
 
