@@ -20,6 +20,14 @@ struct Row {
     note: Option<String>,
 }
 
+/// A config transformers raised on (`count_params.py` writes its error instead of counts).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Uncountable {
+    file: String,
+    error: String,
+}
+
 #[test]
 fn every_counted_config_matches_transformers_exactly() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -27,7 +35,21 @@ fn every_counted_config_matches_transformers_exactly() {
         std::fs::read_to_string(root.join("tests/truth/params.jsonl")).expect("params.jsonl");
     let mut checked = 0;
     let mut catalogue = 0;
+    let (mut uncountable, mut refused) = (0, 0);
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        if let Ok(failed) = serde_json::from_str::<Uncountable>(line) {
+            // transformers itself cannot build this config (count_params.py records its error):
+            // memwall must refuse it too, not estimate a model that cannot exist
+            let json = std::fs::read_to_string(root.join(&failed.file)).expect("config");
+            assert!(
+                memwall_formats::parse_hf_config(&json).is_err(),
+                "{}: transformers fails ({}) but memwall accepts it",
+                failed.file,
+                failed.error
+            );
+            uncountable += 1;
+            continue;
+        }
         let row: Row = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
         let path = root.join(&row.file);
         let Ok(json) = std::fs::read_to_string(&path) else {
@@ -39,8 +61,17 @@ fn every_counted_config_matches_transformers_exactly() {
             );
             continue;
         };
-        let desc =
-            memwall_formats::parse_hf_config(&json).unwrap_or_else(|e| panic!("{}: {e}", row.file));
+        let desc = match memwall_formats::parse_hf_config(&json) {
+            Ok(d) => d,
+            // an option refused by name (a random sample's draw no released checkpoint sets,
+            // listed under [[refused]] in tests/truth/known_gaps.toml): nothing to count
+            Err(e @ memwall_formats::FormatError::Unsupported { .. }) => {
+                assert!(e.to_string().contains("not supported"), "{}: {e}", row.file);
+                refused += 1;
+                continue;
+            }
+            Err(e) => panic!("{}: {e}", row.file),
+        };
         let c = desc.param_counts().expect("counts");
         assert_eq!(
             c.total, row.params_total,
@@ -60,6 +91,8 @@ fn every_counted_config_matches_transformers_exactly() {
         }
     }
     assert!(checked >= 80, "{checked}");
+    // the few configs transformers cannot build or memwall refuses by name stay a few
+    assert!(uncountable + refused <= 8, "{uncountable} uncountable, {refused} refused");
     assert_eq!(
         catalogue,
         memwall_catalog::models().len(),
