@@ -117,12 +117,15 @@ fn main() {
 /// Copies `data/gpus.toml` into OUT_DIR for `include_str!`. A missing file yields an empty table
 /// and a build warning; the crate's tests reject an empty or unsourced table.
 fn embed_gpu_table() {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/gpus.toml");
+    // the manifest directory of this build, read when the script runs: `env!` would bake in
+    // the directory the script was compiled in, and a target directory shared by two checkouts
+    // (a git worktree) then read the other checkout's table — or, once it was removed, none
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
+    let src = manifest.join("../../data/gpus.toml");
     println!("cargo:rerun-if-changed={}", src.display());
-    let text = std::fs::read_to_string(&src).unwrap_or_else(|_| {
-        println!("cargo:warning=data/gpus.toml is missing: the GPU table is empty");
-        "gpu = []\n".to_owned()
-    });
+    // no table, no build: an empty GPU catalogue would make every `--gpu` an unknown id
+    let text = std::fs::read_to_string(&src)
+        .unwrap_or_else(|e| panic!("memwall-catalog: cannot read {}: {e}", src.display()));
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default()).join("gpus.toml");
     if let Err(e) = std::fs::write(&out, text) {
         panic!("cannot write {}: {e}", out.display());
