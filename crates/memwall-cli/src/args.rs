@@ -1097,7 +1097,9 @@ impl TrainSettings {
             if titan {
                 // torchtitan's TP is checked by `memory/titan` (a `tp` > 1 layout would
                 // otherwise be validated as Megatron-LM's)
-                // and so is its PP (validated as Megatron-LM's otherwise)
+                // and so is its PP (validated as Megatron-LM's otherwise); HSDP with either is
+                // refused first, by name (not measured)
+                memwall_core::memory::titan::check_hsdp(&l)?;
                 let mut dp_only = l.clone();
                 dp_only.tp = 1;
                 dp_only.sequence_parallel = false;

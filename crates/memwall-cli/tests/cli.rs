@@ -1290,6 +1290,84 @@ fn the_torchtitan_runtime_estimates_plans_and_refuses_by_name() {
     );
 }
 
+/// `--runtime torchtitan --strategy hsdp`: torchtitan's HSDP (`data_parallel_replicate_degree`
+/// = gpus / gpus-per-node over `data_parallel_shard_degree` = gpus-per-node) holds the FSDP2
+/// step of one shard group (measured: the all-reduce runs in place on the gradient shards);
+/// the emitted launch writes both degrees; HSDP with TP or PP exits 2 naming the flag.
+#[test]
+fn the_torchtitan_runtime_runs_hsdp_across_nodes() {
+    let titan = |extra: &[&str]| {
+        run(&[
+            &[
+                "train",
+                "-m",
+                "llama-3.1-8b",
+                "--runtime",
+                "torchtitan",
+                "--precision",
+                "amp-bf16",
+                "--seq",
+                "2048",
+            ][..],
+            extra,
+        ]
+        .concat())
+    };
+    let peak = |extra: &[&str]| {
+        let (code, out, err) = titan(&[extra, &["--json"]].concat());
+        assert_eq!(code, 0, "{extra:?}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["peak_bytes"].as_u64().unwrap()
+    };
+    let hsdp = peak(&["--strategy", "hsdp", "--gpus", "32", "--gpus-per-node", "8"]);
+    assert_eq!(hsdp, peak(&["--gpus", "8"]));
+    assert_ne!(hsdp, peak(&["--gpus", "32"]));
+    let (code, out, err) = titan(&["--strategy", "hsdp", "--gpus", "16", "--gpus-per-node", "8"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("all 16 ranks (a dp_replicate 2 × dp_shard 8 mesh)"),
+        "{out}"
+    );
+    let (code, out, err) = titan(&[
+        "--strategy",
+        "hsdp",
+        "--gpus",
+        "16",
+        "--gpus-per-node",
+        "8",
+        "--emit",
+        "torchtitan",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    for line in [
+        "--parallelism.data-parallel-replicate-degree 2",
+        "--parallelism.data-parallel-shard-degree 8",
+        "--parallelism.fsdp-reshard-after-forward default",
+        "--nnodes 2 --nproc-per-node 8",
+    ] {
+        assert!(out.contains(line), "{line}: {out}");
+    }
+    let mut transcripts = String::new();
+    for (extra, flag) in [
+        (&["--tp", "2"][..], "--tp `2`"),
+        (&["--pp", "2", "--grad-accum", "2"][..], "--pp `2`"),
+    ] {
+        let args = [
+            &["--strategy", "hsdp", "--gpus", "16", "--gpus-per-node", "8"][..],
+            extra,
+        ]
+        .concat();
+        let (code, _, err) = titan(&args);
+        assert_eq!(code, 2, "{extra:?}: {err}");
+        assert!(
+            err.contains(flag) && err.contains("HSDP") && err.contains("hint:"),
+            "{extra:?}: {err}"
+        );
+        transcripts.push_str(&format!("$ … {}\n{err}\n", args.join(" ")));
+    }
+    insta::assert_snapshot!("train_torchtitan_hsdp_refusals", transcripts);
+}
+
 /// `--runtime torchtitan` on Qwen 3: the dense models (tied or not) run torchtitan's own qwen3 model;
 /// the emitted launch names the config torchtitan ships for exactly these shapes, and refuses
 /// one it has none for instead of writing a wrong flavour; Qwen 3 MoE runs torchtitan's MoE

@@ -1143,6 +1143,9 @@ struct TitanCase {
     /// `enable_sequence_parallel` (present with `tp`)
     #[serde(default)]
     sequence_parallel: Option<bool>,
+    /// `data_parallel_replicate_degree` (absent: 1): HSDP, dp_shard = world / dp_replicate
+    #[serde(default)]
+    dp_replicate: Option<u64>,
     /// MoE flavours: the router gate ran in fp32, as CUDA autocast runs it (emulated on CPU)
     #[serde(default)]
     #[allow(dead_code)]
@@ -1259,10 +1262,17 @@ fn titan_rows() -> Vec<TitanRow> {
             r.parse::<Float8Recipe>()
                 .unwrap_or_else(|e| panic!("{}: {e}", c.id))
         });
+        // HSDP: `--strategy hsdp` with `--gpus-per-node` = the shard group
+        let replicas = c.dp_replicate.unwrap_or(1);
+        let dp_shard = c.world_size / replicas;
         let layout = Layout {
             gpus: c.world_size,
-            gpus_per_node: c.world_size,
-            strategy: Strategy::FsdpFull,
+            gpus_per_node: dp_shard,
+            strategy: if replicas > 1 {
+                Strategy::Hsdp
+            } else {
+                Strategy::FsdpFull
+            },
             tp: c.tp.unwrap_or(1),
             sequence_parallel: c.sequence_parallel.unwrap_or(false),
             pp: 1,
@@ -1286,7 +1296,7 @@ fn titan_rows() -> Vec<TitanRow> {
         .unwrap_or_else(|err| panic!("{}: {err}", c.id));
         let job = Job {
             shapes: memwall_core::memory::titan::shapes(&desc).unwrap(),
-            world: c.world_size,
+            world: dp_shard,
             tp: c.tp.unwrap_or(1),
             batch: c.batch,
             seq: c.seq,

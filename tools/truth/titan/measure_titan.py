@@ -33,6 +33,10 @@ def measure_one(argv: list[str]) -> dict:
     # `spmd_backend = "spmd_types"` (loss parallel: `_LossParallelCrossEntropy` whenever the tp
     # mesh is larger than 1, components/loss.py) and `compile.enable_async_tensor_parallel = False`
     ap.add_argument("--tp", type=int, default=1)
+    # HSDP: `parallelism.data_parallel_replicate_degree`; the mesh is dp_replicate × dp_shard
+    # (× tp), dp_shard = world / (dp_replicate · tp · pp), and `apply_fsdp_to_decoder` gets the
+    # 2-D ["dp_replicate", "fsdp"] mesh (models/llama3/parallelize.py)
+    ap.add_argument("--dp-replicate", type=int, default=1)
     ap.add_argument("--no-sp", action="store_true")
     # probe: one forward under saved_tensors_hooks, the bytes autograd saves per top-level
     # module (deduplicated by storage), printed instead of a measurement
@@ -129,11 +133,26 @@ def measure_one(argv: list[str]) -> dict:
 
     model_registry = importlib.import_module(f"torchtitan.models.{args.model}").model_registry
 
+    if args.dp_replicate > 1:
+        # HSDP: `fully_shard` concatenates the replicate and shard meshes itself
+        # (`_fsdp_init.py` `_get_mesh_info_from_named_dims` → `DeviceMesh._concatenate`), inside
+        # the FakeTensorMode the model is parallelised under; the rank map is a real int tensor,
+        # so the mesh is built outside the fake mode (as the other meshes are: memory-neutral)
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        from torch.distributed.device_mesh import DeviceMesh
+
+        _concat = DeviceMesh._concatenate
+
+        def _concatenate_real(*a, **k):
+            with unset_fake_temporarily():
+                return _concat(*a, **k)
+
+        DeviceMesh._concatenate = staticmethod(_concatenate_real)
     W = args.world
     os.environ.setdefault("WORLD_SIZE", str(W))
     os.environ.setdefault("LOCAL_RANK", "0")
-    if W % (args.pp * args.tp):
-        raise SystemExit(f"world {W} is not a multiple of pp {args.pp} x tp {args.tp}")
+    if W % (args.pp * args.tp * args.dp_replicate):
+        raise SystemExit(f"world {W} is not a multiple of pp {args.pp} x tp {args.tp} x dp_replicate {args.dp_replicate}")
     rank = args.pp_rank * (W // args.pp)
     dist.init_process_group("fake", rank=rank, world_size=W, store=FakeStore())
 
@@ -162,7 +181,8 @@ def measure_one(argv: list[str]) -> dict:
     config.optimizer.implementation = args.optim
     if W % args.tp:
         raise SystemExit(f"world {W} is not a multiple of tp {args.tp}")
-    config.parallelism.data_parallel_shard_degree = W // (args.tp * args.pp)
+    config.parallelism.data_parallel_shard_degree = W // (args.tp * args.pp * args.dp_replicate)
+    config.parallelism.data_parallel_replicate_degree = args.dp_replicate
     config.parallelism.pipeline_parallel_degree = args.pp
     config.parallelism.pipeline_parallel_schedule = args.schedule
     config.parallelism.pipeline_parallel_microbatch_size = args.mbs
@@ -360,6 +380,7 @@ def result(args, W, snap, first, mt, t0, n_gates=0) -> dict:
         "flavor": args.flavor, **({"untied": True} if args.untie else {}), "layers": args.layers, "world_size": W, "batch": args.batch,
         "seq": args.seq, "activation_checkpoint": args.ac, "loss": args.loss,
         **({"tp": args.tp, "sequence_parallel": not args.no_sp} if args.tp > 1 else {}),
+        **({"dp_replicate": args.dp_replicate} if args.dp_replicate > 1 else {}),
         "attention": args.attn + ("-stub" if args.attn_stub else ""),
         **({"tensors": "real"} if args.real else {}),
         **({"reshard_after_forward": args.reshard} if args.reshard != "default" else {}),
@@ -754,6 +775,23 @@ CASES = [
     ("titan-fp8-8b-8l-w2-s1024-rowwise-fullac", ["--layers", "8", "--world", "2", "--seq", "1024", "--loss", "ce", "--float8", "rowwise", "--ac", "full"]),
     ("titan-fp8-8b-4l-w2-s2048-rowwise", ["--layers", "4", "--world", "2", "--seq", "2048", "--loss", "ce", "--float8", "rowwise"]),
     ("titan-fp8-qwen3-8b-2l-w8-s2048-rowwise-selective", ["--model", "qwen3", "--flavor", "8B", "--layers", "2", "--world", "8", "--seq", "2048", "--loss", "ce", "--float8", "rowwise", "--ac", "selective"]),
+    # eighth batch (issue 15, h26): HSDP, `data_parallel_replicate_degree` R > 1 with dp_shard S
+    # = world / R: `fully_shard` on the 2-D ["dp_replicate", "fsdp"] mesh (shards within S, the
+    # reduce-scatter output all-reduced in place across R; see README "HSDP")
+    ("titan-hsdp-8b-2l-r2s4-s1024", ["--layers", "2", "--world", "8", "--dp-replicate", "2", "--seq", "1024", "--loss", "ce"]),
+    ("titan-hsdp-8b-4l-r4s8-s2048-fullac", ["--layers", "4", "--world", "32", "--dp-replicate", "4", "--seq", "2048", "--loss", "ce", "--ac", "full"]),
+    ("titan-hsdp-8b-3l-r2s2-b2s1024-selac", ["--layers", "3", "--world", "4", "--dp-replicate", "2", "--batch", "2", "--seq", "1024", "--loss", "ce", "--ac", "selective"]),
+    ("titan-hsdp-8b-1l-r3s6-s512-foreach", ["--layers", "1", "--world", "18", "--dp-replicate", "3", "--seq", "512", "--loss", "ce", "--optim", "foreach"]),
+    ("titan-hsdp-70b-2l-r2s8-s2048", ["--flavor", "70B", "--layers", "2", "--world", "16", "--dp-replicate", "2", "--seq", "2048", "--loss", "ce"]),
+    ("titan-hsdp-70b-1l-r4s4-s1024-fullac", ["--flavor", "70B", "--layers", "1", "--world", "16", "--dp-replicate", "4", "--seq", "1024", "--loss", "ce", "--ac", "full"]),
+    ("titan-hsdp-qwen3-8b-2l-r2s4-s2048-selac", ["--model", "qwen3", "--flavor", "8B", "--layers", "2", "--world", "8", "--dp-replicate", "2", "--seq", "2048", "--loss", "ce", "--ac", "selective"]),
+    ("titan-hsdp-qwen3-14b-2l-r4s2-s1024", ["--model", "qwen3", "--flavor", "14B", "--layers", "2", "--world", "8", "--dp-replicate", "4", "--seq", "1024", "--loss", "ce"]),
+    ("titan-hsdp-qwen3-32b-3l-r2s8-b2s1024-fullac", ["--model", "qwen3", "--flavor", "32B", "--layers", "3", "--world", "16", "--dp-replicate", "2", "--batch", "2", "--seq", "1024", "--loss", "ce", "--ac", "full"]),
+    # the tied unit, the MoE blocks (experts on their own `efsdp` mesh, replicated the same way)
+    # and float8 linears (run with /work/venvs/titan-fp8) under HSDP
+    ("titan-hsdp-qwen3tied-1.7b-2l-r2s4-s1024", ["--model", "qwen3", "--flavor", "1.7B", "--layers", "2", "--world", "8", "--dp-replicate", "2", "--seq", "1024", "--loss", "ce"]),
+    ("titan-hsdp-qwen3moe-30b-2l-r2s8-s1024", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "2", "--world", "16", "--dp-replicate", "2", "--seq", "1024", "--loss", "ce"]),
+    ("titan-fp8-hsdp-8b-2l-r2s4-s2048-rowwise", ["--layers", "2", "--world", "8", "--dp-replicate", "2", "--seq", "2048", "--loss", "ce", "--float8", "rowwise"]),
 ]
 
 
@@ -855,6 +893,11 @@ CROSSCHECKS = [
     ("xc-titan-fp8-debug-2l-w4-b2s256-gwhp-fullac", ["--flavor", "debugmodel", "--layers", "2", "--world", "4", "--batch", "2", "--seq", "256", "--float8", "rowwise_with_gw_hp", "--ac", "full"]),
     ("xc-titan-fp8-debug-3l-w8-s512-rowwise-selac-never", ["--flavor", "debugmodel", "--layers", "3", "--world", "8", "--seq", "512", "--float8", "rowwise", "--ac", "selective", "--reshard", "never"]),
     ("xc-titan-debug-2l-w4-s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "4", "--seq", "256"]),
+    # HSDP (h26): the 2-D ["dp_replicate", "fsdp"] mesh, the reduce-scatter output all-reduced in
+    # place over the replicate group (a no-op collective on the fake process group, both sides)
+    ("xc-titan-hsdp-debug-2l-w4-r2s2-s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "4", "--dp-replicate", "2", "--seq", "256"]),
+    ("xc-titan-hsdp-debug-3l-w8-r2s4-b2s256-selac", ["--flavor", "debugmodel", "--layers", "3", "--world", "8", "--dp-replicate", "2", "--batch", "2", "--seq", "256", "--ac", "selective"]),
+    ("xc-titan-hsdp-qwen3-debug-2l-w12-r3s4-s256-fullac", ["--model", "qwen3", "--flavor", "debugmodel", "--untie", "--layers", "2", "--world", "12", "--dp-replicate", "3", "--seq", "256", "--ac", "full"]),
     ("xc-titan-debug-2l-w4-tp2-s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "4", "--tp", "2", "--seq", "256"]),
     ("xc-titan-debug-2l-w2-tp2-s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "2", "--tp", "2", "--seq", "256"]),
     ("xc-titan-debug-3l-w8-tp4-b2s256-selac", ["--flavor", "debugmodel", "--layers", "3", "--world", "8", "--tp", "4", "--batch", "2", "--seq", "256", "--ac", "selective"]),

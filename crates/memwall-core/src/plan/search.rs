@@ -114,7 +114,7 @@ pub struct PlanRequest {
     /// Kernel semantics to simulate.
     pub kernels: Kernels,
     /// Whose training code the plans run (`--runtime`): torchtitan plans are FSDP2 layouts
-    /// (fsdp-full, fsdp-grad-op) simulated by `memory/titan`, one micro-batch per rank per step.
+    /// (fsdp-full, fsdp-grad-op, hsdp across nodes) simulated by `memory/titan`, one micro-batch per rank per step.
     pub runtime: crate::memory::titan::Runtime,
 }
 
@@ -276,6 +276,14 @@ fn layouts(model: &ModelDesc, r: &PlanRequest) -> Vec<Option<Layout>> {
                     out.push(Some(l));
                 }
             }
+        }
+        // its HSDP as measured (`memory/titan` `check_hsdp`): replicas across nodes of FSDP2
+        // within a node, without TP or PP
+        if r.gpus > base.gpus_per_node && r.gpus.is_multiple_of(base.gpus_per_node) {
+            out.push(Some(Layout {
+                strategy: Strategy::Hsdp,
+                ..base.clone()
+            }));
         }
         // its pipeline parallelism as measured (`memory/titan/pipeline.rs`): FSDP2 over
         // dp_shard ≥ 2 ranks per stage, no TP, 1F1B, GPipe or Interleaved1F1B with its two

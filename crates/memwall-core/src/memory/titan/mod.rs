@@ -104,13 +104,15 @@ pub const CAPABILITIES: Capabilities = Capabilities {
              fake dp_shard × tp and pp × dp_shard meshes, tests/truth/titan.jsonl, \
              titan_pp.jsonl; memory/titan/)",
     strategies: Rule {
-        allowed: &[Strategy::FsdpFull, Strategy::FsdpGradOp],
+        allowed: &[Strategy::FsdpFull, Strategy::FsdpGradOp, Strategy::Hsdp],
         note: "fsdp-full = `fsdp_reshard_after_forward = \"default\"` (blocks and embeddings \
-               reshard after forward, `[norm, lm_head]` does not); fsdp-grad-op = \"never\"",
-        refused: "torchtitan's data parallelism is FSDP2 (`data_parallel_shard_degree`); its \
-                  HSDP (`data_parallel_replicate_degree` > 1) is not measured, and DDP / ZeRO \
-                  are other runtimes",
-        hint: "use --strategy fsdp-full or fsdp-grad-op, or drop --runtime torchtitan",
+               reshard after forward, `[norm, lm_head]` does not); fsdp-grad-op = \"never\"; \
+               hsdp = `data_parallel_replicate_degree = gpus / gpus-per-node` with \
+               `data_parallel_shard_degree = gpus-per-node` (FSDP2 on the 2-D [\"dp_replicate\", \
+               \"fsdp\"] mesh, \"default\" resharding; measured)",
+        refused: "torchtitan's data parallelism is FSDP2 (`data_parallel_shard_degree`, and \
+                  `data_parallel_replicate_degree` for HSDP); DDP / ZeRO are other runtimes",
+        hint: "use --strategy fsdp-full, fsdp-grad-op or hsdp, or drop --runtime torchtitan",
     },
     optimizers: Rule {
         allowed: &[Optimizer::AdamwFused, Optimizer::Adamw],
@@ -515,6 +517,7 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
             ));
         }
     }
+    check_hsdp(layout)?;
     check_tp(model, w, layout)?;
     check_pp(model, w, layout)?;
     // the layout's own checks, with torchtitan's TP and PP (checked above) in place of
@@ -604,8 +607,12 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
             ));
         }
         if let Some(m) = s.moe {
-            // the FSDP mesh: `dp_shard = gpus / (tp · pp)`
-            let dp_shard = layout.gpus / layout.tp.max(1) / layout.pp.max(1);
+            // the FSDP mesh: `dp_shard = gpus / (tp · pp)`, the shard group under HSDP
+            let dp_shard = if layout.strategy == Strategy::Hsdp {
+                layout.shard_group()
+            } else {
+                layout.gpus / layout.tp.max(1) / layout.pp.max(1)
+            };
             if dp_shard > m.experts {
                 return Err(refuse(
                     "gpus",
@@ -613,13 +620,56 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
                     "not measured: with more FSDP ranks than experts torchtitan shards the \
                      experts on their hidden dim (`Shard(1)`, distributed/fsdp.py), whose \
                      gradient re-layout before the reduce-scatter is not simulated",
-                    "use at most as many FSDP ranks (gpus / (tp × pp)) as the model has experts \
-                     with --runtime torchtitan",
+                    "use at most as many FSDP ranks (gpus / (tp × pp); gpus-per-node under \
+                     hsdp) as the model has experts with --runtime torchtitan",
                 ));
             }
         }
     }
     Ok(s)
+}
+
+/// torchtitan's HSDP as measured (`tests/truth/titan.jsonl`, `titan-hsdp-*`):
+/// `data_parallel_replicate_degree = gpus / gpus_per_node` replicas of `data_parallel_shard_degree
+/// = gpus_per_node` FSDP2 shards, Llama 3 and Qwen 3 (dense, tied, MoE), bf16 or float8
+/// linears; no TP, no PP.
+///
+/// `fully_shard` on the 2-D `["dp_replicate", "fsdp"]` mesh (torchtitan 0.3.0
+/// `models/llama3/parallelize.py`, `distributed/fsdp.py` `apply_fsdp_to_decoder`) shards each
+/// parameter within the shard group only, so every buffer of the step is the FSDP2 step's on
+/// `dp_shard` ranks: torch 2.15 `distributed/fsdp/_fully_shard/_fsdp_collectives.py`
+/// `foreach_reduce` reduce-scatters over the shard group into `reduce_output` (the fp32
+/// gradient shard itself, viewed as the sharded gradients), then `dist.all_reduce(reduce_output,
+/// group=all_reduce_group)` **in place** (`all_reduce_input = reduce_output` kept in
+/// `FSDPParamGroup._all_reduce_state`, the same storage, `_fsdp_param_group.py`); with an fp32
+/// `reduce_dtype` `_get_gradient_divide_factors` gives `ReduceOp.AVG` to both collectives, so
+/// no division buffer either. Measured: the allocation logs (`--debug`) of dp_replicate 2 ×
+/// dp_shard 4 and of FSDP2 on 4 ranks are identical, event for event (and the MoE experts'
+/// `efsdp` mesh is replicated the same way: `titan-hsdp-qwen3moe-30b-2l-r2s8-s1024` measures the
+/// bytes of `titan-qwen3moe-30b-2l-w8-s1024`).
+pub fn check_hsdp(layout: &Layout) -> Result<(), CoreError> {
+    if layout.strategy != Strategy::Hsdp {
+        return Ok(());
+    }
+    const HINT: &str = "use --strategy fsdp-full with it (torchtitan's FSDP2 over dp_shard is \
+                        measured), or drop --runtime torchtitan";
+    for (field, value, reason) in [
+        (
+            "tp",
+            layout.tp,
+            "not measured: torchtitan's HSDP combined with tensor parallelism",
+        ),
+        (
+            "pp",
+            layout.pp,
+            "not measured: torchtitan's HSDP combined with pipeline parallelism",
+        ),
+    ] {
+        if value > 1 {
+            return Err(refuse(field, value, reason, HINT));
+        }
+    }
+    Ok(())
 }
 
 /// torchtitan's tensor parallelism as measured: `tensor_parallel_degree` with its default
@@ -902,9 +952,15 @@ pub fn simulate_train_titan(
             "use the default reshard policy for a MoE model with --runtime torchtitan",
         ));
     }
+    // HSDP: the step of FSDP2 over the shard group (`check_hsdp`); the replicas add nothing
+    let world = if layout.strategy == Strategy::Hsdp {
+        layout.shard_group()
+    } else {
+        layout.gpus
+    };
     let job = step::Job {
         shapes: s,
-        world: layout.gpus,
+        world,
         tp: layout.tp,
         batch: w.batch,
         seq: w.seq,
@@ -951,6 +1007,12 @@ pub fn simulate_train_titan(
     let group = RankGroup {
         label: if layout.gpus == 1 {
             "rank 0 (an FSDP mesh of one)".to_owned()
+        } else if layout.strategy == Strategy::Hsdp {
+            format!(
+                "all {} ranks (a dp_replicate {} × dp_shard {world} mesh)",
+                layout.gpus,
+                layout.gpus / world.max(1)
+            )
         } else if layout.tp > 1 {
             format!(
                 "all {} ranks (a dp_shard {} × tp {} mesh)",

@@ -134,7 +134,7 @@ fn what_torchtitan_does_not_run_is_refused_by_name() {
     let w = workload(1, 128, Some(CheckpointPolicy::SelectiveAttn));
     assert_eq!(field(run(&w, &l)), "checkpointing_policy");
     let w = workload(1, 128, None);
-    for s in [Strategy::Ddp, Strategy::Zero3, Strategy::Hsdp] {
+    for s in [Strategy::Ddp, Strategy::Zero3] {
         assert_eq!(field(run(&w, &layout(16, s))), "strategy", "{s:?}");
     }
     // tensor parallelism runs with sequence parallelism (torchtitan's default) only
@@ -181,6 +181,52 @@ fn what_torchtitan_does_not_run_is_refused_by_name() {
         )),
         "model_type"
     );
+}
+
+/// HSDP (`--strategy hsdp`): replicas of the FSDP2 step over the shard group (`gpus_per_node`),
+/// byte for byte (measured: the all-reduce runs in place on the reduce-scatter output); every
+/// rank in one group; HSDP with TP or PP is refused by name.
+#[test]
+fn hsdp_is_the_fsdp2_step_of_its_shard_group() {
+    let m = model(2);
+    let w = workload(1, 1024, Some(CheckpointPolicy::Full));
+    let run = |l: &Layout| simulate_train_titan(&m, &w, l, &TitanOptions::default());
+    let hsdp = run(&layout(32, Strategy::Hsdp)).unwrap();
+    let one_node = run(&layout(8, Strategy::FsdpFull)).unwrap();
+    let all = run(&layout(32, Strategy::FsdpFull)).unwrap();
+    assert_eq!(hsdp.peak_bytes, one_node.peak_bytes);
+    assert_eq!(hsdp.groups[0].at_peak, one_node.groups[0].at_peak);
+    assert!(all.peak_bytes < hsdp.peak_bytes);
+    assert_eq!(hsdp.groups.len(), 1);
+    assert_eq!(hsdp.groups[0].ranks.len(), 32);
+    assert_eq!(
+        hsdp.groups[0].label,
+        "all 32 ranks (a dp_replicate 4 × dp_shard 8 mesh)"
+    );
+    assert_eq!((hsdp.dp, hsdp.global_batch), (32, 32));
+    let tp = Layout {
+        tp: 2,
+        sequence_parallel: true,
+        ..layout(32, Strategy::Hsdp)
+    };
+    assert_eq!(field(run(&tp)), "tp");
+    let pp = Layout {
+        pp: 2,
+        ..layout(32, Strategy::Hsdp)
+    };
+    let mut wpp = w.clone();
+    wpp.grad_accum = 2;
+    assert_eq!(
+        field(simulate_train_titan(
+            &m,
+            &wpp,
+            &pp,
+            &TitanOptions::default()
+        )),
+        "pp"
+    );
+    // one node is not HSDP (the layout's own rule)
+    assert!(run(&layout(8, Strategy::Hsdp)).is_err());
 }
 
 /// Op-level SAC runs on the transformers model too (`memory/hf/sac.rs`): the hf, DDP and FSDP2
