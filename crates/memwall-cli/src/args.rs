@@ -774,7 +774,8 @@ pub struct TrainArgs {
     /// or `torchtitan` (torchtitan 0.3.0's own Llama 3 or Qwen 3 (dense, MoE) under FSDP2, with its
     /// tensor + sequence parallelism for --tp > 1 (--tp implies --sequence-parallel, torchtitan's
     /// default) or, for Llama 3, its pipeline parallelism for --pp > 1 (-b = microbatch size,
-    /// --grad-accum = microbatches); needs --precision amp-bf16, defaults --strategy to fsdp-full).
+    /// --grad-accum = microbatches), or its HSDP with --strategy hsdp (replicas across nodes of
+    /// FSDP2 over --gpus-per-node); needs --precision amp-bf16, defaults --strategy to fsdp-full).
     #[arg(long, value_parser = named::<Runtime>(), default_value = "hf")]
     pub runtime: Runtime,
     /// Activation offloading to host: the model's forward (loss included) runs under

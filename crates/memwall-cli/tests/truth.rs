@@ -1462,11 +1462,12 @@ fn titan_section(rows: &[TitanRow]) -> String {
         "\n## torchtitan runtime profile (`--runtime torchtitan`; `tests/truth/titan.jsonl`)\n\n\
          torchtitan 0.3.0's own Llama 3 and Qwen 3 (dense, MoE) steps (its models, FSDP2 units and \
          reshard policy, FullAC / SelectiveAC, CrossEntropyLoss, fused or foreach AdamW, TP + SP, \
-         float8 linears: `titan-fp8-*`, torchtitan's Float8LinearConverter over torchao 0.18.0) \
+         float8 linears: `titan-fp8-*`, torchtitan's Float8LinearConverter over torchao 0.18.0; \
+         HSDP: `*-hsdp-*`, dp_replicate R × dp_shard S as `-rRsS`) \
          on a fake process group, measured by \
          `tools/truth/titan/measure_titan.py` with FSDPMemTracker (rank 0, steady step); \
          estimates: `memory/titan` (`--runtime torchtitan --precision amp-bf16 --strategy \
-         fsdp-full`).\n",
+         fsdp-full`, or `--strategy hsdp --gpus-per-node S`).\n",
     )
 }
 

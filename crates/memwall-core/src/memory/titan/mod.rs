@@ -29,6 +29,10 @@
 //!   schedule orders (each stage's gradient reduction right after its last backward) and FSDP2
 //!   without resharding under PP, one pp rank at a time (see `pipeline.rs`); measured on a fake
 //!   pp × dp_shard mesh.
+//! - HSDP (`--strategy hsdp`, `data_parallel_replicate_degree = gpus / gpus_per_node` over
+//!   `data_parallel_shard_degree = gpus_per_node`): every rank runs the FSDP2 step of its shard
+//!   group, byte for byte (the gradient all-reduce across replicas is in place; see
+//!   [`check_hsdp`]); measured on a fake dp_replicate × dp_shard mesh.
 //!
 //! The step is a timeline of named instants, each summing what is alive then ([`instants`]);
 //! the peak is the largest. The tensors saved per block were read off the model with
@@ -40,7 +44,7 @@
 //! Refused by name (the capability row [`CAPABILITIES`] and [`check`]): tensor parallelism
 //! without sequence parallelism and degrees that do not divide the heads, key/value heads and
 //! feed-forward width, context and expert parallelism (not measured here), pipeline
-//! parallelism with TP or tied embeddings (torchtitan refuses those), HSDP, CPU offload, float8 with TP, PP, MoE or tied embeddings and its `tensorwise` recipe and float8 all-gather (not in torchtitan 0.3.0; see `float8.rs`),
+//! parallelism with TP or tied embeddings (torchtitan refuses those), HSDP with TP or PP, CPU offload, float8 with TP, PP, MoE or tied embeddings and its `tensorwise` recipe and float8 all-gather (not in torchtitan 0.3.0; see `float8.rs`),
 //! `torch.compile` (Inductor's generated code cannot run on fake tensors, so a compiled step
 //! cannot be measured honestly), LoRA, gradient accumulation, the chunked loss
 //! (`ChunkedLossWrapper`, torchtitan's default for `llama3_8b`: FSDPMemTracker refuses its
