@@ -445,11 +445,16 @@ def measure_pp(args, config, spec, model, model_config, parallel_dims, train_con
     # [mb, seq, dim] in the compute dtype (bf16 under FSDP2's MixedPrecisionPolicy) across each
     # boundary, the logits [mb, seq, vocab] out of the last (plain tensors under spmd_types, so
     # the gradients' metadata follows from them)
+    # (with TP + SP, the TP-local tensors: the block outputs are sequence-sharded, [mb, seq/tp,
+    # dim], and the LM head's colwise output vocabulary-sharded, [mb, seq, vocab/tp]; what the
+    # stages' runtime shape inference would exchange)
     dt = torch.bfloat16
+    tp = args.tp
+    S_hid = S // tp if (tp > 1 and not args.no_sp) else S
     with torch.device("meta"):
         tok = torch.empty(mb, S, dtype=torch.long)
-        hid = torch.empty(mb, S, D, dtype=dt, requires_grad=True)
-        logits = torch.empty(mb, S, model_config.vocab_size, dtype=dt, requires_grad=True)
+        hid = torch.empty(mb, S_hid, D, dtype=dt, requires_grad=True)
+        logits = torch.empty(mb, S, model_config.vocab_size // tp, dtype=dt, requires_grad=True)
     for st in pp_schedule._stages if hasattr(pp_schedule, "_stages") else [pp_schedule._stage]:
         st._user_meta = pp_utils._StageMeta(
             inputs=pp_utils.extract_tensor_metas((tok,) if st.is_first else (hid,)),
@@ -880,6 +885,16 @@ PP_CASES = [
     _ppq("", 4, 2, 1, "1F1B", 4, seq=1024, flavor="30B-A3B", dp=8, extra=("--ac", "selective")),
     _ppq("", 6, 4, 1, "GPipe", 8, seq=512, flavor="30B-A3B", extra=("--ac", "selective")),
     _ppq("", 6, 2, 1, "Interleaved1F1B", 4, flavor="30B-A3B", extra=("--ac", "selective")),
+    # PP with TP + SP (issue 15, h26): a pp × dp_shard × tp mesh; the stages exchange the
+    # TP-local tensors (sequence-sharded hidden states, vocabulary-sharded logits)
+    ("titan-pptp-8b-4l-pp2r0-tp2-1f1b-b4s1024-dp2", ["--flavor", "8B", "--layers", "4", "--world", "8", "--pp", "2", "--pp-rank", "0", "--tp", "2", "--schedule", "1F1B", "--batch", "4", "--seq", "1024", "--mbs", "1", "--loss", "ce"]),
+    ("titan-pptp-8b-4l-pp2r1-tp2-1f1b-b4s1024-dp2", ["--flavor", "8B", "--layers", "4", "--world", "8", "--pp", "2", "--pp-rank", "1", "--tp", "2", "--schedule", "1F1B", "--batch", "4", "--seq", "1024", "--mbs", "1", "--loss", "ce"]),
+    ("titan-pptp-8b-6l-pp4r1-tp2-gpipe-b4s1024-dp2", ["--flavor", "8B", "--layers", "6", "--world", "16", "--pp", "4", "--pp-rank", "1", "--tp", "2", "--schedule", "GPipe", "--batch", "4", "--seq", "1024", "--mbs", "1", "--loss", "ce"]),
+    ("titan-pptp-8b-6l-pp2r1-tp4-interleaved1f1b-b4s1024-dp2", ["--flavor", "8B", "--layers", "6", "--world", "16", "--pp", "2", "--pp-rank", "1", "--tp", "4", "--schedule", "Interleaved1F1B", "--batch", "4", "--seq", "1024", "--mbs", "1", "--loss", "ce"]),
+    ("titan-pptp-70b-4l-pp2r1-tp4-1f1b-b2s2048-dp2-full", ["--flavor", "70B", "--layers", "4", "--world", "16", "--pp", "2", "--pp-rank", "1", "--tp", "4", "--schedule", "1F1B", "--batch", "2", "--seq", "2048", "--mbs", "1", "--loss", "ce", "--ac", "full"]),
+    ("titan-pptp-qwen3-8b-4l-pp2r0-tp2-gpipe-b4s1024-dp4-selective", ["--model", "qwen3", "--flavor", "8B", "--layers", "4", "--world", "16", "--pp", "2", "--pp-rank", "0", "--tp", "2", "--schedule", "GPipe", "--batch", "4", "--seq", "1024", "--mbs", "1", "--loss", "ce", "--ac", "selective"]),
+    ("titan-pptp-8b-6l-pp4r3-tp2-1f1b-b4s512-dp2", ["--flavor", "8B", "--layers", "6", "--world", "16", "--pp", "4", "--pp-rank", "3", "--tp", "2", "--schedule", "1F1B", "--batch", "4", "--seq", "512", "--mbs", "1", "--loss", "ce"]),
+    ("titan-pptp-8b-6l-pp4r0-tp4-1f1b-b4s1024-dp2-full", ["--flavor", "8B", "--layers", "6", "--world", "32", "--pp", "4", "--pp-rank", "0", "--tp", "4", "--schedule", "1F1B", "--batch", "4", "--seq", "1024", "--mbs", "1", "--loss", "ce", "--ac", "full"]),
 ]
 
 

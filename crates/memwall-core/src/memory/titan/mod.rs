@@ -753,8 +753,6 @@ fn check_pp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(),
     if layout.pp <= 1 {
         return Ok(());
     }
-    const HINT: &str = "drop --pp (torchtitan's FSDP2 and TP are measured), or drop --runtime \
-                        torchtitan (Megatron-LM's profile models its pipeline schedules)";
     let sh = shapes(model)?;
     // tests/truth/titan_pp.jsonl measures torchtitan's llama3 and qwen3 (dense and MoE, untied)
     // stages
@@ -770,15 +768,8 @@ fn check_pp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(),
             "use an untied model (e.g. qwen3-8b) with --pp, or drop --pp for a tied Qwen 3",
         ));
     }
-    if layout.tp > 1 {
-        return Err(refuse(
-            "tp",
-            layout.tp,
-            "not measured: torchtitan's pipeline parallelism combined with tensor parallelism \
-             (PP is measured over FSDP2 only)",
-            HINT,
-        ));
-    }
+    // with TP (+ SP, `check_tp`): measured on pp × dp_shard × tp meshes
+    // (`titan-pptp-*`, tests/truth/titan_pp.jsonl)
     // FullAC, SelectiveAC and every-k:K are measured under PP (`tests/truth/titan_pp.jsonl`);
     // selective-attn is refused by `check` for every torchtitan job
     let v_ok = match layout.schedule {
@@ -794,13 +785,14 @@ fn check_pp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(),
             "use --virtual-stages 2 with --schedule interleaved (1 otherwise)",
         ));
     }
-    if !layout.gpus.is_multiple_of(layout.pp) || layout.gpus / layout.pp < 2 {
+    let model_parallel = layout.pp * layout.tp.max(1);
+    if !layout.gpus.is_multiple_of(model_parallel) || layout.gpus / model_parallel < 2 {
         return Err(refuse(
             "gpus",
             layout.gpus,
-            "torchtitan's mesh is pp × dp_shard; measured with FSDP2 over dp_shard ≥ 2 ranks \
-             (gpus a multiple of pp, at least 2 × pp)",
-            "use a multiple of --pp GPUs, at least twice --pp",
+            "torchtitan's mesh is pp × dp_shard (× tp); measured with FSDP2 over dp_shard ≥ 2 \
+             ranks (gpus a multiple of pp × tp, at least 2 × pp × tp)",
+            "use a multiple of --pp × --tp GPUs, at least twice that",
         ));
     }
     if w.grad_accum < layout.pp {
@@ -840,7 +832,9 @@ fn simulate_pipeline(
     let to64 =
         |v: u128, what: &'static str| u64::try_from(v).map_err(|_| CoreError::Overflow { what });
     let mut groups = Vec::new();
-    let dp = layout.gpus / layout.pp;
+    // ranks per pp rank (dp_shard × tp), and the data-parallel degree (dp_shard)
+    let per_pp = layout.gpus / layout.pp;
+    let dp = per_pp / layout.tp.max(1);
     let mut largest = 0u128;
     let mut params_total = 0u128;
     for rank in 0..layout.pp {
@@ -848,6 +842,7 @@ fn simulate_pipeline(
             shapes: s,
             world: layout.gpus,
             pp: layout.pp,
+            tp: layout.tp,
             rank,
             schedule: layout.schedule,
             stages_per_rank: layout.virtual_stages,
@@ -891,11 +886,19 @@ fn simulate_pipeline(
             .map(|k| (rank + k * layout.pp).to_string())
             .collect();
         groups.push(RankGroup {
-            label: format!(
-                "pp rank {rank} (stage {}, {dp} dp_shard ranks)",
-                stages.join(" and ")
-            ),
-            ranks: RankSet::span(rank * dp, (rank + 1) * dp - 1, layout.gpus),
+            label: if layout.tp > 1 {
+                format!(
+                    "pp rank {rank} (stage {}, dp_shard {dp} × tp {} ranks)",
+                    stages.join(" and "),
+                    layout.tp
+                )
+            } else {
+                format!(
+                    "pp rank {rank} (stage {}, {dp} dp_shard ranks)",
+                    stages.join(" and ")
+                )
+            },
+            ranks: RankSet::span(rank * per_pp, (rank + 1) * per_pp - 1, layout.gpus),
             peak_bytes: to64(peak, "peak bytes")?,
             at_peak,
             phase: at.phase,

@@ -514,11 +514,11 @@ fn qwen3_moe_runs_torchtitans_moe_blocks_and_refuses_what_was_not_measured() {
     let full = workload(1, 1024, Some(CheckpointPolicy::Full));
     let (d, t) = (4096u128, 1024u128);
     assert_eq!(
-        step::block_saved(&s, t, Some(CheckpointPolicy::SelectiveOp)),
+        step::block_saved(&s, 1, t, Some(CheckpointPolicy::SelectiveOp)),
         2 * d * t + 2 * (3 * d) * t + (2 * d + 8 * 32) * t + 12 * 8 * t
     );
     assert_eq!(
-        step::block_saved(&s, t, Some(CheckpointPolicy::Full)),
+        step::block_saved(&s, 1, t, Some(CheckpointPolicy::Full)),
         2 * d * t
     );
     assert!(run(&sel, &l, None).is_ok() && run(&full, &l, None).is_ok());
@@ -633,6 +633,7 @@ fn pipeline_parallelism_is_simulated_per_pp_rank_by_its_schedule() {
 
 #[test]
 fn what_torchtitan_pipelines_do_not_run_is_refused_by_name() {
+    // (PP with TP is simulated since h26: see `pipeline_with_tp_shards_the_stages`)
     let m = model(6);
     let run = |w: &TrainWorkload, l: &Layout, o: TitanOptions| simulate_train_titan(&m, w, l, &o);
     let mut w = workload(1, 512, None);
@@ -644,7 +645,14 @@ fn what_torchtitan_pipelines_do_not_run_is_refused_by_name() {
         gpus: 16,
         ..l.clone()
     };
-    assert_eq!(field(run(&w, &tp, TitanOptions::default())), "tp");
+    // PP with TP + SP is measured (`titan-pptp-*`); dp_shard 1 under it is not
+    assert!(run(&w, &tp, TitanOptions::default()).is_ok());
+    let tp_dp1 = Layout {
+        gpus: 8,
+        tp: 4,
+        ..tp.clone()
+    };
+    assert_eq!(field(run(&w, &tp_dp1, TitanOptions::default())), "gpus");
     // Llama 3 and Qwen 3 (dense, MoE) stages were measured
     assert!(simulate_train_titan(&qwen3(6), &w, &l, &TitanOptions::default()).is_ok());
     assert!(simulate_train_titan(&qwen3_moe(6, 16), &w, &l, &TitanOptions::default()).is_ok());
@@ -729,6 +737,7 @@ fn a_stage_reduces_its_gradients_after_its_own_last_backward() {
         shapes: shapes(&qwen3(layers)).unwrap(),
         world: 4 * pp,
         pp,
+        tp: 1,
         rank,
         schedule,
         stages_per_rank: v,
@@ -857,6 +866,7 @@ fn every_k_under_pp_counts_the_ranks_own_blocks() {
             shapes: shapes(&m).unwrap(),
             world: 8,
             pp: 2,
+            tp: 1,
             rank: 1,
             schedule: Schedule::Gpipe,
             stages_per_rank: 1,
@@ -875,7 +885,7 @@ fn every_k_under_pp_counts_the_ranks_own_blocks() {
     };
     let tm = 512u128;
     let d = 4096u128;
-    let no_ac = step::block_saved_no_ac(&shapes(&m).unwrap(), tm);
+    let no_ac = step::block_saved_no_ac(&shapes(&m).unwrap(), 1, tm);
     // two microbatches held (GPipe), each with one block's no-AC set replaced by its input
     assert_eq!(
         at_loss(None) - at_loss(Some(CheckpointPolicy::EveryK(2))),
@@ -886,4 +896,36 @@ fn every_k_under_pp_counts_the_ranks_own_blocks() {
         at_loss(Some(CheckpointPolicy::EveryK(1))),
         at_loss(Some(CheckpointPolicy::Full))
     );
+}
+
+/// PP with TP + SP (`titan-pptp-*`): every stage's FSDP units hold TP-local shards over
+/// `dp_shard = gpus / (pp · tp)`, the residual stream crosses stage boundaries on the sequence
+/// shard (`[mb, seq/tp, dim]`), the last stage's logits and loss are vocabulary-parallel; one
+/// group per pp rank, labelled with its dp_shard × tp mesh; the data-parallel degree is
+/// dp_shard.
+#[test]
+fn pipeline_with_tp_shards_the_stages() {
+    let m = model(6);
+    let mut w = workload(1, 1024, None);
+    w.grad_accum = 4;
+    let run = |l: &Layout| simulate_train_titan(&m, &w, l, &TitanOptions::default()).unwrap();
+    let pp_only = run(&pp_layout(8, 2, Schedule::OneFOneB, 1));
+    let pp_tp = run(&Layout {
+        gpus: 16,
+        tp: 2,
+        sequence_parallel: true,
+        ..pp_layout(8, 2, Schedule::OneFOneB, 1)
+    });
+    // the same dp_shard (4): TP halves the stages' states and saved tensors
+    for (a, b) in pp_only.groups.iter().zip(&pp_tp.groups) {
+        assert!(b.peak_bytes < a.peak_bytes, "{} {}", a.peak_bytes, b.peak_bytes);
+        assert!(2 * b.model_state_bytes <= a.model_state_bytes + (1 << 20));
+        assert!(2 * b.model_state_bytes > a.model_state_bytes);
+    }
+    assert_eq!(
+        pp_tp.groups[1].label,
+        "pp rank 1 (stage 1, dp_shard 4 × tp 2 ranks)"
+    );
+    assert_eq!(pp_tp.groups[1].ranks.len(), 8);
+    assert_eq!((pp_tp.dp, pp_tp.global_batch), (4, 16));
 }
