@@ -1172,6 +1172,53 @@ fn the_torchtitan_runtime_estimates_plans_and_refuses_by_name() {
     let (code, out, err) = run(&[&base[..], &["--pp", "2", "--grad-accum", "2"]].concat());
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("pp rank 1 (stage 1"), "{out}");
+    // PP with TP + SP (measured on pp × dp_shard × tp meshes): one group per pp rank over its
+    // dp_shard × tp ranks; the emitted launch writes both degrees and dp_shard = gpus / (pp · tp)
+    let (code, out, err) = run(&[
+        &base[..],
+        &[
+            "--pp",
+            "2",
+            "--tp",
+            "2",
+            "--grad-accum",
+            "4",
+            "--seq",
+            "2048",
+        ],
+    ]
+    .concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("pp rank 1 (stage 1, dp_shard 2 × tp 2 ranks)") && out.contains("tp 2 + sp"),
+        "{out}"
+    );
+    let (code, out, err) = run(&[
+        &base[..],
+        &[
+            "--pp",
+            "2",
+            "--tp",
+            "2",
+            "--grad-accum",
+            "4",
+            "--seq",
+            "2048",
+            "--emit",
+            "torchtitan",
+        ],
+    ]
+    .concat());
+    assert_eq!(code, 0, "{err}");
+    for line in [
+        "--parallelism.data-parallel-shard-degree 2",
+        "--parallelism.tensor-parallel-degree 2",
+        "--parallelism.enable-sequence-parallel",
+        "--parallelism.pipeline-parallel-degree 2",
+        "--training.local-batch-size 4",
+    ] {
+        assert!(out.contains(line), "{line}: {out}");
+    }
     // every-k:K under PP runs (measured: each rank counts its own blocks)
     let (code, out, err) = run(&[
         &base[..],
@@ -1189,7 +1236,8 @@ fn the_torchtitan_runtime_estimates_plans_and_refuses_by_name() {
     assert!(out.contains("pp rank 1 (stage 1"), "{out}");
     for (extra, flag) in [
         (&["--pp", "2"][..], "grad-accum"),
-        (&["--pp", "2", "--grad-accum", "2", "--tp", "2"][..], "tp"),
+        // PP with TP runs on dp_shard ≥ 2 (measured); dp_shard 1 is not measured
+        (&["--pp", "2", "--grad-accum", "2", "--tp", "4"][..], "gpus"),
         (&["--pp", "8", "--grad-accum", "8"][..], "gpus"),
         (
             &[

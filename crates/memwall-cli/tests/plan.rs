@@ -394,11 +394,18 @@ fn torchtitan_plans_search_pipeline_parallelism_and_reproduce() {
         .map(|p| p.layout.as_ref().unwrap()["schedule"].to_string())
         .collect();
     assert!(schedules.len() >= 2, "{schedules:?}");
+    // PP with TP + SP too (measured: `titan-pptp-*`)
+    assert!(
+        pp.iter()
+            .any(|p| p.layout.as_ref().unwrap()["tp"].as_u64().unwrap() > 1),
+        "no PP × TP plan: {out}"
+    );
     for p in pp {
         let l = p.layout.as_ref().unwrap();
         let (gpus, degree) = (l["gpus"].as_u64().unwrap(), l["pp"].as_u64().unwrap());
+        let tp = l["tp"].as_u64().unwrap();
         assert!(p.grad_accum >= degree, "{p:?}");
-        assert_eq!(p.micro_batch * p.grad_accum * (gpus / degree), 128);
+        assert_eq!(p.micro_batch * p.grad_accum * (gpus / degree / tp), 128);
         assert!(p.train_args.iter().any(|a| a == "--runtime"));
         let (peak, fits) = train_peak(&p.train_args);
         assert_eq!(peak, p.peak_bytes, "{:?}", p.train_args);

@@ -938,6 +938,10 @@ CROSSCHECKS = [
     ("xc-titan-qwen3moe-debug-1l-w4-s256-selac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "1", "--world", "4", "--seq", "256", "--ac", "selective"]),
     # pipeline parallelism: one pp rank's stage(s) with real tensors over the same fake process
     # group (its send/recv are no-ops: the received buffers are allocated, not written)
+    # PP with TP + SP (h26): a pp × dp_shard × tp mesh, the TP-local stage tensors
+    ("xc-titan-pptp-debug-4l-w8-pp2r0-tp2-1f1b-b4s256", ["--flavor", "debugmodel", "--layers", "4", "--world", "8", "--pp", "2", "--pp-rank", "0", "--tp", "2", "--schedule", "1F1B", "--batch", "4", "--seq", "256"]),
+    ("xc-titan-pptp-debug-4l-w8-pp2r1-tp2-gpipe-b4s256-fullac", ["--flavor", "debugmodel", "--layers", "4", "--world", "8", "--pp", "2", "--pp-rank", "1", "--tp", "2", "--schedule", "GPipe", "--batch", "4", "--seq", "256", "--ac", "full"]),
+    ("xc-titan-pptp-debug-6l-w16-pp2r1-tp4-interleaved1f1b-b4s256", ["--flavor", "debugmodel", "--layers", "6", "--world", "16", "--pp", "2", "--pp-rank", "1", "--tp", "4", "--schedule", "Interleaved1F1B", "--batch", "4", "--seq", "256"]),
     ("xc-titan-debug-4l-w4-pp2r0-1f1b-b4s256", ["--flavor", "debugmodel", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256"]),
     ("xc-titan-debug-4l-w4-pp2r1-gpipe-b4s256", ["--flavor", "debugmodel", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "GPipe", "--batch", "4", "--seq", "256"]),
     ("xc-titan-debug-4l-w4-pp2r0-gpipe-b4s256", ["--flavor", "debugmodel", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "GPipe", "--batch", "4", "--seq", "256"]),

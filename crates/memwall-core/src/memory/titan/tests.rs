@@ -918,7 +918,12 @@ fn pipeline_with_tp_shards_the_stages() {
     });
     // the same dp_shard (4): TP halves the stages' states and saved tensors
     for (a, b) in pp_only.groups.iter().zip(&pp_tp.groups) {
-        assert!(b.peak_bytes < a.peak_bytes, "{} {}", a.peak_bytes, b.peak_bytes);
+        assert!(
+            b.peak_bytes < a.peak_bytes,
+            "{} {}",
+            a.peak_bytes,
+            b.peak_bytes
+        );
         assert!(2 * b.model_state_bytes <= a.model_state_bytes + (1 << 20));
         assert!(2 * b.model_state_bytes > a.model_state_bytes);
     }
