@@ -773,7 +773,7 @@ pub struct TrainArgs {
     /// Whose training code runs: `hf` (transformers' model under the engine the layout picks)
     /// or `torchtitan` (torchtitan 0.3.0's own Llama 3 or Qwen 3 (dense, MoE) under FSDP2, with its
     /// tensor + sequence parallelism for --tp > 1 (--tp implies --sequence-parallel, torchtitan's
-    /// default) or, for Llama 3, its pipeline parallelism for --pp > 1 (-b = microbatch size,
+    /// default) or its pipeline parallelism for --pp > 1, with or without --tp (-b = microbatch size,
     /// --grad-accum = microbatches), or its HSDP with --strategy hsdp (replicas across nodes of
     /// FSDP2 over --gpus-per-node); needs --precision amp-bf16, defaults --strategy to fsdp-full).
     #[arg(long, value_parser = named::<Runtime>(), default_value = "hf")]

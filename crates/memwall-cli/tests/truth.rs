@@ -1478,12 +1478,14 @@ fn titan_pp_section(rows: &[TitanRow]) -> String {
         "\n### torchtitan pipeline parallelism (`--runtime torchtitan --pp N`; \
          `tests/truth/titan_pp.jsonl`)\n\n\
          One pp rank per case (torchtitan's Llama 3 and Qwen 3, dense and MoE; 1F1B, GPipe, \
-         Interleaved1F1B; FSDP2 over dp_shard, no TP; no AC, FullAC or SelectiveAC; splits \
+         Interleaved1F1B; FSDP2 over dp_shard, without TP or, `titan-pptp-*`, with TP + SP on a \
+         pp × dp_shard × tp mesh; no AC, FullAC or SelectiveAC; splits \
          that leave a stage the embeddings or `[norm, lm_head]` alone included), \
          measured by `measure_titan.py --pp-cases` on a fake pp × dp_shard mesh; estimates: \
          `memory/titan/pipeline.rs`, the group of that pp rank. The model follows real tensors \
          where they differ from fake ones (`tests/truth/titan_crosscheck.jsonl`: one \
-         `[mb, seq, dim]` bf16 per in-flight microbatch fewer on stages before the last), hence \
+         `[mb, seq, dim]` bf16, `[mb, seq/tp, dim]` with TP, per in-flight microbatch fewer on \
+         stages before the last), hence \
          the small negative errors.\n",
     )
 }
@@ -1570,7 +1572,7 @@ fn every_torchtitan_crosscheck_measures_the_same_on_fake_and_real_tensors() {
         // the MoE stage 0 under SelectiveAC, whose saved microbatches weigh less than the
         // reduction's fp32 buffers
         let in_reduction = |pp: i64| {
-            let dp = arg("--world").expect("--world") / pp;
+            let dp = arg("--world").expect("--world") / pp / arg("--tp").unwrap_or(1);
             let at = &v["fake"]["at_peak"];
             let (sharded, unsharded) = (
                 at["sharded_param"].as_i64().expect("sharded_param"),
@@ -1584,7 +1586,8 @@ fn every_torchtitan_crosscheck_measures_the_same_on_fake_and_real_tensors() {
             // a pipeline stage before the last: real tensors keep one `[mb, seq, dim]` bf16
             // fewer per microbatch in flight at the peak than fake ones (tools/truth/titan/
             // README.md; the model follows real tensors). In flight: every microbatch under
-            // GPipe, min(n, pp - rank) under 1F1B; the debug model's dim is 256, mb 1.
+            // GPipe, min(n, pp - rank) under 1F1B; the debug model's dim is 256, mb 1; with TP
+            // + SP the boundary tensor is the sequence shard, `[mb, seq / tp, dim]`.
             (Some(pp), Some(rank)) if rank < pp - 1 => {
                 let n = arg("--batch").expect("--batch");
                 let in_flight = if args.contains(&"GPipe") {
@@ -1592,7 +1595,7 @@ fn every_torchtitan_crosscheck_measures_the_same_on_fake_and_real_tensors() {
                 } else {
                     n.min(pp - rank)
                 };
-                -in_flight * arg("--seq").expect("--seq") * 256 * 2
+                -in_flight * arg("--seq").expect("--seq") / arg("--tp").unwrap_or(1) * 256 * 2
             }
             _ => 0,
         };

@@ -286,7 +286,7 @@ fn layouts(model: &ModelDesc, r: &PlanRequest) -> Vec<Option<Layout>> {
             }));
         }
         // its pipeline parallelism as measured (`memory/titan/pipeline.rs`): FSDP2 over
-        // dp_shard ≥ 2 ranks per stage, no TP, 1F1B, GPipe or Interleaved1F1B with its two
+        // dp_shard ≥ 2 ranks per stage, 1F1B, GPipe or Interleaved1F1B with its two
         // stages per rank, stage splits torchtitan accepts
         // (with its TP + SP as well: `titan-pptp-*`, dp_shard ≥ 2 ranks, tp within a node)
         let layers = model.layers.len() as u64;

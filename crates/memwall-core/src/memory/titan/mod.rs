@@ -28,7 +28,7 @@
 //!   Interleaved1F1B) of Llama 3 and untied Qwen 3 (dense, MoE): torchtitan's stage split, torch's
 //!   schedule orders (each stage's gradient reduction right after its last backward) and FSDP2
 //!   without resharding under PP, one pp rank at a time (see `pipeline.rs`); measured on a fake
-//!   pp × dp_shard mesh.
+//!   pp × dp_shard mesh, and with TP + SP on a pp × dp_shard × tp mesh.
 //! - HSDP (`--strategy hsdp`, `data_parallel_replicate_degree = gpus / gpus_per_node` over
 //!   `data_parallel_shard_degree = gpus_per_node`): every rank runs the FSDP2 step of its shard
 //!   group, byte for byte (the gradient all-reduce across replicas is in place; see
@@ -44,7 +44,7 @@
 //! Refused by name (the capability row [`CAPABILITIES`] and [`check`]): tensor parallelism
 //! without sequence parallelism and degrees that do not divide the heads, key/value heads and
 //! feed-forward width, context and expert parallelism (not measured here), pipeline
-//! parallelism with TP or tied embeddings (torchtitan refuses those), HSDP with TP or PP, CPU offload, float8 with TP, PP, MoE or tied embeddings and its `tensorwise` recipe and float8 all-gather (not in torchtitan 0.3.0; see `float8.rs`),
+//! parallelism with tied embeddings (torchtitan refuses it) or on dp_shard = 1, HSDP with TP or PP, CPU offload, float8 with TP, PP, MoE or tied embeddings and its `tensorwise` recipe and float8 all-gather (not in torchtitan 0.3.0; see `float8.rs`),
 //! `torch.compile` (Inductor's generated code cannot run on fake tensors, so a compiled step
 //! cannot be measured honestly), LoRA, gradient accumulation, the chunked loss
 //! (`ChunkedLossWrapper`, torchtitan's default for `llama3_8b`: FSDPMemTracker refuses its
@@ -743,7 +743,8 @@ fn check_tp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(),
 
 /// torchtitan's pipeline parallelism as measured (`memory/titan/pipeline.rs`): 1F1B, GPipe or
 /// Interleaved1F1B (two stages per rank, torchtitan's default for looped schedules) over
-/// `pp × dp_shard` ranks, FSDP2 on `dp_shard` ≥ 2, no TP, no AC, FullAC, SelectiveAC or every-k:K
+/// `pp × dp_shard (× tp)` ranks, FSDP2 on `dp_shard` ≥ 2, with or without TP + SP (the
+/// `titan-pptp-*` fixtures), no AC, FullAC, SelectiveAC or every-k:K
 /// (each rank counting its own blocks, see `pipeline.rs`), Llama 3
 /// or untied Qwen 3, dense or MoE (any split torchtitan makes, stages without a block included); the
 /// workload's `batch` is `pipeline_parallel_microbatch_size` and its `grad_accum` the

@@ -57,6 +57,19 @@
 //! - the fp32 unsharded gradients exist from a stage's first backward of the step on; the
 //!   input-gradient send buffers of the last stage stay alive until the step's final wait (one
 //!   per earlier backward), a middle stage's one.
+//!
+//! With TP + SP (`tp` > 1; `titan-pptp-*`, a fake pp × dp_shard × tp mesh; torchtitan 0.3.0's
+//! `pipeline_llm` calls the model's `parallelize_fn` on every model part, so each stage gets the
+//! TP plan of `step.rs` before FSDP2): the same instants, with the stage's FSDP units holding
+//! TP-local shards (`Sizes` of a `tp` job), the blocks' saved tensors of `step.rs`'s TP
+//! `BlockActs`, the residual stream on the sequence shard — the received input, the send
+//! buffers and a checkpointed block's input are `[mb, seq/tp, dim]` bf16, what the stages
+//! exchange (the harness gives the stages those TP-local shapes as static metadata) — the
+//! final norm on the sequence shard with its output all-gathered for the LM head, and the
+//! last stage's logits and loss vocabulary-parallel (`[mb·seq, V/tp]`; the loss backward's
+//! three fp32 buffers of `_LossParallelCrossEntropy`, as in `step.rs`). Real tensors again keep
+//! one boundary tensor, `[mb, seq/tp, dim]`, per in-flight microbatch fewer than fake ones on
+//! the stages before the last (`xc-titan-pptp-*`).
 
 use super::step::{Instant, Sizes};
 use super::Shapes;
