@@ -787,8 +787,8 @@ pub struct TrainArgs {
     /// With --runtime torchtitan: torchtitan 0.3.0's float8 linear layers
     /// (`Float8LinearConverter` over torchao 0.18.0: every projection and the LM head) with this
     /// recipe: `rowwise` (torchtitan's default) or `rowwise_with_gw_hp`; `tensorwise` is not
-    /// offered by torchtitan 0.3.0 (refused). Single-GPU-style FSDP2 only: TP, PP, MoE and
-    /// tied embeddings are refused. The step time is not changed (the time model counts bf16
+    /// offered by torchtitan 0.3.0 (refused). FSDP2 (or HSDP) only: TP, PP, MoE and tied
+    /// embeddings are refused. The step time is not changed (the time model counts bf16
     /// GEMMs).
     #[arg(long, value_parser = named::<Float8Recipe>(), value_name = "RECIPE")]
     pub float8: Option<Float8Recipe>,
