@@ -774,8 +774,9 @@ pub struct TrainArgs {
     /// or `torchtitan` (torchtitan 0.3.0's own Llama 3, Qwen 3 (dense, MoE) or DeepSeek-V3 under
     /// FSDP2, with its tensor + sequence parallelism for --tp > 1 (--tp implies
     /// --sequence-parallel, torchtitan's default) or, for Llama 3 and Qwen 3, its pipeline
-    /// parallelism for --pp > 1 (-b = microbatch size, --grad-accum = microbatches); needs
-    /// --precision amp-bf16, defaults --strategy to fsdp-full).
+    /// parallelism for --pp > 1, with or without --tp (-b = microbatch size, --grad-accum =
+    /// microbatches), or its HSDP with --strategy hsdp (replicas across nodes of FSDP2 over
+    /// --gpus-per-node); needs --precision amp-bf16, defaults --strategy to fsdp-full).
     #[arg(long, value_parser = named::<Runtime>(), default_value = "hf")]
     pub runtime: Runtime,
     /// Activation offloading to host: the model's forward (loss included) runs under
@@ -787,8 +788,8 @@ pub struct TrainArgs {
     /// With --runtime torchtitan: torchtitan 0.3.0's float8 linear layers
     /// (`Float8LinearConverter` over torchao 0.18.0: every projection and the LM head) with this
     /// recipe: `rowwise` (torchtitan's default) or `rowwise_with_gw_hp`; `tensorwise` is not
-    /// offered by torchtitan 0.3.0 (refused). Single-GPU-style FSDP2 only: TP, PP, MoE and
-    /// tied embeddings are refused. The step time is not changed (the time model counts bf16
+    /// offered by torchtitan 0.3.0 (refused). FSDP2 (or HSDP) only: TP, PP, MoE and tied
+    /// embeddings are refused. The step time is not changed (the time model counts bf16
     /// GEMMs).
     #[arg(long, value_parser = named::<Float8Recipe>(), value_name = "RECIPE")]
     pub float8: Option<Float8Recipe>,
@@ -1098,7 +1099,9 @@ impl TrainSettings {
             if titan {
                 // torchtitan's TP is checked by `memory/titan` (a `tp` > 1 layout would
                 // otherwise be validated as Megatron-LM's)
-                // and so is its PP (validated as Megatron-LM's otherwise)
+                // and so is its PP (validated as Megatron-LM's otherwise); HSDP with either is
+                // refused first, by name (not measured)
+                memwall_core::memory::titan::check_hsdp(&l)?;
                 let mut dp_only = l.clone();
                 dp_only.tp = 1;
                 dp_only.sequence_parallel = false;

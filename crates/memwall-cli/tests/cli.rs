@@ -1160,6 +1160,53 @@ fn the_torchtitan_runtime_estimates_plans_and_refuses_by_name() {
     let (code, out, err) = run(&[&base[..], &["--pp", "2", "--grad-accum", "2"]].concat());
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("pp rank 1 (stage 1"), "{out}");
+    // PP with TP + SP (measured on pp × dp_shard × tp meshes): one group per pp rank over its
+    // dp_shard × tp ranks; the emitted launch writes both degrees and dp_shard = gpus / (pp · tp)
+    let (code, out, err) = run(&[
+        &base[..],
+        &[
+            "--pp",
+            "2",
+            "--tp",
+            "2",
+            "--grad-accum",
+            "4",
+            "--seq",
+            "2048",
+        ],
+    ]
+    .concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("pp rank 1 (stage 1, dp_shard 2 × tp 2 ranks)") && out.contains("tp 2 + sp"),
+        "{out}"
+    );
+    let (code, out, err) = run(&[
+        &base[..],
+        &[
+            "--pp",
+            "2",
+            "--tp",
+            "2",
+            "--grad-accum",
+            "4",
+            "--seq",
+            "2048",
+            "--emit",
+            "torchtitan",
+        ],
+    ]
+    .concat());
+    assert_eq!(code, 0, "{err}");
+    for line in [
+        "--parallelism.data-parallel-shard-degree 2",
+        "--parallelism.tensor-parallel-degree 2",
+        "--parallelism.enable-sequence-parallel",
+        "--parallelism.pipeline-parallel-degree 2",
+        "--training.local-batch-size 4",
+    ] {
+        assert!(out.contains(line), "{line}: {out}");
+    }
     // every-k:K under PP runs (measured: each rank counts its own blocks)
     let (code, out, err) = run(&[
         &base[..],
@@ -1177,7 +1224,8 @@ fn the_torchtitan_runtime_estimates_plans_and_refuses_by_name() {
     assert!(out.contains("pp rank 1 (stage 1"), "{out}");
     for (extra, flag) in [
         (&["--pp", "2"][..], "grad-accum"),
-        (&["--pp", "2", "--grad-accum", "2", "--tp", "2"][..], "tp"),
+        // PP with TP runs on dp_shard ≥ 2 (measured); dp_shard 1 is not measured
+        (&["--pp", "2", "--grad-accum", "2", "--tp", "4"][..], "gpus"),
         (&["--pp", "8", "--grad-accum", "8"][..], "gpus"),
         (
             &[
@@ -1362,6 +1410,84 @@ fn the_torchtitan_runtime_runs_deepseek_v3_on_256_gpus_and_refuses_by_name() {
     let (code, _, err) = run(&["train", "-m", "deepseek-v3", "--gpus", "256"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("quantised"), "{err}");
+}
+
+/// `--runtime torchtitan --strategy hsdp`: torchtitan's HSDP (`data_parallel_replicate_degree`
+/// = gpus / gpus-per-node over `data_parallel_shard_degree` = gpus-per-node) holds the FSDP2
+/// step of one shard group (measured: the all-reduce runs in place on the gradient shards);
+/// the emitted launch writes both degrees; HSDP with TP or PP exits 2 naming the flag.
+#[test]
+fn the_torchtitan_runtime_runs_hsdp_across_nodes() {
+    let titan = |extra: &[&str]| {
+        run(&[
+            &[
+                "train",
+                "-m",
+                "llama-3.1-8b",
+                "--runtime",
+                "torchtitan",
+                "--precision",
+                "amp-bf16",
+                "--seq",
+                "2048",
+            ][..],
+            extra,
+        ]
+        .concat())
+    };
+    let peak = |extra: &[&str]| {
+        let (code, out, err) = titan(&[extra, &["--json"]].concat());
+        assert_eq!(code, 0, "{extra:?}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["peak_bytes"].as_u64().unwrap()
+    };
+    let hsdp = peak(&["--strategy", "hsdp", "--gpus", "32", "--gpus-per-node", "8"]);
+    assert_eq!(hsdp, peak(&["--gpus", "8"]));
+    assert_ne!(hsdp, peak(&["--gpus", "32"]));
+    let (code, out, err) = titan(&["--strategy", "hsdp", "--gpus", "16", "--gpus-per-node", "8"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("all 16 ranks (a dp_replicate 2 × dp_shard 8 mesh)"),
+        "{out}"
+    );
+    let (code, out, err) = titan(&[
+        "--strategy",
+        "hsdp",
+        "--gpus",
+        "16",
+        "--gpus-per-node",
+        "8",
+        "--emit",
+        "torchtitan",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    for line in [
+        "--parallelism.data-parallel-replicate-degree 2",
+        "--parallelism.data-parallel-shard-degree 8",
+        "--parallelism.fsdp-reshard-after-forward default",
+        "--nnodes 2 --nproc-per-node 8",
+    ] {
+        assert!(out.contains(line), "{line}: {out}");
+    }
+    let mut transcripts = String::new();
+    for (extra, flag) in [
+        (&["--tp", "2"][..], "--tp `2`"),
+        (&["--pp", "2", "--grad-accum", "2"][..], "--pp `2`"),
+    ] {
+        let args = [
+            &["--strategy", "hsdp", "--gpus", "16", "--gpus-per-node", "8"][..],
+            extra,
+        ]
+        .concat();
+        let (code, _, err) = titan(&args);
+        assert_eq!(code, 2, "{extra:?}: {err}");
+        assert!(
+            err.contains(flag) && err.contains("HSDP") && err.contains("hint:"),
+            "{extra:?}: {err}"
+        );
+        transcripts.push_str(&format!("$ … {}\n{err}\n", args.join(" ")));
+    }
+    insta::assert_snapshot!("train_torchtitan_hsdp_refusals", transcripts);
 }
 
 /// `--runtime torchtitan` on Qwen 3: the dense models (tied or not) run torchtitan's own qwen3 model;

@@ -92,7 +92,10 @@ fn every_counted_config_matches_transformers_exactly() {
     }
     assert!(checked >= 80, "{checked}");
     // the few configs transformers cannot build or memwall refuses by name stay a few
-    assert!(uncountable + refused <= 8, "{uncountable} uncountable, {refused} refused");
+    assert!(
+        uncountable + refused <= 8,
+        "{uncountable} uncountable, {refused} refused"
+    );
     assert_eq!(
         catalogue,
         memwall_catalog::models().len(),

@@ -394,14 +394,70 @@ fn torchtitan_plans_search_pipeline_parallelism_and_reproduce() {
         .map(|p| p.layout.as_ref().unwrap()["schedule"].to_string())
         .collect();
     assert!(schedules.len() >= 2, "{schedules:?}");
+    // PP with TP + SP too (measured: `titan-pptp-*`)
+    assert!(
+        pp.iter()
+            .any(|p| p.layout.as_ref().unwrap()["tp"].as_u64().unwrap() > 1),
+        "no PP × TP plan: {out}"
+    );
     for p in pp {
         let l = p.layout.as_ref().unwrap();
         let (gpus, degree) = (l["gpus"].as_u64().unwrap(), l["pp"].as_u64().unwrap());
+        let tp = l["tp"].as_u64().unwrap();
         assert!(p.grad_accum >= degree, "{p:?}");
-        assert_eq!(p.micro_batch * p.grad_accum * (gpus / degree), 128);
+        assert_eq!(p.micro_batch * p.grad_accum * (gpus / degree / tp), 128);
         assert!(p.train_args.iter().any(|a| a == "--runtime"));
         let (peak, fits) = train_peak(&p.train_args);
         assert_eq!(peak, p.peak_bytes, "{:?}", p.train_args);
         assert!(fits && p.fits);
+    }
+}
+
+/// `plan --runtime torchtitan` across nodes searches torchtitan's HSDP (`--strategy hsdp`:
+/// replicas across nodes of FSDP2 within a node, measured in `tests/truth/titan.jsonl`); its
+/// plans reproduce with `memwall train` and hold the FSDP2 step of one node's shard group.
+#[test]
+fn torchtitan_plans_search_hsdp_across_nodes_and_reproduce() {
+    let (code, out, err) = run(&[
+        "plan",
+        "-m",
+        "llama-3.1-8b",
+        "--runtime",
+        "torchtitan",
+        "--gpu",
+        "h100-sxm",
+        "--gpus",
+        "16",
+        "--gpus-per-node",
+        "8",
+        "--seq",
+        "2048",
+        "--global-batch",
+        "64",
+        "--top",
+        "40",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let j: PlanJson = serde_json::from_str(&out).unwrap();
+    let hsdp: Vec<&PlanRowJson> = j
+        .plans
+        .iter()
+        .filter(|p| p.layout.as_ref().is_some_and(|l| l["strategy"] == "hsdp"))
+        .collect();
+    assert!(!hsdp.is_empty(), "no HSDP plan: {out}");
+    for p in hsdp {
+        assert!(p.train_args.windows(2).any(|a| a == ["--strategy", "hsdp"]));
+        let (peak, fits) = train_peak(&p.train_args);
+        assert_eq!(peak, p.peak_bytes, "{:?}", p.train_args);
+        assert!(fits && p.fits);
+        // the same step as FSDP2 on one node's 8 ranks with the same micro-batch
+        let mut one_node: Vec<String> = p.train_args.clone();
+        let at = one_node.iter().position(|a| a == "--strategy").unwrap();
+        one_node[at + 1] = "fsdp-full".into();
+        let g = one_node.iter().position(|a| a == "--gpus").unwrap();
+        one_node[g + 1] = "8".into();
+        let (peak8, _) = train_peak(&one_node);
+        assert_eq!(peak8, p.peak_bytes, "{one_node:?}");
     }
 }

@@ -1148,6 +1148,9 @@ struct TitanCase {
     /// `enable_sequence_parallel` (present with `tp`)
     #[serde(default)]
     sequence_parallel: Option<bool>,
+    /// `data_parallel_replicate_degree` (absent: 1): HSDP, dp_shard = world / dp_replicate
+    #[serde(default)]
+    dp_replicate: Option<u64>,
     /// MoE flavours: the router gate ran in fp32, as CUDA autocast runs it (emulated on CPU)
     #[serde(default)]
     #[allow(dead_code)]
@@ -1292,10 +1295,17 @@ fn titan_rows() -> Vec<TitanRow> {
             r.parse::<Float8Recipe>()
                 .unwrap_or_else(|e| panic!("{}: {e}", c.id))
         });
+        // HSDP: `--strategy hsdp` with `--gpus-per-node` = the shard group
+        let replicas = c.dp_replicate.unwrap_or(1);
+        let dp_shard = c.world_size / replicas;
         let layout = Layout {
             gpus: c.world_size,
-            gpus_per_node: c.world_size,
-            strategy: Strategy::FsdpFull,
+            gpus_per_node: dp_shard,
+            strategy: if replicas > 1 {
+                Strategy::Hsdp
+            } else {
+                Strategy::FsdpFull
+            },
             tp: c.tp.unwrap_or(1),
             sequence_parallel: c.sequence_parallel.unwrap_or(false),
             pp: 1,
@@ -1319,7 +1329,7 @@ fn titan_rows() -> Vec<TitanRow> {
         .unwrap_or_else(|err| panic!("{}: {err}", c.id));
         let job = Job {
             shapes: memwall_core::memory::titan::shapes(&desc).unwrap(),
-            world: c.world_size,
+            world: dp_shard,
             tp: c.tp.unwrap_or(1),
             batch: c.batch,
             seq: c.seq,
@@ -1413,8 +1423,8 @@ fn titan_pp_rows() -> Vec<TitanRow> {
             gpus: c.world_size,
             gpus_per_node: c.world_size,
             strategy: Strategy::FsdpFull,
-            tp: 1,
-            sequence_parallel: false,
+            tp: c.tp.unwrap_or(1),
+            sequence_parallel: c.sequence_parallel.unwrap_or(false),
             pp,
             schedule,
             virtual_stages,
@@ -1430,6 +1440,7 @@ fn titan_pp_rows() -> Vec<TitanRow> {
             shapes: memwall_core::memory::titan::shapes(&desc).unwrap(),
             world: c.world_size,
             pp,
+            tp: c.tp.unwrap_or(1),
             rank,
             schedule,
             stages_per_rank: virtual_stages,
@@ -1486,11 +1497,11 @@ fn titan_section(rows: &[TitanRow]) -> String {
          torchtitan 0.3.0's own Llama 3, Qwen 3 (dense, MoE) and DeepSeek-V3 steps (its models, \
          FSDP2 units and reshard policy, FullAC / SelectiveAC, CrossEntropyLoss, fused or foreach \
          AdamW, TP + SP, float8 linears: `titan-fp8-*`, torchtitan's Float8LinearConverter over \
-         torchao 0.18.0) \
+         torchao 0.18.0; HSDP: `*-hsdp-*`, dp_replicate R × dp_shard S as `-rRsS`) \
          on a fake process group, measured by \
          `tools/truth/titan/measure_titan.py` with FSDPMemTracker (rank 0, steady step); \
          estimates: `memory/titan` (`--runtime torchtitan --precision amp-bf16 --strategy \
-         fsdp-full`).\n",
+         fsdp-full`, or `--strategy hsdp --gpus-per-node S`).\n",
     )
 }
 
@@ -1500,12 +1511,14 @@ fn titan_pp_section(rows: &[TitanRow]) -> String {
         "\n### torchtitan pipeline parallelism (`--runtime torchtitan --pp N`; \
          `tests/truth/titan_pp.jsonl`)\n\n\
          One pp rank per case (torchtitan's Llama 3 and Qwen 3, dense and MoE; 1F1B, GPipe, \
-         Interleaved1F1B; FSDP2 over dp_shard, no TP; no AC, FullAC or SelectiveAC; splits \
+         Interleaved1F1B; FSDP2 over dp_shard, without TP or, `titan-pptp-*`, with TP + SP on a \
+         pp × dp_shard × tp mesh; no AC, FullAC or SelectiveAC; splits \
          that leave a stage the embeddings or `[norm, lm_head]` alone included), \
          measured by `measure_titan.py --pp-cases` on a fake pp × dp_shard mesh; estimates: \
          `memory/titan/pipeline.rs`, the group of that pp rank. The model follows real tensors \
          where they differ from fake ones (`tests/truth/titan_crosscheck.jsonl`: one \
-         `[mb, seq, dim]` bf16 per in-flight microbatch fewer on stages before the last), hence \
+         `[mb, seq, dim]` bf16, `[mb, seq/tp, dim]` with TP, per in-flight microbatch fewer on \
+         stages before the last), hence \
          the small negative errors.\n",
     )
 }
@@ -1592,7 +1605,7 @@ fn every_torchtitan_crosscheck_measures_the_same_on_fake_and_real_tensors() {
         // the MoE stage 0 under SelectiveAC, whose saved microbatches weigh less than the
         // reduction's fp32 buffers
         let in_reduction = |pp: i64| {
-            let dp = arg("--world").expect("--world") / pp;
+            let dp = arg("--world").expect("--world") / pp / arg("--tp").unwrap_or(1);
             let at = &v["fake"]["at_peak"];
             let (sharded, unsharded) = (
                 at["sharded_param"].as_i64().expect("sharded_param"),
@@ -1606,7 +1619,8 @@ fn every_torchtitan_crosscheck_measures_the_same_on_fake_and_real_tensors() {
             // a pipeline stage before the last: real tensors keep one `[mb, seq, dim]` bf16
             // fewer per microbatch in flight at the peak than fake ones (tools/truth/titan/
             // README.md; the model follows real tensors). In flight: every microbatch under
-            // GPipe, min(n, pp - rank) under 1F1B; the debug model's dim is 256, mb 1.
+            // GPipe, min(n, pp - rank) under 1F1B; the debug model's dim is 256, mb 1; with TP
+            // + SP the boundary tensor is the sequence shard, `[mb, seq / tp, dim]`.
             (Some(pp), Some(rank)) if rank < pp - 1 => {
                 let n = arg("--batch").expect("--batch");
                 let in_flight = if args.contains(&"GPipe") {
@@ -1614,7 +1628,7 @@ fn every_torchtitan_crosscheck_measures_the_same_on_fake_and_real_tensors() {
                 } else {
                     n.min(pp - rank)
                 };
-                -in_flight * arg("--seq").expect("--seq") * 256 * 2
+                -in_flight * arg("--seq").expect("--seq") / arg("--tp").unwrap_or(1) * 256 * 2
             }
             _ => 0,
         };

@@ -33,6 +33,10 @@ def measure_one(argv: list[str]) -> dict:
     # `spmd_backend = "spmd_types"` (loss parallel: `_LossParallelCrossEntropy` whenever the tp
     # mesh is larger than 1, components/loss.py) and `compile.enable_async_tensor_parallel = False`
     ap.add_argument("--tp", type=int, default=1)
+    # HSDP: `parallelism.data_parallel_replicate_degree`; the mesh is dp_replicate × dp_shard
+    # (× tp), dp_shard = world / (dp_replicate · tp · pp), and `apply_fsdp_to_decoder` gets the
+    # 2-D ["dp_replicate", "fsdp"] mesh (models/llama3/parallelize.py)
+    ap.add_argument("--dp-replicate", type=int, default=1)
     ap.add_argument("--no-sp", action="store_true")
     # probe: one forward under saved_tensors_hooks, the bytes autograd saves per top-level
     # module (deduplicated by storage), printed instead of a measurement
@@ -131,11 +135,26 @@ def measure_one(argv: list[str]) -> dict:
     if args.model == "deepseek_v3":
         register_dsv3_debug671()
 
+    if args.dp_replicate > 1:
+        # HSDP: `fully_shard` concatenates the replicate and shard meshes itself
+        # (`_fsdp_init.py` `_get_mesh_info_from_named_dims` → `DeviceMesh._concatenate`), inside
+        # the FakeTensorMode the model is parallelised under; the rank map is a real int tensor,
+        # so the mesh is built outside the fake mode (as the other meshes are: memory-neutral)
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        from torch.distributed.device_mesh import DeviceMesh
+
+        _concat = DeviceMesh._concatenate
+
+        def _concatenate_real(*a, **k):
+            with unset_fake_temporarily():
+                return _concat(*a, **k)
+
+        DeviceMesh._concatenate = staticmethod(_concatenate_real)
     W = args.world
     os.environ.setdefault("WORLD_SIZE", str(W))
     os.environ.setdefault("LOCAL_RANK", "0")
-    if W % (args.pp * args.tp):
-        raise SystemExit(f"world {W} is not a multiple of pp {args.pp} x tp {args.tp}")
+    if W % (args.pp * args.tp * args.dp_replicate):
+        raise SystemExit(f"world {W} is not a multiple of pp {args.pp} x tp {args.tp} x dp_replicate {args.dp_replicate}")
     rank = args.pp_rank * (W // args.pp)
     dist.init_process_group("fake", rank=rank, world_size=W, store=FakeStore())
 
@@ -164,7 +183,8 @@ def measure_one(argv: list[str]) -> dict:
     config.optimizer.implementation = args.optim
     if W % args.tp:
         raise SystemExit(f"world {W} is not a multiple of tp {args.tp}")
-    config.parallelism.data_parallel_shard_degree = W // (args.tp * args.pp)
+    config.parallelism.data_parallel_shard_degree = W // (args.tp * args.pp * args.dp_replicate)
+    config.parallelism.data_parallel_replicate_degree = args.dp_replicate
     config.parallelism.pipeline_parallel_degree = args.pp
     config.parallelism.pipeline_parallel_schedule = args.schedule
     config.parallelism.pipeline_parallel_microbatch_size = args.mbs
@@ -362,6 +382,7 @@ def result(args, W, snap, first, mt, t0, n_gates=0) -> dict:
         "flavor": args.flavor, **({"untied": True} if args.untie else {}), "layers": args.layers, "world_size": W, "batch": args.batch,
         "seq": args.seq, "activation_checkpoint": args.ac, "loss": args.loss,
         **({"tp": args.tp, "sequence_parallel": not args.no_sp} if args.tp > 1 else {}),
+        **({"dp_replicate": args.dp_replicate} if args.dp_replicate > 1 else {}),
         "attention": args.attn + ("-stub" if args.attn_stub else ""),
         **({"tensors": "real"} if args.real else {}),
         **({"reshard_after_forward": args.reshard} if args.reshard != "default" else {}),
@@ -426,11 +447,16 @@ def measure_pp(args, config, spec, model, model_config, parallel_dims, train_con
     # [mb, seq, dim] in the compute dtype (bf16 under FSDP2's MixedPrecisionPolicy) across each
     # boundary, the logits [mb, seq, vocab] out of the last (plain tensors under spmd_types, so
     # the gradients' metadata follows from them)
+    # (with TP + SP, the TP-local tensors: the block outputs are sequence-sharded, [mb, seq/tp,
+    # dim], and the LM head's colwise output vocabulary-sharded, [mb, seq, vocab/tp]; what the
+    # stages' runtime shape inference would exchange)
     dt = torch.bfloat16
+    tp = args.tp
+    S_hid = S // tp if (tp > 1 and not args.no_sp) else S
     with torch.device("meta"):
         tok = torch.empty(mb, S, dtype=torch.long)
-        hid = torch.empty(mb, S, D, dtype=dt, requires_grad=True)
-        logits = torch.empty(mb, S, model_config.vocab_size, dtype=dt, requires_grad=True)
+        hid = torch.empty(mb, S_hid, D, dtype=dt, requires_grad=True)
+        logits = torch.empty(mb, S, model_config.vocab_size // tp, dtype=dt, requires_grad=True)
     for st in pp_schedule._stages if hasattr(pp_schedule, "_stages") else [pp_schedule._stage]:
         st._user_meta = pp_utils._StageMeta(
             inputs=pp_utils.extract_tensor_metas((tok,) if st.is_first else (hid,)),
@@ -815,6 +841,23 @@ CASES = [
     ("titan-dsv3-16b-4l-w8-s1024-fullac-never", ["--model", "deepseek_v3", "--flavor", "16B", "--layers", "4", "--world", "8", "--seq", "1024", "--loss", "ce", "--ac", "full", "--reshard", "never"]),
     ("titan-dsv3-671b-4l-w64-s1024-never", ["--model", "deepseek_v3", "--flavor", "671B", "--layers", "4", "--world", "64", "--seq", "1024", "--loss", "ce", "--reshard", "never"]),
     ("titan-dsv3-671b-5l-w32-s2048-fullac-never", ["--model", "deepseek_v3", "--flavor", "671B", "--layers", "5", "--world", "32", "--seq", "2048", "--loss", "ce", "--ac", "full", "--reshard", "never"]),
+    # eighth batch (issue 15, h26): HSDP, `data_parallel_replicate_degree` R > 1 with dp_shard S
+    # = world / R: `fully_shard` on the 2-D ["dp_replicate", "fsdp"] mesh (shards within S, the
+    # reduce-scatter output all-reduced in place across R; see README "HSDP")
+    ("titan-hsdp-8b-2l-r2s4-s1024", ["--layers", "2", "--world", "8", "--dp-replicate", "2", "--seq", "1024", "--loss", "ce"]),
+    ("titan-hsdp-8b-4l-r4s8-s2048-fullac", ["--layers", "4", "--world", "32", "--dp-replicate", "4", "--seq", "2048", "--loss", "ce", "--ac", "full"]),
+    ("titan-hsdp-8b-3l-r2s2-b2s1024-selac", ["--layers", "3", "--world", "4", "--dp-replicate", "2", "--batch", "2", "--seq", "1024", "--loss", "ce", "--ac", "selective"]),
+    ("titan-hsdp-8b-1l-r3s6-s512-foreach", ["--layers", "1", "--world", "18", "--dp-replicate", "3", "--seq", "512", "--loss", "ce", "--optim", "foreach"]),
+    ("titan-hsdp-70b-2l-r2s8-s2048", ["--flavor", "70B", "--layers", "2", "--world", "16", "--dp-replicate", "2", "--seq", "2048", "--loss", "ce"]),
+    ("titan-hsdp-70b-1l-r4s4-s1024-fullac", ["--flavor", "70B", "--layers", "1", "--world", "16", "--dp-replicate", "4", "--seq", "1024", "--loss", "ce", "--ac", "full"]),
+    ("titan-hsdp-qwen3-8b-2l-r2s4-s2048-selac", ["--model", "qwen3", "--flavor", "8B", "--layers", "2", "--world", "8", "--dp-replicate", "2", "--seq", "2048", "--loss", "ce", "--ac", "selective"]),
+    ("titan-hsdp-qwen3-14b-2l-r4s2-s1024", ["--model", "qwen3", "--flavor", "14B", "--layers", "2", "--world", "8", "--dp-replicate", "4", "--seq", "1024", "--loss", "ce"]),
+    ("titan-hsdp-qwen3-32b-3l-r2s8-b2s1024-fullac", ["--model", "qwen3", "--flavor", "32B", "--layers", "3", "--world", "16", "--dp-replicate", "2", "--batch", "2", "--seq", "1024", "--loss", "ce", "--ac", "full"]),
+    # the tied unit, the MoE blocks (experts on their own `efsdp` mesh, replicated the same way)
+    # and float8 linears (run with /work/venvs/titan-fp8) under HSDP
+    ("titan-hsdp-qwen3tied-1.7b-2l-r2s4-s1024", ["--model", "qwen3", "--flavor", "1.7B", "--layers", "2", "--world", "8", "--dp-replicate", "2", "--seq", "1024", "--loss", "ce"]),
+    ("titan-hsdp-qwen3moe-30b-2l-r2s8-s1024", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "2", "--world", "16", "--dp-replicate", "2", "--seq", "1024", "--loss", "ce"]),
+    ("titan-fp8-hsdp-8b-2l-r2s4-s2048-rowwise", ["--layers", "2", "--world", "8", "--dp-replicate", "2", "--seq", "2048", "--loss", "ce", "--float8", "rowwise"]),
 ]
 
 
@@ -903,6 +946,16 @@ PP_CASES = [
     _ppq("", 4, 2, 1, "1F1B", 4, seq=1024, flavor="30B-A3B", dp=8, extra=("--ac", "selective")),
     _ppq("", 6, 4, 1, "GPipe", 8, seq=512, flavor="30B-A3B", extra=("--ac", "selective")),
     _ppq("", 6, 2, 1, "Interleaved1F1B", 4, flavor="30B-A3B", extra=("--ac", "selective")),
+    # PP with TP + SP (issue 15, h26): a pp × dp_shard × tp mesh; the stages exchange the
+    # TP-local tensors (sequence-sharded hidden states, vocabulary-sharded logits)
+    ("titan-pptp-8b-4l-pp2r0-tp2-1f1b-b4s1024-dp2", ["--flavor", "8B", "--layers", "4", "--world", "8", "--pp", "2", "--pp-rank", "0", "--tp", "2", "--schedule", "1F1B", "--batch", "4", "--seq", "1024", "--mbs", "1", "--loss", "ce"]),
+    ("titan-pptp-8b-4l-pp2r1-tp2-1f1b-b4s1024-dp2", ["--flavor", "8B", "--layers", "4", "--world", "8", "--pp", "2", "--pp-rank", "1", "--tp", "2", "--schedule", "1F1B", "--batch", "4", "--seq", "1024", "--mbs", "1", "--loss", "ce"]),
+    ("titan-pptp-8b-6l-pp4r1-tp2-gpipe-b4s1024-dp2", ["--flavor", "8B", "--layers", "6", "--world", "16", "--pp", "4", "--pp-rank", "1", "--tp", "2", "--schedule", "GPipe", "--batch", "4", "--seq", "1024", "--mbs", "1", "--loss", "ce"]),
+    ("titan-pptp-8b-6l-pp2r1-tp4-interleaved1f1b-b4s1024-dp2", ["--flavor", "8B", "--layers", "6", "--world", "16", "--pp", "2", "--pp-rank", "1", "--tp", "4", "--schedule", "Interleaved1F1B", "--batch", "4", "--seq", "1024", "--mbs", "1", "--loss", "ce"]),
+    ("titan-pptp-70b-4l-pp2r1-tp4-1f1b-b2s2048-dp2-full", ["--flavor", "70B", "--layers", "4", "--world", "16", "--pp", "2", "--pp-rank", "1", "--tp", "4", "--schedule", "1F1B", "--batch", "2", "--seq", "2048", "--mbs", "1", "--loss", "ce", "--ac", "full"]),
+    ("titan-pptp-qwen3-8b-4l-pp2r0-tp2-gpipe-b4s1024-dp4-selective", ["--model", "qwen3", "--flavor", "8B", "--layers", "4", "--world", "16", "--pp", "2", "--pp-rank", "0", "--tp", "2", "--schedule", "GPipe", "--batch", "4", "--seq", "1024", "--mbs", "1", "--loss", "ce", "--ac", "selective"]),
+    ("titan-pptp-8b-6l-pp4r3-tp2-1f1b-b4s512-dp2", ["--flavor", "8B", "--layers", "6", "--world", "16", "--pp", "4", "--pp-rank", "3", "--tp", "2", "--schedule", "1F1B", "--batch", "4", "--seq", "512", "--mbs", "1", "--loss", "ce"]),
+    ("titan-pptp-8b-6l-pp4r0-tp4-1f1b-b4s1024-dp2-full", ["--flavor", "8B", "--layers", "6", "--world", "32", "--pp", "4", "--pp-rank", "0", "--tp", "4", "--schedule", "1F1B", "--batch", "4", "--seq", "1024", "--mbs", "1", "--loss", "ce", "--ac", "full"]),
 ]
 
 
@@ -916,6 +969,11 @@ CROSSCHECKS = [
     ("xc-titan-fp8-debug-2l-w4-b2s256-gwhp-fullac", ["--flavor", "debugmodel", "--layers", "2", "--world", "4", "--batch", "2", "--seq", "256", "--float8", "rowwise_with_gw_hp", "--ac", "full"]),
     ("xc-titan-fp8-debug-3l-w8-s512-rowwise-selac-never", ["--flavor", "debugmodel", "--layers", "3", "--world", "8", "--seq", "512", "--float8", "rowwise", "--ac", "selective", "--reshard", "never"]),
     ("xc-titan-debug-2l-w4-s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "4", "--seq", "256"]),
+    # HSDP (h26): the 2-D ["dp_replicate", "fsdp"] mesh, the reduce-scatter output all-reduced in
+    # place over the replicate group (a no-op collective on the fake process group, both sides)
+    ("xc-titan-hsdp-debug-2l-w4-r2s2-s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "4", "--dp-replicate", "2", "--seq", "256"]),
+    ("xc-titan-hsdp-debug-3l-w8-r2s4-b2s256-selac", ["--flavor", "debugmodel", "--layers", "3", "--world", "8", "--dp-replicate", "2", "--batch", "2", "--seq", "256", "--ac", "selective"]),
+    ("xc-titan-hsdp-qwen3-debug-2l-w12-r3s4-s256-fullac", ["--model", "qwen3", "--flavor", "debugmodel", "--untie", "--layers", "2", "--world", "12", "--dp-replicate", "3", "--seq", "256", "--ac", "full"]),
     ("xc-titan-debug-2l-w4-tp2-s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "4", "--tp", "2", "--seq", "256"]),
     ("xc-titan-debug-2l-w2-tp2-s256", ["--flavor", "debugmodel", "--layers", "2", "--world", "2", "--tp", "2", "--seq", "256"]),
     ("xc-titan-debug-3l-w8-tp4-b2s256-selac", ["--flavor", "debugmodel", "--layers", "3", "--world", "8", "--tp", "4", "--batch", "2", "--seq", "256", "--ac", "selective"]),
@@ -949,6 +1007,10 @@ CROSSCHECKS = [
     ("xc-titan-qwen3moe-debug-1l-w4-s256-selac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "1", "--world", "4", "--seq", "256", "--ac", "selective"]),
     # pipeline parallelism: one pp rank's stage(s) with real tensors over the same fake process
     # group (its send/recv are no-ops: the received buffers are allocated, not written)
+    # PP with TP + SP (h26): a pp × dp_shard × tp mesh, the TP-local stage tensors
+    ("xc-titan-pptp-debug-4l-w8-pp2r0-tp2-1f1b-b4s256", ["--flavor", "debugmodel", "--layers", "4", "--world", "8", "--pp", "2", "--pp-rank", "0", "--tp", "2", "--schedule", "1F1B", "--batch", "4", "--seq", "256"]),
+    ("xc-titan-pptp-debug-4l-w8-pp2r1-tp2-gpipe-b4s256-fullac", ["--flavor", "debugmodel", "--layers", "4", "--world", "8", "--pp", "2", "--pp-rank", "1", "--tp", "2", "--schedule", "GPipe", "--batch", "4", "--seq", "256", "--ac", "full"]),
+    ("xc-titan-pptp-debug-6l-w16-pp2r1-tp4-interleaved1f1b-b4s256", ["--flavor", "debugmodel", "--layers", "6", "--world", "16", "--pp", "2", "--pp-rank", "1", "--tp", "4", "--schedule", "Interleaved1F1B", "--batch", "4", "--seq", "256"]),
     ("xc-titan-debug-4l-w4-pp2r0-1f1b-b4s256", ["--flavor", "debugmodel", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256"]),
     ("xc-titan-debug-4l-w4-pp2r1-gpipe-b4s256", ["--flavor", "debugmodel", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "1", "--schedule", "GPipe", "--batch", "4", "--seq", "256"]),
     ("xc-titan-debug-4l-w4-pp2r0-gpipe-b4s256", ["--flavor", "debugmodel", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "GPipe", "--batch", "4", "--seq", "256"]),

@@ -171,11 +171,11 @@ pub(super) fn args(
     let w = &spec.workload;
     let s = &spec.shape;
     let titan = spec.runtime == Runtime::Torchtitan;
-    // torchtitan's own tensor + sequence parallelism is simulated by `memory/titan` (pp, cp
-    // and ep are refused there); under the hf profile a model-parallel layout is Megatron-LM's
-    let titan_tp = titan && l.tp > 1 && l.pp == 1 && l.cp == 1 && l.ep == 1;
-    // and its pipeline parallelism (`memory/titan/pipeline.rs`: FSDP2 without TP)
-    let titan_pp = titan && l.pp > 1 && l.tp == 1 && l.cp == 1 && l.ep == 1;
+    // torchtitan's own tensor + sequence parallelism is simulated by `memory/titan` (cp and ep
+    // are refused there); under the hf profile a model-parallel layout is Megatron-LM's
+    let titan_tp = titan && l.tp > 1 && l.cp == 1 && l.ep == 1;
+    // and its pipeline parallelism (`memory/titan/pipeline.rs`: FSDP2, with or without TP)
+    let titan_pp = titan && l.pp > 1 && l.cp == 1 && l.ep == 1;
     if !spec.strategy().is_fsdp() || (spec.is_megatron() && !titan_tp && !titan_pp) {
         return Err(EmitError::unsupported(
             KIND,

@@ -114,7 +114,7 @@ pub struct PlanRequest {
     /// Kernel semantics to simulate.
     pub kernels: Kernels,
     /// Whose training code the plans run (`--runtime`): torchtitan plans are FSDP2 layouts
-    /// (fsdp-full, fsdp-grad-op) simulated by `memory/titan`, one micro-batch per rank per step.
+    /// (fsdp-full, fsdp-grad-op, hsdp across nodes) simulated by `memory/titan`, one micro-batch per rank per step.
     pub runtime: crate::memory::titan::Runtime,
 }
 
@@ -277,12 +277,33 @@ fn layouts(model: &ModelDesc, r: &PlanRequest) -> Vec<Option<Layout>> {
                 }
             }
         }
+        // its HSDP as measured (`memory/titan` `check_hsdp`): replicas across nodes of FSDP2
+        // within a node, without TP or PP
+        if r.gpus > base.gpus_per_node && r.gpus.is_multiple_of(base.gpus_per_node) {
+            out.push(Some(Layout {
+                strategy: Strategy::Hsdp,
+                ..base.clone()
+            }));
+        }
         // its pipeline parallelism as measured (`memory/titan/pipeline.rs`): FSDP2 over
-        // dp_shard ≥ 2 ranks per stage, no TP, 1F1B, GPipe or Interleaved1F1B with its two
+        // dp_shard ≥ 2 ranks per stage, 1F1B, GPipe or Interleaved1F1B with its two
         // stages per rank, stage splits torchtitan accepts
+        // (with its TP + SP as well: `titan-pptp-*`, dp_shard ≥ 2 ranks, tp within a node)
         let layers = model.layers.len() as u64;
-        for pp in [2u64, 4, 8] {
-            if !r.gpus.is_multiple_of(pp) || r.gpus / pp < 2 {
+        for (pp, tp) in [2u64, 4, 8]
+            .into_iter()
+            .flat_map(|pp| [1u64, 2, 4, 8].map(move |tp| (pp, tp)))
+        {
+            let even = shapes.is_some_and(|s| {
+                s.heads.is_multiple_of(tp)
+                    && s.kv_heads.is_multiple_of(tp)
+                    && s.ffn.is_multiple_of(tp)
+                    && s.moe.is_none()
+            });
+            if tp > 1 && (!even || tp > base.gpus_per_node || !r.seq.is_multiple_of(tp)) {
+                continue;
+            }
+            if !r.gpus.is_multiple_of(pp * tp) || r.gpus / (pp * tp) < 2 {
                 continue;
             }
             for (schedule, virtual_stages) in [
@@ -296,6 +317,8 @@ fn layouts(model: &ModelDesc, r: &PlanRequest) -> Vec<Option<Layout>> {
                 let l = Layout {
                     strategy: Strategy::FsdpFull,
                     pp,
+                    tp,
+                    sequence_parallel: tp > 1,
                     schedule,
                     virtual_stages,
                     ..base.clone()
@@ -303,6 +326,8 @@ fn layouts(model: &ModelDesc, r: &PlanRequest) -> Vec<Option<Layout>> {
                 let mut dp_only = l.clone();
                 dp_only.gpus = l.gpus / pp;
                 dp_only.gpus_per_node = dp_only.gpus_per_node.min(dp_only.gpus);
+                dp_only.tp = 1;
+                dp_only.sequence_parallel = false;
                 dp_only.pp = 1;
                 dp_only.schedule = Schedule::OneFOneB;
                 dp_only.virtual_stages = 1;

@@ -29,7 +29,11 @@
 //!   Interleaved1F1B) of Llama 3 and untied Qwen 3 (dense, MoE): torchtitan's stage split, torch's
 //!   schedule orders (each stage's gradient reduction right after its last backward) and FSDP2
 //!   without resharding under PP, one pp rank at a time (see `pipeline.rs`); measured on a fake
-//!   pp × dp_shard mesh.
+//!   pp × dp_shard mesh, and with TP + SP on a pp × dp_shard × tp mesh.
+//! - HSDP (`--strategy hsdp`, `data_parallel_replicate_degree = gpus / gpus_per_node` over
+//!   `data_parallel_shard_degree = gpus_per_node`): every rank runs the FSDP2 step of its shard
+//!   group, byte for byte (the gradient all-reduce across replicas is in place; see
+//!   [`check_hsdp`]); measured on a fake dp_replicate × dp_shard mesh.
 //!
 //! The step is a timeline of named instants, each summing what is alive then ([`instants`]);
 //! the peak is the largest. The tensors saved per block were read off the model with
@@ -41,7 +45,7 @@
 //! Refused by name (the capability row [`CAPABILITIES`] and [`check`]): tensor parallelism
 //! without sequence parallelism and degrees that do not divide the heads, key/value heads and
 //! feed-forward width, context and expert parallelism (not measured here), pipeline
-//! parallelism with TP or tied embeddings (torchtitan refuses those), HSDP, CPU offload, float8 with TP, PP, MoE or tied embeddings and its `tensorwise` recipe and float8 all-gather (not in torchtitan 0.3.0; see `float8.rs`),
+//! parallelism with tied embeddings (torchtitan refuses it) or on dp_shard = 1, HSDP with TP or PP, CPU offload, float8 with TP, PP, MoE or tied embeddings and its `tensorwise` recipe and float8 all-gather (not in torchtitan 0.3.0; see `float8.rs`),
 //! `torch.compile` (Inductor's generated code cannot run on fake tensors, so a compiled step
 //! cannot be measured honestly), LoRA, gradient accumulation, the chunked loss
 //! (`ChunkedLossWrapper`, torchtitan's default for `llama3_8b`: FSDPMemTracker refuses its
@@ -114,13 +118,15 @@ pub const CAPABILITIES: Capabilities = Capabilities {
              fake dp_shard × tp and pp × dp_shard meshes, tests/truth/titan.jsonl, \
              titan_pp.jsonl; memory/titan/)",
     strategies: Rule {
-        allowed: &[Strategy::FsdpFull, Strategy::FsdpGradOp],
+        allowed: &[Strategy::FsdpFull, Strategy::FsdpGradOp, Strategy::Hsdp],
         note: "fsdp-full = `fsdp_reshard_after_forward = \"default\"` (blocks and embeddings \
-               reshard after forward, `[norm, lm_head]` does not); fsdp-grad-op = \"never\"",
-        refused: "torchtitan's data parallelism is FSDP2 (`data_parallel_shard_degree`); its \
-                  HSDP (`data_parallel_replicate_degree` > 1) is not measured, and DDP / ZeRO \
-                  are other runtimes",
-        hint: "use --strategy fsdp-full or fsdp-grad-op, or drop --runtime torchtitan",
+               reshard after forward, `[norm, lm_head]` does not); fsdp-grad-op = \"never\"; \
+               hsdp = `data_parallel_replicate_degree = gpus / gpus-per-node` with \
+               `data_parallel_shard_degree = gpus-per-node` (FSDP2 on the 2-D [\"dp_replicate\", \
+               \"fsdp\"] mesh, \"default\" resharding; measured)",
+        refused: "torchtitan's data parallelism is FSDP2 (`data_parallel_shard_degree`, and \
+                  `data_parallel_replicate_degree` for HSDP); DDP / ZeRO are other runtimes",
+        hint: "use --strategy fsdp-full, fsdp-grad-op or hsdp, or drop --runtime torchtitan",
     },
     optimizers: Rule {
         allowed: &[Optimizer::AdamwFused, Optimizer::Adamw],
@@ -713,6 +719,7 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
         }
     }
     check_deepseek_v3(model, w, layout)?;
+    check_hsdp(layout)?;
     check_tp(model, w, layout)?;
     check_pp(model, w, layout)?;
     // the layout's own checks, with torchtitan's TP and PP (checked above) in place of
@@ -792,8 +799,12 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
             ));
         }
         if let Some(m) = s.moe {
-            // the FSDP mesh: `dp_shard = gpus / (tp · pp)`
-            let dp_shard = layout.gpus / layout.tp.max(1) / layout.pp.max(1);
+            // the FSDP mesh: `dp_shard = gpus / (tp · pp)`, the shard group under HSDP
+            let dp_shard = if layout.strategy == Strategy::Hsdp {
+                layout.shard_group()
+            } else {
+                layout.gpus / layout.tp.max(1) / layout.pp.max(1)
+            };
             if dp_shard > m.experts {
                 return Err(refuse(
                     "gpus",
@@ -801,8 +812,8 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
                     "not measured: with more FSDP ranks than experts torchtitan shards the \
                      experts on their hidden dim (`Shard(1)`, distributed/fsdp.py), whose \
                      gradient re-layout before the reduce-scatter is not simulated",
-                    "use at most as many FSDP ranks (gpus / (tp × pp)) as the model has experts \
-                     with --runtime torchtitan",
+                    "use at most as many FSDP ranks (gpus / (tp × pp); gpus-per-node under \
+                     hsdp) as the model has experts with --runtime torchtitan",
                 ));
             }
         }
@@ -848,6 +859,49 @@ fn check_deepseek_v3(
             "use --checkpointing-policy full or every-k:K with deepseek-v3 and --runtime \
              torchtitan",
         ));
+    }
+    Ok(())
+}
+
+/// torchtitan's HSDP as measured (`tests/truth/titan.jsonl`, `titan-hsdp-*`):
+/// `data_parallel_replicate_degree = gpus / gpus_per_node` replicas of `data_parallel_shard_degree
+/// = gpus_per_node` FSDP2 shards, Llama 3 and Qwen 3 (dense, tied, MoE), bf16 or float8
+/// linears; no TP, no PP.
+///
+/// `fully_shard` on the 2-D `["dp_replicate", "fsdp"]` mesh (torchtitan 0.3.0
+/// `models/llama3/parallelize.py`, `distributed/fsdp.py` `apply_fsdp_to_decoder`) shards each
+/// parameter within the shard group only, so every buffer of the step is the FSDP2 step's on
+/// `dp_shard` ranks: torch 2.15 `distributed/fsdp/_fully_shard/_fsdp_collectives.py`
+/// `foreach_reduce` reduce-scatters over the shard group into `reduce_output` (the fp32
+/// gradient shard itself, viewed as the sharded gradients), then `dist.all_reduce(reduce_output,
+/// group=all_reduce_group)` **in place** (`all_reduce_input = reduce_output` kept in
+/// `FSDPParamGroup._all_reduce_state`, the same storage, `_fsdp_param_group.py`); with an fp32
+/// `reduce_dtype` `_get_gradient_divide_factors` gives `ReduceOp.AVG` to both collectives, so
+/// no division buffer either. Measured: the allocation logs (`--debug`) of dp_replicate 2 ×
+/// dp_shard 4 and of FSDP2 on 4 ranks are identical, event for event (and the MoE experts'
+/// `efsdp` mesh is replicated the same way: `titan-hsdp-qwen3moe-30b-2l-r2s8-s1024` measures the
+/// bytes of `titan-qwen3moe-30b-2l-w8-s1024`).
+pub fn check_hsdp(layout: &Layout) -> Result<(), CoreError> {
+    if layout.strategy != Strategy::Hsdp {
+        return Ok(());
+    }
+    const HINT: &str = "use --strategy fsdp-full with it (torchtitan's FSDP2 over dp_shard is \
+                        measured), or drop --runtime torchtitan";
+    for (field, value, reason) in [
+        (
+            "tp",
+            layout.tp,
+            "not measured: torchtitan's HSDP combined with tensor parallelism",
+        ),
+        (
+            "pp",
+            layout.pp,
+            "not measured: torchtitan's HSDP combined with pipeline parallelism",
+        ),
+    ] {
+        if value > 1 {
+            return Err(refuse(field, value, reason, HINT));
+        }
     }
     Ok(())
 }
@@ -919,7 +973,8 @@ fn check_tp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(),
 
 /// torchtitan's pipeline parallelism as measured (`memory/titan/pipeline.rs`): 1F1B, GPipe or
 /// Interleaved1F1B (two stages per rank, torchtitan's default for looped schedules) over
-/// `pp × dp_shard` ranks, FSDP2 on `dp_shard` ≥ 2, no TP, no AC, FullAC, SelectiveAC or every-k:K
+/// `pp × dp_shard (× tp)` ranks, FSDP2 on `dp_shard` ≥ 2, with or without TP + SP (the
+/// `titan-pptp-*` fixtures), no AC, FullAC, SelectiveAC or every-k:K
 /// (each rank counting its own blocks, see `pipeline.rs`), Llama 3
 /// or untied Qwen 3, dense or MoE (any split torchtitan makes, stages without a block included); the
 /// workload's `batch` is `pipeline_parallel_microbatch_size` and its `grad_accum` the
@@ -929,8 +984,6 @@ fn check_pp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(),
     if layout.pp <= 1 {
         return Ok(());
     }
-    const HINT: &str = "drop --pp (torchtitan's FSDP2 and TP are measured), or drop --runtime \
-                        torchtitan (Megatron-LM's profile models its pipeline schedules)";
     let sh = shapes(model)?;
     // tests/truth/titan_pp.jsonl measures torchtitan's llama3 and qwen3 (dense and MoE, untied)
     // stages
@@ -946,15 +999,8 @@ fn check_pp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(),
             "use an untied model (e.g. qwen3-8b) with --pp, or drop --pp for a tied Qwen 3",
         ));
     }
-    if layout.tp > 1 {
-        return Err(refuse(
-            "tp",
-            layout.tp,
-            "not measured: torchtitan's pipeline parallelism combined with tensor parallelism \
-             (PP is measured over FSDP2 only)",
-            HINT,
-        ));
-    }
+    // with TP (+ SP, `check_tp`): measured on pp × dp_shard × tp meshes
+    // (`titan-pptp-*`, tests/truth/titan_pp.jsonl)
     // FullAC, SelectiveAC and every-k:K are measured under PP (`tests/truth/titan_pp.jsonl`);
     // selective-attn is refused by `check` for every torchtitan job
     let v_ok = match layout.schedule {
@@ -970,13 +1016,14 @@ fn check_pp(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(),
             "use --virtual-stages 2 with --schedule interleaved (1 otherwise)",
         ));
     }
-    if !layout.gpus.is_multiple_of(layout.pp) || layout.gpus / layout.pp < 2 {
+    let model_parallel = layout.pp * layout.tp.max(1);
+    if !layout.gpus.is_multiple_of(model_parallel) || layout.gpus / model_parallel < 2 {
         return Err(refuse(
             "gpus",
             layout.gpus,
-            "torchtitan's mesh is pp × dp_shard; measured with FSDP2 over dp_shard ≥ 2 ranks \
-             (gpus a multiple of pp, at least 2 × pp)",
-            "use a multiple of --pp GPUs, at least twice --pp",
+            "torchtitan's mesh is pp × dp_shard (× tp); measured with FSDP2 over dp_shard ≥ 2 \
+             ranks (gpus a multiple of pp × tp, at least 2 × pp × tp)",
+            "use a multiple of --pp × --tp GPUs, at least twice that",
         ));
     }
     if w.grad_accum < layout.pp {
@@ -1016,7 +1063,9 @@ fn simulate_pipeline(
     let to64 =
         |v: u128, what: &'static str| u64::try_from(v).map_err(|_| CoreError::Overflow { what });
     let mut groups = Vec::new();
-    let dp = layout.gpus / layout.pp;
+    // ranks per pp rank (dp_shard × tp), and the data-parallel degree (dp_shard)
+    let per_pp = layout.gpus / layout.pp;
+    let dp = per_pp / layout.tp.max(1);
     let mut largest = 0u128;
     let mut params_total = 0u128;
     for rank in 0..layout.pp {
@@ -1024,6 +1073,7 @@ fn simulate_pipeline(
             shapes: s,
             world: layout.gpus,
             pp: layout.pp,
+            tp: layout.tp,
             rank,
             schedule: layout.schedule,
             stages_per_rank: layout.virtual_stages,
@@ -1067,11 +1117,19 @@ fn simulate_pipeline(
             .map(|k| (rank + k * layout.pp).to_string())
             .collect();
         groups.push(RankGroup {
-            label: format!(
-                "pp rank {rank} (stage {}, {dp} dp_shard ranks)",
-                stages.join(" and ")
-            ),
-            ranks: RankSet::span(rank * dp, (rank + 1) * dp - 1, layout.gpus),
+            label: if layout.tp > 1 {
+                format!(
+                    "pp rank {rank} (stage {}, dp_shard {dp} × tp {} ranks)",
+                    stages.join(" and "),
+                    layout.tp
+                )
+            } else {
+                format!(
+                    "pp rank {rank} (stage {}, {dp} dp_shard ranks)",
+                    stages.join(" and ")
+                )
+            },
+            ranks: RankSet::span(rank * per_pp, (rank + 1) * per_pp - 1, layout.gpus),
             peak_bytes: to64(peak, "peak bytes")?,
             at_peak,
             phase: at.phase,
@@ -1124,9 +1182,15 @@ pub fn simulate_train_titan(
     let reshard = opts
         .reshard
         .unwrap_or_else(|| ReshardPolicy::for_strategy(layout.strategy));
+    // HSDP: the step of FSDP2 over the shard group (`check_hsdp`); the replicas add nothing
+    let world = if layout.strategy == Strategy::Hsdp {
+        layout.shard_group()
+    } else {
+        layout.gpus
+    };
     let job = step::Job {
         shapes: s,
-        world: layout.gpus,
+        world,
         tp: layout.tp,
         batch: w.batch,
         seq: w.seq,
@@ -1173,6 +1237,12 @@ pub fn simulate_train_titan(
     let group = RankGroup {
         label: if layout.gpus == 1 {
             "rank 0 (an FSDP mesh of one)".to_owned()
+        } else if layout.strategy == Strategy::Hsdp {
+            format!(
+                "all {} ranks (a dp_replicate {} × dp_shard {world} mesh)",
+                layout.gpus,
+                layout.gpus / world.max(1)
+            )
         } else if layout.tp > 1 {
             format!(
                 "all {} ranks (a dp_shard {} × tp {} mesh)",

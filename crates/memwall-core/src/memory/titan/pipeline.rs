@@ -57,6 +57,19 @@
 //! - the fp32 unsharded gradients exist from a stage's first backward of the step on; the
 //!   input-gradient send buffers of the last stage stay alive until the step's final wait (one
 //!   per earlier backward), a middle stage's one.
+//!
+//! With TP + SP (`tp` > 1; `titan-pptp-*`, a fake pp × dp_shard × tp mesh; torchtitan 0.3.0's
+//! `pipeline_llm` calls the model's `parallelize_fn` on every model part, so each stage gets the
+//! TP plan of `step.rs` before FSDP2): the same instants, with the stage's FSDP units holding
+//! TP-local shards (`Sizes` of a `tp` job), the blocks' saved tensors of `step.rs`'s TP
+//! `BlockActs`, the residual stream on the sequence shard — the received input, the send
+//! buffers and a checkpointed block's input are `[mb, seq/tp, dim]` bf16, what the stages
+//! exchange (the harness gives the stages those TP-local shapes as static metadata) — the
+//! final norm on the sequence shard with its output all-gathered for the LM head, and the
+//! last stage's logits and loss vocabulary-parallel (`[mb·seq, V/tp]`; the loss backward's
+//! three fp32 buffers of `_LossParallelCrossEntropy`, as in `step.rs`). Real tensors again keep
+//! one boundary tensor, `[mb, seq/tp, dim]`, per in-flight microbatch fewer than fake ones on
+//! the stages before the last (`xc-titan-pptp-*`).
 
 use super::step::{Instant, Sizes};
 use super::Shapes;
@@ -70,10 +83,12 @@ use crate::workload::CheckpointPolicy;
 pub struct PipeJob {
     /// The model's shapes.
     pub shapes: Shapes,
-    /// All ranks (`pp × dp_shard`).
+    /// All ranks (`pp × dp_shard × tp`).
     pub world: u64,
     /// `pipeline_parallel_degree`.
     pub pp: u64,
+    /// `tensor_parallel_degree` (1: no TP; with TP, sequence parallelism, torchtitan's default).
+    pub tp: u64,
     /// The pp rank simulated.
     pub rank: u64,
     /// `pipeline_parallel_schedule`.
@@ -226,12 +241,18 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
     let mine: Vec<Stage> = (0..v)
         .map(|k| stages[(job.rank + k * job.pp) as usize])
         .collect();
-    let dp = job.world / job.pp;
+    let tp_deg = job.tp.max(1);
+    let dp = job.world / job.pp / tp_deg;
+    let tp = u128::from(tp_deg);
     let d = u128::from(s.dim);
-    let vocab = u128::from(s.vocab);
-    let f = u128::from(s.ffn);
+    // TP-local: the vocabulary-parallel logits and the column-parallel feed-forward width
+    let vocab = u128::from(s.vocab).div_ceil(tp);
+    let f = u128::from(s.ffn) / tp;
     let seq = u128::from(job.seq);
     let tm = u128::from(job.microbatch_size) * seq;
+    // the sequence-parallel shard of a microbatch's tokens (`tm` without TP): the residual
+    // stream between blocks and across stage boundaries
+    let tl = tm / tp;
     let tokens = tm * u128::from(job.microbatches);
     // per stage: the FSDP units' sizes (`Sizes` of a job with the stage's blocks, dp_shard ranks)
     // the FSDP units of one stage: a job of the stage's blocks over the dp_shard ranks
@@ -241,8 +262,8 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
                 layers: st.blocks,
                 ..*s
             },
-            world: dp,
-            tp: 1,
+            world: dp * tp_deg,
+            tp: tp_deg,
             batch: 1,
             seq: job.seq,
             checkpointing: None,
@@ -281,14 +302,14 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
         job.checkpointing
             .is_some_and(|p| usize::try_from(first_block[ls] + j).is_ok_and(|c| p.covers(c)))
     };
-    let no_ac = super::step::block_saved_no_ac(s, tm);
+    let no_ac = super::step::block_saved_no_ac(s, tp, tm);
     // what a block keeps per microbatch: its no-AC set, or under a checkpoint wrapper its input
     // (FullAC's, every-k's) or SelectiveAC's cached outputs
     let saved_when_checkpointed = match job.checkpointing {
         Some(CheckpointPolicy::SelectiveOp) => {
-            super::step::block_saved(s, tm, Some(CheckpointPolicy::SelectiveOp))
+            super::step::block_saved(s, tp, tm, Some(CheckpointPolicy::SelectiveOp))
         }
-        _ => super::step::block_saved(s, tm, Some(CheckpointPolicy::Full)),
+        _ => super::step::block_saved(s, tp, tm, Some(CheckpointPolicy::Full)),
     };
     let saved = |ls: usize, j: u64| -> u128 {
         if checkpointed(ls, j) {
@@ -307,7 +328,7 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
         }
         let j = st.blocks - 1;
         if checkpointed(ls, j) {
-            (saved(ls, j), no_ac + 2 * d * tm)
+            (saved(ls, j), no_ac + 2 * d * tl)
         } else {
             (no_ac, no_ac)
         }
@@ -319,12 +340,14 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
         // the received input (when the first block is checkpointed it is also that block's
         // checkpoint input: one storage)
         if !st.embeddings && (st.blocks == 0 || !checkpointed(ls, 0)) {
-            h += 2 * d * tm;
+            h += 2 * d * tl;
         }
         if st.head {
-            // final norm (fp32 input, normalised, rstd; bf16 output), bf16 logits, fp32
-            // log-softmax saved by `cross_entropy(pred.float())`
-            h += (8 * d + 4) * tm + 2 * d * tm + 2 * vocab * tm + 4 * vocab * tm;
+            // final norm (fp32 input, normalised, rstd on the sequence shard; bf16 output,
+            // all-gathered to every token under SP), bf16 logits, fp32 log-softmax saved by
+            // `cross_entropy(pred.float())` (with TP the `V / tp` local ones of the
+            // vocabulary-parallel loss)
+            h += (8 * d + 4) * tl + 2 * d * tm + 2 * vocab * tm + 4 * vocab * tm;
         }
         // (on fake tensors a stage that is not the last also keeps a second `[mb, seq, dim]`
         // bf16 per microbatch, its output: an artefact of FakeTensorMode, absent on real
@@ -385,7 +408,7 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
         // middle stage's last one is done by then: measured, `--debug`), and the microbatches
         // in flight on the rank's other stage
         let sends = if st.head && !st.embeddings {
-            u128::from(earlier) * 2 * d * tm
+            u128::from(earlier) * 2 * d * tl
         } else {
             0
         };
@@ -412,7 +435,7 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
             x.add(Gradients, others_grads + accumulated + shards)
                 .add(Category::CommBuffers, 4 * pad)
                 .add(Activations, sends + in_flight)
-                .add(Temporaries, if st.embeddings { 0 } else { 2 * d * tm });
+                .add(Temporaries, if st.embeddings { 0 } else { 2 * d * tl });
             // the resharded units' bf16 parameters (`Category::ALL[0]` is `Weights`)
             debug_assert_eq!(Category::ALL[0], Weights);
             x.bytes[0] = x.bytes[0].saturating_sub(resharded);
@@ -458,9 +481,9 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
                 let sends = if st.embeddings {
                     0
                 } else if st.head {
-                    u128::from(earlier) * 2 * d * tm
+                    u128::from(earlier) * 2 * d * tl
                 } else {
-                    u128::from(earlier.min(1)) * 2 * d * tm
+                    u128::from(earlier.min(1)) * 2 * d * tl
                 };
                 let stage_no = job.rank + ls as u64 * job.pp;
                 let mut push = |what: &str, grads: u128, act: u128, temp: u128| {
@@ -478,7 +501,10 @@ pub fn rank_instants(job: &PipeJob) -> Result<Vec<Instant>, CoreError> {
                         "loss (log-softmax gradient)",
                         own,
                         held_at(ls),
-                        8 * vocab * tm,
+                        // without TP two fp32 `[T, V]` gradients; with TP the
+                        // vocabulary-parallel loss's (`_LossParallelCrossEntropy.backward`, as in
+                        // `step.rs`): three fp32 `[T, V/tp]` buffers besides `log_probs`
+                        if tp > 1 { 12 } else { 8 } * vocab * tm,
                     );
                     // the LM head's weight gradient (bf16) and, at the stage's first backward of
                     // the step, its fp32 copy that becomes the accumulated gradient (FSDP2's
@@ -601,7 +627,7 @@ pub fn rank_states(job: &PipeJob) -> Result<(u128, u128), CoreError> {
                 ..job.shapes
             },
             world: job.world / job.pp,
-            tp: 1,
+            tp: job.tp.max(1),
             batch: 1,
             seq: job.seq,
             checkpointing: None,

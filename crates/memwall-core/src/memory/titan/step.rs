@@ -515,16 +515,22 @@ impl BlockActs {
     }
 }
 
-/// Bytes one block saves for `tokens` tokens without AC or TP (see [`BlockActs`]).
-pub(super) fn block_saved_no_ac(s: &Shapes, tokens: u128) -> u128 {
-    BlockActs::new(s, 1, tokens, s.moe.is_some()).none
+/// Bytes one block saves for `tokens` tokens without AC, on a `tp`-way TP + SP mesh (see
+/// [`BlockActs`]).
+pub(super) fn block_saved_no_ac(s: &Shapes, tp: u128, tokens: u128) -> u128 {
+    BlockActs::new(s, tp, tokens, s.moe.is_some()).none
 }
 
-/// Bytes one block keeps from its forward to its backward for `tokens` tokens without TP
-/// under `policy` (full: its input; selective-op: SelectiveAC's saved outputs; see
-/// [`BlockActs`]).
-pub(super) fn block_saved(s: &Shapes, tokens: u128, policy: Option<CheckpointPolicy>) -> u128 {
-    BlockActs::new(s, 1, tokens, s.moe.is_some()).of(policy, 0)
+/// Bytes one block keeps from its forward to its backward for `tokens` tokens on a `tp`-way
+/// TP + SP mesh under `policy` (full: its input; selective-op: SelectiveAC's saved outputs;
+/// see [`BlockActs`]).
+pub(super) fn block_saved(
+    s: &Shapes,
+    tp: u128,
+    tokens: u128,
+    policy: Option<CheckpointPolicy>,
+) -> u128 {
+    BlockActs::new(s, tp, tokens, s.moe.is_some()).of(policy, 0)
 }
 
 /// Every instant of the steady (second) step whose live bytes can be the peak. The forward is

@@ -134,7 +134,7 @@ fn what_torchtitan_does_not_run_is_refused_by_name() {
     let w = workload(1, 128, Some(CheckpointPolicy::SelectiveAttn));
     assert_eq!(field(run(&w, &l)), "checkpointing_policy");
     let w = workload(1, 128, None);
-    for s in [Strategy::Ddp, Strategy::Zero3, Strategy::Hsdp] {
+    for s in [Strategy::Ddp, Strategy::Zero3] {
         assert_eq!(field(run(&w, &layout(16, s))), "strategy", "{s:?}");
     }
     // tensor parallelism runs with sequence parallelism (torchtitan's default) only
@@ -181,6 +181,52 @@ fn what_torchtitan_does_not_run_is_refused_by_name() {
         )),
         "model_type"
     );
+}
+
+/// HSDP (`--strategy hsdp`): replicas of the FSDP2 step over the shard group (`gpus_per_node`),
+/// byte for byte (measured: the all-reduce runs in place on the reduce-scatter output); every
+/// rank in one group; HSDP with TP or PP is refused by name.
+#[test]
+fn hsdp_is_the_fsdp2_step_of_its_shard_group() {
+    let m = model(2);
+    let w = workload(1, 1024, Some(CheckpointPolicy::Full));
+    let run = |l: &Layout| simulate_train_titan(&m, &w, l, &TitanOptions::default());
+    let hsdp = run(&layout(32, Strategy::Hsdp)).unwrap();
+    let one_node = run(&layout(8, Strategy::FsdpFull)).unwrap();
+    let all = run(&layout(32, Strategy::FsdpFull)).unwrap();
+    assert_eq!(hsdp.peak_bytes, one_node.peak_bytes);
+    assert_eq!(hsdp.groups[0].at_peak, one_node.groups[0].at_peak);
+    assert!(all.peak_bytes < hsdp.peak_bytes);
+    assert_eq!(hsdp.groups.len(), 1);
+    assert_eq!(hsdp.groups[0].ranks.len(), 32);
+    assert_eq!(
+        hsdp.groups[0].label,
+        "all 32 ranks (a dp_replicate 4 × dp_shard 8 mesh)"
+    );
+    assert_eq!((hsdp.dp, hsdp.global_batch), (32, 32));
+    let tp = Layout {
+        tp: 2,
+        sequence_parallel: true,
+        ..layout(32, Strategy::Hsdp)
+    };
+    assert_eq!(field(run(&tp)), "tp");
+    let pp = Layout {
+        pp: 2,
+        ..layout(32, Strategy::Hsdp)
+    };
+    let mut wpp = w.clone();
+    wpp.grad_accum = 2;
+    assert_eq!(
+        field(simulate_train_titan(
+            &m,
+            &wpp,
+            &pp,
+            &TitanOptions::default()
+        )),
+        "pp"
+    );
+    // one node is not HSDP (the layout's own rule)
+    assert!(run(&layout(8, Strategy::Hsdp)).is_err());
 }
 
 /// Op-level SAC runs on the transformers model too (`memory/hf/sac.rs`): the hf, DDP and FSDP2
@@ -472,11 +518,11 @@ fn qwen3_moe_runs_torchtitans_moe_blocks_and_refuses_what_was_not_measured() {
     let full = workload(1, 1024, Some(CheckpointPolicy::Full));
     let (d, t) = (4096u128, 1024u128);
     assert_eq!(
-        step::block_saved(&s, t, Some(CheckpointPolicy::SelectiveOp)),
+        step::block_saved(&s, 1, t, Some(CheckpointPolicy::SelectiveOp)),
         2 * d * t + 2 * (3 * d) * t + (2 * d + 8 * 32) * t + 12 * 8 * t
     );
     assert_eq!(
-        step::block_saved(&s, t, Some(CheckpointPolicy::Full)),
+        step::block_saved(&s, 1, t, Some(CheckpointPolicy::Full)),
         2 * d * t
     );
     assert!(run(&sel, &l, None).is_ok() && run(&full, &l, None).is_ok());
@@ -591,6 +637,7 @@ fn pipeline_parallelism_is_simulated_per_pp_rank_by_its_schedule() {
 
 #[test]
 fn what_torchtitan_pipelines_do_not_run_is_refused_by_name() {
+    // (PP with TP is simulated since h26: see `pipeline_with_tp_shards_the_stages`)
     let m = model(6);
     let run = |w: &TrainWorkload, l: &Layout, o: TitanOptions| simulate_train_titan(&m, w, l, &o);
     let mut w = workload(1, 512, None);
@@ -602,7 +649,14 @@ fn what_torchtitan_pipelines_do_not_run_is_refused_by_name() {
         gpus: 16,
         ..l.clone()
     };
-    assert_eq!(field(run(&w, &tp, TitanOptions::default())), "tp");
+    // PP with TP + SP is measured (`titan-pptp-*`); dp_shard 1 under it is not
+    assert!(run(&w, &tp, TitanOptions::default()).is_ok());
+    let tp_dp1 = Layout {
+        gpus: 8,
+        tp: 4,
+        ..tp.clone()
+    };
+    assert_eq!(field(run(&w, &tp_dp1, TitanOptions::default())), "gpus");
     // Llama 3 and Qwen 3 (dense, MoE) stages were measured
     assert!(simulate_train_titan(&qwen3(6), &w, &l, &TitanOptions::default()).is_ok());
     assert!(simulate_train_titan(&qwen3_moe(6, 16), &w, &l, &TitanOptions::default()).is_ok());
@@ -687,6 +741,7 @@ fn a_stage_reduces_its_gradients_after_its_own_last_backward() {
         shapes: shapes(&qwen3(layers)).unwrap(),
         world: 4 * pp,
         pp,
+        tp: 1,
         rank,
         schedule,
         stages_per_rank: v,
@@ -815,6 +870,7 @@ fn every_k_under_pp_counts_the_ranks_own_blocks() {
             shapes: shapes(&m).unwrap(),
             world: 8,
             pp: 2,
+            tp: 1,
             rank: 1,
             schedule: Schedule::Gpipe,
             stages_per_rank: 1,
@@ -833,7 +889,7 @@ fn every_k_under_pp_counts_the_ranks_own_blocks() {
     };
     let tm = 512u128;
     let d = 4096u128;
-    let no_ac = step::block_saved_no_ac(&shapes(&m).unwrap(), tm);
+    let no_ac = step::block_saved_no_ac(&shapes(&m).unwrap(), 1, tm);
     // two microbatches held (GPipe), each with one block's no-AC set replaced by its input
     assert_eq!(
         at_loss(None) - at_loss(Some(CheckpointPolicy::EveryK(2))),
@@ -884,7 +940,7 @@ fn deepseek_v3_blocks_save_what_the_saved_tensor_probe_read() {
     let tokens = 1024u128;
     // the dense block (layers.0): 509,200 B per token
     assert_eq!(
-        step::block_saved_no_ac(&dsv3_671b_shapes(4, false), tokens),
+        step::block_saved_no_ac(&dsv3_671b_shapes(4, false), 1, tokens),
         509_200 * tokens
     );
     // the MoE block (layers.3): the probe read 883,324 B per token besides the per-block fp32
@@ -894,7 +950,7 @@ fn deepseek_v3_blocks_save_what_the_saved_tensor_probe_read() {
     // ids (`8 K` = 64 B), which the probe missed, are held by the scores' gather
     // (the `titan-dsv3-671b-*` fixtures match memwall this way to within 33 kB)
     assert_eq!(
-        step::block_saved_no_ac(&dsv3_671b_shapes(4, true), tokens),
+        step::block_saved_no_ac(&dsv3_671b_shapes(4, true), 1, tokens),
         (883_324 - 168 + 64) * tokens + 4 * 256 * 7168 + 4 * 256
     );
 }
@@ -1011,4 +1067,41 @@ fn deepseek_v3_runs_torchtitans_model_and_refuses_what_was_not_measured() {
     let mut odd = deepseek_v3(3, 16);
     odd.layers.swap(0, 1);
     assert_eq!(field(run_model(&odd)), "model_type");
+}
+
+/// PP with TP + SP (`titan-pptp-*`): every stage's FSDP units hold TP-local shards over
+/// `dp_shard = gpus / (pp · tp)`, the residual stream crosses stage boundaries on the sequence
+/// shard (`[mb, seq/tp, dim]`), the last stage's logits and loss are vocabulary-parallel; one
+/// group per pp rank, labelled with its dp_shard × tp mesh; the data-parallel degree is
+/// dp_shard.
+#[test]
+fn pipeline_with_tp_shards_the_stages() {
+    let m = model(6);
+    let mut w = workload(1, 1024, None);
+    w.grad_accum = 4;
+    let run = |l: &Layout| simulate_train_titan(&m, &w, l, &TitanOptions::default()).unwrap();
+    let pp_only = run(&pp_layout(8, 2, Schedule::OneFOneB, 1));
+    let pp_tp = run(&Layout {
+        gpus: 16,
+        tp: 2,
+        sequence_parallel: true,
+        ..pp_layout(8, 2, Schedule::OneFOneB, 1)
+    });
+    // the same dp_shard (4): TP halves the stages' states and saved tensors
+    for (a, b) in pp_only.groups.iter().zip(&pp_tp.groups) {
+        assert!(
+            b.peak_bytes < a.peak_bytes,
+            "{} {}",
+            a.peak_bytes,
+            b.peak_bytes
+        );
+        assert!(2 * b.model_state_bytes <= a.model_state_bytes + (1 << 20));
+        assert!(2 * b.model_state_bytes > a.model_state_bytes);
+    }
+    assert_eq!(
+        pp_tp.groups[1].label,
+        "pp rank 1 (stage 1, dp_shard 4 × tp 2 ranks)"
+    );
+    assert_eq!(pp_tp.groups[1].ranks.len(), 8);
+    assert_eq!((pp_tp.dp, pp_tp.global_batch), (4, 16));
 }
