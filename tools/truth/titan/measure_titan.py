@@ -34,6 +34,14 @@ def measure_one(argv: list[str]) -> dict:
     # mesh is larger than 1, components/loss.py) and `compile.enable_async_tensor_parallel = False`
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--no-sp", action="store_true")
+    # expert parallelism (`parallelism.expert_parallel_degree`): the experts sharded over an ep
+    # mesh carved out of dp_shard, FSDP2 over `efsdp = dp_shard / ep` for them; the token
+    # dispatch is `AllToAllTokenDispatcher` (models/common/token_dispatcher.py). Its split
+    # sizes come from a token-count all-to-all read back with `.tolist()`, which fake tensors
+    # (and the fake process group, whose collectives write nothing) cannot give: the harness
+    # replaces `_sync_token_count_exchange` with balanced routing (every rank sends T·K/ep rows
+    # to every rank, T·K/E per expert), see README "Expert parallelism"
+    ap.add_argument("--ep", type=int, default=1)
     # probe: one forward under saved_tensors_hooks, the bytes autograd saves per top-level
     # module (deduplicated by storage), printed instead of a measurement
     ap.add_argument("--saved", action="store_true")
@@ -170,6 +178,10 @@ def measure_one(argv: list[str]) -> dict:
     config.parallelism.pipeline_parallel_microbatch_size = args.mbs
     config.parallelism.pipeline_parallel_layers_per_stage = args.layers_per_stage
     config.parallelism.tensor_parallel_degree = args.tp
+    config.parallelism.expert_parallel_degree = args.ep
+    if args.ep > 1:
+        patch_balanced_ep_splits(torch)
+        patch_tracker_param_groups()
     config.parallelism.enable_sequence_parallel = not args.no_sp
     config.parallelism.fsdp_reshard_after_forward = args.reshard
     if args.ac.startswith("every-k:"):
@@ -308,7 +320,13 @@ def measure_one(argv: list[str]) -> dict:
                     del pred
                     loss.backward()
                     del loss
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+                if args.ep > 1:
+                    # Trainer.train_step (trainer.py): torchtitan's own clip_grad_norm_, whose
+                    # EP branch (`_clip_grad_norm_with_ep`) takes the expert and non-expert
+                    # norms on their own meshes (torch's refuses to stack DTensors of two meshes)
+                    tt_dist_utils.clip_grad_norm_(list(model.parameters()), 1.0, foreach=True, ep_enabled=True)
+                else:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
                 optimizers.step()
                 optimizers.zero_grad()
                 gc.collect(1)
@@ -316,6 +334,91 @@ def measure_one(argv: list[str]) -> dict:
         if getattr(model, "enable_weight_tying", False):
             _tie_probe(model, "after two steps")
     return result(args, W, snap, first, mt, t0, n_gates)
+
+
+def patch_balanced_ep_splits(torch):
+    """Balanced routing for `AllToAllTokenDispatcher` (torchtitan 0.3.0
+    models/common/token_dispatcher.py): `_sync_token_count_exchange` waits on the token-count
+    all-to-all and reads the split sizes back to the host (`.tolist()`), data fake tensors do not
+    have and the fake process group does not write. The patch keeps the wait and returns what
+    perfectly balanced routing exchanges: each of the ep ranks sends N / ep of its N = T·K routed
+    rows to every rank (N / E per expert), so each rank receives N rows in all. The counts are
+    a real (fake under FakeTensorMode) `(E,)` int64 tensor of N / E, as the exchange returns."""
+    from torchtitan.models.common.token_dispatcher import AllToAllTokenDispatcher
+
+    def sync(self, num_local_tokens_per_expert_E, num_global_tokens_per_local_expert_EP_e, ep_size):
+        got = torch.ops._c10d_functional.wait_tensor(num_global_tokens_per_local_expert_EP_e)
+        n_experts = num_local_tokens_per_expert_E.shape[0]
+        n = SPLIT_ROWS[0]
+        if n % n_experts:
+            raise SystemExit(f"balanced routing needs T*K ({n}) divisible by the experts ({n_experts})")
+        counts = torch.full_like(got.reshape(-1), n // n_experts)
+        return counts, [n // ep_size] * ep_size, [n // ep_size] * ep_size
+
+    AllToAllTokenDispatcher._sync_token_count_exchange = sync
+    orig = AllToAllTokenDispatcher._local_reorder
+
+    def local_reorder(self, x_TD, topk_scores_TK, topk_expert_ids_TK):
+        SPLIT_ROWS[0] = topk_expert_ids_TK.numel()
+        return orig(self, x_TD, topk_scores_TK, topk_expert_ids_TK)
+
+    AllToAllTokenDispatcher._local_reorder = local_reorder
+
+
+SPLIT_ROWS = [0]
+
+
+def patch_tracker_param_groups():
+    """FSDPMemTracker (torch 2.15 distributed/_tools/fsdp2_mem_tracker.py) reads one
+    `FSDPState._fsdp_param_group` per FSDP module; under EP `apply_fsdp_to_decoder` gives a MoE
+    block two (`shard_placement_fn` returning a `ShardPlacementResult` per parameter: the experts
+    on the `efsdp` mesh, the rest on dp_shard), and the property raises. The tracker only
+    attributes categories and takes snapshots in these hooks (the peak is the dispatch mode's sum
+    of live storages, which does not depend on them): where a state has several groups the
+    property returns a view listing all their parameters (for category attribution), and each
+    group's own `pre_backward` / `post_backward` is wrapped by the tracker (the view's
+    attribute writes are dropped). Memory-neutral: nothing is allocated or kept."""
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp._fully_shard._fsdp_state import FSDPState
+
+    class Groups:
+        def __init__(self, groups):
+            object.__setattr__(self, "groups", groups)
+
+        @property
+        def fsdp_params(self):
+            return [p for g in self.groups for p in g.fsdp_params]
+
+        def pre_backward(self, *a, **k):
+            raise AssertionError("not called: each group's own pre_backward runs")
+
+        post_backward = pre_backward
+
+        def __setattr__(self, name, value):
+            pass
+
+    one = FSDPState._fsdp_param_group
+
+    def group(self):
+        if len(self._fsdp_param_groups) > 1:
+            return Groups(self._fsdp_param_groups)
+        return one.fget(self)
+
+    FSDPState._fsdp_param_group = property(group)
+    orig = FSDPMemTracker._instrument_fsdp_module
+
+    def instrument(self):
+        orig(self)
+        for module in self._root_mod.modules():
+            if isinstance(module, FSDPModule):
+                groups = module._get_fsdp_state()._fsdp_param_groups
+                if len(groups) > 1:
+                    for g in groups:
+                        g.pre_backward = self._fsdp_param_group_pre_backward(module, g.pre_backward)
+                        g.post_backward = self._fsdp_param_group_post_backward(module, g.post_backward)
+
+    FSDPMemTracker._instrument_fsdp_module = instrument
 
 
 def _tie_probe(model, when):
@@ -362,6 +465,7 @@ def result(args, W, snap, first, mt, t0, n_gates=0) -> dict:
         "flavor": args.flavor, **({"untied": True} if args.untie else {}), "layers": args.layers, "world_size": W, "batch": args.batch,
         "seq": args.seq, "activation_checkpoint": args.ac, "loss": args.loss,
         **({"tp": args.tp, "sequence_parallel": not args.no_sp} if args.tp > 1 else {}),
+        **({"ep": args.ep, "ep_routing": "balanced (harness patch)"} if args.ep > 1 else {}),
         "attention": args.attn + ("-stub" if args.attn_stub else ""),
         **({"tensors": "real"} if args.real else {}),
         **({"reshard_after_forward": args.reshard} if args.reshard != "default" else {}),
