@@ -1141,6 +1141,13 @@ struct TitanCase {
     /// `tensor_parallel_degree` (absent: 1)
     #[serde(default)]
     tp: Option<u64>,
+    /// `expert_parallel_degree` (absent: 1)
+    #[serde(default)]
+    ep: Option<u64>,
+    /// the routing the EP case ran under (the harness's balanced split sizes)
+    #[serde(default)]
+    #[allow(dead_code)]
+    ep_routing: Option<String>,
     /// `enable_sequence_parallel` (present with `tp`)
     #[serde(default)]
     sequence_parallel: Option<bool>,
@@ -1298,7 +1305,7 @@ fn titan_rows() -> Vec<TitanRow> {
             schedule: Schedule::OneFOneB,
             virtual_stages: 1,
             cp: 1,
-            ep: 1,
+            ep: c.ep.unwrap_or(1),
             offload: Offload::None,
             offload_device: OffloadDevice::Cpu,
         };
@@ -1317,6 +1324,7 @@ fn titan_rows() -> Vec<TitanRow> {
             shapes: memwall_core::memory::titan::shapes(&desc).unwrap(),
             world: c.world_size,
             tp: c.tp.unwrap_or(1),
+            ep: c.ep.unwrap_or(1),
             batch: c.batch,
             seq: c.seq,
             checkpointing: policy,

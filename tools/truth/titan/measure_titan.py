@@ -919,6 +919,19 @@ CASES = [
     ("titan-dsv3-16b-4l-w8-s1024-fullac-never", ["--model", "deepseek_v3", "--flavor", "16B", "--layers", "4", "--world", "8", "--seq", "1024", "--loss", "ce", "--ac", "full", "--reshard", "never"]),
     ("titan-dsv3-671b-4l-w64-s1024-never", ["--model", "deepseek_v3", "--flavor", "671B", "--layers", "4", "--world", "64", "--seq", "1024", "--loss", "ce", "--reshard", "never"]),
     ("titan-dsv3-671b-5l-w32-s2048-fullac-never", ["--model", "deepseek_v3", "--flavor", "671B", "--layers", "5", "--world", "32", "--seq", "2048", "--loss", "ce", "--ac", "full", "--reshard", "never"]),
+    # ninth batch (issue 15, h28): expert parallelism (`expert_parallel_degree`, the
+    # AllToAllTokenDispatcher under the harness's balanced split sizes, FSDP2 of the experts over
+    # efsdp = dp_shard / ep; see README "Expert parallelism")
+    ("titan-qwen3moe-30b-1l-w8-ep2-s512", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "1", "--world", "8", "--ep", "2", "--seq", "512", "--loss", "ce"]),
+    ("titan-qwen3moe-30b-2l-w16-ep4-b2s1024-fullac", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "2", "--world", "16", "--ep", "4", "--batch", "2", "--seq", "1024", "--ac", "full", "--loss", "ce"]),
+    ("titan-qwen3moe-30b-3l-w8-ep8-s2048-everyk2", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "3", "--world", "8", "--ep", "8", "--seq", "2048", "--ac", "every-k:2", "--loss", "ce"]),
+    ("titan-qwen3moe-235b-2l-w32-ep8-s1024", ["--model", "qwen3", "--flavor", "235B-A22B", "--layers", "2", "--world", "32", "--ep", "8", "--seq", "1024", "--loss", "ce"]),
+    ("titan-qwen3moe-235b-1l-w64-ep8-s2048-fullac", ["--model", "qwen3", "--flavor", "235B-A22B", "--layers", "1", "--world", "64", "--ep", "8", "--seq", "2048", "--ac", "full", "--loss", "ce"]),
+    ("titan-dsv3-16b-2l-w8-ep2-s1024", ["--model", "deepseek_v3", "--flavor", "16B", "--layers", "2", "--world", "8", "--ep", "2", "--seq", "1024", "--loss", "ce"]),
+    ("titan-dsv3-16b-3l-w16-ep4-b2s512-fullac", ["--model", "deepseek_v3", "--flavor", "16B", "--layers", "3", "--world", "16", "--ep", "4", "--batch", "2", "--seq", "512", "--ac", "full", "--loss", "ce"]),
+    ("titan-dsv3-671b-4l-w64-ep8-s1024", ["--model", "deepseek_v3", "--flavor", "671B", "--layers", "4", "--world", "64", "--ep", "8", "--seq", "1024", "--loss", "ce"]),
+    ("titan-dsv3-671b-5l-w32-ep8-s2048-fullac", ["--model", "deepseek_v3", "--flavor", "671B", "--layers", "5", "--world", "32", "--ep", "8", "--seq", "2048", "--ac", "full", "--loss", "ce"]),
+    ("titan-qwen3moe-30b-2l-w16-ep2-s1024-always-foreach", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "2", "--world", "16", "--ep", "2", "--seq", "1024", "--reshard", "always", "--optim", "foreach", "--loss", "ce"]),
 ]
 
 

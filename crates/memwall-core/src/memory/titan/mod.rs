@@ -699,25 +699,25 @@ fn deepseek_v3_shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
 /// the layout's model parallelism and the attention / checkpointing policy).
 pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Shapes, CoreError> {
     w.validate()?;
-    for (field, value) in [("cp", layout.cp), ("ep", layout.ep)] {
-        if value > 1 {
-            return Err(refuse(
-                field,
-                value,
-                "not measured: torchtitan's context and expert parallelism are not simulated \
-                 (measured: FSDP2 over `dp_shard`, with tensor + sequence parallelism or \
-                 pipeline parallelism)",
-                "use --cp/--ep 1 with --runtime torchtitan, or drop --runtime torchtitan \
-                 (Megatron-LM's profile models them)",
-            ));
-        }
+    if layout.cp > 1 {
+        return Err(refuse(
+            "cp",
+            layout.cp,
+            "not measured: torchtitan's context parallelism is not simulated (measured: FSDP2 \
+             over `dp_shard`, with tensor + sequence, pipeline or expert parallelism)",
+            "use --cp 1 with --runtime torchtitan, or drop --runtime torchtitan (Megatron-LM's \
+             profile models it)",
+        ));
     }
+    check_ep(model, w, layout)?;
     check_deepseek_v3(model, w, layout)?;
     check_tp(model, w, layout)?;
     check_pp(model, w, layout)?;
     // the layout's own checks, with torchtitan's TP and PP (checked above) in place of
     // Megatron-LM's (which `Layout::validate` would resolve `tp` or `pp` > 1 to)
     let mut dp_only = layout.clone();
+    // torchtitan's EP is carved out of dp_shard (checked by `check_ep`), not Megatron-LM's
+    dp_only.ep = 1;
     dp_only.tp = 1;
     dp_only.sequence_parallel = false;
     dp_only.gpus = layout.gpus / layout.pp.max(1);
@@ -808,6 +808,72 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
         }
     }
     Ok(s)
+}
+
+/// torchtitan's expert parallelism as measured (`titan-*-ep*`, tools/truth/titan/README.md
+/// "Expert parallelism"): `expert_parallel_degree` on a MoE model (Qwen 3 MoE, DeepSeek-V3),
+/// carved out of `dp_shard` (the `efsdp × ep` sparse mesh, distributed/parallel_dims.py), with
+/// the `AllToAllTokenDispatcher` (the default `moe_comm_backend`), without TP or PP, no AC,
+/// FullAC or every-k:K, under balanced routing (the harness's assumption: every rank sends
+/// `T·K / ep` routed rows to every rank; real routing is uneven, and the all-to-all buffers
+/// and expert activations of a rank grow with the tokens it receives).
+fn check_ep(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(), CoreError> {
+    let ep = layout.ep;
+    if ep <= 1 {
+        return Ok(());
+    }
+    let s = shapes(model)?;
+    let Some(m) = s.moe else {
+        return Err(refuse(
+            "ep",
+            ep,
+            "expert parallelism shards routed experts, and this model has none",
+            "drop --ep for a dense model",
+        ));
+    };
+    if layout.tp > 1 || layout.pp > 1 {
+        let (field, value) = if layout.tp > 1 {
+            ("tp", layout.tp)
+        } else {
+            ("pp", layout.pp)
+        };
+        return Err(refuse(
+            field,
+            value,
+            "not measured: torchtitan's expert parallelism together with tensor or pipeline \
+             parallelism (measured: EP over FSDP2's dp_shard only)",
+            "use --tp 1 and --pp 1 with --ep and --runtime torchtitan",
+        ));
+    }
+    if w.checkpointing && w.step_options.checkpointing_policy == CheckpointPolicy::SelectiveOp {
+        return Err(refuse(
+            CheckpointPolicy::FIELD,
+            "selective-op",
+            "not measured: torchtitan's op-level SelectiveAC with expert parallelism (which of \
+             the dispatcher's all-to-all outputs its policy saves)",
+            "use --checkpointing-policy full or every-k:K, or no checkpointing, with --ep",
+        ));
+    }
+    if !layout.gpus.is_multiple_of(ep) || !m.experts.is_multiple_of(ep) {
+        return Err(refuse(
+            "ep",
+            ep,
+            "torchtitan's EP mesh is carved out of dp_shard (the GPUs) and holds `E / ep` of \
+             the routed experts per rank: `ep` must divide both",
+            "pick an --ep that divides the GPUs and the routed experts",
+        ));
+    }
+    let routed = w.batch.saturating_mul(w.seq).saturating_mul(m.top_k);
+    if !routed.is_multiple_of(m.experts) {
+        return Err(refuse(
+            "seq",
+            w.seq,
+            "the EP estimate assumes balanced routing (T·K / E routed rows per expert), and \
+             batch × seq × top-k is not a multiple of the routed experts",
+            "use a batch × seq whose routed rows divide evenly over the experts with --ep",
+        ));
+    }
+    Ok(())
 }
 
 /// torchtitan's deepseek_v3 as measured (`titan-dsv3-*`, tools/truth/titan/README.md
@@ -1128,6 +1194,7 @@ pub fn simulate_train_titan(
         shapes: s,
         world: layout.gpus,
         tp: layout.tp,
+        ep: layout.ep,
         batch: w.batch,
         seq: w.seq,
         checkpointing: w
@@ -1173,6 +1240,15 @@ pub fn simulate_train_titan(
     let group = RankGroup {
         label: if layout.gpus == 1 {
             "rank 0 (an FSDP mesh of one)".to_owned()
+        } else if layout.ep > 1 {
+            format!(
+                "all {} ranks (dp_shard {}, experts over ep {} × efsdp {}; balanced routing \
+                 assumed)",
+                layout.gpus,
+                layout.gpus,
+                layout.ep,
+                layout.gpus / layout.ep
+            )
         } else if layout.tp > 1 {
             format!(
                 "all {} ranks (a dp_shard {} × tp {} mesh)",
