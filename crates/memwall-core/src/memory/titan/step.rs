@@ -741,6 +741,18 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         out.push(x);
     }
 
+    // expert parallelism, a MoE last block (two FSDP parameter groups, `shard_placement_fn`):
+    // FSDP2 prefetches both of its groups during the LM head's backward, right after the head
+    // unit's first pre-backward (measured: `titan-qwen3moe-30b-1l-w8-ep2-s512`, `--debug`: the
+    // block's bf16 all-gather outputs allocated before the LM head's weight gradient), not at
+    // the head's second pre-backward as with one group per block; so the block is gathered
+    // through the head's reduce-scatter and its re-gather
+    let early_prefetch = job.ep > 1 && !never && layers > 0 && s.is_moe_block(layers as u64 - 1);
+    let early_block = if early_prefetch {
+        u_block_of(layers - 1)
+    } else {
+        0
+    };
     // the LM head's gradient reduce-scatter: its bf16 gradient cast to fp32 into the
     // reduce-scatter input (reduce_dtype=float32), its fp32 shard written, the head unit
     // gathered with its all-gather output (FSDPMemTracker: both at this instant, every
@@ -750,7 +762,7 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         Phase::Backward,
     );
     x.add(Weights, resident(z.layers) + u_head)
-        .add(CommBuffers, u_head + 4 * z.padded(&z.lm_head))
+        .add(CommBuffers, u_head + 4 * z.padded(&z.lm_head) + early_block)
         .add(Gradients, 4 * z.sharded(&z.lm_head))
         .add(Activations, saved_all + positions + final_norm_saved)
         .add(Temporaries, final_norm_out);
@@ -772,7 +784,12 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
             .add(
                 CommBuffers,
                 4 * z.padded(&z.lm_head)
-                    + if never {
+                    + if early_prefetch {
+                        // EP: the block was prefetched at the LM head's backward; the peak is
+                        // the head's all-gather copy-out (its all-gather output and unsharded
+                        // parameters both alive; measured, the same case)
+                        early_block + u_head
+                    } else if never {
                         // "never": the last block is still gathered from its forward, nothing
                         // to prefetch (measured: `titan-dsv3-16b-2l-w8-s1024-never`, whose MoE
                         // block outweighs the head)
