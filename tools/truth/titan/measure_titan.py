@@ -1064,6 +1064,12 @@ CROSSCHECKS = [
     # topk's values and ids) and the recomputed router and experts, on real tensors too
     ("xc-titan-qwen3moe-debug-2l-w8-b2s256-selac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "2", "--world", "8", "--batch", "2", "--seq", "256", "--ac", "selective"]),
     ("xc-titan-qwen3moe-debug-1l-w4-s256-selac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "1", "--world", "4", "--seq", "256", "--ac", "selective"]),
+    # expert parallelism (h28): the AllToAllTokenDispatcher with the harness's balanced split
+    # sizes on both sides (the fake process group's all-to-all writes nothing into real tensors
+    # either), experts over efsdp = dp_shard / ep
+    ("xc-titan-qwen3moe-debug-2l-w4-ep2-s256", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "2", "--world", "4", "--ep", "2", "--seq", "256"]),
+    ("xc-titan-qwen3moe-debug-2l-w8-ep4-b2s256-fullac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "2", "--world", "8", "--ep", "4", "--batch", "2", "--seq", "256", "--ac", "full"]),
+    ("xc-titan-dsv3-debug671-2l-w8-ep2-s256", ["--model", "deepseek_v3", "--flavor", "debug671", "--layers", "2", "--world", "8", "--ep", "2", "--seq", "256"]),
     # pipeline parallelism: one pp rank's stage(s) with real tensors over the same fake process
     # group (its send/recv are no-ops: the received buffers are allocated, not written)
     ("xc-titan-debug-4l-w4-pp2r0-1f1b-b4s256", ["--flavor", "debugmodel", "--layers", "4", "--world", "4", "--pp", "2", "--pp-rank", "0", "--schedule", "1F1B", "--batch", "4", "--seq", "256"]),
