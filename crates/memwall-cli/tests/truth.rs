@@ -1490,7 +1490,8 @@ fn titan_section(rows: &[TitanRow]) -> String {
          torchtitan 0.3.0's own Llama 3, Qwen 3 (dense, MoE) and DeepSeek-V3 steps (its models, \
          FSDP2 units and reshard policy, FullAC / SelectiveAC, CrossEntropyLoss, fused or foreach \
          AdamW, TP + SP, float8 linears: `titan-fp8-*`, torchtitan's Float8LinearConverter over \
-         torchao 0.18.0) \
+         torchao 0.18.0, expert parallelism: `titan-*-ep*`, the all-to-all dispatch under \
+         balanced routing) \
          on a fake process group, measured by \
          `tools/truth/titan/measure_titan.py` with FSDPMemTracker (rank 0, steady step); \
          estimates: `memory/titan` (`--runtime torchtitan --precision amp-bf16 --strategy \
