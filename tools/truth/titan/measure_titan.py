@@ -932,6 +932,10 @@ CASES = [
     ("titan-dsv3-671b-4l-w64-ep8-s1024", ["--model", "deepseek_v3", "--flavor", "671B", "--layers", "4", "--world", "64", "--ep", "8", "--seq", "1024", "--loss", "ce"]),
     ("titan-dsv3-671b-5l-w32-ep8-s2048-fullac", ["--model", "deepseek_v3", "--flavor", "671B", "--layers", "5", "--world", "32", "--ep", "8", "--seq", "2048", "--ac", "full", "--loss", "ce"]),
     ("titan-qwen3moe-30b-2l-w16-ep2-s1024-always-foreach", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "2", "--world", "16", "--ep", "2", "--seq", "1024", "--reshard", "always", "--optim", "foreach", "--loss", "ce"]),
+    # larger EP degrees: ep 32 over 256 ranks (efsdp 8), and ep = dp_shard (efsdp 1: the experts
+    # not FSDP-sharded at all)
+    ("titan-dsv3-671b-4l-w256-ep32-s512-fullac", ["--model", "deepseek_v3", "--flavor", "671B", "--layers", "4", "--world", "256", "--ep", "32", "--seq", "512", "--ac", "full", "--loss", "ce"]),
+    ("titan-qwen3moe-235b-2l-w64-ep64-s1024", ["--model", "qwen3", "--flavor", "235B-A22B", "--layers", "2", "--world", "64", "--ep", "64", "--seq", "1024", "--loss", "ce"]),
 ]
 
 
