@@ -298,6 +298,26 @@ impl Sizes {
             .fold(0, u128::saturating_add)
     }
 
+    /// bf16 bytes a prefetch of the unit allocates before the unit's own pre-backward: the
+    /// all-gather output of each parameter whose FSDP mesh has more than one rank. On a mesh of
+    /// one rank FSDP2's `unshard` allocates nothing (torch/distributed/fsdp/_fully_shard/
+    /// _fsdp_param_group.py: `world_size == 1` returns early; `wait_for_unshard` casts the
+    /// shard into the unsharded parameter at the unit's own pre-backward); measured with
+    /// expert parallelism at `ep = dp_shard` (`titan-qwen3moe-235b-2l-w64-ep64-s1024`,
+    /// `--debug`: the experts' group, on a one-rank `efsdp` mesh, is unsharded only at the
+    /// block's pre-backward).
+    fn prefetch_bytes(&self, p: &Params) -> u128 {
+        p.iter()
+            .filter(|(_, _, _, g)| self.world / g > 1)
+            .map(|(o, a, b, g)| {
+                let w = self.world / g;
+                2 * o.saturating_mul(a.div_ceil(w))
+                    .saturating_mul(*b)
+                    .saturating_mul(w)
+            })
+            .fold(0, u128::saturating_add)
+    }
+
     /// Elements of all of rank 0's shards.
     fn sharded_total(&self) -> u128 {
         self.blocks_sharded()
@@ -749,7 +769,7 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
     // through the head's reduce-scatter and its re-gather
     let early_prefetch = job.ep > 1 && !never && layers > 0 && s.is_moe_block(layers as u64 - 1);
     let early_block = if early_prefetch {
-        u_block_of(layers - 1)
+        z.prefetch_bytes(z.unit(layers - 1))
     } else {
         0
     };
@@ -827,7 +847,7 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         let prefetched = match (never, i) {
             (true, _) => 0,
             (false, 0) => u_embedding,
-            (false, _) => u_block_of(i - 1),
+            (false, _) => z.prefetch_bytes(z.unit(i - 1)),
         };
         // the recomputed forward of a checkpointed block: all its saved tensors again, the
         // block gathered (a lower bound of its backward's live bytes)
