@@ -1343,7 +1343,14 @@ fn the_torchtitan_runtime_runs_deepseek_v3_on_256_gpus_and_refuses_by_name() {
         // expert parallelism: with SelectiveAC (not measured), an `ep` that does not divide
         // the 256 experts, or with TP
         (
-            &["--gpus", "256", "--ep", "8", "--checkpointing-policy", "selective-op"],
+            &[
+                "--gpus",
+                "256",
+                "--ep",
+                "8",
+                "--checkpointing-policy",
+                "selective-op",
+            ],
             "--checkpointing-policy",
         ),
         (&["--gpus", "240", "--ep", "3"], "--ep"),

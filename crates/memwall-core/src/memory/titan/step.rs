@@ -311,7 +311,8 @@ impl Sizes {
             .filter(|(_, _, _, g)| self.world / g > 1)
             .map(|(o, a, b, g)| {
                 let w = self.world / g;
-                2 * o.saturating_mul(a.div_ceil(w))
+                2 * o
+                    .saturating_mul(a.div_ceil(w))
                     .saturating_mul(*b)
                     .saturating_mul(w)
             })
@@ -500,11 +501,15 @@ impl BlockActs {
                 // `permuted_indices` (`[T·K]` under balanced routing: every rank receives as
                 // many rows as it sends) that `_permute`'s indexing saves; the all-to-alls
                 // save nothing, `_unpermute`'s `index_put` only those indices
-                let (offsets, permuted) = if ep > 1 { (4 * e / ep, 8 * k) } else { (4 * e, 0) };
-                let routed = (4 * d + 4 * e + route_norm + 28 * k + permuted + 6 * d * k + 8 * fe * k)
-                    * t
-                    + 4 * e * d
-                    + offsets;
+                let (offsets, permuted) = if ep > 1 {
+                    (4 * e / ep, 8 * k)
+                } else {
+                    (4 * e, 0)
+                };
+                let routed =
+                    (4 * d + 4 * e + route_norm + 28 * k + permuted + 6 * d * k + 8 * fe * k) * t
+                        + 4 * e * d
+                        + offsets;
                 if fs > 0 {
                     routed + 8 * fs * t
                 } else {

@@ -1036,10 +1036,7 @@ fn expert_parallelism_gathers_the_local_experts_and_refuses_what_was_not_measure
     assert_eq!(a.groups[0].model_state_bytes, b.groups[0].model_state_bytes);
     // the MoE block gathered: 32 experts instead of 128 (bf16)
     let gathered = |e: &DistEstimate| e.comm_buffers[0].bytes;
-    assert_eq!(
-        gathered(&a) - gathered(&b),
-        2 * 3 * (128 - 32) * 768 * 4096
-    );
+    assert_eq!(gathered(&a) - gathered(&b), 2 * 3 * (128 - 32) * 768 * 4096);
     assert!(b.groups[0].label.contains("balanced routing assumed"));
     // per MoE block: + the int64 `permuted_indices` of the T·K routed rows, − the int32
     // offsets of the experts not held
@@ -1063,15 +1060,20 @@ fn expert_parallelism_gathers_the_local_experts_and_refuses_what_was_not_measure
             .unwrap()
             .total()
     };
-    assert_eq!(
-        logits(4) - logits(1),
-        2 * (8 * 8 * 1024 - 4 * (128 - 32))
-    );
+    assert_eq!(logits(4) - logits(1), 2 * (8 * 8 * 1024 - 4 * (128 - 32)));
     // refused by name: a dense model, an `ep` that does not divide the experts, EP with TP,
     // EP with SelectiveAC, routed rows that do not spread evenly over the experts
     assert_eq!(field(run(&model(2), &w, &ep)), "ep");
     assert_eq!(
-        field(run(&m, &w, &Layout { ep: 3, gpus: 24, ..l.clone() })),
+        field(run(
+            &m,
+            &w,
+            &Layout {
+                ep: 3,
+                gpus: 24,
+                ..l.clone()
+            }
+        )),
         "ep"
     );
     let tp = Layout {
