@@ -30,6 +30,12 @@
 //!   schedule orders (each stage's gradient reduction right after its last backward) and FSDP2
 //!   without resharding under PP, one pp rank at a time (see `pipeline.rs`); measured on a fake
 //!   pp × dp_shard mesh.
+//! - Expert parallelism (`--ep`, torchtitan's `expert_parallel_degree`) of the MoE models: the
+//!   EP mesh carved out of dp_shard (`efsdp × ep`), `E / ep` routed experts per rank FSDP-sharded
+//!   over `efsdp = dp_shard / ep`, the `AllToAllTokenDispatcher`'s saved `permuted_indices`, the
+//!   last MoE block's two FSDP groups prefetched at the LM head's backward (see `step.rs`;
+//!   refusals: `check_ep`); measured under balanced routing (the harness's split sizes), which every
+//!   EP estimate assumes and names.
 //!
 //! The step is a timeline of named instants, each summing what is alive then ([`instants`]);
 //! the peak is the largest. The tensors saved per block were read off the model with
@@ -40,7 +46,8 @@
 //!
 //! Refused by name (the capability row [`CAPABILITIES`] and [`check`]): tensor parallelism
 //! without sequence parallelism and degrees that do not divide the heads, key/value heads and
-//! feed-forward width, context and expert parallelism (not measured here), pipeline
+//! feed-forward width, context parallelism (not measured here), expert parallelism with TP,
+//! PP or SelectiveAC or routed rows that do not spread evenly over the experts, pipeline
 //! parallelism with TP or tied embeddings (torchtitan refuses those), HSDP, CPU offload, float8 with TP, PP, MoE or tied embeddings and its `tensorwise` recipe and float8 all-gather (not in torchtitan 0.3.0; see `float8.rs`),
 //! `torch.compile` (Inductor's generated code cannot run on fake tensors, so a compiled step
 //! cannot be measured honestly), LoRA, gradient accumulation, the chunked loss
@@ -62,7 +69,7 @@
 //! 192-dim query/key and 128-dim value heads), `n_dense_layers` leading dense blocks, then the
 //! same `MoE` with a shared-experts `FeedForward`, a sigmoid router with node-limited routing
 //! and `route_norm` (671B); each block one FSDP unit, the experts sharded on dim 0 (measured,
-//! `tools/truth/titan/README.md` "DeepSeek-V3"; FSDP2 only: TP, PP, EP and SelectiveAC are
+//! `tools/truth/titan/README.md` "DeepSeek-V3"; FSDP2, with EP: TP, PP and SelectiveAC are
 //! refused).
 
 use super::ranks::{CommBuffer, DistEstimate, RankGroup, RankSet};
@@ -108,7 +115,8 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     name: "torchtitan",
     title: ENGINE,
     source: "torchtitan 0.3.0's Llama 3, Qwen 3 (dense, MoE) and DeepSeek-V3 steps under FSDP2, \
-             with its tensor + sequence parallelism, and its pipeline parallelism \
+             with its tensor + sequence parallelism, its pipeline parallelism and its expert \
+             parallelism (balanced routing) \
              (torchtitan/models/llama3/, models/qwen3/, models/deepseek_v3/, models/common/, distributed/fsdp.py, distributed/activation_checkpoint.py, \
              distributed/pipeline_parallel.py; measured with FSDPMemTracker on fake tensors and \
              fake dp_shard × tp and pp × dp_shard meshes, tests/truth/titan.jsonl, \
