@@ -1463,11 +1463,20 @@ fn the_torchtitan_runtime_runs_dense_qwen3() {
             && out.contains("--parallelism.tensor-parallel-degree 2"),
         "{out}"
     );
-    // Qwen 3 MoE: torchtitan's MoE blocks (no EP), emitted with its shipped config
+    // Qwen 3 MoE: torchtitan's MoE blocks (EP 1), emitted with its shipped config
     let (code, out, err) = titan("qwen3-30b-a3b", &["--emit", "torchtitan"]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("--module qwen3 --config qwen3_30b_a3b"),
+        out.contains("--module qwen3 --config qwen3_30b_a3b")
+            && out.contains("--parallelism.expert-parallel-degree 1"),
+        "{out}"
+    );
+    // and with torchtitan's expert parallelism: the degree is written, with the estimate's
+    // balanced-routing assumption in the header
+    let (code, out, err) = titan("qwen3-30b-a3b", &["--ep", "2", "--emit", "torchtitan"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("--parallelism.expert-parallel-degree 2") && out.contains("balanced routing"),
         "{out}"
     );
     // dense Qwen 3 under torchtitan's pipeline parallelism (tests/truth/titan_pp.jsonl): one
