@@ -936,6 +936,9 @@ CASES = [
     # not FSDP-sharded at all)
     ("titan-dsv3-671b-4l-w256-ep32-s512-fullac", ["--model", "deepseek_v3", "--flavor", "671B", "--layers", "4", "--world", "256", "--ep", "32", "--seq", "512", "--ac", "full", "--loss", "ce"]),
     ("titan-qwen3moe-235b-2l-w64-ep64-s1024", ["--model", "qwen3", "--flavor", "235B-A22B", "--layers", "2", "--world", "64", "--ep", "64", "--seq", "1024", "--loss", "ce"]),
+    # "never" resharding with EP: every unit gathered from its forward to its post-backward
+    ("titan-qwen3moe-30b-2l-w8-ep2-s1024-never", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "2", "--world", "8", "--ep", "2", "--seq", "1024", "--reshard", "never", "--loss", "ce"]),
+    ("titan-dsv3-16b-3l-w16-ep4-s1024-fullac-never", ["--model", "deepseek_v3", "--flavor", "16B", "--layers", "3", "--world", "16", "--ep", "4", "--seq", "1024", "--ac", "full", "--reshard", "never", "--loss", "ce"]),
 ]
 
 
