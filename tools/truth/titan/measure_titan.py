@@ -352,8 +352,13 @@ def patch_balanced_ep_splits(torch):
         n = SPLIT_ROWS[0]
         if n % n_experts:
             raise SystemExit(f"balanced routing needs T*K ({n}) divisible by the experts ({n_experts})")
-        counts = torch.full_like(got.reshape(-1), n // n_experts)
-        return counts, [n // ep_size] * ep_size, [n // ep_size] * ep_size
+        # probe (never a fixture): TITAN_EP_RECV_SKEW=S makes this rank receive S times the rows
+        # it sends (its experts picked S times as often), to read how the peak grows with
+        # uneven routing; the fixtures run S = 1
+        skew = float(os.environ.get("TITAN_EP_RECV_SKEW", "1"))
+        recv = int(n * skew) // n_experts
+        counts = torch.full_like(got.reshape(-1), recv)
+        return counts, [n // ep_size] * ep_size, [recv * n_experts // ep_size] * ep_size
 
     AllToAllTokenDispatcher._sync_token_count_exchange = sync
     orig = AllToAllTokenDispatcher._local_reorder
@@ -939,6 +944,8 @@ CASES = [
     # "never" resharding with EP: every unit gathered from its forward to its post-backward
     ("titan-qwen3moe-30b-2l-w8-ep2-s1024-never", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "2", "--world", "8", "--ep", "2", "--seq", "1024", "--reshard", "never", "--loss", "ce"]),
     ("titan-dsv3-16b-3l-w16-ep4-s1024-fullac-never", ["--model", "deepseek_v3", "--flavor", "16B", "--layers", "3", "--world", "16", "--ep", "4", "--seq", "1024", "--ac", "full", "--reshard", "never", "--loss", "ce"]),
+    # the routing-skew probe's case (TITAN_EP_RECV_SKEW, README "Expert parallelism"), balanced
+    ("titan-dsv3-16b-4l-w16-ep4-s2048", ["--model", "deepseek_v3", "--flavor", "16B", "--layers", "4", "--world", "16", "--ep", "4", "--seq", "2048", "--loss", "ce"]),
 ]
 
 
