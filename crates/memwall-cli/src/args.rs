@@ -859,28 +859,28 @@ fn grad_accum_for_global_batch(global: u64, batch: u64, grad_accum: u64, dp: u64
     Ok(grad_accum)
 }
 
-/// torchtitan's context and expert parallelism are not simulated: refused by flag before the
-/// layout is resolved. Its pipeline parallelism is (`--pp` with `--schedule 1f1b|gpipe|
-/// interleaved`, `-b` the microbatch size and `--grad-accum` the microbatches per step, as for
-/// Megatron-LM; checked by `memory/titan`), and so is its tensor parallelism: `--tp` > 1 runs
-/// with sequence parallelism, torchtitan's default (`parallelism.enable_sequence_parallel =
-/// true`), so `--tp` implies `--sequence-parallel` there; `--sequence-parallel` alone needs a
-/// `--tp`. Returns whether sequence parallelism is on.
+/// torchtitan's context parallelism is not simulated: refused by flag before the layout is
+/// resolved. Its expert parallelism is (`--ep` on a MoE model: the EP mesh carved out of
+/// dp_shard, balanced routing; checked by `memory/titan` `check_ep`), and so are its pipeline
+/// parallelism (`--pp` with `--schedule 1f1b|gpipe|interleaved`, `-b` the microbatch size and
+/// `--grad-accum` the microbatches per step, as for Megatron-LM; checked by `memory/titan`)
+/// and its tensor parallelism: `--tp` > 1 runs with sequence parallelism, torchtitan's default
+/// (`parallelism.enable_sequence_parallel = true`), so `--tp` implies `--sequence-parallel`
+/// there; `--sequence-parallel` alone needs a `--tp`. Returns whether sequence parallelism is
+/// on.
 fn titan_model_parallel(tp: u64, pp: u64, cp: u64, ep: u64, sp: bool) -> Result<bool> {
-    let _ = pp;
-    for (flag, value) in [("--cp", cp), ("--ep", ep)] {
-        if value > 1 {
-            return Err(UserError::flag(
-                flag,
-                value,
-                "torchtitan's context and expert parallelism are not simulated \
-                 (--runtime torchtitan models FSDP2 with tensor + sequence parallelism or \
-                 pipeline parallelism, as measured on fake meshes)",
-                "drop it with --runtime torchtitan, or drop --runtime torchtitan (Megatron-LM's \
-                 profile models model parallelism)",
-            )
-            .into());
-        }
+    let _ = (pp, ep);
+    if cp > 1 {
+        return Err(UserError::flag(
+            "--cp",
+            cp,
+            "torchtitan's context parallelism is not simulated (--runtime torchtitan models \
+             FSDP2 with tensor + sequence, pipeline or expert parallelism, as measured on fake \
+             meshes)",
+            "drop it with --runtime torchtitan, or drop --runtime torchtitan (Megatron-LM's \
+             profile models it)",
+        )
+        .into());
     }
     if sp && tp < 2 {
         return Err(UserError::flag(
@@ -1102,8 +1102,11 @@ impl TrainSettings {
                 // and so is its PP (validated as Megatron-LM's otherwise); HSDP with either is
                 // refused first, by name (not measured)
                 memwall_core::memory::titan::check_hsdp(&l)?;
+                // and its EP (carved out of dp_shard, checked by `memory/titan` `check_ep`;
+                // Megatron-LM's otherwise)
                 let mut dp_only = l.clone();
                 dp_only.tp = 1;
+                dp_only.ep = 1;
                 dp_only.sequence_parallel = false;
                 if l.pp > 1 && l.gpus.is_multiple_of(l.pp) {
                     dp_only.gpus = l.gpus / l.pp;

@@ -1388,7 +1388,21 @@ fn the_torchtitan_runtime_runs_deepseek_v3_on_256_gpus_and_refuses_by_name() {
             &["--gpus", "256", "--checkpointing-policy", "selective-op"],
             "--checkpointing-policy",
         ),
-        (&["--gpus", "256", "--ep", "8"], "--ep"),
+        // expert parallelism: with SelectiveAC (not measured), an `ep` that does not divide
+        // the 256 experts, or with TP
+        (
+            &[
+                "--gpus",
+                "256",
+                "--ep",
+                "8",
+                "--checkpointing-policy",
+                "selective-op",
+            ],
+            "--checkpointing-policy",
+        ),
+        (&["--gpus", "240", "--ep", "3"], "--ep"),
+        (&["--gpus", "256", "--ep", "8", "--tp", "2"], "--tp"),
         // more FSDP ranks than its 256 experts
         (&["--gpus", "512"], "--gpus"),
     ] {
@@ -1399,6 +1413,35 @@ fn the_torchtitan_runtime_runs_deepseek_v3_on_256_gpus_and_refuses_by_name() {
             "{extra:?}: {err}"
         );
     }
+    // expert parallelism (torchtitan's `expert_parallel_degree`, carved out of dp_shard): each
+    // rank gathers `256 / 8` experts per MoE block instead of 256, so the peak drops; the
+    // estimate names its balanced-routing assumption
+    let (code, out, err) = run(&[
+        &base[..],
+        &["--gpus", "256", "--ep", "8", "--seq", "4096", "--json"],
+    ]
+    .concat());
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let with_ep = v["peak_bytes"].as_u64().unwrap();
+    assert!(with_ep < no_ac, "{with_ep} vs {no_ac}");
+    assert!(out.contains("balanced routing assumed"), "{out}");
+    // a dense model has no experts to shard
+    let (code, _, err) = run(&[
+        "train",
+        "-m",
+        "llama-3.1-8b",
+        "--runtime",
+        "torchtitan",
+        "--precision",
+        "amp-bf16",
+        "--gpus",
+        "8",
+        "--ep",
+        "2",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("ep") && err.contains("hint:"), "{err}");
     // torchtitan's shipped deepseek_v3 configs run EP: no launch is written for them
     let (code, _, err) = run(&[&base[..], &["--gpus", "256", "--emit", "torchtitan"]].concat());
     assert_eq!(code, 2, "{err}");
@@ -1546,11 +1589,20 @@ fn the_torchtitan_runtime_runs_dense_qwen3() {
             && out.contains("--parallelism.tensor-parallel-degree 2"),
         "{out}"
     );
-    // Qwen 3 MoE: torchtitan's MoE blocks (no EP), emitted with its shipped config
+    // Qwen 3 MoE: torchtitan's MoE blocks (EP 1), emitted with its shipped config
     let (code, out, err) = titan("qwen3-30b-a3b", &["--emit", "torchtitan"]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("--module qwen3 --config qwen3_30b_a3b"),
+        out.contains("--module qwen3 --config qwen3_30b_a3b")
+            && out.contains("--parallelism.expert-parallel-degree 1"),
+        "{out}"
+    );
+    // and with torchtitan's expert parallelism: the degree is written, with the estimate's
+    // balanced-routing assumption in the header
+    let (code, out, err) = titan("qwen3-30b-a3b", &["--ep", "2", "--emit", "torchtitan"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("--parallelism.expert-parallel-degree 2") && out.contains("balanced routing"),
         "{out}"
     );
     // dense Qwen 3 under torchtitan's pipeline parallelism (tests/truth/titan_pp.jsonl): one

@@ -1145,6 +1145,13 @@ struct TitanCase {
     /// `tensor_parallel_degree` (absent: 1)
     #[serde(default)]
     tp: Option<u64>,
+    /// `expert_parallel_degree` (absent: 1)
+    #[serde(default)]
+    ep: Option<u64>,
+    /// the routing the EP case ran under (the harness's balanced split sizes)
+    #[serde(default)]
+    #[allow(dead_code)]
+    ep_routing: Option<String>,
     /// `enable_sequence_parallel` (present with `tp`)
     #[serde(default)]
     sequence_parallel: Option<bool>,
@@ -1312,7 +1319,7 @@ fn titan_rows() -> Vec<TitanRow> {
             schedule: Schedule::OneFOneB,
             virtual_stages: 1,
             cp: 1,
-            ep: 1,
+            ep: c.ep.unwrap_or(1),
             offload: Offload::None,
             offload_device: OffloadDevice::Cpu,
         };
@@ -1331,6 +1338,7 @@ fn titan_rows() -> Vec<TitanRow> {
             shapes: memwall_core::memory::titan::shapes(&desc).unwrap(),
             world: dp_shard,
             tp: c.tp.unwrap_or(1),
+            ep: c.ep.unwrap_or(1),
             batch: c.batch,
             seq: c.seq,
             checkpointing: policy,
@@ -1497,7 +1505,8 @@ fn titan_section(rows: &[TitanRow]) -> String {
          torchtitan 0.3.0's own Llama 3, Qwen 3 (dense, MoE) and DeepSeek-V3 steps (its models, \
          FSDP2 units and reshard policy, FullAC / SelectiveAC, CrossEntropyLoss, fused or foreach \
          AdamW, TP + SP, float8 linears: `titan-fp8-*`, torchtitan's Float8LinearConverter over \
-         torchao 0.18.0; HSDP: `*-hsdp-*`, dp_replicate R × dp_shard S as `-rRsS`) \
+         torchao 0.18.0; HSDP: `*-hsdp-*`, dp_replicate R × dp_shard S as `-rRsS`; expert \
+         parallelism: `titan-*-ep*`, the all-to-all dispatch under balanced routing) \
          on a fake process group, measured by \
          `tools/truth/titan/measure_titan.py` with FSDPMemTracker (rank 0, steady step); \
          estimates: `memory/titan` (`--runtime torchtitan --precision amp-bf16 --strategy \

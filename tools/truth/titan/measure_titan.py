@@ -38,6 +38,14 @@ def measure_one(argv: list[str]) -> dict:
     # 2-D ["dp_replicate", "fsdp"] mesh (models/llama3/parallelize.py)
     ap.add_argument("--dp-replicate", type=int, default=1)
     ap.add_argument("--no-sp", action="store_true")
+    # expert parallelism (`parallelism.expert_parallel_degree`): the experts sharded over an ep
+    # mesh carved out of dp_shard, FSDP2 over `efsdp = dp_shard / ep` for them; the token
+    # dispatch is `AllToAllTokenDispatcher` (models/common/token_dispatcher.py). Its split
+    # sizes come from a token-count all-to-all read back with `.tolist()`, which fake tensors
+    # (and the fake process group, whose collectives write nothing) cannot give: the harness
+    # replaces `_sync_token_count_exchange` with balanced routing (every rank sends T·K/ep rows
+    # to every rank, T·K/E per expert), see README "Expert parallelism"
+    ap.add_argument("--ep", type=int, default=1)
     # probe: one forward under saved_tensors_hooks, the bytes autograd saves per top-level
     # module (deduplicated by storage), printed instead of a measurement
     ap.add_argument("--saved", action="store_true")
@@ -190,6 +198,10 @@ def measure_one(argv: list[str]) -> dict:
     config.parallelism.pipeline_parallel_microbatch_size = args.mbs
     config.parallelism.pipeline_parallel_layers_per_stage = args.layers_per_stage
     config.parallelism.tensor_parallel_degree = args.tp
+    config.parallelism.expert_parallel_degree = args.ep
+    if args.ep > 1:
+        patch_balanced_ep_splits(torch)
+        patch_tracker_param_groups()
     config.parallelism.enable_sequence_parallel = not args.no_sp
     config.parallelism.fsdp_reshard_after_forward = args.reshard
     if args.ac.startswith("every-k:"):
@@ -328,7 +340,13 @@ def measure_one(argv: list[str]) -> dict:
                     del pred
                     loss.backward()
                     del loss
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+                if args.ep > 1:
+                    # Trainer.train_step (trainer.py): torchtitan's own clip_grad_norm_, whose
+                    # EP branch (`_clip_grad_norm_with_ep`) takes the expert and non-expert
+                    # norms on their own meshes (torch's refuses to stack DTensors of two meshes)
+                    tt_dist_utils.clip_grad_norm_(list(model.parameters()), 1.0, foreach=True, ep_enabled=True)
+                else:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
                 optimizers.step()
                 optimizers.zero_grad()
                 gc.collect(1)
@@ -336,6 +354,96 @@ def measure_one(argv: list[str]) -> dict:
         if getattr(model, "enable_weight_tying", False):
             _tie_probe(model, "after two steps")
     return result(args, W, snap, first, mt, t0, n_gates)
+
+
+def patch_balanced_ep_splits(torch):
+    """Balanced routing for `AllToAllTokenDispatcher` (torchtitan 0.3.0
+    models/common/token_dispatcher.py): `_sync_token_count_exchange` waits on the token-count
+    all-to-all and reads the split sizes back to the host (`.tolist()`), data fake tensors do not
+    have and the fake process group does not write. The patch keeps the wait and returns what
+    perfectly balanced routing exchanges: each of the ep ranks sends N / ep of its N = T·K routed
+    rows to every rank (N / E per expert), so each rank receives N rows in all. The counts are
+    a real (fake under FakeTensorMode) `(E,)` int64 tensor of N / E, as the exchange returns."""
+    from torchtitan.models.common.token_dispatcher import AllToAllTokenDispatcher
+
+    def sync(self, num_local_tokens_per_expert_E, num_global_tokens_per_local_expert_EP_e, ep_size):
+        got = torch.ops._c10d_functional.wait_tensor(num_global_tokens_per_local_expert_EP_e)
+        n_experts = num_local_tokens_per_expert_E.shape[0]
+        n = SPLIT_ROWS[0]
+        if n % n_experts:
+            raise SystemExit(f"balanced routing needs T*K ({n}) divisible by the experts ({n_experts})")
+        # probe (never a fixture): TITAN_EP_RECV_SKEW=S makes this rank receive S times the rows
+        # it sends (its experts picked S times as often), to read how the peak grows with
+        # uneven routing; the fixtures run S = 1
+        skew = float(os.environ.get("TITAN_EP_RECV_SKEW", "1"))
+        recv = int(n * skew) // n_experts
+        counts = torch.full_like(got.reshape(-1), recv)
+        return counts, [n // ep_size] * ep_size, [recv * n_experts // ep_size] * ep_size
+
+    AllToAllTokenDispatcher._sync_token_count_exchange = sync
+    orig = AllToAllTokenDispatcher._local_reorder
+
+    def local_reorder(self, x_TD, topk_scores_TK, topk_expert_ids_TK):
+        SPLIT_ROWS[0] = topk_expert_ids_TK.numel()
+        return orig(self, x_TD, topk_scores_TK, topk_expert_ids_TK)
+
+    AllToAllTokenDispatcher._local_reorder = local_reorder
+
+
+SPLIT_ROWS = [0]
+
+
+def patch_tracker_param_groups():
+    """FSDPMemTracker (torch 2.15 distributed/_tools/fsdp2_mem_tracker.py) reads one
+    `FSDPState._fsdp_param_group` per FSDP module; under EP `apply_fsdp_to_decoder` gives a MoE
+    block two (`shard_placement_fn` returning a `ShardPlacementResult` per parameter: the experts
+    on the `efsdp` mesh, the rest on dp_shard), and the property raises. The tracker only
+    attributes categories and takes snapshots in these hooks (the peak is the dispatch mode's sum
+    of live storages, which does not depend on them): where a state has several groups the
+    property returns a view listing all their parameters (for category attribution), and each
+    group's own `pre_backward` / `post_backward` is wrapped by the tracker (the view's
+    attribute writes are dropped). Memory-neutral: nothing is allocated or kept."""
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp._fully_shard._fsdp_state import FSDPState
+
+    class Groups:
+        def __init__(self, groups):
+            object.__setattr__(self, "groups", groups)
+
+        @property
+        def fsdp_params(self):
+            return [p for g in self.groups for p in g.fsdp_params]
+
+        def pre_backward(self, *a, **k):
+            raise AssertionError("not called: each group's own pre_backward runs")
+
+        post_backward = pre_backward
+
+        def __setattr__(self, name, value):
+            pass
+
+    one = FSDPState._fsdp_param_group
+
+    def group(self):
+        if len(self._fsdp_param_groups) > 1:
+            return Groups(self._fsdp_param_groups)
+        return one.fget(self)
+
+    FSDPState._fsdp_param_group = property(group)
+    orig = FSDPMemTracker._instrument_fsdp_module
+
+    def instrument(self):
+        orig(self)
+        for module in self._root_mod.modules():
+            if isinstance(module, FSDPModule):
+                groups = module._get_fsdp_state()._fsdp_param_groups
+                if len(groups) > 1:
+                    for g in groups:
+                        g.pre_backward = self._fsdp_param_group_pre_backward(module, g.pre_backward)
+                        g.post_backward = self._fsdp_param_group_post_backward(module, g.post_backward)
+
+    FSDPMemTracker._instrument_fsdp_module = instrument
 
 
 def _tie_probe(model, when):
@@ -382,6 +490,7 @@ def result(args, W, snap, first, mt, t0, n_gates=0) -> dict:
         "flavor": args.flavor, **({"untied": True} if args.untie else {}), "layers": args.layers, "world_size": W, "batch": args.batch,
         "seq": args.seq, "activation_checkpoint": args.ac, "loss": args.loss,
         **({"tp": args.tp, "sequence_parallel": not args.no_sp} if args.tp > 1 else {}),
+        **({"ep": args.ep, "ep_routing": "balanced (harness patch)"} if args.ep > 1 else {}),
         **({"dp_replicate": args.dp_replicate} if args.dp_replicate > 1 else {}),
         "attention": args.attn + ("-stub" if args.attn_stub else ""),
         **({"tensors": "real"} if args.real else {}),
@@ -835,6 +944,28 @@ CASES = [
     # eighth batch: MoE blocks (Qwen 3 MoE, DeepSeek-V3) under `fsdp_reshard_after_forward =
     # "never"`, without AC and under FullAC (the Qwen 3 235B case was measured before, off by
     # +20%, and refused: see README "DeepSeek-V3", "never")
+    # ninth batch (issue 15, h28): expert parallelism (`expert_parallel_degree`, the
+    # AllToAllTokenDispatcher under the harness's balanced split sizes, FSDP2 of the experts over
+    # efsdp = dp_shard / ep; see README "Expert parallelism")
+    ("titan-qwen3moe-30b-1l-w8-ep2-s512", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "1", "--world", "8", "--ep", "2", "--seq", "512", "--loss", "ce"]),
+    ("titan-qwen3moe-30b-2l-w16-ep4-b2s1024-fullac", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "2", "--world", "16", "--ep", "4", "--batch", "2", "--seq", "1024", "--ac", "full", "--loss", "ce"]),
+    ("titan-qwen3moe-30b-3l-w8-ep8-s2048-everyk2", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "3", "--world", "8", "--ep", "8", "--seq", "2048", "--ac", "every-k:2", "--loss", "ce"]),
+    ("titan-qwen3moe-235b-2l-w32-ep8-s1024", ["--model", "qwen3", "--flavor", "235B-A22B", "--layers", "2", "--world", "32", "--ep", "8", "--seq", "1024", "--loss", "ce"]),
+    ("titan-qwen3moe-235b-1l-w64-ep8-s2048-fullac", ["--model", "qwen3", "--flavor", "235B-A22B", "--layers", "1", "--world", "64", "--ep", "8", "--seq", "2048", "--ac", "full", "--loss", "ce"]),
+    ("titan-dsv3-16b-2l-w8-ep2-s1024", ["--model", "deepseek_v3", "--flavor", "16B", "--layers", "2", "--world", "8", "--ep", "2", "--seq", "1024", "--loss", "ce"]),
+    ("titan-dsv3-16b-3l-w16-ep4-b2s512-fullac", ["--model", "deepseek_v3", "--flavor", "16B", "--layers", "3", "--world", "16", "--ep", "4", "--batch", "2", "--seq", "512", "--ac", "full", "--loss", "ce"]),
+    ("titan-dsv3-671b-4l-w64-ep8-s1024", ["--model", "deepseek_v3", "--flavor", "671B", "--layers", "4", "--world", "64", "--ep", "8", "--seq", "1024", "--loss", "ce"]),
+    ("titan-dsv3-671b-5l-w32-ep8-s2048-fullac", ["--model", "deepseek_v3", "--flavor", "671B", "--layers", "5", "--world", "32", "--ep", "8", "--seq", "2048", "--ac", "full", "--loss", "ce"]),
+    ("titan-qwen3moe-30b-2l-w16-ep2-s1024-always-foreach", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "2", "--world", "16", "--ep", "2", "--seq", "1024", "--reshard", "always", "--optim", "foreach", "--loss", "ce"]),
+    # larger EP degrees: ep 32 over 256 ranks (efsdp 8), and ep = dp_shard (efsdp 1: the experts
+    # not FSDP-sharded at all)
+    ("titan-dsv3-671b-4l-w256-ep32-s512-fullac", ["--model", "deepseek_v3", "--flavor", "671B", "--layers", "4", "--world", "256", "--ep", "32", "--seq", "512", "--ac", "full", "--loss", "ce"]),
+    ("titan-qwen3moe-235b-2l-w64-ep64-s1024", ["--model", "qwen3", "--flavor", "235B-A22B", "--layers", "2", "--world", "64", "--ep", "64", "--seq", "1024", "--loss", "ce"]),
+    # "never" resharding with EP: every unit gathered from its forward to its post-backward
+    ("titan-qwen3moe-30b-2l-w8-ep2-s1024-never", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "2", "--world", "8", "--ep", "2", "--seq", "1024", "--reshard", "never", "--loss", "ce"]),
+    ("titan-dsv3-16b-3l-w16-ep4-s1024-fullac-never", ["--model", "deepseek_v3", "--flavor", "16B", "--layers", "3", "--world", "16", "--ep", "4", "--seq", "1024", "--ac", "full", "--reshard", "never", "--loss", "ce"]),
+    # the routing-skew probe's case (TITAN_EP_RECV_SKEW, README "Expert parallelism"), balanced
+    ("titan-dsv3-16b-4l-w16-ep4-s2048", ["--model", "deepseek_v3", "--flavor", "16B", "--layers", "4", "--world", "16", "--ep", "4", "--seq", "2048", "--loss", "ce"]),
     ("titan-qwen3moe-235b-2l-w64-s1024-fullac-never", ["--model", "qwen3", "--flavor", "235B-A22B", "--layers", "2", "--world", "64", "--seq", "1024", "--loss", "ce", "--ac", "full", "--reshard", "never"]),
     ("titan-qwen3moe-30b-2l-w8-s1024-never", ["--model", "qwen3", "--flavor", "30B-A3B", "--layers", "2", "--world", "8", "--seq", "1024", "--loss", "ce", "--reshard", "never"]),
     ("titan-dsv3-16b-2l-w8-s1024-never", ["--model", "deepseek_v3", "--flavor", "16B", "--layers", "2", "--world", "8", "--seq", "1024", "--loss", "ce", "--reshard", "never"]),
@@ -1005,6 +1136,12 @@ CROSSCHECKS = [
     # topk's values and ids) and the recomputed router and experts, on real tensors too
     ("xc-titan-qwen3moe-debug-2l-w8-b2s256-selac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "2", "--world", "8", "--batch", "2", "--seq", "256", "--ac", "selective"]),
     ("xc-titan-qwen3moe-debug-1l-w4-s256-selac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "1", "--world", "4", "--seq", "256", "--ac", "selective"]),
+    # expert parallelism (h28): the AllToAllTokenDispatcher with the harness's balanced split
+    # sizes on both sides (the fake process group's all-to-all writes nothing into real tensors
+    # either), experts over efsdp = dp_shard / ep
+    ("xc-titan-qwen3moe-debug-2l-w4-ep2-s256", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "2", "--world", "4", "--ep", "2", "--seq", "256"]),
+    ("xc-titan-qwen3moe-debug-2l-w8-ep4-b2s256-fullac", ["--model", "qwen3", "--flavor", "debugmodel_moe", "--layers", "2", "--world", "8", "--ep", "4", "--batch", "2", "--seq", "256", "--ac", "full"]),
+    ("xc-titan-dsv3-debug671-2l-w8-ep2-s256", ["--model", "deepseek_v3", "--flavor", "debug671", "--layers", "2", "--world", "8", "--ep", "2", "--seq", "256"]),
     # pipeline parallelism: one pp rank's stage(s) with real tensors over the same fake process
     # group (its send/recv are no-ops: the received buffers are allocated, not written)
     # PP with TP + SP (h26): a pp × dp_shard × tp mesh, the TP-local stage tensors

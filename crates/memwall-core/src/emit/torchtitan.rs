@@ -171,8 +171,9 @@ pub(super) fn args(
     let w = &spec.workload;
     let s = &spec.shape;
     let titan = spec.runtime == Runtime::Torchtitan;
-    // torchtitan's own tensor + sequence parallelism is simulated by `memory/titan` (cp and ep
-    // are refused there); under the hf profile a model-parallel layout is Megatron-LM's
+    // torchtitan's own tensor + sequence parallelism is simulated by `memory/titan` (cp is
+    // refused there, and pp or tp with ep); under the hf profile a model-parallel layout is
+    // Megatron-LM's
     let titan_tp = titan && l.tp > 1 && l.cp == 1 && l.ep == 1;
     // and its pipeline parallelism (`memory/titan/pipeline.rs`: FSDP2, with or without TP)
     let titan_pp = titan && l.pp > 1 && l.cp == 1 && l.ep == 1;
@@ -350,7 +351,14 @@ pub(super) fn args(
         push(&mut a, "--parallelism.pipeline-parallel-degree", 1);
     }
     push(&mut a, "--parallelism.context-parallel-degree", 1);
-    push(&mut a, "--parallelism.expert-parallel-degree", 1);
+    // memory/titan's EP (`check_ep`: MoE models, no TP or PP), carved out of dp_shard; the
+    // registry configs' `moe_comm_backend` default "standard" is the measured
+    // `AllToAllTokenDispatcher` (models/common/config_utils.py)
+    push(
+        &mut a,
+        "--parallelism.expert-parallel-degree",
+        if titan { l.ep.max(1) } else { 1 },
+    );
     push(&mut a, "--optimizer.implementation", implementation);
     let ac = match (w.checkpointing, w.step_options.checkpointing_policy) {
         (false, _) => "activation-checkpoint:none",
@@ -384,6 +392,12 @@ pub(super) fn emit(spec: &LaunchSpec) -> Result<Vec<EmittedFile>, EmitError> {
             "CrossEntropyLoss; the registry config's default loss (ChunkedLossWrapper) needs less."
                 .to_string(),
         );
+        if spec.layout.ep > 1 {
+            lines.push(format!(
+                "Expert parallelism {}: the estimate assumes balanced routing (every rank receives as many routed tokens as it sends); uneven routing holds more.",
+                spec.layout.ep
+            ));
+        }
         lines.push("Download the HF assets to --hf-assets-path.".to_string());
     } else {
         lines.push(

@@ -30,6 +30,12 @@
 //!   schedule orders (each stage's gradient reduction right after its last backward) and FSDP2
 //!   without resharding under PP, one pp rank at a time (see `pipeline.rs`); measured on a fake
 //!   pp × dp_shard mesh, and with TP + SP on a pp × dp_shard × tp mesh.
+//! - Expert parallelism (`--ep`, torchtitan's `expert_parallel_degree`) of the MoE models: the
+//!   EP mesh carved out of dp_shard (`efsdp × ep`), `E / ep` routed experts per rank FSDP-sharded
+//!   over `efsdp = dp_shard / ep`, the `AllToAllTokenDispatcher`'s saved `permuted_indices`, the
+//!   last MoE block's two FSDP groups prefetched at the LM head's backward (see `step.rs`;
+//!   refusals: `check_ep`); measured under balanced routing (the harness's split sizes), which every
+//!   EP estimate assumes and names.
 //! - HSDP (`--strategy hsdp`, `data_parallel_replicate_degree = gpus / gpus_per_node` over
 //!   `data_parallel_shard_degree = gpus_per_node`): every rank runs the FSDP2 step of its shard
 //!   group, byte for byte (the gradient all-reduce across replicas is in place; see
@@ -44,7 +50,8 @@
 //!
 //! Refused by name (the capability row [`CAPABILITIES`] and [`check`]): tensor parallelism
 //! without sequence parallelism and degrees that do not divide the heads, key/value heads and
-//! feed-forward width, context and expert parallelism (not measured here), pipeline
+//! feed-forward width, context parallelism (not measured here), expert parallelism with TP,
+//! PP or SelectiveAC or routed rows that do not spread evenly over the experts, pipeline
 //! parallelism with tied embeddings (torchtitan refuses it) or on dp_shard = 1, HSDP with TP or PP, CPU offload, float8 with TP, PP, MoE or tied embeddings and its `tensorwise` recipe and float8 all-gather (not in torchtitan 0.3.0; see `float8.rs`),
 //! `torch.compile` (Inductor's generated code cannot run on fake tensors, so a compiled step
 //! cannot be measured honestly), LoRA, gradient accumulation, the chunked loss
@@ -66,7 +73,7 @@
 //! 192-dim query/key and 128-dim value heads), `n_dense_layers` leading dense blocks, then the
 //! same `MoE` with a shared-experts `FeedForward`, a sigmoid router with node-limited routing
 //! and `route_norm` (671B); each block one FSDP unit, the experts sharded on dim 0 (measured,
-//! `tools/truth/titan/README.md` "DeepSeek-V3"; FSDP2 only: TP, PP, EP and SelectiveAC are
+//! `tools/truth/titan/README.md` "DeepSeek-V3"; FSDP2, with EP: TP, PP and SelectiveAC are
 //! refused).
 
 use super::ranks::{CommBuffer, DistEstimate, RankGroup, RankSet};
@@ -112,7 +119,8 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     name: "torchtitan",
     title: ENGINE,
     source: "torchtitan 0.3.0's Llama 3, Qwen 3 (dense, MoE) and DeepSeek-V3 steps under FSDP2, \
-             with its tensor + sequence parallelism, and its pipeline parallelism \
+             with its tensor + sequence parallelism, its pipeline parallelism and its expert \
+             parallelism (balanced routing) \
              (torchtitan/models/llama3/, models/qwen3/, models/deepseek_v3/, models/common/, distributed/fsdp.py, distributed/activation_checkpoint.py, \
              distributed/pipeline_parallel.py; measured with FSDPMemTracker on fake tensors and \
              fake dp_shard × tp and pp × dp_shard meshes, tests/truth/titan.jsonl, \
@@ -705,19 +713,17 @@ fn deepseek_v3_shapes(model: &ModelDesc) -> Result<Shapes, CoreError> {
 /// the layout's model parallelism and the attention / checkpointing policy).
 pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Shapes, CoreError> {
     w.validate()?;
-    for (field, value) in [("cp", layout.cp), ("ep", layout.ep)] {
-        if value > 1 {
-            return Err(refuse(
-                field,
-                value,
-                "not measured: torchtitan's context and expert parallelism are not simulated \
-                 (measured: FSDP2 over `dp_shard`, with tensor + sequence parallelism or \
-                 pipeline parallelism)",
-                "use --cp/--ep 1 with --runtime torchtitan, or drop --runtime torchtitan \
-                 (Megatron-LM's profile models them)",
-            ));
-        }
+    if layout.cp > 1 {
+        return Err(refuse(
+            "cp",
+            layout.cp,
+            "not measured: torchtitan's context parallelism is not simulated (measured: FSDP2 \
+             over `dp_shard`, with tensor + sequence, pipeline or expert parallelism)",
+            "use --cp 1 with --runtime torchtitan, or drop --runtime torchtitan (Megatron-LM's \
+             profile models it)",
+        ));
     }
+    check_ep(model, w, layout)?;
     check_deepseek_v3(model, w, layout)?;
     check_hsdp(layout)?;
     check_tp(model, w, layout)?;
@@ -725,6 +731,8 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
     // the layout's own checks, with torchtitan's TP and PP (checked above) in place of
     // Megatron-LM's (which `Layout::validate` would resolve `tp` or `pp` > 1 to)
     let mut dp_only = layout.clone();
+    // torchtitan's EP is carved out of dp_shard (checked by `check_ep`), not Megatron-LM's
+    dp_only.ep = 1;
     dp_only.tp = 1;
     dp_only.sequence_parallel = false;
     dp_only.gpus = layout.gpus / layout.pp.max(1);
@@ -821,6 +829,72 @@ pub fn check(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<Sh
     Ok(s)
 }
 
+/// torchtitan's expert parallelism as measured (`titan-*-ep*`, tools/truth/titan/README.md
+/// "Expert parallelism"): `expert_parallel_degree` on a MoE model (Qwen 3 MoE, DeepSeek-V3),
+/// carved out of `dp_shard` (the `efsdp × ep` sparse mesh, distributed/parallel_dims.py), with
+/// the `AllToAllTokenDispatcher` (the default `moe_comm_backend`), without TP or PP, no AC,
+/// FullAC or every-k:K, under balanced routing (the harness's assumption: every rank sends
+/// `T·K / ep` routed rows to every rank; real routing is uneven, and the all-to-all buffers
+/// and expert activations of a rank grow with the tokens it receives).
+fn check_ep(model: &ModelDesc, w: &TrainWorkload, layout: &Layout) -> Result<(), CoreError> {
+    let ep = layout.ep;
+    if ep <= 1 {
+        return Ok(());
+    }
+    let s = shapes(model)?;
+    let Some(m) = s.moe else {
+        return Err(refuse(
+            "ep",
+            ep,
+            "expert parallelism shards routed experts, and this model has none",
+            "drop --ep for a dense model",
+        ));
+    };
+    if layout.tp > 1 || layout.pp > 1 {
+        let (field, value) = if layout.tp > 1 {
+            ("tp", layout.tp)
+        } else {
+            ("pp", layout.pp)
+        };
+        return Err(refuse(
+            field,
+            value,
+            "not measured: torchtitan's expert parallelism together with tensor or pipeline \
+             parallelism (measured: EP over FSDP2's dp_shard only)",
+            "use --tp 1 and --pp 1 with --ep and --runtime torchtitan",
+        ));
+    }
+    if w.checkpointing && w.step_options.checkpointing_policy == CheckpointPolicy::SelectiveOp {
+        return Err(refuse(
+            CheckpointPolicy::FIELD,
+            "selective-op",
+            "not measured: torchtitan's op-level SelectiveAC with expert parallelism (which of \
+             the dispatcher's all-to-all outputs its policy saves)",
+            "use --checkpointing-policy full or every-k:K, or no checkpointing, with --ep",
+        ));
+    }
+    if !layout.gpus.is_multiple_of(ep) || !m.experts.is_multiple_of(ep) {
+        return Err(refuse(
+            "ep",
+            ep,
+            "torchtitan's EP mesh is carved out of dp_shard (the GPUs) and holds `E / ep` of \
+             the routed experts per rank: `ep` must divide both",
+            "pick an --ep that divides the GPUs and the routed experts",
+        ));
+    }
+    let routed = w.batch.saturating_mul(w.seq).saturating_mul(m.top_k);
+    if !routed.is_multiple_of(m.experts) {
+        return Err(refuse(
+            "seq",
+            w.seq,
+            "the EP estimate assumes balanced routing (T·K / E routed rows per expert), and \
+             batch × seq × top-k is not a multiple of the routed experts",
+            "use a batch × seq whose routed rows divide evenly over the experts with --ep",
+        ));
+    }
+    Ok(())
+}
+
 /// torchtitan's deepseek_v3 as measured (`titan-dsv3-*`, tools/truth/titan/README.md
 /// "DeepSeek-V3"): FSDP2 over `dp_shard` without TP, PP or EP, no AC, FullAC or every-k:K,
 /// the three reshard policies; the rest is refused by name.
@@ -897,6 +971,11 @@ pub fn check_hsdp(layout: &Layout) -> Result<(), CoreError> {
             "pp",
             layout.pp,
             "not measured: torchtitan's HSDP combined with pipeline parallelism",
+        ),
+        (
+            "ep",
+            layout.ep,
+            "not measured: torchtitan's HSDP combined with expert parallelism",
         ),
     ] {
         if value > 1 {
@@ -1192,6 +1271,7 @@ pub fn simulate_train_titan(
         shapes: s,
         world,
         tp: layout.tp,
+        ep: layout.ep,
         batch: w.batch,
         seq: w.seq,
         checkpointing: w
@@ -1237,6 +1317,15 @@ pub fn simulate_train_titan(
     let group = RankGroup {
         label: if layout.gpus == 1 {
             "rank 0 (an FSDP mesh of one)".to_owned()
+        } else if layout.ep > 1 {
+            format!(
+                "all {} ranks (dp_shard {}, experts over ep {} × efsdp {}; balanced routing \
+                 assumed)",
+                layout.gpus,
+                layout.gpus,
+                layout.ep,
+                layout.gpus / layout.ep
+            )
         } else if layout.strategy == Strategy::Hsdp {
             format!(
                 "all {} ranks (a dp_replicate {} × dp_shard {world} mesh)",

@@ -28,6 +28,11 @@ pub struct Job {
     pub world: u64,
     /// `tensor_parallel_degree` (1: no tensor parallelism); sequence parallelism on when > 1.
     pub tp: u64,
+    /// `expert_parallel_degree` (1: no expert parallelism): each rank holds `E / ep` routed
+    /// experts, FSDP-sharded over `efsdp = dp_shard / ep` (distributed/parallel_dims.py,
+    /// distributed/fsdp.py `apply_fsdp_to_decoder`), the tokens dispatched by all-to-all
+    /// (models/common/token_dispatcher.py `AllToAllTokenDispatcher`) under balanced routing.
+    pub ep: u64,
     /// `training.local_batch_size`.
     pub batch: u64,
     /// `training.seq_len`.
@@ -75,9 +80,11 @@ impl Instant {
     }
 }
 
-/// `(the dims before the sharded one, the dim FSDP2 shards, the dims after it)` of each
-/// parameter of one FSDP unit (the first is 1 for parameters sharded on dim 0).
-type Params = Vec<(u128, u128, u128)>;
+/// `(the dims before the sharded one, the dim FSDP2 shards, the dims after it, the divisor of
+/// its FSDP mesh)` of each parameter of one FSDP unit (the first is 1 for parameters sharded
+/// on dim 0; the last is 1 for the `dp_shard` mesh, `ep` for routed experts under expert
+/// parallelism, sharded over `efsdp = dp_shard / ep` with their local `E / ep` rows).
+type Params = Vec<(u128, u128, u128, u128)>;
 
 /// Parameter sizes of the FSDP units on one rank (each parameter's TP-local shape).
 #[derive(Debug, Clone)]
@@ -118,7 +125,7 @@ impl Sizes {
         let v = u128::from(s.vocab).div_ceil(t);
         let hd = u128::from(s.head_dim);
         let mut attention = match s.mla {
-            None => vec![(1, q + 2 * kv, d), (1, d, q)],
+            None => vec![(1, q + 2 * kv, d, 1), (1, d, q, 1)],
             Some(m) => {
                 // models/deepseek_v3/model.py `Attention` (no TP: refused): `wq` `[H·qk, D]`
                 // or `wq_a` `[r_q, D]`, `q_norm` `[r_q]`, `wq_b` `[H·qk, r_q]`; `wkv_a`
@@ -128,28 +135,28 @@ impl Sizes {
                 let qk = u128::from(m.nope_head_dim + m.rope_head_dim);
                 let (rq, rkv) = (u128::from(m.q_lora_rank), u128::from(m.kv_lora_rank));
                 let mut a = if rq == 0 {
-                    vec![(1, h * qk, d)]
+                    vec![(1, h * qk, d, 1)]
                 } else {
-                    vec![(1, rq, d), (1, rq, 1), (1, h * qk, rq)]
+                    vec![(1, rq, d, 1), (1, rq, 1, 1), (1, h * qk, rq, 1)]
                 };
                 a.extend([
-                    (1, rkv + u128::from(m.rope_head_dim), d),
-                    (1, rkv, 1),
-                    (1, h * u128::from(m.nope_head_dim + m.v_head_dim), rkv),
-                    (1, d, h * u128::from(m.v_head_dim)),
+                    (1, rkv + u128::from(m.rope_head_dim), d, 1),
+                    (1, rkv, 1, 1),
+                    (1, h * u128::from(m.nope_head_dim + m.v_head_dim), rkv, 1),
+                    (1, d, h * u128::from(m.v_head_dim), 1),
                 ]);
                 a
             }
         };
         // the attention and feed-forward norms
-        attention.extend([(1, d, 1), (1, d, 1)]);
+        attention.extend([(1, d, 1, 1), (1, d, 1, 1)]);
         if s.model.qk_norm() {
             // Qwen 3's `q_norm` and `k_norm` (RMSNorm of head_dim each; replicated under TP,
             // models/qwen3/sharding.py)
-            attention.extend([(1, hd, 1), (1, hd, 1)]);
+            attention.extend([(1, hd, 1, 1), (1, hd, 1, 1)]);
         }
         let mut dense_block = attention.clone();
-        dense_block.extend([(1, f, d), (1, d, f), (1, f, d)]);
+        dense_block.extend([(1, f, d, 1), (1, d, f, 1), (1, f, d, 1)]);
         let block = match s.moe {
             None => dense_block.clone(),
             Some(m) => {
@@ -158,12 +165,22 @@ impl Sizes {
                 // `apply_fsdp_to_decoder`; its `Shard(1)` for an FSDP mesh larger than the
                 // expert count is refused by `check`, not measured); DeepSeek-V3's shared
                 // experts, one `FeedForward` (`w1`, `w2`, `w3`) of `F_s`
+                // Under expert parallelism the routed experts are the rank's `E / ep`, sharded
+                // over `efsdp = dp_shard / ep` (`_shard_placement_fn`: `edp_mesh` for them,
+                // `dp_mesh` for the gate and the rest; measured, `titan-*-ep*`)
                 let (e, fe) = (u128::from(m.experts), u128::from(m.expert_ffn));
+                let ep = u128::from(job.ep.max(1));
+                let el = e / ep;
                 let mut b = attention;
-                b.extend([(1, e, d), (1, e, fe * d), (1, e, d * fe), (1, e, fe * d)]);
+                b.extend([
+                    (1, e, d, 1),
+                    (1, el, fe * d, ep),
+                    (1, el, d * fe, ep),
+                    (1, el, fe * d, ep),
+                ]);
                 let fs = u128::from(m.shared_ffn);
                 if fs > 0 {
-                    b.extend([(1, fs, d), (1, d, fs), (1, fs, d)]);
+                    b.extend([(1, fs, d, 1), (1, d, fs, 1), (1, fs, d, 1)]);
                 }
                 b
             }
@@ -181,9 +198,9 @@ impl Sizes {
             block,
             dense_block,
             dense_layers,
-            embedding: vec![(1, v, d)],
-            lm_head: vec![(1, v, d)],
-            final_norm: vec![(1, d, 1)],
+            embedding: vec![(1, v, d, 1)],
+            lm_head: vec![(1, v, d, 1)],
+            final_norm: vec![(1, d, 1, 1)],
             layers: u128::from(s.layers),
             tied: s.tied,
         })
@@ -254,20 +271,52 @@ impl Sizes {
     /// (torch/distributed/fsdp/_fully_shard/_fsdp_param.py `_init_sharded_param`).
     fn sharded(&self, p: &Params) -> u128 {
         p.iter()
-            .map(|(o, a, b)| o.saturating_mul(a.div_ceil(self.world)).saturating_mul(*b))
+            .map(|(o, a, b, g)| {
+                o.saturating_mul(a.div_ceil((self.world / g).max(1)))
+                    .saturating_mul(*b)
+            })
             .fold(0, u128::saturating_add)
     }
 
     /// Elements of a unit's parameters (unpadded).
     pub(super) fn unpadded(&self, p: &Params) -> u128 {
         p.iter()
-            .map(|(o, a, b)| o.saturating_mul(*a).saturating_mul(*b))
+            .map(|(o, a, b, _)| o.saturating_mul(*a).saturating_mul(*b))
             .fold(0, u128::saturating_add)
     }
 
-    /// Elements of a unit gathered (the padded shards of every rank).
+    /// Elements of a unit gathered (the padded shards of every rank of each parameter's FSDP
+    /// mesh: `dp_shard`, or `efsdp` for routed experts under expert parallelism).
     fn padded(&self, p: &Params) -> u128 {
-        self.sharded(p).saturating_mul(self.world)
+        p.iter()
+            .map(|(o, a, b, g)| {
+                let w = (self.world / g).max(1);
+                o.saturating_mul(a.div_ceil(w))
+                    .saturating_mul(*b)
+                    .saturating_mul(w)
+            })
+            .fold(0, u128::saturating_add)
+    }
+
+    /// bf16 bytes a prefetch of the unit allocates before the unit's own pre-backward: the
+    /// all-gather output of each parameter whose FSDP mesh has more than one rank. On a mesh of
+    /// one rank FSDP2's `unshard` allocates nothing (torch/distributed/fsdp/_fully_shard/
+    /// _fsdp_param_group.py: `world_size == 1` returns early; `wait_for_unshard` casts the
+    /// shard into the unsharded parameter at the unit's own pre-backward); measured with
+    /// expert parallelism at `ep = dp_shard` (`titan-qwen3moe-235b-2l-w64-ep64-s1024`,
+    /// `--debug`: the experts' group, on a one-rank `efsdp` mesh, is unsharded only at the
+    /// block's pre-backward).
+    fn prefetch_bytes(&self, p: &Params) -> u128 {
+        p.iter()
+            .filter(|(_, _, _, g)| self.world / g > 1)
+            .map(|(o, a, b, g)| {
+                let w = self.world / g;
+                2 * o
+                    .saturating_mul(a.div_ceil(w))
+                    .saturating_mul(*b)
+                    .saturating_mul(w)
+            })
+            .fold(0, u128::saturating_add)
     }
 
     /// Elements of all of rank 0's shards.
@@ -287,7 +336,7 @@ impl Sizes {
 
     /// Parameters of the model on one TP rank (all of them without TP).
     pub(super) fn params_total(&self) -> u128 {
-        let n = |p: &Params| p.iter().map(|(o, a, b)| o * a * b).sum::<u128>();
+        let n = |p: &Params| p.iter().map(|(o, a, b, _)| o * a * b).sum::<u128>();
         let embedding = if self.tied() { 0 } else { n(&self.embedding) };
         n(&self.block) * (self.layers - self.dense_layers)
             + n(&self.dense_block) * self.dense_layers
@@ -305,7 +354,7 @@ impl Sizes {
     /// holds them): elements of rank 0's shards, elements gathered (padded), parameter
     /// tensors, the embeddings' padded elements (0 without them) and parameters.
     pub(super) fn stage(&self, embeddings: bool, head: bool) -> (u128, u128, u128, u128, u128) {
-        let n = |p: &Params| p.iter().map(|(o, a, b)| o * a * b).sum::<u128>();
+        let n = |p: &Params| p.iter().map(|(o, a, b, _)| o * a * b).sum::<u128>();
         let mut units: Vec<&Params> = vec![&self.block; self.layers as usize];
         if embeddings {
             units.push(&self.embedding);
@@ -402,7 +451,7 @@ struct BlockActs {
 
 impl BlockActs {
     /// The saved bytes of a MoE block (`moe`, with `s.moe`) or of a dense block.
-    fn new(s: &Shapes, tp: u128, tokens: u128, moe: bool) -> Self {
+    fn new(s: &Shapes, tp: u128, ep: u128, tokens: u128, moe: bool) -> Self {
         let d = u128::from(s.dim);
         let q = u128::from(s.heads) * u128::from(s.head_dim) / tp;
         let kv = u128::from(s.kv_heads) * u128::from(s.head_dim) / tp;
@@ -447,9 +496,20 @@ impl BlockActs {
                     u128::from(m.shared_ffn),
                 );
                 let route_norm = if m.route_norm { 4 + 4 * k } else { 0 };
-                let routed = (4 * d + 4 * e + route_norm + 28 * k + 6 * d * k + 8 * fe * k) * t
-                    + 4 * e * d
-                    + 4 * e;
+                // expert parallelism (`AllToAllTokenDispatcher`, read with `--ep 2 --saved`):
+                // the int32 offsets of the rank's `E / ep` local experts, and the int64
+                // `permuted_indices` (`[T·K]` under balanced routing: every rank receives as
+                // many rows as it sends) that `_permute`'s indexing saves; the all-to-alls
+                // save nothing, `_unpermute`'s `index_put` only those indices
+                let (offsets, permuted) = if ep > 1 {
+                    (4 * e / ep, 8 * k)
+                } else {
+                    (4 * e, 0)
+                };
+                let routed =
+                    (4 * d + 4 * e + route_norm + 28 * k + permuted + 6 * d * k + 8 * fe * k) * t
+                        + 4 * e * d
+                        + offsets;
                 if fs > 0 {
                     routed + 8 * fs * t
                 } else {
@@ -518,7 +578,7 @@ impl BlockActs {
 /// Bytes one block saves for `tokens` tokens without AC, on a `tp`-way TP + SP mesh (see
 /// [`BlockActs`]).
 pub(super) fn block_saved_no_ac(s: &Shapes, tp: u128, tokens: u128) -> u128 {
-    BlockActs::new(s, tp, tokens, s.moe.is_some()).none
+    BlockActs::new(s, tp, 1, tokens, s.moe.is_some()).none
 }
 
 /// Bytes one block keeps from its forward to its backward for `tokens` tokens on a `tp`-way
@@ -530,7 +590,7 @@ pub(super) fn block_saved(
     tokens: u128,
     policy: Option<CheckpointPolicy>,
 ) -> u128 {
-    BlockActs::new(s, tp, tokens, s.moe.is_some()).of(policy, 0)
+    BlockActs::new(s, tp, 1, tokens, s.moe.is_some()).of(policy, 0)
 }
 
 /// Every instant of the steady (second) step whose live bytes can be the peak. The forward is
@@ -553,8 +613,9 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
     let tl = tokens / tp;
     let vl = v.div_ceil(tp);
     // the saved tensors of a dense block and of a MoE block (the same for a uniform model)
-    let acts_dense = BlockActs::new(s, tp, tokens, false);
-    let acts_moe = BlockActs::new(s, tp, tokens, s.moe.is_some());
+    let ep = u128::from(job.ep.max(1));
+    let acts_dense = BlockActs::new(s, tp, ep, tokens, false);
+    let acts_moe = BlockActs::new(s, tp, ep, tokens, s.moe.is_some());
     let acts_of = |i: usize| {
         if s.is_moe_block(i as u64) {
             &acts_moe
@@ -711,6 +772,18 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         out.push(x);
     }
 
+    // expert parallelism, a MoE last block (two FSDP parameter groups, `shard_placement_fn`):
+    // FSDP2 prefetches both of its groups during the LM head's backward, right after the head
+    // unit's first pre-backward (measured: `titan-qwen3moe-30b-1l-w8-ep2-s512`, `--debug`: the
+    // block's bf16 all-gather outputs allocated before the LM head's weight gradient), not at
+    // the head's second pre-backward as with one group per block; so the block is gathered
+    // through the head's reduce-scatter and its re-gather
+    let early_prefetch = job.ep > 1 && !never && layers > 0 && s.is_moe_block(layers as u64 - 1);
+    let early_block = if early_prefetch {
+        z.prefetch_bytes(z.unit(layers - 1))
+    } else {
+        0
+    };
     // the LM head's gradient reduce-scatter: its bf16 gradient cast to fp32 into the
     // reduce-scatter input (reduce_dtype=float32), its fp32 shard written, the head unit
     // gathered with its all-gather output (FSDPMemTracker: both at this instant, every
@@ -720,7 +793,7 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         Phase::Backward,
     );
     x.add(Weights, resident(z.layers) + u_head)
-        .add(CommBuffers, u_head + 4 * z.padded(&z.lm_head))
+        .add(CommBuffers, u_head + 4 * z.padded(&z.lm_head) + early_block)
         .add(Gradients, 4 * z.sharded(&z.lm_head))
         .add(Activations, saved_all + positions + final_norm_saved)
         .add(Temporaries, final_norm_out);
@@ -742,7 +815,12 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
             .add(
                 CommBuffers,
                 4 * z.padded(&z.lm_head)
-                    + if never {
+                    + if early_prefetch {
+                        // EP: the block was prefetched at the LM head's backward; the peak is
+                        // the head's all-gather copy-out (its all-gather output and unsharded
+                        // parameters both alive; measured, the same case)
+                        early_block + u_head
+                    } else if never {
                         // "never": the last block is still gathered from its forward, nothing
                         // to prefetch (measured: `titan-dsv3-16b-2l-w8-s1024-never`, whose MoE
                         // block outweighs the head)
@@ -788,7 +866,7 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
         let prefetched = match (never, i) {
             (true, _) => 0,
             (false, 0) => u_embedding,
-            (false, _) => u_block_of(i - 1),
+            (false, _) => z.prefetch_bytes(z.unit(i - 1)),
         };
         // the recomputed forward of a checkpointed block: all its saved tensors again, the
         // block gathered (a lower bound of its backward's live bytes)
@@ -848,7 +926,8 @@ pub fn instants(job: &Job) -> Result<Vec<Instant>, CoreError> {
                 } else {
                     (0, 0, 0)
                 };
-                x.add(Gradients, done + 2 * 3 * e * fe * d + shared_done.0)
+                // (the rank's `E / ep` local experts under expert parallelism)
+                x.add(Gradients, done + 2 * 3 * (e / ep) * fe * d + shared_done.0)
                     .add(
                         Activations,
                         saved_below(i)

@@ -331,6 +331,7 @@ fn qwen3_adds_its_qk_norms_and_a_cos_sin_rope_cache() {
         shapes: shapes(m).unwrap(),
         world: 1,
         tp: 1,
+        ep: 1,
         batch: 1,
         seq,
         checkpointing: None,
@@ -534,6 +535,7 @@ fn qwen3_moe_runs_torchtitans_moe_blocks_and_refuses_what_was_not_measured() {
             shapes: shapes(&m8).unwrap(),
             world: 8,
             tp: 1,
+            ep: 1,
             batch: 1,
             seq: 1024,
             checkpointing: Some(p),
@@ -812,6 +814,7 @@ fn tied_qwen3_holds_one_embedding_state_and_gathers_it_twice() {
         shapes: s,
         world: gpus,
         tp: 1,
+        ep: 1,
         batch: 1,
         seq,
         checkpointing: None,
@@ -1104,4 +1107,82 @@ fn pipeline_with_tp_shards_the_stages() {
     );
     assert_eq!(pp_tp.groups[1].ranks.len(), 8);
     assert_eq!((pp_tp.dp, pp_tp.global_batch), (4, 16));
+}
+
+/// torchtitan's expert parallelism (`expert_parallel_degree`, measured: `titan-*-ep*`): each
+/// rank holds `E / ep` routed experts, FSDP-sharded over `efsdp = dp_shard / ep` (the same
+/// shard size), so a MoE block gathers `E / ep` experts; the dispatcher saves its
+/// `permuted_indices` and the offsets of the local experts; the estimate names its
+/// balanced-routing assumption, and what was not measured is refused by name.
+#[test]
+fn expert_parallelism_gathers_the_local_experts_and_refuses_what_was_not_measured() {
+    let m = qwen3_moe(2, 128);
+    let w = workload(1, 1024, None);
+    let l = layout(16, Strategy::FsdpFull);
+    let ep = Layout { ep: 4, ..l.clone() };
+    let run = |m: &ModelDesc, w: &TrainWorkload, l: &Layout| {
+        simulate_train_titan(m, w, l, &TitanOptions::default())
+    };
+    let (a, b) = (run(&m, &w, &l).unwrap(), run(&m, &w, &ep).unwrap());
+    assert!(b.peak_bytes < a.peak_bytes);
+    // the shards are the same size: 128 / 16 = (128 / 4) / (16 / 4) experts per rank
+    assert_eq!(a.groups[0].model_state_bytes, b.groups[0].model_state_bytes);
+    // the MoE block gathered: 32 experts instead of 128 (bf16)
+    let gathered = |e: &DistEstimate| e.comm_buffers[0].bytes;
+    assert_eq!(gathered(&a) - gathered(&b), 2 * 3 * (128 - 32) * 768 * 4096);
+    assert!(b.groups[0].label.contains("balanced routing assumed"));
+    // per MoE block: + the int64 `permuted_indices` of the T·K routed rows, − the int32
+    // offsets of the experts not held
+    let job = |ep: u64| Job {
+        shapes: shapes(&m).unwrap(),
+        world: 16,
+        tp: 1,
+        ep,
+        batch: 1,
+        seq: 1024,
+        checkpointing: None,
+        reshard: ReshardPolicy::Default,
+        fused_optimizer: true,
+        float8: None,
+    };
+    let logits = |ep: u64| {
+        instants(&job(ep))
+            .unwrap()
+            .into_iter()
+            .find(|x| x.name == "forward: logits")
+            .unwrap()
+            .total()
+    };
+    assert_eq!(logits(4) - logits(1), 2 * (8 * 8 * 1024 - 4 * (128 - 32)));
+    // refused by name: a dense model, an `ep` that does not divide the experts, EP with TP,
+    // EP with SelectiveAC, routed rows that do not spread evenly over the experts
+    assert_eq!(field(run(&model(2), &w, &ep)), "ep");
+    assert_eq!(
+        field(run(
+            &m,
+            &w,
+            &Layout {
+                ep: 3,
+                gpus: 24,
+                ..l.clone()
+            }
+        )),
+        "ep"
+    );
+    let tp = Layout {
+        tp: 2,
+        sequence_parallel: true,
+        ..ep.clone()
+    };
+    assert_eq!(field(run(&m, &w, &tp)), "tp");
+    let sel = workload(1, 1024, Some(CheckpointPolicy::SelectiveOp));
+    assert_eq!(field(run(&m, &sel, &ep)), CheckpointPolicy::FIELD);
+    assert_eq!(field(run(&m, &workload(1, 1000, None), &ep)), "seq");
+    // FullAC runs (measured) and, on 8 blocks at seq 4096, holds less than no AC
+    let m8 = qwen3_moe(8, 128);
+    let full = workload(1, 4096, Some(CheckpointPolicy::Full));
+    assert!(
+        run(&m8, &full, &ep).unwrap().peak_bytes
+            < run(&m8, &workload(1, 4096, None), &ep).unwrap().peak_bytes
+    );
 }
