@@ -227,10 +227,13 @@ def train(
     global_batch: Optional[int] = None,
     runtime: Optional[str] = None,
     activation_offload: Optional[bool] = None,
+    float8: Optional[str] = None,
+    float8_all_gather: Optional[bool] = None,
 ) -> TrainReport:
     """Peak memory of one training step (``memwall train``); see ``memwall train --help``.
 
-    ``dropout=False`` is ``--no-dropout``. With ``gpus > 1`` or a ``strategy`` the report has
+    ``dropout=False`` is ``--no-dropout``; ``float8="rowwise"`` is ``--float8 rowwise`` (with
+    ``runtime="torchtitan"``). With ``gpus > 1`` or a ``strategy`` the report has
     every rank (``distributed``, ``ranks``); when the step does not fit, the doctor's steps
     (``doctor``).
     """
@@ -278,6 +281,8 @@ def doctor(
     global_batch: Optional[int] = None,
     runtime: Optional[str] = None,
     activation_offload: Optional[bool] = None,
+    float8: Optional[str] = None,
+    float8_all_gather: Optional[bool] = None,
 ) -> DoctorReport:
     """Where the training peak is and the cheapest fixes, in order, until it fits
     (``memwall doctor``); the keywords of :func:`train`."""

@@ -285,6 +285,8 @@ def train(
     global_batch: Optional[int] = ...,
     runtime: Optional[str] = ...,
     activation_offload: Optional[bool] = ...,
+    float8: Optional[str] = ...,
+    float8_all_gather: Optional[bool] = ...,
 ) -> TrainReport: ...
 def doctor(
     model: Optional[ModelArg] = ...,
@@ -327,6 +329,8 @@ def doctor(
     global_batch: Optional[int] = ...,
     runtime: Optional[str] = ...,
     activation_offload: Optional[bool] = ...,
+    float8: Optional[str] = ...,
+    float8_all_gather: Optional[bool] = ...,
 ) -> DoctorReport: ...
 def infer(
     model: Optional[ModelArg] = ...,
