@@ -868,7 +868,7 @@ fn report(
             &random.train,
             "## Random sample, training steps (`tests/truth/random_train.jsonl`; cases drawn by \
              `tools/truth/sample_cases.py`: seed 17 over the older families, \
-             `tools/truth/cases/random_train.toml`; seed 29 over the issue-14 families, \
+             `tools/truth/cases/random_train.toml`; seeds 29, 53 and 61 over the issue-14 families, \
              `tools/truth/cases/random_new_train.toml`)",
         ));
     }
@@ -878,7 +878,7 @@ fn report(
             &random.infer,
             "## Random sample, inference (`tests/truth/random_infer.jsonl`; cases drawn by \
              `tools/truth/sample_cases.py`: seed 17, `tools/truth/cases/random_infer.toml`; \
-             seed 29, `tools/truth/cases/random_new_infer.toml`)",
+             seeds 29, 53 and 61, `tools/truth/cases/random_new_infer.toml`)",
         ));
     }
     if !random.dist.is_empty() {
