@@ -207,6 +207,11 @@ pub struct Attention {
     /// its norm, so the order sets the forward's peak there.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub qk_norm_inline: bool,
+    /// The q/k norms carry a bias beside their weight (models/phi/modeling_phi.py
+    /// `PhiAttention.q_layernorm` / `k_layernorm`: `nn.LayerNorm(hidden_size //
+    /// num_attention_heads, elementwise_affine=True)`, bias on by default).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub qk_norm_bias: bool,
 }
 
 /// Family-specific eager attention code paths that change what is alive when.
@@ -344,13 +349,18 @@ impl Attention {
         } else {
             0
         };
-        linears
-            + sinks
-            + self
-                .norm_dims()
-                .iter()
-                .map(|&d| u128::from(d))
-                .sum::<u128>()
+        let norm_weights = self
+            .norm_dims()
+            .iter()
+            .map(|&d| u128::from(d))
+            .sum::<u128>();
+        // a biased q/k norm has a bias vector as long as its weight
+        let norms = if self.qk_norm_bias {
+            2 * norm_weights
+        } else {
+            norm_weights
+        };
+        linears + sinks + norms
     }
 }
 
@@ -1136,6 +1146,7 @@ pub(crate) mod tests {
                 key_scaled: false,
                 clip_qkv: false,
                 qk_norm_inline: false,
+                qk_norm_bias: false,
             },
             attn_output_outlives_mlp: false,
             mixer: Mixer::Attention,

@@ -496,12 +496,13 @@ impl Builder<'_> {
             QkNormScope::PerHead => (rows * h, qk_dim as u64),
             QkNormScope::Full => (rows, (h * qk_dim) as u64),
         };
+        let bias = lp.qk_norm_biases.map(|(qb, kb)| if key { kb } else { qb });
         let norm = Norm {
             kind,
             dim,
-            bias: false,
+            bias: bias.is_some(),
         };
-        let (y, ys) = self.norm(x, xs, nrows, &norm, (if key { kn } else { qn }, None));
+        let (y, ys) = self.norm(x, xs, nrows, &norm, (if key { kn } else { qn }, bias));
         self.drop_(x);
         (y, ys)
     }

@@ -324,6 +324,8 @@ struct LayerParams {
     linears: Vec<(LinearRole, LinearP)>,
     norms: [Option<(P, Option<P>)>; 4],
     qk_norms: Option<(P, P)>,
+    /// The q/k norms' biases (`Attention::qk_norm_bias`).
+    qk_norm_biases: Option<(P, P)>,
     /// MoE: router, fused experts (all experts' weights of one kind in one parameter)
     router: Option<LinearP>,
     experts: Vec<P>,
