@@ -1183,7 +1183,8 @@ mod tests {
             ..crate::mixer::tests::codestral()
         };
         // (mixer, batch, seq, precision, traced norm-first minus gate-first)
-        let cases: [(fn(bool) -> Mamba2, u128, u128, &str, i128); 8] = [
+        type Case = (fn(bool) -> Mamba2, u128, u128, &'static str, i128);
+        let cases: [Case; 8] = [
             (odd, 3, 50, "bf16", -88_508),
             (odd, 3, 50, "fp32", -88_816),
             (odd, 3, 50, "amp", -88_816),
