@@ -21,7 +21,7 @@ from mixer_trace import trace, marks  # noqa: E402
 from mamba2_mixer import dims_of, saved as m2_saved, fwd_peak, CASES  # noqa: E402
 
 
-def run(B, S, mode, prec, dims, norm=False, before=False):
+def run(B, S, mode, prec, dims, norm=False, before=False, frozen=False):
     h, H, P, G, N, K, L = dims
     cfg = AutoConfig.for_model("falcon_h1", hidden_size=h, mamba_n_heads=H, mamba_d_head=P,
         mamba_d_ssm=H * P, mamba_n_groups=G, mamba_d_state=N, mamba_d_conv=K, mamba_chunk_size=L,
@@ -34,9 +34,15 @@ def run(B, S, mode, prec, dims, norm=False, before=False):
         mx.register_buffer("mup_vector", compute_mup_vector(cfg), persistent=False)
         return mx
 
-    # any mode but train is the checkpointed first pass
+    def freeze(mx, ev):
+        for p in mx.parameters():
+            p.requires_grad_(False)
+
+    # any mode but train is the checkpointed first pass; `frozen`: no mixer parameter needs a
+    # gradient (LoRA elsewhere), the input does
     return trace(make, cfg, "train" if mode == "train" else "ckpt", B, S, h, dtype,
-                 autocast=torch.bfloat16 if prec == "amp" else None, skip_buffers=True)
+                 autocast=torch.bfloat16 if prec == "amp" else None, skip_buffers=True,
+                 setup=freeze if frozen else None)
 
 
 def saved_nonorm(d, s):
@@ -121,6 +127,12 @@ def check_order():
             worst = max(worst, *map(abs, d))
             print(f"B={B} S={S} dims={dims} {prec}: norm-first minus gate-first: saved {d[0]:+d}"
                   f"  fwd peak {d[1]:+d}  bwd peak {d[2]:+d}  no-save peak {d[3]:+d}")
+            if prec != "amp":
+                # every mixer parameter frozen (ssm.rs `Scan::backward_peak_frozen`)
+                fa = marks(run(B, S, "train", prec, dims, True, False, True))
+                fb = marks(run(B, S, "train", prec, dims, True, True, True))
+                print(f"    frozen: saved {fb['fwd'][0] - fa['fwd'][0]:+d}  bwd peak "
+                      f"{(fb['bwd'][1] - fb['gy'][0]) - (fa['bwd'][1] - fa['gy'][0]):+d}")
     print(f"largest difference: {worst} B")
 
 

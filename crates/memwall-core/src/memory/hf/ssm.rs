@@ -1207,6 +1207,44 @@ mod tests {
         }
     }
 
+    /// Every mixer parameter frozen (LoRA elsewhere): normalise-then-gate against gate-first,
+    /// the backward peaks' difference as `falcon_h1_mixer.py --order` reads it off the traces
+    /// of frozen mixers (the norm's instants are the peak at these shapes).
+    #[test]
+    fn norm_before_gate_frozen_backward_matches_the_trace() {
+        let odd = |before| Mamba2 {
+            num_heads: 14,
+            head_dim: 11,
+            n_groups: 7,
+            state_size: 13,
+            conv_kernel: 6,
+            intermediate: 154,
+            chunk_size: 16,
+            ..seed53_mixer(before)
+        };
+        for (b, s, z, traced) in [
+            (3, 50, 2, -180_600),
+            (3, 50, F, -92_400),
+            (2, 64, 2, -154_112),
+            (2, 64, F, -78_848),
+            (1, 50, 2, -60_200),
+            (1, 50, F, -30_800),
+        ] {
+            let diff = Scan::new(&odd(true), b, s, false).backward_peak_frozen(z) as i128
+                - Scan::new(&odd(false), b, s, false).backward_peak_frozen(z) as i128;
+            assert_eq!(diff, traced, "{b}×{s} z={z}");
+        }
+        let codestral = |before| Mamba2 {
+            norm_before_gate: before,
+            ..crate::mixer::tests::codestral()
+        };
+        for (z, traced) in [(2, -33_538_048), (F, -16_777_216)] {
+            let diff = Scan::new(&codestral(true), 1, 512, false).backward_peak_frozen(z) as i128
+                - Scan::new(&codestral(false), 1, 512, false).backward_peak_frozen(z) as i128;
+            assert_eq!(diff, traced, "1×512 z={z}");
+        }
+    }
+
     /// Autocast over Falcon-H1's fp32 `zxbcdt` at the seed-53 widths, 5 × 264 tokens (3
     /// chunks): the scan's backward instant against the op-by-op trace of the mixer
     /// (falcon_h1_mixer.py, norm-first; the live set at the backward's peak, 64,369,120 B
