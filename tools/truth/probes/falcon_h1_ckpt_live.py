@@ -6,10 +6,11 @@ peak that were not at the output gradient's mark, and those freed by then.
 
 Usage: python tools/truth/probes/falcon_h1_ckpt_live.py plain|ckpt [B S h,H,P,G,N,K,L [gate-first]]
 
-Written for the known gap falconh1-nbg-small-ampbf16-ckpt (tests/truth/known_gaps.toml): at the
-seed-53 widths (default: 5 x 264 tokens, 96,24,8,8,8,4,128) the plain mixer peaks at the 16-bit
-cast of G's gradient in the backward of `M = G * L` (ssm.rs `Scan::backward_peak_scan_amp`), the
-checkpointed one at another op with that cast absent.
+Written for falconh1-nbg-small-ampbf16-ckpt (+8.3% before): at the seed-53 widths (default:
+5 x 264 tokens, 96,24,8,8,8,4,128) the plain mixer peaks at the 16-bit cast of G's gradient in
+the backward of `M = G * L` (ssm.rs `Scan::backward_peak_scan_amp`); the checkpointed one peaks
+at the product for L's gradient, the cast never alive with it (the engine casts after the node's
+apply returns, and the recomputed G and L die with apply's locals).
 """
 import collections
 import sys

@@ -61,6 +61,8 @@ struct Scan {
     /// `zxbcdt` is 16-bit under autocast (`Mamba2Mixer`; Falcon-H1's `mup_vector` makes it
     /// fp32): set by the caller, which knows the projections' output dtype
     zx16: bool,
+    /// the mixer runs in a checkpointed layer's recomputation (set by the caller)
+    recomputed: bool,
 }
 
 /// fp32: the scan's `.float()` casts are copies in low precision and no-ops in fp32.
@@ -90,6 +92,7 @@ impl Scan {
             amp,
             conv_bias: m.conv_bias,
             zx16: false,
+            recomputed: false,
         }
     }
 
@@ -666,6 +669,14 @@ impl Scan {
         } = *self;
         const B16: u128 = 2;
         let blocks = b * c * h * l * l;
+        // G's gradient is computed in fp32 (`grad * L`) and cast to G's 16-bit dtype by the
+        // engine (`validate_outputs`) after `MulBackward0::apply` returns, while the node still
+        // holds its saved G and L. In a checkpointed layer's recomputation the node's saved
+        // tensors come from non-reentrant checkpoint's unpack hook, which drops the frame's
+        // reference (torch/utils/checkpoint.py `_checkpoint_hook`): G and L die with `apply`'s
+        // locals, before the cast, so the instant is the product for L's gradient, without
+        // the cast (tools/truth/probes/falcon_h1_ckpt_live.py ckpt)
+        let cast = if self.recomputed { 0 } else { blocks * B16 };
         let alive = 2 * h * F + cd * k * B16 + b * cd * s * B16 // saved: A; conv copies
             + b * cd * (s + k - 1) * B16 + b * cd * s * F // conv output, its fp32 cast
             + 3 * t * h * F // dt + bias, softplus, clamp
@@ -673,7 +684,7 @@ impl Scan {
             + 2 * l * l + blocks * F + 2 * tp * h * n * B16 + blocks * B16 // masks, L, C/B copies, G
             + i * w + t * i * F + tp * i * F // grads: norm weight, gate, padded output
             + 2 * tp * h * n * F + tp * h * F + tp * i * F // C, B, A_cumsum, x
-            + 3 * blocks * F + blocks * B16; // M (fp32 cast), G and L, G's 16-bit cast
+            + 3 * blocks * F + cast; // M (fp32 cast), G and L, G's 16-bit cast
         alive.saturating_sub(self.saved(F) + t * i * F)
     }
 
@@ -976,6 +987,7 @@ impl Builder<'_> {
                 .filter(|p| self.trainable(p))
                 .map(|p| p.numel * self.param_size)
                 .sum();
+            d.recomputed = self.recomputing;
             let peak = if frozen_gone > 0 {
                 d.backward_peak_frozen(out_size)
             } else {
@@ -1257,6 +1269,16 @@ mod tests {
             assert_eq!(d.backward_peak_scan_amp(F), 63_825_376);
             assert_eq!(d.backward_peak(F, F), 63_825_376);
             assert!(d.backward_peak_norm(F, F) < 63_825_376);
+            // recomputed under checkpointing: the same instant without G's gradient's 16-bit
+            // cast ([chunk, chunk] blocks of 5 × 3 chunks × 24 heads in bf16)
+            let r = Scan {
+                recomputed: true,
+                ..d
+            };
+            assert_eq!(
+                r.backward_peak(F, F),
+                63_825_376 - 5 * 3 * 24 * 128 * 128 * 2
+            );
         }
     }
 
