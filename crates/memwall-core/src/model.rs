@@ -174,7 +174,11 @@ pub struct Attention {
     /// The partial-rotary split is bound to locals of the attention function
     /// (models/phi/modeling_phi.py `PhiAttention.forward`: `query_rot, query_pass = ...`, then
     /// `query_rot, key_rot = apply_rotary_pos_emb(...)`): the q/k projection outputs (behind the
-    /// pass-through views) and the rotated parts stay alive until the function returns.
+    /// pass-through views) and the rotated parts stay alive until the function returns, and the
+    /// query and key are the `torch.cat` of the two. With every dimension rotated
+    /// (`partial_rotary_factor` 1.0) the pass-through views are empty but still hold their
+    /// storage (tools/truth/probes/live_tensors.py on phiqkln-small-fp32-eager-b3-p100: the
+    /// projection outputs, the rotated q/k and their cats alive at the eager scores).
     pub rope_locals: bool,
     /// `apply_rotary_pos_emb` upcasts q and k to fp32 and casts the rotated result back, with
     /// an interleaved `rotate_half` (`torch.stack([-x2, x1], -1).flatten(-2)`)
