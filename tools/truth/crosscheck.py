@@ -129,6 +129,15 @@ CASES = [
          seq=160, precision="fp32", optimizer="sgd"),
     dict(id="xc-qwen3next-rnd53-b2-s160-keep", config="rnd-s53-qwen3next-0", batch=2, seq=160,
          loop="keep-outputs"),
+    # Phi's q/k LayerNorms on bf16 projections under autocast (issue 14, seed 53): CPU autocast
+    # runs layer_norm in the input's dtype; the fake tensors' reference native_layer_norm returns
+    # mean/rstd in the input's dtype where the real CPU kernel keeps fp32 with fp32 weights
+    dict(id="xc-phiqkln-small-ampbf16-sgd", config="phi-qkln-small", batch=2, seq=128,
+         precision="amp-bf16", optimizer="sgd", dropout="off"),
+    # Falcon-H1 norm-before-gate under autocast with checkpointing at the seed-53 widths: the
+    # recomputed G and L die before the engine casts G's gradient (ssm.rs backward_peak_scan_amp)
+    dict(id="xc-falconh1-nbg-small-ampbf16-ckpt-sgd", config="falcon-h1-small-nbg", batch=2,
+         seq=264, precision="amp-bf16", optimizer="sgd", checkpointing=True, dropout="off"),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),

@@ -78,6 +78,11 @@ pub struct Mamba2 {
     /// without it the output is `scan_output * silu(gate)` (Falcon-H1 with
     /// `mamba_rms_norm = false`: `self.norm = nn.Identity()`).
     pub gated_norm: bool,
+    /// The gated norm normalises first and gates after (Falcon-H1 `mamba_norm_before_gate`:
+    /// `FalconH1RMSNormGated` computes `(weight · rmsnorm(x)) · silu(gate.float())`); otherwise
+    /// it gates first (`MambaRMSNormGated`: `rmsnorm(x · silu(gate.float())) · weight`). The
+    /// saved tensors and the forward's bytes are the same; the backward's first instant differs.
+    pub norm_before_gate: bool,
     /// Bias on the convolution (`use_conv_bias`).
     pub conv_bias: bool,
     /// The block keeps its residual in fp32 (`residual_in_fp32`: `residual.to(torch.float32)`
@@ -364,6 +369,7 @@ pub(crate) mod tests {
             proj_bias: false,
             out_bias: false,
             gated_norm: true,
+            norm_before_gate: false,
             conv_bias: true,
             residual_in_fp32: true,
             state_in_training_cache: false,
@@ -398,6 +404,7 @@ pub(crate) mod tests {
             proj_bias: false,
             out_bias: true,
             gated_norm: false,
+            norm_before_gate: false,
             conv_bias: true,
             residual_in_fp32: false,
             state_in_training_cache: true,
@@ -409,6 +416,7 @@ pub(crate) mod tests {
         );
         let with_norm = Mamba2 {
             gated_norm: true,
+            norm_before_gate: false,
             ..m
         };
         assert_eq!(with_norm.params(1024) - m.params(1024), 1536);

@@ -174,7 +174,11 @@ pub struct Attention {
     /// The partial-rotary split is bound to locals of the attention function
     /// (models/phi/modeling_phi.py `PhiAttention.forward`: `query_rot, query_pass = ...`, then
     /// `query_rot, key_rot = apply_rotary_pos_emb(...)`): the q/k projection outputs (behind the
-    /// pass-through views) and the rotated parts stay alive until the function returns.
+    /// pass-through views) and the rotated parts stay alive until the function returns, and the
+    /// query and key are the `torch.cat` of the two. With every dimension rotated
+    /// (`partial_rotary_factor` 1.0) the pass-through views are empty but still hold their
+    /// storage (tools/truth/probes/live_tensors.py on phiqkln-small-fp32-eager-b3-p100: the
+    /// projection outputs, the rotated q/k and their cats alive at the eager scores).
     pub rope_locals: bool,
     /// `apply_rotary_pos_emb` upcasts q and k to fp32 and casts the rotated result back, with
     /// an interleaved `rotate_half` (`torch.stack([-x2, x1], -1).flatten(-2)`)
@@ -207,6 +211,11 @@ pub struct Attention {
     /// its norm, so the order sets the forward's peak there.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub qk_norm_inline: bool,
+    /// The q/k norms carry a bias beside their weight (models/phi/modeling_phi.py
+    /// `PhiAttention.q_layernorm` / `k_layernorm`: `nn.LayerNorm(hidden_size //
+    /// num_attention_heads, elementwise_affine=True)`, bias on by default).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub qk_norm_bias: bool,
 }
 
 /// Family-specific eager attention code paths that change what is alive when.
@@ -344,13 +353,18 @@ impl Attention {
         } else {
             0
         };
-        linears
-            + sinks
-            + self
-                .norm_dims()
-                .iter()
-                .map(|&d| u128::from(d))
-                .sum::<u128>()
+        let norm_weights = self
+            .norm_dims()
+            .iter()
+            .map(|&d| u128::from(d))
+            .sum::<u128>();
+        // a biased q/k norm has a bias vector as long as its weight
+        let norms = if self.qk_norm_bias {
+            2 * norm_weights
+        } else {
+            norm_weights
+        };
+        linears + sinks + norms
     }
 }
 
@@ -1136,6 +1150,7 @@ pub(crate) mod tests {
                 key_scaled: false,
                 clip_qkv: false,
                 qk_norm_inline: false,
+                qk_norm_bias: false,
             },
             attn_output_outlives_mlp: false,
             mixer: Mixer::Attention,

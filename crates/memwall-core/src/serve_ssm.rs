@@ -368,6 +368,7 @@ mod tests {
             proj_bias: false,
             out_bias: false,
             gated_norm: true,
+            norm_before_gate: false,
             conv_bias: true,
             residual_in_fp32: true,
             state_in_training_cache: false,

@@ -331,6 +331,8 @@ pub(crate) struct AttnOpts {
     pub clip_qkv: bool,
     /// `Attention::qk_norm_inline`.
     pub qk_norm_inline: bool,
+    /// `Attention::qk_norm_bias`.
+    pub qk_norm_bias: bool,
 }
 
 impl AttnOpts {
@@ -359,6 +361,7 @@ impl AttnOpts {
             key_scaled: false,
             clip_qkv: false,
             qk_norm_inline: false,
+            qk_norm_bias: false,
         }
     }
 
@@ -392,6 +395,7 @@ impl AttnOpts {
             key_scaled: self.key_scaled,
             clip_qkv: self.clip_qkv,
             qk_norm_inline: self.qk_norm_inline,
+            qk_norm_bias: self.qk_norm_bias,
         }
     }
 }

@@ -9,6 +9,7 @@ the closed forms (memwall replays them as ops), so the anchors below remove them
 Usage:
   python tools/truth/probes/falcon_h1_mixer.py --check          # bf16, fp32 and amp-bf16 deltas
   python tools/truth/probes/falcon_h1_mixer.py --check-amp      # Scan::saved_amp (1-4 chunks)
+  python tools/truth/probes/falcon_h1_mixer.py --order          # gated norm: norm-first vs gate-first
   python tools/truth/probes/falcon_h1_mixer.py B S MODE PREC h,H,P,G,N,K,L   # print the trace
 """
 import sys, torch
@@ -20,12 +21,12 @@ from mixer_trace import trace, marks  # noqa: E402
 from mamba2_mixer import dims_of, saved as m2_saved, fwd_peak, CASES  # noqa: E402
 
 
-def run(B, S, mode, prec, dims, norm=False):
+def run(B, S, mode, prec, dims, norm=False, before=False, frozen=False):
     h, H, P, G, N, K, L = dims
     cfg = AutoConfig.for_model("falcon_h1", hidden_size=h, mamba_n_heads=H, mamba_d_head=P,
         mamba_d_ssm=H * P, mamba_n_groups=G, mamba_d_state=N, mamba_d_conv=K, mamba_chunk_size=L,
         num_hidden_layers=1, vocab_size=10, num_attention_heads=1, num_key_value_heads=1,
-        mamba_rms_norm=norm, mamba_norm_before_gate=False)
+        mamba_rms_norm=norm, mamba_norm_before_gate=before)
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "amp": torch.float32}[prec]
 
     def make():
@@ -33,9 +34,15 @@ def run(B, S, mode, prec, dims, norm=False):
         mx.register_buffer("mup_vector", compute_mup_vector(cfg), persistent=False)
         return mx
 
-    # any mode but train is the checkpointed first pass
+    def freeze(mx, ev):
+        for p in mx.parameters():
+            p.requires_grad_(False)
+
+    # any mode but train is the checkpointed first pass; `frozen`: no mixer parameter needs a
+    # gradient (LoRA elsewhere), the input does
     return trace(make, cfg, "train" if mode == "train" else "ckpt", B, S, h, dtype,
-                 autocast=torch.bfloat16 if prec == "amp" else None, skip_buffers=True)
+                 autocast=torch.bfloat16 if prec == "amp" else None, skip_buffers=True,
+                 setup=freeze if frozen else None)
 
 
 def saved_nonorm(d, s):
@@ -102,7 +109,36 @@ def check_amp():
             print(f"B={B} S={S} dims={dims} amp norm={norm}: saved {m['fwd'][0] - anchor - form:+d}")
 
 
-if __name__ == "__main__" and sys.argv[1:2] == ["--check"]:
+def check_order():
+    """FalconH1RMSNormGated with `mamba_norm_before_gate` true (normalise, weight, then
+    `* silu(gate.float())`) against the gate-first order memwall's forms follow: the saved bytes
+    after the forward, the forward's peak, the backward's peak above the output gradient and the
+    checkpointed (no-save) forward's peak, per case and precision; 0 everywhere means the
+    gate-first forms hold for both orders."""
+    worst = 0
+    for B, S, dims in CASES:
+        for prec in ("bf16", "fp32", "amp"):
+            a = marks(run(B, S, "train", prec, dims, True, False))
+            b = marks(run(B, S, "train", prec, dims, True, True))
+            ca = marks(run(B, S, "ckpt", prec, dims, True, False))
+            cb = marks(run(B, S, "ckpt", prec, dims, True, True))
+            d = (b["fwd"][0] - a["fwd"][0], b["fwd"][1] - a["fwd"][1],
+                 (b["bwd"][1] - b["gy"][0]) - (a["bwd"][1] - a["gy"][0]), cb["fwd"][1] - ca["fwd"][1])
+            worst = max(worst, *map(abs, d))
+            print(f"B={B} S={S} dims={dims} {prec}: norm-first minus gate-first: saved {d[0]:+d}"
+                  f"  fwd peak {d[1]:+d}  bwd peak {d[2]:+d}  no-save peak {d[3]:+d}")
+            if prec != "amp":
+                # every mixer parameter frozen (ssm.rs `Scan::backward_peak_frozen`)
+                fa = marks(run(B, S, "train", prec, dims, True, False, True))
+                fb = marks(run(B, S, "train", prec, dims, True, True, True))
+                print(f"    frozen: saved {fb['fwd'][0] - fa['fwd'][0]:+d}  bwd peak "
+                      f"{(fb['bwd'][1] - fb['gy'][0]) - (fa['bwd'][1] - fa['gy'][0]):+d}")
+    print(f"largest difference: {worst} B")
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--order"]:
+    check_order()
+elif __name__ == "__main__" and sys.argv[1:2] == ["--check"]:
     check()
 elif __name__ == "__main__" and sys.argv[1:2] == ["--check-amp"]:
     check_amp()

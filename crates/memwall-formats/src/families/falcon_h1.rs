@@ -184,17 +184,9 @@ pub(crate) fn falcon_h1(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatEr
         ));
     }
     let gated_norm = raw.mamba_rms_norm.unwrap_or(false);
-    if gated_norm && raw.mamba_norm_before_gate.unwrap_or(true) {
-        // FalconH1RMSNormGated with norm_before_gate=True normalises first and gates after;
-        // memwall's gated-norm closed forms follow the gate-first order (Mamba2's)
-        return Err(unsupported(
-            ctx,
-            "mamba_norm_before_gate",
-            "true".into(),
-            "with `mamba_rms_norm` the normalise-then-gate order is not modelled",
-            "published Falcon-H1 checkpoints set mamba_rms_norm false (or mamba_norm_before_gate false)",
-        ));
-    }
+    // FalconH1Mixer: `FalconH1RMSNormGated(..., norm_before_gate=config.mamba_norm_before_gate)`
+    // (FalconH1Config's default true) when `mamba_rms_norm`, else `nn.Identity()`
+    let norm_before_gate = gated_norm && raw.mamba_norm_before_gate.unwrap_or(true);
     let mixer = Mamba2 {
         num_heads: m_heads,
         head_dim: d_head,
@@ -206,6 +198,7 @@ pub(crate) fn falcon_h1(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatEr
         proj_bias: raw.mamba_proj_bias.unwrap_or(false),
         out_bias: raw.projectors_bias.unwrap_or(false),
         gated_norm,
+        norm_before_gate,
         conv_bias: raw.mamba_conv_bias.unwrap_or(true),
         // FalconH1DecoderLayer keeps the residual in the model dtype
         residual_in_fp32: false,
@@ -317,15 +310,39 @@ mod tests {
         assert_eq!(d.param_counts().unwrap().total, 521_411_104);
     }
 
+    /// `FalconH1RMSNormGated`'s order follows `mamba_norm_before_gate` (FalconH1Config's
+    /// default true) when `mamba_rms_norm` is on; without the norm there is no order.
+    #[test]
+    fn gated_norm_order_follows_mamba_norm_before_gate() {
+        let c = config();
+        // (mamba_rms_norm, the mamba_norm_before_gate entry or none) -> (gated, norm first)
+        for (rms, entry, gated, before) in [
+            ("true", r#""mamba_norm_before_gate": true,"#, true, true),
+            ("true", "", true, true),
+            ("true", r#""mamba_norm_before_gate": false,"#, true, false),
+            ("false", r#""mamba_norm_before_gate": true,"#, false, false),
+        ] {
+            let json = c
+                .replacen(r#""mamba_norm_before_gate": false,"#, entry, 1)
+                .replacen(
+                    r#""mamba_rms_norm": false"#,
+                    &format!(r#""mamba_rms_norm": {rms}"#),
+                    1,
+                );
+            let d = parse_hf_config(&json).unwrap();
+            let m = d.layers[0].mamba2().unwrap();
+            assert_eq!(
+                (m.gated_norm, m.norm_before_gate),
+                (gated, before),
+                "{rms} {entry}"
+            );
+        }
+    }
+
     #[test]
     fn unsupported_fields_are_refused_by_name() {
         let c = config();
         for (from, to, field) in [
-            (
-                r#""mamba_rms_norm": false"#,
-                r#""mamba_rms_norm": true, "mamba_norm_before_gate": true"#,
-                "mamba_norm_before_gate",
-            ),
             (
                 r#""hidden_act": "silu""#,
                 r#""hidden_act": "gelu""#,

@@ -104,6 +104,7 @@ pub(crate) fn granitemoehybrid(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, F
         proj_bias: raw.mamba_proj_bias.unwrap_or(false),
         out_bias: raw.mamba_proj_bias.unwrap_or(false),
         gated_norm: true,
+        norm_before_gate: false,
         conv_bias: raw.mamba_conv_bias.unwrap_or(true),
         // GraniteMoeHybridDecoderLayer keeps the residual in the model dtype
         residual_in_fp32: false,

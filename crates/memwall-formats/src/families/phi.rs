@@ -10,7 +10,8 @@ use crate::resolve::{
 };
 use memwall_core::mixer::Mixer;
 use memwall_core::model::{
-    Dropout, Head, LayerSpec, LinearRole, Mlp, ModelDesc, NormKind, Residual, ScalarMuls,
+    Dropout, Head, LayerSpec, LinearRole, Mlp, ModelDesc, NormKind, QkNormScope, Residual,
+    ScalarMuls,
 };
 
 /// `phi/configuration_phi.py` `PhiConfig` field defaults.
@@ -30,14 +31,21 @@ const PHI: Defaults = Defaults {
 
 pub(crate) fn phi(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> {
     let d = Dims::llama(raw, ctx, &PHI)?;
-    if raw.qk_layernorm == Some(true) {
-        // modeling_phi.py PhiAttention: q_layernorm/k_layernorm are nn.LayerNorm(head_dim) with
-        // biases over [B, H, S, D]; no released Phi checkpoint enables them.
+    // modeling_phi.py PhiAttention: with `qk_layernorm`, q_layernorm / k_layernorm are
+    // `nn.LayerNorm(hidden_size // num_attention_heads, eps, elementwise_affine=True)` (weight
+    // and bias) applied to the transposed `[B, H, S, D]` projections, before the partial RoPE.
+    // Their width is `hidden_size // num_attention_heads`, not `head_dim`: a config whose
+    // head_dim differs fails in transformers' forward.
+    let qk_layernorm = raw.qk_layernorm == Some(true);
+    let per_head = d.hidden / d.heads.num_heads.max(1);
+    if qk_layernorm && per_head != d.heads.head_dim {
         return Err(FormatError::Unsupported {
-            field: ctx.field("qk_layernorm"),
-            value: "true".into(),
-            reason: "memwall does not model Phi's biased per-head q/k LayerNorms (no released Phi checkpoint uses them)".into(),
-            hint: "set it to false".into(),
+            field: ctx.field("head_dim"),
+            value: d.heads.head_dim.to_string(),
+            reason: format!(
+                "Phi's q/k LayerNorms are hidden_size // num_attention_heads = {per_head} wide, which does not match head_dim (transformers fails in the forward)"
+            ),
+            hint: "remove head_dim or set it to hidden_size / num_attention_heads".into(),
         });
     }
     // configuration_phi.py __post_init__: kwargs.setdefault("partial_rotary_factor", 0.5);
@@ -58,6 +66,8 @@ pub(crate) fn phi(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> {
         // modeling_phi.py PhiAttention.forward: query_rot/query_pass and key_rot/key_pass are
         // locals until the function returns
         rope_locals: true,
+        qk_norm: qk_layernorm.then_some((QkNormScope::PerHead, NormKind::LayerNorm)),
+        qk_norm_bias: qk_layernorm,
         ..AttnOpts::rope(d.heads.head_dim)
     }
     .build(d.heads, None);
@@ -120,22 +130,36 @@ pub(crate) fn phi(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use crate::parse_hf_config;
+    use memwall_core::model::{NormKind, QkNormScope};
 
     #[test]
-    fn phi_rotates_a_fraction_and_refuses_qk_layernorm() {
+    fn phi_rotates_a_fraction_and_models_biased_qk_layernorms() {
         let d = parse_hf_config(
             r#"{"model_type":"phi","vocab_size":1000,"hidden_size":2048,"num_hidden_layers":2,
                 "num_attention_heads":32}"#,
         )
         .unwrap();
         // PhiConfig defaults: hidden 2048 / 32 heads = 64, partial_rotary_factor 0.5
-        assert_eq!(d.layers[0].attention.rotary_dim, Some(32));
+        let a = d.layers[0].attention;
+        assert_eq!(a.rotary_dim, Some(32));
         assert!(d.head.bias && !d.head.tied);
-        let e = parse_hf_config(
+        assert!(a.qk_norm.is_none() && !a.qk_norm_bias);
+        let with = parse_hf_config(
             r#"{"model_type":"phi","vocab_size":1000,"hidden_size":2048,"num_hidden_layers":2,
                 "num_attention_heads":32,"qk_layernorm":true}"#,
         )
+        .unwrap();
+        let b = with.layers[0].attention;
+        assert_eq!(b.qk_norm, Some((QkNormScope::PerHead, NormKind::LayerNorm)));
+        assert!(b.qk_norm_bias);
+        // two LayerNorm(64) per layer, each a weight and a bias
+        assert_eq!(b.params(2048) - a.params(2048), 4 * 64);
+        // a head_dim other than hidden / heads: the LayerNorms' width does not fit
+        let e = parse_hf_config(
+            r#"{"model_type":"phi","vocab_size":1000,"hidden_size":2048,"num_hidden_layers":2,
+                "num_attention_heads":32,"head_dim":48,"qk_layernorm":true}"#,
+        )
         .unwrap_err();
-        assert!(e.to_string().contains("qk_layernorm"), "{e}");
+        assert!(e.to_string().contains("head_dim"), "{e}");
     }
 }

@@ -91,6 +91,7 @@ pub(crate) fn mamba2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError
         proj_bias: raw.use_bias.unwrap_or(false),
         out_bias: raw.use_bias.unwrap_or(false),
         gated_norm: true,
+        norm_before_gate: false,
         conv_bias: raw.use_conv_bias.unwrap_or(true),
         residual_in_fp32: raw.residual_in_fp32.unwrap_or(true),
         // Mamba2Model: `use_cache` is off in training whatever the config says

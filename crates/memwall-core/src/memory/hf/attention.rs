@@ -33,7 +33,9 @@ impl Builder<'_> {
         // the negated half and the cat (`cat((-x2, x1))`, the half freed when cat returns),
         // then cat*sin (the cat freed when the product returns), then the sum allocated
         // while both products are alive; the largest of the three moments
-        let y = if rot == dim {
+        // (Phi's bound `query_rot` with every dimension rotated goes the partial way: the
+        // rotated tensor is a local and the query its `cat` with the empty pass-through)
+        let y = if rot == dim && !keep_rotated {
             let with_neg = part * out_size + part * x_size / 2 + part * x_size;
             let with_cat = 2 * part * out_size + part * x_size;
             let with_sum = 2 * part * out_size + full * out_size;
@@ -393,11 +395,12 @@ impl Builder<'_> {
         } else if rot > 0 && a.rope_upcast_qk {
             (q, k, qs, ks) = self.rope_upcast_qk(q, qs, k, ks, heads * qk_dim, kv_heads * qk_dim);
         } else if rot > 0 {
-            let keep = a.rope_locals && rot < qk_dim;
+            let keep = a.rope_locals;
             let (q2, s2) = self.rope(q, qs, heads, qk_dim, rot, keep);
             let (k2, s3) = self.rope(k, ks, kv_heads, qk_dim, rot, keep);
             if keep {
-                // the pass-through views keep the projection outputs alive until return
+                // the pass-through views keep the projection outputs alive until return (empty
+                // views when every dimension rotates, holding the storage all the same)
                 self.attn_locals.push(q);
                 self.attn_locals.push(k);
             } else {
@@ -496,12 +499,13 @@ impl Builder<'_> {
             QkNormScope::PerHead => (rows * h, qk_dim as u64),
             QkNormScope::Full => (rows, (h * qk_dim) as u64),
         };
+        let bias = lp.qk_norm_biases.map(|(qb, kb)| if key { kb } else { qb });
         let norm = Norm {
             kind,
             dim,
-            bias: false,
+            bias: bias.is_some(),
         };
-        let (y, ys) = self.norm(x, xs, nrows, &norm, (if key { kn } else { qn }, None));
+        let (y, ys) = self.norm(x, xs, nrows, &norm, (if key { kn } else { qn }, bias));
         self.drop_(x);
         (y, ys)
     }

@@ -237,6 +237,9 @@ pub(crate) struct Builder<'a> {
     out_refs: Vec<TensorId>,
     /// autocast's weight-cast cache, cleared when the autocast region exits
     autocast_cache: Vec<TensorId>,
+    /// A checkpointed layer's forward is being recomputed in backward (non-reentrant
+    /// checkpoint: the recomputed saved tensors are held only while their node runs).
+    recomputing: bool,
     /// rotary cos/sin (shared by all layers, saved by the rotary multiplications)
     rope_tables: Option<(TensorId, TensorId)>,
     /// the current layer's query is laid out [B, H, S, D] (made by `cat`)
@@ -324,6 +327,8 @@ struct LayerParams {
     linears: Vec<(LinearRole, LinearP)>,
     norms: [Option<(P, Option<P>)>; 4],
     qk_norms: Option<(P, P)>,
+    /// The q/k norms' biases (`Attention::qk_norm_bias`).
+    qk_norm_biases: Option<(P, P)>,
     /// MoE: router, fused experts (all experts' weights of one kind in one parameter)
     router: Option<LinearP>,
     experts: Vec<P>,
@@ -416,6 +421,7 @@ impl<'a> Builder<'a> {
             param_count: 0,
             out_refs: Vec::new(),
             autocast_cache: Vec::new(),
+            recomputing: false,
             rope_tables: None,
             q_bhsd: false,
             kv_len: u128::from(seq),

@@ -216,15 +216,27 @@ impl Builder<'_> {
         let params = params.as_slice();
         match norm.kind {
             NormKind::LayerNorm => {
-                // torch.native_layer_norm saves input, mean and rstd (fp32 per row).
-                // Under autocast the op runs in fp32 (`autocast_mode.cpp` fp32 list).
-                let (xin, out_size) = if self.amp && x_size != 4 {
+                // torch.native_layer_norm saves input, mean and rstd (one value per row).
+                // Under CUDA autocast the op runs in fp32 (`layer_norm` is in autocast_mode.cpp's
+                // CUDA fp32 list); CPU autocast lists it in neither list, so it runs in the
+                // input's dtype with its output in that dtype (traced on torch 2.15 CPU: Phi's
+                // q/k LayerNorms on bf16 projections under amp-bf16 save the bf16 input).
+                let cpu = self.kernels == Kernels::Cpu;
+                let (xin, out_size) = if self.amp && x_size != 4 && !cpu {
                     (self.cast(x, n * 4), 4)
                 } else {
                     (x, x_size)
                 };
-                let mean = self.act(rows * 4, false);
-                let rstd = self.act(rows * 4, false);
+                // mean and rstd: fp32 on CUDA (`layer_norm_cuda`'s accumulate type); on CPU in
+                // the input's dtype (`layer_norm_cpu` with weights of that dtype; the fake
+                // tensors' reference `native_layer_norm` converts them to the input's dtype on
+                // CPU even with fp32 weights, where the real kernel keeps fp32: rows·2·2 bytes
+                // per norm, measured as the fake tensors give it; crosscheck.py
+                // xc-phiqkln-small-ampbf16-sgd: real 24,576 B above fake, exactly those bytes of
+                // the three layers' q/k norms)
+                let stat = if cpu { out_size } else { 4 };
+                let mean = self.act(rows * stat, false);
+                let rstd = self.act(rows * stat, false);
                 let y = self.op(n * out_size, &[xin], &[xin, mean, rstd], params, &[]);
                 self.drop_(mean);
                 self.drop_(rstd);

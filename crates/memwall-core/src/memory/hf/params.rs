@@ -414,10 +414,13 @@ impl Builder<'_> {
         match a.kind {
             AttentionKind::Standard { .. } => {
                 if let [q, k] = norm_dims[..] {
-                    lp.qk_norms = Some((
-                        self.new_param(u128::from(q), true),
-                        self.new_param(u128::from(k), true),
-                    ));
+                    // registration order: q norm's weight (and bias), then the key norm's
+                    let qw = self.new_param(u128::from(q), true);
+                    let qb = a.qk_norm_bias.then(|| self.new_param(u128::from(q), true));
+                    let kw = self.new_param(u128::from(k), true);
+                    let kb = a.qk_norm_bias.then(|| self.new_param(u128::from(k), true));
+                    lp.qk_norms = Some((qw, kw));
+                    lp.qk_norm_biases = qb.zip(kb);
                 }
             }
             AttentionKind::Mla { .. } => {

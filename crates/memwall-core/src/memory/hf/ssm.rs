@@ -52,6 +52,8 @@ struct Scan {
     k: u128,
     /// the scan output goes through the gated RMSNorm (else `y * silu(gate)`)
     norm: bool,
+    /// the gated norm normalises before it gates (`Mamba2::norm_before_gate`)
+    norm_first: bool,
     /// under CPU autocast (bf16): the einsums' `bmm`s and the convolution run in bf16
     amp: bool,
     /// the convolution has a bias (under autocast its 16-bit copy stays in autocast's cache)
@@ -59,6 +61,8 @@ struct Scan {
     /// `zxbcdt` is 16-bit under autocast (`Mamba2Mixer`; Falcon-H1's `mup_vector` makes it
     /// fp32): set by the caller, which knows the projections' output dtype
     zx16: bool,
+    /// the mixer runs in a checkpointed layer's recomputation (set by the caller)
+    recomputed: bool,
 }
 
 /// fp32: the scan's `.float()` casts are copies in low precision and no-ops in fp32.
@@ -84,9 +88,11 @@ impl Scan {
             e: u128::from(m.in_proj_width()),
             k: u128::from(m.conv_kernel),
             norm: m.gated_norm,
+            norm_first: m.gated_norm && m.norm_before_gate,
             amp,
             conv_bias: m.conv_bias,
             zx16: false,
+            recomputed: false,
         }
     }
 
@@ -519,6 +525,9 @@ impl Scan {
         if self.norm && !self.amp {
             return norm_instant.max(self.backward_peak_scan(z, w));
         }
+        if self.amp {
+            return norm_instant.max(self.backward_peak_scan_amp(w));
+        }
         norm_instant
     }
 
@@ -539,6 +548,15 @@ impl Scan {
             return norm_instant.max(self.backward_peak_scan_amp16(0));
         }
         if self.norm && !self.amp {
+            if self.norm_first {
+                // the frozen saved set lacks the normalised groups the weight's `mul` would
+                // save: the first instant (the gate's product, before that `mul`'s backward)
+                // holds them in neither case, the later one (after it) and the scan's hold the
+                // same bytes as the trainable mixer's, so they rise by `t·i` over the frozen set
+                let (first, later) = self.backward_norm_first(z, 0);
+                let u = self.t * self.i * F;
+                return first.max(later + u).max(self.backward_peak_scan(z, 0) + u);
+            }
             return norm_instant.max(self.backward_peak_scan(z, 0)) + self.t * self.i * F;
         }
         norm_instant
@@ -622,9 +640,68 @@ impl Scan {
         alive.saturating_sub(self.saved_amp16() + t * i * F)
     }
 
+    /// The backward of `M = G * L` under autocast for a mixer whose `zxbcdt` is fp32
+    /// (Falcon-H1: the bf16 `in_proj` output times the fp32 `mup_vector`), above the
+    /// composite's saved tensors ([`Scan::saved_amp`], the gated norm's included) and its
+    /// output's fp32 gradient. [`Scan::backward_peak_scan_amp16`]'s instant with Falcon-H1's
+    /// dtypes: `zxbcdt` has been freed by then (its views' nodes have run), the convolution's
+    /// fp32 cast and the three fp32 dt tensors (`dt + dt_bias`, softplus, clamp) are still
+    /// saved, there are no `.float()` copies of x and dt, and the gate's gradient is fp32 (the
+    /// gate is a view of the fp32 `zxbcdt`). Traced with `tools/truth/probes/falcon_h1_mixer.py`
+    /// at the widths random seed 53 drew (hidden 96, 24 heads of 8 in 8 groups, state 8, chunks
+    /// of 128, 5 × 264 tokens): the `[chunk, chunk]` blocks dominate there and this instant is
+    /// the mixer's backward peak in both gated-norm orders (falconh1-nbg-small-ampbf16-ckpt was
+    /// -13.4% with the norm's instant alone).
+    fn backward_peak_scan_amp(&self, w: u128) -> u128 {
+        let Scan {
+            b,
+            s,
+            t,
+            tp,
+            c,
+            l,
+            h,
+            n,
+            i,
+            cd,
+            k,
+            ..
+        } = *self;
+        const B16: u128 = 2;
+        let blocks = b * c * h * l * l;
+        // G's gradient is computed in fp32 (`grad * L`) and cast to G's 16-bit dtype by the
+        // engine (`validate_outputs`) after `MulBackward0::apply` returns, while the node still
+        // holds its saved G and L. In a checkpointed layer's recomputation the node's saved
+        // tensors come from non-reentrant checkpoint's unpack hook, which drops the frame's
+        // reference (torch/utils/checkpoint.py `_checkpoint_hook`): G and L die with `apply`'s
+        // locals, before the cast, so the instant is the product for L's gradient, without
+        // the cast (tools/truth/probes/falcon_h1_ckpt_live.py ckpt)
+        let cast = if self.recomputed { 0 } else { blocks * B16 };
+        let alive = 2 * h * F + cd * k * B16 + b * cd * s * B16 // saved: A; conv copies
+            + b * cd * (s + k - 1) * B16 + b * cd * s * F // conv output, its fp32 cast
+            + 3 * t * h * F // dt + bias, softplus, clamp
+            + tp * i * F // pad(x)
+            + 2 * l * l + blocks * F + 2 * tp * h * n * B16 + blocks * B16 // masks, L, C/B copies, G
+            + i * w + t * i * F + tp * i * F // grads: norm weight, gate, padded output
+            + 2 * tp * h * n * F + tp * h * F + tp * i * F // C, B, A_cumsum, x
+            + 3 * blocks * F + cast; // M (fp32 cast), G and L, G's 16-bit cast
+        alive.saturating_sub(self.saved(F) + t * i * F)
+    }
+
     /// The gated norm's backward (see [`Scan::backward_peak`]).
     fn backward_peak_norm(&self, z: u128, w: u128) -> u128 {
-        let Scan { t, i, g, norm, .. } = *self;
+        let Scan {
+            t,
+            i,
+            g,
+            norm,
+            norm_first,
+            ..
+        } = *self;
+        if norm && norm_first {
+            let (first, later) = self.backward_norm_first(z, w);
+            return first.max(later);
+        }
         if !norm {
             // `(scan_output * silu(gate)).to(dtype)` backward: the fp32 gradient of the
             // product, then its gradients for the fp32 scan output and for `silu(gate)`
@@ -634,6 +711,31 @@ impl Scan {
         // gradient, pow and the division of rsqrt's backward, minus the freed bf16 gradient and
         // rsqrt; the weight's gradient exists by then
         (4 * t * i * F + i * w).saturating_sub(t * i * z + t * g * F)
+    }
+
+    /// The two instants of the normalise-then-gate norm's backward (`FalconH1RMSNormGated`
+    /// with `norm_before_gate`: `(weight · normed) * silu(gate.float())`, then `.to(dtype)`),
+    /// above what is alive when the mixer's backward starts, as [`Scan::backward_peak_norm`]:
+    /// - first, the gate's product: grad.float() and its two products (for the weighted
+    ///   groups and for `silu(gate)`), minus the freed 16-bit gradient; the weight's gradient
+    ///   does not exist yet and rsqrt is still saved;
+    /// - later, the norm's `pow` backward: the weight's gradient now exists and rsqrt is gone,
+    ///   while `silu`'s, the gate cast's and the product's saved tensors are freed; in 16 bits
+    ///   three fp32 `[t, i]` tensors less than in fp32 (the gate's gradient and the incoming
+    ///   one are 16-bit copies, the fp32 ones freed), so it wins only in fp32 (and autocast,
+    ///   whose `zxbcdt` is fp32), by `i·w - t·g·4` when that is positive.
+    ///
+    /// Traced with `tools/truth/probes/falcon_h1_mixer.py --order` (the op-by-op trace of both
+    /// orders, bf16, fp32 and autocast, 11 shapes): norm-first minus gate-first is
+    /// `max(first, later)` minus [`Scan::backward_peak_norm`]'s gate-first form wherever the
+    /// gate-first instant is the mixer backward's peak (`t·g·4 - t·i·4 - i·w` at odd widths,
+    /// `-t·i·4` at Falcon-H1's in fp32), and 0 where another instant is (the same in both
+    /// orders).
+    fn backward_norm_first(&self, z: u128, w: u128) -> (u128, u128) {
+        let Scan { t, i, g, .. } = *self;
+        let first = (3 * t * i * F).saturating_sub(t * i * z);
+        let later = (first + i * w).saturating_sub(t * g * F + 3 * t * i * (F - z.min(F)));
+        (first, later)
     }
 
     /// Highest transient bytes of one decode step (`mamba2_selective_state_update`) above the
@@ -885,6 +987,7 @@ impl Builder<'_> {
                 .filter(|p| self.trainable(p))
                 .map(|p| p.numel * self.param_size)
                 .sum();
+            d.recomputed = self.recomputing;
             let peak = if frozen_gone > 0 {
                 d.backward_peak_frozen(out_size)
             } else {
@@ -1046,6 +1149,135 @@ mod tests {
                 d.backward_peak_frozen(z) + out_grad,
                 traced,
                 "frozen backward {b}×{s}, {z} B"
+            );
+        }
+    }
+
+    /// A Falcon-H1-style mixer (`zxbcdt` fp32 under autocast) at the widths random seed 53
+    /// drew: hidden 96, 24 heads of 8 in 8 groups, state 8, kernel 4, chunks of 128.
+    fn seed53_mixer(norm_before_gate: bool) -> Mamba2 {
+        Mamba2 {
+            num_heads: 24,
+            head_dim: 8,
+            n_groups: 8,
+            state_size: 8,
+            conv_kernel: 4,
+            intermediate: 192,
+            chunk_size: 128,
+            proj_bias: false,
+            out_bias: false,
+            gated_norm: true,
+            norm_before_gate,
+            conv_bias: true,
+            residual_in_fp32: false,
+            state_in_training_cache: true,
+        }
+    }
+
+    /// Normalise-then-gate against gate-first: the same saved bytes and forward peaks, and
+    /// the norm's backward instant lower by the amounts `tools/truth/probes/falcon_h1_mixer.py
+    /// --order` reads off the op-by-op traces of both orders (odd widths: hidden 77, 14 heads
+    /// of 11, 7 groups, state 13, kernel 6, chunks of 16; Codestral's widths in bf16 and fp32).
+    #[test]
+    fn norm_before_gate_lowers_only_the_norms_backward_instant() {
+        let odd = |before| Mamba2 {
+            num_heads: 14,
+            head_dim: 11,
+            n_groups: 7,
+            state_size: 13,
+            conv_kernel: 6,
+            intermediate: 154,
+            chunk_size: 16,
+            ..seed53_mixer(before)
+        };
+        let codestral = |before| Mamba2 {
+            norm_before_gate: before,
+            ..crate::mixer::tests::codestral()
+        };
+        // (mixer, batch, seq, precision, traced norm-first minus gate-first)
+        type Case = (fn(bool) -> Mamba2, u128, u128, &'static str, i128);
+        let cases: [Case; 8] = [
+            (odd, 3, 50, "bf16", -88_508),
+            (odd, 3, 50, "fp32", -88_816),
+            (odd, 3, 50, "amp", -88_816),
+            (odd, 1, 10, "bf16", -6_188),
+            (odd, 2, 64, "fp32", -75_880),
+            (codestral, 1, 512, "bf16", -16_777_216),
+            (codestral, 2, 300, "bf16", -19_657_984),
+            (codestral, 2, 300, "fp32", -19_660_800),
+        ];
+        for (mixer, b, s, prec, traced) in cases {
+            let amp = prec == "amp";
+            let (z, w) = if prec == "bf16" { (2, 2) } else { (F, F) };
+            let gate_first = Scan::new(&mixer(false), b, s, amp);
+            let norm_first = Scan::new(&mixer(true), b, s, amp);
+            assert_eq!(norm_first.saved(z), gate_first.saved(z), "{b}×{s} {prec}");
+            assert_eq!(norm_first.forward_peak(z), gate_first.forward_peak(z));
+            let diff = norm_first.backward_peak_norm(z, w) as i128
+                - gate_first.backward_peak_norm(z, w) as i128;
+            assert_eq!(diff, traced, "{b}×{s} {prec}");
+        }
+    }
+
+    /// Every mixer parameter frozen (LoRA elsewhere): normalise-then-gate against gate-first,
+    /// the backward peaks' difference as `falcon_h1_mixer.py --order` reads it off the traces
+    /// of frozen mixers (the norm's instants are the peak at these shapes).
+    #[test]
+    fn norm_before_gate_frozen_backward_matches_the_trace() {
+        let odd = |before| Mamba2 {
+            num_heads: 14,
+            head_dim: 11,
+            n_groups: 7,
+            state_size: 13,
+            conv_kernel: 6,
+            intermediate: 154,
+            chunk_size: 16,
+            ..seed53_mixer(before)
+        };
+        for (b, s, z, traced) in [
+            (3, 50, 2, -180_600),
+            (3, 50, F, -92_400),
+            (2, 64, 2, -154_112),
+            (2, 64, F, -78_848),
+            (1, 50, 2, -60_200),
+            (1, 50, F, -30_800),
+        ] {
+            let diff = Scan::new(&odd(true), b, s, false).backward_peak_frozen(z) as i128
+                - Scan::new(&odd(false), b, s, false).backward_peak_frozen(z) as i128;
+            assert_eq!(diff, traced, "{b}×{s} z={z}");
+        }
+        let codestral = |before| Mamba2 {
+            norm_before_gate: before,
+            ..crate::mixer::tests::codestral()
+        };
+        for (z, traced) in [(2, -33_538_048), (F, -16_777_216)] {
+            let diff = Scan::new(&codestral(true), 1, 512, false).backward_peak_frozen(z) as i128
+                - Scan::new(&codestral(false), 1, 512, false).backward_peak_frozen(z) as i128;
+            assert_eq!(diff, traced, "1×512 z={z}");
+        }
+    }
+
+    /// Autocast over Falcon-H1's fp32 `zxbcdt` at the seed-53 widths, 5 × 264 tokens (3
+    /// chunks): the scan's backward instant against the op-by-op trace of the mixer
+    /// (falcon_h1_mixer.py, norm-first; the live set at the backward's peak, 64,369,120 B
+    /// above the output gradient's mark, is this instant once out_proj's own tensors and the
+    /// output's fp32 gradient are taken off), and it is the mixer backward's peak there.
+    #[test]
+    fn falcon_autocast_scan_instant_matches_the_trace() {
+        for before in [true, false] {
+            let d = Scan::new(&seed53_mixer(before), 5, 264, true);
+            assert_eq!(d.backward_peak_scan_amp(F), 63_825_376);
+            assert_eq!(d.backward_peak(F, F), 63_825_376);
+            assert!(d.backward_peak_norm(F, F) < 63_825_376);
+            // recomputed under checkpointing: the same instant without G's gradient's 16-bit
+            // cast ([chunk, chunk] blocks of 5 × 3 chunks × 24 heads in bf16)
+            let r = Scan {
+                recomputed: true,
+                ..d
+            };
+            assert_eq!(
+                r.backward_peak(F, F),
+                63_825_376 - 5 * 3 * 24 * 128 * 128 * 2
             );
         }
     }

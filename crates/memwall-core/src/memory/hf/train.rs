@@ -336,7 +336,9 @@ impl Builder<'_> {
                 });
                 let xsize = self.t.bytes(x) / (self.tokens * self.hidden).max(1);
                 self.sac_begin(i, true);
+                self.recomputing = true;
                 let y = self.layer(i, x, xsize, true);
+                self.recomputing = false;
                 self.sac_end();
                 // the recompute runs in its own autocast region (checkpoint.py re-enters the
                 // saved autocast state); leaving it clears autocast's weight-cast cache
