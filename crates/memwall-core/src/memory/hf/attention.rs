@@ -1170,6 +1170,16 @@ impl Builder<'_> {
                 // rdist-017-gemma3text, two sliding layers, both masks alive through the final
                 // norm; rdist-008-gemma2, checkpointed, only the read one held into backward)
                 let built = self.model.builds_both_masks && q_len > 1;
+                // Each layer reads the mask of its type (`causal_mask_mapping[layer_type]`), the
+                // window's length aside: with a window at least as long as the keys the sliding
+                // layers still read their own (equal) mask, so both are read, and both are held
+                // by checkpointing (measured: rnd-t61-050-cohere2, window 120 over 113 tokens,
+                // checkpointed, the second mask alive through the backward)
+                let typed = |l: &crate::model::LayerSpec| {
+                    l.attention.sliding_window.is_some() && !l.attention.chunked
+                };
+                let both_read = self.any_layer(typed) && self.any_layer(|l| !typed(l));
+                let masks = if built && both_read { 2 } else { masks };
                 self.unused_mask = (built && masks == 1).then(|| self.act(one, false));
                 Some(self.act(masks * one, false))
             }
