@@ -129,6 +129,10 @@ CASES = [
          seq=160, precision="fp32", optimizer="sgd"),
     dict(id="xc-qwen3next-rnd53-b2-s160-keep", config="rnd-s53-qwen3next-0", batch=2, seq=160,
          loop="keep-outputs"),
+    # Cohere 2 with a window (120) as long as the sequence, checkpointed (helper 29): both causal
+    # masks built and held through the backward, the layer's locals alive at its final sum
+    dict(id="xc-cohere2-rnd61-b3-s120-ckpt-fp32-sgd", config="rnd-s61-cohere2-0", batch=3,
+         seq=120, precision="fp32", attention="eager", optimizer="sgd", checkpointing=True),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),
