@@ -150,5 +150,7 @@ mod tests {
             assert!(!l.attn_norm.unwrap().bias);
         }
         assert!(d.head.tied && d.head.logits_scaled);
+        // Cohere2Model.forward builds the full and the sliding mask unconditionally
+        assert!(d.builds_both_masks);
     }
 }

@@ -1270,4 +1270,24 @@ mod tests {
             assert_eq!(both[1..], one[1..], "checkpointing {checkpointing}");
         }
     }
+
+    #[test]
+    fn both_layer_types_read_both_masks_whatever_the_window() {
+        // Cohere 2 / Gemma with a sliding layer and a global one: each layer reads its type's
+        // mask, so with a window longer than the sequence both masks are still read, and a
+        // checkpointed step holds both until the recompute (measured: rnd-t61-050-cohere2)
+        let mut m = two_layers();
+        m.layers[0].attention.sliding_window = Some(128);
+        let (batch, seq) = (2, 64);
+        let mut w = TrainWorkload::new(batch, seq);
+        w.attention = AttentionImpl::Eager;
+        w.checkpointing = true;
+        m.builds_both_masks = false;
+        let one = peak(&m, &w, Phase::Loss);
+        m.builds_both_masks = true;
+        let both = peak(&m, &w, Phase::Loss);
+        // at the loss, after the base model has returned, only the checkpoint holds masks
+        let mask = batch * seq * seq * 2;
+        assert_eq!(both, one + mask);
+    }
 }
