@@ -138,6 +138,10 @@ CASES = [
     # recomputed G and L die before the engine casts G's gradient (ssm.rs backward_peak_scan_amp)
     dict(id="xc-falconh1-nbg-small-ampbf16-ckpt-sgd", config="falcon-h1-small-nbg", batch=2,
          seq=264, precision="amp-bf16", optimizer="sgd", checkpointing=True, dropout="off"),
+    # Cohere 2 with a window (120) as long as the sequence, checkpointed (helper 29): both causal
+    # masks built and held through the backward, the layer's locals alive at its final sum
+    dict(id="xc-cohere2-rnd61-b3-s120-ckpt-fp32-sgd", config="rnd-s61-cohere2-0", batch=3,
+         seq=120, precision="fp32", attention="eager", optimizer="sgd", checkpointing=True),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),

@@ -69,7 +69,12 @@ pub(crate) fn cohere2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatErro
     let sliding = sliding_layers(ctx, raw, d.layers, |i| (i + 1) % pattern != 0)?;
     let w = window(ctx, raw.sliding_window.or(Some(4096)))?;
     let windows = sliding.iter().map(|&s| if s { w } else { None }).collect();
-    build(raw, ctx, ("cohere2", true), &d, None, windows)
+    let mut desc = build(raw, ctx, ("cohere2", true), &d, None, windows)?;
+    // modeling_cohere2.py Cohere2Model.forward: `causal_mask_mapping = {"full_attention":
+    // create_causal_mask(..), "sliding_attention": create_sliding_window_causal_mask(..)}`,
+    // both built on every forward whatever the layer types (as Gemma 2 / 3)
+    desc.builds_both_masks = true;
+    Ok(desc)
 }
 
 fn build(
@@ -145,5 +150,7 @@ mod tests {
             assert!(!l.attn_norm.unwrap().bias);
         }
         assert!(d.head.tied && d.head.logits_scaled);
+        // Cohere2Model.forward builds the full and the sliding mask unconditionally
+        assert!(d.builds_both_masks);
     }
 }

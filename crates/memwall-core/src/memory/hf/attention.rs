@@ -1174,6 +1174,16 @@ impl Builder<'_> {
                 // rdist-017-gemma3text, two sliding layers, both masks alive through the final
                 // norm; rdist-008-gemma2, checkpointed, only the read one held into backward)
                 let built = self.model.builds_both_masks && q_len > 1;
+                // Each layer reads the mask of its type (`causal_mask_mapping[layer_type]`), the
+                // window's length aside: with a window at least as long as the keys the sliding
+                // layers still read their own (equal) mask, so both are read, and both are held
+                // by checkpointing (measured: rnd-t61-050-cohere2, window 120 over 113 tokens,
+                // checkpointed, the second mask alive through the backward)
+                let typed = |l: &crate::model::LayerSpec| {
+                    l.attention.sliding_window.is_some() && !l.attention.chunked
+                };
+                let both_read = self.any_layer(typed) && self.any_layer(|l| !typed(l));
+                let masks = if built && both_read { 2 } else { masks };
                 self.unused_mask = (built && masks == 1).then(|| self.act(one, false));
                 Some(self.act(masks * one, false))
             }
@@ -1263,5 +1273,25 @@ mod tests {
             assert_eq!(both[0], one[0] + mask, "checkpointing {checkpointing}");
             assert_eq!(both[1..], one[1..], "checkpointing {checkpointing}");
         }
+    }
+
+    #[test]
+    fn both_layer_types_read_both_masks_whatever_the_window() {
+        // Cohere 2 / Gemma with a sliding layer and a global one: each layer reads its type's
+        // mask, so with a window longer than the sequence both masks are still read, and a
+        // checkpointed step holds both until the recompute (measured: rnd-t61-050-cohere2)
+        let mut m = two_layers();
+        m.layers[0].attention.sliding_window = Some(128);
+        let (batch, seq) = (2, 64);
+        let mut w = TrainWorkload::new(batch, seq);
+        w.attention = AttentionImpl::Eager;
+        w.checkpointing = true;
+        m.builds_both_masks = false;
+        let one = peak(&m, &w, Phase::Loss);
+        m.builds_both_masks = true;
+        let both = peak(&m, &w, Phase::Loss);
+        // at the loss, after the base model has returned, only the checkpoint holds masks
+        let mask = batch * seq * seq * 2;
+        assert_eq!(both, one + mask);
     }
 }

@@ -239,7 +239,10 @@ impl Builder<'_> {
                     Mlp::Moe(moe) => self.moe_mlp(n2, n2s, lp, moe),
                     Mlp::None => self.retain_id(n2),
                 };
-                self.drop_(n2);
+                // (Cohere keeps the normalised input bound until the layer returns, below)
+                if !spec.parallel_residual_first {
+                    self.drop_(n2);
+                }
                 let m = if per_branch {
                     self.dropout(m, rows * h * c, c, p_drop)
                 } else {
@@ -247,11 +250,15 @@ impl Builder<'_> {
                 };
                 if spec.parallel_residual_first {
                     // Cohere: `residual + hidden_states_attention + hidden_states_mlp`
+                    // (models/cohere{,2}/modeling_cohere{,2}.py Cohere{,2}DecoderLayer.forward,
+                    // transformers 5.23). The normalised input (`hidden_states`, rebound only
+                    // by the sum), `hidden_states_attention` and `hidden_states_mlp` are locals
+                    // of the layer's frame: alive through both adds until the layer returns.
+                    // Only the intermediate `residual + attention` is a temporary.
+                    self.layer_locals.extend([n2, a, m]);
                     let xa = add(self, x, a, rs);
-                    self.drop_(a);
                     let out = add(self, xa, m, rs);
                     self.drop_(xa);
-                    self.drop_(m);
                     return out;
                 }
                 let am = add(self, m, a, c);
