@@ -386,8 +386,18 @@ impl Scan {
                                       // N 256, P 64, L 128): the `bmm` of `einsum("bclhn,bchpn->bclhp", C, states)`, with C
                                       // and the chunk states copied into bmm layouts and its output allocated, before Y_off,
                                       // the sum and its copy exist (probe: falcon_h1_mixer.py ckpt mode, exact at 2048 wide)
-        let at_c_times_states =
+        let mut at_c_times_states =
             (at_output + tp * h * n * F + b * c * h * p * n * F).saturating_sub(3 * tp * i * F);
+        if c == 1 {
+            // one chunk: `new_states[:, :-1]` is already in the `bmm` layout (no copy of the
+            // chunk states), and with one sequence `C` is too (every dimension it is permuted
+            // over is of size 1), as in [`Scan::forward_peak`] (probe: mamba2_mixer.py infer,
+            // 1 and 2 sequences of 28 tokens in chunks of 32)
+            at_c_times_states = at_c_times_states.saturating_sub(b * c * h * p * n * F);
+            if b == 1 {
+                at_c_times_states = at_c_times_states.saturating_sub(tp * h * n * F);
+            }
+        }
         // and earlier still when the state is wide against short chunks (Falcon-H1 with
         // N 64, P 32, L 16): the `bmm` of `einsum("bhzc,bchpn->bzhpn", decay_chunk, states)`,
         // with the chunk-level states (the `cat` of the zero initial state and the per-chunk
@@ -404,6 +414,14 @@ impl Scan {
             + b * h * p * n * F // initial state
             + b * h * c1 * c1 * F // decay_chunk
             + 3 * b * h * c1 * p * n * F; // states, their bmm copy, the bmm output
+                                          // with one sequence the states' `bmm` operand `[b·h, c + 1, p·n]` is a view of the
+                                          // `cat` (the batch dimension of size 1 merges with the heads), for any number of chunks
+                                          // (probe: mamba2_mixer.py infer, 1 × 28 and 1 × 60 tokens against 2 × 28 and 2 × 60)
+        let at_new_states = if b == 1 {
+            at_new_states - b * h * c1 * p * n * F
+        } else {
+            at_new_states
+        };
         at_output.max(at_c_times_states).max(at_new_states)
     }
 
@@ -1065,5 +1083,38 @@ mod tests {
         let mut d = Scan::new(&narrow, 2, 300, true);
         d.zx16 = true;
         assert_eq!(d.backward_peak(F, F), d.backward_peak_norm(F, F));
+    }
+
+    /// The no-save forward (prefill under `torch.no_grad()`) of the random config
+    /// rnd-s61-mamba2-0 (hidden 96, 24 heads of 8, one group, state 128, conv kernel 2, chunks
+    /// of 32), fp32: the highest bytes above the input, `in_proj`'s output and the conv state,
+    /// as `tools/truth/probes/mamba2_mixer.py B S infer fp32 96,24,8,1,128,2,32` traces them.
+    /// One sequence peaks at the chunk states' `bmm` (whose operand is a view of the `cat`),
+    /// one chunk of two sequences at `C_times_states` (chunk states a view, `C` a copy); the
+    /// traced peaks without these views were 196,608 bytes (1 × 28 and 2 × 28) higher.
+    #[test]
+    fn one_sequence_and_one_chunk_no_save_peak_matches_the_trace() {
+        let m = Mamba2 {
+            num_heads: 24,
+            head_dim: 8,
+            n_groups: 1,
+            state_size: 128,
+            conv_kernel: 2,
+            intermediate: 192,
+            chunk_size: 32,
+            conv_bias: false,
+            ..crate::mixer::tests::codestral()
+        };
+        for (b, s, traced) in [
+            (1, 28, 2_102_368),
+            (2, 28, 4_653_152),
+            (1, 60, 4_660_800),
+            (2, 60, 9_321_504),
+            (1, 100, 9_087_808),
+            (3, 100, 27_263_232),
+        ] {
+            let d = Scan::new(&m, b, s, false);
+            assert_eq!(d.forward_peak_unsaved(F), traced, "no-save peak {b}×{s}");
+        }
     }
 }
