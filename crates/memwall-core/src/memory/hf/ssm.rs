@@ -59,6 +59,10 @@ struct Scan {
     /// `zxbcdt` is 16-bit under autocast (`Mamba2Mixer`; Falcon-H1's `mup_vector` makes it
     /// fp32): set by the caller, which knows the projections' output dtype
     zx16: bool,
+    /// the layer is checkpointed (non-reentrant, HF gradient checkpointing): a saved tensor
+    /// the backward unpacks is held only by the node's locals (see
+    /// [`Scan::backward_peak_scan_amp16`])
+    ckpt: bool,
 }
 
 /// fp32: the scan's `.float()` casts are copies in low precision and no-ops in fp32.
@@ -87,6 +91,7 @@ impl Scan {
             amp,
             conv_bias: m.conv_bias,
             zx16: false,
+            ckpt: false,
         }
     }
 
@@ -637,7 +642,18 @@ impl Scan {
             + i * w + t * i * B16 + tp * i * F // grads: norm weight, gate, padded output
             + 2 * tp * h * n * F + tp * h * F + tp * i * F // C, B, A_cumsum, x
             + 3 * blocks * F + blocks * B16; // M (fp32 cast), G and L, G's 16-bit cast
-        alive.saturating_sub(self.saved_amp16() + t * i * F)
+                                             // checkpointed: `M = G * L` promotes the 16-bit `G` (the `bmm` output) to fp32, and the
+                                             // engine casts `G`'s fp32 gradient back to 16 bits after the node has run
+                                             // (`validate_outputs`, torch 2.15 `autograd/engine.cpp`). Outside checkpointing the
+                                             // node's `SavedVariable` still holds `G` then; under non-reentrant checkpointing the
+                                             // recomputed `G` is held only by the checkpoint's handle, which `unpack_hook` drops
+                                             // (`torch/utils/checkpoint.py`), and the node's local, so it goes before the cast.
+                                             // Traced: a `Mamba2Mixer` under `torch.utils.checkpoint(use_reentrant=False)` and
+                                             // CPU autocast against the plain one (`tools/truth/probes/mixer_trace.py`), the
+                                             // instant lower by `b·c·h·l·l` 16-bit bytes exactly (1–8 sequences, 1–2 chunks,
+                                             // padded and full, three widths)
+        let gone = if self.ckpt { blocks * B16 } else { 0 };
+        alive.saturating_sub(self.saved_amp16() + t * i * F + gone)
     }
 
     /// The gated norm's backward (see [`Scan::backward_peak`]).
@@ -821,6 +837,7 @@ impl Builder<'_> {
     ) -> TensorId {
         let mut d = Scan::new(m, self.batch, self.seq, self.amp);
         d.zx16 = self.amp && zs != F;
+        d.ckpt = self.mode.checkpointing();
         let out_bytes = d.t * d.i * out_size;
         if self.mode.is_infer() {
             return self.mamba2_infer(zx, zs, out_bytes, &d);
@@ -1115,6 +1132,41 @@ mod tests {
         ] {
             let d = Scan::new(&m, b, s, false);
             assert_eq!(d.forward_peak_unsaved(F), traced, "no-save peak {b}×{s}");
+        }
+    }
+
+    /// Granite 4.0-H's random config rnd-s61-granitemoehybrid-0 (hidden 160, 20 heads of 16,
+    /// two groups, state 8, chunks of 256) under autocast: the scan's backward at `M = G * L`
+    /// (it wins: padding dominates) as the probe reads it (`mamba2_mixer.py --check-amp` form,
+    /// +0 against the trace), and under non-reentrant checkpointing lower by the recomputed
+    /// 16-bit `G` (`b·c·h·l·l·2`), the difference `torch.utils.checkpoint` makes in the traced
+    /// mixer (1 × 67: 2,621,440 bytes; 2 × 300, two chunks: 10,485,760).
+    #[test]
+    fn checkpointed_autocast_scan_backward_drops_the_recomputed_g() {
+        let m = Mamba2 {
+            num_heads: 20,
+            head_dim: 16,
+            n_groups: 2,
+            state_size: 8,
+            conv_kernel: 4,
+            intermediate: 320,
+            chunk_size: 256,
+            ..crate::mixer::tests::codestral()
+        };
+        for (b, s, plain, traced_drop) in [(1, 67, 15_138_176, 2_621_440), (2, 300, 0, 10_485_760)]
+        {
+            let mut d = Scan::new(&m, b, s, true);
+            d.zx16 = true;
+            let before = d.backward_peak_scan_amp16(F);
+            if plain > 0 {
+                assert_eq!(d.backward_peak(F, F), plain, "plain {b}×{s}");
+            }
+            d.ckpt = true;
+            assert_eq!(
+                before - d.backward_peak_scan_amp16(F),
+                traced_drop,
+                "{b}×{s}"
+            );
         }
     }
 }
