@@ -161,6 +161,9 @@ RANDOM_IDS = [
 # gradient (LoRA downstream), gpt-oss eager sinks under autocast
 RANDOM_NEW_IDS = [
     "rnd-t29-011-olmoe", "rnd-t29-097-mamba2", "rnd-t29-088-falconh1", "rnd-t29-065-gptoss",
+    # seed 61: a checkpointed Granite 4.0-H mixer under autocast, whose recomputed 16-bit `G`
+    # goes at unpack, before the engine casts its gradient (docs/ssm.md)
+    "rnd-t61-016-granitemoehybrid",
 ]
 
 

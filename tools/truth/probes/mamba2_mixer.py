@@ -21,6 +21,7 @@ Usage:
       (PREC: bf16, fp32, amp-bf16, amp-fp16)
   python tools/truth/probes/mamba2_mixer.py --check                       # closed forms vs traces
   python tools/truth/probes/mamba2_mixer.py --check-amp                   # the same under autocast
+  python tools/truth/probes/mamba2_mixer.py --check-ckpt                  # autocast scan backward, checkpointed
 """
 import sys, torch, json, math
 from transformers import AutoConfig
@@ -229,7 +230,42 @@ def check_amp():
                   f"  bwd peak {scan_bwd_peak(ev, B, S, E) - T*I*2 - h*I*2 - bwd_amp(d):+d}")
 
 
-if __name__ == "__main__" and sys.argv[1:2] == ["--check"]:
+class _Checkpointed(torch.nn.Module):
+    """The mixer under non-reentrant `torch.utils.checkpoint` (HF gradient checkpointing)."""
+    def __init__(self, mx):
+        super().__init__(); self.mx = mx
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+        return checkpoint(self.mx, x, use_reentrant=False)
+
+
+def check_ckpt():
+    """Under autocast, the backward of `M = G * L` with the mixer checkpointed against without:
+    lower by the recomputed 16-bit `G` (`b·c·H·L·L·2`; ssm.rs `Scan::backward_peak_scan_amp16`
+    with `ckpt`), read at the engine's 16-bit cast of `G`'s gradient."""
+    for B, S, dims in [(1, 67, (160, 20, 16, 2, 8, 4, 256)), (2, 300, (160, 20, 16, 2, 8, 4, 256)),
+                       (3, 50, (77, 14, 11, 7, 13, 6, 16)), (1, 10, (77, 14, 11, 7, 13, 6, 16)),
+                       (8, 8, (512, 16, 64, 2, 128, 4, 256))]:
+        h, H, P, G, N, K, L = dims
+        c = -(-S // L)
+        cfg = AutoConfig.for_model("mamba2", hidden_size=h, num_heads=H, head_dim=P,
+            expand=(H*P)//h, n_groups=G, state_size=N, conv_kernel=K, chunk_size=L,
+            num_hidden_layers=1, vocab_size=10)
+        at = []
+        for ck in (False, True):
+            make = (lambda: _Checkpointed(Mamba2Mixer(cfg, 0))) if ck else (lambda: Mamba2Mixer(cfg, 0))
+            ev = trace(make, cfg, "train", B, S, h, torch.float32, autocast=torch.bfloat16)
+            i0 = next(i for i, e in enumerate(ev) if e[0] == "MARK" and e[1] == "gy")
+            at.append(next(e[3] for e in ev[i0 + 1:] if e[0] == "+" and e[1] == "_to_copy"
+                           and e[4] == (B, c, L, L, H) and e[5] == "torch.bfloat16"))
+        print(f"B={B} S={S} dims={dims}: plain - ckpt {at[0] - at[1]:+d}, "
+              f"b·c·H·L·L·2 {B*c*H*L*L*2:+d}")
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--check-ckpt"]:
+    check_ckpt()
+elif __name__ == "__main__" and sys.argv[1:2] == ["--check"]:
     check()
 elif __name__ == "__main__" and sys.argv[1:2] == ["--check-amp"]:
     check_amp()

@@ -59,6 +59,10 @@ struct Scan {
     /// the convolution has a bias (under autocast its 16-bit copy stays in autocast's cache)
     conv_bias: bool,
     /// `zxbcdt` is 16-bit under autocast (`Mamba2Mixer`; Falcon-H1's `mup_vector` makes it
+    /// the layer is checkpointed (non-reentrant, HF gradient checkpointing): a saved tensor
+    /// the backward unpacks is held only by the node's locals (see
+    /// [`Scan::backward_peak_scan_amp16`])
+    ckpt: bool,
     /// fp32): set by the caller, which knows the projections' output dtype
     zx16: bool,
     /// the mixer runs in a checkpointed layer's recomputation (set by the caller)
@@ -87,6 +91,7 @@ impl Scan {
             cd: u128::from(m.conv_dim()),
             e: u128::from(m.in_proj_width()),
             k: u128::from(m.conv_kernel),
+            ckpt: false,
             norm: m.gated_norm,
             norm_first: m.gated_norm && m.norm_before_gate,
             amp,
@@ -392,8 +397,18 @@ impl Scan {
                                       // N 256, P 64, L 128): the `bmm` of `einsum("bclhn,bchpn->bclhp", C, states)`, with C
                                       // and the chunk states copied into bmm layouts and its output allocated, before Y_off,
                                       // the sum and its copy exist (probe: falcon_h1_mixer.py ckpt mode, exact at 2048 wide)
-        let at_c_times_states =
+        let mut at_c_times_states =
             (at_output + tp * h * n * F + b * c * h * p * n * F).saturating_sub(3 * tp * i * F);
+        if c == 1 {
+            // one chunk: `new_states[:, :-1]` is already in the `bmm` layout (no copy of the
+            // chunk states), and with one sequence `C` is too (every dimension it is permuted
+            // over is of size 1), as in [`Scan::forward_peak`] (probe: mamba2_mixer.py infer,
+            // 1 and 2 sequences of 28 tokens in chunks of 32)
+            at_c_times_states = at_c_times_states.saturating_sub(b * c * h * p * n * F);
+            if b == 1 {
+                at_c_times_states = at_c_times_states.saturating_sub(tp * h * n * F);
+            }
+        }
         // and earlier still when the state is wide against short chunks (Falcon-H1 with
         // N 64, P 32, L 16): the `bmm` of `einsum("bhzc,bchpn->bzhpn", decay_chunk, states)`,
         // with the chunk-level states (the `cat` of the zero initial state and the per-chunk
@@ -410,6 +425,14 @@ impl Scan {
             + b * h * p * n * F // initial state
             + b * h * c1 * c1 * F // decay_chunk
             + 3 * b * h * c1 * p * n * F; // states, their bmm copy, the bmm output
+                                          // with one sequence the states' `bmm` operand `[b·h, c + 1, p·n]` is a view of the
+                                          // `cat` (the batch dimension of size 1 merges with the heads), for any number of chunks
+                                          // (probe: mamba2_mixer.py infer, 1 × 28 and 1 × 60 tokens against 2 × 28 and 2 × 60)
+        let at_new_states = if b == 1 {
+            at_new_states - b * h * c1 * p * n * F
+        } else {
+            at_new_states
+        };
         at_output.max(at_c_times_states).max(at_new_states)
     }
 
@@ -637,7 +660,18 @@ impl Scan {
             + i * w + t * i * B16 + tp * i * F // grads: norm weight, gate, padded output
             + 2 * tp * h * n * F + tp * h * F + tp * i * F // C, B, A_cumsum, x
             + 3 * blocks * F + blocks * B16; // M (fp32 cast), G and L, G's 16-bit cast
-        alive.saturating_sub(self.saved_amp16() + t * i * F)
+                                             // checkpointed: `M = G * L` promotes the 16-bit `G` (the `bmm` output) to fp32, and the
+                                             // engine casts `G`'s fp32 gradient back to 16 bits after the node has run
+                                             // (`validate_outputs`, torch 2.15 `autograd/engine.cpp`). Outside checkpointing the
+                                             // node's `SavedVariable` still holds `G` then; under non-reentrant checkpointing the
+                                             // recomputed `G` is held only by the checkpoint's handle, which `unpack_hook` drops
+                                             // (`torch/utils/checkpoint.py`), and the node's local, so it goes before the cast.
+                                             // Traced: a `Mamba2Mixer` under `torch.utils.checkpoint(use_reentrant=False)` and
+                                             // CPU autocast against the plain one (`tools/truth/probes/mixer_trace.py`), the
+                                             // instant lower by `b·c·h·l·l` 16-bit bytes exactly (1–8 sequences, 1–2 chunks,
+                                             // padded and full, three widths)
+        let gone = if self.ckpt { blocks * B16 } else { 0 };
+        alive.saturating_sub(self.saved_amp16() + t * i * F + gone)
     }
 
     /// The backward of `M = G * L` under autocast for a mixer whose `zxbcdt` is fp32
@@ -905,6 +939,7 @@ impl Builder<'_> {
     ) -> TensorId {
         let mut d = Scan::new(m, self.batch, self.seq, self.amp);
         d.zx16 = self.amp && zs != F;
+        d.ckpt = self.mode.checkpointing();
         let out_bytes = d.t * d.i * out_size;
         if self.mode.is_infer() {
             return self.mamba2_infer(zx, zs, out_bytes, &d);
@@ -1297,5 +1332,73 @@ mod tests {
         let mut d = Scan::new(&narrow, 2, 300, true);
         d.zx16 = true;
         assert_eq!(d.backward_peak(F, F), d.backward_peak_norm(F, F));
+    }
+
+    /// The no-save forward (prefill under `torch.no_grad()`) of the random config
+    /// rnd-s61-mamba2-0 (hidden 96, 24 heads of 8, one group, state 128, conv kernel 2, chunks
+    /// of 32), fp32: the highest bytes above the input, `in_proj`'s output and the conv state,
+    /// as `tools/truth/probes/mamba2_mixer.py B S infer fp32 96,24,8,1,128,2,32` traces them.
+    /// One sequence peaks at the chunk states' `bmm` (whose operand is a view of the `cat`),
+    /// one chunk of two sequences at `C_times_states` (chunk states a view, `C` a copy); the
+    /// traced peaks without these views were 196,608 bytes (1 × 28 and 2 × 28) higher.
+    #[test]
+    fn one_sequence_and_one_chunk_no_save_peak_matches_the_trace() {
+        let m = Mamba2 {
+            num_heads: 24,
+            head_dim: 8,
+            n_groups: 1,
+            state_size: 128,
+            conv_kernel: 2,
+            intermediate: 192,
+            chunk_size: 32,
+            conv_bias: false,
+            ..crate::mixer::tests::codestral()
+        };
+        for (b, s, traced) in [
+            (1, 28, 2_102_368),
+            (2, 28, 4_653_152),
+            (1, 60, 4_660_800),
+            (2, 60, 9_321_504),
+            (1, 100, 9_087_808),
+            (3, 100, 27_263_232),
+        ] {
+            let d = Scan::new(&m, b, s, false);
+            assert_eq!(d.forward_peak_unsaved(F), traced, "no-save peak {b}×{s}");
+        }
+    }
+
+    /// Granite 4.0-H's random config rnd-s61-granitemoehybrid-0 (hidden 160, 20 heads of 16,
+    /// two groups, state 8, chunks of 256) under autocast: the scan's backward at `M = G * L`
+    /// (it wins: padding dominates) as the probe reads it (`mamba2_mixer.py --check-amp` form,
+    /// +0 against the trace), and under non-reentrant checkpointing lower by the recomputed
+    /// 16-bit `G` (`b·c·h·l·l·2`), the difference `torch.utils.checkpoint` makes in the traced
+    /// mixer (1 × 67: 2,621,440 bytes; 2 × 300, two chunks: 10,485,760).
+    #[test]
+    fn checkpointed_autocast_scan_backward_drops_the_recomputed_g() {
+        let m = Mamba2 {
+            num_heads: 20,
+            head_dim: 16,
+            n_groups: 2,
+            state_size: 8,
+            conv_kernel: 4,
+            intermediate: 320,
+            chunk_size: 256,
+            ..crate::mixer::tests::codestral()
+        };
+        for (b, s, plain, traced_drop) in [(1, 67, 15_138_176, 2_621_440), (2, 300, 0, 10_485_760)]
+        {
+            let mut d = Scan::new(&m, b, s, true);
+            d.zx16 = true;
+            let before = d.backward_peak_scan_amp16(F);
+            if plain > 0 {
+                assert_eq!(d.backward_peak(F, F), plain, "plain {b}×{s}");
+            }
+            d.ckpt = true;
+            assert_eq!(
+                before - d.backward_peak_scan_amp16(F),
+                traced_drop,
+                "{b}×{s}"
+            );
+        }
     }
 }
