@@ -191,6 +191,20 @@ pub(crate) fn qwen2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError>
     .build(ctx, "qwen2", &d, |_| {
         Ok(Mlp::Dense(gated(d.intermediate, d.act)))
     })
+    .map(second_mask_if_sliding)
+}
+
+/// Qwen 2 / Qwen 3 / SmolLM 3 build the full-attention mask always and the sliding-window one
+/// `if self.has_sliding_layers` (`"sliding_attention" in config.layer_types`):
+/// modeling_qwen2.py Qwen2Model.forward lines 369-374, modeling_qwen3.py Qwen3Model.forward
+/// lines 394-399, modeling_smollm3.py SmolLM3Model.forward lines 398-403 (transformers 5.23).
+/// With a sliding layer both masks exist, each layer reading its type's, whatever the window.
+pub(crate) fn second_mask_if_sliding(mut desc: ModelDesc) -> ModelDesc {
+    desc.builds_both_masks = desc
+        .layers
+        .iter()
+        .any(|l| l.attention.sliding_window.is_some());
+    desc
 }
 
 /// `qwen2_moe/configuration_qwen2_moe.py` `Qwen2MoeConfig` field defaults.
@@ -361,6 +375,14 @@ pub(crate) fn qwen2_moe(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatEr
             _ => Mlp::Dense(gated(d.intermediate, d.act)),
         })
     })
+    .map(|mut desc| {
+        // modeling_qwen2_moe.py Qwen2MoeModel.forward lines 485-488 (transformers 5.23): both
+        // masks on every forward; without `use_sliding_window` the config sets
+        // `sliding_window = 0` (configuration_qwen2_moe.py line 113) and the sliding mask is
+        // still built, read by no layer
+        desc.builds_both_masks = true;
+        desc
+    })
 }
 
 /// `qwen3/configuration_qwen3.py` `Qwen3Config` field defaults (head_dim=128).
@@ -395,6 +417,7 @@ pub(crate) fn qwen3(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError>
     .build(ctx, "qwen3", &d, |_| {
         Ok(Mlp::Dense(gated(d.intermediate, d.act)))
     })
+    .map(second_mask_if_sliding)
 }
 
 /// `qwen3_moe/configuration_qwen3_moe.py` `Qwen3MoeConfig` field defaults. It has no

@@ -128,6 +128,13 @@ pub(crate) fn gpt_oss(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatErro
         ..Decoder::new(&d, llama_names(false))
     }
     .build(ctx, "gpt_oss", &d, |_| Ok(Mlp::Moe(block)))
+    .map(|mut desc| {
+        // modeling_gpt_oss.py GptOssModel.forward (transformers 5.23, lines 466-469):
+        // `causal_mask_mapping = {"full_attention": create_causal_mask(..), "sliding_attention":
+        // create_sliding_window_causal_mask(..)}` on every forward whatever the layer types
+        desc.builds_both_masks = true;
+        desc
+    })
 }
 
 /// `ernie4_5_moe/configuration_ernie4_5_moe.py` `Ernie4_5_MoeConfig` field defaults

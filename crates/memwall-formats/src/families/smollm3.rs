@@ -92,7 +92,9 @@ pub(crate) fn smollm3(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatErro
             layer.attention.rotary_dim = None;
         }
     }
-    Ok(desc)
+    // modeling_smollm3.py SmolLM3Model.forward lines 398-403: the sliding mask too
+    // `if self.has_sliding_layers` (as Qwen 2)
+    Ok(super::llama::second_mask_if_sliding(desc))
 }
 
 #[cfg(test)]

@@ -1060,7 +1060,7 @@ impl Builder<'_> {
         let y = self.attention_kernel(call, a);
         self.t.recording = recording;
         let mut saved = Ids::of(&[call.q.0, call.k.0, call.v.0]);
-        if let Some(m) = self.attn_mask {
+        if let Some(m) = self.layer_mask(self.cur_layer) {
             saved.push(m);
         }
         let index = u32::try_from(self.core_calls.len()).unwrap_or(u32::MAX);
@@ -1185,6 +1185,16 @@ impl Builder<'_> {
                 let both_read = self.any_layer(typed) && self.any_layer(|l| !typed(l));
                 let masks = if built && both_read { 2 } else { masks };
                 self.unused_mask = (built && masks == 1).then(|| self.act(one, false));
+                // two separate tensors: a checkpoint keeps only the mask its layer reads, so
+                // each goes once the last layer of its type has been recomputed (measured:
+                // qwen2-sw128-b3-s120-ckpt-fp32-sgd, layers [full, sliding, sliding], the
+                // sliding mask gone before layer 0's backward). Llama 4's chunked and full masks
+                // stay one block, as measured before (rnd-t61-053-llama4text; not re-examined).
+                if masks == 2 && !self.any_layer(|l| l.attention.chunked) {
+                    let full = self.act(one, false);
+                    self.sliding_mask = Some(self.act(one, false));
+                    return Some(full);
+                }
                 Some(self.act(masks * one, false))
             }
             AttentionImpl::Sdpa
