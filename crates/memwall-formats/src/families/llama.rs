@@ -634,3 +634,31 @@ pub(crate) fn starcoder2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatE
         Ok(Mlp::Dense(plain(d.intermediate, bias, d.act)))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::parse_hf_config;
+
+    #[test]
+    fn qwen_models_build_the_sliding_mask_with_a_sliding_layer() {
+        // Qwen2Model / Qwen3Model.forward: the sliding mask `if self.has_sliding_layers`;
+        // Qwen2MoeModel.forward: always (a window of 0 without `use_sliding_window`)
+        let base = r#""vocab_size":100,"hidden_size":64,"intermediate_size":32,"num_hidden_layers":4,"num_attention_heads":4,"num_key_value_heads":2,"max_window_layers":2"#;
+        for mt in ["qwen2", "qwen3"] {
+            let plain = parse_hf_config(&format!(r#"{{"model_type":"{mt}",{base}}}"#)).unwrap();
+            assert!(!plain.builds_both_masks, "{mt}");
+            let sw = parse_hf_config(&format!(
+                r#"{{"model_type":"{mt}",{base},"use_sliding_window":true,"sliding_window":32}}"#
+            ))
+            .unwrap();
+            assert!(sw.builds_both_masks, "{mt}");
+        }
+        let moe = r#""moe_intermediate_size":16,"shared_expert_intermediate_size":16,"num_experts":4,"num_experts_per_tok":2"#;
+        let d = parse_hf_config(&format!(r#"{{"model_type":"qwen2_moe",{base},{moe}}}"#)).unwrap();
+        assert!(d
+            .layers
+            .iter()
+            .all(|l| l.attention.sliding_window.is_none()));
+        assert!(d.builds_both_masks);
+    }
+}

@@ -260,6 +260,23 @@ mod tests {
     use crate::parse_hf_config;
 
     #[test]
+    fn gpt_oss_builds_both_masks_whatever_its_layers() {
+        // GptOssModel.forward: the full and the sliding mask on every forward, even with only
+        // sliding layers
+        for types in [
+            r#"["sliding_attention","full_attention"]"#,
+            r#"["sliding_attention"]"#,
+        ] {
+            let n = types.matches("attention").count();
+            let d = parse_hf_config(&format!(
+                r#"{{"model_type":"gpt_oss","vocab_size":100,"hidden_size":64,"intermediate_size":32,"num_hidden_layers":{n},"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"num_local_experts":4,"num_experts_per_tok":2,"layer_types":{types}}}"#
+            ))
+            .unwrap();
+            assert!(d.builds_both_masks, "{types}");
+        }
+    }
+
+    #[test]
     fn olmoe_clip_qkv_is_modelled_not_refused() {
         let base = r#""model_type":"olmoe","vocab_size":100,"hidden_size":64,"intermediate_size":32,"num_hidden_layers":2,"num_attention_heads":4,"num_experts":4,"num_experts_per_tok":2"#;
         let plain = parse_hf_config(&format!("{{{base}}}")).unwrap();

@@ -110,6 +110,19 @@ mod tests {
     }
 
     #[test]
+    fn the_sliding_mask_is_built_with_a_sliding_layer() {
+        // SmolLM3Model.forward: the sliding mask `if self.has_sliding_layers`
+        let plain = parse_hf_config(&format!("{{{BASE}}}")).unwrap();
+        assert!(!plain.builds_both_masks);
+        let sw = parse_hf_config(&format!(
+            r#"{{{BASE},"use_sliding_window":true,"sliding_window":32}}"#
+        ))
+        .unwrap();
+        assert!(sw.layers[3].attention.sliding_window.is_some());
+        assert!(sw.builds_both_masks);
+    }
+
+    #[test]
     fn every_fourth_layer_is_nope_by_default() {
         let r = rotary(&format!("{{{BASE}}}"));
         let nope: Vec<usize> = (0..8).filter(|&i| r[i].is_none()).collect();

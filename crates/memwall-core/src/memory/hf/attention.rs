@@ -1300,7 +1300,9 @@ mod tests {
         for sliding_first in [false, true] {
             let mut m = two_layers();
             m.embeddings.vocab_size = 64;
-            m.layers[usize::from(!sliding_first)].attention.sliding_window = Some(2048);
+            m.layers[usize::from(!sliding_first)]
+                .attention
+                .sliding_window = Some(2048);
             m.builds_both_masks = false;
             let one = [Phase::Forward, Phase::Backward].map(|p| peak(&m, &w, p));
             m.builds_both_masks = true;
