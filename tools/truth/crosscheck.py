@@ -142,6 +142,12 @@ CASES = [
     # masks built and held through the backward, the layer's locals alive at its final sum
     dict(id="xc-cohere2-rnd61-b3-s120-ckpt-fp32-sgd", config="rnd-s61-cohere2-0", batch=3,
          seq=120, precision="fp32", attention="eager", optimizer="sgd", checkpointing=True),
+    # GPT-OSS and Qwen 2 with a window at least the sequence, checkpointed (helper 31): both
+    # masks built, each held by the checkpoints of its type's layers
+    dict(id="xc-gptoss-rnd61-b3-s120-ckpt-fp32-sgd", config="rnd-s61-gptoss-0", batch=3,
+         seq=120, precision="fp32", attention="eager", optimizer="sgd", checkpointing=True),
+    dict(id="xc-qwen2-sw128-b3-s120-ckpt-fp32-sgd", config="h31-qwen2-sw128", batch=3,
+         seq=120, precision="fp32", attention="eager", optimizer="sgd", checkpointing=True),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),

@@ -800,8 +800,10 @@ pub struct ModelDesc {
     /// The model's forward builds the full-attention and the sliding-window causal mask
     /// whatever its layers are (models/gemma2/modeling_gemma2.py and
     /// models/gemma3/modeling_gemma3.py: `causal_mask_mapping = {"full_attention": ...,
-    /// "sliding_attention": ...}` unconditionally, transformers 5.23; Qwen 2 and most others add
-    /// the sliding one only `if self.has_sliding_layers`). Eager attention materialises both.
+    /// "sliding_attention": ...}` unconditionally, transformers 5.23; so do Cohere 2, GPT-OSS
+    /// and Qwen 2 MoE, while Qwen 2 / 3 and SmolLM 3 add the sliding one `if
+    /// self.has_sliding_layers`, so their normalisers set this only with a sliding layer).
+    /// Eager attention materialises both; each layer reads its type's, whatever the window.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub builds_both_masks: bool,
 }

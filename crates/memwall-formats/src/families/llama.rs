@@ -191,6 +191,20 @@ pub(crate) fn qwen2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError>
     .build(ctx, "qwen2", &d, |_| {
         Ok(Mlp::Dense(gated(d.intermediate, d.act)))
     })
+    .map(second_mask_if_sliding)
+}
+
+/// Qwen 2 / Qwen 3 / SmolLM 3 build the full-attention mask always and the sliding-window one
+/// `if self.has_sliding_layers` (`"sliding_attention" in config.layer_types`):
+/// modeling_qwen2.py Qwen2Model.forward lines 369-374, modeling_qwen3.py Qwen3Model.forward
+/// lines 394-399, modeling_smollm3.py SmolLM3Model.forward lines 398-403 (transformers 5.23).
+/// With a sliding layer both masks exist, each layer reading its type's, whatever the window.
+pub(crate) fn second_mask_if_sliding(mut desc: ModelDesc) -> ModelDesc {
+    desc.builds_both_masks = desc
+        .layers
+        .iter()
+        .any(|l| l.attention.sliding_window.is_some());
+    desc
 }
 
 /// `qwen2_moe/configuration_qwen2_moe.py` `Qwen2MoeConfig` field defaults.
@@ -361,6 +375,14 @@ pub(crate) fn qwen2_moe(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatEr
             _ => Mlp::Dense(gated(d.intermediate, d.act)),
         })
     })
+    .map(|mut desc| {
+        // modeling_qwen2_moe.py Qwen2MoeModel.forward lines 485-488 (transformers 5.23): both
+        // masks on every forward; without `use_sliding_window` the config sets
+        // `sliding_window = 0` (configuration_qwen2_moe.py line 113) and the sliding mask is
+        // still built, read by no layer
+        desc.builds_both_masks = true;
+        desc
+    })
 }
 
 /// `qwen3/configuration_qwen3.py` `Qwen3Config` field defaults (head_dim=128).
@@ -395,6 +417,7 @@ pub(crate) fn qwen3(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError>
     .build(ctx, "qwen3", &d, |_| {
         Ok(Mlp::Dense(gated(d.intermediate, d.act)))
     })
+    .map(second_mask_if_sliding)
 }
 
 /// `qwen3_moe/configuration_qwen3_moe.py` `Qwen3MoeConfig` field defaults. It has no
@@ -610,4 +633,32 @@ pub(crate) fn starcoder2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatE
     .build(ctx, "starcoder2", &d, |_| {
         Ok(Mlp::Dense(plain(d.intermediate, bias, d.act)))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::parse_hf_config;
+
+    #[test]
+    fn qwen_models_build_the_sliding_mask_with_a_sliding_layer() {
+        // Qwen2Model / Qwen3Model.forward: the sliding mask `if self.has_sliding_layers`;
+        // Qwen2MoeModel.forward: always (a window of 0 without `use_sliding_window`)
+        let base = r#""vocab_size":100,"hidden_size":64,"intermediate_size":32,"num_hidden_layers":4,"num_attention_heads":4,"num_key_value_heads":2,"max_window_layers":2"#;
+        for mt in ["qwen2", "qwen3"] {
+            let plain = parse_hf_config(&format!(r#"{{"model_type":"{mt}",{base}}}"#)).unwrap();
+            assert!(!plain.builds_both_masks, "{mt}");
+            let sw = parse_hf_config(&format!(
+                r#"{{"model_type":"{mt}",{base},"use_sliding_window":true,"sliding_window":32}}"#
+            ))
+            .unwrap();
+            assert!(sw.builds_both_masks, "{mt}");
+        }
+        let moe = r#""moe_intermediate_size":16,"shared_expert_intermediate_size":16,"num_experts":4,"num_experts_per_tok":2"#;
+        let d = parse_hf_config(&format!(r#"{{"model_type":"qwen2_moe",{base},{moe}}}"#)).unwrap();
+        assert!(d
+            .layers
+            .iter()
+            .all(|l| l.attention.sliding_window.is_none()));
+        assert!(d.builds_both_masks);
+    }
 }

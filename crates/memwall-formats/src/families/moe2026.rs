@@ -128,6 +128,13 @@ pub(crate) fn gpt_oss(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatErro
         ..Decoder::new(&d, llama_names(false))
     }
     .build(ctx, "gpt_oss", &d, |_| Ok(Mlp::Moe(block)))
+    .map(|mut desc| {
+        // modeling_gpt_oss.py GptOssModel.forward (transformers 5.23, lines 466-469):
+        // `causal_mask_mapping = {"full_attention": create_causal_mask(..), "sliding_attention":
+        // create_sliding_window_causal_mask(..)}` on every forward whatever the layer types
+        desc.builds_both_masks = true;
+        desc
+    })
 }
 
 /// `ernie4_5_moe/configuration_ernie4_5_moe.py` `Ernie4_5_MoeConfig` field defaults
@@ -251,6 +258,23 @@ pub(crate) fn ernie4_5_moe(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, Forma
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use crate::parse_hf_config;
+
+    #[test]
+    fn gpt_oss_builds_both_masks_whatever_its_layers() {
+        // GptOssModel.forward: the full and the sliding mask on every forward, even with only
+        // sliding layers
+        for types in [
+            r#"["sliding_attention","full_attention"]"#,
+            r#"["sliding_attention"]"#,
+        ] {
+            let n = types.matches("attention").count();
+            let d = parse_hf_config(&format!(
+                r#"{{"model_type":"gpt_oss","vocab_size":100,"hidden_size":64,"intermediate_size":32,"num_hidden_layers":{n},"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"num_local_experts":4,"num_experts_per_tok":2,"layer_types":{types}}}"#
+            ))
+            .unwrap();
+            assert!(d.builds_both_masks, "{types}");
+        }
+    }
 
     #[test]
     fn olmoe_clip_qkv_is_modelled_not_refused() {

@@ -92,7 +92,9 @@ pub(crate) fn smollm3(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatErro
             layer.attention.rotary_dim = None;
         }
     }
-    Ok(desc)
+    // modeling_smollm3.py SmolLM3Model.forward lines 398-403: the sliding mask too
+    // `if self.has_sliding_layers` (as Qwen 2)
+    Ok(super::llama::second_mask_if_sliding(desc))
 }
 
 #[cfg(test)]
@@ -105,6 +107,19 @@ mod tests {
     fn rotary(text: &str) -> Vec<Option<u64>> {
         let d = parse_hf_config(text).unwrap();
         d.layers.iter().map(|l| l.attention.rotary_dim).collect()
+    }
+
+    #[test]
+    fn the_sliding_mask_is_built_with_a_sliding_layer() {
+        // SmolLM3Model.forward: the sliding mask `if self.has_sliding_layers`
+        let plain = parse_hf_config(&format!("{{{BASE}}}")).unwrap();
+        assert!(!plain.builds_both_masks);
+        let sw = parse_hf_config(&format!(
+            r#"{{{BASE},"use_sliding_window":true,"sliding_window":32}}"#
+        ))
+        .unwrap();
+        assert!(sw.layers[3].attention.sliding_window.is_some());
+        assert!(sw.builds_both_masks);
     }
 
     #[test]

@@ -331,6 +331,9 @@ impl Builder<'_> {
         if let Some(m) = self.unused_mask.take() {
             self.drop_(m);
         }
+        if let Some(m) = self.sliding_mask.take() {
+            self.drop_(m);
+        }
         if !self.amp && fs != self.param_size {
             // an fp32 residual stream (`residual_in_fp32`) meets a low-precision head:
             // `self.lm_head(hidden_states.to(self.lm_head.weight.dtype))` (Mamba2ForCausalLM)

@@ -269,6 +269,10 @@ pub(crate) struct Builder<'a> {
     /// a causal mask the model builds but no layer reads (`ModelDesc::builds_both_masks`),
     /// released when the base model's forward returns
     unused_mask: Option<TensorId>,
+    /// the sliding-window mask when the model builds two masks and each layer reads its type's
+    /// (`causal_mask_mapping[layer_type]`): the layers with a window read this one, the others
+    /// the full mask ([`Builder::layer_mask`]); released when the base model's forward returns
+    sliding_mask: Option<TensorId>,
     /// training: the KV cache's (k, v) storages the model output holds (`past_key_values`)
     cache_refs: Vec<TensorId>,
     /// training: what the model output of the running forward holds (logits, cache, loss)
@@ -435,6 +439,7 @@ impl<'a> Builder<'a> {
             mlp_muls: (false, false),
             mlp_locals: Vec::new(),
             unused_mask: None,
+            sliding_mask: None,
             cache_refs: Vec::new(),
             outputs_kept: Vec::new(),
             outputs_prev: Vec::new(),
@@ -471,6 +476,15 @@ impl<'a> Builder<'a> {
 
     /// Whether any decoder layer satisfies `f` (the replayed slots include every distinct
     /// layer of the model, so a reduced replay answers as the whole model does).
+    /// The causal mask layer slot `i` reads: its type's when the model built two
+    /// (`causal_mask_mapping[self.config.layer_types[i]]`), else the one mask.
+    fn layer_mask(&self, i: usize) -> Option<TensorId> {
+        match self.sliding_mask {
+            Some(m) if self.spec(i).attention.sliding_window.is_some() => Some(m),
+            _ => self.attn_mask,
+        }
+    }
+
     fn any_layer(&self, f: impl Fn(&crate::model::LayerSpec) -> bool) -> bool {
         (0..self.n_layers()).any(|i| f(self.spec(i)))
     }

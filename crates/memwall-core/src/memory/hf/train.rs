@@ -73,7 +73,7 @@ impl Builder<'_> {
                 if let Some((cos, sin)) = self.rope_tables {
                     kept.extend([cos, sin]);
                 }
-                if let Some(m) = mask {
+                if let Some(m) = self.layer_mask(i) {
                     kept.push(m);
                 }
                 self.t.record(Node {
