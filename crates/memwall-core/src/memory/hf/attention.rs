@@ -941,7 +941,15 @@ impl Builder<'_> {
                 // modeling_llama4.py `eager_attention_forward`; rnd-t29-080-llama4text -2.5%
                 // was b·s²·8 bytes short, one fp32 [b, 1, s, s] per layer)
                 let sink_amp = (a.sinks || a.rope_complex) && self.amp;
-                let msz = if falcon_amp || sink_amp { 4 } else { c };
+                // GPT-2 under autocast: the same promotion (the eager mask is built in the fp32
+                // `inputs_embeds` dtype, `attn_weights + attention_mask` is fp32), the softmax
+                // keeps it (`nn.functional.softmax(attn_weights, dim=-1)`, saved in fp32) and
+                // `attn_weights.type(value.dtype)` makes the compute-dtype copy that dropout and
+                // `attn_weights @ value` use (transformers 5.23 models/gpt2/modeling_gpt2.py
+                // `eager_attention_forward`; traced on torch 2.15 CPU: add → fp32, _softmax fp32,
+                // _to_copy fp16; rnd-t71-028-gpt2 -9.5% was one fp32 [b, h, s, s], 12,904,960 B)
+                let promote_amp = falcon_amp || sink_amp || (self.amp && !a.eager_softmax_fp32);
+                let msz = if promote_amp { 4 } else { c };
                 let masked = self.op(x * msz, &[cur], &[], &[], &[]);
                 self.drop_(cur);
                 // with sinks, the masked scores stay bound to `attn_weights` until the
@@ -955,7 +963,7 @@ impl Builder<'_> {
                 };
 
                 // softmax saves its output; llama-style upcasts to fp32 and casts back
-                let sm = if a.eager_softmax_fp32 || falcon_amp || sink_amp {
+                let sm = if a.eager_softmax_fp32 || promote_amp {
                     4
                 } else {
                     c
