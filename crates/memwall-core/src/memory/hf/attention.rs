@@ -1225,6 +1225,7 @@ impl Builder<'_> {
 
 #[cfg(test)]
 mod tests {
+    use crate::dtype::Precision;
     use crate::memory::{simulate_train, Kernels, Phase};
     use crate::model::tests::llama2_7b;
     use crate::model::{Mlp, ModelDesc, NormKind, QkNormScope};
@@ -1244,6 +1245,37 @@ mod tests {
         let mut m = llama2_7b();
         m.layers.truncate(2);
         m
+    }
+
+    #[test]
+    fn a_dtype_keeping_softmax_saves_fp32_probabilities_under_autocast() {
+        // GPT-2's eager softmax keeps its input's dtype, but under autocast the fp32 mask has
+        // made that input fp32: the softmax output is saved in fp32 beside the compute-dtype
+        // copy, as with an explicit fp32 upcast (measured: rnd-t71-028-gpt2, -9.5% with the
+        // compute-dtype probabilities only); outside autocast it saves the compute dtype only
+        let mut m = two_layers();
+        for l in &mut m.layers {
+            l.attention.rotary_dim = None;
+        }
+        let (batch, seq) = (2u64, 256u64);
+        let mut w = TrainWorkload::new(batch, seq);
+        w.attention = AttentionImpl::Eager;
+        let at_loss = |m: &mut ModelDesc, w: &TrainWorkload, upcast: bool| {
+            for l in &mut m.layers {
+                l.attention.eager_softmax_fp32 = upcast;
+            }
+            peak(m, w, Phase::Loss)
+        };
+        w.precision = Precision::AmpFp16;
+        let keep = at_loss(&mut m, &w, false);
+        let upcast = at_loss(&mut m, &w, true);
+        assert_eq!(keep, upcast);
+        w.precision = Precision::Fp16;
+        let keep = at_loss(&mut m, &w, false);
+        let upcast = at_loss(&mut m, &w, true);
+        let heads = m.layers[0].attention.num_heads();
+        let fp32_probs = batch * heads * seq * seq * 4;
+        assert_eq!(upcast - keep, m.layers.len() as u64 * fp32_probs);
     }
 
     #[test]
