@@ -148,6 +148,10 @@ CASES = [
          seq=120, precision="fp32", attention="eager", optimizer="sgd", checkpointing=True),
     dict(id="xc-qwen2-sw128-b3-s120-ckpt-fp32-sgd", config="h31-qwen2-sw128", batch=3,
          seq=120, precision="fp32", attention="eager", optimizer="sgd", checkpointing=True),
+    # GPT-2 eager under autocast fp16 (helper 33): the fp32 mask promotes the scores, the
+    # softmax output is saved in fp32 beside its fp16 copy (rnd-t71-028-gpt2)
+    dict(id="xc-gpt2-rnd71-b2-s400-ampfp16-eager", config="rnd-s71-gpt2-0", batch=2, seq=400,
+         precision="amp-fp16", attention="eager", dropout="off"),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),

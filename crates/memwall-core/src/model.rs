@@ -134,8 +134,9 @@ pub struct Attention {
     pub logit_softcap: Option<f64>,
     /// Eager attention computes the softmax in fp32 and casts the probabilities back
     /// (`softmax(..., dtype=torch.float32).to(query.dtype)` in Llama's `eager_attention_forward`
-    /// and its copies); GPT-2 (`modeling_gpt2.py`) and Falcon (`modeling_falcon.py`) take the
-    /// softmax in the compute dtype.
+    /// and its copies); GPT-2 (`modeling_gpt2.py`) and Falcon (`modeling_falcon.py`) keep the
+    /// scores' dtype: the compute dtype, or fp32 under autocast, where the fp32 mask promotes
+    /// the masked scores (memory::hf::attention).
     pub eager_softmax_fp32: bool,
     /// How the family's own eager attention code runs.
     pub eager_style: EagerStyle,

@@ -95,7 +95,8 @@ pub(crate) fn gpt2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> 
         o_bias: true,
         fused_qkv: true,
         rotary_dim: None,
-        // modeling_gpt2.py eager_attention_forward: softmax in the compute dtype
+        // modeling_gpt2.py eager_attention_forward: softmax keeps its input dtype (no fp32
+        // upcast); under autocast the fp32 mask makes that input fp32 (memory::hf::attention)
         eager_softmax_fp32: false,
         ..AttnOpts::rope(head_dim)
     }

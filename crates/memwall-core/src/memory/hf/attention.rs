@@ -941,7 +941,15 @@ impl Builder<'_> {
                 // modeling_llama4.py `eager_attention_forward`; rnd-t29-080-llama4text -2.5%
                 // was b·s²·8 bytes short, one fp32 [b, 1, s, s] per layer)
                 let sink_amp = (a.sinks || a.rope_complex) && self.amp;
-                let msz = if falcon_amp || sink_amp { 4 } else { c };
+                // GPT-2 under autocast: the same promotion (the eager mask is built in the fp32
+                // `inputs_embeds` dtype, `attn_weights + attention_mask` is fp32), the softmax
+                // keeps it (`nn.functional.softmax(attn_weights, dim=-1)`, saved in fp32) and
+                // `attn_weights.type(value.dtype)` makes the compute-dtype copy that dropout and
+                // `attn_weights @ value` use (transformers 5.23 models/gpt2/modeling_gpt2.py
+                // `eager_attention_forward`; traced on torch 2.15 CPU: add → fp32, _softmax fp32,
+                // _to_copy fp16; rnd-t71-028-gpt2 -9.5% was one fp32 [b, h, s, s], 12,904,960 B)
+                let promote_amp = falcon_amp || sink_amp || (self.amp && !a.eager_softmax_fp32);
+                let msz = if promote_amp { 4 } else { c };
                 let masked = self.op(x * msz, &[cur], &[], &[], &[]);
                 self.drop_(cur);
                 // with sinks, the masked scores stay bound to `attn_weights` until the
@@ -955,7 +963,7 @@ impl Builder<'_> {
                 };
 
                 // softmax saves its output; llama-style upcasts to fp32 and casts back
-                let sm = if a.eager_softmax_fp32 || falcon_amp || sink_amp {
+                let sm = if a.eager_softmax_fp32 || promote_amp {
                     4
                 } else {
                     c
@@ -1217,6 +1225,7 @@ impl Builder<'_> {
 
 #[cfg(test)]
 mod tests {
+    use crate::dtype::Precision;
     use crate::memory::{simulate_train, Kernels, Phase};
     use crate::model::tests::llama2_7b;
     use crate::model::{Mlp, ModelDesc, NormKind, QkNormScope};
@@ -1236,6 +1245,37 @@ mod tests {
         let mut m = llama2_7b();
         m.layers.truncate(2);
         m
+    }
+
+    #[test]
+    fn a_dtype_keeping_softmax_saves_fp32_probabilities_under_autocast() {
+        // GPT-2's eager softmax keeps its input's dtype, but under autocast the fp32 mask has
+        // made that input fp32: the softmax output is saved in fp32 beside the compute-dtype
+        // copy, as with an explicit fp32 upcast (measured: rnd-t71-028-gpt2, -9.5% with the
+        // compute-dtype probabilities only); outside autocast it saves the compute dtype only
+        let mut m = two_layers();
+        for l in &mut m.layers {
+            l.attention.rotary_dim = None;
+        }
+        let (batch, seq) = (2u64, 256u64);
+        let mut w = TrainWorkload::new(batch, seq);
+        w.attention = AttentionImpl::Eager;
+        let at_loss = |m: &mut ModelDesc, w: &TrainWorkload, upcast: bool| {
+            for l in &mut m.layers {
+                l.attention.eager_softmax_fp32 = upcast;
+            }
+            peak(m, w, Phase::Loss)
+        };
+        w.precision = Precision::AmpFp16;
+        let keep = at_loss(&mut m, &w, false);
+        let upcast = at_loss(&mut m, &w, true);
+        assert_eq!(keep, upcast);
+        w.precision = Precision::Fp16;
+        let keep = at_loss(&mut m, &w, false);
+        let upcast = at_loss(&mut m, &w, true);
+        let heads = m.layers[0].attention.num_heads();
+        let fp32_probs = batch * heads * seq * seq * 4;
+        assert_eq!(upcast - keep, m.layers.len() as u64 * fp32_probs);
     }
 
     #[test]
