@@ -145,6 +145,27 @@ impl Sizes {
         z == F && self.hv == self.hk && self.hk > 1
     }
 
+    /// fp32 with more value heads than key heads, one unpadded chunk, more than one sequence:
+    /// `repeat_interleave` gives query and key `[B, S, Hv, dk]` and `.to(float32,
+    /// contiguous_format)` aliases their transposed view (a 4-d view suggests the contiguous
+    /// format), so l2norm, the scaling and `key * beta` keep the `[B, S, Hv, dk]` layout and
+    /// `F.pad` pads nothing. `matmul` folds the batch dimensions `[B, Hv, 1]` of the chunked
+    /// operands with `reshape`, which copies when `B > 1` (batch and head strides cannot
+    /// merge): `k_beta @ key.T` and `query @ key.T` each save two `[B, Hv, L, dk]` fp32 copies
+    /// (`clone`), and the loop's matmuls copy one more chunk while the last state update runs.
+    /// Returns the copies saved. Traced (`deltanet_mixer.py B 64 train[-cache] fp32
+    /// 32,16,32,128,128,4 --forward`, the storages alive when the forward ends): 5 × 64 and
+    /// 2 × 64 four copies saved, a fifth alive at the loop's `add`; 1 × 64 and 5 × 63 (padded:
+    /// `F.pad` copies contiguously) none. From two unpadded chunks on the chunk loop's slices
+    /// copy too (traced 1 × 128, 2 × 128, 3 × 192: 6–11 chunk copies at the end, not modelled).
+    fn chunk_fold_copies(&self, z: u128) -> u128 {
+        if z == F && self.hv > self.hk && self.c == 1 && self.s == self.l && self.b > 1 {
+            4 * self.b * self.hv * self.l * self.dk * F
+        } else {
+            0
+        }
+    }
+
     /// Bytes autograd keeps after the mixer's forward, `out_proj`'s input excluded (the
     /// projections' outputs are not saved: the head reordering copies them); `z` = bytes per
     /// element of the projections' output; `g` = which gradients autograd computes (what a
@@ -206,6 +227,7 @@ impl Sizes {
             // 65 and 128 tokens.
             v -= self.last_update_saved();
         }
+        v += self.chunk_fold_copies(z);
         if !g.norm_weight {
             v -= t * vd * z;
         }
@@ -484,6 +506,8 @@ impl Sizes {
             // what `saved` leaves out at one chunk is alive here
             alive += self.last_update_saved();
         }
+        // the loop's own matmul copy of one chunk (`Sizes::chunk_fold_copies`)
+        alive += self.chunk_fold_copies(z) / 4;
         // locals that are alive whether saved or not, counted in `saved` only when saved
         let mut not_yet = 3 * F * t * vd + 2 * z * t * vd;
         if self.pins_projection(z) {
@@ -1481,6 +1505,23 @@ mod tests {
                 (32, 16, 32, 128, 128, 4),
                 2,
                 [(214652160, 169748736), (216458496, 178399488)],
+            ),
+            // fp32, exactly one chunk with two value heads per key head (rnd-t67-044): peaks
+            // at `add` / `add`
+            (
+                5,
+                64,
+                (32, 16, 32, 128, 128, 4),
+                4,
+                [(213529472, 145125632), (214184832, 161551232)],
+            ),
+            // fp32, one unpadded chunk, batch 2: peaks at `add` / `add`
+            (
+                2,
+                64,
+                (32, 16, 32, 128, 128, 4),
+                4,
+                [(85414400, 58052864), (85676544, 64623104)],
             ),
         ];
         for &(b, s, dims, z, traced) in traced {
