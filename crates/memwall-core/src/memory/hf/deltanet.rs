@@ -157,7 +157,9 @@ impl Sizes {
     /// 32,16,32,128,128,4 --forward`, the storages alive when the forward ends): 5 × 64 and
     /// 2 × 64 four copies saved, a fifth alive at the loop's `add`; 1 × 64 and 5 × 63 (padded:
     /// `F.pad` copies contiguously) none. From two unpadded chunks on the chunk loop's slices
-    /// copy too (traced 1 × 128, 2 × 128, 3 × 192: 6–11 chunk copies at the end, not modelled).
+    /// copy too (traced 1 × 128, 2 × 128, 3 × 192: 6–11 chunk copies at the end, not modelled;
+    /// see tests/truth/known_gaps.toml). The same on real CPU tensors (`--real`, 2 × 64 with and
+    /// without a cache).
     fn chunk_fold_copies(&self, z: u128) -> u128 {
         if z == F && self.hv > self.hk && self.c == 1 && self.s == self.l && self.b > 1 {
             4 * self.b * self.hv * self.l * self.dk * F
@@ -535,7 +537,8 @@ impl Sizes {
     /// `key[i]ᵀ @ v_new` `[B, Hv, dk, dv]` — are 16-bit. Traced (`deltanet_mixer.py B S train
     /// amp-fp16|amp-bf16 dims --saved`, `loop`; the locals at the last state `add` diffed
     /// against fp16's): exact at hidden 32–2048, 1–5 chunks, 1–16 key heads, 1–3 value heads
-    /// per key head (was low by that `v_new` chunk and state in 16 bits: 4–15%). The forward's
+    /// per key head (was low by that `v_new` chunk and state in 16 bits: 4–15%; the same on
+    /// real CPU tensors, `--real` at 1 × 54 amp-fp16 and 2 × 130 amp-bf16). The forward's
     /// peak can still be the core output's copy after the loop (up to 8% higher at hidden 64,
     /// not modelled under autocast).
     fn forward_loop_amp(&self, g: Grads) -> u128 {
