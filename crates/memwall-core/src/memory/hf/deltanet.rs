@@ -145,6 +145,29 @@ impl Sizes {
         z == F && self.hv == self.hk && self.hk > 1
     }
 
+    /// fp32 with more value heads than key heads, one unpadded chunk, more than one sequence:
+    /// `repeat_interleave` gives query and key `[B, S, Hv, dk]` and `.to(float32,
+    /// contiguous_format)` aliases their transposed view (a 4-d view suggests the contiguous
+    /// format), so l2norm, the scaling and `key * beta` keep the `[B, S, Hv, dk]` layout and
+    /// `F.pad` pads nothing. `matmul` folds the batch dimensions `[B, Hv, 1]` of the chunked
+    /// operands with `reshape`, which copies when `B > 1` (batch and head strides cannot
+    /// merge): `k_beta @ key.T` and `query @ key.T` each save two `[B, Hv, L, dk]` fp32 copies
+    /// (`clone`), and the loop's matmuls copy one more chunk while the last state update runs.
+    /// Returns the copies saved. Traced (`deltanet_mixer.py B 64 train[-cache] fp32
+    /// 32,16,32,128,128,4 --forward`, the storages alive when the forward ends): 5 × 64 and
+    /// 2 × 64 four copies saved, a fifth alive at the loop's `add`; 1 × 64 and 5 × 63 (padded:
+    /// `F.pad` copies contiguously) none. From two unpadded chunks on the chunk loop's slices
+    /// copy too (traced 1 × 128, 2 × 128, 3 × 192: 6–11 chunk copies at the end, not modelled;
+    /// see tests/truth/known_gaps.toml). The same on real CPU tensors (`--real`, 2 × 64 with and
+    /// without a cache).
+    fn chunk_fold_copies(&self, z: u128) -> u128 {
+        if z == F && self.hv > self.hk && self.c == 1 && self.s == self.l && self.b > 1 {
+            4 * self.b * self.hv * self.l * self.dk * F
+        } else {
+            0
+        }
+    }
+
     /// Bytes autograd keeps after the mixer's forward, `out_proj`'s input excluded (the
     /// projections' outputs are not saved: the head reordering copies them); `z` = bytes per
     /// element of the projections' output; `g` = which gradients autograd computes (what a
@@ -206,6 +229,7 @@ impl Sizes {
             // 65 and 128 tokens.
             v -= self.last_update_saved();
         }
+        v += self.chunk_fold_copies(z);
         if !g.norm_weight {
             v -= t * vd * z;
         }
@@ -484,6 +508,8 @@ impl Sizes {
             // what `saved` leaves out at one chunk is alive here
             alive += self.last_update_saved();
         }
+        // the loop's own matmul copy of one chunk (`Sizes::chunk_fold_copies`)
+        alive += self.chunk_fold_copies(z) / 4;
         // locals that are alive whether saved or not, counted in `saved` only when saved
         let mut not_yet = 3 * F * t * vd + 2 * z * t * vd;
         if self.pins_projection(z) {
@@ -500,15 +526,21 @@ impl Sizes {
         alive.saturating_sub(not_yet)
     }
 
-    /// [`Sizes::forward_loop`] under autocast (16-bit projections), a lower bound: what autocast
-    /// leaves unsaved is alive there as the rule's locals — `intra_chunk_attn` and, from two
-    /// chunks on, the decayed query and key in fp32 — with the last update's 16-bit casts of the
-    /// key and `v_new` chunks, while the gated norm's weighted product, saved in fp32 once it
-    /// exists, does not yet. Traced (`deltanet_mixer.py` amp-bf16, the last state update's
-    /// `add`) at hidden 64–2048, 1–5 chunks, 1–16 key heads: low by 0.6 to 1.5 `v_new` chunks
-    /// `[B, Hv, 64, dv]` fp32 (4–15%, not traced further); the forward's peak can be the core
-    /// output's copy after the loop (up to 8% higher at hidden 64). Not the step's peak on any
-    /// measured case.
+    /// [`Sizes::forward_loop`] under autocast (16-bit projections): what autocast leaves
+    /// unsaved is alive there as the rule's locals — `intra_chunk_attn` and, from two chunks on,
+    /// the decayed query and key in fp32 — with the last update's 16-bit casts of the key and
+    /// `v_new` chunks, while the gated norm's weighted product, saved in fp32 once it exists,
+    /// does not yet. The chunk loop's matmuls save their 16-bit casts, not their fp32 operands,
+    /// so the last chunk's fp32 `v_new` and the state entering it (the zero initial state at
+    /// one chunk) are Python locals here, not saved tensors (bf16 / fp16 save both), and the
+    /// matmul outputs alive at the update — `inter_chunk_attn` `[B, Hv, L, dv]` and the update
+    /// `key[i]ᵀ @ v_new` `[B, Hv, dk, dv]` — are 16-bit. Traced (`deltanet_mixer.py B S train
+    /// amp-fp16|amp-bf16 dims --saved`, `loop`; the locals at the last state `add` diffed
+    /// against fp16's): exact at hidden 32–2048, 1–5 chunks, 1–16 key heads, 1–3 value heads
+    /// per key head (was low by that `v_new` chunk and state in 16 bits: 4–15%; the same on
+    /// real CPU tensors, `--real` at 1 × 54 amp-fp16 and 2 × 130 amp-bf16). The forward's
+    /// peak can still be the core output's copy after the loop (up to 8% higher at hidden 64,
+    /// not modelled under autocast).
     fn forward_loop_amp(&self, g: Grads) -> u128 {
         let full_ll = self.b * self.hv * self.c * self.l * self.l * F;
         let full_k = self.tp * self.hv * self.dk * F;
@@ -519,7 +551,12 @@ impl Sizes {
         } else {
             0
         };
-        (self.forward_loop(2, g) + full_ll + decayed + chunk).saturating_sub(weighted)
+        // the last chunk's fp32 `v_new` and entering state, locals here; the two matmul
+        // outputs forward_loop counts in fp32 are 16-bit
+        let v_chunk = self.b * self.hv * self.l * self.dv * F;
+        let st = self.state();
+        let locals = v_chunk + st - (v_chunk + st) / 2;
+        (self.forward_loop(2, g) + full_ll + decayed + chunk + locals).saturating_sub(weighted)
     }
 
     /// The training forward's transient above its saved tensors (and, with a cache, above the
@@ -527,7 +564,7 @@ impl Sizes {
     /// of the gated norm's last cast ([`Sizes::forward_extra`] and the norm's output
     /// `out_bytes`), the chunk loop's last state update ([`Sizes::forward_loop`], under
     /// autocast [`Sizes::forward_loop_amp`]), its last output sum and the output's reshape copy
-    /// after the loop (bf16 / fp16 / fp32; autocast keeps its lower bound). `cache` = what the
+    /// after the loop (bf16 / fp16 / fp32; under autocast the state update alone). `cache` = what the
     /// last update pins while a training `DynamicCache` holds its result
     /// ([`Sizes::last_update_pinned`]), `None` without a cache.
     ///
@@ -1224,9 +1261,10 @@ mod tests {
 
     /// The forward's last state update under autocast, as `deltanet_mixer.py B S train amp-bf16
     /// dims --saved` prints it (`loop`: measured as in [`forward_loop_is_the_traced_one`],
-    /// `out_proj`'s weight cast held apart too): a lower bound within 15%.
+    /// `out_proj`'s weight cast held apart too); the last five in amp-fp16 (rnd-t67-012's
+    /// mixer, 1–3 chunks, padded and not).
     #[test]
-    fn forward_loop_under_autocast_is_a_lower_bound_of_the_trace() {
+    fn forward_loop_under_autocast_is_the_traced_one() {
         let traced: &[(u128, u128, Dims, u128)] = &[
             (1, 100, (64, 4, 4, 16, 16, 4), 277504),
             (1, 40, (128, 2, 6, 32, 48, 4), 548824),
@@ -1236,12 +1274,17 @@ mod tests {
             (5, 1, (256, 1, 4, 64, 96, 4), 5146960),
             (2, 64, (256, 1, 4, 64, 96, 4), 1316896),
             (1, 64, (2048, 16, 32, 128, 128, 4), 12615808),
+            (1, 54, (32, 16, 32, 128, 128, 4), 13106048),
+            (1, 64, (32, 16, 32, 128, 128, 4), 12615808),
+            (2, 64, (32, 16, 32, 128, 128, 4), 25231616),
+            (1, 100, (32, 16, 32, 128, 128, 4), 16626176),
+            (2, 130, (32, 16, 32, 128, 128, 4), 41878016),
         ];
         for &(b, s, dims, bytes) in traced {
-            let est = sizes(b, s, dims).forward_loop_amp(Grads::ALL);
-            assert!(
-                est <= bytes && est * 100 >= bytes * 85,
-                "{b} x {s} {dims:?}: {est} vs {bytes}"
+            assert_eq!(
+                sizes(b, s, dims).forward_loop_amp(Grads::ALL),
+                bytes,
+                "{b} x {s} {dims:?}"
             );
         }
     }
@@ -1481,6 +1524,23 @@ mod tests {
                 (32, 16, 32, 128, 128, 4),
                 2,
                 [(214652160, 169748736), (216458496, 178399488)],
+            ),
+            // fp32, exactly one chunk with two value heads per key head (rnd-t67-044): peaks
+            // at `add` / `add`
+            (
+                5,
+                64,
+                (32, 16, 32, 128, 128, 4),
+                4,
+                [(213529472, 145125632), (214184832, 161551232)],
+            ),
+            // fp32, one unpadded chunk, batch 2: peaks at `add` / `add`
+            (
+                2,
+                64,
+                (32, 16, 32, 128, 128, 4),
+                4,
+                [(85414400, 58052864), (85676544, 64623104)],
             ),
         ];
         for &(b, s, dims, z, traced) in traced {
