@@ -368,24 +368,11 @@ mod tests {
     /// -25.5% with the frozen-tower forward alone.
     #[test]
     fn checkpointing_runs_the_towers_backward() {
-        use crate::memory::{check_image_checkpointing, TrainEstimate};
+        use super::super::vision::test_support::{backward_phase_peak, ckpt_lora_workload};
+        use crate::memory::check_image_checkpointing;
         for attention in [AttentionImpl::Sdpa, AttentionImpl::Eager] {
-            let mut w = TrainWorkload::new(1, 64);
-            w.attention = attention;
-            w.checkpointing = true;
-            w.lora = Some(crate::workload::Lora {
-                rank: 8,
-                targets: vec!["o_proj".to_owned()],
-                qlora: false,
-            });
-            let backward = |m: &ModelDesc| {
-                let e: TrainEstimate = simulate_train(m, &w, Kernels::Cuda).unwrap();
-                e.phase_peaks
-                    .iter()
-                    .find(|(p, _)| *p == Phase::Backward)
-                    .map(|&(_, b)| b)
-                    .unwrap()
-            };
+            let w = ckpt_lora_workload(1, 64, attention, "o_proj");
+            let backward = |m: &ModelDesc| backward_phase_peak(m, &w);
             // one tile: 577 positions, 5632 bf16 features
             let one_mlp_activation = 577 * 5632 * 2;
             let text = backward(&model(None));

@@ -221,19 +221,8 @@ impl Builder<'_> {
         self.drop_(proj);
         // ffn_norm, PixtralMLP: down(act(gate(x)) * up(x))
         let n2 = self.vision_norm_of(true, h1, l * e, l);
-        let gate = self.op(l * m * s, &[n2], &[], &[], &[]);
-        let act = self.op(l * m * s, &[gate], &[gate], &[], &[]);
-        self.drop_(gate);
-        let up = self.op(l * m * s, &[n2], &[], &[], &[]);
-        let prod = self.mul(act, up, l * m * s);
-        self.drop_(act);
-        self.drop_(up);
-        let down = self.op(l * e * s, &[prod], &[], &[], &[]);
-        self.drop_(prod);
-        self.drop_(n2);
-        let h2 = self.op(l * e * s, &[h1, down], &[], &[], &[]);
-        self.drop_(down);
-        self.drop_(h1);
+        let prod = self.gated_act_product(n2, l * m * s);
+        let h2 = self.mlp_out_residual(h1, n2, prod, l * e * s);
         // eager: the weights are bound to `_` in the layer until it returns
         if let Some(w) = weights {
             self.drop_(w);
@@ -437,24 +426,11 @@ mod tests {
     /// have no gradients); sharding is refused by name.
     #[test]
     fn checkpointing_runs_the_towers_backward() {
-        use crate::memory::{check_image_checkpointing, TrainEstimate};
+        use super::super::vision::test_support::{backward_phase_peak, ckpt_lora_workload};
+        use crate::memory::check_image_checkpointing;
         for attention in [AttentionImpl::Sdpa, AttentionImpl::Eager] {
-            let mut w = TrainWorkload::new(1, 300);
-            w.attention = attention;
-            w.checkpointing = true;
-            w.lora = Some(crate::workload::Lora {
-                rank: 8,
-                targets: vec!["lm_head".to_owned()],
-                qlora: false,
-            });
-            let backward = |m: &ModelDesc| {
-                let e: TrainEstimate = simulate_train(m, &w, Kernels::Cuda).unwrap();
-                e.phase_peaks
-                    .iter()
-                    .find(|(p, _)| *p == Phase::Backward)
-                    .map(|&(_, b)| b)
-                    .unwrap()
-            };
+            let w = ckpt_lora_workload(1, 300, attention, "lm_head");
+            let backward = |m: &ModelDesc| backward_phase_peak(m, &w);
             // 256 tokens: L = 1024 patches, 4096 bf16 features
             let one_mlp_activation = 1024 * 4096 * 2;
             let text = backward(&model(None));

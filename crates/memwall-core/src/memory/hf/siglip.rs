@@ -339,25 +339,11 @@ mod tests {
     /// weights then have no gradients); a layer policy and sharding are refused by name.
     #[test]
     fn checkpointing_runs_the_towers_backward() {
-        use crate::memory::{check_image_checkpointing, TrainEstimate};
+        use super::super::vision::test_support::{backward_phase_peak, ckpt_lora_workload};
+        use crate::memory::check_image_checkpointing;
         for attention in [AttentionImpl::Sdpa, AttentionImpl::Eager] {
-            // LoRA on the text: the frozen 7B's gradients would hide the tower's backward
-            let mut w = TrainWorkload::new(2, 64);
-            w.attention = attention;
-            w.checkpointing = true;
-            w.lora = Some(crate::workload::Lora {
-                rank: 8,
-                targets: vec!["o_proj".to_owned()],
-                qlora: false,
-            });
-            let backward = |m: &ModelDesc| {
-                let e: TrainEstimate = simulate_train(m, &w, Kernels::Cuda).unwrap();
-                e.phase_peaks
-                    .iter()
-                    .find(|(p, _)| *p == Phase::Backward)
-                    .map(|&(_, b)| b)
-                    .unwrap()
-            };
+            let w = ckpt_lora_workload(2, 64, attention, "o_proj");
+            let backward = |m: &ModelDesc| backward_phase_peak(m, &w);
             // 2 images of 64 patches, 4304 bf16 features
             let one_mlp_activation = 2 * 64 * 4304 * 2;
             let text = backward(&model(None));

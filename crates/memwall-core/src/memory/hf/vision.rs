@@ -381,14 +381,7 @@ impl Builder<'_> {
         let n2 = self.vision_norm_of(qwen25, h1, p * e, p);
         let g = if qwen25 {
             // Qwen2_5_VLMLP: down(act(gate(x)) * up(x)), SiLU (saves its input)
-            let gate = self.op(p * m * s, &[n2], &[], &[], &[]);
-            let act = self.op(p * m * s, &[gate], &[gate], &[], &[]);
-            self.drop_(gate);
-            let up = self.op(p * m * s, &[n2], &[], &[], &[]);
-            let g = self.mul(act, up, p * m * s);
-            self.drop_(act);
-            self.drop_(up);
-            g
+            self.gated_act_product(n2, p * m * s)
         } else {
             // VisionMlp: fc2(quick_gelu(fc1(x))), quick_gelu = x * sigmoid(1.702 * x): the
             // scalar product saves nothing, sigmoid its result, the product both operands
@@ -401,10 +394,37 @@ impl Builder<'_> {
             self.drop_(f1);
             g
         };
-        let f2 = self.op(p * e * s, &[g], &[], &[], &[]);
+        self.mlp_out_residual(h1, n2, g, p * e * s)
+    }
+
+    /// `act(gate(x)) * up(x)` of a frozen gated MLP over `x` (the MLP's normalised input; each
+    /// of the four `[rows, mlp]` tensors `bytes` long): the activation saves its input, the
+    /// product both operands (Qwen2.5-VL's `Qwen2_5_VLMLP`, Pixtral's `PixtralMLP`).
+    pub(super) fn gated_act_product(&mut self, x: TensorId, bytes: u128) -> TensorId {
+        let gate = self.op(bytes, &[x], &[], &[], &[]);
+        let act = self.op(bytes, &[gate], &[gate], &[], &[]);
+        self.drop_(gate);
+        let up = self.op(bytes, &[x], &[], &[], &[]);
+        let g = self.mul(act, up, bytes);
+        self.drop_(act);
+        self.drop_(up);
+        g
+    }
+
+    /// The end of a vision encoder layer: the MLP's output projection of `g` (a frozen linear,
+    /// saving nothing; `bytes` = one `[rows, hidden]` tensor), then `h1 + mlp` with the MLP's
+    /// input `n2` and `h1` freed.
+    pub(super) fn mlp_out_residual(
+        &mut self,
+        h1: TensorId,
+        n2: TensorId,
+        g: TensorId,
+        bytes: u128,
+    ) -> TensorId {
+        let f2 = self.op(bytes, &[g], &[], &[], &[]);
         self.drop_(g);
         self.drop_(n2);
-        let y = self.op(p * e * s, &[h1, f2], &[], &[], &[]);
+        let y = self.op(bytes, &[h1, f2], &[], &[], &[]);
         self.drop_(f2);
         self.drop_(h1);
         y
@@ -428,13 +448,7 @@ impl Builder<'_> {
         let f1 = self.op(rows * m * s, &[n2], &[], &[], &[]);
         let g = self.op(rows * m * s, &[f1], &[f1], &[], &[]);
         self.drop_(f1);
-        let f2 = self.op(rows * e * s, &[g], &[], &[], &[]);
-        self.drop_(g);
-        self.drop_(n2);
-        let h2 = self.op(rows * e * s, &[h1, f2], &[], &[], &[]);
-        self.drop_(f2);
-        self.drop_(h1);
-        h2
+        self.mlp_out_residual(h1, n2, g, rows * e * s)
     }
 
     /// [`Self::vision_norm`] of `x`, recording autograd when `x` requires grad: LayerNorm saves
@@ -733,6 +747,43 @@ fn window_chunks(n: u128, w: u128) -> Vec<u128> {
         }
     }
     out
+}
+
+/// What the vision towers' checkpointing tests share.
+#[cfg(test)]
+pub(super) mod test_support {
+    use crate::memory::{simulate_train, Kernels, Phase, TrainEstimate};
+    use crate::model::ModelDesc;
+    use crate::workload::{AttentionImpl, Lora, TrainWorkload};
+
+    /// A checkpointed step of `batch` × `seq` with LoRA (rank 8) on the text module `target`:
+    /// the text's frozen weights then have no gradients, which would hide the tower's backward.
+    pub(in crate::memory::hf) fn ckpt_lora_workload(
+        batch: u64,
+        seq: u64,
+        attention: AttentionImpl,
+        target: &str,
+    ) -> TrainWorkload {
+        let mut w = TrainWorkload::new(batch, seq);
+        w.attention = attention;
+        w.checkpointing = true;
+        w.lora = Some(Lora {
+            rank: 8,
+            targets: vec![target.to_owned()],
+            qlora: false,
+        });
+        w
+    }
+
+    /// The highest live bytes of `m`'s backward phase under `w` (CUDA kernels).
+    pub(in crate::memory::hf) fn backward_phase_peak(m: &ModelDesc, w: &TrainWorkload) -> u64 {
+        let e: TrainEstimate = simulate_train(m, w, Kernels::Cuda).unwrap();
+        e.phase_peaks
+            .iter()
+            .find(|(p, _)| *p == Phase::Backward)
+            .map(|&(_, b)| b)
+            .unwrap()
+    }
 }
 
 #[cfg(test)]
