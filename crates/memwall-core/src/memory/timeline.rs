@@ -838,24 +838,14 @@ impl Timeline {
                 None
             }
         };
-        let mut from_output = node
-            .input_grad_is_output_grad
-            .then(|| {
-                node.outputs
-                    .as_slice()
-                    .first()
-                    .and_then(|&o| self.tensors[o as usize].grad)
-            })
-            .flatten();
-        let alias = node
-            .input_grads_alias_output
-            .then(|| {
-                node.outputs
-                    .as_slice()
-                    .first()
-                    .and_then(|&o| self.tensors[o as usize].grad)
-            })
-            .flatten();
+        // the gradient of the node's first output, which its input gradient may be (or alias)
+        let output_grad = node
+            .outputs
+            .as_slice()
+            .first()
+            .and_then(|&o| self.tensors[o as usize].grad);
+        let mut from_output = output_grad.filter(|_| node.input_grad_is_output_grad);
+        let alias = output_grad.filter(|_| node.input_grads_alias_output);
         for &x in node.inputs.as_slice() {
             let g = from_output.take().or_else(&mut next_given).or_else(|| {
                 alias.filter(|&g| self.tensors[g as usize].bytes == self.tensors[x as usize].bytes)
