@@ -553,13 +553,19 @@ impl Hparams<'_> {
             "moe_intermediate_size".into(),
             json!(self.required("expert_feed_forward_length")?),
         );
+        // Group-limited routing: files written before llama.cpp added the group keys (and
+        // DeepSeek-V2/V2-Lite, which route without groups) have none; llama.cpp reads both as
+        // optional (src/llama-model.cpp `load_hparams`: `ml.get_key(LLM_KV_EXPERT_GROUP_COUNT,
+        // hparams.n_expert_groups, false)`, default 0: no group selection). No groups is one
+        // group keeping one group in the HF config, not DeepseekV3Config's 671B defaults (8
+        // groups, keep 4), which would split a small file's experts into groups its router
+        // never used (and be refused with fewer than two experts per group).
         for (gguf, hf) in [
             ("expert_group_count", "n_group"),
             ("expert_group_used_count", "topk_group"),
         ] {
-            if let Some(v) = self.uint(gguf)? {
-                c.insert(hf.into(), json!(v));
-            }
+            let v = self.uint(gguf)?.unwrap_or(1);
+            c.insert(hf.into(), json!(v));
         }
         // llama.cpp's convert_hf_to_gguf.py writes `norm_topk_prob` as `expert_weights_norm`
         // (`add_expert_weights_norm`); absent: the config default (true)

@@ -138,6 +138,20 @@ fn moe_block(raw: &HfConfig, ctx: &Ctx, d: &Dims) -> Result<MoeMlp, FormatError>
             "n_group must divide the routed experts and topk_group must not exceed n_group",
         ));
     }
+    // The same router scores each group by the sum of its two best experts
+    // (`scores_for_choice.view(-1, n_group, E // n_group).topk(2, dim=-1)`): with fewer than
+    // two experts per group transformers 5.23 fails in the forward ("k not in range for
+    // dimension"), so there is no step to estimate.
+    if num_experts / n_group < 2 {
+        return Err(ctx.inconsistent(
+            &["n_group", field],
+            format!(
+                "{num_experts} experts in {n_group} groups: {} per group",
+                num_experts / n_group
+            ),
+            "DeepseekV3TopkRouter scores each group by its top-2 experts: every group needs at least two experts (n_group ≤ routed experts / 2)",
+        ));
+    }
     let moe_i = ctx.size(
         raw.moe_intermediate_size,
         "moe_intermediate_size",

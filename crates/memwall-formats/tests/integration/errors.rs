@@ -225,6 +225,27 @@ fn gemma3_needs_a_text_config_and_prefixes_its_fields() {
 }
 
 #[test]
+fn mla_group_routing_needs_two_experts_per_group() {
+    // transformers' router takes each group's top-2 experts: one expert per group cannot run
+    // (measured: `RuntimeError: k not in range for dimension`, random sample seed 73)
+    let v = json!({"model_type": "deepseek_v3", "vocab_size": 100, "hidden_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "first_k_dense_replace": 0,
+        "n_routed_experts": 2, "n_group": 2, "topk_group": 1, "num_experts_per_tok": 1});
+    match err(&v.to_string()) {
+        FormatError::Inconsistent { fields, reason, .. } => {
+            assert!(fields.contains("n_group"), "{fields}");
+            assert!(reason.contains("1 per group"), "{reason}");
+        }
+        e => panic!("{e:?}"),
+    }
+    // two per group is fine
+    let ok = json!({"model_type": "deepseek_v3", "vocab_size": 100, "hidden_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "first_k_dense_replace": 0,
+        "n_routed_experts": 4, "n_group": 2, "topk_group": 1, "num_experts_per_tok": 1});
+    assert!(parse_hf_config(&ok.to_string()).is_ok());
+}
+
+#[test]
 fn mla_group_routing_must_divide_experts() {
     let v = json!({"model_type": "deepseek_v3", "vocab_size": 100, "hidden_size": 64,
         "num_hidden_layers": 2, "num_attention_heads": 4, "first_k_dense_replace": 1,

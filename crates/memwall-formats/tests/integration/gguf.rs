@@ -897,6 +897,12 @@ fn older_deepseek_files_without_mla_keys() {
         (Some(32), Some(32))
     );
     assert!(c["q_lora_rank"].is_null());
+    // no group keys: llama.cpp routes over all experts, one group (not the 671B defaults,
+    // which would put this file's 8 experts one per group and be refused)
+    assert_eq!(
+        (c["n_group"].as_u64(), c["topk_group"].as_u64()),
+        (Some(1), Some(1))
+    );
     assert_eq!(d.layers.len(), 4);
 }
 
