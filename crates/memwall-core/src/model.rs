@@ -217,6 +217,13 @@ pub struct Attention {
     /// num_attention_heads, elementwise_affine=True)`, bias on by default).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub qk_norm_bias: bool,
+    /// The rotation works on the two halves of each head (gpt-oss `_apply_rotary_emb`,
+    /// models/gpt_oss/modeling_gpt_oss.py: `first_half, second_half = torch.chunk(x, 2, -1)`,
+    /// `first_ = first_half * cos - second_half * sin`, `second_ = second_half * cos +
+    /// first_half * sin`, `torch.cat((first_, second_), -1)`): half-width temporaries, at most
+    /// two full widths alive at once, instead of `rotate_half`'s full-width ones.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub rope_halves: bool,
 }
 
 /// Family-specific eager attention code paths that change what is alive when.
@@ -1154,6 +1161,7 @@ pub(crate) mod tests {
                 clip_qkv: false,
                 qk_norm_inline: false,
                 qk_norm_bias: false,
+                rope_halves: false,
             },
             attn_output_outlives_mlp: false,
             mixer: Mixer::Attention,

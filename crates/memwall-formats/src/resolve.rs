@@ -333,6 +333,8 @@ pub(crate) struct AttnOpts {
     pub qk_norm_inline: bool,
     /// `Attention::qk_norm_bias`.
     pub qk_norm_bias: bool,
+    /// `Attention::rope_halves`.
+    pub rope_halves: bool,
 }
 
 impl AttnOpts {
@@ -362,6 +364,7 @@ impl AttnOpts {
             clip_qkv: false,
             qk_norm_inline: false,
             qk_norm_bias: false,
+            rope_halves: false,
         }
     }
 
@@ -396,6 +399,7 @@ impl AttnOpts {
             clip_qkv: self.clip_qkv,
             qk_norm_inline: self.qk_norm_inline,
             qk_norm_bias: self.qk_norm_bias,
+            rope_halves: self.rope_halves,
         }
     }
 }

@@ -114,6 +114,7 @@ pub(crate) fn gpt_oss(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatErro
             eager_softmax_fp32: false,
             // apply_rotary_pos_emb → _apply_rotary_emb: chunk, then torch.cat of the halves
             rope_concat: true,
+            rope_halves: true,
             // GptOssAttention.sinks = nn.Parameter(torch.empty(num_attention_heads))
             sinks: true,
             ..AttnOpts::rope(d.heads.head_dim)

@@ -9,16 +9,16 @@ use crate::model::{Attention, AttentionKind, LinearRole, Norm, NormKind, QkNormS
 use crate::workload::AttentionImpl;
 
 impl Builder<'_> {
-    /// Rotary embedding on a [rows, heads*dim] tensor, `rot` of each head's `dim` rotated
+    /// Rotary embedding on a [rows, heads*dim] tensor (`(heads, dim, rot)`), `rot` of each head's `dim` rotated
     /// (`apply_rotary_pos_emb`, `rotate_half`): q*cos + rotate_half(q)*sin; nothing large saved.
+    /// `halves`: gpt-oss's half-width form (`Attention::rope_halves`).
     pub(super) fn rope(
         &mut self,
         x: TensorId,
         x_size: u128,
-        heads: u128,
-        dim: u128,
-        rot: u128,
+        (heads, dim, rot): (u128, u128, u128),
         keep_rotated: bool,
+        halves: bool,
     ) -> (TensorId, u128) {
         if self.liger() {
             return self.liger_rope(x, x_size);
@@ -36,11 +36,20 @@ impl Builder<'_> {
         // (Phi's bound `query_rot` with every dimension rotated goes the partial way: the
         // rotated tensor is a local and the query its `cat` with the empty pass-through)
         let y = if rot == dim && !keep_rotated {
-            let with_neg = part * out_size + part * x_size / 2 + part * x_size;
-            let with_cat = 2 * part * out_size + part * x_size;
-            let with_sum = 2 * part * out_size + full * out_size;
-            self.t
-                .transient(with_neg.max(with_cat).max(with_sum), Category::Activations);
+            let top = if halves {
+                // gpt-oss: `first_half * cos`, `second_half * sin` and their difference (three
+                // halves), the two products freed; then `second_half * cos`, `first_half * sin`
+                // and their sum beside `first_` (four halves), the products freed; then the
+                // cat beside `first_` and `second_` (traced: tools/truth/probes/live_tensors.py
+                // on rnd-s79-gptoss-0, the peak at the cat with the sub and add halves alive)
+                2 * part * out_size
+            } else {
+                let with_neg = part * out_size + part * x_size / 2 + part * x_size;
+                let with_cat = 2 * part * out_size + part * x_size;
+                let with_sum = 2 * part * out_size + full * out_size;
+                with_neg.max(with_cat).max(with_sum)
+            };
+            self.t.transient(top, Category::Activations);
             self.op(
                 full * out_size,
                 &[x],
@@ -347,9 +356,9 @@ impl Builder<'_> {
                 self.drop_(kvn);
                 let _ = kvr;
                 // k = cat(k_nope, k_rope.expand(heads)), q = cat(q_nope, rope(q_rope)) (new tensors)
-                let (kr, _) = self.rope(kva, c, 1, ropd, ropd, false);
+                let (kr, _) = self.rope(kva, c, (1, ropd, ropd), false, false);
                 self.drop_(kva);
-                let (qr, _) = self.rope(q, c, heads, ropd, ropd, false);
+                let (qr, _) = self.rope(q, c, (heads, ropd, ropd), false, false);
                 let qf = self.op(rows * heads * (nope + ropd) * c, &[q, qr], &[], &[], &[]);
                 self.drop_(q);
                 self.drop_(qr);
@@ -396,8 +405,8 @@ impl Builder<'_> {
             (q, k, qs, ks) = self.rope_upcast_qk(q, qs, k, ks, heads * qk_dim, kv_heads * qk_dim);
         } else if rot > 0 {
             let keep = a.rope_locals;
-            let (q2, s2) = self.rope(q, qs, heads, qk_dim, rot, keep);
-            let (k2, s3) = self.rope(k, ks, kv_heads, qk_dim, rot, keep);
+            let (q2, s2) = self.rope(q, qs, (heads, qk_dim, rot), keep, a.rope_halves);
+            let (k2, s3) = self.rope(k, ks, (kv_heads, qk_dim, rot), keep, a.rope_halves);
             if keep {
                 // the pass-through views keep the projection outputs alive until return (empty
                 // views when every dimension rotates, holding the storage all the same)

@@ -116,7 +116,7 @@ impl Builder<'_> {
             bias: false,
         };
         let (kvn, _) = self.norm(kva, c, rows, &norm, np);
-        let (kr, _) = self.rope(kva, c, 1, ropd, ropd, false);
+        let (kr, _) = self.rope(kva, c, (1, ropd, ropd), false, false);
         self.drop_(kva);
         let layer = self.cur_layer;
         let prev = self.cache.get_mut(layer).and_then(Option::take);
@@ -133,7 +133,7 @@ impl Builder<'_> {
             *slot = Some((kc, rc, total));
         }
         self.kv_len = total;
-        let (qr, _) = self.rope(q, c, heads, ropd, ropd, false);
+        let (qr, _) = self.rope(q, c, (heads, ropd, ropd), false, false);
         let qf = self.op(rows * heads * (nope + ropd) * c, &[q, qr], &[], &[], &[]);
         // `q_pass` (a view of the q_b_proj output) and the rotated `q_rot` stay bound as locals
         // of DeepseekV3Attention.forward until it returns (modeling_deepseek_v3.py)
