@@ -33,16 +33,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sample_cases import DENSE_TARGETS, LORA_TARGETS  # noqa: E402
 
 
-def draw(seed: int, n: int) -> list[dict]:
+# Config pools: "old" is the seed-17 sample's configs (the older families; seed 41's draw);
+# "new" the issue-14 families' random configs (seeds 29, 53, 61, 67 and 79 of sample_cases.py
+# --families new).
+POOLS = {"old": ["rnd-s17-*.json"],
+         "new": ["rnd-s29-*.json", "rnd-s53-*.json", "rnd-s61-*.json", "rnd-s67-*.json",
+                 "rnd-s79-*.json"]}
+
+
+def draw(seed: int, n: int, pool: str = "old") -> list[dict]:
     rng = random.Random(seed)
-    configs = sorted(p.stem for p in CONFIG_DIR.glob("rnd-s17-*.json"))
+    configs = sorted(p.stem for g in POOLS[pool] for p in CONFIG_DIR.glob(g))
+    # seed 41 (the first draw) keeps its ids; later draws carry their seed
+    prefix = "rdist" if seed == 41 else f"rdist{seed}"
     out = []
     for i in range(n):
         config = rng.choice(configs)
         family = config.split("-")[2]
         model_type = json.loads((CONFIG_DIR / f"{config}.json").read_text())["model_type"]
         strategy = rng.choice(["fsdp", "fsdp", "fsdp", "hsdp", "ddp", "replicate"])
-        case = {"id": f"rdist-{i:03d}-{family}", "config": config, "strategy": strategy,
+        case = {"id": f"{prefix}-{i:03d}-{family}", "config": config, "strategy": strategy,
                 "world_size": rng.choice([2, 3, 4, 5, 6, 8])}
         if strategy == "hsdp":
             case["world_size"] = rng.choice([4, 6, 8])
@@ -61,8 +71,10 @@ def draw(seed: int, n: int) -> list[dict]:
         case["optimizer"] = rng.choice(["adamw-forloop", "sgd", "adamw"])
         case["checkpointing"] = rng.random() < 0.35
         case["attention"] = rng.choice(["sdpa", "sdpa", "eager"])
-        if family == "gemma2":
-            case["attention"] = "eager"  # the harness runs Gemma 2 eager only
+        if model_type in ("gemma2", "gpt_oss", "mamba2"):
+            # the harness runs Gemma 2 and gpt-oss eager only; Mamba-2 has no attention
+            # (transformers refuses sdpa for it)
+            case["attention"] = "eager"
         case["dropout"] = rng.choice(["config", "off"])
         if strategy == "fsdp" and rng.random() < 0.3:
             case["lora"] = {"rank": rng.choice([4, 8, 16]),
@@ -89,15 +101,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=41)
     ap.add_argument("--cases", type=int, default=48)
+    ap.add_argument("--pool", choices=sorted(POOLS), default="old",
+                    help="old: the seed-17 configs (seed 41's draw); new: the issue-14 families'")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     lines = [
         "# Random distributed-training truth cases: drawn by tools/truth/sample_dist_cases.py "
-        f"--seed {args.seed} --cases {args.cases} (do not edit; draw again).",
+        f"--seed {args.seed} --cases {args.cases}"
+        + (f" --pool {args.pool}" if args.pool != "old" else "")
+        + " (do not edit; draw again).",
         "# Fields as in tools/truth/cases/dist.toml; measured into tests/truth/random_dist.jsonl.",
         "",
     ]
-    for case in draw(args.seed, args.cases):
+    for case in draw(args.seed, args.cases, args.pool):
         lines.append("[[case]]")
         lines.extend(f"{k} = {toml_value(v)}" for k, v in case.items())
         lines.append("")

@@ -37,7 +37,24 @@ impl Builder<'_> {
         }
         // a vision-language wrapper with image inputs: the vision tower runs and its features
         // are scattered into the embeddings (memory/hf/vision.rs)
-        let emb = self.image_merge(emb);
+        let mut emb = self.image_merge(emb);
+        if e.scaled && !e.scale_in_module {
+            // Granite (and its MoE/hybrid kin, Falcon-H1): `inputs_embeds = inputs_embeds *
+            // self.embedding_multiplier` in the model's forward (transformers 5.23
+            // models/granite/modeling_granite.py GraniteModel.forward; Falcon-H1
+            // `self.embed_tokens(input_ids) * self.embedding_multiplier`): a new tensor that
+            // rebinds `inputs_embeds`, so the lookup is freed at once and the product is what
+            // the forward keeps (tools/truth/probes/live_tensors.py on rnd-s61-granite-0: one
+            // [B, S, hidden] product alive at the eager softmax, no lookup). A multiplication
+            // saves nothing for a constant factor, but when the embeddings are peft's
+            // grad-requiring leaf, the leaf's AccumulateGrad node
+            // (torch/csrc/autograd/functions/accumulate_grad.h: it holds the variable) keeps
+            // the embeddings alive until backward reaches it, as a saved tensor would.
+            let saved: &[TensorId] = if input_leaf { &[emb] } else { &[] };
+            let y = self.op(rows * h * s, &[emb], saved, &[], &[]);
+            self.drop_(emb);
+            emb = y;
+        }
         // `inputs_embeds` stays referenced by the model's forward until it returns
         self.t.retain(emb);
         self.out_refs.push(emb);
@@ -53,17 +70,6 @@ impl Builder<'_> {
             let y = self.op(rows * h * s, &[x, pe], &[], &[], &[]);
             // `position_embeds` (gpt2) / `pos_embeds` (opt) is a local of the model's forward
             self.out_refs.push(pe);
-            self.drop_(x);
-            x = y;
-        }
-        if e.scaled && !e.scale_in_module {
-            // Granite: inputs_embeds * embedding_multiplier in the model's forward
-            // (a new tensor). A multiplication saves nothing for a constant factor, but when
-            // the embeddings are peft's grad-requiring leaf, the leaf's AccumulateGrad node
-            // (torch/csrc/autograd/functions/accumulate_grad.h: it holds the variable) keeps
-            // the embeddings alive until backward reaches it, as a saved tensor would.
-            let saved: &[TensorId] = if input_leaf { &[x] } else { &[] };
-            let y = self.op(rows * h * s, &[x], saved, &[], &[]);
             self.drop_(x);
             x = y;
         }
