@@ -120,7 +120,9 @@ def load_cases(path: Path = CASES) -> list[dict]:
 def decoder_layers(model):
     """The repeated decoder blocks, each of which becomes one FSDP unit."""
     for path in ("model.layers", "transformer.h", "model.decoder.layers", "gpt_neox.layers",
-                 "base_model.model.model.layers"):
+                 "base_model.model.model.layers",
+                 # Mamba2ForCausalLM: `backbone.layers` (models/mamba2/modeling_mamba2.py)
+                 "backbone.layers", "base_model.model.backbone.layers"):
         obj = model
         try:
             for part in path.split("."):

@@ -208,11 +208,17 @@ fn simulate_in(
     // here, by name (engine::TABLE)
     let engine = Engine::resolve(Some(layout));
     engine.check(w, Some(layout))?;
-    crate::liger::check(model, w)?;
-    crate::memory::hf::sac_check(model, w)?;
-    super::check_attention(model, w.attention)?;
-    super::check_autocast(model, w.precision)?;
-    super::check_image_checkpointing(model, w, true)?;
+    if engine != Engine::Megatron {
+        // the HF model code each rank runs: refused as on one GPU (LoRA targets memwall cannot
+        // place, a hybrid cache without attention layers, …)
+        super::check_hf_step(model, w, true)?;
+    } else {
+        crate::liger::check(model, w)?;
+        crate::memory::hf::sac_check(model, w)?;
+        super::check_attention(model, w.attention)?;
+        super::check_autocast(model, w.precision)?;
+        super::check_image_checkpointing(model, w, true)?;
+    }
     let kind = match engine {
         Engine::Megatron => {
             return super::megatron::simulate(model, w, layout).map(|e| (e, Path::Formula))

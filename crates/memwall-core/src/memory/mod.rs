@@ -98,16 +98,7 @@ pub(crate) fn check_train(model: &ModelDesc, w: &TrainWorkload) -> Result<Engine
     w.validate()?;
     let engine = Engine::resolve(None);
     engine.check(w, None)?;
-    crate::liger::check(model, w)?;
-    crate::memory::hf::sac_check(model, w)?;
-    check_attention(model, w.attention)?;
-    check_autocast(model, w.precision)?;
-    check_image_checkpointing(model, w, false)?;
-    check_lora_targets(model, w)?;
-    let builds_cache = !w.checkpointing
-        && !w.kernels.padding_free
-        && w.step_options.use_cache.unwrap_or(model.use_cache);
-    check_jamba_cache(model, builds_cache)?;
+    check_hf_step(model, w, false)?;
     if model.layers.is_empty() {
         return Err(CoreError::invalid(
             "num_hidden_layers",
@@ -115,6 +106,26 @@ pub(crate) fn check_train(model: &ModelDesc, w: &TrainWorkload) -> Result<Engine
         ));
     }
     Ok(engine)
+}
+
+/// What transformers' training step of `model` under `w` must satisfy to run, on one GPU or
+/// on each rank of a data-parallel step (`distributed`): the same model code runs either way,
+/// so both estimates refuse the same workloads by name.
+pub(crate) fn check_hf_step(
+    model: &ModelDesc,
+    w: &TrainWorkload,
+    distributed: bool,
+) -> Result<(), CoreError> {
+    crate::liger::check(model, w)?;
+    crate::memory::hf::sac_check(model, w)?;
+    check_attention(model, w.attention)?;
+    check_autocast(model, w.precision)?;
+    check_image_checkpointing(model, w, distributed)?;
+    check_lora_targets(model, w)?;
+    let builds_cache = !w.checkpointing
+        && !w.kernels.padding_free
+        && w.step_options.use_cache.unwrap_or(model.use_cache);
+    check_jamba_cache(model, builds_cache)
 }
 
 /// The reference replay of a checked single-GPU training step.
@@ -544,6 +555,36 @@ mod tests {
         let e = check_lora_targets(&m, &with_lora(&["dt_proj"])).unwrap_err();
         assert!(e.to_string().contains("dt_proj"), "{e}");
         assert!(check_lora_targets(&m, &with_lora(&["in_proj", "out_proj"])).is_ok());
+    }
+
+    /// Every rank of a data-parallel step runs the same transformers model code as one GPU, so
+    /// the distributed estimate refuses what the single-GPU one refuses (it skipped the LoRA
+    /// target and hybrid-cache checks until a random distributed sample, seed 83, drew a
+    /// Qwen3-Next FSDP2 step with LoRA on `gate_proj` and got a parameter count off by the
+    /// experts' adapters).
+    #[test]
+    fn distributed_steps_refuse_what_one_gpu_refuses() {
+        use crate::layout::{Layout, Strategy};
+        let mut m = llama2_7b();
+        m.model_type = "qwen3_moe".into();
+        let w = with_lora(&["q_proj", "down_proj"]);
+        for strategy in [Strategy::FsdpFull, Strategy::Ddp, Strategy::Zero3] {
+            let layout = Layout {
+                gpus: 4,
+                gpus_per_node: 4,
+                strategy,
+                ..Layout::single()
+            };
+            let e = crate::memory::simulate_train_dist(&m, &w, &layout, Kernels::Cpu)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("lora_targets") && e.contains("down_proj"), "{strategy:?}: {e}");
+            let ok = with_lora(&["q_proj", "v_proj"]);
+            assert!(
+                crate::memory::simulate_train_dist(&m, &ok, &layout, Kernels::Cpu).is_ok(),
+                "{strategy:?}"
+            );
+        }
     }
 
     /// Image inputs under checkpointing: simulated for the Qwen towers on one GPU with full
