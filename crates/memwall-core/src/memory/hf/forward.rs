@@ -234,7 +234,18 @@ impl Builder<'_> {
                 let per_branch = spec.attention.eager_style != crate::model::EagerStyle::Falcon;
                 let c = self.compute_size;
                 let a = self.attention(n1, n1s, &spec.attention, lp, ckpt);
-                self.drop_(n1);
+                // Falcon binds it to `attention_layernorm_out`, a local of the layer's frame
+                // (models/falcon/modeling_falcon.py FalconDecoderLayer.forward): with two norms
+                // (`new_decoder_architecture`, `num_ln_in_parallel_attn` 2) it outlives the
+                // attention, beside `mlp_layernorm_out`, until the layer returns
+                // (tools/truth/probes/live_tensors.py on rnd-s97-falcon-0: both layer-norm
+                // outputs alive at the MLP's gelu); elsewhere it is a temporary of the call
+                let held_n1 = if per_branch {
+                    self.drop_(n1);
+                    None
+                } else {
+                    Some(n1)
+                };
                 let a = if per_branch {
                     self.dropout(a, rows * h * c, c, p_drop)
                 } else {
@@ -265,6 +276,9 @@ impl Builder<'_> {
                     let xa = add(self, x, a, rs);
                     let out = add(self, xa, m, rs);
                     self.drop_(xa);
+                    if let Some(n1) = held_n1 {
+                        self.drop_(n1);
+                    }
                     return out;
                 }
                 let am = add(self, m, a, c);
@@ -277,6 +291,9 @@ impl Builder<'_> {
                 };
                 let out = add(self, am, x, rs);
                 self.drop_(am);
+                if let Some(n1) = held_n1 {
+                    self.drop_(n1);
+                }
                 out
             }
         }
