@@ -867,8 +867,8 @@ fn report(
         s.push_str(&section_report(
             &random.train,
             "## Random sample, training steps (`tests/truth/random_train.jsonl`; cases drawn by \
-             `tools/truth/sample_cases.py`: seeds 17, 71 and 73 over the older families, \
-             `tools/truth/cases/random_train.toml`; seeds 29, 53, 61, 67 and 79 over the issue-14 families, \
+             `tools/truth/sample_cases.py`: seeds 17, 71, 73 and 97 over the older families, \
+             `tools/truth/cases/random_train.toml`; seeds 29, 53, 61, 67, 79 and 89 over the issue-14 families, \
              `tools/truth/cases/random_new_train.toml`)",
         ));
     }
@@ -877,8 +877,8 @@ fn report(
         s.push_str(&section_report(
             &random.infer,
             "## Random sample, inference (`tests/truth/random_infer.jsonl`; cases drawn by \
-             `tools/truth/sample_cases.py`: seeds 17, 71 and 73, `tools/truth/cases/random_infer.toml`; \
-             seeds 29, 53, 61, 67 and 79, `tools/truth/cases/random_new_infer.toml`)",
+             `tools/truth/sample_cases.py`: seeds 17, 71, 73 and 97, `tools/truth/cases/random_infer.toml`; \
+             seeds 29, 53, 61, 67, 79 and 89, `tools/truth/cases/random_new_infer.toml`)",
         ));
     }
     if !random.dist.is_empty() {
