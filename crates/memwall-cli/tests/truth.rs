@@ -886,7 +886,7 @@ fn report(
         s.push_str(&section_report(
             &random.dist,
             "## Random sample, distributed training, rank 0 (`tests/truth/random_dist.jsonl`; cases \
-             drawn by `tools/truth/sample_dist_cases.py`)",
+             drawn by `tools/truth/sample_dist_cases.py`: seed 41 over the older families)",
         ));
         let phases = &random.dist_phases;
         let outside: Vec<&PhaseRow> = phases

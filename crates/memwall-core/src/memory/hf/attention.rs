@@ -704,9 +704,7 @@ impl Builder<'_> {
                     self.drop_(t);
                 }
                 // [B, H, S, D] -> [B, S, H*D] contiguous copy
-                let oc = self.op(rows * heads * v_dim * c, &[o], &[], &[], &[]);
-                self.drop_(o);
-                oc
+                self.heads_contiguous(o, rows * heads * v_dim * c, heads)
             }
             AttentionImpl::Sdpa | AttentionImpl::Flash => {
                 // flash kernel: saves q, k, v, output and logsumexp (fp32, B*H*S)
@@ -828,9 +826,7 @@ impl Builder<'_> {
                 // `sdpa_attention_forward` (integrations/sdpa_attention.py) copies it; a q that
                 // is a transposed view of a projection is [B, S, H, D] already and is not copied.
                 if self.q_bhsd {
-                    let oc = self.op(rows * heads * v_dim * c, &[o], &[], &[], &[]);
-                    self.drop_(o);
-                    oc
+                    self.heads_contiguous(o, rows * heads * v_dim * c, heads)
                 } else {
                     o
                 }
@@ -1057,14 +1053,29 @@ impl Builder<'_> {
                 self.layer_locals.push(probs);
                 self.drop_(kr);
                 self.drop_(vr);
-                let oc = self.op(rows * heads * v_dim * c, &[o], &[], &[], &[]);
-                self.drop_(o);
+                let oc = self.heads_contiguous(o, rows * heads * v_dim * c, heads);
                 if qcopy {
                     self.drop_(q);
                 }
                 oc
             }
         }
+    }
+
+    /// `o.transpose(1, 2).contiguous()` of an attention output laid out `[B, H, S, D]`
+    /// (`bytes` in all), consuming `o`: a copy, unless the transposed view is contiguous
+    /// already, which it is when one of the swapped dims has size 1 — one head, or one query
+    /// row (a decode step) — since `is_contiguous` ignores the strides of size-1 dims
+    /// (c10/core/Contiguity.h `compute_contiguous`); `contiguous()` then returns the tensor
+    /// itself (measured: a one-head GPT-NeoX, b1 x 695, one [S, D] tensor fewer alive after
+    /// the attention than a copy would leave).
+    fn heads_contiguous(&mut self, o: TensorId, bytes: u128, heads: u128) -> TensorId {
+        if heads <= 1 || self.seq <= 1 {
+            return o;
+        }
+        let oc = self.op(bytes, &[o], &[], &[], &[]);
+        self.drop_(o);
+        oc
     }
 
     /// The attention function under a non-reentrant checkpoint (`selective-attn`): run without
