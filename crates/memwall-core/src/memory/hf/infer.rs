@@ -206,12 +206,16 @@ impl Builder<'_> {
         self.seg(None, SegKind::Fixed);
         let (fx, fs) = self.body_tail(x, xs, rows, mask);
         self.drop_image_locals();
+        // the base model returns: its locals go, the causal LM keeps `hidden_states` through
+        // the LM head (as in training, `Builder::train_step`)
+        for r in std::mem::take(&mut self.out_refs) {
+            self.drop_(r);
+        }
         // logits_to_keep=1: the LM head sees the last position of each sequence
         let v = u128::from(self.model.embeddings.vocab_size);
         let head = self.lm_head_linear();
         let c = self.compute_size;
         let (mut logits, _) = self.linear(fx, fs, self.batch, head);
-        self.drop_(fx);
         if self.model.head.logits_fp32 && c != 4 {
             // `lm_head(...).float()` in the model's forward (Mamba2ForCausalLM)
             let l32 = self.cast(logits, self.batch * v * 4);
@@ -233,9 +237,8 @@ impl Builder<'_> {
             self.drop_(th);
         }
         self.t.retag(logits, Category::LossBuffers);
-        for r in std::mem::take(&mut self.out_refs) {
-            self.drop_(r);
-        }
+        // the causal LM's forward returns
+        self.drop_(fx);
         // generate (generation/utils.py `_sample`): `next_token_logits = outputs.logits[:, -1, :]
         // .to(copy=True, dtype=torch.float32)` stays bound until the next step replaces it; the
         // model output is deleted before the next forward
