@@ -207,7 +207,7 @@ impl Builder<'_> {
         let (fx, fs) = self.body_tail(x, xs, rows, mask);
         self.drop_image_locals();
         // the base model returns: its locals go, the causal LM keeps `hidden_states` through
-        // the LM head (as in training, `Builder::train_step`)
+        // the LM head (as in training, train.rs)
         for r in std::mem::take(&mut self.out_refs) {
             self.drop_(r);
         }
