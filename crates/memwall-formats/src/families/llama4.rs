@@ -353,6 +353,16 @@ mod tests {
     }
 
     #[test]
+    fn both_masks_are_built_whatever_the_layer_types() {
+        // Llama4TextModel.forward builds the full and the chunked mask on every forward
+        let all = |t: &str| [t; 4].join(",");
+        for types in [all(r#""chunked_attention""#), all(r#""full_attention""#)] {
+            let d = parse_hf_config(&with(&format!(r#""layer_types":[{types}]"#))).unwrap();
+            assert!(d.builds_both_masks, "{types}");
+        }
+    }
+
+    #[test]
     fn maverick_interleaves_dense_and_moe_layers() {
         let d = parse_hf_config(&with(
             r#""interleave_moe_layer_step":2,"use_qk_norm":false"#,
