@@ -152,6 +152,18 @@ CASES = [
     # softmax output is saved in fp32 beside its fp16 copy (rnd-t71-028-gpt2)
     dict(id="xc-gpt2-rnd71-b2-s400-ampfp16-eager", config="rnd-s71-gpt2-0", batch=2, seq=400,
          precision="amp-fp16", attention="eager", dropout="off"),
+    # helper 36: Falcon eager under autocast keeps the fp32 softmax bound and makes the fp16 copy
+    # inside `@ value` (LoRA on the MLP: the attention saves nothing); the base model's locals go
+    # before the LM head while the final hidden state lives through the loss
+    dict(id="xc-falcon-rnd97-b2-s200-ampfp16-lora-4h", config="rnd-s97-falcon-0", batch=2,
+         seq=200, precision="amp-fp16", attention="eager",
+         lora={"rank": 4, "alpha": 8, "targets": ["dense_4h_to_h"]}),
+    # ... OPT's per-sequence position embeddings and position ids, and its inline MLP
+    dict(id="xc-opt-rnd97-b3-s150-fp32-eager", config="rnd-s97-opt-0", batch=3, seq=150,
+         precision="fp32", attention="eager", dropout="off"),
+    # ... Llama 4 builds the full and the chunked mask whatever the layers read
+    dict(id="xc-llama4text-rnd89-b2-s96-fp32-eager", config="rnd-s89-llama4text-0", batch=2,
+         seq=96, precision="fp32", attention="eager", optimizer="sgd-momentum"),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),

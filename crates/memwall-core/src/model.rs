@@ -560,6 +560,12 @@ pub struct LayerSpec {
     /// alive during the MLP (`GPT2Block.forward` keeps `attn_output`; Llama-style layers rebind
     /// `hidden_states` and free it).
     pub attn_output_outlives_mlp: bool,
+    /// The MLP is written inline in the decoder layer and rebinds its input (OPT:
+    /// `hidden_states = self.fc1(hidden_states)`), so the norm output dies once the first
+    /// projection has read it unless autograd saved it; an MLP module (`self.mlp(x)`) keeps
+    /// its argument alive to the end. Omitted from serialised output when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub mlp_input_rebound: bool,
     /// Token mixer: the `attention` block above, or a state-space mixer that replaces it
     /// (`crate::mixer`). Omitted from serialised output for attention layers.
     #[serde(skip_serializing_if = "Mixer::is_attention")]
@@ -727,6 +733,13 @@ pub struct Embeddings {
     pub dim: u64,
     /// Learned absolute position rows (GPT-2 `wpe`, OPT `embed_positions` incl. its offset of 2).
     pub learned_positions: Option<u64>,
+    /// The position ids are made per sequence from a 2-D mask (OPT: `torch.cumsum` of an
+    /// all-ones `[batch, past + seq]` mask), so the position embeddings are `[batch, seq,
+    /// hidden]` and the mask and the int64 ids are locals of the model's forward; GPT-2's are
+    /// `arange(seq)[None]`, one `[1, seq, hidden]` row shared by the batch. Omitted from
+    /// serialised output when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub positions_from_mask: bool,
     /// OPT `project_in`/`project_out` (bias-free linears between `dim` and hidden).
     pub projections: bool,
     /// The embeddings are multiplied by a scalar, a new tensor in the forward (Gemma's
@@ -1164,6 +1177,7 @@ pub(crate) mod tests {
                 rope_halves: false,
             },
             attn_output_outlives_mlp: false,
+            mlp_input_rebound: false,
             mixer: Mixer::Attention,
             residual_scaled: false,
             parallel_residual_first: false,
@@ -1184,6 +1198,7 @@ pub(crate) mod tests {
                 vocab_size: 32000,
                 dim: 4096,
                 learned_positions: None,
+                positions_from_mask: false,
                 projections: false,
                 scaled: false,
                 norm: None,

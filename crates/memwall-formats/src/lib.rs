@@ -148,6 +148,19 @@ mod tests {
         assert_eq!(m.intermediate, 256);
         assert_eq!(d.embeddings.learned_positions, Some(1024));
         assert!((d.dropout.embed - 0.1).abs() < 1e-12);
+        // GPT-2's positions are `arange(seq)[None]` and its MLP is a module
+        assert!(!d.embeddings.positions_from_mask);
+        assert!(!d.layers[0].mlp_input_rebound);
+    }
+
+    #[test]
+    fn opt_positions_come_from_the_mask_and_its_mlp_is_inline() {
+        let d = parse(
+            r#"{"model_type":"opt","vocab_size":100,"hidden_size":32,"ffn_dim":64,"num_hidden_layers":2,"num_attention_heads":2,"word_embed_proj_dim":32}"#,
+        );
+        assert_eq!(d.embeddings.learned_positions, Some(2048 + 2));
+        assert!(d.embeddings.positions_from_mask);
+        assert!(d.layers.iter().all(|l| l.mlp_input_rebound));
     }
 
     #[test]

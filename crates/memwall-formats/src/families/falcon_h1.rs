@@ -230,6 +230,7 @@ pub(crate) fn falcon_h1(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatEr
         attention,
         mlp,
         attn_output_outlives_mlp: false,
+        mlp_input_rebound: false,
         mixer: Mixer::AttentionAndMamba2(mixer),
         residual_scaled: false,
         parallel_residual_first: false,

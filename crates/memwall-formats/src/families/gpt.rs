@@ -30,6 +30,7 @@ fn ln_layer(
         attention,
         mlp,
         attn_output_outlives_mlp: false,
+        mlp_input_rebound: false,
         mixer: Mixer::Attention,
         residual_scaled: false,
         parallel_residual_first: false,
@@ -104,6 +105,7 @@ pub(crate) fn gpt2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> 
     let layer = LayerSpec {
         // modeling_gpt2.py GPT2Block.forward: `attn_output` stays bound until the block returns
         attn_output_outlives_mlp: true,
+        mlp_input_rebound: false,
         mixer: Mixer::Attention,
         residual_scaled: false,
         ..ln_layer(
@@ -324,13 +326,18 @@ pub(crate) fn opt(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> {
     } else {
         Residual::PostNorm
     };
-    let layer = ln_layer(
-        hidden,
-        (true, true),
-        residual,
-        attention,
-        Mlp::Dense(plain(ffn, bias, act)),
-    );
+    let layer = LayerSpec {
+        // modeling_opt.py OPTDecoderLayer.forward runs the MLP inline:
+        // `hidden_states = self.fc1(hidden_states)` drops the final_layer_norm output
+        mlp_input_rebound: true,
+        ..ln_layer(
+            hidden,
+            (true, true),
+            residual,
+            attention,
+            Mlp::Dense(plain(ffn, bias, act)),
+        )
+    };
     // modeling_opt.py OPTDecoder: final_layer_norm only if do_layer_norm_before and not
     // _remove_final_layer_norm.
     let final_norm = (pre_norm && !raw.remove_final_layer_norm.unwrap_or(false))
@@ -345,10 +352,13 @@ pub(crate) fn opt(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> {
             // modeling_opt.py OPTDecoder: embed_tokens(vocab, word_embed_proj_dim);
             // OPTLearnedPositionalEmbedding(max_position_embeddings + 2 (offset), hidden);
             // project_in/project_out (bias=False) when word_embed_proj_dim != hidden_size.
+            // OPTDecoder.forward makes position ids from the 2-D mask (`cumsum`), one row per
+            // sequence.
             embeddings: Embeddings {
                 vocab_size: vocab,
                 dim: proj_dim,
                 learned_positions: Some(positions + 2),
+                positions_from_mask: true,
                 projections: proj_dim != hidden,
                 scaled: false,
                 norm: None,

@@ -215,6 +215,7 @@ pub(crate) fn granitemoehybrid(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, F
             attention,
             mlp,
             attn_output_outlives_mlp: false,
+            mlp_input_rebound: false,
             mixer,
             residual_scaled,
             parallel_residual_first: false,

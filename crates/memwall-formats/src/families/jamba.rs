@@ -184,6 +184,7 @@ pub(crate) fn jamba(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError>
             attention: attn,
             mlp,
             attn_output_outlives_mlp: false,
+            mlp_input_rebound: false,
             mixer: mix,
             residual_scaled: false,
             parallel_residual_first: false,

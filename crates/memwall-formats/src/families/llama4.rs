@@ -252,7 +252,7 @@ fn llama4_named(raw: &HfConfig, ctx: &Ctx, model_type: &str) -> Result<ModelDesc
             l
         })
         .collect();
-    assemble(
+    let mut desc = assemble(
         ctx,
         model_type,
         Parts {
@@ -266,7 +266,14 @@ fn llama4_named(raw: &HfConfig, ctx: &Ctx, model_type: &str) -> Result<ModelDesc
             // experts are nn.Parameters
             linear_names: llama_names(true),
         },
-    )
+    )?;
+    // modeling_llama4.py Llama4TextModel.forward: `causal_mask_mapping = {"full_attention":
+    // create_causal_mask(..), "chunked_attention": create_chunked_causal_mask(..)}` on every
+    // forward whatever the layer types; the one no layer reads lives until the model returns
+    // (tools/truth/probes/live_tensors.py on rnd-s89-llama4text-0, one chunked layer, eager:
+    // two [B, 1, S, S] masks alive at the MLP)
+    desc.builds_both_masks = true;
+    Ok(desc)
 }
 
 /// Multimodal `llama4` (`Llama4ForConditionalGeneration`): the language model is the
@@ -342,6 +349,16 @@ mod tests {
                 panic!("layer {i} is dense")
             };
             assert!(m.all_experts && m.shared.is_some());
+        }
+    }
+
+    #[test]
+    fn both_masks_are_built_whatever_the_layer_types() {
+        // Llama4TextModel.forward builds the full and the chunked mask on every forward
+        let all = |t: &str| [t; 4].join(",");
+        for types in [all(r#""chunked_attention""#), all(r#""full_attention""#)] {
+            let d = parse_hf_config(&with(&format!(r#""layer_types":[{types}]"#))).unwrap();
+            assert!(d.builds_both_masks, "{types}");
         }
     }
 

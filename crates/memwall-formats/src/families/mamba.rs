@@ -75,6 +75,7 @@ pub(crate) fn mamba(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError>
         attention: no_attention(),
         mlp: Mlp::None,
         attn_output_outlives_mlp: false,
+        mlp_input_rebound: false,
         mixer: Mixer::Mamba1(mixer),
         residual_scaled: false,
         parallel_residual_first: false,

@@ -84,6 +84,7 @@ pub(crate) fn phi(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> {
         // modeling_phi.py PhiMLP: fc2(act(fc1(x))), both nn.Linear with bias.
         mlp: Mlp::Dense(plain(d.intermediate, true, d.act)),
         attn_output_outlives_mlp: false,
+        mlp_input_rebound: false,
         mixer: Mixer::Attention,
         residual_scaled: false,
         parallel_residual_first: false,

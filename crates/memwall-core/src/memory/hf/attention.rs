@@ -987,7 +987,15 @@ impl Builder<'_> {
                 // of the fp32 hidden states), so the probabilities stay fp32, dropout runs on
                 // them in fp32 and `probs @ value` makes autocast's compute-dtype copy
                 // (transformers 5.23 `eager_attention_forward`, e.g. models/seed_oss)
-                let pdt = if sink_amp {
+                // Falcon under autocast: `attention_scores = F.softmax(..., dtype=hidden_states.
+                // dtype)` is fp32 and stays bound (the layer returns it as `attn_weights`); the
+                // compute-dtype copy is autocast's, inside `attention_scores @ value_layer`, made
+                // after the softmax's temporary input and the rebound scores are gone (traced with
+                // tools/truth/probes on rnd-s97-falcon-0 under amp-fp16: the fp32 softmax alive
+                // through the MLP, no fp16 probabilities outside the matmul; rnd-t97-014-falcon
+                // was one fp16 [b, h, s, s] over, falcon-rnd97-b2-s200-ampfp16-lora-4h one fp32
+                // [b, h, s, s] short)
+                let pdt = if sink_amp || falcon_amp {
                     4
                 } else if a.eager_softmax_fp32 && self.amp {
                     qs

@@ -66,7 +66,12 @@ impl Builder<'_> {
             x = y;
         }
         if let Some(pos) = self.pos_embed {
-            let pe = self.op(self.seq * h * s, &[], &[], &[pos.id], &[]);
+            let pe = if self.model.embeddings.positions_from_mask {
+                self.positions_from_mask(pos)
+            } else {
+                // GPT-2: `position_ids = cache_position.unsqueeze(0)`, one row for the batch
+                self.op(self.seq * h * s, &[], &[], &[pos.id], &[])
+            };
             let y = self.op(rows * h * s, &[x, pe], &[], &[], &[]);
             // `position_embeds` (gpt2) / `pos_embeds` (opt) is a local of the model's forward
             self.out_refs.push(pe);
@@ -76,6 +81,43 @@ impl Builder<'_> {
         // dropout consumes x's reference and returns the tensor to continue with
         x = self.dropout(x, rows * h * s, s, self.model.dropout.embed);
         (x, s)
+    }
+
+    /// OPT's position embeddings (transformers 5.23 models/opt/modeling_opt.py
+    /// `OPTDecoder.forward`, `OPTLearnedPositionalEmbedding.forward`): without an
+    /// `attention_mask` argument the forward makes `position_attention_mask = torch.ones(B,
+    /// past + S)` (the default dtype, fp32), `position_ids = (cumsum(mask) * mask - 1).long()`
+    /// sliced to the new tokens (a view: the whole `[B, past + S]` storage stays), both locals
+    /// of the forward until it returns; the lookup `embedding(position_ids + 2)` is `[B, S,
+    /// hidden]`, one row per sequence, and its backward keeps the shifted int64 indices
+    /// (`embedding_dense_backward` takes `indices`). Traced with
+    /// tools/truth/probes/live_tensors.py on rnd-s97-opt-0: a `[4, 173, 32]` lookup, the fp32
+    /// ones and the int64 ids alive at the eager attention peak. Returns the lookup.
+    fn positions_from_mask(&mut self, pos: P) -> TensorId {
+        let (b, rows, h, s) = (self.batch, self.tokens, self.hidden, self.param_size);
+        let past = self
+            .cache
+            .iter()
+            .flatten()
+            .map(|&(_, _, n)| n)
+            .max()
+            .unwrap_or(0);
+        let cols = b * (past + self.seq);
+        let mask = self.act(cols * 4, false);
+        self.out_refs.push(mask);
+        // cumsum, `* mask` and `- 1` in fp32, then `.long()`
+        let sum = self.act(cols * 4, false);
+        let prod = self.act(cols * 4, false);
+        let shifted = self.act(cols * 4, false);
+        self.drop_(prod);
+        let ids = self.act(cols * 8, false);
+        self.drop_(shifted);
+        self.drop_(sum);
+        self.out_refs.push(ids);
+        let offset = self.act(rows * 8, false);
+        let pe = self.op(rows * h * s, &[], &[offset], &[pos.id], &[]);
+        self.drop_(offset);
+        pe
     }
 
     /// One decoder layer; returns its output. `x` keeps its reference (the caller drops it).
@@ -187,6 +229,8 @@ impl Builder<'_> {
                 let m = match &spec.mlp {
                     Mlp::Dense(d) => {
                         self.mlp_muls = (spec.muls.mlp_gate, spec.muls.mlp_down);
+                        // an inline MLP (OPT) drops `n2` itself after the first projection
+                        self.mlp_input_rebound = spec.mlp_input_rebound;
                         let y = self.dense_mlp(n2, n2s, rows, d, &lp.linears);
                         self.mlp_muls = (false, false);
                         y
@@ -194,7 +238,9 @@ impl Builder<'_> {
                     Mlp::Moe(moe) => self.moe_mlp(n2, n2s, lp, moe),
                     Mlp::None => self.retain_id(n2),
                 };
-                self.drop_(n2);
+                if !(spec.mlp_input_rebound && matches!(spec.mlp, Mlp::Dense(_))) {
+                    self.drop_(n2);
+                }
                 let (m, _) = post(self, m, self.compute_size, 3, spec.mlp_post_norm);
                 let m = self.dropout(m, rows * h * self.compute_size, self.compute_size, p_drop);
                 let m_scaled = self.residual_scaled(m, &spec);

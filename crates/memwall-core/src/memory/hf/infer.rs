@@ -206,12 +206,16 @@ impl Builder<'_> {
         self.seg(None, SegKind::Fixed);
         let (fx, fs) = self.body_tail(x, xs, rows, mask);
         self.drop_image_locals();
+        // the base model returns: its locals go, the causal LM keeps `hidden_states` through
+        // the LM head (as in training, train.rs)
+        for r in std::mem::take(&mut self.out_refs) {
+            self.drop_(r);
+        }
         // logits_to_keep=1: the LM head sees the last position of each sequence
         let v = u128::from(self.model.embeddings.vocab_size);
         let head = self.lm_head_linear();
         let c = self.compute_size;
         let (mut logits, _) = self.linear(fx, fs, self.batch, head);
-        self.drop_(fx);
         if self.model.head.logits_fp32 && c != 4 {
             // `lm_head(...).float()` in the model's forward (Mamba2ForCausalLM)
             let l32 = self.cast(logits, self.batch * v * 4);
@@ -233,9 +237,8 @@ impl Builder<'_> {
             self.drop_(th);
         }
         self.t.retag(logits, Category::LossBuffers);
-        for r in std::mem::take(&mut self.out_refs) {
-            self.drop_(r);
-        }
+        // the causal LM's forward returns
+        self.drop_(fx);
         // generate (generation/utils.py `_sample`): `next_token_logits = outputs.logits[:, -1, :]
         // .to(copy=True, dtype=torch.float32)` stays bound until the next step replaces it; the
         // model output is deleted before the next forward
@@ -288,7 +291,10 @@ impl Builder<'_> {
         self.t.reset_peak();
         self.t.set_phase(Phase::Prefill);
         let mut ids = self.grow_ids(None, prompt);
-        let mut logits = self.infer_forward(prompt);
+        // `_sample`'s `unfinished_sequences = torch.ones(batch, dtype=torch.long)`, alive to
+        // the end (generation/utils.py)
+        let unfinished = self.t.alloc(self.batch * 8, Category::Activations, false);
+        let mut logits = self.forward_of_generate(prompt);
         let prefill_peak = self.t.peak();
         self.t.set_phase(Phase::Decode);
         let steps = new_tokens.saturating_sub(1);
@@ -328,14 +334,28 @@ impl Builder<'_> {
             }
             let len = prompt + step;
             ids = self.grow_ids(Some(ids), len);
-            let next = self.infer_forward(1);
+            let next = self.forward_of_generate(1);
             // the previous step's fp32 logits are rebound to the new ones
             self.drop_(logits);
             logits = next;
         }
         self.drop_(logits);
         self.drop_(ids);
+        self.drop_(unfinished);
         prefill_peak
+    }
+
+    /// One forward as `generate` calls it: `prepare_inputs_for_generation` hands the model
+    /// `input_ids.clone(memory_format=torch.contiguous_format)` of the `q_len` new tokens
+    /// (generation/utils.py `GenerationMixin.prepare_inputs_for_generation`), an int64 copy
+    /// freed once the forward has returned.
+    fn forward_of_generate(&mut self, q_len: u128) -> TensorId {
+        let model_in = self
+            .t
+            .alloc(self.batch * q_len * 8, Category::Activations, false);
+        let logits = self.infer_forward(q_len);
+        self.drop_(model_in);
+        logits
     }
 
     /// Bytes held by the KV cache now.

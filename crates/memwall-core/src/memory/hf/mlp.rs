@@ -95,6 +95,8 @@ impl Builder<'_> {
         let c = self.compute_size;
         let i = u128::from(d.intermediate);
         let lin = |role: LinearRole| linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
+        // an inline MLP that rebinds its input takes the caller's reference
+        let rebound = std::mem::take(&mut self.mlp_input_rebound);
         let hidden_act = if d.gated {
             let (g, u) = if let Some(gu) = lin(LinearRole::GateUp) {
                 let (y, _) = self.linear(x, x_size, rows, gu);
@@ -124,6 +126,9 @@ impl Builder<'_> {
                     self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(lin_zero()));
                 (g, u)
             };
+            if rebound {
+                self.drop_(x);
+            }
             if d.act == Activation::ClampedSwiglu {
                 let m = self.gate(g, u, rows * i * c, d.act);
                 self.drop_(g);
@@ -159,6 +164,9 @@ impl Builder<'_> {
             }
         } else {
             let (u, _) = self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(lin_zero()));
+            if rebound {
+                self.drop_(x);
+            }
             let a = self.activation(u, rows * i * c, d.act);
             self.drop_(u);
             self.dropout(a, rows * i * c, c, self.model.dropout.activation)

@@ -264,6 +264,9 @@ pub(crate) struct Builder<'a> {
     /// the running layer's MLP multiplies its gate projection and its output by scalars
     /// (`ScalarMuls::mlp_gate`, `ScalarMuls::mlp_down`)
     mlp_muls: (bool, bool),
+    /// The next dense MLP owns its input's reference and drops it after the first projection
+    /// ([`crate::model::LayerSpec::mlp_input_rebound`]).
+    mlp_input_rebound: bool,
     /// tensors bound to Python locals of the MoE block, released when it returns
     mlp_locals: Vec<TensorId>,
     /// a causal mask the model builds but no layer reads (`ModelDesc::builds_both_masks`),
@@ -437,6 +440,7 @@ impl<'a> Builder<'a> {
             cache: Vec::new(),
             ssm_cache: Vec::new(),
             mlp_muls: (false, false),
+            mlp_input_rebound: false,
             mlp_locals: Vec::new(),
             unused_mask: None,
             sliding_mask: None,

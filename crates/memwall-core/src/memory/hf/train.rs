@@ -99,17 +99,25 @@ impl Builder<'_> {
         self.seg(None, SegKind::Fixed);
         let (fx, fs) = self.body_tail(x, xsize, rows, mask);
         self.drop_image_locals();
+        // the base model's forward (`*Model.forward`) returns with the final hidden states: its
+        // locals (`inputs_embeds`, the rotary `position_embeddings`, OPT's position ids) go
+        // now, while the causal LM's forward binds the output to `hidden_states`
+        // (`outputs.last_hidden_state`) through the LM head and the loss (traced with
+        // tools/truth/probes on rnd-s97-falcon-0 and rnd-s53-smollm3-0 under autocast: at
+        // `nll_loss_forward` the final norm's output is alive, the embeddings and cos/sin are not)
+        for r in std::mem::take(&mut self.out_refs) {
+            self.drop_(r);
+        }
+        self.t.retain(fx);
         // the loss phase starts at the LM head (the harness's lm_head forward pre-hook)
         self.t.set_phase(Phase::Loss);
         let loss = match self.mode.kernels().loss {
             LossKernel::FusedLinear => self.fused_linear_loss(fx, fs, rows),
             kind => self.logits_loss(fx, fs, rows, kind),
         };
-        // the model's locals go when its forward returns; the output object (logits, cache)
-        // with them when the loop keeps only the loss (HF Trainer), else it stays bound
-        for r in std::mem::take(&mut self.out_refs) {
-            self.drop_(r);
-        }
+        // the causal LM's forward returns: `hidden_states` goes; the output object (logits,
+        // cache) with it when the loop keeps only the loss (HF Trainer), else it stays bound
+        self.drop_(fx);
         let cache = std::mem::take(&mut self.cache_refs);
         if self.mode.keeps_outputs() {
             self.outputs_kept.extend(cache);
