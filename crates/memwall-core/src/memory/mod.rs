@@ -578,7 +578,10 @@ mod tests {
             let e = crate::memory::simulate_train_dist(&m, &w, &layout, Kernels::Cpu)
                 .unwrap_err()
                 .to_string();
-            assert!(e.contains("lora_targets") && e.contains("down_proj"), "{strategy:?}: {e}");
+            assert!(
+                e.contains("lora_targets") && e.contains("down_proj"),
+                "{strategy:?}: {e}"
+            );
             let ok = with_lora(&["q_proj", "v_proj"]);
             assert!(
                 crate::memory::simulate_train_dist(&m, &ok, &layout, Kernels::Cpu).is_ok(),
