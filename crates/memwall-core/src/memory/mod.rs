@@ -590,6 +590,44 @@ mod tests {
         }
     }
 
+    /// FSDP2's MixedPrecisionPolicy (`amp-bf16` over an fp32 model) casts peft's fp32 adapters
+    /// to bf16 with the base at the all-gather, so `lora_A` takes the layer's bf16 input as it
+    /// is: two more adapted linears on the same input add [rows, rank] tensors and their bf16
+    /// weights to the forward, not an fp32 copy of the [rows, hidden] input each (which peft's
+    /// `_cast_input_dtype` makes, and `lora_A` saves, only for fp32 adapters: the
+    /// overestimate of up to +42% in forward measured on seed-83 FSDP2 steps).
+    #[test]
+    fn fsdp2_mixed_precision_runs_lora_adapters_in_param_dtype() {
+        use crate::layout::{Layout, Strategy};
+        let mut m = crate::plan::test_model();
+        m.layers.truncate(2);
+        // a small vocabulary: the root unit's all-gather must not hide the layers' activations
+        m.embeddings.vocab_size = 256;
+        let layout = Layout {
+            gpus: 4,
+            gpus_per_node: 4,
+            strategy: Strategy::FsdpFull,
+            ..Layout::single()
+        };
+        let forward = |targets: &[&str]| -> u64 {
+            let mut w = with_lora(targets);
+            w.seq = 512;
+            w.precision = crate::Precision::AmpBf16;
+            let e = crate::memory::simulate_train_dist(&m, &w, &layout, Kernels::Cuda).unwrap();
+            let g = &e.groups[e.worst];
+            g.phase_peaks
+                .iter()
+                .find(|(p, _)| *p == Phase::Forward)
+                .map(|(_, b)| *b)
+                .unwrap()
+        };
+        let rows_hidden_fp32 = 512 * 4096 * 4;
+        let q = forward(&["q_proj"]);
+        let qkv = forward(&["q_proj", "k_proj", "v_proj"]);
+        assert!(qkv > q, "{qkv} {q}");
+        assert!(qkv - q < rows_hidden_fp32, "{qkv} - {q}");
+    }
+
     /// Image inputs under checkpointing: simulated for the Qwen towers on one GPU with full
     /// checkpointing (the tower's backward then runs after the text's and adds to the step),
     /// refused by name for a layer policy and for the sharded engines (Llama 4's tower alike).
