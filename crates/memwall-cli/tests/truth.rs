@@ -1748,7 +1748,13 @@ fn sweep() {
                 &r.phase_measured,
             );
         }
-        for p in phases.iter().filter(|p| p.error_pct.abs() > 1.0) {
+        for p in phases.iter().filter(|p| {
+            p.error_pct.abs()
+                > std::env::var("MEMWALL_SWEEP_PHASE_MIN")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(1.0)
+        }) {
             println!(
                 "SWEEP phase {:<40} {:+8.3}%  measured {:>14} estimated {:>14}",
                 p.id, p.error_pct, p.measured, p.estimated

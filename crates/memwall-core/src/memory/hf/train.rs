@@ -99,17 +99,27 @@ impl Builder<'_> {
         self.seg(None, SegKind::Fixed);
         let (fx, fs) = self.body_tail(x, xsize, rows, mask);
         self.drop_image_locals();
+        // the base model's forward (`*Model.forward`) returns here, before the LM head: its
+        // locals go (`inputs_embeds`, the rotary `position_embeddings`); its output object
+        // (`outputs.last_hidden_state`, the final norm's output) stays bound in
+        // `*ForCausalLM.forward` until that returns, after the loss (transformers 5.23
+        // models/llama/modeling_llama.py `LlamaForCausalLM.forward`: `outputs = self.model(...)`,
+        // `hidden_states = outputs.last_hidden_state`). Measured on FSDP2 LoRA steps with
+        // checkpointing, whose grad-requiring embeddings the first checkpoint keeps anyway: the
+        // loss phase was one [rows, hidden] short (mplora-qwen3-mlp-sdpa-b2s64-ckpt -0.90%).
+        for r in std::mem::take(&mut self.out_refs) {
+            self.drop_(r);
+        }
+        self.t.retain(fx);
         // the loss phase starts at the LM head (the harness's lm_head forward pre-hook)
         self.t.set_phase(Phase::Loss);
         let loss = match self.mode.kernels().loss {
             LossKernel::FusedLinear => self.fused_linear_loss(fx, fs, rows),
             kind => self.logits_loss(fx, fs, rows, kind),
         };
-        // the model's locals go when its forward returns; the output object (logits, cache)
+        // `*ForCausalLM.forward`'s locals go when it returns; the output object (logits, cache)
         // with them when the loop keeps only the loss (HF Trainer), else it stays bound
-        for r in std::mem::take(&mut self.out_refs) {
-            self.drop_(r);
-        }
+        self.drop_(fx);
         let cache = std::mem::take(&mut self.cache_refs);
         if self.mode.keeps_outputs() {
             self.outputs_kept.extend(cache);
