@@ -1066,6 +1066,47 @@ fn every_distributed_case_within_three_percent() {
     );
 }
 
+/// FSDP2's MixedPrecisionPolicy with LoRA (`mplora-*`, issue h35): every step and every phase
+/// within 0.5%. Each mechanism the set was built to find shows here: the adapters cast to bf16
+/// with the base (forward phases were up to +46% with fp32 adapters), the final norm's output
+/// bound until after the loss (loss phases -0.6% to -3.6% under checkpointing), the eager query
+/// copied for the scores' bmm (-0.68%). The phases listed are still off (each names why); one
+/// that comes within 0.5% must leave the list.
+#[test]
+fn mixed_precision_lora_within_half_a_percent() {
+    // forward phases of steps with LoRA on some of the linears, without checkpointing, under
+    // sdpa: one [rows, ·] tensor short at the forward peak, as in plain bf16 LoRA (not the
+    // MixedPrecisionPolicy; measured with precision = "bf16" and "fp32" too)
+    const OFF: [&str; 3] = [
+        "mplora-cohere-mlp-sdpa-b2s512 forward",
+        "mplora-glm4-attn-sdpa-b1s256 forward",
+        "mplora-olmo2-attn-sdpa-b3s128-noreshard forward",
+    ];
+    let (rows, phases) = dist_rows();
+    let steps: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.id.starts_with("mplora-"))
+        .collect();
+    assert!(steps.len() >= 20, "{} mplora cases", steps.len());
+    let mut bad: Vec<String> = steps
+        .iter()
+        .filter(|r| r.error_pct.abs() > 0.5)
+        .map(|r| format!("{}: {:+.3}%", r.id, r.error_pct))
+        .collect();
+    for p in phases.iter().filter(|p| p.id.starts_with("mplora-")) {
+        let off = OFF.contains(&p.id.as_str());
+        if off && p.error_pct.abs() <= 0.5 {
+            bad.push(format!("{} is within 0.5% now: remove it from OFF", p.id));
+        } else if !off && p.error_pct.abs() > 0.5 {
+            bad.push(format!(
+                "{}: {:+.3}% (measured {}, estimated {})",
+                p.id, p.error_pct, p.measured, p.estimated
+            ));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
 #[test]
 fn every_random_case_within_three_percent() {
     // the random sample (issue 17): the same bounds as the hand-picked fixtures

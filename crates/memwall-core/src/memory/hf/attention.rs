@@ -867,7 +867,25 @@ impl Builder<'_> {
                 let x = b * heads * s * kv;
                 // A query that is still a strided view of a fused qkv output (no rotary copy in
                 // between, GPT-2) is copied by matmul's reshape to [B*H, S, D].
-                let qcopy = a.fused_qkv && a.rotary_dim.is_none();
+                // So is a query whose storage is laid out [B, S, H, D] (a transposed projection,
+                // and the rotary's elementwise ops keep that layout) when B, H and S all exceed
+                // 1: B cannot merge with H (aten/src/ATen/native/LinearAlgebra.cpp `matmul`:
+                // `expand(...).reshape({B·H, S, D})`). With a gradient, bmm saves the copy while
+                // the attention's caller keeps the query bound until it returns, so both are
+                // alive through the softmax (traced on torch 2.15 CPU: `aten.clone` of a
+                // [2, 2, 128, 64] query with strides (16384, 64, 128, 1) before the scores'
+                // bmm; measured: mplora-llama-attn-eager-b2s128, forward -0.68%). The keys and
+                // values here are the cache's contiguous copies or repeat_kv's, or single-headed.
+                // Not under autocast (its casts keep the layout and are not traced here).
+                let layout_copy = !self.q_bhsd
+                    && !self.amp
+                    && b > 1
+                    && heads > 1
+                    && s > 1
+                    && self.t.recording
+                    && !self.mode.is_infer()
+                    && (self.rg(q) || self.rg(kr));
+                let qcopy = (a.fused_qkv && a.rotary_dim.is_none()) || layout_copy;
                 let q = if qcopy {
                     self.op(rows * heads * qk_dim * qs, &[q], &[], &[], &[])
                 } else {
