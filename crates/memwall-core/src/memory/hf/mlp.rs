@@ -95,6 +95,8 @@ impl Builder<'_> {
         let c = self.compute_size;
         let i = u128::from(d.intermediate);
         let lin = |role: LinearRole| linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
+        // a local of the MLP's forward bound until it returns (after down_proj)
+        let mut gate_local = None;
         let hidden_act = if d.gated {
             let (g, u) = if let Some(gu) = lin(LinearRole::GateUp) {
                 let (y, _) = self.linear(x, x_size, rows, gu);
@@ -105,6 +107,14 @@ impl Builder<'_> {
                     // `gate, up_states = up_states.chunk(2, dim=-1)` (Phi3MLP, Glm4MLP)
                     let (g, u) = self.chunk2(y, rows * i * c);
                     self.drop_(y);
+                    // `up_states` is rebound to the product, but `gate` stays bound until the
+                    // forward returns, and its view keeps the whole gate_up output alive
+                    // through down_proj (transformers 5.23 models/glm4/modeling_glm4.py
+                    // `Glm4MLP.forward`, phi3 alike). It matters where nothing saves the gate:
+                    // a checkpointed forward, a frozen MLP, inference (measured:
+                    // rdist83-033-glm4, checkpointed, forward -15.8% was this [rows, 2·inter])
+                    self.t.retain(g);
+                    gate_local = Some(g);
                     (g, u)
                 }
             } else if self.mlp_muls.0 {
@@ -170,6 +180,9 @@ impl Builder<'_> {
             lin(LinearRole::Down).unwrap_or(lin_zero()),
         );
         self.drop_(hidden_act);
+        if let Some(g) = gate_local {
+            self.drop_(g);
+        }
         if self.mlp_muls.1 {
             // FalconH1MLP.forward: `down_proj(y) * down_multiplier`
             let ys = self.op(
