@@ -1243,7 +1243,20 @@ impl Builder<'_> {
                                 }))
                     }) =>
             {
-                Some(self.act(q_len * kv_len, false))
+                // Llama 4's chunked mask does not broadcast over the batch: its mask function
+                // reads `left_padding[batch_idx]` (transformers 5.23 masking_utils.py
+                // `chunked_overlay`), so `sdpa_mask` materialises [B, 1, q, kv] (measured:
+                // rdist83-012-llama4text, batch 2, one [2, 1, 691, 691] bool alive through the
+                // forward, forward -5.3% with [1, 1, q, kv])
+                let per_row = q_len > 1
+                    && self.any_layer(|l| {
+                        l.attention.chunked
+                            && l.attention
+                                .sliding_window
+                                .is_some_and(|w| u128::from(w) < kv_len)
+                    });
+                let rows = if per_row { self.batch } else { 1 };
+                Some(self.act(rows * q_len * kv_len, false))
             }
             _ => None,
         }
@@ -1272,6 +1285,27 @@ mod tests {
         let mut m = llama2_7b();
         m.layers.truncate(2);
         m
+    }
+
+    /// Llama 4's chunked mask under SDPA is one [B, 1, q, kv] bool (its mask function indexes
+    /// the per-sequence left padding), a sliding window's one broadcast [1, 1, q, kv].
+    #[test]
+    fn the_sdpa_chunked_mask_is_per_sequence() {
+        use crate::memory::hf::Builder;
+        let mask_bytes = |chunked: bool, batch: u64| {
+            let mut m = two_layers();
+            for l in &mut m.layers {
+                l.attention.sliding_window = Some(64);
+                l.attention.chunked = chunked;
+            }
+            let w = TrainWorkload::new(batch, 256);
+            let mut b = Builder::train(&m, &w, Kernels::Cpu, None);
+            let id = b.causal_mask(256, 256).unwrap();
+            b.t.bytes(id)
+        };
+        assert_eq!(mask_bytes(true, 3), 3 * 256 * 256);
+        assert_eq!(mask_bytes(true, 1), 256 * 256);
+        assert_eq!(mask_bytes(false, 3), 256 * 256);
     }
 
     #[test]
