@@ -58,7 +58,7 @@ DEFAULTS = {
     "attention": "sdpa",
     "grad_accum": 1,
     "dropout": "config",
-    "lora": None,  # fsdp only: {rank, targets[, alpha]}, peft LoraConfig applied before sharding
+    "lora": None,  # fsdp and hsdp only: {rank, targets[, alpha]}, peft LoraConfig applied before sharding
     "gradient_as_bucket_view": False,  # ddp only
     "bucket_cap_mb": 25,  # ddp only (torch default)
 }
@@ -93,8 +93,8 @@ def load_cases(path: Path = CASES) -> list[dict]:
             raise SystemExit(f"{cid}: bad attention {case['attention']}")
         if case["dropout"] not in ("config", "off"):
             raise SystemExit(f"{cid}: bad dropout {case['dropout']}")
-        if case["lora"] is not None and case["strategy"] != "fsdp":
-            raise SystemExit(f"{cid}: lora is only implemented for fsdp")
+        if case["lora"] is not None and case["strategy"] not in ("fsdp", "hsdp"):
+            raise SystemExit(f"{cid}: lora is only implemented for fsdp and hsdp")
         w, r = int(case["world_size"]), int(case["replicate"])
         if case["strategy"] == "hsdp":
             if r < 2 or w % r != 0 or w // r < 2:

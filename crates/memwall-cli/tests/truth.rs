@@ -1066,6 +1066,51 @@ fn every_distributed_case_within_three_percent() {
     );
 }
 
+/// FSDP2's MixedPrecisionPolicy with LoRA (`mplora-*`, issue h35): every step and every phase
+/// within 0.5%. Each mechanism the set was built to find shows here: the adapters cast to bf16
+/// with the base (forward phases were up to +46% with fp32 adapters), the final norm's output
+/// bound until after the loss (loss phases -0.6% to -3.6% under checkpointing), the eager query
+/// copied for the scores' bmm (-0.68%), the activation before up_proj (-0.83%). The phases listed are still off (each names why); one
+/// that comes within 0.5% must leave the list.
+#[test]
+fn mixed_precision_lora_within_half_a_percent() {
+    // forward phases of attention-only LoRA steps under sdpa without checkpointing, a little
+    // short at the forward peak. glm4 by 8,296 B, the same in plain bf16 LoRA (14,440 B in
+    // fp32), not traced. olmo2 by 33,952 B (9,376 B in plain bf16): Olmo2RotaryEmbedding returns
+    // fp32 cos/sin (no `.to(x.dtype)`; memwall builds them in the parameter dtype), and FSDP2's
+    // MixedPrecisionPolicy(cast_forward_inputs=True) casts them to bf16 copies at every
+    // decoder layer's pre-forward (`_fsdp_state.py` `_cast_forward_inputs`), which the layer's
+    // rotary saves: 3 layers x 8,192 B + the fp32 pair's extra 8,192 B. Not modelled yet.
+    // (h35 measurements, not fixtures)
+    const OFF: [&str; 2] = [
+        "mplora-glm4-attn-sdpa-b1s256 forward",
+        "mplora-olmo2-attn-sdpa-b3s128-noreshard forward",
+    ];
+    let (rows, phases) = dist_rows();
+    let steps: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.id.starts_with("mplora-"))
+        .collect();
+    assert!(steps.len() >= 20, "{} mplora cases", steps.len());
+    let mut bad: Vec<String> = steps
+        .iter()
+        .filter(|r| r.error_pct.abs() > 0.5)
+        .map(|r| format!("{}: {:+.3}%", r.id, r.error_pct))
+        .collect();
+    for p in phases.iter().filter(|p| p.id.starts_with("mplora-")) {
+        let off = OFF.contains(&p.id.as_str());
+        if off && p.error_pct.abs() <= 0.5 {
+            bad.push(format!("{} is within 0.5% now: remove it from OFF", p.id));
+        } else if !off && p.error_pct.abs() > 0.5 {
+            bad.push(format!(
+                "{}: {:+.3}% (measured {}, estimated {})",
+                p.id, p.error_pct, p.measured, p.estimated
+            ));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
 #[test]
 fn every_random_case_within_three_percent() {
     // the random sample (issue 17): the same bounds as the hand-picked fixtures
@@ -1661,7 +1706,8 @@ fn every_torchtitan_crosscheck_measures_the_same_on_fake_and_real_tensors() {
 /// A sweep of scratch measurements (not fixtures): `MEMWALL_SWEEP_TRAIN=file.jsonl`,
 /// `MEMWALL_SWEEP_INFER=file.jsonl` and/or `MEMWALL_SWEEP_DIST=file.jsonl` (rows of
 /// `tools/truth/measure_dist.py --out file.jsonl`) print every case's error (refusals by name
-/// included) without asserting (`MEMWALL_SWEEP_BREAKDOWN=1`: the breakdowns at the peak too);
+/// included) without asserting (`MEMWALL_SWEEP_BREAKDOWN=1`: the breakdowns at the peak too;
+/// `MEMWALL_SWEEP_PHASE_MIN=0.3`: distributed phases off by more than 0.3%, default 1);
 /// `cargo test -p memwall-cli --test truth sweep -- --ignored --nocapture`.
 #[test]
 #[ignore = "prints a scratch sweep named by MEMWALL_SWEEP_TRAIN / MEMWALL_SWEEP_INFER"]
@@ -1748,7 +1794,13 @@ fn sweep() {
                 &r.phase_measured,
             );
         }
-        for p in phases.iter().filter(|p| p.error_pct.abs() > 1.0) {
+        for p in phases.iter().filter(|p| {
+            p.error_pct.abs()
+                > std::env::var("MEMWALL_SWEEP_PHASE_MIN")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(1.0)
+        }) {
             println!(
                 "SWEEP phase {:<40} {:+8.3}%  measured {:>14} estimated {:>14}",
                 p.id, p.error_pct, p.measured, p.estimated

@@ -863,7 +863,25 @@ impl Builder<'_> {
                 let x = b * heads * s * kv;
                 // A query that is still a strided view of a fused qkv output (no rotary copy in
                 // between, GPT-2) is copied by matmul's reshape to [B*H, S, D].
-                let qcopy = a.fused_qkv && a.rotary_dim.is_none();
+                // So is a query whose storage is laid out [B, S, H, D] (a transposed projection,
+                // and the rotary's elementwise ops keep that layout) when B, H and S all exceed
+                // 1: B cannot merge with H (aten/src/ATen/native/LinearAlgebra.cpp `matmul`:
+                // `expand(...).reshape({B·H, S, D})`). With a gradient, bmm saves the copy while
+                // the attention's caller keeps the query bound until it returns, so both are
+                // alive through the softmax (traced on torch 2.15 CPU: `aten.clone` of a
+                // [2, 2, 128, 64] query with strides (16384, 64, 128, 1) before the scores'
+                // bmm; measured: mplora-llama-attn-eager-b2s128, forward -0.68%). The keys and
+                // values here are the cache's contiguous copies or repeat_kv's, or single-headed.
+                // Not under autocast (its casts keep the layout and are not traced here).
+                let layout_copy = !self.q_bhsd
+                    && !self.amp
+                    && b > 1
+                    && heads > 1
+                    && s > 1
+                    && self.t.recording
+                    && !self.mode.is_infer()
+                    && (self.rg(q) || self.rg(kr));
+                let qcopy = (a.fused_qkv && a.rotary_dim.is_none()) || layout_copy;
                 let q = if qcopy {
                     self.op(rows * heads * qk_dim * qs, &[q], &[], &[], &[])
                 } else {
@@ -1244,7 +1262,20 @@ impl Builder<'_> {
                                 }))
                     }) =>
             {
-                Some(self.act(q_len * kv_len, false))
+                // Llama 4's chunked mask does not broadcast over the batch: its mask function
+                // reads `left_padding[batch_idx]` (transformers 5.23 masking_utils.py
+                // `chunked_overlay`), so `sdpa_mask` materialises [B, 1, q, kv] (measured:
+                // rdist83-012-llama4text, batch 2, one [2, 1, 691, 691] bool alive through the
+                // forward, forward -5.3% with [1, 1, q, kv])
+                let per_row = q_len > 1
+                    && self.any_layer(|l| {
+                        l.attention.chunked
+                            && l.attention
+                                .sliding_window
+                                .is_some_and(|w| u128::from(w) < kv_len)
+                    });
+                let rows = if per_row { self.batch } else { 1 };
+                Some(self.act(rows * q_len * kv_len, false))
             }
             _ => None,
         }
@@ -1273,6 +1304,27 @@ mod tests {
         let mut m = llama2_7b();
         m.layers.truncate(2);
         m
+    }
+
+    /// Llama 4's chunked mask under SDPA is one [B, 1, q, kv] bool (its mask function indexes
+    /// the per-sequence left padding), a sliding window's one broadcast [1, 1, q, kv].
+    #[test]
+    fn the_sdpa_chunked_mask_is_per_sequence() {
+        use crate::memory::hf::Builder;
+        let mask_bytes = |chunked: bool, batch: u64| {
+            let mut m = two_layers();
+            for l in &mut m.layers {
+                l.attention.sliding_window = Some(64);
+                l.attention.chunked = chunked;
+            }
+            let w = TrainWorkload::new(batch, 256);
+            let mut b = Builder::train(&m, &w, Kernels::Cpu, None);
+            let id = b.causal_mask(256, 256).unwrap();
+            b.t.bytes(id)
+        };
+        assert_eq!(mask_bytes(true, 3), 3 * 256 * 256);
+        assert_eq!(mask_bytes(true, 1), 256 * 256);
+        assert_eq!(mask_bytes(false, 3), 256 * 256);
     }
 
     #[test]

@@ -97,17 +97,27 @@ impl Builder<'_> {
         let lin = |role: LinearRole| linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
         // an inline MLP that rebinds its input takes the caller's reference
         let rebound = std::mem::take(&mut self.mlp_input_rebound);
+        // a local of the MLP's forward bound until it returns (after down_proj)
+        let mut gate_local = None;
         let hidden_act = if d.gated {
             let (g, u) = if let Some(gu) = lin(LinearRole::GateUp) {
                 let (y, _) = self.linear(x, x_size, rows, gu);
                 if d.act == Activation::ClampedSwiglu || self.liger() {
                     self.t.retain(y);
-                    (y, y)
+                    (y, Some(y))
                 } else {
                     // `gate, up_states = up_states.chunk(2, dim=-1)` (Phi3MLP, Glm4MLP)
                     let (g, u) = self.chunk2(y, rows * i * c);
                     self.drop_(y);
-                    (g, u)
+                    // `up_states` is rebound to the product, but `gate` stays bound until the
+                    // forward returns, and its view keeps the whole gate_up output alive
+                    // through down_proj (transformers 5.23 models/glm4/modeling_glm4.py
+                    // `Glm4MLP.forward`, phi3 alike). It matters where nothing saves the gate:
+                    // a checkpointed forward, a frozen MLP, inference (measured:
+                    // rdist83-033-glm4, checkpointed, forward -15.8% was this [rows, 2·inter])
+                    self.t.retain(g);
+                    gate_local = Some(g);
+                    (g, Some(u))
                 }
             } else if self.mlp_muls.0 {
                 // FalconH1MLP.forward: `up_proj(x) * act_fn(gate_proj(x) * gate_multiplier)`:
@@ -118,18 +128,33 @@ impl Builder<'_> {
                     self.linear(x, x_size, rows, lin(LinearRole::Gate).unwrap_or(lin_zero()));
                 let gs = self.op(rows * i * c, &[g], &[], &[], &[]);
                 self.drop_(g);
-                (gs, u)
+                (gs, Some(u))
             } else {
                 let (g, _) =
                     self.linear(x, x_size, rows, lin(LinearRole::Gate).unwrap_or(lin_zero()));
-                let (u, _) =
-                    self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(lin_zero()));
+                // `down_proj(act_fn(gate_proj(x)) * up_proj(x))` (LlamaMLP.forward and its
+                // kin) runs left to right: the activation before up_proj, so a LoRA adapter's
+                // [rows, inter] temporaries on up_proj meet the saved gate and its activation
+                // (measured: mplora-cohere-mlp-sdpa-b2s512, forward -0.83% with up_proj first).
+                // Liger's fused SiLU-mul takes both projections (LigerSwiGLUMLP).
+                let u = if d.act == Activation::ClampedSwiglu || self.liger() {
+                    let (u, _) =
+                        self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(lin_zero()));
+                    Some(u)
+                } else {
+                    None
+                };
                 (g, u)
             };
-            if rebound {
-                self.drop_(x);
-            }
-            if d.act == Activation::ClampedSwiglu {
+            let up_or = |b: &mut Self, u: Option<TensorId>| match u {
+                Some(u) => u,
+                None => {
+                    b.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(lin_zero()))
+                        .0
+                }
+            };
+            let m = if d.act == Activation::ClampedSwiglu {
+                let u = up_or(self, u);
                 let m = self.gate(g, u, rows * i * c, d.act);
                 self.drop_(g);
                 self.drop_(u);
@@ -138,6 +163,7 @@ impl Builder<'_> {
                 // Liger's LigerSiLUMulFunction / LigerGELUMulFunction (Liger-Kernel 0.8.5
                 // ops/swiglu.py, ops/geglu.py): `c = empty_like(a)`, saves `a, b`; backward
                 // recomputes the activation and writes `da`, `db` over `a`, `b` (handed on)
+                let u = up_or(self, u);
                 let rg = self.rg(g) || self.rg(u);
                 let m = self.act(rows * i * c, rg);
                 if rg {
@@ -157,11 +183,17 @@ impl Builder<'_> {
                 // freed once the activation has it
                 let a = self.activation(g, rows * i * c, d.act);
                 self.drop_(g);
+                let u = up_or(self, u);
                 let m = self.mul(a, u, rows * i * c);
                 self.drop_(a);
                 self.drop_(u);
                 m
+            };
+            // the input's last use was up_proj (`up_or`)
+            if rebound {
+                self.drop_(x);
             }
+            m
         } else {
             let (u, _) = self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(lin_zero()));
             if rebound {
@@ -178,6 +210,9 @@ impl Builder<'_> {
             lin(LinearRole::Down).unwrap_or(lin_zero()),
         );
         self.drop_(hidden_act);
+        if let Some(g) = gate_local {
+            self.drop_(g);
+        }
         if self.mlp_muls.1 {
             // FalconH1MLP.forward: `down_proj(y) * down_multiplier`
             let ys = self.op(

@@ -365,6 +365,17 @@ impl<'a> Builder<'a> {
             (w.batch, w.seq)
         };
         let mut b = Builder::new(model, Mode::Train(w), w.precision, batch, seq, kernels);
+        if shard.is_some_and(|s| s.cast_params) {
+            // FSDP2's MixedPrecisionPolicy casts every parameter of a unit, peft's fp32 adapters
+            // included, to `param_dtype` at the all-gather (torch 2.15
+            // `distributed/fsdp/_fully_shard/_fsdp_param.py`: `all_gather_inputs` casts the fp32
+            // shard, `init_all_gather_outputs` and `init_unsharded_param` build the unsharded
+            // parameter in `param_dtype`): in forward `lora_A.weight.dtype` is the
+            // base's bf16, so peft's `_cast_input_dtype` is a no-op and the adapter path runs in
+            // bf16 (peft 0.21.2 `tuners/lora/layer.py` `Linear.forward`). Their fp32 shards are
+            // the sharding's (`shard.rs` `sharded_elem`).
+            b.adapter_size = b.param_size;
+        }
         b.train.shard = shard;
         b
     }
