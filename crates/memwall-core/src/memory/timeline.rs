@@ -281,6 +281,9 @@ thread_local! {
 #[derive(Debug, Clone)]
 pub struct Timeline {
     tensors: Vec<TensorRec>,
+    /// The parameters' ids in creation order (what `zero_grad` visits, instead of every
+    /// tensor record).
+    params: Vec<TensorId>,
     live: u128,
     by_category: [u128; 9],
     peak: u128,
@@ -337,6 +340,7 @@ impl Timeline {
     pub fn new() -> Self {
         Timeline {
             tensors: Vec::with_capacity(4096),
+            params: Vec::with_capacity(256),
             live: 0,
             by_category: [0; 9],
             peak: 0,
@@ -360,6 +364,7 @@ impl Timeline {
     pub(crate) fn empty() -> Self {
         Timeline {
             tensors: Vec::new(),
+            params: Vec::new(),
             live: 0,
             by_category: [0; 9],
             peak: 0,
@@ -396,6 +401,7 @@ impl Timeline {
         }
         self.clear();
         self.tensors.shrink_to(SPARE_RECORDS);
+        self.params.shrink_to(SPARE_RECORDS);
         self.tape.shrink_to(SPARE_RECORDS);
         self.segments.shrink_to(SPARE_RECORDS);
         SPARE.with(|p| {
@@ -410,6 +416,7 @@ impl Timeline {
     /// Empties the timeline for another replay, keeping its buffers.
     pub(crate) fn clear(&mut self) {
         self.tensors.clear();
+        self.params.clear();
         self.tape.clear();
         self.segments.clear();
         self.live = 0;
@@ -587,6 +594,7 @@ impl Timeline {
             uses: 0,
             pending: None,
         });
+        self.params.push(id);
         id
     }
 
@@ -923,7 +931,9 @@ impl Timeline {
 
     /// Drops every parameter's `.grad` (`zero_grad(set_to_none=True)`).
     pub fn zero_grad(&mut self) {
-        for i in 0..self.tensors.len() {
+        // the parameters in id order, as a scan of every record would visit them
+        for k in 0..self.params.len() {
+            let i = self.params[k] as usize;
             if let Some(g) = self.tensors[i].param.as_mut().and_then(|s| s.grad.take()) {
                 self.release(g);
             }

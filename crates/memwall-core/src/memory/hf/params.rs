@@ -36,17 +36,19 @@ impl Builder<'_> {
             cols,
             unit,
         };
-        // dim 0 of the tensor, the dimension FSDP2 and ZeRO-3 shard (vectors: numel; matrices
-        // [rows, cols]; stacked experts [E, rows, cols])
-        let lead = numel / (rows * cols).max(1);
-        let dim0 = if rows == 0 {
-            numel
-        } else if lead > 1 {
-            lead
-        } else {
-            rows
-        };
-        self.note_unit_param(id, numel, dim0, (rows, cols), trainable, self.param_size);
+        if self.train.shard.is_some() {
+            // dim 0 of the tensor, the dimension FSDP2 and ZeRO-3 shard (vectors: numel;
+            // matrices [rows, cols]; stacked experts [E, rows, cols])
+            let lead = numel / (rows * cols).max(1);
+            let dim0 = if rows == 0 {
+                numel
+            } else if lead > 1 {
+                lead
+            } else {
+                rows
+            };
+            self.note_unit_param(id, numel, dim0, (rows, cols), trainable, self.param_size);
+        }
         let weight = self.unit_weight(unit);
         self.param_count += numel * weight;
         if trainable {
@@ -385,22 +387,19 @@ impl Builder<'_> {
         }
         let a = &l.attention;
         // shapes come from the model description, the one place they are defined (a layer
-        // whose mixer is not attention has none here)
-        let attn_linears = if l.attention_block().is_some() {
-            a.linears(self.model.hidden_size)
-        } else {
-            Vec::new()
-        };
-        // the attention's and the MLP's linears, in one allocation
-        lp.linears.reserve(attn_linears.len() + 4);
-        for shape in attn_linears {
-            let lin = self.new_linear(
-                Some(shape.role),
-                u128::from(shape.in_features),
-                u128::from(shape.out_features),
-                shape.bias,
-            );
-            lp.linears.push((shape.role, lin));
+        // whose mixer is not attention has none here); the attention's and the MLP's linears
+        // in one allocation
+        lp.linears.reserve(9);
+        if l.attention_block().is_some() {
+            a.for_each_linear(self.model.hidden_size, |shape| {
+                let lin = self.new_linear(
+                    Some(shape.role),
+                    u128::from(shape.in_features),
+                    u128::from(shape.out_features),
+                    shape.bias,
+                );
+                lp.linears.push((shape.role, lin));
+            });
         }
         // gpt-oss `GptOssAttention.sinks = nn.Parameter(torch.empty(num_attention_heads))`
         if a.sinks {
@@ -432,10 +431,7 @@ impl Builder<'_> {
         }
         match &l.mlp {
             Mlp::None => {}
-            Mlp::Dense(d) => {
-                let ls = self.mlp_params(d);
-                lp.linears.extend(ls);
-            }
+            Mlp::Dense(d) => self.mlp_params(d, &mut lp.linears),
             Mlp::Moe(moe) => {
                 let e = u128::from(moe.num_experts);
                 lp.router = Some(self.new_linear(None, h, e, moe.router_bias));
@@ -484,7 +480,7 @@ impl Builder<'_> {
                     self.new_frozen(n, 0, 1, n * 4);
                 }
                 if let Some(s) = &moe.shared {
-                    lp.shared = self.mlp_params(s);
+                    self.mlp_params(s, &mut lp.shared);
                 }
                 if moe.shared_gate {
                     lp.shared_gate = Some(self.new_linear(None, h, 1, false));
@@ -494,19 +490,17 @@ impl Builder<'_> {
         lp
     }
 
-    fn mlp_params(&mut self, d: &DenseMlp) -> Vec<(LinearRole, LinearP)> {
-        d.linears(self.model.hidden_size)
-            .into_iter()
-            .map(|shape| {
-                let lin = self.new_linear(
-                    Some(shape.role),
-                    u128::from(shape.in_features),
-                    u128::from(shape.out_features),
-                    shape.bias,
-                );
-                (shape.role, lin)
-            })
-            .collect()
+    /// Builds `d`'s linears, appended to `out` in forward order.
+    fn mlp_params(&mut self, d: &DenseMlp, out: &mut Vec<(LinearRole, LinearP)>) {
+        d.for_each_linear(self.model.hidden_size, |shape| {
+            let lin = self.new_linear(
+                Some(shape.role),
+                u128::from(shape.in_features),
+                u128::from(shape.out_features),
+                shape.bias,
+            );
+            out.push((shape.role, lin));
+        });
     }
 }
 
