@@ -520,6 +520,11 @@ impl Timeline {
 
     #[inline]
     fn add_live(&mut self, bytes: u128, cat: Category) {
+        // Adding nothing changes nothing (the peaks are never below the live bytes), except
+        // that it opens a segment's first instant when none was reached yet.
+        if bytes == 0 && !(self.segmenting && !self.seg.hit) {
+            return;
+        }
         self.live += bytes;
         self.by_category[cat.index()] += bytes;
         let p = &mut self.phase_peaks[self.phase as usize];
@@ -538,6 +543,11 @@ impl Timeline {
 
     #[inline]
     fn sub_live(&mut self, bytes: u128, cat: Category) {
+        // Freeing nothing leaves `by_category` as it is, so a pending breakdown can wait for
+        // the next change.
+        if bytes == 0 {
+            return;
+        }
         self.settle();
         self.live -= bytes;
         self.by_category[cat.index()] -= bytes;

@@ -216,9 +216,7 @@ impl Builder<'_> {
         ckpt: bool,
     ) -> TensorId {
         let y = self.attention_inner(x, x_size, a, lp, ckpt);
-        for t in std::mem::take(&mut self.attn_locals) {
-            self.drop_(t);
-        }
+        self.drop_list(|b| &mut b.attn_locals);
         y
     }
 
@@ -1124,9 +1122,7 @@ impl Builder<'_> {
         for t in self.layer_locals.split_off(locals) {
             self.drop_(t);
         }
-        for t in std::mem::take(&mut self.attn_locals) {
-            self.drop_(t);
-        }
+        self.drop_list(|b| &mut b.attn_locals);
         self.t.move_grad(out, y);
         self.drop_(y);
     }

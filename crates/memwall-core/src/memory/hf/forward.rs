@@ -78,17 +78,15 @@ impl Builder<'_> {
         let lp = std::mem::take(&mut self.layers[idx]);
         let y = self.layer_with(idx, &lp, x, x_size, ckpt);
         self.layers[idx] = lp;
-        let locals = std::mem::take(&mut self.layer_locals);
         if self.spec(idx).attention.eager_style == crate::model::EagerStyle::Falcon {
             // FalconModel's loop binds the block's `(output, attn_weights)` to `outputs` until
             // the next block returns (models/falcon/modeling_falcon.py FalconModel.forward)
+            let locals = std::mem::take(&mut self.layer_locals);
             for t in std::mem::replace(&mut self.block_outputs, locals) {
                 self.drop_(t);
             }
         } else {
-            for t in locals {
-                self.drop_(t);
-            }
+            self.drop_list(|b| &mut b.layer_locals);
         }
         y
     }

@@ -233,9 +233,7 @@ impl Builder<'_> {
             self.drop_(th);
         }
         self.t.retag(logits, Category::LossBuffers);
-        for r in std::mem::take(&mut self.out_refs) {
-            self.drop_(r);
-        }
+        self.drop_list(|b| &mut b.out_refs);
         // generate (generation/utils.py `_sample`): `next_token_logits = outputs.logits[:, -1, :]
         // .to(copy=True, dtype=torch.float32)` stays bound until the next step replaces it; the
         // model output is deleted before the next forward

@@ -435,9 +435,7 @@ impl Builder<'_> {
         self.drop_(sorted_ids);
         self.drop_(perm);
         self.drop_(histc_input);
-        for t in std::mem::take(&mut self.mlp_locals) {
-            self.drop_(t);
-        }
+        self.drop_list(|b| &mut b.mlp_locals);
         self.shared_experts(x, x_size, lp, moe, out, pre_shared)
     }
 
@@ -520,9 +518,7 @@ impl Builder<'_> {
         for t in [sel_h, w_down, down] {
             self.drop_(t);
         }
-        for t in std::mem::take(&mut self.mlp_locals) {
-            self.drop_(t);
-        }
+        self.drop_list(|b| &mut b.mlp_locals);
         self.shared_experts(x, x_size, lp, moe, out, pre_shared)
     }
 

@@ -302,6 +302,8 @@ pub(crate) struct Builder<'a> {
     image_blocks: bool,
     /// training: torchtitan's op-level SAC state of the checkpointed layer being run (`sac.rs`)
     sac: sac::Sac,
+    /// Emptied layer tables from an earlier builder, reused by `build_params`.
+    spare_tables: Vec<LayerParams>,
 }
 
 /// One core-attention call under a checkpoint (`--checkpointing-policy selective-attn`): what
@@ -322,6 +324,79 @@ struct CoreCall {
 impl Drop for Builder<'_> {
     fn drop(&mut self) {
         std::mem::replace(&mut self.t, Timeline::empty()).recycle();
+        Spare::recycle(self);
+    }
+}
+
+/// Layer parameter tables a spare keeps at most (a replay of thousands of layers does not keep
+/// its memory for good).
+const SPARE_LAYERS: usize = 256;
+
+/// Entries a spare list keeps room for.
+const SPARE_LIST: usize = 1 << 10;
+
+/// The buffers of a finished builder, kept per thread for the next one (the fast evaluator
+/// runs its reduced replays one after the other): the next replay reuses them instead of
+/// allocating its lists and layer tables again. Only capacity is kept, never contents.
+#[derive(Default)]
+struct Spare {
+    layers: Vec<LayerParams>,
+    /// Layer tables whose own lists keep their capacity ([`LayerParams::reset`] empties them).
+    tables: Vec<LayerParams>,
+    trainable: Vec<P>,
+    out_refs: Vec<TensorId>,
+    autocast_cache: Vec<TensorId>,
+    layer_locals: Vec<TensorId>,
+    attn_locals: Vec<TensorId>,
+    block_outputs: Vec<TensorId>,
+    mlp_locals: Vec<TensorId>,
+    leaves_held: Vec<TensorId>,
+    core_calls: Vec<CoreCall>,
+}
+
+thread_local! {
+    static SPARE: std::cell::RefCell<Option<Spare>> = const { std::cell::RefCell::new(None) };
+}
+
+impl Spare {
+    /// The spare buffers of this thread, or new ones.
+    fn take() -> Self {
+        SPARE
+            .with(|s| s.try_borrow_mut().ok().and_then(|mut v| v.take()))
+            .unwrap_or_default()
+    }
+
+    /// Keeps `b`'s buffers (emptied) for the next builder on this thread.
+    fn recycle(b: &mut Builder<'_>) {
+        fn list<T>(v: &mut Vec<T>) -> Vec<T> {
+            let mut v = std::mem::take(v);
+            v.clear();
+            v.shrink_to(SPARE_LIST);
+            v
+        }
+        let mut tables = std::mem::take(&mut b.spare_tables);
+        tables.extend(b.layers.drain(..));
+        tables.truncate(SPARE_LAYERS);
+        let spare = Spare {
+            layers: list(&mut b.layers),
+            tables,
+            trainable: list(&mut b.train.trainable),
+            out_refs: list(&mut b.out_refs),
+            autocast_cache: list(&mut b.autocast_cache),
+            layer_locals: list(&mut b.layer_locals),
+            attn_locals: list(&mut b.attn_locals),
+            block_outputs: list(&mut b.block_outputs),
+            mlp_locals: list(&mut b.mlp_locals),
+            leaves_held: list(&mut b.leaves_held),
+            core_calls: list(&mut b.core_calls),
+        };
+        SPARE.with(|s| {
+            if let Ok(mut v) = s.try_borrow_mut() {
+                if v.is_none() {
+                    *v = Some(spare);
+                }
+            }
+        });
     }
 }
 
@@ -343,6 +418,36 @@ struct LayerParams {
     ssm: Vec<P>,
     /// Attention sinks (one logit per query head), when the attention has them.
     sinks: Option<P>,
+}
+
+impl LayerParams {
+    /// Empties the table for another layer, keeping its lists' capacity.
+    fn reset(&mut self) {
+        let LayerParams {
+            linears,
+            norms,
+            qk_norms,
+            qk_norm_biases,
+            router,
+            experts,
+            shared,
+            shared_gate,
+            mla_norms,
+            ssm,
+            sinks,
+        } = self;
+        linears.clear();
+        *norms = [None; 4];
+        *qk_norms = None;
+        *qk_norm_biases = None;
+        *router = None;
+        experts.clear();
+        shared.clear();
+        *shared_gate = None;
+        mla_norms.clear();
+        ssm.clear();
+        *sinks = None;
+    }
 }
 
 impl<'a> Builder<'a> {
@@ -396,6 +501,19 @@ impl<'a> Builder<'a> {
         if kernels == Kernels::Cuda {
             t.granularity = 512;
         }
+        let Spare {
+            layers,
+            tables,
+            trainable,
+            out_refs,
+            autocast_cache,
+            layer_locals,
+            attn_locals,
+            block_outputs,
+            mlp_locals,
+            leaves_held,
+            core_calls,
+        } = Spare::take();
         Builder {
             t,
             model,
@@ -410,7 +528,7 @@ impl<'a> Builder<'a> {
             seq: u128::from(seq),
             tokens,
             hidden: u128::from(model.hidden_size),
-            layers: Vec::new(),
+            layers,
             embed: P {
                 id: 0,
                 numel: 0,
@@ -423,35 +541,39 @@ impl<'a> Builder<'a> {
             final_norm: None,
             lm_head: None,
             param_count: 0,
-            out_refs: Vec::new(),
-            autocast_cache: Vec::new(),
+            out_refs,
+            autocast_cache,
             recomputing: false,
             rope_tables: None,
             q_bhsd: false,
             kv_len: u128::from(seq),
             cur_layer: 0,
-            layer_locals: Vec::new(),
-            attn_locals: Vec::new(),
-            block_outputs: Vec::new(),
-            train: TrainState::default(),
+            layer_locals,
+            attn_locals,
+            block_outputs,
+            train: TrainState {
+                trainable,
+                ..TrainState::default()
+            },
             cache: Vec::new(),
             ssm_cache: Vec::new(),
             mlp_muls: (false, false),
-            mlp_locals: Vec::new(),
+            mlp_locals,
             unused_mask: None,
             sliding_mask: None,
             cache_refs: Vec::new(),
             outputs_kept: Vec::new(),
             outputs_prev: Vec::new(),
             attn_mask: None,
-            core_calls: Vec::new(),
+            core_calls,
             lm_head_bias: None,
             attn_gate: None,
             vision_refs: Vec::new(),
-            leaves_held: Vec::new(),
+            leaves_held,
             images_done: false,
             image_blocks: false,
             sac: sac::Sac::default(),
+            spare_tables: tables,
         }
     }
 
@@ -693,6 +815,17 @@ impl<'a> Builder<'a> {
 
     fn drop_(&mut self, x: TensorId) {
         self.t.release(x);
+    }
+
+    /// Drops the tensors of the list `list` picks, in order, and empties it (its buffer stays
+    /// for the next use).
+    fn drop_list(&mut self, list: fn(&mut Self) -> &mut Vec<TensorId>) {
+        let mut k = 0;
+        while let Some(&t) = list(self).get(k) {
+            self.drop_(t);
+            k += 1;
+        }
+        list(self).clear();
     }
 
     /// `x` made a leaf that requires grad by a forward hook (`output.requires_grad_(True)`:

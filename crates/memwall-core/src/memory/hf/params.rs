@@ -318,7 +318,9 @@ impl Builder<'_> {
         self.train.trainable.reserve(16 * self.n_layers() + 8);
         for i in 0..self.n_layers() {
             self.train.cur_unit = i + 1;
-            let lp = self.layer_params(self.spec(i));
+            let mut lp = self.spare_tables.pop().unwrap_or_default();
+            lp.reset();
+            self.layer_params(self.spec(i), &mut lp);
             self.layers.push(lp);
         }
         self.train.cur_unit = 0;
@@ -365,9 +367,9 @@ impl Builder<'_> {
         }
     }
 
-    fn layer_params(&mut self, l: &LayerSpec) -> LayerParams {
+    /// Fills `lp` (empty) with layer `l`'s parameters.
+    fn layer_params(&mut self, l: &LayerSpec, lp: &mut LayerParams) {
         let h = self.hidden;
-        let mut lp = LayerParams::default();
         for (i, n) in [l.attn_norm, l.attn_post_norm, l.mlp_norm, l.mlp_post_norm]
             .iter()
             .enumerate()
@@ -377,13 +379,13 @@ impl Builder<'_> {
             }
         }
         if let Some(m) = l.mamba2() {
-            self.mamba2_params(m, &mut lp);
+            self.mamba2_params(m, lp);
         }
         if let Some(m) = l.gated_delta_net() {
-            self.deltanet_params(m, &mut lp);
+            self.deltanet_params(m, lp);
         }
         if let Some(m) = l.mamba1() {
-            self.mamba1_params(m, &mut lp);
+            self.mamba1_params(m, lp);
         }
         let a = &l.attention;
         // shapes come from the model description, the one place they are defined (a layer
@@ -464,7 +466,7 @@ impl Builder<'_> {
                 {
                     self.t.resize_param(down.id, b);
                 }
-                lp.experts = vec![gu, down];
+                lp.experts.extend([gu, down]);
                 // expert biases: two parameters (gpt-oss `gate_up_proj_bias` [E, 2I] and
                 // `down_proj_bias` [E, H], models/gpt_oss/modeling_gpt_oss.py GptOssExperts)
                 if moe.expert.bias {
@@ -487,7 +489,6 @@ impl Builder<'_> {
                 }
             }
         }
-        lp
     }
 
     /// Builds `d`'s linears, appended to `out` in forward order.

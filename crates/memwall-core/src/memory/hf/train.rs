@@ -107,9 +107,7 @@ impl Builder<'_> {
         };
         // the model's locals go when its forward returns; the output object (logits, cache)
         // with them when the loop keeps only the loss (HF Trainer), else it stays bound
-        for r in std::mem::take(&mut self.out_refs) {
-            self.drop_(r);
-        }
+        self.drop_list(|b| &mut b.out_refs);
         let cache = std::mem::take(&mut self.cache_refs);
         if self.mode.keeps_outputs() {
             self.outputs_kept.extend(cache);
@@ -118,9 +116,7 @@ impl Builder<'_> {
                 self.drop_(r);
             }
         }
-        for r in std::mem::take(&mut self.autocast_cache) {
-            self.drop_(r);
-        }
+        self.drop_list(|b| &mut b.autocast_cache);
         // the model's forward (the root unit's) returns here, after the loss
         self.unit_post_forward(0);
         // `outputs = model(**batch)` rebinds the name: the previous output object goes now
@@ -134,9 +130,7 @@ impl Builder<'_> {
         self.backward();
         // `del loss` (measure.py; the Trainer's loss goes with the step) frees the graph: the
         // leaves its AccumulateGrad nodes held go, with their `.grad`
-        for x in std::mem::take(&mut self.leaves_held) {
-            self.drop_(x);
-        }
+        self.drop_list(|b| &mut b.leaves_held);
         self.seg(None, SegKind::Fixed);
         self.finish_backward();
         if self.mode.keeps_outputs() {
@@ -343,9 +337,7 @@ impl Builder<'_> {
                 // the recompute runs in its own autocast region (checkpoint.py re-enters the
                 // saved autocast state); leaving it clears autocast's weight-cast cache
                 // (`torch.clear_autocast_cache` when the nesting drops to 0)
-                for r in std::mem::take(&mut self.autocast_cache) {
-                    self.drop_(r);
-                }
+                self.drop_list(|b| &mut b.autocast_cache);
                 self.t.move_grad(out, y);
                 self.drop_(y);
                 continue;
