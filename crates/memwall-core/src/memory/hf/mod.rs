@@ -726,24 +726,33 @@ impl<'a> Builder<'a> {
         params: &[TensorId],
         temps: &[u128],
     ) -> TensorId {
-        let rg =
-            inputs.iter().any(|&i| self.rg(i)) || params.iter().any(|&p| self.t.requires_grad(p));
-        let y = self.act(out_bytes, rg);
-        if rg {
-            let mut needing = [0; 6];
-            let mut n = 0;
-            for &i in inputs {
-                if self.rg(i) && n < 6 {
+        // the inputs that need a gradient (the first six), in one pass
+        let mut needing = [0; 6];
+        let mut n = 0;
+        let mut any_input = false;
+        for &i in inputs {
+            if self.rg(i) {
+                any_input = true;
+                if n < 6 {
                     needing[n] = i;
                     n += 1;
                 }
+            }
+        }
+        let rg = any_input || params.iter().any(|&p| self.t.requires_grad(p));
+        let y = self.act(out_bytes, rg);
+        if rg {
+            let backward_temps: u128 = temps.iter().sum();
+            if !self.t.recording {
+                // `record` would drop the node: it is not built at all
+                return y;
             }
             self.t.record(Node {
                 saved: Ids::of(saved),
                 inputs: Ids::of(&needing[..n]),
                 params: Ids::of(params),
                 outputs: Ids::of(&[y]),
-                backward_temps: temps.iter().sum(),
+                backward_temps,
                 ..Node::default()
             });
         }
