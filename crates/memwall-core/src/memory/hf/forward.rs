@@ -74,10 +74,11 @@ impl Builder<'_> {
 
     /// One decoder layer; returns its output. `x` keeps its reference (the caller drops it).
     pub(super) fn layer(&mut self, idx: usize, x: TensorId, x_size: u128, ckpt: bool) -> TensorId {
-        // borrow the layer's parameter table without cloning it
-        let lp = std::mem::take(&mut self.layers[idx]);
-        let y = self.layer_with(idx, &lp, x, x_size, ckpt);
-        self.layers[idx] = lp;
+        // borrow the layer's parameter table without copying it: the tables are set aside
+        // while the layer runs (nothing reads them but through `lp`)
+        let layers = std::mem::take(&mut self.layers);
+        let y = self.layer_with(idx, &layers[idx], x, x_size, ckpt);
+        self.layers = layers;
         if self.spec(idx).attention.eager_style == crate::model::EagerStyle::Falcon {
             // FalconModel's loop binds the block's `(output, attn_weights)` to `outputs` until
             // the next block returns (models/falcon/modeling_falcon.py FalconModel.forward)

@@ -314,7 +314,9 @@ impl Builder<'_> {
     }
 
     fn backward(&mut self) {
-        while let Some(node) = self.t.tape.pop() {
+        // the last node, copied once (popping an `Option<Node>` would copy it twice)
+        while let Some(&node) = self.t.tape.last() {
+            self.t.tape.truncate(self.t.tape.len() - 1);
             if let Some(m) = node.marker {
                 self.on_marker(m);
                 continue;
