@@ -852,6 +852,18 @@ impl<'a> Builder<'a> {
     }
 }
 
+/// `a * b` as `*` computes it (a product past `u128::MAX` panics as `*` does under the
+/// workspace's overflow checks), with the common case, two factors below 2⁶⁴, done as one
+/// 64 × 64 → 128-bit multiplication, which cannot overflow and so needs no check (the
+/// checked 128-bit product costs some thirty instructions; the replay computes many sizes).
+#[inline]
+pub(crate) fn mul(a: u128, b: u128) -> u128 {
+    match (u64::try_from(a), u64::try_from(b)) {
+        (Ok(x), Ok(y)) => u128::from(x) * u128::from(y),
+        _ => a * b,
+    }
+}
+
 /// A stand-in for a linear the layer does not have (its role is absent from the table).
 fn lin_zero() -> LinearP {
     LinearP {

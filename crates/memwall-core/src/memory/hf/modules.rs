@@ -3,7 +3,7 @@
 
 use super::params::NF4_BLOCK;
 use super::sac::SacOp;
-use super::{Builder, Kernels, LinearP, P};
+use super::{mul, Builder, Kernels, LinearP, P};
 use crate::memory::timeline::{Category, Ids, Node, TensorId};
 use crate::model::{Norm, NormKind};
 use crate::workload::WeightFormat;
@@ -100,7 +100,7 @@ impl Builder<'_> {
                 });
                 y
             } else {
-                self.op(rows * lin.out_f * c, &[xc], saved.as_slice(), params, &[])
+                self.op(mul(mul(rows, lin.out_f), c), &[xc], saved.as_slice(), params, &[])
             };
             self.sac_keep(keep, &[y]);
             if xc != x {
@@ -124,7 +124,7 @@ impl Builder<'_> {
                 saved.push(lin.w.id);
             }
             let keep = self.sac_pre(sac_op);
-            let y = self.op(rows * lin.out_f * c, &[x], saved.as_slice(), params, &[]);
+            let y = self.op(mul(mul(rows, lin.out_f), c), &[x], saved.as_slice(), params, &[]);
             self.sac_keep(keep, &[y]);
             y
         };

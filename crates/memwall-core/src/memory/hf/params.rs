@@ -1,7 +1,7 @@
 //! Parameter construction: every weight, bias, norm, adapter and expert stack the model
 //! allocates, in its stored dtype or inference format, filed under its sharding unit.
 
-use super::{Builder, LayerParams, LinearP, P};
+use super::{mul, Builder, LayerParams, LinearP, P};
 use crate::model::{AttentionKind, DenseMlp, LayerSpec, LinearRole, Mlp, ModelDesc, Norm};
 use crate::workload::{Lora, WeightFormat};
 
@@ -27,7 +27,7 @@ impl Builder<'_> {
         trainable_base: bool,
     ) -> P {
         let trainable = trainable_base && self.mode.lora().is_none() && !self.mode.is_infer();
-        let id = self.t.param(numel * self.param_size, trainable);
+        let id = self.t.param(mul(numel, self.param_size), trainable);
         let unit = self.train.cur_unit;
         let p = P {
             id,
@@ -49,11 +49,11 @@ impl Builder<'_> {
             };
             self.note_unit_param(id, numel, dim0, (rows, cols), trainable, self.param_size);
         }
-        let weight = self.unit_weight(unit);
-        self.param_count += numel * weight;
+        let weighted = mul(numel, self.unit_weight(unit));
+        self.param_count += weighted;
         if trainable {
             self.train.trainable.push(p);
-            self.train.trainable_count += numel * weight;
+            self.train.trainable_count += weighted;
         }
         p
     }
@@ -187,7 +187,7 @@ impl Builder<'_> {
                 out_f,
             };
         }
-        let w = self.new_matrix(in_f * out_f, out_f, in_f, true);
+        let w = self.new_matrix(mul(in_f, out_f), out_f, in_f, true);
         let b = bias.then(|| self.new_param(out_f, true));
         let lora = match role {
             Some(r) if is_lora_target(self.model, self.mode.lora(), r) => {
