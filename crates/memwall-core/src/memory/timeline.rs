@@ -562,7 +562,7 @@ impl Timeline {
     }
 
     /// Allocates a tensor with one (Python) reference.
-    #[inline]
+    #[inline(always)]
     pub fn alloc(&mut self, bytes: u128, category: Category, requires_grad: bool) -> TensorId {
         let bytes = self.round(bytes);
         let id = TensorId::try_from(self.tensors.len()).unwrap_or(TensorId::MAX);
@@ -710,18 +710,24 @@ impl Timeline {
     /// Drops a reference; frees the storage at zero.
     #[inline]
     pub fn release(&mut self, id: TensorId) {
-        let t = &mut self.tensors[id as usize];
-        debug_assert!(t.refs > 0, "double release of tensor {id}");
-        t.refs = t.refs.saturating_sub(1);
-        if t.refs == 0 && t.live {
-            t.live = false;
-            let (b, c) = (t.bytes, t.category);
-            self.sub_live(b, c);
-        }
-        let t = &mut self.tensors[id as usize];
-        if t.refs == 0 {
-            if let Some(base) = t.base.take() {
-                self.release(base);
+        // a view's last reference goes with its base's reference (a loop, not a recursion)
+        let mut id = id;
+        loop {
+            let t = &mut self.tensors[id as usize];
+            debug_assert!(t.refs > 0, "double release of tensor {id}");
+            t.refs = t.refs.saturating_sub(1);
+            if t.refs != 0 {
+                return;
+            }
+            let base = t.base.take();
+            if t.live {
+                t.live = false;
+                let (b, c) = (t.bytes, t.category);
+                self.sub_live(b, c);
+            }
+            match base {
+                Some(b) => id = b,
+                None => return,
             }
         }
     }

@@ -302,8 +302,8 @@ pub(crate) struct Builder<'a> {
     image_blocks: bool,
     /// training: torchtitan's op-level SAC state of the checkpointed layer being run (`sac.rs`)
     sac: sac::Sac,
-    /// Emptied layer tables from an earlier builder, reused by `build_params`.
-    spare_tables: Vec<LayerParams>,
+    /// Decoder layers whose parameters are built so far.
+    layers_built: usize,
 }
 
 /// One core-attention call under a checkpoint (`--checkpointing-policy selective-attn`): what
@@ -340,9 +340,9 @@ const SPARE_LIST: usize = 1 << 10;
 /// allocating its lists and layer tables again. Only capacity is kept, never contents.
 #[derive(Default)]
 struct Spare {
+    /// Layer tables as the last builder left them: `build_params` empties each
+    /// ([`LayerParams::reset`]) before filling it, so their own lists keep their capacity.
     layers: Vec<LayerParams>,
-    /// Layer tables whose own lists keep their capacity ([`LayerParams::reset`] empties them).
-    tables: Vec<LayerParams>,
     trainable: Vec<P>,
     out_refs: Vec<TensorId>,
     autocast_cache: Vec<TensorId>,
@@ -374,12 +374,11 @@ impl Spare {
             v.shrink_to(SPARE_LIST);
             v
         }
-        let mut tables = std::mem::take(&mut b.spare_tables);
-        tables.extend(b.layers.drain(..));
-        tables.truncate(SPARE_LAYERS);
+        let mut layers = std::mem::take(&mut b.layers);
+        layers.truncate(SPARE_LAYERS);
+        layers.shrink_to(SPARE_LAYERS);
         let spare = Spare {
-            layers: list(&mut b.layers),
-            tables,
+            layers,
             trainable: list(&mut b.train.trainable),
             out_refs: list(&mut b.out_refs),
             autocast_cache: list(&mut b.autocast_cache),
@@ -503,7 +502,6 @@ impl<'a> Builder<'a> {
         }
         let Spare {
             layers,
-            tables,
             trainable,
             out_refs,
             autocast_cache,
@@ -573,7 +571,7 @@ impl<'a> Builder<'a> {
             images_done: false,
             image_blocks: false,
             sac: sac::Sac::default(),
-            spare_tables: tables,
+            layers_built: 0,
         }
     }
 

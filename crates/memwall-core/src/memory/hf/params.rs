@@ -274,7 +274,7 @@ impl Builder<'_> {
     /// The full-model index llama.cpp types the tensor being built by: its layer's, or the
     /// layer count for tensors built after the layers (`output.weight`).
     fn gguf_layer_index(&self) -> u128 {
-        let built = self.layers.len();
+        let built = self.layers_built;
         if built >= self.n_layers() {
             self.model.layers.len() as u128
         } else {
@@ -313,16 +313,20 @@ impl Builder<'_> {
             self.projections = Some((pin, pout));
         }
         // one allocation each for the replayed layers and their trainable parameters (a
-        // dense layer has up to a dozen)
-        self.layers.reserve(self.n_layers());
-        self.train.trainable.reserve(16 * self.n_layers() + 8);
-        for i in 0..self.n_layers() {
+        // dense layer has up to a dozen); the tables an earlier builder left are reused in
+        // place (emptied first), set aside while they are filled
+        let n = self.n_layers();
+        let mut layers = std::mem::take(&mut self.layers);
+        layers.truncate(n);
+        layers.resize_with(n, LayerParams::default);
+        self.train.trainable.reserve(16 * n + 8);
+        for (i, lp) in layers.iter_mut().enumerate() {
             self.train.cur_unit = i + 1;
-            let mut lp = self.spare_tables.pop().unwrap_or_default();
             lp.reset();
-            self.layer_params(self.spec(i), &mut lp);
-            self.layers.push(lp);
+            self.layer_params(self.spec(i), lp);
+            self.layers_built = i + 1;
         }
+        self.layers = layers;
         self.train.cur_unit = 0;
         self.final_norm = m.head.final_norm.as_ref().map(|n| self.new_norm(n));
         if !m.head.tied {
