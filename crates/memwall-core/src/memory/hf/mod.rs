@@ -862,6 +862,25 @@ pub(crate) fn mul(a: u128, b: u128) -> u128 {
     }
 }
 
+/// `a / b` as `/` computes it (a zero divisor panics as `/` does), in 64 bits when both fit
+/// (the 128-bit division is a library call of some hundred instructions).
+#[inline]
+pub(crate) fn div(a: u128, b: u128) -> u128 {
+    match (u64::try_from(a), u64::try_from(b)) {
+        (Ok(x), Ok(y)) => u128::from(x / y),
+        _ => a / b,
+    }
+}
+
+/// `a.div_ceil(b)` as `u128::div_ceil` computes it, in 64 bits when both fit.
+#[inline]
+pub(crate) fn div_ceil(a: u128, b: u128) -> u128 {
+    match (u64::try_from(a), u64::try_from(b)) {
+        (Ok(x), Ok(y)) => u128::from(x.div_ceil(y)),
+        _ => a.div_ceil(b),
+    }
+}
+
 /// A stand-in for a linear the layer does not have (its role is absent from the table).
 fn lin_zero() -> LinearP {
     LinearP {

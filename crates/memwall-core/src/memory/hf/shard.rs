@@ -7,7 +7,7 @@
 //! `reshard`, `pre_backward` with its one-unit backward prefetch, `post_backward` keeping one
 //! reduce-scatter input in flight, `reduce_scatter_max_input_buffers = 1`).
 
-use super::Builder;
+use super::{div_ceil, Builder};
 use crate::memory::dist_types::{ShardKind, ShardParam, ShardSim, Unit};
 use crate::memory::timeline::{Category, Marker, Node, SegKind, TensorId};
 use crate::optimizer::OptimTensor;
@@ -54,14 +54,14 @@ impl Builder<'_> {
     /// `ceil(dim0 / world)` rows except the tail; FSDP2 pads every rank's storage to that
     /// (`_fsdp_param.py` `_init_sharded_param`, `padded_sharded_param_size`).
     fn padded_shard_numel(&self, p: &ShardParam) -> u128 {
-        p.dim0.div_ceil(self.world()) * p.row()
+        div_ceil(p.dim0, self.world()) * p.row()
     }
 
     /// This rank's unpadded chunk (what `zeros_like` of the sharded DTensor allocates).
     fn local_numel(&self, p: &ShardParam) -> u128 {
         let world = self.world();
         let rank = self.train.shard.map_or(0, |s| s.rank);
-        let chunk = p.dim0.div_ceil(world);
+        let chunk = div_ceil(p.dim0, world);
         chunk.min(p.dim0.saturating_sub(rank * chunk)) * p.row()
     }
 
@@ -71,7 +71,7 @@ impl Builder<'_> {
         if p.numel <= ZERO3_PERSISTENCE_ELEMS {
             p.numel
         } else {
-            p.numel.div_ceil(self.world())
+            div_ceil(p.numel, self.world())
         }
     }
 
@@ -98,7 +98,7 @@ impl Builder<'_> {
         match s.kind {
             ShardKind::Zero { stage } if stage != 3 => {
                 let total: u128 = trainable().map(|(w, p)| w * p.numel).sum();
-                let part = total.div_ceil(self.world());
+                let part = div_ceil(total, self.world());
                 f(part, part * s.master_size, 1);
             }
             kind => {
