@@ -7,7 +7,7 @@
 //! `reshard`, `pre_backward` with its one-unit backward prefetch, `post_backward` keeping one
 //! reduce-scatter input in flight, `reduce_scatter_max_input_buffers = 1`).
 
-use super::{div_ceil, Builder};
+use super::{div_ceil, mul, Builder};
 use crate::memory::dist_types::{ShardKind, ShardParam, ShardSim, Unit};
 use crate::memory::timeline::{Category, Marker, Node, SegKind, TensorId};
 use crate::optimizer::OptimTensor;
@@ -54,7 +54,7 @@ impl Builder<'_> {
     /// `ceil(dim0 / world)` rows except the tail; FSDP2 pads every rank's storage to that
     /// (`_fsdp_param.py` `_init_sharded_param`, `padded_sharded_param_size`).
     fn padded_shard_numel(&self, p: &ShardParam) -> u128 {
-        div_ceil(p.dim0, self.world()) * p.row()
+        mul(div_ceil(p.dim0, self.world()), p.row())
     }
 
     /// This rank's unpadded chunk (what `zeros_like` of the sharded DTensor allocates).
@@ -62,7 +62,7 @@ impl Builder<'_> {
         let world = self.world();
         let rank = self.train.shard.map_or(0, |s| s.rank);
         let chunk = div_ceil(p.dim0, world);
-        chunk.min(p.dim0.saturating_sub(rank * chunk)) * p.row()
+        mul(chunk.min(p.dim0.saturating_sub(mul(rank, chunk))), p.row())
     }
 
     /// ZeRO-3 partitions every parameter's flattened storage into `ceil(numel / world)`
@@ -106,11 +106,11 @@ impl Builder<'_> {
                     let (n, bytes) = match kind {
                         ShardKind::Fsdp2 { .. } => {
                             let n = self.local_numel(p);
-                            (n, n * self.sharded_elem(p))
+                            (n, mul(n, self.sharded_elem(p)))
                         }
                         ShardKind::Zero { .. } => {
                             let n = self.zero3_partition_numel(p);
-                            (n, n * s.master_size)
+                            (n, mul(n, s.master_size))
                         }
                         ShardKind::Ddp { .. } => (p.numel, p.numel * s.master_size),
                     };
@@ -123,7 +123,7 @@ impl Builder<'_> {
     /// Trainable elements in this rank's partition.
     fn partition_elems(&self) -> u128 {
         let mut total = 0;
-        self.visit_partition(|n, _, w| total += w * n);
+        self.visit_partition(|n, _, w| total += mul(w, n));
         total
     }
 
@@ -488,8 +488,8 @@ impl Builder<'_> {
         // one flat tensor per partition (crate::optimizer, `state_bytes`)
         let (mut states, mut part) = (0, 0);
         self.visit_partition(|n, bytes, weight| {
-            states += weight * w.optimizer.state_bytes(OptimTensor::flat(n, bytes));
-            part += weight * n;
+            states += mul(weight, w.optimizer.state_bytes(OptimTensor::flat(n, bytes)));
+            part += mul(weight, n);
         });
         let master = match s.kind {
             // DeepSpeed keeps an fp32 master partition next to the fp16/bf16 model
@@ -569,12 +569,14 @@ impl Builder<'_> {
         let Some(w) = self.mode.train() else { return 0 };
         let (mut params, mut grads, mut states) = (0, 0, 0);
         for (weight, p) in self.weighted_params() {
-            params += weight * self.padded_shard_numel(p) * self.sharded_elem(p);
+            params += mul(mul(weight, self.padded_shard_numel(p)), self.sharded_elem(p));
             if p.trainable {
-                grads += weight * self.padded_shard_numel(p) * self.reduce_elem(p);
-                states += weight
-                    * w.optimizer
-                        .flat_state_bytes(self.local_numel(p), self.sharded_elem(p));
+                grads += mul(mul(weight, self.padded_shard_numel(p)), self.reduce_elem(p));
+                states += mul(
+                    weight,
+                    w.optimizer
+                        .flat_state_bytes(self.local_numel(p), self.sharded_elem(p)),
+                );
             }
         }
         params + grads + states
