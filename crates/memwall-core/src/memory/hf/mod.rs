@@ -199,6 +199,8 @@ struct TrainState {
     ag_held: Option<TensorId>,
     /// a unit's gradients while it reduces them (reused from unit to unit)
     grad_scratch: Vec<TensorId>,
+    /// units an earlier builder left, reused by new units for their lists' capacity
+    spare_units: Vec<Unit>,
 }
 
 /// The timeline of one training step or one inference run, built op by op.
@@ -352,6 +354,7 @@ struct Spare {
     mlp_locals: Vec<TensorId>,
     leaves_held: Vec<TensorId>,
     core_calls: Vec<CoreCall>,
+    units: Vec<Unit>,
 }
 
 thread_local! {
@@ -388,6 +391,12 @@ impl Spare {
             mlp_locals: list(&mut b.mlp_locals),
             leaves_held: list(&mut b.leaves_held),
             core_calls: list(&mut b.core_calls),
+            units: {
+                let mut units = std::mem::take(&mut b.train.spare_units);
+                units.append(&mut b.train.units);
+                units.truncate(SPARE_LAYERS);
+                units
+            },
         };
         SPARE.with(|s| {
             if let Ok(mut v) = s.try_borrow_mut() {
@@ -511,6 +520,7 @@ impl<'a> Builder<'a> {
             mlp_locals,
             leaves_held,
             core_calls,
+            units,
         } = Spare::take();
         Builder {
             t,
@@ -551,6 +561,7 @@ impl<'a> Builder<'a> {
             block_outputs,
             train: TrainState {
                 trainable,
+                spare_units: units,
                 ..TrainState::default()
             },
             cache: Vec::new(),

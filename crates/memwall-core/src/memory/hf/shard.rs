@@ -27,7 +27,7 @@ impl Builder<'_> {
             return;
         }
         while self.train.units.len() <= self.train.cur_unit {
-            self.train.units.push(Unit::default());
+            self.push_unit();
         }
         self.train.units[self.train.cur_unit]
             .params
@@ -40,6 +40,26 @@ impl Builder<'_> {
                 trainable,
                 elem,
             });
+    }
+
+    /// Appends a new (empty) sharding unit, in a unit an earlier builder left when there is one
+    /// (its parameter list keeps its capacity).
+    fn push_unit(&mut self) {
+        let unit = match self.train.spare_units.pop() {
+            Some(mut u) => {
+                let Unit {
+                    params,
+                    unsharded,
+                    sharded_grad,
+                } = &mut u;
+                params.clear();
+                *unsharded = false;
+                *sharded_grad = None;
+                u
+            }
+            None => Unit::default(),
+        };
+        self.train.units.push(unit);
     }
 
     fn kind(&self) -> Option<ShardKind> {
@@ -170,7 +190,7 @@ impl Builder<'_> {
     pub(super) fn shard_setup(&mut self) {
         let Some(s) = self.train.shard else { return };
         while self.train.units.len() <= self.n_layers() {
-            self.train.units.push(Unit::default());
+            self.push_unit();
         }
         let ps = self.param_size;
         match s.kind {
