@@ -497,7 +497,18 @@ impl Timeline {
     /// Copies the breakdown at the latest maxima, before `by_category` changes. A new maximum
     /// only marks its breakdown as pending: until a free or a retag, every allocation makes a
     /// new maximum, so the breakdown is copied once per local maximum, not per allocation.
+    #[inline]
     fn settle(&mut self) {
+        if self.peak_pending || self.seg_pending {
+            self.settle_copy();
+        }
+    }
+
+    /// The copies of [`Timeline::settle`], apart (once per local maximum: the frees that
+    /// call `settle` rarely find one pending, and keep their registers for themselves).
+    #[cold]
+    #[inline(never)]
+    fn settle_copy(&mut self) {
         if self.peak_pending {
             self.peak_pending = false;
             self.peak_by_category = self.by_category;
