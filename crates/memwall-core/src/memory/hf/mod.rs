@@ -714,6 +714,7 @@ impl<'a> Builder<'a> {
         self.mode.kernels().layers != crate::workload::KernelSet::Torch
     }
 
+    #[inline]
     fn act(&mut self, bytes: u128, requires_grad: bool) -> TensorId {
         self.t.alloc(bytes, Category::Activations, requires_grad)
     }
@@ -831,6 +832,7 @@ impl<'a> Builder<'a> {
         x
     }
 
+    #[inline]
     fn drop_(&mut self, x: TensorId) {
         self.t.release(x);
     }
