@@ -122,6 +122,7 @@ impl Ids {
     }
 
     /// Appends an id (up to six; more are ignored, as in [`Ids::of`]).
+    #[inline]
     pub fn push(&mut self, id: TensorId) {
         debug_assert!(self.len < 6, "a node holds at most six tensors");
         if let Some(slot) = self.ids.get_mut(self.len as usize) {
@@ -131,8 +132,10 @@ impl Ids {
     }
 
     /// The ids.
+    #[inline]
     pub fn as_slice(&self) -> &[TensorId] {
-        &self.ids[..self.len as usize]
+        // (`len` never exceeds six: the bound only spares the slice its check)
+        &self.ids[..usize::from(self.len).min(6)]
     }
 }
 
