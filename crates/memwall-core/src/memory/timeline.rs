@@ -306,7 +306,9 @@ pub struct Timeline {
     peak_pending: bool,
     /// The current segment's breakdown at its maximum is `by_category` (not copied yet).
     seg_pending: bool,
-    /// Segments are recorded (fast evaluator).
+    /// Segments are recorded (fast evaluator). The fast evaluator reads the segments only, so
+    /// while they are recorded the step's own peaks (`peak`, its breakdown and phase, and the
+    /// phases' peaks) are not kept: the segments' maxima say the same.
     segmenting: bool,
     /// The segment being recorded.
     seg: Segment,
@@ -489,6 +491,7 @@ impl Timeline {
 
     /// Peak live bytes within `phase` since the last [`Timeline::reset_peak`].
     pub fn phase_peak(&self, phase: Phase) -> u128 {
+        debug_assert!(!self.segmenting, "phase peaks are not kept while segmenting");
         self.phase_peaks[phase as usize]
     }
 
@@ -549,17 +552,20 @@ impl Timeline {
         }
         self.live += bytes;
         self.by_category[cat.index()] += bytes;
+        if self.segmenting {
+            if !self.seg.hit || self.live > self.seg.max {
+                self.seg.hit = true;
+                self.seg.max = self.live;
+                self.seg_pending = true;
+            }
+            return;
+        }
         let p = &mut self.phase_peaks[self.phase as usize];
         *p = (*p).max(self.live);
         if self.live > self.peak {
             self.peak = self.live;
             self.peak_pending = true;
             self.peak_phase = self.phase;
-        }
-        if self.segmenting && (!self.seg.hit || self.live > self.seg.max) {
-            self.seg.hit = true;
-            self.seg.max = self.live;
-            self.seg_pending = true;
         }
     }
 
@@ -985,11 +991,13 @@ impl Timeline {
 
     /// Peak live bytes so far.
     pub fn peak(&self) -> u128 {
+        debug_assert!(!self.segmenting, "the peak is not kept while segmenting");
         self.peak
     }
 
     /// Breakdown at the peak, in [`Category::ALL`] order.
     pub fn peak_breakdown(&self) -> [u128; 9] {
+        debug_assert!(!self.segmenting, "the peak is not kept while segmenting");
         if self.peak_pending {
             self.by_category
         } else {
@@ -999,6 +1007,7 @@ impl Timeline {
 
     /// Phase in which the peak occurred.
     pub fn peak_phase(&self) -> Phase {
+        debug_assert!(!self.segmenting, "the peak is not kept while segmenting");
         self.peak_phase
     }
 

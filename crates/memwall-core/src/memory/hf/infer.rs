@@ -274,7 +274,8 @@ impl Builder<'_> {
     /// token, so the last step dominates all earlier ones; the first decode step is where
     /// sliding-window caches shrink from the prompt's concatenation to the window. Those two
     /// steps are simulated exactly and the caches in between are jumped over.
-    /// Returns the peak of the prefill alone.
+    /// Returns the peak of the prefill alone (0 while recording segments: the fast evaluator
+    /// finds it among them).
     pub(crate) fn run_inference(&mut self) -> u128 {
         let Some(w) = self.mode.infer() else { return 0 };
         let (prompt, new_tokens) = (u128::from(w.prompt), u128::from(w.new_tokens));
@@ -287,7 +288,12 @@ impl Builder<'_> {
         self.t.set_phase(Phase::Prefill);
         let mut ids = self.grow_ids(None, prompt);
         let mut logits = self.infer_forward(prompt);
-        let prefill_peak = self.t.peak();
+        // (the fast evaluator, which records segments, finds it among them)
+        let prefill_peak = if self.t.segmenting() {
+            0
+        } else {
+            self.t.peak()
+        };
         self.t.set_phase(Phase::Decode);
         let steps = new_tokens.saturating_sub(1);
         // the steps simulated: the first, and the last (the ones between are jumped over)
