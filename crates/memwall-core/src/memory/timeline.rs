@@ -469,6 +469,14 @@ impl Timeline {
         &self.segments
     }
 
+    /// [`Timeline::finish_segments`] handed over without a copy: `out` (emptied) receives
+    /// the segments and the timeline keeps `out`'s buffer for any segments after.
+    pub(crate) fn take_segments(&mut self, out: &mut Vec<Segment>) {
+        self.finish_segments();
+        out.clear();
+        std::mem::swap(out, &mut self.segments);
+    }
+
     /// Sets the current phase.
     pub fn set_phase(&mut self, phase: Phase) {
         self.phase = phase;
