@@ -917,7 +917,9 @@ impl Timeline {
         let late = node.param_grads_cast;
         if late {
             self.sub_live(node.offloaded, Category::Temporaries);
-            self.host.live = self.host.live.saturating_sub(node.offloaded);
+            if node.offloaded != 0 {
+                self.host.live = self.host.live.saturating_sub(node.offloaded);
+            }
             for &o in node.outputs.as_slice() {
                 if let Some(g) = self.tensors[o as usize].grad.take() {
                     self.release(g);
@@ -940,7 +942,9 @@ impl Timeline {
         if !late {
             // the unpacked copies die with the node's apply; its host copies with the node
             self.sub_live(node.offloaded, Category::Temporaries);
-            self.host.live = self.host.live.saturating_sub(node.offloaded);
+            if node.offloaded != 0 {
+                self.host.live = self.host.live.saturating_sub(node.offloaded);
+            }
             for &o in node.outputs.as_slice() {
                 if let Some(g) = self.tensors[o as usize].grad.take() {
                     self.release(g);
