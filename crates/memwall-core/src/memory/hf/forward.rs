@@ -44,7 +44,7 @@ impl Builder<'_> {
         let mut x = emb;
         if let Some((pin, _)) = self.projections {
             // OPT project_in
-            let (y, _) = self.linear(x, s, rows, pin);
+            let (y, _) = self.linear(x, s, rows, &pin);
             self.drop_(x);
             x = y;
         }
@@ -314,7 +314,7 @@ impl Builder<'_> {
         };
         let (fx, fs) = match self.projections {
             Some((_, pout)) => {
-                let (y, ys) = self.linear(fx, fs, rows, pout);
+                let (y, ys) = self.linear(fx, fs, rows, &pout);
                 self.drop_(fx);
                 (y, ys)
             }

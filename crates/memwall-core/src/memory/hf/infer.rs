@@ -1,7 +1,7 @@
 //! The inference driver: `generate`'s prefill and decode forwards under `torch.no_grad()`, the
 //! growing KV cache (MLA's latent cache included) and its size.
 
-use super::{lin_zero, Builder, LayerParams, P};
+use super::{LIN_ZERO, Builder, LayerParams, P};
 use crate::memory::timeline::{Category, Phase, SegKind, TensorId};
 use crate::model::{Attention, AttentionKind, LinearRole, Norm, NormKind};
 use crate::workload::KvDtype;
@@ -101,7 +101,7 @@ impl Builder<'_> {
         else {
             return q;
         };
-        let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
+        let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| l);
         let (b, rows, c) = (self.batch, self.tokens, self.compute_size);
         let heads = u128::from(num_heads);
         let (nope, ropd, vd, kvr) = (
@@ -141,7 +141,7 @@ impl Builder<'_> {
         self.attn_locals.push(qr);
         // expand_kv over every cached token
         let kv_rows = b * total;
-        let (kvb, _) = self.linear(kc, c, kv_rows, lin(LinearRole::KvB).unwrap_or(lin_zero()));
+        let (kvb, _) = self.linear(kc, c, kv_rows, lin(LinearRole::KvB).unwrap_or(&LIN_ZERO));
         let kf = self.op(
             kv_rows * heads * (nope + ropd) * c,
             &[kvb, rc],
@@ -210,7 +210,7 @@ impl Builder<'_> {
         let v = u128::from(self.model.embeddings.vocab_size);
         let head = self.lm_head_linear();
         let c = self.compute_size;
-        let (mut logits, _) = self.linear(fx, fs, self.batch, head);
+        let (mut logits, _) = self.linear(fx, fs, self.batch, &head);
         self.drop_(fx);
         if self.model.head.logits_fp32 && c != 4 {
             // `lm_head(...).float()` in the model's forward (Mamba2ForCausalLM)

@@ -1,6 +1,6 @@
 //! The MLP block: activations, dense (gated or not) MLPs and mixtures of experts.
 
-use super::{lin_zero, Builder, LayerParams, LinearP};
+use super::{LIN_ZERO, Builder, LayerParams, LinearP};
 use crate::memory::timeline::{Category, Ids, Node, TensorId};
 use crate::model::{Activation, DenseMlp, LinearRole};
 
@@ -94,7 +94,7 @@ impl Builder<'_> {
     ) -> TensorId {
         let c = self.compute_size;
         let i = u128::from(d.intermediate);
-        let lin = |role: LinearRole| linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
+        let lin = |role: LinearRole| linears.iter().find(|(r, _)| *r == role).map(|(_, l)| l);
         let hidden_act = if d.gated {
             let (g, u) = if let Some(gu) = lin(LinearRole::GateUp) {
                 let (y, _) = self.linear(x, x_size, rows, gu);
@@ -111,17 +111,17 @@ impl Builder<'_> {
                 // FalconH1MLP.forward: `up_proj(x) * act_fn(gate_proj(x) * gate_multiplier)`:
                 // up first, then the gate and its scaled copy (the gate itself is a temporary)
                 let (u, _) =
-                    self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(lin_zero()));
+                    self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(&LIN_ZERO));
                 let (g, _) =
-                    self.linear(x, x_size, rows, lin(LinearRole::Gate).unwrap_or(lin_zero()));
+                    self.linear(x, x_size, rows, lin(LinearRole::Gate).unwrap_or(&LIN_ZERO));
                 let gs = self.op(rows * i * c, &[g], &[], &[], &[]);
                 self.drop_(g);
                 (gs, u)
             } else {
                 let (g, _) =
-                    self.linear(x, x_size, rows, lin(LinearRole::Gate).unwrap_or(lin_zero()));
+                    self.linear(x, x_size, rows, lin(LinearRole::Gate).unwrap_or(&LIN_ZERO));
                 let (u, _) =
-                    self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(lin_zero()));
+                    self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(&LIN_ZERO));
                 (g, u)
             };
             if d.act == Activation::ClampedSwiglu {
@@ -158,7 +158,7 @@ impl Builder<'_> {
                 m
             }
         } else {
-            let (u, _) = self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(lin_zero()));
+            let (u, _) = self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(&LIN_ZERO));
             let a = self.activation(u, rows * i * c, d.act);
             self.drop_(u);
             self.dropout(a, rows * i * c, c, self.model.dropout.activation)
@@ -167,7 +167,7 @@ impl Builder<'_> {
             hidden_act,
             c,
             rows,
-            lin(LinearRole::Down).unwrap_or(lin_zero()),
+            lin(LinearRole::Down).unwrap_or(&LIN_ZERO),
         );
         self.drop_(hidden_act);
         if self.mlp_muls.1 {
@@ -205,7 +205,7 @@ impl Builder<'_> {
         let h = self.hidden;
         let e = u128::from(moe.num_experts);
         let k = u128::from(moe.top_k);
-        let router = lp.router.unwrap_or(lin_zero());
+        let router = lp.router.as_ref().unwrap_or(&LIN_ZERO);
         // ERNIE 4.5: `shared_output = self.shared_experts(hidden_states)` before the router,
         // held until it is added to the routed output. Qwen2-MoE / Qwen3-Next run the shared
         // expert's MLP before the router too (`shared_expert_output =
@@ -559,7 +559,7 @@ impl Builder<'_> {
         let c = self.compute_size;
         let h = self.hidden;
         if let Some(g) = lp.shared_gate {
-            let (gl, _) = self.linear(x, x_size, rows, g);
+            let (gl, _) = self.linear(x, x_size, rows, &g);
             let sg = self.op(rows * c, &[gl], &[], &[], &[]);
             self.drop_(gl);
             let y = self.mul(so, sg, rows * h * c);

@@ -895,20 +895,18 @@ pub(crate) fn div_ceil(a: u128, b: u128) -> u128 {
 }
 
 /// A stand-in for a linear the layer does not have (its role is absent from the table).
-fn lin_zero() -> LinearP {
-    LinearP {
-        nf4: false,
-        quantized: false,
-        w: P {
-            id: 0,
-            numel: 0,
-            rows: 0,
-            cols: 1,
-            unit: 0,
-        },
-        b: None,
-        lora: None,
-        in_f: 0,
-        out_f: 0,
-    }
-}
+const LIN_ZERO: LinearP = LinearP {
+    nf4: false,
+    quantized: false,
+    w: P {
+        id: 0,
+        numel: 0,
+        rows: 0,
+        cols: 1,
+        unit: 0,
+    },
+    b: None,
+    lora: None,
+    in_f: 0,
+    out_f: 0,
+};

@@ -19,7 +19,7 @@ impl Builder<'_> {
         x: TensorId,
         x_size: u128,
         rows: u128,
-        lin: LinearP,
+        lin: &LinearP,
     ) -> (TensorId, u128) {
         let c = self.compute_size;
         let w_tr = self.trainable(&lin.w);
@@ -161,8 +161,8 @@ impl Builder<'_> {
                 in_f: rank,
                 out_f: lin.out_f,
             };
-            let (ha, _) = self.linear(xa, s, rows, la);
-            let (hb, _) = self.linear(ha, c, rows, lb);
+            let (ha, _) = self.linear(xa, s, rows, &la);
+            let (hb, _) = self.linear(ha, c, rows, &lb);
             (ha, hb, c)
         } else {
             let keep = self.sac_pre(SacOp::Mm);

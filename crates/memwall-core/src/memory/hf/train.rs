@@ -148,7 +148,7 @@ impl Builder<'_> {
         let v = u128::from(self.model.embeddings.vocab_size);
         let head = self.lm_head_linear();
         let c = self.compute_size;
-        let (mut logits, _) = self.linear(fx, fs, rows, head);
+        let (mut logits, _) = self.linear(fx, fs, rows, &head);
         self.drop_(fx);
         let upcast = self.model.head.logits_fp32 && c != 4;
         if upcast {
