@@ -499,7 +499,10 @@ impl Timeline {
 
     /// Peak live bytes within `phase` since the last [`Timeline::reset_peak`].
     pub fn phase_peak(&self, phase: Phase) -> u128 {
-        debug_assert!(!self.segmenting, "phase peaks are not kept while segmenting");
+        debug_assert!(
+            !self.segmenting,
+            "phase peaks are not kept while segmenting"
+        );
         self.phase_peaks[phase as usize]
     }
 
@@ -555,7 +558,7 @@ impl Timeline {
     fn add_live(&mut self, bytes: u128, cat: Category) {
         // Adding nothing changes nothing (the peaks are never below the live bytes), except
         // that it opens a segment's first instant when none was reached yet.
-        if bytes == 0 && !(self.segmenting && !self.seg.hit) {
+        if bytes == 0 && (!self.segmenting || self.seg.hit) {
             return;
         }
         self.live += bytes;

@@ -3,7 +3,7 @@
 //! model-level causal mask.
 
 use super::sac::SacOp;
-use super::{LIN_ZERO, Builder, CoreCall, Kernels, LayerParams};
+use super::{Builder, CoreCall, Kernels, LayerParams, LIN_ZERO};
 use crate::memory::timeline::{Category, Ids, Node, TensorId};
 use crate::model::{Attention, AttentionKind, LinearRole, Norm, NormKind, QkNormScope};
 use crate::workload::AttentionImpl;
@@ -340,8 +340,7 @@ impl Builder<'_> {
                     return self.mla_infer(a, lp, q, kva, np);
                 }
                 let (kvn, _) = self.norm(kva, c, rows, &mla_norm(kv_lora_rank), np);
-                let (kvb, _) =
-                    self.linear(kvn, c, rows, lin(LinearRole::KvB).unwrap_or(&LIN_ZERO));
+                let (kvb, _) = self.linear(kvn, c, rows, lin(LinearRole::KvB).unwrap_or(&LIN_ZERO));
                 self.drop_(kvn);
                 let _ = kvr;
                 // k = cat(k_nope, k_rope.expand(heads)), q = cat(q_nope, rope(q_rope)) (new tensors)

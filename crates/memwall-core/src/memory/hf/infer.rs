@@ -1,7 +1,7 @@
 //! The inference driver: `generate`'s prefill and decode forwards under `torch.no_grad()`, the
 //! growing KV cache (MLA's latent cache included) and its size.
 
-use super::{LIN_ZERO, Builder, LayerParams, P};
+use super::{Builder, LayerParams, LIN_ZERO, P};
 use crate::memory::timeline::{Category, Phase, SegKind, TensorId};
 use crate::model::{Attention, AttentionKind, LinearRole, Norm, NormKind};
 use crate::workload::KvDtype;

@@ -3,7 +3,7 @@
 //! q/k norm, attention temperature tuning on NoPE layers, and `Llama4TextMoe`, which runs every
 //! token through every expert.
 
-use super::{LIN_ZERO, Builder, LayerParams, LinearP, P};
+use super::{Builder, LayerParams, LinearP, LIN_ZERO, P};
 use crate::memory::timeline::{Category, Ids, Node, TensorId};
 use crate::model::{Attention, MoeMlp};
 

@@ -1,6 +1,6 @@
 //! The MLP block: activations, dense (gated or not) MLPs and mixtures of experts.
 
-use super::{LIN_ZERO, Builder, LayerParams, LinearP};
+use super::{Builder, LayerParams, LinearP, LIN_ZERO};
 use crate::memory::timeline::{Category, Ids, Node, TensorId};
 use crate::model::{Activation, DenseMlp, LinearRole};
 
@@ -110,8 +110,7 @@ impl Builder<'_> {
             } else if self.mlp_muls.0 {
                 // FalconH1MLP.forward: `up_proj(x) * act_fn(gate_proj(x) * gate_multiplier)`:
                 // up first, then the gate and its scaled copy (the gate itself is a temporary)
-                let (u, _) =
-                    self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(&LIN_ZERO));
+                let (u, _) = self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(&LIN_ZERO));
                 let (g, _) =
                     self.linear(x, x_size, rows, lin(LinearRole::Gate).unwrap_or(&LIN_ZERO));
                 let gs = self.op(rows * i * c, &[g], &[], &[], &[]);
@@ -120,8 +119,7 @@ impl Builder<'_> {
             } else {
                 let (g, _) =
                     self.linear(x, x_size, rows, lin(LinearRole::Gate).unwrap_or(&LIN_ZERO));
-                let (u, _) =
-                    self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(&LIN_ZERO));
+                let (u, _) = self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(&LIN_ZERO));
                 (g, u)
             };
             if d.act == Activation::ClampedSwiglu {

@@ -100,7 +100,13 @@ impl Builder<'_> {
                 });
                 y
             } else {
-                self.op(mul(mul(rows, lin.out_f), c), &[xc], saved.as_slice(), params, &[])
+                self.op(
+                    mul(mul(rows, lin.out_f), c),
+                    &[xc],
+                    saved.as_slice(),
+                    params,
+                    &[],
+                )
             };
             self.sac_keep(keep, &[y]);
             if xc != x {
@@ -124,7 +130,13 @@ impl Builder<'_> {
                 saved.push(lin.w.id);
             }
             let keep = self.sac_pre(sac_op);
-            let y = self.op(mul(mul(rows, lin.out_f), c), &[x], saved.as_slice(), params, &[]);
+            let y = self.op(
+                mul(mul(rows, lin.out_f), c),
+                &[x],
+                saved.as_slice(),
+                params,
+                &[],
+            );
             self.sac_keep(keep, &[y]);
             y
         };

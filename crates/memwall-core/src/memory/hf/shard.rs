@@ -589,7 +589,10 @@ impl Builder<'_> {
         let Some(w) = self.mode.train() else { return 0 };
         let (mut params, mut grads, mut states) = (0, 0, 0);
         for (weight, p) in self.weighted_params() {
-            params += mul(mul(weight, self.padded_shard_numel(p)), self.sharded_elem(p));
+            params += mul(
+                mul(weight, self.padded_shard_numel(p)),
+                self.sharded_elem(p),
+            );
             if p.trainable {
                 grads += mul(mul(weight, self.padded_shard_numel(p)), self.reduce_elem(p));
                 states += mul(
