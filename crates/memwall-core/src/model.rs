@@ -256,6 +256,15 @@ impl Attention {
     /// `kv_a_proj_with_mqa` only; the plain `q_proj` (no `q_lora_rank`), `q_b_proj` and
     /// `kv_b_proj` never have one.
     pub fn linears(&self, hidden: u64) -> Vec<LinearShape> {
+        // one allocation: the projections and the output (MLA has up to five)
+        let mut v = Vec::with_capacity(5);
+        self.for_each_linear(hidden, |s| v.push(s));
+        v
+    }
+
+    /// [`Attention::linears`] handed to `f` one by one, in the same order (no allocation: the
+    /// simulator builds the parameters of every replayed layer this way).
+    pub fn for_each_linear(&self, hidden: u64, mut f: impl FnMut(LinearShape)) {
         let l = |role, in_features, out_features, bias| LinearShape {
             role,
             in_features,
@@ -270,24 +279,19 @@ impl Attention {
             } => {
                 let q = num_heads * head_dim;
                 let kv = num_kv_heads * head_dim;
-                // one allocation: the projections and the output
-                let mut v = Vec::with_capacity(4);
                 if self.fused_qkv {
-                    v.push(l(LinearRole::Qkv, hidden, q + 2 * kv, self.qkv_bias));
+                    f(l(LinearRole::Qkv, hidden, q + 2 * kv, self.qkv_bias));
                 } else {
-                    v.extend([
-                        l(
-                            LinearRole::Q,
-                            hidden,
-                            if self.output_gate { 2 * q } else { q },
-                            self.qkv_bias,
-                        ),
-                        l(LinearRole::K, hidden, kv, self.qkv_bias),
-                        l(LinearRole::V, hidden, kv, self.qkv_bias),
-                    ]);
+                    f(l(
+                        LinearRole::Q,
+                        hidden,
+                        if self.output_gate { 2 * q } else { q },
+                        self.qkv_bias,
+                    ));
+                    f(l(LinearRole::K, hidden, kv, self.qkv_bias));
+                    f(l(LinearRole::V, hidden, kv, self.qkv_bias));
                 }
-                v.push(l(LinearRole::O, q, hidden, self.o_bias));
-                v
+                f(l(LinearRole::O, q, hidden, self.o_bias));
             }
             AttentionKind::Mla {
                 num_heads,
@@ -298,32 +302,31 @@ impl Attention {
                 v_head_dim,
             } => {
                 let qk_head = qk_nope_head_dim + qk_rope_head_dim;
-                let mut v = match q_lora_rank {
-                    Some(r) => vec![
-                        l(LinearRole::QA, hidden, r, self.qkv_bias),
-                        l(LinearRole::QB, r, num_heads * qk_head, false),
-                    ],
-                    None => vec![l(LinearRole::Q, hidden, num_heads * qk_head, false)],
-                };
-                v.push(l(
+                match q_lora_rank {
+                    Some(r) => {
+                        f(l(LinearRole::QA, hidden, r, self.qkv_bias));
+                        f(l(LinearRole::QB, r, num_heads * qk_head, false));
+                    }
+                    None => f(l(LinearRole::Q, hidden, num_heads * qk_head, false)),
+                }
+                f(l(
                     LinearRole::KvA,
                     hidden,
                     kv_lora_rank + qk_rope_head_dim,
                     self.qkv_bias,
                 ));
-                v.push(l(
+                f(l(
                     LinearRole::KvB,
                     kv_lora_rank,
                     num_heads * (qk_nope_head_dim + v_head_dim),
                     false,
                 ));
-                v.push(l(
+                f(l(
                     LinearRole::O,
                     num_heads * v_head_dim,
                     hidden,
                     self.o_bias,
                 ));
-                v
             }
         }
     }
@@ -394,6 +397,14 @@ pub struct DenseMlp {
 impl DenseMlp {
     /// The projections of this MLP in forward order (transformers names them per family).
     pub fn linears(&self, hidden: u64) -> Vec<LinearShape> {
+        // one allocation: the input projections and the output
+        let mut v = Vec::with_capacity(3);
+        self.for_each_linear(hidden, |s| v.push(s));
+        v
+    }
+
+    /// [`DenseMlp::linears`] handed to `f` one by one, in the same order (no allocation).
+    pub fn for_each_linear(&self, hidden: u64, mut f: impl FnMut(LinearShape)) {
         let l = |role, in_features, out_features| LinearShape {
             role,
             in_features,
@@ -401,17 +412,15 @@ impl DenseMlp {
             bias: self.bias,
         };
         let i = self.intermediate;
-        // one allocation: the input projections and the output
-        let mut v = Vec::with_capacity(3);
         if !self.gated {
-            v.push(l(LinearRole::Up, hidden, i));
+            f(l(LinearRole::Up, hidden, i));
         } else if self.fused_gate_up {
-            v.push(l(LinearRole::GateUp, hidden, 2 * i));
+            f(l(LinearRole::GateUp, hidden, 2 * i));
         } else {
-            v.extend([l(LinearRole::Gate, hidden, i), l(LinearRole::Up, hidden, i)]);
+            f(l(LinearRole::Gate, hidden, i));
+            f(l(LinearRole::Up, hidden, i));
         }
-        v.push(l(LinearRole::Down, i, hidden));
-        v
+        f(l(LinearRole::Down, i, hidden));
     }
 
     /// Parameters of this MLP.

@@ -498,7 +498,7 @@ fn fast_rank(
             b.run();
             let host = b.offloaded_bytes();
             let states = b.model_state_bytes();
-            rec.segs.extend_from_slice(b.t.finish_segments());
+            b.t.take_segments(&mut rec.segs);
             rec.scalars
                 .extend([b.param_count as i128, host as i128, states as i128]);
             let lines = b.comm_buffer_lines();

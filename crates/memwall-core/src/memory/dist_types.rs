@@ -67,7 +67,7 @@ pub(crate) struct ShardParam {
 impl ShardParam {
     /// Elements per dim-0 row.
     pub fn row(&self) -> u128 {
-        self.numel / self.dim0.max(1)
+        super::hf::div(self.numel, self.dim0.max(1))
     }
 }
 

@@ -122,6 +122,7 @@ impl Ids {
     }
 
     /// Appends an id (up to six; more are ignored, as in [`Ids::of`]).
+    #[inline]
     pub fn push(&mut self, id: TensorId) {
         debug_assert!(self.len < 6, "a node holds at most six tensors");
         if let Some(slot) = self.ids.get_mut(self.len as usize) {
@@ -131,8 +132,10 @@ impl Ids {
     }
 
     /// The ids.
+    #[inline]
     pub fn as_slice(&self) -> &[TensorId] {
-        &self.ids[..self.len as usize]
+        // (`len` never exceeds six: the bound only spares the slice its check)
+        &self.ids[..usize::from(self.len).min(6)]
     }
 }
 
@@ -281,6 +284,9 @@ thread_local! {
 #[derive(Debug, Clone)]
 pub struct Timeline {
     tensors: Vec<TensorRec>,
+    /// The parameters' ids in creation order (what `zero_grad` visits, instead of every
+    /// tensor record).
+    params: Vec<TensorId>,
     live: u128,
     by_category: [u128; 9],
     peak: u128,
@@ -300,7 +306,9 @@ pub struct Timeline {
     peak_pending: bool,
     /// The current segment's breakdown at its maximum is `by_category` (not copied yet).
     seg_pending: bool,
-    /// Segments are recorded (fast evaluator).
+    /// Segments are recorded (fast evaluator). The fast evaluator reads the segments only, so
+    /// while they are recorded the step's own peaks (`peak`, its breakdown and phase, and the
+    /// phases' peaks) are not kept: the segments' maxima say the same.
     segmenting: bool,
     /// The segment being recorded.
     seg: Segment,
@@ -337,6 +345,7 @@ impl Timeline {
     pub fn new() -> Self {
         Timeline {
             tensors: Vec::with_capacity(4096),
+            params: Vec::with_capacity(256),
             live: 0,
             by_category: [0; 9],
             peak: 0,
@@ -360,6 +369,7 @@ impl Timeline {
     pub(crate) fn empty() -> Self {
         Timeline {
             tensors: Vec::new(),
+            params: Vec::new(),
             live: 0,
             by_category: [0; 9],
             peak: 0,
@@ -396,6 +406,7 @@ impl Timeline {
         }
         self.clear();
         self.tensors.shrink_to(SPARE_RECORDS);
+        self.params.shrink_to(SPARE_RECORDS);
         self.tape.shrink_to(SPARE_RECORDS);
         self.segments.shrink_to(SPARE_RECORDS);
         SPARE.with(|p| {
@@ -410,6 +421,7 @@ impl Timeline {
     /// Empties the timeline for another replay, keeping its buffers.
     pub(crate) fn clear(&mut self) {
         self.tensors.clear();
+        self.params.clear();
         self.tape.clear();
         self.segments.clear();
         self.live = 0;
@@ -457,6 +469,14 @@ impl Timeline {
         &self.segments
     }
 
+    /// [`Timeline::finish_segments`] handed over without a copy: `out` (emptied) receives
+    /// the segments and the timeline keeps `out`'s buffer for any segments after.
+    pub(crate) fn take_segments(&mut self, out: &mut Vec<Segment>) {
+        self.finish_segments();
+        out.clear();
+        std::mem::swap(out, &mut self.segments);
+    }
+
     /// Sets the current phase.
     pub fn set_phase(&mut self, phase: Phase) {
         self.phase = phase;
@@ -479,6 +499,10 @@ impl Timeline {
 
     /// Peak live bytes within `phase` since the last [`Timeline::reset_peak`].
     pub fn phase_peak(&self, phase: Phase) -> u128 {
+        debug_assert!(
+            !self.segmenting,
+            "phase peaks are not kept while segmenting"
+        );
         self.phase_peaks[phase as usize]
     }
 
@@ -490,7 +514,18 @@ impl Timeline {
     /// Copies the breakdown at the latest maxima, before `by_category` changes. A new maximum
     /// only marks its breakdown as pending: until a free or a retag, every allocation makes a
     /// new maximum, so the breakdown is copied once per local maximum, not per allocation.
+    #[inline]
     fn settle(&mut self) {
+        if self.peak_pending || self.seg_pending {
+            self.settle_copy();
+        }
+    }
+
+    /// The copies of [`Timeline::settle`], apart (once per local maximum: the frees that
+    /// call `settle` rarely find one pending, and keep their registers for themselves).
+    #[cold]
+    #[inline(never)]
+    fn settle_copy(&mut self) {
         if self.peak_pending {
             self.peak_pending = false;
             self.peak_by_category = self.by_category;
@@ -502,8 +537,16 @@ impl Timeline {
     }
 
     /// `bytes` rounded up to the allocation granularity.
+    #[inline]
     fn round(&self, bytes: u128) -> u128 {
         let g = self.granularity;
+        // the two granularities replays use, with constant divisors
+        if g == 1 {
+            return bytes;
+        }
+        if g == 512 {
+            return bytes.next_multiple_of(512);
+        }
         if g.is_power_of_two() {
             bytes.next_multiple_of(g)
         } else {
@@ -513,8 +556,21 @@ impl Timeline {
 
     #[inline]
     fn add_live(&mut self, bytes: u128, cat: Category) {
+        // Adding nothing changes nothing (the peaks are never below the live bytes), except
+        // that it opens a segment's first instant when none was reached yet.
+        if bytes == 0 && (!self.segmenting || self.seg.hit) {
+            return;
+        }
         self.live += bytes;
         self.by_category[cat.index()] += bytes;
+        if self.segmenting {
+            if !self.seg.hit || self.live > self.seg.max {
+                self.seg.hit = true;
+                self.seg.max = self.live;
+                self.seg_pending = true;
+            }
+            return;
+        }
         let p = &mut self.phase_peaks[self.phase as usize];
         *p = (*p).max(self.live);
         if self.live > self.peak {
@@ -522,22 +578,22 @@ impl Timeline {
             self.peak_pending = true;
             self.peak_phase = self.phase;
         }
-        if self.segmenting && (!self.seg.hit || self.live > self.seg.max) {
-            self.seg.hit = true;
-            self.seg.max = self.live;
-            self.seg_pending = true;
-        }
     }
 
     #[inline]
     fn sub_live(&mut self, bytes: u128, cat: Category) {
+        // Freeing nothing leaves `by_category` as it is, so a pending breakdown can wait for
+        // the next change.
+        if bytes == 0 {
+            return;
+        }
         self.settle();
         self.live -= bytes;
         self.by_category[cat.index()] -= bytes;
     }
 
     /// Allocates a tensor with one (Python) reference.
-    #[inline]
+    #[inline(always)]
     pub fn alloc(&mut self, bytes: u128, category: Category, requires_grad: bool) -> TensorId {
         let bytes = self.round(bytes);
         let id = TensorId::try_from(self.tensors.len()).unwrap_or(TensorId::MAX);
@@ -587,6 +643,7 @@ impl Timeline {
             uses: 0,
             pending: None,
         });
+        self.params.push(id);
         id
     }
 
@@ -684,18 +741,24 @@ impl Timeline {
     /// Drops a reference; frees the storage at zero.
     #[inline]
     pub fn release(&mut self, id: TensorId) {
-        let t = &mut self.tensors[id as usize];
-        debug_assert!(t.refs > 0, "double release of tensor {id}");
-        t.refs = t.refs.saturating_sub(1);
-        if t.refs == 0 && t.live {
-            t.live = false;
-            let (b, c) = (t.bytes, t.category);
-            self.sub_live(b, c);
-        }
-        let t = &mut self.tensors[id as usize];
-        if t.refs == 0 {
-            if let Some(base) = t.base.take() {
-                self.release(base);
+        // a view's last reference goes with its base's reference (a loop, not a recursion)
+        let mut id = id;
+        loop {
+            let t = &mut self.tensors[id as usize];
+            debug_assert!(t.refs > 0, "double release of tensor {id}");
+            t.refs = t.refs.saturating_sub(1);
+            if t.refs != 0 {
+                return;
+            }
+            let base = t.base.take();
+            if t.live {
+                t.live = false;
+                let (b, c) = (t.bytes, t.category);
+                self.sub_live(b, c);
+            }
+            match base {
+                Some(b) => id = b,
+                None => return,
             }
         }
     }
@@ -857,7 +920,9 @@ impl Timeline {
         let late = node.param_grads_cast;
         if late {
             self.sub_live(node.offloaded, Category::Temporaries);
-            self.host.live = self.host.live.saturating_sub(node.offloaded);
+            if node.offloaded != 0 {
+                self.host.live = self.host.live.saturating_sub(node.offloaded);
+            }
             for &o in node.outputs.as_slice() {
                 if let Some(g) = self.tensors[o as usize].grad.take() {
                     self.release(g);
@@ -880,7 +945,9 @@ impl Timeline {
         if !late {
             // the unpacked copies die with the node's apply; its host copies with the node
             self.sub_live(node.offloaded, Category::Temporaries);
-            self.host.live = self.host.live.saturating_sub(node.offloaded);
+            if node.offloaded != 0 {
+                self.host.live = self.host.live.saturating_sub(node.offloaded);
+            }
             for &o in node.outputs.as_slice() {
                 if let Some(g) = self.tensors[o as usize].grad.take() {
                     self.release(g);
@@ -923,7 +990,9 @@ impl Timeline {
 
     /// Drops every parameter's `.grad` (`zero_grad(set_to_none=True)`).
     pub fn zero_grad(&mut self) {
-        for i in 0..self.tensors.len() {
+        // the parameters in id order, as a scan of every record would visit them
+        for k in 0..self.params.len() {
+            let i = self.params[k] as usize;
             if let Some(g) = self.tensors[i].param.as_mut().and_then(|s| s.grad.take()) {
                 self.release(g);
             }
@@ -937,11 +1006,13 @@ impl Timeline {
 
     /// Peak live bytes so far.
     pub fn peak(&self) -> u128 {
+        debug_assert!(!self.segmenting, "the peak is not kept while segmenting");
         self.peak
     }
 
     /// Breakdown at the peak, in [`Category::ALL`] order.
     pub fn peak_breakdown(&self) -> [u128; 9] {
+        debug_assert!(!self.segmenting, "the peak is not kept while segmenting");
         if self.peak_pending {
             self.by_category
         } else {
@@ -951,6 +1022,7 @@ impl Timeline {
 
     /// Phase in which the peak occurred.
     pub fn peak_phase(&self) -> Phase {
+        debug_assert!(!self.segmenting, "the peak is not kept while segmenting");
         self.peak_phase
     }
 

@@ -182,6 +182,10 @@ pub(crate) fn extrapolate(base: &mut [Item], plus: &[(&[Item], &[Item])], steps:
         for (&(one, _), &n) in plus.iter().zip(steps) {
             let d1 = sub(&one[k].v, &item.v);
             for i in 0..10 {
+                // a value that does not move needs no product (most breakdown lines)
+                if d1[i] == 0 {
+                    continue;
+                }
                 let Some(x) = d1[i].checked_mul(n).and_then(|x| v[i].checked_add(x)) else {
                     return false;
                 };

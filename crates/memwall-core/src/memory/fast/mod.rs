@@ -309,7 +309,7 @@ pub(crate) fn train_checked(
             b.set_reduced(red);
             b.t.start_segments();
             b.run();
-            rec.segs.extend_from_slice(b.t.finish_segments());
+            b.t.take_segments(&mut rec.segs);
             rec.scalars.extend([
                 b.param_count as i128,
                 b.trainable_count() as i128,
@@ -387,7 +387,7 @@ pub fn simulate_infer_traced(
             b.t.start_segments();
             b.run_inference();
             let kv = b.kv_cache_bytes();
-            rec.segs.extend_from_slice(b.t.finish_segments());
+            b.t.take_segments(&mut rec.segs);
             rec.scalars.extend([b.param_count as i128, kv as i128]);
             Ok(())
         },

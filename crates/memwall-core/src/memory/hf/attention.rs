@@ -3,7 +3,7 @@
 //! model-level causal mask.
 
 use super::sac::SacOp;
-use super::{lin_zero, Builder, CoreCall, Kernels, LayerParams};
+use super::{Builder, CoreCall, Kernels, LayerParams, LIN_ZERO};
 use crate::memory::timeline::{Category, Ids, Node, TensorId};
 use crate::model::{Attention, AttentionKind, LinearRole, Norm, NormKind, QkNormScope};
 use crate::workload::AttentionImpl;
@@ -225,9 +225,7 @@ impl Builder<'_> {
         ckpt: bool,
     ) -> TensorId {
         let y = self.attention_inner(x, x_size, a, lp, ckpt);
-        for t in std::mem::take(&mut self.attn_locals) {
-            self.drop_(t);
-        }
+        self.drop_list(|b| &mut b.attn_locals);
         y
     }
 
@@ -240,7 +238,7 @@ impl Builder<'_> {
         ckpt: bool,
     ) -> TensorId {
         let rows = self.tokens;
-        let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
+        let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| l);
         let c = self.compute_size;
         // the q/k norms already ran between the projections (`Attention::qk_norm_inline`)
         let mut normed_inline = false;
@@ -269,7 +267,7 @@ impl Builder<'_> {
                     normed_inline = inline;
                     let dims = (rows, heads, kvh, hd);
                     let (q, _) =
-                        self.linear(x, x_size, rows, lin(LinearRole::Q).unwrap_or(lin_zero()));
+                        self.linear(x, x_size, rows, lin(LinearRole::Q).unwrap_or(&LIN_ZERO));
                     if a.output_gate {
                         // Qwen3NextAttention.forward: `torch.chunk(q_proj(x).view(..., 2·hd))`,
                         // then `gate.reshape(*input_shape, -1)` copies the strided gate half;
@@ -287,7 +285,7 @@ impl Builder<'_> {
                         (q, c)
                     };
                     let (k, _) =
-                        self.linear(x, x_size, rows, lin(LinearRole::K).unwrap_or(lin_zero()));
+                        self.linear(x, x_size, rows, lin(LinearRole::K).unwrap_or(&LIN_ZERO));
                     let k = if a.key_scaled {
                         // FalconH1Attention.forward: `k_proj(x).view(..).transpose(1, 2) *
                         // self.key_multiplier`, a new tensor (the projection's output is freed)
@@ -303,7 +301,7 @@ impl Builder<'_> {
                         (k, c)
                     };
                     let (v, _) =
-                        self.linear(x, x_size, rows, lin(LinearRole::V).unwrap_or(lin_zero()));
+                        self.linear(x, x_size, rows, lin(LinearRole::V).unwrap_or(&LIN_ZERO));
                     (q, k, v)
                 };
                 let rot = a.rotary_dim.map_or(0, u128::from);
@@ -329,30 +327,29 @@ impl Builder<'_> {
                 let q = match q_lora_rank {
                     Some(r) => {
                         let (qa, _) =
-                            self.linear(x, x_size, rows, lin(LinearRole::QA).unwrap_or(lin_zero()));
+                            self.linear(x, x_size, rows, lin(LinearRole::QA).unwrap_or(&LIN_ZERO));
                         let np = (lp.mla_norms[0], None);
                         let (qn, _) = self.norm(qa, c, rows, &mla_norm(r), np);
                         self.drop_(qa);
                         let (qb, _) =
-                            self.linear(qn, c, rows, lin(LinearRole::QB).unwrap_or(lin_zero()));
+                            self.linear(qn, c, rows, lin(LinearRole::QB).unwrap_or(&LIN_ZERO));
                         self.drop_(qn);
                         qb
                     }
                     None => {
-                        self.linear(x, x_size, rows, lin(LinearRole::Q).unwrap_or(lin_zero()))
+                        self.linear(x, x_size, rows, lin(LinearRole::Q).unwrap_or(&LIN_ZERO))
                             .0
                     }
                 };
                 let (kva, _) =
-                    self.linear(x, x_size, rows, lin(LinearRole::KvA).unwrap_or(lin_zero()));
+                    self.linear(x, x_size, rows, lin(LinearRole::KvA).unwrap_or(&LIN_ZERO));
                 // split: latent part normalised, rope part rotated and expanded to all heads
                 let np = (lp.mla_norms[lp.mla_norms.len() - 1], None);
                 if self.mode.is_infer() {
                     return self.mla_infer(a, lp, q, kva, np);
                 }
                 let (kvn, _) = self.norm(kva, c, rows, &mla_norm(kv_lora_rank), np);
-                let (kvb, _) =
-                    self.linear(kvn, c, rows, lin(LinearRole::KvB).unwrap_or(lin_zero()));
+                let (kvb, _) = self.linear(kvn, c, rows, lin(LinearRole::KvB).unwrap_or(&LIN_ZERO));
                 self.drop_(kvn);
                 let _ = kvr;
                 // k = cat(k_nope, k_rope.expand(heads)), q = cat(q_nope, rope(q_rope)) (new tensors)
@@ -537,7 +534,7 @@ impl Builder<'_> {
     ) -> TensorId {
         let rows = self.tokens;
         let c = self.compute_size;
-        let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
+        let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| l);
         let call = CoreCall {
             slot: self.cur_layer,
             q: (q, qs),
@@ -576,7 +573,7 @@ impl Builder<'_> {
             }
             None => out,
         };
-        let (y, _) = self.linear(out, c, rows, lin(LinearRole::O).unwrap_or(lin_zero()));
+        let (y, _) = self.linear(out, c, rows, lin(LinearRole::O).unwrap_or(&LIN_ZERO));
         self.drop_(out);
         y
     }
@@ -1170,9 +1167,7 @@ impl Builder<'_> {
         for t in self.layer_locals.split_off(locals) {
             self.drop_(t);
         }
-        for t in std::mem::take(&mut self.attn_locals) {
-            self.drop_(t);
-        }
+        self.drop_list(|b| &mut b.attn_locals);
         self.t.move_grad(out, y);
         self.drop_(y);
     }

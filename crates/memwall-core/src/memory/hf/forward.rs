@@ -61,7 +61,7 @@ impl Builder<'_> {
         let mut x = emb;
         if let Some((pin, _)) = self.projections {
             // OPT project_in
-            let (y, _) = self.linear(x, s, rows, pin);
+            let (y, _) = self.linear(x, s, rows, &pin);
             self.drop_(x);
             x = y;
         }
@@ -122,21 +122,20 @@ impl Builder<'_> {
 
     /// One decoder layer; returns its output. `x` keeps its reference (the caller drops it).
     pub(super) fn layer(&mut self, idx: usize, x: TensorId, x_size: u128, ckpt: bool) -> TensorId {
-        // borrow the layer's parameter table without cloning it
-        let lp = std::mem::take(&mut self.layers[idx]);
-        let y = self.layer_with(idx, &lp, x, x_size, ckpt);
-        self.layers[idx] = lp;
-        let locals = std::mem::take(&mut self.layer_locals);
+        // borrow the layer's parameter table without copying it: the tables are set aside
+        // while the layer runs (nothing reads them but through `lp`)
+        let layers = std::mem::take(&mut self.layers);
+        let y = self.layer_with(idx, &layers[idx], x, x_size, ckpt);
+        self.layers = layers;
         if self.spec(idx).attention.eager_style == crate::model::EagerStyle::Falcon {
             // FalconModel's loop binds the block's `(output, attn_weights)` to `outputs` until
             // the next block returns (models/falcon/modeling_falcon.py FalconModel.forward)
+            let locals = std::mem::take(&mut self.layer_locals);
             for t in std::mem::replace(&mut self.block_outputs, locals) {
                 self.drop_(t);
             }
         } else {
-            for t in locals {
-                self.drop_(t);
-            }
+            self.drop_list(|b| &mut b.layer_locals);
         }
         y
     }
@@ -384,7 +383,7 @@ impl Builder<'_> {
         };
         let (fx, fs) = match self.projections {
             Some((_, pout)) => {
-                let (y, ys) = self.linear(fx, fs, rows, pout);
+                let (y, ys) = self.linear(fx, fs, rows, &pout);
                 self.drop_(fx);
                 (y, ys)
             }

@@ -1,7 +1,7 @@
 //! The inference driver: `generate`'s prefill and decode forwards under `torch.no_grad()`, the
 //! growing KV cache (MLA's latent cache included) and its size.
 
-use super::{lin_zero, Builder, LayerParams, P};
+use super::{Builder, LayerParams, LIN_ZERO, P};
 use crate::memory::timeline::{Category, Phase, SegKind, TensorId};
 use crate::model::{Attention, AttentionKind, LinearRole, Norm, NormKind};
 use crate::workload::KvDtype;
@@ -101,7 +101,7 @@ impl Builder<'_> {
         else {
             return q;
         };
-        let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
+        let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| l);
         let (b, rows, c) = (self.batch, self.tokens, self.compute_size);
         let heads = u128::from(num_heads);
         let (nope, ropd, vd, kvr) = (
@@ -141,7 +141,7 @@ impl Builder<'_> {
         self.attn_locals.push(qr);
         // expand_kv over every cached token
         let kv_rows = b * total;
-        let (kvb, _) = self.linear(kc, c, kv_rows, lin(LinearRole::KvB).unwrap_or(lin_zero()));
+        let (kvb, _) = self.linear(kc, c, kv_rows, lin(LinearRole::KvB).unwrap_or(&LIN_ZERO));
         let kf = self.op(
             kv_rows * heads * (nope + ropd) * c,
             &[kvb, rc],
@@ -208,14 +208,12 @@ impl Builder<'_> {
         self.drop_image_locals();
         // the base model returns: its locals go, the causal LM keeps `hidden_states` through
         // the LM head (as in training, train.rs)
-        for r in std::mem::take(&mut self.out_refs) {
-            self.drop_(r);
-        }
+        self.drop_list(|b| &mut b.out_refs);
         // logits_to_keep=1: the LM head sees the last position of each sequence
         let v = u128::from(self.model.embeddings.vocab_size);
         let head = self.lm_head_linear();
         let c = self.compute_size;
-        let (mut logits, _) = self.linear(fx, fs, self.batch, head);
+        let (mut logits, _) = self.linear(fx, fs, self.batch, &head);
         if self.model.head.logits_fp32 && c != 4 {
             // `lm_head(...).float()` in the model's forward (Mamba2ForCausalLM)
             let l32 = self.cast(logits, self.batch * v * 4);
@@ -279,7 +277,8 @@ impl Builder<'_> {
     /// token, so the last step dominates all earlier ones; the first decode step is where
     /// sliding-window caches shrink from the prompt's concatenation to the window. Those two
     /// steps are simulated exactly and the caches in between are jumped over.
-    /// Returns the peak of the prefill alone.
+    /// Returns the peak of the prefill alone (0 while recording segments: the fast evaluator
+    /// finds it among them).
     pub(crate) fn run_inference(&mut self) -> u128 {
         let Some(w) = self.mode.infer() else { return 0 };
         let (prompt, new_tokens) = (u128::from(w.prompt), u128::from(w.new_tokens));
@@ -295,7 +294,12 @@ impl Builder<'_> {
         // the end (generation/utils.py)
         let unfinished = self.t.alloc(self.batch * 8, Category::Activations, false);
         let mut logits = self.forward_of_generate(prompt);
-        let prefill_peak = self.t.peak();
+        // (the fast evaluator, which records segments, finds it among them)
+        let prefill_peak = if self.t.segmenting() {
+            0
+        } else {
+            self.t.peak()
+        };
         self.t.set_phase(Phase::Decode);
         let steps = new_tokens.saturating_sub(1);
         // the steps simulated: the first, and the last (the ones between are jumped over)

@@ -3,7 +3,7 @@
 //! q/k norm, attention temperature tuning on NoPE layers, and `Llama4TextMoe`, which runs every
 //! token through every expert.
 
-use super::{lin_zero, Builder, LayerParams, LinearP, P};
+use super::{Builder, LayerParams, LinearP, LIN_ZERO, P};
 use crate::memory::timeline::{Category, Ids, Node, TensorId};
 use crate::model::{Attention, MoeMlp};
 
@@ -123,7 +123,7 @@ impl Builder<'_> {
         let e = u128::from(moe.num_experts);
         let k = u128::from(moe.top_k);
         let i = u128::from(moe.expert.intermediate);
-        let router = lp.router.unwrap_or(lin_zero());
+        let router = lp.router.as_ref().unwrap_or(&LIN_ZERO);
         let (logits, _) = self.linear(x, x_size, rows, router);
         // topk: values and int64 indices (saved)
         let idx = self.act(rows * k * 8, false);
@@ -164,7 +164,7 @@ impl Builder<'_> {
         let experts_trainable = self.trainable(&lp.experts[0]);
         let gu = if self.amp {
             let gate_up = expert_linear(lp.experts[0], h, 2 * i);
-            self.linear(routed_in, x_size, ek, gate_up).0
+            self.linear(routed_in, x_size, ek, &gate_up).0
         } else {
             let saved_in: &[TensorId] = if experts_trainable { &[routed_in] } else { &[] };
             self.op(
@@ -184,7 +184,7 @@ impl Builder<'_> {
         self.drop_(act);
         let routed_out = if self.amp {
             let down = expert_linear(lp.experts[1], i, h);
-            self.linear(m, c, ek, down).0
+            self.linear(m, c, ek, &down).0
         } else {
             let saved_m: &[TensorId] = if experts_trainable { &[m] } else { &[] };
             self.op(ek * h * c, &[m], saved_m, &[lp.experts[1].id], &[])

@@ -1,6 +1,6 @@
 //! The MLP block: activations, dense (gated or not) MLPs and mixtures of experts.
 
-use super::{lin_zero, Builder, LayerParams, LinearP};
+use super::{Builder, LayerParams, LinearP, LIN_ZERO};
 use crate::memory::timeline::{Category, Ids, Node, TensorId};
 use crate::model::{Activation, DenseMlp, LinearRole};
 
@@ -94,7 +94,7 @@ impl Builder<'_> {
     ) -> TensorId {
         let c = self.compute_size;
         let i = u128::from(d.intermediate);
-        let lin = |role: LinearRole| linears.iter().find(|(r, _)| *r == role).map(|(_, l)| *l);
+        let lin = |role: LinearRole| linears.iter().find(|(r, _)| *r == role).map(|(_, l)| l);
         // an inline MLP that rebinds its input takes the caller's reference
         let rebound = std::mem::take(&mut self.mlp_input_rebound);
         // a local of the MLP's forward bound until it returns (after down_proj)
@@ -122,16 +122,15 @@ impl Builder<'_> {
             } else if self.mlp_muls.0 {
                 // FalconH1MLP.forward: `up_proj(x) * act_fn(gate_proj(x) * gate_multiplier)`:
                 // up first, then the gate and its scaled copy (the gate itself is a temporary)
-                let (u, _) =
-                    self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(lin_zero()));
+                let (u, _) = self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(&LIN_ZERO));
                 let (g, _) =
-                    self.linear(x, x_size, rows, lin(LinearRole::Gate).unwrap_or(lin_zero()));
+                    self.linear(x, x_size, rows, lin(LinearRole::Gate).unwrap_or(&LIN_ZERO));
                 let gs = self.op(rows * i * c, &[g], &[], &[], &[]);
                 self.drop_(g);
                 (gs, Some(u))
             } else {
                 let (g, _) =
-                    self.linear(x, x_size, rows, lin(LinearRole::Gate).unwrap_or(lin_zero()));
+                    self.linear(x, x_size, rows, lin(LinearRole::Gate).unwrap_or(&LIN_ZERO));
                 // `down_proj(act_fn(gate_proj(x)) * up_proj(x))` (LlamaMLP.forward and its
                 // kin) runs left to right: the activation before up_proj, so a LoRA adapter's
                 // [rows, inter] temporaries on up_proj meet the saved gate and its activation
@@ -139,7 +138,7 @@ impl Builder<'_> {
                 // Liger's fused SiLU-mul takes both projections (LigerSwiGLUMLP).
                 let u = if d.act == Activation::ClampedSwiglu || self.liger() {
                     let (u, _) =
-                        self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(lin_zero()));
+                        self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(&LIN_ZERO));
                     Some(u)
                 } else {
                     None
@@ -149,7 +148,7 @@ impl Builder<'_> {
             let up_or = |b: &mut Self, u: Option<TensorId>| match u {
                 Some(u) => u,
                 None => {
-                    b.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(lin_zero()))
+                    b.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(&LIN_ZERO))
                         .0
                 }
             };
@@ -195,7 +194,7 @@ impl Builder<'_> {
             }
             m
         } else {
-            let (u, _) = self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(lin_zero()));
+            let (u, _) = self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(&LIN_ZERO));
             if rebound {
                 self.drop_(x);
             }
@@ -207,7 +206,7 @@ impl Builder<'_> {
             hidden_act,
             c,
             rows,
-            lin(LinearRole::Down).unwrap_or(lin_zero()),
+            lin(LinearRole::Down).unwrap_or(&LIN_ZERO),
         );
         self.drop_(hidden_act);
         if let Some(g) = gate_local {
@@ -248,7 +247,7 @@ impl Builder<'_> {
         let h = self.hidden;
         let e = u128::from(moe.num_experts);
         let k = u128::from(moe.top_k);
-        let router = lp.router.unwrap_or(lin_zero());
+        let router = lp.router.as_ref().unwrap_or(&LIN_ZERO);
         // ERNIE 4.5: `shared_output = self.shared_experts(hidden_states)` before the router,
         // held until it is added to the routed output. Qwen2-MoE / Qwen3-Next run the shared
         // expert's MLP before the router too (`shared_expert_output =
@@ -478,9 +477,7 @@ impl Builder<'_> {
         self.drop_(sorted_ids);
         self.drop_(perm);
         self.drop_(histc_input);
-        for t in std::mem::take(&mut self.mlp_locals) {
-            self.drop_(t);
-        }
+        self.drop_list(|b| &mut b.mlp_locals);
         self.shared_experts(x, x_size, lp, moe, out, pre_shared)
     }
 
@@ -563,9 +560,7 @@ impl Builder<'_> {
         for t in [sel_h, w_down, down] {
             self.drop_(t);
         }
-        for t in std::mem::take(&mut self.mlp_locals) {
-            self.drop_(t);
-        }
+        self.drop_list(|b| &mut b.mlp_locals);
         self.shared_experts(x, x_size, lp, moe, out, pre_shared)
     }
 
@@ -606,7 +601,7 @@ impl Builder<'_> {
         let c = self.compute_size;
         let h = self.hidden;
         if let Some(g) = lp.shared_gate {
-            let (gl, _) = self.linear(x, x_size, rows, g);
+            let (gl, _) = self.linear(x, x_size, rows, &g);
             let sg = self.op(rows * c, &[gl], &[], &[], &[]);
             self.drop_(gl);
             let y = self.mul(so, sg, rows * h * c);

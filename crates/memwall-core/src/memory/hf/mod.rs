@@ -199,6 +199,8 @@ struct TrainState {
     ag_held: Option<TensorId>,
     /// a unit's gradients while it reduces them (reused from unit to unit)
     grad_scratch: Vec<TensorId>,
+    /// units an earlier builder left, reused by new units for their lists' capacity
+    spare_units: Vec<Unit>,
 }
 
 /// The timeline of one training step or one inference run, built op by op.
@@ -305,6 +307,8 @@ pub(crate) struct Builder<'a> {
     image_blocks: bool,
     /// training: torchtitan's op-level SAC state of the checkpointed layer being run (`sac.rs`)
     sac: sac::Sac,
+    /// Decoder layers whose parameters are built so far.
+    layers_built: usize,
 }
 
 /// One core-attention call under a checkpoint (`--checkpointing-policy selective-attn`): what
@@ -325,6 +329,85 @@ struct CoreCall {
 impl Drop for Builder<'_> {
     fn drop(&mut self) {
         std::mem::replace(&mut self.t, Timeline::empty()).recycle();
+        Spare::recycle(self);
+    }
+}
+
+/// Layer parameter tables a spare keeps at most (a replay of thousands of layers does not keep
+/// its memory for good).
+const SPARE_LAYERS: usize = 256;
+
+/// Entries a spare list keeps room for.
+const SPARE_LIST: usize = 1 << 10;
+
+/// The buffers of a finished builder, kept per thread for the next one (the fast evaluator
+/// runs its reduced replays one after the other): the next replay reuses them instead of
+/// allocating its lists and layer tables again. Only capacity is kept, never contents.
+#[derive(Default)]
+struct Spare {
+    /// Layer tables as the last builder left them: `build_params` empties each
+    /// ([`LayerParams::reset`]) before filling it, so their own lists keep their capacity.
+    layers: Vec<LayerParams>,
+    trainable: Vec<P>,
+    out_refs: Vec<TensorId>,
+    autocast_cache: Vec<TensorId>,
+    layer_locals: Vec<TensorId>,
+    attn_locals: Vec<TensorId>,
+    block_outputs: Vec<TensorId>,
+    mlp_locals: Vec<TensorId>,
+    leaves_held: Vec<TensorId>,
+    core_calls: Vec<CoreCall>,
+    units: Vec<Unit>,
+}
+
+thread_local! {
+    static SPARE: std::cell::RefCell<Option<Spare>> = const { std::cell::RefCell::new(None) };
+}
+
+impl Spare {
+    /// The spare buffers of this thread, or new ones.
+    fn take() -> Self {
+        SPARE
+            .with(|s| s.try_borrow_mut().ok().and_then(|mut v| v.take()))
+            .unwrap_or_default()
+    }
+
+    /// Keeps `b`'s buffers (emptied) for the next builder on this thread.
+    fn recycle(b: &mut Builder<'_>) {
+        fn list<T>(v: &mut Vec<T>) -> Vec<T> {
+            let mut v = std::mem::take(v);
+            v.clear();
+            v.shrink_to(SPARE_LIST);
+            v
+        }
+        let mut layers = std::mem::take(&mut b.layers);
+        layers.truncate(SPARE_LAYERS);
+        layers.shrink_to(SPARE_LAYERS);
+        let spare = Spare {
+            layers,
+            trainable: list(&mut b.train.trainable),
+            out_refs: list(&mut b.out_refs),
+            autocast_cache: list(&mut b.autocast_cache),
+            layer_locals: list(&mut b.layer_locals),
+            attn_locals: list(&mut b.attn_locals),
+            block_outputs: list(&mut b.block_outputs),
+            mlp_locals: list(&mut b.mlp_locals),
+            leaves_held: list(&mut b.leaves_held),
+            core_calls: list(&mut b.core_calls),
+            units: {
+                let mut units = std::mem::take(&mut b.train.spare_units);
+                units.append(&mut b.train.units);
+                units.truncate(SPARE_LAYERS);
+                units
+            },
+        };
+        SPARE.with(|s| {
+            if let Ok(mut v) = s.try_borrow_mut() {
+                if v.is_none() {
+                    *v = Some(spare);
+                }
+            }
+        });
     }
 }
 
@@ -346,6 +429,36 @@ struct LayerParams {
     ssm: Vec<P>,
     /// Attention sinks (one logit per query head), when the attention has them.
     sinks: Option<P>,
+}
+
+impl LayerParams {
+    /// Empties the table for another layer, keeping its lists' capacity.
+    fn reset(&mut self) {
+        let LayerParams {
+            linears,
+            norms,
+            qk_norms,
+            qk_norm_biases,
+            router,
+            experts,
+            shared,
+            shared_gate,
+            mla_norms,
+            ssm,
+            sinks,
+        } = self;
+        linears.clear();
+        *norms = [None; 4];
+        *qk_norms = None;
+        *qk_norm_biases = None;
+        *router = None;
+        experts.clear();
+        shared.clear();
+        *shared_gate = None;
+        mla_norms.clear();
+        ssm.clear();
+        *sinks = None;
+    }
 }
 
 impl<'a> Builder<'a> {
@@ -410,6 +523,19 @@ impl<'a> Builder<'a> {
         if kernels == Kernels::Cuda {
             t.granularity = 512;
         }
+        let Spare {
+            layers,
+            trainable,
+            out_refs,
+            autocast_cache,
+            layer_locals,
+            attn_locals,
+            block_outputs,
+            mlp_locals,
+            leaves_held,
+            core_calls,
+            units,
+        } = Spare::take();
         Builder {
             t,
             model,
@@ -424,7 +550,7 @@ impl<'a> Builder<'a> {
             seq: u128::from(seq),
             tokens,
             hidden: u128::from(model.hidden_size),
-            layers: Vec::new(),
+            layers,
             embed: P {
                 id: 0,
                 numel: 0,
@@ -437,36 +563,41 @@ impl<'a> Builder<'a> {
             final_norm: None,
             lm_head: None,
             param_count: 0,
-            out_refs: Vec::new(),
-            autocast_cache: Vec::new(),
+            out_refs,
+            autocast_cache,
             recomputing: false,
             rope_tables: None,
             q_bhsd: false,
             kv_len: u128::from(seq),
             cur_layer: 0,
-            layer_locals: Vec::new(),
-            attn_locals: Vec::new(),
-            block_outputs: Vec::new(),
-            train: TrainState::default(),
+            layer_locals,
+            attn_locals,
+            block_outputs,
+            train: TrainState {
+                trainable,
+                spare_units: units,
+                ..TrainState::default()
+            },
             cache: Vec::new(),
             ssm_cache: Vec::new(),
             mlp_muls: (false, false),
             mlp_input_rebound: false,
-            mlp_locals: Vec::new(),
+            mlp_locals,
             unused_mask: None,
             sliding_mask: None,
             cache_refs: Vec::new(),
             outputs_kept: Vec::new(),
             outputs_prev: Vec::new(),
             attn_mask: None,
-            core_calls: Vec::new(),
+            core_calls,
             lm_head_bias: None,
             attn_gate: None,
             vision_refs: Vec::new(),
-            leaves_held: Vec::new(),
+            leaves_held,
             images_done: false,
             image_blocks: false,
             sac: sac::Sac::default(),
+            layers_built: 0,
         }
     }
 
@@ -598,6 +729,7 @@ impl<'a> Builder<'a> {
         self.mode.kernels().layers != crate::workload::KernelSet::Torch
     }
 
+    #[inline]
     fn act(&mut self, bytes: u128, requires_grad: bool) -> TensorId {
         self.t.alloc(bytes, Category::Activations, requires_grad)
     }
@@ -619,24 +751,33 @@ impl<'a> Builder<'a> {
         params: &[TensorId],
         temps: &[u128],
     ) -> TensorId {
-        let rg =
-            inputs.iter().any(|&i| self.rg(i)) || params.iter().any(|&p| self.t.requires_grad(p));
-        let y = self.act(out_bytes, rg);
-        if rg {
-            let mut needing = [0; 6];
-            let mut n = 0;
-            for &i in inputs {
-                if self.rg(i) && n < 6 {
+        // the inputs that need a gradient (the first six), in one pass
+        let mut needing = [0; 6];
+        let mut n = 0;
+        let mut any_input = false;
+        for &i in inputs {
+            if self.rg(i) {
+                any_input = true;
+                if n < 6 {
                     needing[n] = i;
                     n += 1;
                 }
+            }
+        }
+        let rg = any_input || params.iter().any(|&p| self.t.requires_grad(p));
+        let y = self.act(out_bytes, rg);
+        if rg {
+            let backward_temps: u128 = temps.iter().sum();
+            if !self.t.recording {
+                // `record` would drop the node: it is not built at all
+                return y;
             }
             self.t.record(Node {
                 saved: Ids::of(saved),
                 inputs: Ids::of(&needing[..n]),
                 params: Ids::of(params),
                 outputs: Ids::of(&[y]),
-                backward_temps: temps.iter().sum(),
+                backward_temps,
                 ..Node::default()
             });
         }
@@ -706,8 +847,20 @@ impl<'a> Builder<'a> {
         x
     }
 
+    #[inline]
     fn drop_(&mut self, x: TensorId) {
         self.t.release(x);
+    }
+
+    /// Drops the tensors of the list `list` picks, in order, and empties it (its buffer stays
+    /// for the next use).
+    fn drop_list(&mut self, list: fn(&mut Self) -> &mut Vec<TensorId>) {
+        let mut k = 0;
+        while let Some(&t) = list(self).get(k) {
+            self.drop_(t);
+            k += 1;
+        }
+        list(self).clear();
     }
 
     /// `x` made a leaf that requires grad by a forward hook (`output.requires_grad_(True)`:
@@ -725,21 +878,50 @@ impl<'a> Builder<'a> {
     }
 }
 
-/// A stand-in for a linear the layer does not have (its role is absent from the table).
-fn lin_zero() -> LinearP {
-    LinearP {
-        nf4: false,
-        quantized: false,
-        w: P {
-            id: 0,
-            numel: 0,
-            rows: 0,
-            cols: 1,
-            unit: 0,
-        },
-        b: None,
-        lora: None,
-        in_f: 0,
-        out_f: 0,
+/// `a * b` as `*` computes it (a product past `u128::MAX` panics as `*` does under the
+/// workspace's overflow checks), with the common case, two factors below 2⁶⁴, done as one
+/// 64 × 64 → 128-bit multiplication, which cannot overflow and so needs no check (the
+/// checked 128-bit product costs some thirty instructions; the replay computes many sizes).
+#[inline]
+pub(crate) fn mul(a: u128, b: u128) -> u128 {
+    match (u64::try_from(a), u64::try_from(b)) {
+        (Ok(x), Ok(y)) => u128::from(x) * u128::from(y),
+        _ => a * b,
     }
 }
+
+/// `a / b` as `/` computes it (a zero divisor panics as `/` does), in 64 bits when both fit
+/// (the 128-bit division is a library call of some hundred instructions).
+#[inline]
+pub(crate) fn div(a: u128, b: u128) -> u128 {
+    match (u64::try_from(a), u64::try_from(b)) {
+        (Ok(x), Ok(y)) => u128::from(x / y),
+        _ => a / b,
+    }
+}
+
+/// `a.div_ceil(b)` as `u128::div_ceil` computes it, in 64 bits when both fit.
+#[inline]
+pub(crate) fn div_ceil(a: u128, b: u128) -> u128 {
+    match (u64::try_from(a), u64::try_from(b)) {
+        (Ok(x), Ok(y)) => u128::from(x.div_ceil(y)),
+        _ => a.div_ceil(b),
+    }
+}
+
+/// A stand-in for a linear the layer does not have (its role is absent from the table).
+const LIN_ZERO: LinearP = LinearP {
+    nf4: false,
+    quantized: false,
+    w: P {
+        id: 0,
+        numel: 0,
+        rows: 0,
+        cols: 1,
+        unit: 0,
+    },
+    b: None,
+    lora: None,
+    in_f: 0,
+    out_f: 0,
+};

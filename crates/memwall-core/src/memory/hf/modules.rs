@@ -3,7 +3,7 @@
 
 use super::params::NF4_BLOCK;
 use super::sac::SacOp;
-use super::{Builder, Kernels, LinearP, P};
+use super::{mul, Builder, Kernels, LinearP, P};
 use crate::memory::timeline::{Category, Ids, Node, TensorId};
 use crate::model::{Norm, NormKind};
 use crate::workload::WeightFormat;
@@ -19,7 +19,7 @@ impl Builder<'_> {
         x: TensorId,
         x_size: u128,
         rows: u128,
-        lin: LinearP,
+        lin: &LinearP,
     ) -> (TensorId, u128) {
         let c = self.compute_size;
         let w_tr = self.trainable(&lin.w);
@@ -100,7 +100,13 @@ impl Builder<'_> {
                 });
                 y
             } else {
-                self.op(rows * lin.out_f * c, &[xc], saved.as_slice(), params, &[])
+                self.op(
+                    mul(mul(rows, lin.out_f), c),
+                    &[xc],
+                    saved.as_slice(),
+                    params,
+                    &[],
+                )
             };
             self.sac_keep(keep, &[y]);
             if xc != x {
@@ -124,7 +130,13 @@ impl Builder<'_> {
                 saved.push(lin.w.id);
             }
             let keep = self.sac_pre(sac_op);
-            let y = self.op(rows * lin.out_f * c, &[x], saved.as_slice(), params, &[]);
+            let y = self.op(
+                mul(mul(rows, lin.out_f), c),
+                &[x],
+                saved.as_slice(),
+                params,
+                &[],
+            );
             self.sac_keep(keep, &[y]);
             y
         };
@@ -161,8 +173,8 @@ impl Builder<'_> {
                 in_f: rank,
                 out_f: lin.out_f,
             };
-            let (ha, _) = self.linear(xa, s, rows, la);
-            let (hb, _) = self.linear(ha, c, rows, lb);
+            let (ha, _) = self.linear(xa, s, rows, &la);
+            let (hb, _) = self.linear(ha, c, rows, &lb);
             (ha, hb, c)
         } else {
             let keep = self.sac_pre(SacOp::Mm);

@@ -1,7 +1,7 @@
 //! Parameter construction: every weight, bias, norm, adapter and expert stack the model
 //! allocates, in its stored dtype or inference format, filed under its sharding unit.
 
-use super::{Builder, LayerParams, LinearP, P};
+use super::{mul, Builder, LayerParams, LinearP, P};
 use crate::model::{AttentionKind, DenseMlp, LayerSpec, LinearRole, Mlp, ModelDesc, Norm};
 use crate::workload::{Lora, WeightFormat};
 
@@ -27,7 +27,7 @@ impl Builder<'_> {
         trainable_base: bool,
     ) -> P {
         let trainable = trainable_base && self.mode.lora().is_none() && !self.mode.is_infer();
-        let id = self.t.param(numel * self.param_size, trainable);
+        let id = self.t.param(mul(numel, self.param_size), trainable);
         let unit = self.train.cur_unit;
         let p = P {
             id,
@@ -36,22 +36,24 @@ impl Builder<'_> {
             cols,
             unit,
         };
-        // dim 0 of the tensor, the dimension FSDP2 and ZeRO-3 shard (vectors: numel; matrices
-        // [rows, cols]; stacked experts [E, rows, cols])
-        let lead = numel / (rows * cols).max(1);
-        let dim0 = if rows == 0 {
-            numel
-        } else if lead > 1 {
-            lead
-        } else {
-            rows
-        };
-        self.note_unit_param(id, numel, dim0, (rows, cols), trainable, self.param_size);
-        let weight = self.unit_weight(unit);
-        self.param_count += numel * weight;
+        if self.train.shard.is_some() {
+            // dim 0 of the tensor, the dimension FSDP2 and ZeRO-3 shard (vectors: numel;
+            // matrices [rows, cols]; stacked experts [E, rows, cols])
+            let lead = numel / (rows * cols).max(1);
+            let dim0 = if rows == 0 {
+                numel
+            } else if lead > 1 {
+                lead
+            } else {
+                rows
+            };
+            self.note_unit_param(id, numel, dim0, (rows, cols), trainable, self.param_size);
+        }
+        let weighted = mul(numel, self.unit_weight(unit));
+        self.param_count += weighted;
         if trainable {
             self.train.trainable.push(p);
-            self.train.trainable_count += numel * weight;
+            self.train.trainable_count += weighted;
         }
         p
     }
@@ -185,7 +187,7 @@ impl Builder<'_> {
                 out_f,
             };
         }
-        let w = self.new_matrix(in_f * out_f, out_f, in_f, true);
+        let w = self.new_matrix(mul(in_f, out_f), out_f, in_f, true);
         let b = bias.then(|| self.new_param(out_f, true));
         let lora = match role {
             Some(r) if is_lora_target(self.model, self.mode.lora(), r) => {
@@ -272,7 +274,7 @@ impl Builder<'_> {
     /// The full-model index llama.cpp types the tensor being built by: its layer's, or the
     /// layer count for tensors built after the layers (`output.weight`).
     fn gguf_layer_index(&self) -> u128 {
-        let built = self.layers.len();
+        let built = self.layers_built;
         if built >= self.n_layers() {
             self.model.layers.len() as u128
         } else {
@@ -311,14 +313,20 @@ impl Builder<'_> {
             self.projections = Some((pin, pout));
         }
         // one allocation each for the replayed layers and their trainable parameters (a
-        // dense layer has up to a dozen)
-        self.layers.reserve(self.n_layers());
-        self.train.trainable.reserve(16 * self.n_layers() + 8);
-        for i in 0..self.n_layers() {
+        // dense layer has up to a dozen); the tables an earlier builder left are reused in
+        // place (emptied first), set aside while they are filled
+        let n = self.n_layers();
+        let mut layers = std::mem::take(&mut self.layers);
+        layers.truncate(n);
+        layers.resize_with(n, LayerParams::default);
+        self.train.trainable.reserve(16 * n + 8);
+        for (i, lp) in layers.iter_mut().enumerate() {
             self.train.cur_unit = i + 1;
-            let lp = self.layer_params(self.spec(i));
-            self.layers.push(lp);
+            lp.reset();
+            self.layer_params(self.spec(i), lp);
+            self.layers_built = i + 1;
         }
+        self.layers = layers;
         self.train.cur_unit = 0;
         self.final_norm = m.head.final_norm.as_ref().map(|n| self.new_norm(n));
         if !m.head.tied {
@@ -363,9 +371,9 @@ impl Builder<'_> {
         }
     }
 
-    fn layer_params(&mut self, l: &LayerSpec) -> LayerParams {
+    /// Fills `lp` (empty) with layer `l`'s parameters.
+    fn layer_params(&mut self, l: &LayerSpec, lp: &mut LayerParams) {
         let h = self.hidden;
-        let mut lp = LayerParams::default();
         for (i, n) in [l.attn_norm, l.attn_post_norm, l.mlp_norm, l.mlp_post_norm]
             .iter()
             .enumerate()
@@ -375,32 +383,29 @@ impl Builder<'_> {
             }
         }
         if let Some(m) = l.mamba2() {
-            self.mamba2_params(m, &mut lp);
+            self.mamba2_params(m, lp);
         }
         if let Some(m) = l.gated_delta_net() {
-            self.deltanet_params(m, &mut lp);
+            self.deltanet_params(m, lp);
         }
         if let Some(m) = l.mamba1() {
-            self.mamba1_params(m, &mut lp);
+            self.mamba1_params(m, lp);
         }
         let a = &l.attention;
         // shapes come from the model description, the one place they are defined (a layer
-        // whose mixer is not attention has none here)
-        let attn_linears = if l.attention_block().is_some() {
-            a.linears(self.model.hidden_size)
-        } else {
-            Vec::new()
-        };
-        // the attention's and the MLP's linears, in one allocation
-        lp.linears.reserve(attn_linears.len() + 4);
-        for shape in attn_linears {
-            let lin = self.new_linear(
-                Some(shape.role),
-                u128::from(shape.in_features),
-                u128::from(shape.out_features),
-                shape.bias,
-            );
-            lp.linears.push((shape.role, lin));
+        // whose mixer is not attention has none here); the attention's and the MLP's linears
+        // in one allocation
+        lp.linears.reserve(9);
+        if l.attention_block().is_some() {
+            a.for_each_linear(self.model.hidden_size, |shape| {
+                let lin = self.new_linear(
+                    Some(shape.role),
+                    u128::from(shape.in_features),
+                    u128::from(shape.out_features),
+                    shape.bias,
+                );
+                lp.linears.push((shape.role, lin));
+            });
         }
         // gpt-oss `GptOssAttention.sinks = nn.Parameter(torch.empty(num_attention_heads))`
         if a.sinks {
@@ -432,10 +437,7 @@ impl Builder<'_> {
         }
         match &l.mlp {
             Mlp::None => {}
-            Mlp::Dense(d) => {
-                let ls = self.mlp_params(d);
-                lp.linears.extend(ls);
-            }
+            Mlp::Dense(d) => self.mlp_params(d, &mut lp.linears),
             Mlp::Moe(moe) => {
                 let e = u128::from(moe.num_experts);
                 lp.router = Some(self.new_linear(None, h, e, moe.router_bias));
@@ -468,7 +470,7 @@ impl Builder<'_> {
                 {
                     self.t.resize_param(down.id, b);
                 }
-                lp.experts = vec![gu, down];
+                lp.experts.extend([gu, down]);
                 // expert biases: two parameters (gpt-oss `gate_up_proj_bias` [E, 2I] and
                 // `down_proj_bias` [E, H], models/gpt_oss/modeling_gpt_oss.py GptOssExperts)
                 if moe.expert.bias {
@@ -484,29 +486,26 @@ impl Builder<'_> {
                     self.new_frozen(n, 0, 1, n * 4);
                 }
                 if let Some(s) = &moe.shared {
-                    lp.shared = self.mlp_params(s);
+                    self.mlp_params(s, &mut lp.shared);
                 }
                 if moe.shared_gate {
                     lp.shared_gate = Some(self.new_linear(None, h, 1, false));
                 }
             }
         }
-        lp
     }
 
-    fn mlp_params(&mut self, d: &DenseMlp) -> Vec<(LinearRole, LinearP)> {
-        d.linears(self.model.hidden_size)
-            .into_iter()
-            .map(|shape| {
-                let lin = self.new_linear(
-                    Some(shape.role),
-                    u128::from(shape.in_features),
-                    u128::from(shape.out_features),
-                    shape.bias,
-                );
-                (shape.role, lin)
-            })
-            .collect()
+    /// Builds `d`'s linears, appended to `out` in forward order.
+    fn mlp_params(&mut self, d: &DenseMlp, out: &mut Vec<(LinearRole, LinearP)>) {
+        d.for_each_linear(self.model.hidden_size, |shape| {
+            let lin = self.new_linear(
+                Some(shape.role),
+                u128::from(shape.in_features),
+                u128::from(shape.out_features),
+                shape.bias,
+            );
+            out.push((shape.role, lin));
+        });
     }
 }
 

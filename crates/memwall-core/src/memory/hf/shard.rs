@@ -7,7 +7,7 @@
 //! `reshard`, `pre_backward` with its one-unit backward prefetch, `post_backward` keeping one
 //! reduce-scatter input in flight, `reduce_scatter_max_input_buffers = 1`).
 
-use super::Builder;
+use super::{div_ceil, mul, Builder};
 use crate::memory::dist_types::{ShardKind, ShardParam, ShardSim, Unit};
 use crate::memory::timeline::{Category, Marker, Node, SegKind, TensorId};
 use crate::optimizer::OptimTensor;
@@ -27,7 +27,7 @@ impl Builder<'_> {
             return;
         }
         while self.train.units.len() <= self.train.cur_unit {
-            self.train.units.push(Unit::default());
+            self.push_unit();
         }
         self.train.units[self.train.cur_unit]
             .params
@@ -42,6 +42,26 @@ impl Builder<'_> {
             });
     }
 
+    /// Appends a new (empty) sharding unit, in a unit an earlier builder left when there is one
+    /// (its parameter list keeps its capacity).
+    fn push_unit(&mut self) {
+        let unit = match self.train.spare_units.pop() {
+            Some(mut u) => {
+                let Unit {
+                    params,
+                    unsharded,
+                    sharded_grad,
+                } = &mut u;
+                params.clear();
+                *unsharded = false;
+                *sharded_grad = None;
+                u
+            }
+            None => Unit::default(),
+        };
+        self.train.units.push(unit);
+    }
+
     fn kind(&self) -> Option<ShardKind> {
         self.train.shard.map(|s| s.kind)
     }
@@ -54,15 +74,15 @@ impl Builder<'_> {
     /// `ceil(dim0 / world)` rows except the tail; FSDP2 pads every rank's storage to that
     /// (`_fsdp_param.py` `_init_sharded_param`, `padded_sharded_param_size`).
     fn padded_shard_numel(&self, p: &ShardParam) -> u128 {
-        p.dim0.div_ceil(self.world()) * p.row()
+        mul(div_ceil(p.dim0, self.world()), p.row())
     }
 
     /// This rank's unpadded chunk (what `zeros_like` of the sharded DTensor allocates).
     fn local_numel(&self, p: &ShardParam) -> u128 {
         let world = self.world();
         let rank = self.train.shard.map_or(0, |s| s.rank);
-        let chunk = p.dim0.div_ceil(world);
-        chunk.min(p.dim0.saturating_sub(rank * chunk)) * p.row()
+        let chunk = div_ceil(p.dim0, world);
+        mul(chunk.min(p.dim0.saturating_sub(mul(rank, chunk))), p.row())
     }
 
     /// ZeRO-3 partitions every parameter's flattened storage into `ceil(numel / world)`
@@ -71,7 +91,7 @@ impl Builder<'_> {
         if p.numel <= ZERO3_PERSISTENCE_ELEMS {
             p.numel
         } else {
-            p.numel.div_ceil(self.world())
+            div_ceil(p.numel, self.world())
         }
     }
 
@@ -98,7 +118,7 @@ impl Builder<'_> {
         match s.kind {
             ShardKind::Zero { stage } if stage != 3 => {
                 let total: u128 = trainable().map(|(w, p)| w * p.numel).sum();
-                let part = total.div_ceil(self.world());
+                let part = div_ceil(total, self.world());
                 f(part, part * s.master_size, 1);
             }
             kind => {
@@ -106,11 +126,11 @@ impl Builder<'_> {
                     let (n, bytes) = match kind {
                         ShardKind::Fsdp2 { .. } => {
                             let n = self.local_numel(p);
-                            (n, n * self.sharded_elem(p))
+                            (n, mul(n, self.sharded_elem(p)))
                         }
                         ShardKind::Zero { .. } => {
                             let n = self.zero3_partition_numel(p);
-                            (n, n * s.master_size)
+                            (n, mul(n, s.master_size))
                         }
                         ShardKind::Ddp { .. } => (p.numel, p.numel * s.master_size),
                     };
@@ -123,7 +143,7 @@ impl Builder<'_> {
     /// Trainable elements in this rank's partition.
     fn partition_elems(&self) -> u128 {
         let mut total = 0;
-        self.visit_partition(|n, _, w| total += w * n);
+        self.visit_partition(|n, _, w| total += mul(w, n));
         total
     }
 
@@ -170,7 +190,7 @@ impl Builder<'_> {
     pub(super) fn shard_setup(&mut self) {
         let Some(s) = self.train.shard else { return };
         while self.train.units.len() <= self.n_layers() {
-            self.train.units.push(Unit::default());
+            self.push_unit();
         }
         let ps = self.param_size;
         match s.kind {
@@ -488,8 +508,8 @@ impl Builder<'_> {
         // one flat tensor per partition (crate::optimizer, `state_bytes`)
         let (mut states, mut part) = (0, 0);
         self.visit_partition(|n, bytes, weight| {
-            states += weight * w.optimizer.state_bytes(OptimTensor::flat(n, bytes));
-            part += weight * n;
+            states += mul(weight, w.optimizer.state_bytes(OptimTensor::flat(n, bytes)));
+            part += mul(weight, n);
         });
         let master = match s.kind {
             // DeepSpeed keeps an fp32 master partition next to the fp16/bf16 model
@@ -569,12 +589,17 @@ impl Builder<'_> {
         let Some(w) = self.mode.train() else { return 0 };
         let (mut params, mut grads, mut states) = (0, 0, 0);
         for (weight, p) in self.weighted_params() {
-            params += weight * self.padded_shard_numel(p) * self.sharded_elem(p);
+            params += mul(
+                mul(weight, self.padded_shard_numel(p)),
+                self.sharded_elem(p),
+            );
             if p.trainable {
-                grads += weight * self.padded_shard_numel(p) * self.reduce_elem(p);
-                states += weight
-                    * w.optimizer
-                        .flat_state_bytes(self.local_numel(p), self.sharded_elem(p));
+                grads += mul(mul(weight, self.padded_shard_numel(p)), self.reduce_elem(p));
+                states += mul(
+                    weight,
+                    w.optimizer
+                        .flat_state_bytes(self.local_numel(p), self.sharded_elem(p)),
+                );
             }
         }
         params + grads + states

@@ -895,7 +895,7 @@ impl Builder<'_> {
             lp.linears
                 .iter()
                 .find(|(r, _)| *r == role)
-                .map_or_else(super::lin_zero, |(_, l)| *l)
+                .map_or(&super::LIN_ZERO, |(_, l)| l)
         };
         let (zx, zs) = self.linear(x, x_size, rows, lin(LinearRole::SsmIn));
         if self.spec(self.cur_layer).muls.ssm_in {

@@ -105,9 +105,7 @@ impl Builder<'_> {
         // (`outputs.last_hidden_state`) through the LM head and the loss (traced with
         // tools/truth/probes on rnd-s97-falcon-0 and rnd-s53-smollm3-0 under autocast: at
         // `nll_loss_forward` the final norm's output is alive, the embeddings and cos/sin are not)
-        for r in std::mem::take(&mut self.out_refs) {
-            self.drop_(r);
-        }
+        self.drop_list(|b| &mut b.out_refs);
         self.t.retain(fx);
         // the loss phase starts at the LM head (the harness's lm_head forward pre-hook)
         self.t.set_phase(Phase::Loss);
@@ -126,9 +124,7 @@ impl Builder<'_> {
                 self.drop_(r);
             }
         }
-        for r in std::mem::take(&mut self.autocast_cache) {
-            self.drop_(r);
-        }
+        self.drop_list(|b| &mut b.autocast_cache);
         // the model's forward (the root unit's) returns here, after the loss
         self.unit_post_forward(0);
         // `outputs = model(**batch)` rebinds the name: the previous output object goes now
@@ -142,9 +138,7 @@ impl Builder<'_> {
         self.backward();
         // `del loss` (measure.py; the Trainer's loss goes with the step) frees the graph: the
         // leaves its AccumulateGrad nodes held go, with their `.grad`
-        for x in std::mem::take(&mut self.leaves_held) {
-            self.drop_(x);
-        }
+        self.drop_list(|b| &mut b.leaves_held);
         self.seg(None, SegKind::Fixed);
         self.finish_backward();
         if self.mode.keeps_outputs() {
@@ -162,7 +156,7 @@ impl Builder<'_> {
         let v = u128::from(self.model.embeddings.vocab_size);
         let head = self.lm_head_linear();
         let c = self.compute_size;
-        let (mut logits, _) = self.linear(fx, fs, rows, head);
+        let (mut logits, _) = self.linear(fx, fs, rows, &head);
         self.drop_(fx);
         let upcast = self.model.head.logits_fp32 && c != 4;
         if upcast {
@@ -328,7 +322,9 @@ impl Builder<'_> {
     }
 
     fn backward(&mut self) {
-        while let Some(node) = self.t.tape.pop() {
+        // the last node, copied once (popping an `Option<Node>` would copy it twice)
+        while let Some(&node) = self.t.tape.last() {
+            self.t.tape.truncate(self.t.tape.len() - 1);
             if let Some(m) = node.marker {
                 self.on_marker(m);
                 continue;
@@ -351,9 +347,7 @@ impl Builder<'_> {
                 // the recompute runs in its own autocast region (checkpoint.py re-enters the
                 // saved autocast state); leaving it clears autocast's weight-cast cache
                 // (`torch.clear_autocast_cache` when the nesting drops to 0)
-                for r in std::mem::take(&mut self.autocast_cache) {
-                    self.drop_(r);
-                }
+                self.drop_list(|b| &mut b.autocast_cache);
                 self.t.move_grad(out, y);
                 self.drop_(y);
                 continue;
