@@ -1745,6 +1745,7 @@ fn sweep() {
                 // what is alive at the peak, estimated then measured (by MemTracker's names)
                 println!("  estimated {:?}", e.at_peak);
                 println!("  measured  {:?}", c.measured.at_peak);
+                println!("  estimated phase peaks {:?}", e.phase_peaks);
             }
             let r = r
                 .map(|e| (e.peak_bytes, phase_name(e.phase)))
