@@ -170,6 +170,9 @@ CASES = [
          precision="bf16", attention="eager", optimizer="adamw", dropout="off"),
     dict(id="xc-granitehybrid-rnd29-1head-b4-s186", config="rnd-s29-granitemoehybrid-1", batch=4,
          seq=186, precision="bf16", optimizer="adamw-forloop", dropout="off"),
+    # ... and an fp32 ERNIE 4.5 MoE router's `.float()` of its fp32 input and weight is no copy
+    dict(id="xc-ernie45moe-rnd61-b3-s64-fp32", config="rnd-s61-ernie45moe-0", batch=3, seq=64,
+         precision="fp32", optimizer="adamw", dropout="off"),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),
