@@ -521,6 +521,27 @@ impl Builder<'_> {
             // `fp32_partitioned_groups_flat[i].grad`); DeepSpeed's FusedAdam has no temporaries
             ShardKind::Zero { stage: 3 } => part.min(ZERO3_SUB_GROUP_ELEMS) * 4,
             ShardKind::Zero { .. } => part * 4,
+            // FSDP2 with for-loop AdamW: the square root and the division of one local shard
+            // while the loop's `denom` still holds the previous shard's, over the shards in
+            // `model.parameters()` order (as on one GPU, `Optimizer::forloop_step_temporaries`;
+            // traced: rdist101-020-opt's optimizer phase, the embedding's shard 833,280 B then
+            // the positions' 525,312 B twice, 1,883,904 B, was -2.3% at 2 × the largest)
+            ShardKind::Fsdp2 { .. } if w.optimizer == crate::workload::Optimizer::AdamwForloop => {
+                let shard_bytes: std::collections::BTreeMap<TensorId, u128> = self
+                    .train
+                    .units
+                    .iter()
+                    .flat_map(|u| u.params.iter())
+                    .filter(|p| p.trainable)
+                    .map(|p| (p.id, self.local_numel(p) * self.sharded_elem(p)))
+                    .collect();
+                crate::workload::Optimizer::forloop_step_temporaries(
+                    self.train
+                        .trainable
+                        .iter()
+                        .filter_map(|p| shard_bytes.get(&p.id).copied()),
+                )
+            }
             // FSDP2: the implementation's temporaries over the sharded parameters
             _ => w.optimizer.step_temporaries(total, largest).unwrap_or(0),
         })
