@@ -179,7 +179,13 @@ impl Builder<'_> {
                 // gradient has a slot in a flat bucket tensor of the gradient dtype, allocated
                 // when DDP is built. With gradient_as_bucket_view=False it is a second copy of
                 // the gradients; with True it is where `.grad` lives (a gradient then).
-                let category = if matches!(s.kind, ShardKind::Ddp { bucket_view: true }) {
+                let category = if matches!(
+                    s.kind,
+                    ShardKind::Ddp {
+                        bucket_view: true,
+                        ..
+                    }
+                ) {
                     Category::Gradients
                 } else {
                     Category::CommBuffers
@@ -302,7 +308,14 @@ impl Builder<'_> {
     fn hooks_on_tape(&self) -> bool {
         matches!(
             self.kind(),
-            Some(ShardKind::Fsdp2 { .. } | ShardKind::Zero { stage: 2 | 3 })
+            Some(
+                ShardKind::Fsdp2 { .. }
+                    | ShardKind::Zero { stage: 2 | 3 }
+                    | ShardKind::Ddp {
+                        replicate: true,
+                        ..
+                    }
+            )
         )
     }
 
@@ -404,6 +417,27 @@ impl Builder<'_> {
                     self.ensure_zero_grad_partition();
                 }
             }
+            ShardKind::Ddp {
+                replicate: true, ..
+            } => {
+                // composable `replicate` (FSDP2 `foreach_reduce` at world size 1): the reduce
+                // input (the unit's gradients, copied in) is allocated, the autograd gradients
+                // freed, and the input kept until the next unit's post-backward; the unsharded
+                // copy this frees and the reduced gradient this makes cancel in the bucket-view
+                // accounting (traced: rdist101-002-gemma2, layer 0's post-backward)
+                if let Some(old) = self.train.rs_in_flight.take() {
+                    self.t.release(old);
+                }
+                if grads.is_empty() {
+                    return;
+                }
+                let bytes: u128 = grads.iter().map(|&g| self.t.bytes(g)).sum();
+                let rs_in = self.t.alloc(bytes, Category::CommBuffers, false);
+                for &g in grads {
+                    self.t.release(g);
+                }
+                self.train.rs_in_flight = Some(rs_in);
+            }
             ShardKind::Ddp { .. } => {}
         }
     }
@@ -415,7 +449,23 @@ impl Builder<'_> {
     /// gradient into its bucket and points `.grad` at the bucket view
     /// (`reducer.cpp` `mark_variable_ready_dense`), so the autograd tensor is freed at once.
     pub(super) fn after_backward_node(&mut self, node: &Node) {
-        let view = matches!(self.kind(), Some(ShardKind::Ddp { bucket_view: true }));
+        if matches!(
+            self.kind(),
+            Some(ShardKind::Ddp {
+                replicate: true,
+                ..
+            })
+        ) {
+            // composable `replicate`: the unit's post-backward takes them
+            return;
+        }
+        let view = matches!(
+            self.kind(),
+            Some(ShardKind::Ddp {
+                bucket_view: true,
+                ..
+            })
+        );
         if view {
             for &p in node.params.as_slice() {
                 if let Some(g) = self.t.take_param_grad(p) {
