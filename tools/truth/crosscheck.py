@@ -164,6 +164,15 @@ CASES = [
     # ... Llama 4 builds the full and the chunked mask whatever the layers read
     dict(id="xc-llama4text-rnd89-b2-s96-fp32-eager", config="rnd-s89-llama4text-0", batch=2,
          seq=96, precision="fp32", attention="eager", optimizer="sgd-momentum"),
+    # helper 37: GPT-2's fused query at a batch of one is a view bmm saves (no matmul copy), and
+    # a one-head Mamba-2 mixer's einsum operands of C and B are views (granitemoehybrid)
+    dict(id="xc-gpt2-rnd17-b1-s411-bf16-eager", config="rnd-s17-gpt2-1", batch=1, seq=411,
+         precision="bf16", attention="eager", optimizer="adamw", dropout="off"),
+    dict(id="xc-granitehybrid-rnd29-1head-b4-s186", config="rnd-s29-granitemoehybrid-1", batch=4,
+         seq=186, precision="bf16", optimizer="adamw-forloop", dropout="off"),
+    # ... and an fp32 ERNIE 4.5 MoE router's `.float()` of its fp32 input and weight is no copy
+    dict(id="xc-ernie45moe-rnd61-b3-s64-fp32", config="rnd-s61-ernie45moe-0", batch=3, seq=64,
+         precision="fp32", optimizer="adamw", dropout="off"),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),

@@ -521,6 +521,8 @@ fn check_dist(s: &Shape, t: &Train, d: &Dist) -> Result<(), TestCaseError> {
     let opts = DistOptions {
         fsdp_root_reshard: d.root_reshard,
         ddp_bucket_view: d.bucket_view,
+        // composable `replicate` on a share of the bucket-view draws
+        replicate: d.bucket_view && d.root_reshard,
     };
     let reference = memory::simulate_train_dist_with(&m, &w, &l, k, &opts);
     let fast = fast::simulate_train_dist_traced(&m, &w, &l, k, &opts);

@@ -607,7 +607,8 @@ fn dist_rows_of(
             },
         );
         let strategy = match (c.strategy.as_str(), c.reshard_after_forward) {
-            // torch's composable `replicate` measures as DDP with bucket views
+            // torch's composable `replicate`: DDP with bucket views, but a unit's gradients
+            // live until its post-backward (`DistOptions::replicate`)
             ("ddp" | "replicate", _) => Strategy::Ddp,
             ("fsdp", true) => Strategy::FsdpFull,
             ("fsdp", false) => Strategy::FsdpGradOp,
@@ -624,6 +625,7 @@ fn dist_rows_of(
             fsdp_root_reshard: c.root_reshard_after_forward.unwrap_or(false),
             ddp_bucket_view: c.gradient_as_bucket_view.unwrap_or(false)
                 || c.strategy == "replicate",
+            replicate: c.strategy == "replicate",
         };
         let e = match (
             simulate_train_dist_with(&desc, &w, &layout, Kernels::Cpu, &opts),
@@ -1745,6 +1747,7 @@ fn sweep() {
                 // what is alive at the peak, estimated then measured (by MemTracker's names)
                 println!("  estimated {:?}", e.at_peak);
                 println!("  measured  {:?}", c.measured.at_peak);
+                println!("  estimated phase peaks {:?}", e.phase_peaks);
             }
             let r = r
                 .map(|e| (e.peak_bytes, phase_name(e.phase)))

@@ -48,7 +48,11 @@ CASES = [(1, 512, (4096, 128, 64, 8, 128, 4, 256)), (2, 300, (4096, 128, 64, 8, 
          (2, 64, (77, 14, 11, 7, 13, 6, 16)), (2, 32, (77, 14, 11, 7, 13, 6, 16)),
          (1, 10, (77, 14, 11, 7, 13, 6, 16)), (8, 8, (4096, 128, 64, 8, 128, 4, 256)),
          (8, 100, (4096, 128, 64, 8, 128, 4, 256)), (2, 256, (4096, 128, 64, 8, 128, 4, 256)),
-         (1, 100, (4096, 128, 64, 8, 128, 4, 256))]
+         (1, 100, (4096, 128, 64, 8, 128, 4, 256)),
+         # one head (granitemoehybrid rnd-s29-granitemoehybrid-1: mamba_n_heads 1)
+         (4, 186, (32, 1, 64, 1, 32, 4, 32)), (2, 100, (32, 1, 64, 1, 32, 4, 32)),
+         (1, 100, (32, 1, 64, 1, 32, 4, 32)), (3, 50, (16, 1, 32, 1, 13, 6, 16)), (1, 70, (16, 1, 32, 1, 13, 6, 16)),
+         (3, 20, (16, 1, 32, 1, 13, 6, 32)), (1, 20, (16, 1, 32, 1, 13, 6, 32))]
 
 
 def bwd_scan(d, s):
@@ -102,7 +106,11 @@ def saved(d,s):
       T*I*f, T*I*f, T*I*f, T*G*f, T*I*f]
     if s == 4: t += [-2*T*I*f, -2*T*H*f, T*H*f, B*cd*S*f]
     if c == 1:  # ssm.rs Scan::one_chunk_saved_extra / one_chunk_saved_less
-        t.append(B*H*P*N*f - Tp*I*f - (2*Tp*H*N*f if B == 1 else 0))
+        t.append(B*H*P*N*f - Tp*I*f)
+    elif B == 1 and H == 1:  # the chunk states' bmm operand is a view of new_states, x's are views
+        t.append(B*H*P*N*f - Tp*I*f)
+    if H == 1 or (B == 1 and c == 1):  # ssm.rs Scan::cb_views: C and B for G are views
+        t.append(-2*Tp*H*N*f)
     return sum(t)
 def fwd_peak(d,s):
     h,H,P,G,N,K,L,I,cd,E,c,Sp,T,Tp,B,S=[d[k] for k in "h H P G N K L I cd E c Sp T Tp B S".split()]
@@ -115,8 +123,10 @@ def fwd_peak(d,s):
         t += [-T*I*f, -2*T*H*f]
     if c == 1:  # views instead of copies (ssm.rs forward_peak); exact for N >= P
         t.append(-(2*Tp*I*f + B*H*P*N*f))
-        if B == 1:  # one sequence: C and B for G, B_decay and C for the states are views too
-            t.append(-4*Tp*H*N*f)
+    elif B == 1 and H == 1:  # one sequence of one head: the same views
+        t.append(-(2*Tp*I*f + B*c*H*P*N*f))
+    if H == 1 or (B == 1 and c == 1):  # ssm.rs Scan::cb_views: C and B for G, B_decay and
+        t.append(-4*Tp*H*N*f)         # C for the states are views
     return sum(t)
 def bwd_x(d,s):
     h,H,P,G,N,K,L,I,cd,E,c,Sp,T,Tp,B,S=[d[k] for k in "h H P G N K L I cd E c Sp T Tp B S".split()]

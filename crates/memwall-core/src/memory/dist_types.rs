@@ -9,6 +9,9 @@ pub(crate) enum ShardKind {
     Ddp {
         /// `gradient_as_bucket_view=True`: `.grad` are views into the buckets.
         bucket_view: bool,
+        /// torch's composable `replicate` (FSDP2's machinery at world size 1 per replica):
+        /// as `bucket_view`, but a unit's gradients live until its post-backward.
+        replicate: bool,
     },
     /// PyTorch FSDP2 (`torch/distributed/fsdp/_fully_shard/`).
     Fsdp2 {

@@ -878,7 +878,14 @@ impl Builder<'_> {
                     && self.t.recording
                     && !self.mode.is_infer()
                     && (self.rg(q) || self.rg(kr));
-                let qcopy = (a.fused_qkv && a.rotary_dim.is_none()) || layout_copy;
+                // The fused query view [B, H, S, D] has strides (S·3E, D, 3E, 1): B merges with H
+                // only when one of them is 1 (a size-1 dim merges with any stride), so a batch of
+                // one or a single head reshapes to a view and bmm saves that view (traced on
+                // torch 2.15 CPU: rnd-s17-gpt2-1 b1 × 411, no `aten.clone` before the scores'
+                // bmm; rdist101-031-gpt2 forward was -3.3%, the copy kept in place of the
+                // cache's k, v the c_attn output it freed).
+                let fused_view_copy = a.fused_qkv && a.rotary_dim.is_none() && b > 1 && heads > 1;
+                let qcopy = fused_view_copy || layout_copy;
                 let q = if qcopy {
                     self.op(rows * heads * qk_dim * qs, &[q], &[], &[], &[])
                 } else {

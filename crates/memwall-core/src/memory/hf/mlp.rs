@@ -281,11 +281,30 @@ impl Builder<'_> {
             topw
         } else if moe.router_fp32 {
             // DeepSeek-V3: fp32 copies of the input and the router weight, fp32 logits,
-            // sigmoid scores (saved), biased scores for the group top-k, fp32 routing weights
-            let xf = self.cast(x, rows * h * 4);
-            let wf = self.t.alloc(e * h * 4, Category::Activations, false);
-            let logits = self.op(rows * e * 4, &[xf], &[xf, wf], &[router.w.id], &[]);
-            self.drop_(wf);
+            // sigmoid scores (saved), biased scores for the group top-k, fp32 routing weights.
+            // Without autocast an fp32 input or weight is its own `.float()` /
+            // `.type(torch.float32)` (`Tensor.to` returns self when the dtype already matches):
+            // no copy (traced on torch 2.15 CPU, rnd-s61-ernie45moe-0 in fp32: no `_to_copy`
+            // before the router's `mm`; rdist83-038-ernie45moe forward was +1.8%, one fp32
+            // [tokens, hidden] per MoE layer). Under autocast the copies stay as measured.
+            let xf = if !self.amp && x_size == 4 {
+                self.retain_id(x)
+            } else {
+                self.cast(x, rows * h * 4)
+            };
+            let wf = if !self.amp && self.param_size == 4 {
+                None
+            } else {
+                Some(self.t.alloc(e * h * 4, Category::Activations, false))
+            };
+            let saved = match wf {
+                Some(wf) => Ids::of(&[xf, wf]),
+                None => Ids::of(&[xf]),
+            };
+            let logits = self.op(rows * e * 4, &[xf], saved.as_slice(), &[router.w.id], &[]);
+            if let Some(wf) = wf {
+                self.drop_(wf);
+            }
             self.drop_(xf);
             let scores = self.op(rows * e * 4, &[logits], &[], &[], &[]);
             self.drop_(logits);

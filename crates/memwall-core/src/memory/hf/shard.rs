@@ -199,7 +199,13 @@ impl Builder<'_> {
                 // gradient has a slot in a flat bucket tensor of the gradient dtype, allocated
                 // when DDP is built. With gradient_as_bucket_view=False it is a second copy of
                 // the gradients; with True it is where `.grad` lives (a gradient then).
-                let category = if matches!(s.kind, ShardKind::Ddp { bucket_view: true }) {
+                let category = if matches!(
+                    s.kind,
+                    ShardKind::Ddp {
+                        bucket_view: true,
+                        ..
+                    }
+                ) {
                     Category::Gradients
                 } else {
                     Category::CommBuffers
@@ -322,7 +328,14 @@ impl Builder<'_> {
     fn hooks_on_tape(&self) -> bool {
         matches!(
             self.kind(),
-            Some(ShardKind::Fsdp2 { .. } | ShardKind::Zero { stage: 2 | 3 })
+            Some(
+                ShardKind::Fsdp2 { .. }
+                    | ShardKind::Zero { stage: 2 | 3 }
+                    | ShardKind::Ddp {
+                        replicate: true,
+                        ..
+                    }
+            )
         )
     }
 
@@ -424,6 +437,27 @@ impl Builder<'_> {
                     self.ensure_zero_grad_partition();
                 }
             }
+            ShardKind::Ddp {
+                replicate: true, ..
+            } => {
+                // composable `replicate` (FSDP2 `foreach_reduce` at world size 1): the reduce
+                // input (the unit's gradients, copied in) is allocated, the autograd gradients
+                // freed, and the input kept until the next unit's post-backward; the unsharded
+                // copy this frees and the reduced gradient this makes cancel in the bucket-view
+                // accounting (traced: rdist101-002-gemma2, layer 0's post-backward)
+                if let Some(old) = self.train.rs_in_flight.take() {
+                    self.t.release(old);
+                }
+                if grads.is_empty() {
+                    return;
+                }
+                let bytes: u128 = grads.iter().map(|&g| self.t.bytes(g)).sum();
+                let rs_in = self.t.alloc(bytes, Category::CommBuffers, false);
+                for &g in grads {
+                    self.t.release(g);
+                }
+                self.train.rs_in_flight = Some(rs_in);
+            }
             ShardKind::Ddp { .. } => {}
         }
     }
@@ -435,7 +469,23 @@ impl Builder<'_> {
     /// gradient into its bucket and points `.grad` at the bucket view
     /// (`reducer.cpp` `mark_variable_ready_dense`), so the autograd tensor is freed at once.
     pub(super) fn after_backward_node(&mut self, node: &Node) {
-        let view = matches!(self.kind(), Some(ShardKind::Ddp { bucket_view: true }));
+        if matches!(
+            self.kind(),
+            Some(ShardKind::Ddp {
+                replicate: true,
+                ..
+            })
+        ) {
+            // composable `replicate`: the unit's post-backward takes them
+            return;
+        }
+        let view = matches!(
+            self.kind(),
+            Some(ShardKind::Ddp {
+                bucket_view: true,
+                ..
+            })
+        );
         if view {
             for &p in node.params.as_slice() {
                 if let Some(g) = self.t.take_param_grad(p) {
@@ -541,6 +591,27 @@ impl Builder<'_> {
             // `fp32_partitioned_groups_flat[i].grad`); DeepSpeed's FusedAdam has no temporaries
             ShardKind::Zero { stage: 3 } => part.min(ZERO3_SUB_GROUP_ELEMS) * 4,
             ShardKind::Zero { .. } => part * 4,
+            // FSDP2 with for-loop AdamW: the square root and the division of one local shard
+            // while the loop's `denom` still holds the previous shard's, over the shards in
+            // `model.parameters()` order (as on one GPU, `Optimizer::forloop_step_temporaries`;
+            // traced: rdist101-020-opt's optimizer phase, the embedding's shard 833,280 B then
+            // the positions' 525,312 B twice, 1,883,904 B, was -2.3% at 2 × the largest)
+            ShardKind::Fsdp2 { .. } if w.optimizer == crate::workload::Optimizer::AdamwForloop => {
+                let shard_bytes: std::collections::BTreeMap<TensorId, u128> = self
+                    .train
+                    .units
+                    .iter()
+                    .flat_map(|u| u.params.iter())
+                    .filter(|p| p.trainable)
+                    .map(|p| (p.id, self.local_numel(p) * self.sharded_elem(p)))
+                    .collect();
+                crate::workload::Optimizer::forloop_step_temporaries(
+                    self.train
+                        .trainable
+                        .iter()
+                        .filter_map(|p| shard_bytes.get(&p.id).copied()),
+                )
+            }
             // FSDP2: the implementation's temporaries over the sharded parameters
             _ => w.optimizer.step_temporaries(total, largest).unwrap_or(0),
         })

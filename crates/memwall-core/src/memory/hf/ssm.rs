@@ -259,8 +259,30 @@ impl Scan {
         }
         if c == 1 {
             v = v + self.one_chunk_saved_extra() - self.one_chunk_saved_less();
+        } else {
+            if b == 1 && h == 1 {
+                // one sequence of one head, as one chunk: the chunk states' `bmm` operand is a
+                // view of `new_states[:, :-1]` (saved in place of its copy) and x's `bmm`
+                // operands are views (only the chunk dimension is left of `b, c, h`)
+                v = v + self.one_chunk_saved_extra() - tp * i * F;
+            }
+            if self.cb_views() {
+                v -= 2 * tp * h * n * F;
+            }
         }
         v
+    }
+
+    /// Whether `einsum`'s `bmm` operands of `C` and `B` (`G`), of `B_decay` (the chunk
+    /// states) and of `C` (`C_times_states`) are views rather than copies: each is a
+    /// contiguous `[b, c, l, h, n]` chunked tensor permuted to `[b, c, h, l, n]` and reshaped to
+    /// `[b·c·h, l, n]`, which merges `b·c` with `h` as a view only when `h` is 1 or `b·c` is 1
+    /// (aten/src/ATen/native/Linear.cpp `sumproduct_pair`, then `reshape`). Probe
+    /// `tools/truth/probes/mamba2_mixer.py --check` (one head: 4 × 186, 2 × 100, 1 × 100,
+    /// 3 × 50; granitemoehybrid rnd-s29-granitemoehybrid-1 has `mamba_n_heads` 1 and saved
+    /// `2·tp·n·4` bytes less than the general form: rdist83-001 forward +3.3%).
+    fn cb_views(&self) -> bool {
+        self.h == 1 || (self.b == 1 && self.c == 1)
     }
 
     /// Whether autograd keeps `in_proj`'s output (`zxbcdt`, `z` bytes per element): always
@@ -287,7 +309,7 @@ impl Scan {
     /// of size 1.
     fn one_chunk_saved_less(&self) -> u128 {
         let mut v = self.tp * self.i * F;
-        if self.b == 1 {
+        if self.cb_views() {
             v += 2 * self.tp * self.h * self.n * F;
         }
         v
@@ -354,9 +376,13 @@ impl Scan {
             // permuted over is of size 1). Exact at the same instant with `N ≥ P` (every
             // released Mamba-2 width; probe `mamba2_mixer.py --check`).
             v = v.saturating_sub(2 * tp * i * F + b * h * p * n * F);
-            if b == 1 {
-                v = v.saturating_sub(4 * tp * h * n * F);
-            }
+        } else if b == 1 && h == 1 {
+            // one sequence of one head: the same views of x and of the chunk states
+            v = v.saturating_sub(2 * tp * i * F + b * c * h * p * n * F);
+        }
+        if self.cb_views() {
+            // C and B for G, B_decay for the states, C for C_times_states: views
+            v = v.saturating_sub(4 * tp * h * n * F);
         }
         v
     }
@@ -1365,6 +1391,41 @@ mod tests {
             let d = Scan::new(&m, b, s, false);
             assert_eq!(d.forward_peak_unsaved(F), traced, "no-save peak {b}×{s}");
         }
+    }
+
+    /// One head (rnd-s29-granitemoehybrid-1: `mamba_n_heads` 1, head 64, one group, state 32,
+    /// kernel 4, chunks of 32): einsum's `bmm` operands of `C`, `B` and `B_decay` are views
+    /// ([`Scan::cb_views`]), and with one sequence x's and the chunk states' too. Saved bytes
+    /// and forward peaks as `tools/truth/probes/mamba2_mixer.py` traces them (bf16 and fp32);
+    /// the general form kept `2·tp·n·4` bytes too many (4 × 186: 196,608).
+    #[test]
+    fn one_head_mixer_saves_views_of_c_and_b() {
+        let m = Mamba2 {
+            num_heads: 1,
+            head_dim: 64,
+            n_groups: 1,
+            state_size: 32,
+            conv_kernel: 4,
+            intermediate: 64,
+            chunk_size: 32,
+            ..crate::mixer::tests::codestral()
+        };
+        for (b, s, z, saved, fwd) in [
+            (4, 186, 2, 3_452_874, 3_844_138),
+            (4, 186, 4, 3_933_594, 4_036_186),
+            (2, 100, 2, 1_065_234, 1_262_066),
+            (2, 100, 4, 1_195_170, 1_314_402),
+            (1, 100, 4, 574_062, 559_950),
+        ] {
+            let d = Scan::new(&m, b, s, false);
+            assert_eq!(d.saved(z), saved, "saved {b}×{s} z={z}");
+            assert_eq!(d.forward_peak(z), fwd, "forward peak {b}×{s} z={z}");
+        }
+        // one sequence in bf16: saved exact, the forward peak 7,112 bytes under the trace's
+        // (another instant of the scan wins by that much; not modelled)
+        let d = Scan::new(&m, 1, 100, false);
+        assert_eq!(d.saved(2), 509_094);
+        assert_eq!(d.forward_peak(2), 540_894 - 7_112);
     }
 
     /// Granite 4.0-H's random config rnd-s61-granitemoehybrid-0 (hidden 160, 20 heads of 16,
