@@ -205,12 +205,7 @@ impl Builder<'_> {
     /// `A_log` `[I, N]` and `D`.
     pub(super) fn mamba1_params(&mut self, m: &Mamba1, lp: &mut LayerParams) {
         for shape in m.linears(self.model.hidden_size) {
-            let lin = self.new_linear(
-                Some(shape.role),
-                u128::from(shape.in_features),
-                u128::from(shape.out_features),
-                shape.bias,
-            );
+            let lin = self.shaped_linear(&shape);
             lp.linears.push((shape.role, lin));
         }
         let i = u128::from(m.intermediate);

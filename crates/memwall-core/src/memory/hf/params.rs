@@ -398,12 +398,7 @@ impl Builder<'_> {
         lp.linears.reserve(9);
         if l.attention_block().is_some() {
             a.for_each_linear(self.model.hidden_size, |shape| {
-                let lin = self.new_linear(
-                    Some(shape.role),
-                    u128::from(shape.in_features),
-                    u128::from(shape.out_features),
-                    shape.bias,
-                );
+                let lin = self.shaped_linear(&shape);
                 lp.linears.push((shape.role, lin));
             });
         }
@@ -498,14 +493,19 @@ impl Builder<'_> {
     /// Builds `d`'s linears, appended to `out` in forward order.
     fn mlp_params(&mut self, d: &DenseMlp, out: &mut Vec<(LinearRole, LinearP)>) {
         d.for_each_linear(self.model.hidden_size, |shape| {
-            let lin = self.new_linear(
-                Some(shape.role),
-                u128::from(shape.in_features),
-                u128::from(shape.out_features),
-                shape.bias,
-            );
+            let lin = self.shaped_linear(&shape);
             out.push((shape.role, lin));
         });
+    }
+
+    /// The linear of `shape` (the model description's, the one place shapes are defined).
+    pub(super) fn shaped_linear(&mut self, shape: &crate::model::LinearShape) -> LinearP {
+        self.new_linear(
+            Some(shape.role),
+            u128::from(shape.in_features),
+            u128::from(shape.out_features),
+            shape.bias,
+        )
     }
 }
 

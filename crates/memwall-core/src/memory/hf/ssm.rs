@@ -822,12 +822,7 @@ impl Builder<'_> {
     /// `A_log`, `D` and the gated norm's weight.
     pub(super) fn mamba2_params(&mut self, m: &Mamba2, lp: &mut LayerParams) {
         for shape in m.linears(self.model.hidden_size) {
-            let lin = self.new_linear(
-                Some(shape.role),
-                u128::from(shape.in_features),
-                u128::from(shape.out_features),
-                shape.bias,
-            );
+            let lin = self.shaped_linear(&shape);
             lp.linears.push((shape.role, lin));
         }
         let cd = u128::from(m.conv_dim());
