@@ -869,8 +869,8 @@ fn report(
         s.push_str(&section_report(
             &random.train,
             "## Random sample, training steps (`tests/truth/random_train.jsonl`; cases drawn by \
-             `tools/truth/sample_cases.py`: seeds 17, 71, 73 and 97 over the older families, \
-             `tools/truth/cases/random_train.toml`; seeds 29, 53, 61, 67, 79 and 89 over the issue-14 families, \
+             `tools/truth/sample_cases.py`: seeds 17, 71, 73, 97 and 107 over the older families, \
+             `tools/truth/cases/random_train.toml`; seeds 29, 53, 61, 67, 79, 89 and 103 over the issue-14 families, \
              `tools/truth/cases/random_new_train.toml`)",
         ));
     }
@@ -879,8 +879,8 @@ fn report(
         s.push_str(&section_report(
             &random.infer,
             "## Random sample, inference (`tests/truth/random_infer.jsonl`; cases drawn by \
-             `tools/truth/sample_cases.py`: seeds 17, 71, 73 and 97, `tools/truth/cases/random_infer.toml`; \
-             seeds 29, 53, 61, 67, 79 and 89, `tools/truth/cases/random_new_infer.toml`)",
+             `tools/truth/sample_cases.py`: seeds 17, 71, 73, 97 and 107, `tools/truth/cases/random_infer.toml`; \
+             seeds 29, 53, 61, 67, 79, 89 and 103, `tools/truth/cases/random_new_infer.toml`)",
         ));
     }
     if !random.dist.is_empty() {
@@ -888,7 +888,7 @@ fn report(
         s.push_str(&section_report(
             &random.dist,
             "## Random sample, distributed training, rank 0 (`tests/truth/random_dist.jsonl`; cases \
-             drawn by `tools/truth/sample_dist_cases.py`: seeds 41 and 101 over the older families, 83 over the issue-14 families)",
+             drawn by `tools/truth/sample_dist_cases.py`: seeds 41 and 101 over the older families, 83 and 109 over the issue-14 families)",
         ));
         let phases = &random.dist_phases;
         let outside: Vec<&PhaseRow> = phases
