@@ -1388,6 +1388,46 @@ mod tests {
     }
 
     #[test]
+    fn falcon_multi_query_keeps_matmuls_broadcast_copies_past_a_batch_of_one() {
+        // Falcon multi_query: one k/v head that matmul broadcasts; with a batch above one the
+        // expand + reshape copies it and bmm saves the copy (two [B, H, S, D] per layer kept
+        // into the loss), with a batch of one the reshape is a view and nothing is copied
+        use crate::model::{AttentionKind, EagerStyle};
+        let (heads, hd, seq) = (8u64, 64u64, 128u64);
+        let mut m = two_layers();
+        for l in &mut m.layers {
+            l.attention.kind = AttentionKind::Standard {
+                num_heads: heads,
+                num_kv_heads: 1,
+                head_dim: hd,
+            };
+            l.attention.eager_style = EagerStyle::Falcon;
+            l.attention.eager_softmax_fp32 = false;
+        }
+        let at_loss = |m: &mut ModelDesc, batch: u64, on: bool| {
+            for l in &mut m.layers {
+                l.attention.kv_broadcast = on;
+            }
+            let mut w = TrainWorkload::new(batch, seq);
+            w.attention = AttentionImpl::Eager;
+            w.precision = Precision::Fp32;
+            peak(m, &w, Phase::Loss)
+        };
+        assert_eq!(at_loss(&mut m, 1, true), at_loss(&mut m, 1, false));
+        let batch = 3;
+        let (on, off) = (at_loss(&mut m, batch, true), at_loss(&mut m, batch, false));
+        let layers = m.layers.len() as u64;
+        let copy = batch * heads * seq * hd * 4;
+        let single = batch * seq * hd * 4;
+        // the copies, less at most the single-head k and v they no longer keep
+        assert!(
+            on >= off + 2 * layers * (copy - single),
+            "on {on}, off {off}"
+        );
+        assert!(on <= off + 2 * layers * copy, "on {on}, off {off}");
+    }
+
+    #[test]
     fn inline_qk_norms_run_before_the_next_projection() {
         // Qwen 3: `q_norm(q_proj(x))`, then `k_norm(k_proj(x))`, then `v_proj(x)`; inside a
         // checkpointed region nothing is saved, so the raw projections die at their norms and
