@@ -45,17 +45,7 @@ impl Builder<'_> {
                 } else {
                     self.param_size
                 };
-                // `*RotaryEmbedding.forward` builds them in fp32 first (transformers 5.23
-                // models/llama/modeling_llama.py `LlamaRotaryEmbedding.forward`, copied by the
-                // other families: `freqs = position_ids[..., None].float() * inv_freq`, `emb =
-                // cat((freqs, freqs), -1)`, `cos = emb.cos() * attention_scaling`, the same for
-                // sin, then `.to(x.dtype)`): while `sin` is scaled, the half-width freqs, emb, the
-                // scaled cos, the raw sin and the scaled sin are alive, 4.5 fp32 tables on top
-                // of what was live before (traced: rnd-s29-phi-0 b1 × 484, 69,696 B above the
-                // rotary's entry; rdist109-014-phi reaches its forward peak there, with the FSDP
-                // root's all-gather buffer still alive, -2.86% without it)
-                let t32 = self.seq * dim * 4;
-                self.t.transient(t32 / 2 + 4 * t32, Category::Activations);
+                self.rope_table_transient(self.seq, dim);
                 let cos = self.act(self.seq * dim * sz, false);
                 let sin = self.act(self.seq * dim * sz, false);
                 self.rope_tables = Some((cos, sin));
