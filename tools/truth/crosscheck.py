@@ -173,6 +173,10 @@ CASES = [
     # ... and an fp32 ERNIE 4.5 MoE router's `.float()` of its fp32 input and weight is no copy
     dict(id="xc-ernie45moe-rnd61-b3-s64-fp32", config="rnd-s61-ernie45moe-0", batch=3, seq=64,
          precision="fp32", optimizer="adamw", dropout="off"),
+    # helper 38: Falcon multi_query eager at a batch above one: matmul copies the broadcast
+    # single k/v head and bmm saves the copies
+    dict(id="xc-falcon-mq-s107-fp32-b3-s64-eager", config="rnd-s107-falcon-0", batch=3, seq=64,
+         precision="fp32", attention="eager", dropout="off"),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),

@@ -224,6 +224,15 @@ pub struct Attention {
     /// two full widths alive at once, instead of `rotate_half`'s full-width ones.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub rope_halves: bool,
+    /// Eager attention multiplies by a single shared key/value head that matmul broadcasts over
+    /// the query heads (Falcon with `multi_query` and the old decoder architecture,
+    /// models/falcon/modeling_falcon.py `_split_heads`: `fused_qkv[..., [-2], :]`, then
+    /// `query_layer @ key_layer.transpose(-1, -2)` and `attention_scores @ value_layer`).
+    /// With a batch above one, matmul's `expand(...).reshape([B·H, ., .])` must copy (the
+    /// stride-0 head dim cannot merge with the batch dim; aten/src/ATen/native/
+    /// LinearAlgebra.cpp `matmul`) and bmm saves the copies for backward.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub kv_broadcast: bool,
 }
 
 /// Family-specific eager attention code paths that change what is alive when.
@@ -1184,6 +1193,7 @@ pub(crate) mod tests {
                 qk_norm_inline: false,
                 qk_norm_bias: false,
                 rope_halves: false,
+                kv_broadcast: false,
             },
             attn_output_outlives_mlp: false,
             mlp_input_rebound: false,

@@ -335,6 +335,8 @@ pub(crate) struct AttnOpts {
     pub qk_norm_bias: bool,
     /// `Attention::rope_halves`.
     pub rope_halves: bool,
+    /// `Attention::kv_broadcast`.
+    pub kv_broadcast: bool,
 }
 
 impl AttnOpts {
@@ -365,6 +367,7 @@ impl AttnOpts {
             qk_norm_inline: false,
             qk_norm_bias: false,
             rope_halves: false,
+            kv_broadcast: false,
         }
     }
 
@@ -400,6 +403,7 @@ impl AttnOpts {
             qk_norm_inline: self.qk_norm_inline,
             qk_norm_bias: self.qk_norm_bias,
             rope_halves: self.rope_halves,
+            kv_broadcast: self.kv_broadcast,
         }
     }
 }

@@ -483,6 +483,10 @@ pub(crate) fn falcon(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError
         eager_softmax_fp32: false,
         // modeling_falcon.py FalconAttention.forward: broadcast k/v, in-place scaling
         eager_style: EagerStyle::Falcon,
+        // old architecture with multi_query: one key/value head that matmul broadcasts
+        // (`fused_qkv[..., [-2], :]` in `_split_heads`); the new architecture broadcasts and
+        // flattens the kv groups itself (`torch.broadcast_to(key, query.shape)`)
+        kv_broadcast: !new_arch && num_kv_heads == 1 && num_heads > 1,
         ..AttnOpts::rope(head_dim)
     }
     .build(

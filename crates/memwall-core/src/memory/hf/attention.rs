@@ -891,6 +891,16 @@ impl Builder<'_> {
                 } else {
                     q
                 };
+                // Falcon multi_query with a batch above one: matmul's expand + reshape of the
+                // single key head copies it, and bmm saves that copy (with a gradient) until
+                // backward (`Attention::kv_broadcast`; traced on torch 2.15 CPU: `aten.clone` of
+                // the expanded [6, 4, 32, 54] key, and of the [6, 4, 54, 32] value before the
+                // second bmm, none with a batch of one; rnd-t107-023-falcon b6 x 54 fp32 was
+                // -2.87%, two [b, h, s, d] per layer short from the forward on). Under autocast the
+                // cast is of the single head, made before matmul expands it.
+                let bcast_copy = a.kv_broadcast && n_rep > 1 && b > 1;
+                // the heads autocast's cast of k spans
+                let k_cast_heads = if bcast_copy { kv_heads } else { heads };
                 let (qm, km) = if self.amp {
                     (
                         if qs != c {
@@ -899,7 +909,7 @@ impl Builder<'_> {
                             q
                         },
                         if ks != c {
-                            self.cast(kr, rows * heads * qk_dim * c)
+                            self.cast(kr, rows * k_cast_heads * qk_dim * c)
                         } else {
                             kr
                         },
@@ -911,7 +921,7 @@ impl Builder<'_> {
                     // `query @ key.transpose(-1, -2)` broadcasts the shared k over the heads:
                     // matmul materialises contiguous copies of q and the expanded k for bmm
                     let copies = rows * heads * qk_dim * c
-                        + if n_rep > 1 {
+                        + if n_rep > 1 && !bcast_copy {
                             kv_rows * heads * qk_dim * c
                         } else {
                             0
@@ -922,9 +932,17 @@ impl Builder<'_> {
                     self.t
                         .transient(kv_rows * heads * qk_dim * ks + x * c, Category::Activations);
                 }
+                let kb = if bcast_copy {
+                    self.op(kv_rows * heads * qk_dim * c, &[km], &[], &[], &[])
+                } else {
+                    km
+                };
                 let keep = self.sac_pre(SacOp::Saved);
-                let scores = self.mul(qm, km, x * c);
+                let scores = self.mul(qm, kb, x * c);
                 self.sac_keep(keep, &[scores]);
+                if kb != km {
+                    self.drop_(kb);
+                }
                 if qm != q {
                     self.drop_(qm);
                 }
@@ -1041,7 +1059,7 @@ impl Builder<'_> {
                     self.drop_(probs32);
                 }
                 let probs = self.dropout(probs, x * pdt, pdt, self.model.dropout.attention);
-                if falcon && n_rep > 1 {
+                if falcon && n_rep > 1 && !bcast_copy {
                     // `probs @ value` broadcasts the shared v: a transient expanded copy
                     self.t.transient(
                         kv_rows * heads * v_dim * c + rows * heads * v_dim * c,
@@ -1055,7 +1073,7 @@ impl Builder<'_> {
                     );
                 }
                 let vm = if self.amp && vs != c {
-                    self.cast(vr, kv_rows * heads * v_dim * c)
+                    self.cast(vr, kv_rows * k_cast_heads * v_dim * c)
                 } else {
                     vr
                 };
@@ -1068,9 +1086,18 @@ impl Builder<'_> {
                 } else {
                     probs
                 };
+                // the expanded value's copy, saved by bmm as the key's above
+                let vb = if bcast_copy {
+                    self.op(kv_rows * heads * v_dim * c, &[vm], &[], &[], &[])
+                } else {
+                    vm
+                };
                 let keep = self.sac_pre(SacOp::Saved);
-                let o = self.mul(pm, vm, rows * heads * v_dim * c);
+                let o = self.mul(pm, vb, rows * heads * v_dim * c);
                 self.sac_keep(keep, &[o]);
+                if vb != vm {
+                    self.drop_(vb);
+                }
                 if vm != vr {
                     self.drop_(vm);
                 }
@@ -1358,6 +1385,46 @@ mod tests {
         let heads = m.layers[0].attention.num_heads();
         let fp32_probs = batch * heads * seq * seq * 4;
         assert_eq!(upcast - keep, m.layers.len() as u64 * fp32_probs);
+    }
+
+    #[test]
+    fn falcon_multi_query_keeps_matmuls_broadcast_copies_past_a_batch_of_one() {
+        // Falcon multi_query: one k/v head that matmul broadcasts; with a batch above one the
+        // expand + reshape copies it and bmm saves the copy (two [B, H, S, D] per layer kept
+        // into the loss), with a batch of one the reshape is a view and nothing is copied
+        use crate::model::{AttentionKind, EagerStyle};
+        let (heads, hd, seq) = (8u64, 64u64, 128u64);
+        let mut m = two_layers();
+        for l in &mut m.layers {
+            l.attention.kind = AttentionKind::Standard {
+                num_heads: heads,
+                num_kv_heads: 1,
+                head_dim: hd,
+            };
+            l.attention.eager_style = EagerStyle::Falcon;
+            l.attention.eager_softmax_fp32 = false;
+        }
+        let at_loss = |m: &mut ModelDesc, batch: u64, on: bool| {
+            for l in &mut m.layers {
+                l.attention.kv_broadcast = on;
+            }
+            let mut w = TrainWorkload::new(batch, seq);
+            w.attention = AttentionImpl::Eager;
+            w.precision = Precision::Fp32;
+            peak(m, &w, Phase::Loss)
+        };
+        assert_eq!(at_loss(&mut m, 1, true), at_loss(&mut m, 1, false));
+        let batch = 3;
+        let (on, off) = (at_loss(&mut m, batch, true), at_loss(&mut m, batch, false));
+        let layers = m.layers.len() as u64;
+        let copy = batch * heads * seq * hd * 4;
+        let single = batch * seq * hd * 4;
+        // the copies, less at most the single-head k and v they no longer keep
+        assert!(
+            on >= off + 2 * layers * (copy - single),
+            "on {on}, off {off}"
+        );
+        assert!(on <= off + 2 * layers * copy, "on {on}, off {off}");
     }
 
     #[test]

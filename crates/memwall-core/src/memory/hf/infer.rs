@@ -179,6 +179,7 @@ impl Builder<'_> {
                 };
                 // [1, q_len, dim]: the positions `arange(q_len) + past`, unsqueezed, shared
                 // by the batch
+                self.rope_table_transient(q_len, dim);
                 let cos = self.act(q_len * dim * sz, false);
                 let sin = self.act(q_len * dim * sz, false);
                 self.rope_tables = Some((cos, sin));

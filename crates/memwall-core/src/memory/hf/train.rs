@@ -45,6 +45,7 @@ impl Builder<'_> {
                 } else {
                     self.param_size
                 };
+                self.rope_table_transient(self.seq, dim);
                 let cos = self.act(self.seq * dim * sz, false);
                 let sin = self.act(self.seq * dim * sz, false);
                 self.rope_tables = Some((cos, sin));
