@@ -242,6 +242,7 @@ impl Builder<'_> {
         let c = self.compute_size;
         // the q/k norms already ran between the projections (`Attention::qk_norm_inline`)
         let mut normed_inline = false;
+        let mut qkv_size = c;
         let (heads, kv_heads, qk_dim, v_dim, rot, q, k, v, qs, ks) = match a.kind {
             AttentionKind::Standard {
                 num_heads,
@@ -254,7 +255,10 @@ impl Builder<'_> {
                     u128::from(head_dim),
                 );
                 let (q, k, v) = if let Some(qkv) = lin(LinearRole::Qkv) {
-                    let (y, _) = self.linear(x, x_size, rows, qkv);
+                    let (y, ys) = self.linear(x, x_size, rows, qkv);
+                    // q, k, v are views in the fused output's dtype (fp32 for Falcon's biased
+                    // projection under autocast, `Builder::bias_fp32`)
+                    qkv_size = ys;
                     // q, k, v are views of the fused output; keep it alive through each view,
                     // and through the attention function (a local)
                     self.t.retain(y);
@@ -305,7 +309,7 @@ impl Builder<'_> {
                     (q, k, v)
                 };
                 let rot = a.rotary_dim.map_or(0, u128::from);
-                (heads, kvh, hd, hd, rot, q, k, v, c, c)
+                (heads, kvh, hd, hd, rot, q, k, v, qkv_size, qkv_size)
             }
             AttentionKind::Mla {
                 num_heads,
@@ -418,7 +422,7 @@ impl Builder<'_> {
         if a.qk_norm_after_rope {
             (q, k, qs, ks) = self.qk_norms(a, lp, (q, qs), (k, ks), norm_dims);
         }
-        let mut vs = c;
+        let mut vs = qkv_size;
         if self.mode.is_infer() {
             let (kc, ks, vc, vs) = self.cache_update((k, ks), (v, vs), kv_heads, qk_dim, v_dim, a);
             return self

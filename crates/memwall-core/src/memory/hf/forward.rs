@@ -3,7 +3,7 @@
 
 use super::{Builder, LayerParams, LinearP, P};
 use crate::memory::timeline::{Ids, Node, TensorId};
-use crate::model::{Mlp, Norm, Residual};
+use crate::model::{LinearRole, Mlp, Norm, Residual};
 
 impl Builder<'_> {
     pub(super) fn embeddings(&mut self) -> (TensorId, u128) {
@@ -326,13 +326,26 @@ impl Builder<'_> {
                     }
                     return out;
                 }
-                let am = add(self, m, a, c);
+                // Falcon's biased output projections under autocast are fp32
+                // (`Builder::bias_fp32`), and so is the sum of the branches
+                let role_size = |b: &Self, role: LinearRole| {
+                    lp.linears
+                        .iter()
+                        .find(|(r, _)| *r == role)
+                        .map_or(c, |(_, l)| b.linear_out_size(l))
+                };
+                let ams = if matches!(spec.mlp, Mlp::Dense(_)) {
+                    role_size(self, LinearRole::O).max(role_size(self, LinearRole::Down))
+                } else {
+                    c
+                };
+                let am = add(self, m, a, ams);
                 self.drop_(a);
                 self.drop_(m);
                 let am = if per_branch {
                     am
                 } else {
-                    self.dropout(am, rows * h * c, c, p_drop)
+                    self.dropout(am, rows * h * ams, ams, p_drop)
                 };
                 let out = add(self, am, x, rs);
                 self.drop_(am);

@@ -99,6 +99,7 @@ impl Builder<'_> {
         let rebound = std::mem::take(&mut self.mlp_input_rebound);
         // a local of the MLP's forward bound until it returns (after down_proj)
         let mut gate_local = None;
+        let mut hidden_size = c;
         let hidden_act = if d.gated {
             let (g, u) = if let Some(gu) = lin(LinearRole::GateUp) {
                 let (y, _) = self.linear(x, x_size, rows, gu);
@@ -194,17 +195,19 @@ impl Builder<'_> {
             }
             m
         } else {
-            let (u, _) = self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(&LIN_ZERO));
+            // (fp32 for Falcon's biased projection under autocast, `Builder::bias_fp32`)
+            let (u, us) = self.linear(x, x_size, rows, lin(LinearRole::Up).unwrap_or(&LIN_ZERO));
             if rebound {
                 self.drop_(x);
             }
-            let a = self.activation(u, rows * i * c, d.act);
+            hidden_size = us;
+            let a = self.activation(u, rows * i * us, d.act);
             self.drop_(u);
-            self.dropout(a, rows * i * c, c, self.model.dropout.activation)
+            self.dropout(a, rows * i * us, us, self.model.dropout.activation)
         };
         let (y, _) = self.linear(
             hidden_act,
-            c,
+            hidden_size,
             rows,
             lin(LinearRole::Down).unwrap_or(&LIN_ZERO),
         );

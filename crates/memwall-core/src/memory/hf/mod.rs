@@ -218,6 +218,11 @@ pub(crate) struct Builder<'a> {
     compute_size: u128,
     /// autocast active (fp32 weights, low-precision matmuls)
     amp: bool,
+    /// Falcon under autocast: `FalconLinear.forward` is `hidden_states @ self.weight.T` then
+    /// `+ self.bias`, so a biased projection's 16-bit matmul output is summed with the fp32
+    /// bias into an fp32 output (transformers 5.23 models/falcon/modeling_falcon.py
+    /// `FalconLinear.forward`)
+    bias_fp32: bool,
     /// bytes per element of LoRA adapters (peft upcasts bf16/fp16 adapters to fp32)
     adapter_size: u128,
     batch: u128,
@@ -545,6 +550,11 @@ impl<'a> Builder<'a> {
             param_size,
             compute_size,
             amp,
+            bias_fp32: amp
+                && model
+                    .layers
+                    .iter()
+                    .any(|l| l.attention.eager_style == crate::model::EagerStyle::Falcon),
             adapter_size,
             batch: u128::from(batch),
             seq: u128::from(seq),

@@ -9,6 +9,19 @@ use crate::model::{Norm, NormKind};
 use crate::workload::WeightFormat;
 
 impl Builder<'_> {
+    /// Bytes per element of `linear`'s output: the compute dtype, except Falcon's biased
+    /// projections under autocast, whose fp32 bias add makes it fp32 (`Builder::bias_fp32`).
+    pub(super) fn linear_out_size(&self, lin: &LinearP) -> u128 {
+        let w = self.mode.weights();
+        let quantized =
+            lin.quantized && matches!(w, Some(WeightFormat::Int8) | Some(WeightFormat::Fp8));
+        if self.amp && self.bias_fp32 && lin.b.is_some() && !lin.nf4 && !quantized {
+            4
+        } else {
+            self.compute_size
+        }
+    }
+
     /// `nn.Linear` / `F.linear` on `rows` rows: output saved-input semantics of `mm`
     /// (`tools/autograd/derivatives.yaml`: `mm` saves `self` when `mat2` needs grad and `mat2`
     /// when `self` needs grad). Under autocast the weight is cast once per autocast region and
@@ -28,6 +41,8 @@ impl Builder<'_> {
             params.push(b.id);
         }
         let params = params.as_slice();
+        let falcon_bias = self.linear_out_size(lin) == 4 && self.amp && c != 4;
+        let mut y_size = c;
         // torchtitan's SAC (`sac.rs`): a biased linear dispatches `addmm` (F.linear's 2-D and
         // contiguous 3-D paths, GPT-2's `Conv1D`), always kept; an unbiased one `mm`, counted
         let sac_op = if lin.b.is_some() {
@@ -112,12 +127,22 @@ impl Builder<'_> {
             if xc != x {
                 self.drop_(xc);
             }
-            if w_tr {
+            // `FalconLinear` casts `self.weight.T`, a view, which autocast does not cache
+            if w_tr && !falcon_bias {
                 self.autocast_cache.push(wc);
             } else {
                 self.drop_(wc);
             }
-            y
+            if falcon_bias {
+                // `(x @ W.T) + bias`: the 16-bit product summed with the fp32 bias is fp32; add
+                // saves nothing, the product is freed (`Builder::bias_fp32`)
+                let sum = self.op(rows * lin.out_f * 4, &[y], &[], &[], &[]);
+                self.drop_(y);
+                y_size = 4;
+                sum
+            } else {
+                y
+            }
         } else {
             let mut saved = Ids::default();
             if w_tr {
@@ -141,7 +166,7 @@ impl Builder<'_> {
             y
         };
         let Some((a, b)) = lin.lora else {
-            return (y, c);
+            return (y, y_size);
         };
         let s = self.adapter_size;
         // x = _cast_input_dtype(x, lora_A.weight.dtype)
@@ -188,16 +213,17 @@ impl Builder<'_> {
         self.drop_(ha);
         let scaled = self.op(rows * lin.out_f * s, &[hb], &[], &[], &[]);
         self.drop_(hb);
-        let out_size = c.max(s);
+        // the sum is cast back to the base layer's output dtype (`result.to(torch_result_dtype)`)
+        let out_size = c.max(s).max(y_size);
         let sum = self.op(rows * lin.out_f * out_size, &[y, scaled], &[], &[], &[]);
         self.drop_(y);
         self.drop_(scaled);
-        let out = if out_size != c {
-            let r = self.cast(sum, rows * lin.out_f * c);
+        let out = if out_size != y_size {
+            let r = self.cast(sum, rows * lin.out_f * y_size);
             self.drop_(sum);
-            (r, c)
+            (r, y_size)
         } else {
-            (sum, c)
+            (sum, y_size)
         };
         // peft/tuners/lora/layer.py `Linear.forward`: `x = self._cast_input_dtype(x,
         // lora_A.weight.dtype)` rebinds the function's `x`, so the cast input lives until
