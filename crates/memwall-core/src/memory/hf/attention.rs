@@ -903,8 +903,15 @@ impl Builder<'_> {
                 // -2.87%, two [b, h, s, d] per layer short from the forward on). Under autocast the
                 // cast is of the single head, made before matmul expands it.
                 let bcast_copy = a.kv_broadcast && n_rep > 1 && b > 1;
-                // the heads autocast's cast of k spans
-                let k_cast_heads = if bcast_copy { kv_heads } else { heads };
+                // the heads autocast's cast of k spans: Falcon's shared key and value heads
+                // are cast before matmul expands them, whatever the batch (measured:
+                // rnd-t107-027-falcon, a batch of one with fp32 q/k/v, was +0.74% with the cast
+                // spanning every head, 2 × [s, h - 1, d] bf16 per layer over in the forward)
+                let k_cast_heads = if bcast_copy || (a.kv_broadcast && falcon) {
+                    kv_heads
+                } else {
+                    heads
+                };
                 let (qm, km) = if self.amp {
                     (
                         if qs != c {
