@@ -1399,6 +1399,45 @@ mod tests {
     }
 
     #[test]
+    fn falcons_biased_projection_is_fp32_under_autocast() {
+        // `FalconLinear.forward`: `x @ W.T` (16-bit under autocast) then `+ self.bias` (fp32):
+        // the output is fp32 and the 16-bit product is freed; other models' biased linears
+        // (`F.linear`, one autocast op) and Falcon outside autocast keep the compute dtype
+        use crate::memory::hf::Builder;
+        use crate::model::EagerStyle;
+        let out = |falcon: bool, precision: Precision| {
+            let mut m = two_layers();
+            for l in &mut m.layers {
+                l.attention.o_bias = true;
+                if falcon {
+                    l.attention.eager_style = EagerStyle::Falcon;
+                }
+            }
+            let mut w = TrainWorkload::new(2, 16);
+            w.precision = precision;
+            let mut b = Builder::train(&m, &w, Kernels::Cpu, None);
+            b.build_params();
+            let lin = b.layers[0]
+                .linears
+                .iter()
+                .find(|(r, _)| *r == crate::model::LinearRole::O)
+                .map(|(_, l)| *l)
+                .unwrap();
+            assert!(lin.b.is_some());
+            let rows = 32u128;
+            let x = b.act(rows * lin.in_f * 2, true);
+            let (y, ys) = b.linear(x, 2, rows, &lin);
+            (ys, b.t.bytes(y), rows * lin.out_f)
+        };
+        let (ys, bytes, n) = out(true, Precision::AmpBf16);
+        assert_eq!((ys, bytes), (4, n * 4));
+        let (ys, bytes, n) = out(false, Precision::AmpBf16);
+        assert_eq!((ys, bytes), (2, n * 2));
+        let (ys, bytes, n) = out(true, Precision::Bf16);
+        assert_eq!((ys, bytes), (2, n * 2));
+    }
+
+    #[test]
     fn falcon_multi_query_keeps_matmuls_broadcast_copies_past_a_batch_of_one() {
         // Falcon multi_query: one k/v head that matmul broadcasts; with a batch above one the
         // expand + reshape copies it and bmm saves the copy (two [B, H, S, D] per layer kept
