@@ -217,16 +217,12 @@ fn simulate_in(
     // here, by name (engine::TABLE)
     let engine = Engine::resolve(Some(layout));
     engine.check(w, Some(layout))?;
-    if engine != Engine::Megatron {
+    if engine == Engine::Megatron {
+        super::check_step_options(model, w, true)?;
+    } else {
         // the HF model code each rank runs: refused as on one GPU (LoRA targets memwall cannot
         // place, a hybrid cache without attention layers, …)
         super::check_hf_step(model, w, true)?;
-    } else {
-        crate::liger::check(model, w)?;
-        crate::memory::hf::sac_check(model, w)?;
-        super::check_attention(model, w.attention)?;
-        super::check_autocast(model, w.precision)?;
-        super::check_image_checkpointing(model, w, true)?;
     }
     let kind = match engine {
         Engine::Megatron => {

@@ -116,16 +116,27 @@ pub(crate) fn check_hf_step(
     w: &TrainWorkload,
     distributed: bool,
 ) -> Result<(), CoreError> {
-    crate::liger::check(model, w)?;
-    crate::memory::hf::sac_check(model, w)?;
-    check_attention(model, w.attention)?;
-    check_autocast(model, w.precision)?;
-    check_image_checkpointing(model, w, distributed)?;
+    check_step_options(model, w, distributed)?;
     check_lora_targets(model, w)?;
     let builds_cache = !w.checkpointing
         && !w.kernels.padding_free
         && w.step_options.use_cache.unwrap_or(model.use_cache);
     check_jamba_cache(model, builds_cache)
+}
+
+/// The checks every engine's step makes of the workload's options against the model (kernels,
+/// checkpointing policy, attention, autocast, image checkpointing); [`check_hf_step`] adds
+/// those of transformers' model code.
+pub(crate) fn check_step_options(
+    model: &ModelDesc,
+    w: &TrainWorkload,
+    distributed: bool,
+) -> Result<(), CoreError> {
+    crate::liger::check(model, w)?;
+    crate::memory::hf::sac_check(model, w)?;
+    check_attention(model, w.attention)?;
+    check_autocast(model, w.precision)?;
+    check_image_checkpointing(model, w, distributed)
 }
 
 /// The reference replay of a checked single-GPU training step.

@@ -3,7 +3,7 @@
 //! model-level causal mask.
 
 use super::sac::SacOp;
-use super::{Builder, CoreCall, Kernels, LayerParams, LIN_ZERO};
+use super::{find_linear, Builder, CoreCall, Kernels, LayerParams, LIN_ZERO};
 use crate::memory::timeline::{Category, Ids, Node, TensorId};
 use crate::model::{Attention, AttentionKind, LinearRole, Norm, NormKind, QkNormScope};
 use crate::workload::AttentionImpl;
@@ -238,7 +238,7 @@ impl Builder<'_> {
         ckpt: bool,
     ) -> TensorId {
         let rows = self.tokens;
-        let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| l);
+        let lin = |role: LinearRole| find_linear(&lp.linears, role);
         let c = self.compute_size;
         // the q/k norms already ran between the projections (`Attention::qk_norm_inline`)
         let mut normed_inline = false;
@@ -538,7 +538,7 @@ impl Builder<'_> {
     ) -> TensorId {
         let rows = self.tokens;
         let c = self.compute_size;
-        let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| l);
+        let lin = |role: LinearRole| find_linear(&lp.linears, role);
         let call = CoreCall {
             slot: self.cur_layer,
             q: (q, qs),

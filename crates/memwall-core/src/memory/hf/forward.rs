@@ -1,7 +1,7 @@
 //! The model's forward shared by training and inference: embeddings, one decoder layer, and the
 //! tail between the last layer and the LM head.
 
-use super::{Builder, LayerParams, LinearP, P};
+use super::{find_linear, Builder, LayerParams, LinearP, P};
 use crate::memory::timeline::{Ids, Node, TensorId};
 use crate::model::{LinearRole, Mlp, Norm, Residual};
 
@@ -329,10 +329,7 @@ impl Builder<'_> {
                 // Falcon's biased output projections under autocast are fp32
                 // (`Builder::bias_fp32`), and so is the sum of the branches
                 let role_size = |b: &Self, role: LinearRole| {
-                    lp.linears
-                        .iter()
-                        .find(|(r, _)| *r == role)
-                        .map_or(c, |(_, l)| b.linear_out_size(l))
+                    find_linear(&lp.linears, role).map_or(c, |l| b.linear_out_size(l))
                 };
                 let ams = if matches!(spec.mlp, Mlp::Dense(_)) {
                     role_size(self, LinearRole::O).max(role_size(self, LinearRole::Down))

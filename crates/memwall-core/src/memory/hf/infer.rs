@@ -1,7 +1,7 @@
 //! The inference driver: `generate`'s prefill and decode forwards under `torch.no_grad()`, the
 //! growing KV cache (MLA's latent cache included) and its size.
 
-use super::{Builder, LayerParams, LIN_ZERO, P};
+use super::{find_linear, Builder, LayerParams, LIN_ZERO, P};
 use crate::memory::timeline::{Category, Phase, SegKind, TensorId};
 use crate::model::{Attention, AttentionKind, LinearRole, Norm, NormKind};
 use crate::workload::KvDtype;
@@ -101,7 +101,7 @@ impl Builder<'_> {
         else {
             return q;
         };
-        let lin = |role: LinearRole| lp.linears.iter().find(|(r, _)| *r == role).map(|(_, l)| l);
+        let lin = |role: LinearRole| find_linear(&lp.linears, role);
         let (b, rows, c) = (self.batch, self.tokens, self.compute_size);
         let heads = u128::from(num_heads);
         let (nope, ropd, vd, kvr) = (

@@ -1,6 +1,6 @@
 //! The MLP block: activations, dense (gated or not) MLPs and mixtures of experts.
 
-use super::{Builder, LayerParams, LinearP, LIN_ZERO};
+use super::{find_linear, Builder, LayerParams, LinearP, LIN_ZERO};
 use crate::memory::timeline::{Category, Ids, Node, TensorId};
 use crate::model::{Activation, DenseMlp, LinearRole};
 
@@ -94,7 +94,7 @@ impl Builder<'_> {
     ) -> TensorId {
         let c = self.compute_size;
         let i = u128::from(d.intermediate);
-        let lin = |role: LinearRole| linears.iter().find(|(r, _)| *r == role).map(|(_, l)| l);
+        let lin = |role: LinearRole| find_linear(linears, role);
         // an inline MLP that rebinds its input takes the caller's reference
         let rebound = std::mem::take(&mut self.mlp_input_rebound);
         // a local of the MLP's forward bound until it returns (after down_proj)

@@ -934,6 +934,11 @@ pub(crate) fn div_ceil(a: u128, b: u128) -> u128 {
     }
 }
 
+/// The linear of `role` in a layer's table (none when the layer has no such projection).
+fn find_linear(linears: &[(LinearRole, LinearP)], role: LinearRole) -> Option<&LinearP> {
+    linears.iter().find(|(r, _)| *r == role).map(|(_, l)| l)
+}
+
 /// A stand-in for a linear the layer does not have (its role is absent from the table).
 const LIN_ZERO: LinearP = LinearP {
     nf4: false,
