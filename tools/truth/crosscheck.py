@@ -199,6 +199,9 @@ RANDOM_NEW_IDS = [
     # seed 61: a checkpointed Granite 4.0-H mixer under autocast, whose recomputed 16-bit `G`
     # goes at unpack, before the engine casts its gradient (docs/ssm.md)
     "rnd-t61-016-granitemoehybrid",
+    # seed 113: EXAONE 4 with one sliding layer under eager attention, checkpointed, autocast:
+    # Exaone4Model builds the full mask as well as the sliding one (the full one unread)
+    "rnd-t113-002-exaone4",
 ]
 
 

@@ -87,7 +87,11 @@ pub(crate) fn exaone4(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatErro
             }
         }
     }
-    Ok(desc)
+    // Exaone4Model.forward builds the full-attention mask always and the sliding-window one
+    // `if "sliding_attention" in self.config.layer_types` (modeling_exaone4.py lines 391-395,
+    // transformers 5.23), like Qwen 2 / 3: with a sliding layer both masks exist (measured:
+    // rnd-i113-001-exaone4, one sliding layer, eager prefill, the unread full mask alive).
+    Ok(super::llama::second_mask_if_sliding(desc))
 }
 
 #[cfg(test)]
@@ -112,6 +116,7 @@ mod tests {
         let r: Vec<_> = d.layers.iter().map(|l| l.attention.rotary_dim).collect();
         assert_eq!(r, vec![Some(16), Some(16), Some(16), None]);
         assert!(d.layers[0].attn_norm.is_none() && d.layers[0].mlp_post_norm.is_some());
+        assert!(d.builds_both_masks);
     }
 
     #[test]
@@ -124,6 +129,7 @@ mod tests {
             .layers
             .iter()
             .all(|l| l.attention.rotary_dim == Some(16) && l.attention.sliding_window.is_none()));
+        assert!(!d.builds_both_masks);
     }
 
     #[test]
