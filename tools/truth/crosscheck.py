@@ -185,6 +185,10 @@ CASES = [
     dict(id="xc-h41-granite-rnd53-sdpamath-lora-qko-b4-s48", config="rnd-s53-granite-0", batch=4,
          seq=48, precision="bf16", optimizer="sgd", attention="sdpa",
          lora={"rank": 4, "alpha": 8, "targets": ["q_proj", "k_proj", "o_proj"]}),
+    # ... and peft's input leaf under checkpointing keeps OPT's embedding lookup alive
+    dict(id="xc-h41-leaf-opt-rnd17-lora-ckpt-b3-s48-fp32", config="rnd-s17-opt-1", batch=3, seq=48,
+         precision="fp32", optimizer="sgd", checkpointing=True, attention="eager", dropout="off",
+         lora={"rank": 2, "alpha": 4, "targets": ["q_proj", "v_proj"]}),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),
