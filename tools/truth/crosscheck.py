@@ -177,6 +177,18 @@ CASES = [
     # single k/v head and bmm saves the copies
     dict(id="xc-falcon-mq-s107-fp32-b3-s64-eager", config="rnd-s107-falcon-0", batch=3, seq=64,
          precision="fp32", attention="eager", dropout="off"),
+    # helper 41: GPT-2 eager without a KV cache (checkpointed): matmul copies the strided q, k
+    # and v views of c_attn's output and bmm saves the copies; CPU SDPA's math kernel (attention
+    # dropout) keeps no dropped probabilities for a value that needs no gradient
+    dict(id="xc-h41-gpt2-rnd17-ckpt-b3-s96-fp32-eager", config="rnd-s17-gpt2-1", batch=3, seq=96,
+         precision="fp32", attention="eager", checkpointing=True, dropout="off"),
+    dict(id="xc-h41-granite-rnd53-sdpamath-lora-qko-b4-s48", config="rnd-s53-granite-0", batch=4,
+         seq=48, precision="bf16", optimizer="sgd", attention="sdpa",
+         lora={"rank": 4, "alpha": 8, "targets": ["q_proj", "k_proj", "o_proj"]}),
+    # ... and peft's input leaf under checkpointing keeps OPT's embedding lookup alive
+    dict(id="xc-h41-leaf-opt-rnd17-lora-ckpt-b3-s48-fp32", config="rnd-s17-opt-1", batch=3, seq=48,
+         precision="fp32", optimizer="sgd", checkpointing=True, attention="eager", dropout="off",
+         lora={"rank": 2, "alpha": 4, "targets": ["q_proj", "v_proj"]}),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),

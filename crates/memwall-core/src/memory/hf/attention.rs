@@ -676,14 +676,15 @@ impl Builder<'_> {
                 // when the query is fp32 (`.to` returns the tensor itself). Measured:
                 // rdist-042-opt (fp16, attention dropout), its forward 4.2 MB short without it.
                 let attn_cast = (qs != w).then(|| self.act(x * qs, false));
+                // `attn @ value_acc` saves each operand only when the other needs a gradient
+                // (derivatives.yaml `bmm`, as in eager attention): with a frozen value path
+                // (layer 0 of a LoRA model without checkpointing and without a v_proj adapter)
+                // the dropped probabilities are not kept (traced on torch 2.15 CPU with
+                // rnd-s53-granite-0 b5 × 32 bf16, LoRA on q/k/o: layer 0 keeps `_safe_softmax`
+                // and the dropout noise but no dropped [5, 8, 32, 32] fp32 product, layer 1 all
+                // three; rnd-t53-019-granite was +1.32%, one fp32 [b, h, s, s] over)
                 let keep = self.sac_pre(SacOp::Saved);
-                let o32 = self.op(
-                    rows * heads * v_dim * w,
-                    &[dropped, v32],
-                    &[dropped, v32],
-                    &[],
-                    &[],
-                );
+                let o32 = self.mul(dropped, v32, rows * heads * v_dim * w);
                 self.sac_keep(keep, &[o32]);
                 self.drop_(dropped);
                 self.drop_(v32);
@@ -903,6 +904,19 @@ impl Builder<'_> {
                 // -2.87%, two [b, h, s, d] per layer short from the forward on). Under autocast the
                 // cast is of the single head, made before matmul expands it.
                 let bcast_copy = a.kv_broadcast && n_rep > 1 && b > 1;
+                // Keys and values that are still views of the fused qkv output (no KV cache to
+                // copy them into: checkpointing, `use_cache` off; no rotary): `key.transpose(-1,
+                // -2)` [B, H, D, S] and `value` [B, H, S, D] have batch stride S·3E against a
+                // head stride of D, so matmul's reshape to [B·H, ., .] copies them as it copies
+                // the query, and bmm saves those copies (with a gradient) instead of the fused
+                // output, which then dies with the attention's locals (traced on torch 2.15
+                // CPU, rnd-s17-gpt2-1 b4 × 60 checkpointed: `aten.clone` of the [4, 2, 60, 64]
+                // query, the [4, 2, 64, 60] key and the [4, 2, 60, 64] value alive at the
+                // MLP's recomputed backward, no [4, 60, 384] c_attn output; rnd-t17-058-gpt2
+                // was +1.67%, one [b, s, E] per layer over). The same key and value (one id)
+                // means both are the fused output's views.
+                let kv_view_copy = fused_view_copy && !falcon && n_rep == 1 && k == v;
+                let kv_copy = bcast_copy || kv_view_copy;
                 // the heads autocast's cast of k spans: Falcon's shared key and value heads
                 // are cast before matmul expands them, whatever the batch (measured:
                 // rnd-t107-027-falcon, a batch of one with fp32 q/k/v, was +0.74% with the cast
@@ -943,7 +957,7 @@ impl Builder<'_> {
                     self.t
                         .transient(kv_rows * heads * qk_dim * ks + x * c, Category::Activations);
                 }
-                let kb = if bcast_copy {
+                let kb = if kv_copy {
                     self.op(kv_rows * heads * qk_dim * c, &[km], &[], &[], &[])
                 } else {
                     km
@@ -951,6 +965,18 @@ impl Builder<'_> {
                 let keep = self.sac_pre(SacOp::Saved);
                 let scores = self.mul(qm, kb, x * c);
                 self.sac_keep(keep, &[scores]);
+                // Nothing saves the query's copy when no graph is recorded (`torch.no_grad()`
+                // at inference; a checkpointed layer's first forward, whose saved-tensor pack
+                // hook keeps a holder, not the tensor, torch/utils/checkpoint.py
+                // `_checkpoint_hook`): it is a local of `matmul` (aten/src/ATen/native/
+                // LinearAlgebra.cpp `_matmul_impl`, the reshaped `tensor1`) freed once bmm
+                // returns (traced on torch 2.15 CPU with tools/truth/probes/live_tensors.py on
+                // rnd-s17-gpt2-0 b5 × 140 bf16: no [b, h, s, d] copy alive at the scores'
+                // scaling; rnd-i17-050-gpt2 was +1.96%, one [b, s, E] per layer over)
+                let q_freed_early = qcopy && !self.t.recording;
+                if q_freed_early {
+                    self.drop_(q);
+                }
                 if kb != km {
                     self.drop_(kb);
                 }
@@ -1098,7 +1124,7 @@ impl Builder<'_> {
                     probs
                 };
                 // the expanded value's copy, saved by bmm as the key's above
-                let vb = if bcast_copy {
+                let vb = if kv_copy {
                     self.op(kv_rows * heads * v_dim * c, &[vm], &[], &[], &[])
                 } else {
                     vm
@@ -1122,7 +1148,7 @@ impl Builder<'_> {
                 self.drop_(kr);
                 self.drop_(vr);
                 let oc = self.heads_contiguous(o, rows * heads * v_dim * c, heads);
-                if qcopy {
+                if qcopy && !q_freed_early {
                     self.drop_(q);
                 }
                 oc
@@ -1475,6 +1501,109 @@ mod tests {
             "on {on}, off {off}"
         );
         assert!(on <= off + 2 * layers * copy, "on {on}, off {off}");
+    }
+
+    /// A CPU training builder over `m`, its parameters built.
+    fn kernel_builder<'a>(
+        m: &'a ModelDesc,
+        w: &'a TrainWorkload,
+    ) -> crate::memory::hf::Builder<'a> {
+        let mut b = crate::memory::hf::Builder::train(m, w, Kernels::Cpu, None);
+        b.build_params();
+        b
+    }
+
+    #[test]
+    fn the_math_kernels_value_product_keeps_the_dropped_probabilities_for_a_grad_value_only() {
+        // CPU SDPA with attention dropout (the math kernel): `attn @ value` saves the dropped
+        // fp32 probabilities only when the value needs a gradient (a frozen v path, layer 0 of
+        // a LoRA model without a v_proj adapter, keeps none; measured: rnd-t53-019-granite)
+        use crate::memory::hf::CoreCall;
+        let (batch, seq) = (2u64, 64u64);
+        let mut m = two_layers();
+        m.dropout.attention = 0.1;
+        let mut w = TrainWorkload::new(batch, seq);
+        w.attention = AttentionImpl::Sdpa;
+        w.precision = Precision::Bf16;
+        w.dropout = true;
+        let a = m.layers[0].attention;
+        let heads = u128::from(a.num_heads());
+        let hd = 128u128;
+        let rows = u128::from(batch * seq);
+        let kept = |value_grad: bool| {
+            let mut b = kernel_builder(&m, &w);
+            let n = rows * heads * hd * 2;
+            let (q, k, v) = (b.act(n, true), b.act(n, true), b.act(n, value_grad));
+            let call = CoreCall {
+                slot: 0,
+                q: (q, 2),
+                k: (k, 2),
+                v: (v, 2),
+                heads,
+                kv_heads: heads,
+                qk_dim: hd,
+                v_dim: hd,
+                q_bhsd: false,
+            };
+            let o = b.attention_kernel(call, &a);
+            for t in [o, q, k, v] {
+                b.drop_(t);
+            }
+            b.t.live()
+        };
+        let probs = u128::from(batch * seq * seq) * heads * 4;
+        assert_eq!(kept(true) - kept(false), probs);
+    }
+
+    #[test]
+    fn gpt2s_fused_key_and_value_views_are_copied_for_bmm_without_a_cache() {
+        // GPT-2 without a KV cache: q, k and v are strided views of c_attn's output, which
+        // matmul copies for bmm when the batch and the heads exceed one; bmm saves the three
+        // copies and the fused output goes with the attention's locals, so the eager kernel
+        // keeps what it keeps for contiguous (cached) keys and values (measured:
+        // rnd-t17-058-gpt2, one [B, S, E] per layer over while the fused output was kept)
+        use crate::memory::hf::CoreCall;
+        let (batch, seq) = (2u64, 64u64);
+        let mut m = two_layers();
+        for l in &mut m.layers {
+            l.attention.fused_qkv = true;
+            l.attention.rotary_dim = None;
+        }
+        let mut w = TrainWorkload::new(batch, seq);
+        w.attention = AttentionImpl::Eager;
+        w.precision = Precision::Fp32;
+        let a = m.layers[0].attention;
+        let heads = u128::from(a.num_heads());
+        let hd = 128u128;
+        let n = u128::from(batch * seq) * heads * hd * 4;
+        let kept = |views: bool| {
+            let mut b = kernel_builder(&m, &w);
+            let (q, k, v) = if views {
+                let y = b.act(3 * n, true);
+                b.t.retain(y);
+                b.t.retain(y);
+                (y, y, y)
+            } else {
+                (b.act(n, true), b.act(n, true), b.act(n, true))
+            };
+            let call = CoreCall {
+                slot: 0,
+                q: (q, 4),
+                k: (k, 4),
+                v: (v, 4),
+                heads,
+                kv_heads: heads,
+                qk_dim: hd,
+                v_dim: hd,
+                q_bhsd: false,
+            };
+            let o = b.attention_kernel(call, &a);
+            for t in [o, q, k, v] {
+                b.drop_(t);
+            }
+            b.t.live()
+        };
+        assert_eq!(kept(true), kept(false));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! tail between the last layer and the LM head.
 
 use super::{find_linear, Builder, LayerParams, LinearP, P};
-use crate::memory::timeline::{Ids, Node, TensorId};
+use crate::memory::timeline::TensorId;
 use crate::model::{LinearRole, Mlp, Norm, Residual};
 
 impl Builder<'_> {
@@ -25,15 +25,17 @@ impl Builder<'_> {
         // peft's PeftModel.__init__ calls `enable_input_require_grads()` when the model already
         // has gradient checkpointing on (peft_model.py `prepare_model_for_gradient_checkpointing`):
         // the frozen embedding's output becomes a leaf that requires grad, so layer 0 saves its
-        // activations and the leaf's gradient lives until the graph is freed after backward.
+        // activations. Its AccumulateGrad node holds the leaf (torch/csrc/autograd/functions/
+        // accumulate_grad.h: `Variable variable`) and the `.grad` it stores, both until the graph
+        // is freed after backward, whatever consumes the leaf first: GPT-2's position add and
+        // Granite's multiplier save nothing, yet the lookup stays (traced on torch 2.15 CPU with
+        // rnd-s97-gpt2-0 b4 × 50, LoRA, checkpointing: the [4, 50, 40] `aten.embedding` output
+        // alive at the loss's backward beside `inputs_embeds + position_embeds`; the h41
+        // fixture gpt2-kvview-s97-ckpt-eager-ampbf16-b4-s50-lora was -0.93%).
         let input_leaf =
             self.mode.lora().is_some() && self.mode.checkpointing() && !self.t.requires_grad(emb);
         if input_leaf {
-            self.t.set_requires_grad(emb, true);
-            self.t.record(Node {
-                outputs: Ids::of(&[emb]),
-                ..Node::default()
-            });
+            self.input_grad_leaf(emb);
         }
         // a vision-language wrapper with image inputs: the vision tower runs and its features
         // are scattered into the embeddings (memory/hf/vision.rs)
@@ -46,12 +48,9 @@ impl Builder<'_> {
             // rebinds `inputs_embeds`, so the lookup is freed at once and the product is what
             // the forward keeps (tools/truth/probes/live_tensors.py on rnd-s61-granite-0: one
             // [B, S, hidden] product alive at the eager softmax, no lookup). A multiplication
-            // saves nothing for a constant factor, but when the embeddings are peft's
-            // grad-requiring leaf, the leaf's AccumulateGrad node
-            // (torch/csrc/autograd/functions/accumulate_grad.h: it holds the variable) keeps
-            // the embeddings alive until backward reaches it, as a saved tensor would.
-            let saved: &[TensorId] = if input_leaf { &[emb] } else { &[] };
-            let y = self.op(rows * h * s, &[emb], saved, &[], &[]);
+            // saves nothing for a constant factor (peft's grad-requiring leaf above is held by
+            // its AccumulateGrad node all the same).
+            let y = self.op(rows * h * s, &[emb], &[], &[], &[]);
             self.drop_(emb);
             emb = y;
         }
@@ -441,5 +440,49 @@ impl Builder<'_> {
             in_f: dim,
             out_f: v,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dtype::Precision;
+    use crate::memory::hf::Builder;
+    use crate::memory::Kernels;
+    use crate::model::tests::llama2_7b;
+    use crate::workload::{Lora, TrainWorkload};
+
+    #[test]
+    fn peft_input_leaf_keeps_the_embedding_lookup_whatever_consumes_it() {
+        // LoRA under checkpointing: `enable_input_require_grads` makes the lookup a leaf whose
+        // AccumulateGrad node holds it until the graph is freed, so it outlives the model's
+        // forward even when no op saves it (GPT-2's position add; measured:
+        // gpt2-kvview-s97-ckpt-eager-ampbf16-b4-s50-lora, -0.93% without it); a full
+        // fine-tune or a step without checkpointing keeps no such leaf
+        let mut m = llama2_7b();
+        m.layers.truncate(1);
+        let (batch, seq) = (2u64, 32u64);
+        let held = |lora: bool, checkpointing: bool| {
+            let mut w = TrainWorkload::new(batch, seq);
+            w.precision = Precision::Bf16;
+            w.checkpointing = checkpointing;
+            if lora {
+                w.lora = Some(Lora {
+                    rank: 8,
+                    targets: vec!["q_proj".into()],
+                    qlora: false,
+                });
+            }
+            let mut b = Builder::train(&m, &w, Kernels::Cpu, None);
+            b.build_params();
+            let before = b.t.live();
+            let (x, _) = b.embeddings();
+            b.drop_(x);
+            b.drop_list(|b| &mut b.out_refs);
+            b.t.live() - before
+        };
+        let lookup = u128::from(batch * seq * m.hidden_size) * 2;
+        assert_eq!(held(true, true), lookup);
+        assert_eq!(held(true, false), 0);
+        assert_eq!(held(false, true), 0);
     }
 }
