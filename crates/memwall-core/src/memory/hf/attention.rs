@@ -180,6 +180,19 @@ impl Builder<'_> {
         (qo, ko, qs, ks)
     }
 
+    /// Whether `a`'s rotation runs on fp32 tables that promote q and k
+    /// ([`Attention::rope_promotes`]). Not with Liger's rotary kernel, nor under FSDP2's
+    /// MixedPrecisionPolicy, whose `cast_forward_inputs` casts the layer's floating-point
+    /// inputs, cos and sin included, to `param_dtype` at every decoder layer's pre-forward
+    /// (torch 2.15 distributed/fsdp/_fully_shard/_fsdp_state.py `_pre_forward`,
+    /// `_cast_forward_inputs`): the layer rotates on 16-bit copies (their bytes are not
+    /// modelled; see `mixed_precision_lora_within_half_a_percent`).
+    ///
+    /// [`Attention::rope_promotes`]: crate::model::Attention::rope_promotes
+    fn rope_promotes(&self, a: &Attention) -> bool {
+        a.rope_promotes && !self.liger() && !self.train.shard.is_some_and(|s| s.cast_params)
+    }
+
     /// OLMo 2's `apply_rotary_pos_emb` on fp32 tables ([`Attention::rope_promotes`];
     /// models/olmo2/modeling_olmo2.py): per tensor `q * cos` promotes to fp32 (saving cos),
     /// `rotate_half(q)` negates the upper half and concatenates in q's dtype (the half freed
@@ -456,7 +469,7 @@ impl Builder<'_> {
             (q, k) = self.rope_fp32(q, qs, k, ks, heads, kv_heads, qk_dim);
         } else if rot > 0 && a.rope_upcast_qk {
             (q, k, qs, ks) = self.rope_upcast_qk(q, qs, k, ks, heads * qk_dim, kv_heads * qk_dim);
-        } else if rot == qk_dim && a.rope_promotes && (qs != 4 || ks != 4) && !self.liger() {
+        } else if rot == qk_dim && self.rope_promotes(a) && (qs != 4 || ks != 4) {
             (q, k) = self.rope_promoted((q, qs), (k, ks), heads * qk_dim, kv_heads * qk_dim);
         } else if rot > 0 {
             let keep = a.rope_locals;

@@ -164,16 +164,7 @@ impl Builder<'_> {
         let rows = self.tokens;
         let (mut x, xs) = self.embeddings();
         if self.builds_position_ids() {
-            // `position_ids = torch.arange(inputs_embeds.shape[1]) + past_seen_tokens`, then
-            // `.unsqueeze(0)` (int64 [1, q_len]; the arange freed once the sum exists), a local
-            // of the base model's forward until it returns (transformers 5.23
-            // models/llama/modeling_llama.py `LlamaModel.forward`, the same lines in every
-            // family's base model). Traced with tools/truth/probes: the `aten.add` of
-            // `(27,) int64` alive at the MLP peak of rnd-i71-001-olmo2.
-            let arange = self.act(q_len * 8, false);
-            let positions = self.act(q_len * 8, false);
-            self.drop_(arange);
-            self.out_refs.push(positions);
+            self.position_ids(q_len);
         }
         if let Some(head_dim) = self.complex_rope_head_dim() {
             // Llama 4: one complex64 freqs_cis table of head_dim per forward, whatever the
@@ -263,6 +254,19 @@ impl Builder<'_> {
         f32
     }
 
+    /// `position_ids = torch.arange(inputs_embeds.shape[1]) + past_seen_tokens`, then
+    /// `.unsqueeze(0)` (int64 [1, q_len]; the arange freed once the sum exists), a local of the
+    /// base model's forward until it returns (transformers 5.23 models/llama/modeling_llama.py
+    /// `LlamaModel.forward`, the same lines in every family's base model). Traced with
+    /// tools/truth/probes: the `aten.add` of `(27,) int64` alive at the MLP peak of
+    /// rnd-i71-001-olmo2.
+    pub(super) fn position_ids(&mut self, q_len: u128) {
+        let arange = self.act(q_len * 8, false);
+        let positions = self.act(q_len * 8, false);
+        self.drop_(arange);
+        self.out_refs.push(positions);
+    }
+
     /// Whether the base model's forward makes its own int64 `position_ids` from the cache
     /// length (`torch.arange(q_len) + past_seen_tokens`, every family with attention in
     /// transformers 5.23). Not: OPT, whose positions come from a mask
@@ -270,7 +274,7 @@ impl Builder<'_> {
     /// positions (memory/hf/llama4.rs); the Qwen2-VL wrappers, which hand the language model
     /// 3-D positions of their own (models/qwen2_vl/modeling_qwen2_vl.py
     /// `compute_3d_position_ids`, not modelled); state-space models without attention.
-    fn builds_position_ids(&self) -> bool {
+    pub(super) fn builds_position_ids(&self) -> bool {
         let qwen_vl = self
             .model
             .vision
