@@ -179,6 +179,12 @@ CASES = [
     # single k/v head and bmm saves the copies
     dict(id="xc-falcon-mq-s107-fp32-b3-s64-eager", config="rnd-s107-falcon-0", batch=3, seq=64,
          precision="fp32", attention="eager", dropout="off"),
+    # helper 42: OLMo 2's fp32 rotary tables promote 16-bit q/k (`q * cos` saves the fp32 cos),
+    # cast back at the end of apply_rotary_pos_emb; plain and checkpointed
+    dict(id="xc-olmo2-rope-s73-fp16-b3-s96-eager-sgd", config="rnd-s73-olmo2-0", batch=3, seq=96,
+         precision="fp16", attention="eager", optimizer="sgd", dropout="off"),
+    dict(id="xc-olmo2-rope-s73-bf16-b2-s128-ckpt", config="rnd-s73-olmo2-0", batch=2, seq=128,
+         precision="bf16", checkpointing=True, dropout="off"),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),
