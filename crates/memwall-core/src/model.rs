@@ -852,6 +852,11 @@ pub struct ModelDesc {
     /// Eager attention materialises both; each layer reads its type's, whatever the window.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub builds_both_masks: bool,
+    /// The rotary embedding keeps one `inv_freq` / `original_inv_freq` buffer pair per layer
+    /// type (models/gemma3/modeling_gemma3.py `Gemma3RotaryEmbedding.__init__`:
+    /// `{layer_type}_inv_freq` for each of `sorted(set(config.layer_types))`) instead of one.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub rope_buffers_per_layer_type: bool,
 }
 
 /// The vision encoder and multimodal projector of a vision-language model
@@ -1218,6 +1223,7 @@ pub(crate) mod tests {
             }),
         };
         ModelDesc {
+            rope_buffers_per_layer_type: false,
             model_type: "llama".into(),
             hidden_size: 4096,
             max_position_embeddings: 4096,

@@ -1027,6 +1027,32 @@ mod infer_tests {
     }
 
     #[test]
+    fn the_rotary_and_embedding_scale_buffers_are_alive_at_the_peak() {
+        // inv_freq and original_inv_freq, fp32 [head_dim / 2] each; Gemma 3 one pair per layer
+        // type; Gemma's embed_scale in the weights' dtype (measured: rnd-i17-018-gemma3text)
+        let buffers = |m: &ModelDesc| {
+            simulate_infer(m, &w(1, 16, 1), Kernels::Cpu)
+                .unwrap()
+                .at_peak
+                .iter()
+                .find(|(c, _)| *c == Category::Buffers)
+                .map(|&(_, b)| b)
+                .unwrap()
+        };
+        let mut m = llama2_7b();
+        m.layers.truncate(2);
+        let pair = 2 * 64 * 4;
+        assert_eq!(buffers(&m), pair);
+        m.rope_buffers_per_layer_type = true;
+        assert_eq!(buffers(&m), pair);
+        m.layers[0].attention.sliding_window = Some(8);
+        assert_eq!(buffers(&m), 2 * pair);
+        m.embeddings.scaled = true;
+        m.embeddings.scale_in_module = true;
+        assert_eq!(buffers(&m), 2 * pair + 2);
+    }
+
+    #[test]
     fn weights_are_all_there() {
         let e = simulate_infer(&llama2_7b(), &w(1, 128, 4), Kernels::Cpu).unwrap();
         assert_eq!(e.weights_bytes, 6_738_415_616 * 2);

@@ -254,6 +254,40 @@ impl Builder<'_> {
         f32
     }
 
+    /// Bytes of the model's buffers that the model modules register, made with it and alive to
+    /// the end (MemTracker's `buffer`): the rotary embedding's `inv_freq` and its
+    /// `original_inv_freq = nn.Buffer(inv_freq.clone())`, fp32 `[ceil(rotary_dim / 2)]` each
+    /// (transformers 5.23 models/llama/modeling_llama.py `LlamaRotaryEmbedding.__init__`, the
+    /// same in every family's rotary; one pair per layer type in Gemma 3,
+    /// [`ModelDesc::rope_buffers_per_layer_type`]), and Gemma's `embed_scale =
+    /// nn.Buffer(torch.tensor(scale))` in the weights' dtype (`*TextScaledWordEmbedding`).
+    /// Measured: rnd-i71-001-olmo2 64 B (16 rotary dims), rnd-i17-018-gemma3text 34 B (8 dims,
+    /// one layer type, bf16 scale). Other buffers (Falcon-H1's µP vectors, DeepSeek-V3's router
+    /// bias and YaRN tables, the vision towers') are not modelled.
+    ///
+    /// [`ModelDesc::rope_buffers_per_layer_type`]: crate::model::ModelDesc::rope_buffers_per_layer_type
+    fn buffer_bytes(&self) -> u128 {
+        let rot = self
+            .complex_rope_head_dim()
+            .unwrap_or_else(|| self.rope_table_dim());
+        let types = if self.model.rope_buffers_per_layer_type {
+            let attn = || self.model.layers.iter().filter_map(|l| l.attention_block());
+            let sliding = attn().any(|a| a.sliding_window.is_some());
+            let full = attn().any(|a| a.sliding_window.is_none());
+            u128::from(sliding) + u128::from(full)
+        } else {
+            1
+        };
+        let rope = rot.div_ceil(2) * 4 * 2 * types;
+        let e = &self.model.embeddings;
+        let scale = if e.scaled && e.scale_in_module {
+            self.param_size
+        } else {
+            0
+        };
+        rope + scale
+    }
+
     /// `position_ids = torch.arange(inputs_embeds.shape[1]) + past_seen_tokens`, then
     /// `.unsqueeze(0)` (int64 [1, q_len]; the arange freed once the sum exists), a local of the
     /// base model's forward until it returns (transformers 5.23 models/llama/modeling_llama.py
@@ -322,6 +356,8 @@ impl Builder<'_> {
         // torch.no_grad(): autograd records nothing, so nothing is saved
         self.t.recording = false;
         self.build_params();
+        let buffers = self.buffer_bytes();
+        let buffers = self.t.alloc(buffers, Category::Buffers, false);
         self.cache = vec![None; self.n_layers()];
         self.ssm_cache = vec![None; self.n_layers()];
         self.t.reset_peak();
@@ -423,6 +459,7 @@ impl Builder<'_> {
         self.drop_(ids);
         self.drop_(unfinished);
         self.drop_(window_scalars);
+        self.drop_(buffers);
         prefill_peak
     }
 
