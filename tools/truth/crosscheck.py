@@ -2,8 +2,9 @@
 """Run a few small cases twice under MemTracker -- on REAL CPU tensors and on fake tensors
 (FakeTensorMode, CPU) -- and write tests/truth/crosscheck.jsonl with both numbers.
 
-Same code path as measure.py (measure.run_case), only the FakeTensorMode context differs.
-Usage: python tools/truth/crosscheck.py
+Same code path as measure.py (measure.run_case), only the FakeTensorMode context differs; the
+inference cases (INFER_CASES) go through measure_infer.run_case the same way (`real=True`).
+Usage: python tools/truth/crosscheck.py [ID_SUBSTRING]
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
+import measure_infer  # noqa: E402
 
 OUT = measure.REPO / "tests/truth/crosscheck.jsonl"
 
@@ -189,6 +191,12 @@ CASES = [
     dict(id="xc-h41-leaf-opt-rnd17-lora-ckpt-b3-s48-fp32", config="rnd-s17-opt-1", batch=3, seq=48,
          precision="fp32", optimizer="sgd", checkpointing=True, attention="eager", dropout="off",
          lora={"rank": 2, "alpha": 4, "targets": ["q_proj", "v_proj"]}),
+    # helper 42: OLMo 2's fp32 rotary tables promote 16-bit q/k (`q * cos` saves the fp32 cos),
+    # cast back at the end of apply_rotary_pos_emb; plain and checkpointed
+    dict(id="xc-olmo2-rope-s73-fp16-b3-s96-eager-sgd", config="rnd-s73-olmo2-0", batch=3, seq=96,
+         precision="fp16", attention="eager", optimizer="sgd", dropout="off"),
+    dict(id="xc-olmo2-rope-s73-bf16-b2-s128-ckpt", config="rnd-s73-olmo2-0", batch=2, seq=128,
+         precision="bf16", checkpointing=True, dropout="off"),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),
@@ -217,6 +225,24 @@ RANDOM_NEW_IDS = [
 ]
 
 
+# inference cases (measure_infer.run_case, generate's prefill and decode): each once on fake and
+# once on real CPU tensors. Helper 42: OLMo 2's promoting fp32 rotary, eager GQA's repeat_kv
+# copies through the output's contiguous copy, sliding-window caches growing in decode (and
+# their int64 window scalars), the base model's int64 position ids
+INFER_CASES = [
+    dict(id="xc-infer-olmo2-rnd71-b2-p300-bf16-sdpa", config="rnd-s71-olmo2-0", batch=2, prompt=300,
+         new_tokens=4, weights="bf16", attention="sdpa"),
+    dict(id="xc-infer-olmo2-rnd73-b4-p100-fp16-eager", config="rnd-s73-olmo2-0", batch=4,
+         prompt=100, new_tokens=6, weights="fp16", attention="eager"),
+    dict(id="xc-infer-qwen3-rnd17-b5-p28-bf16-eager", config="rnd-s17-qwen3-0", batch=5, prompt=28,
+         new_tokens=3, weights="bf16", attention="eager"),
+    dict(id="xc-infer-gemma3text-rnd17-b2-p20-n30", config="rnd-s17-gemma3text-0", batch=2,
+         prompt=20, new_tokens=30, weights="bf16", attention="sdpa"),
+    dict(id="xc-infer-starcoder2-rnd17-b3-p16-n50-fp32", config="rnd-s17-starcoder2-0", batch=3,
+         prompt=16, new_tokens=50, weights="fp32", attention="sdpa"),
+]
+
+
 def random_cases() -> list[dict]:
     """The RANDOM_IDS / RANDOM_NEW_IDS cases as specified in random_train.toml /
     random_new_train.toml, ids prefixed with ``xc-``."""
@@ -230,6 +256,33 @@ def random_cases() -> list[dict]:
 def main() -> None:
     only = sys.argv[1] if len(sys.argv) > 1 else None  # optional id substring
     rows = []
+    for spec in INFER_CASES:
+        if only and only not in spec["id"]:
+            continue
+        case = dict(measure_infer.DEFAULTS)
+        case.update(spec)
+        t0 = time.time()
+        fake = measure_infer.run_case(case)
+        t1 = time.time()
+        real = measure_infer.run_case(case, real=True)
+        t2 = time.time()
+        fm, rm = fake["measured"], real["measured"]
+        row = {
+            "id": case["id"],
+            "kind": "infer",
+            "case": {k: case[k] for k in measure_infer.DEFAULTS} | {"config": fake["config"]},
+            "fake": {"peak_bytes": fm["peak_bytes"], "at_peak": fm["at_peak"], "phase": fm["phase"],
+                     "final_bytes": fm["final_bytes"]},
+            "real": {"peak_bytes": rm["peak_bytes"], "at_peak": rm["at_peak"], "phase": rm["phase"],
+                     "final_bytes": rm["final_bytes"]},
+            "diff_bytes": rm["peak_bytes"] - fm["peak_bytes"],
+            "diff_rel": (rm["peak_bytes"] - fm["peak_bytes"]) / fm["peak_bytes"],
+            "seconds": {"fake": round(t1 - t0, 1), "real": round(t2 - t1, 1)},
+            "versions": fake["versions"],
+        }
+        rows.append(row)
+        print(json.dumps({k: row[k] for k in ("id", "diff_bytes", "diff_rel", "seconds")}), flush=True)
+        write(rows)
     for spec in CASES + random_cases():
         if only and only not in spec["id"]:
             continue

@@ -118,7 +118,8 @@ def _snap_breakdown(snap: dict) -> dict:
     return out
 
 
-def run_case(case: dict, debug: bool = False) -> dict:
+def run_case(case: dict, debug: bool = False, real: bool = False) -> dict:
+    """Measure one case; real=True runs it on real CPU tensors (tools/truth/crosscheck.py)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from transformers import AutoModelForCausalLM, DynamicCache
@@ -139,7 +140,7 @@ def run_case(case: dict, debug: bool = False) -> dict:
     n_image = case.get("image_tokens")
     # image inputs run on real CPU tensors (the vision tower reads tensor data; measure.py),
     # but llama4's, whose tower reads none (the placeholder-count check switched off)
-    fake = not n_image or llama4_config(case["config"])
+    fake = not real and (not n_image or llama4_config(case["config"]))
     if n_image and fake:
         import os
 

@@ -233,6 +233,13 @@ pub struct Attention {
     /// LinearAlgebra.cpp `matmul`) and bmm saves the copies for backward.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub kv_broadcast: bool,
+    /// The rotary embedding hands out its fp32 cos/sin tables without casting them to the
+    /// hidden states' dtype (models/olmo2/modeling_olmo2.py `Olmo2RotaryEmbedding.forward`
+    /// returns `emb.cos() * attention_scaling` as is), so in `apply_rotary_pos_emb` `q * cos`
+    /// and `rotate_half(q) * sin` promote to fp32 and the rotated q and k are cast back at the
+    /// end (`return q_embed.to(q_type), k_embed.to(k_type)`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub rope_promotes: bool,
 }
 
 /// Family-specific eager attention code paths that change what is alive when.
@@ -845,6 +852,11 @@ pub struct ModelDesc {
     /// Eager attention materialises both; each layer reads its type's, whatever the window.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub builds_both_masks: bool,
+    /// The rotary embedding keeps one `inv_freq` / `original_inv_freq` buffer pair per layer
+    /// type (models/gemma3/modeling_gemma3.py `Gemma3RotaryEmbedding.__init__`:
+    /// `{layer_type}_inv_freq` for each of `sorted(set(config.layer_types))`) instead of one.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub rope_buffers_per_layer_type: bool,
 }
 
 /// The vision encoder and multimodal projector of a vision-language model
@@ -1194,6 +1206,7 @@ pub(crate) mod tests {
                 qk_norm_bias: false,
                 rope_halves: false,
                 kv_broadcast: false,
+                rope_promotes: false,
             },
             attn_output_outlives_mlp: false,
             mlp_input_rebound: false,
@@ -1210,6 +1223,7 @@ pub(crate) mod tests {
             }),
         };
         ModelDesc {
+            rope_buffers_per_layer_type: false,
             model_type: "llama".into(),
             hidden_size: 4096,
             max_position_embeddings: 4096,

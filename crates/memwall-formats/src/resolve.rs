@@ -337,6 +337,8 @@ pub(crate) struct AttnOpts {
     pub rope_halves: bool,
     /// `Attention::kv_broadcast`.
     pub kv_broadcast: bool,
+    /// `Attention::rope_promotes`.
+    pub rope_promotes: bool,
 }
 
 impl AttnOpts {
@@ -368,6 +370,7 @@ impl AttnOpts {
             qk_norm_bias: false,
             rope_halves: false,
             kv_broadcast: false,
+            rope_promotes: false,
         }
     }
 
@@ -404,6 +407,7 @@ impl AttnOpts {
             qk_norm_bias: self.qk_norm_bias,
             rope_halves: self.rope_halves,
             kv_broadcast: self.kv_broadcast,
+            rope_promotes: self.rope_promotes,
         }
     }
 }
@@ -557,6 +561,7 @@ pub(crate) fn assemble(ctx: &Ctx, model_type: &str, p: Parts) -> Result<ModelDes
         vision: None,
         use_cache: true,
         builds_both_masks: false,
+        rope_buffers_per_layer_type: false,
     };
     if desc.param_counts().is_err() {
         return Err(FormatError::OutOfRange {

@@ -985,6 +985,74 @@ mod infer_tests {
     }
 
     #[test]
+    fn sliding_caches_grow_in_decode_up_to_their_window() {
+        // DynamicSlidingWindowLayer concatenates every step until its window is full: after
+        // the last of `new_tokens - 1` decode steps each layer's k and v hold
+        // min(prompt + steps, window) tokens (measured: starcoder2-rnd17-b3-p16-n50-fp32-sliding)
+        let mut m = llama2_7b();
+        m.layers.truncate(2);
+        for l in &mut m.layers {
+            l.attention.sliding_window = Some(200);
+        }
+        // k and v, two layers, 32 heads of 128, bf16
+        let per_token = 2 * 2 * 32 * 128 * 2;
+        let cache = |new_tokens| {
+            simulate_infer(&m, &w(1, 100, new_tokens), Kernels::Cpu)
+                .unwrap()
+                .kv_cache_bytes
+        };
+        assert_eq!(cache(3), per_token * (100 + 2));
+        assert_eq!(cache(50), per_token * (100 + 49));
+        assert_eq!(cache(150), per_token * 200);
+    }
+
+    #[test]
+    fn fp32_rotary_tables_promote_16_bit_queries() {
+        // OLMo 2: fp32 cos/sin, `q * cos` in fp32, cast back at the end; with fp32 weights
+        // nothing promotes and the flag changes nothing
+        let mut m = llama2_7b();
+        m.layers.truncate(2);
+        let peak = |m: &ModelDesc, weights| {
+            let mut a = w(2, 64, 1);
+            a.weights = weights;
+            simulate_infer(m, &a, Kernels::Cpu).unwrap().peak_bytes
+        };
+        let plain = (peak(&m, WeightFormat::Bf16), peak(&m, WeightFormat::Fp32));
+        for l in &mut m.layers {
+            l.attention.rope_promotes = true;
+        }
+        let promoted = (peak(&m, WeightFormat::Bf16), peak(&m, WeightFormat::Fp32));
+        assert!(promoted.0 > plain.0, "{promoted:?} {plain:?}");
+        assert_eq!(promoted.1, plain.1);
+    }
+
+    #[test]
+    fn the_rotary_and_embedding_scale_buffers_are_alive_at_the_peak() {
+        // inv_freq and original_inv_freq, fp32 [head_dim / 2] each; Gemma 3 one pair per layer
+        // type; Gemma's embed_scale in the weights' dtype (measured: rnd-i17-018-gemma3text)
+        let buffers = |m: &ModelDesc| {
+            simulate_infer(m, &w(1, 16, 1), Kernels::Cpu)
+                .unwrap()
+                .at_peak
+                .iter()
+                .find(|(c, _)| *c == Category::Buffers)
+                .map(|&(_, b)| b)
+                .unwrap()
+        };
+        let mut m = llama2_7b();
+        m.layers.truncate(2);
+        let pair = 2 * 64 * 4;
+        assert_eq!(buffers(&m), pair);
+        m.rope_buffers_per_layer_type = true;
+        assert_eq!(buffers(&m), pair);
+        m.layers[0].attention.sliding_window = Some(8);
+        assert_eq!(buffers(&m), 2 * pair);
+        m.embeddings.scaled = true;
+        m.embeddings.scale_in_module = true;
+        assert_eq!(buffers(&m), 2 * pair + 2);
+    }
+
+    #[test]
     fn weights_are_all_there() {
         let e = simulate_infer(&llama2_7b(), &w(1, 128, 4), Kernels::Cpu).unwrap();
         assert_eq!(e.weights_bytes, 6_738_415_616 * 2);

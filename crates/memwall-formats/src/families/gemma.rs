@@ -209,6 +209,11 @@ fn gemma3_named(raw: &HfConfig, ctx: &Ctx, model_type: &str) -> Result<ModelDesc
     })
     .map(scale_in_module)
     .map(both_masks)
+    .map(|mut m| {
+        // modeling_gemma3.py Gemma3RotaryEmbedding: an inv_freq buffer pair per layer type
+        m.rope_buffers_per_layer_type = true;
+        m
+    })
 }
 
 /// Gemma 2 / Gemma 3 build the full and the sliding-window causal mask on every forward
@@ -268,4 +273,18 @@ pub(crate) fn gemma3(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError
 fn scale_in_module(mut m: ModelDesc) -> ModelDesc {
     m.embeddings.scale_in_module = true;
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::parse_hf_config;
+
+    #[test]
+    fn only_gemma3_keeps_a_rotary_buffer_pair_per_layer_type() {
+        let base = r#""vocab_size":100,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16"#;
+        for (mt, per_type) in [("gemma3_text", true), ("gemma2", false), ("gemma", false)] {
+            let d = parse_hf_config(&format!(r#"{{"model_type":"{mt}",{base}}}"#)).unwrap();
+            assert_eq!(d.rope_buffers_per_layer_type, per_type, "{mt}");
+        }
+    }
 }

@@ -503,6 +503,9 @@ pub(crate) fn olmo2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError>
             qk_norm: Some((QkNormScope::Full, NormKind::Olmo2RmsNorm)),
             // `self.q_norm(self.q_proj(x))`, `self.k_norm(self.k_proj(x))`, then `v_proj`
             qk_norm_inline: true,
+            // modeling_olmo2.py Olmo2RotaryEmbedding.forward returns the fp32 cos/sin as is;
+            // apply_rotary_pos_emb casts the rotated q and k back to their dtype
+            rope_promotes: true,
             ..AttnOpts::rope(d.heads.head_dim)
         },
         // modeling_olmo2.py Olmo2DecoderLayer: only post_attention_layernorm and
@@ -638,6 +641,17 @@ pub(crate) fn starcoder2(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatE
 #[cfg(test)]
 mod tests {
     use crate::parse_hf_config;
+
+    #[test]
+    fn only_olmo2_rotates_on_fp32_tables_that_promote() {
+        let base = r#""vocab_size":100,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2"#;
+        for (mt, promotes) in [("olmo2", true), ("llama", false), ("qwen3", false)] {
+            let d = parse_hf_config(&format!(r#"{{"model_type":"{mt}",{base}}}"#)).unwrap();
+            for l in &d.layers {
+                assert_eq!(l.attention.rope_promotes, promotes, "{mt}");
+            }
+        }
+    }
 
     #[test]
     fn qwen_models_build_the_sliding_mask_with_a_sliding_layer() {

@@ -180,6 +180,71 @@ impl Builder<'_> {
         (qo, ko, qs, ks)
     }
 
+    /// Whether `a`'s rotation runs on fp32 tables that promote q and k
+    /// ([`Attention::rope_promotes`]). Not with Liger's rotary kernel, nor under FSDP2's
+    /// MixedPrecisionPolicy, whose `cast_forward_inputs` casts the layer's floating-point
+    /// inputs, cos and sin included, to `param_dtype` at every decoder layer's pre-forward
+    /// (torch 2.15 distributed/fsdp/_fully_shard/_fsdp_state.py `_pre_forward`,
+    /// `_cast_forward_inputs`): the layer rotates on 16-bit copies (their bytes are not
+    /// modelled; see `mixed_precision_lora_within_half_a_percent`).
+    ///
+    /// [`Attention::rope_promotes`]: crate::model::Attention::rope_promotes
+    fn rope_promotes(&self, a: &Attention) -> bool {
+        a.rope_promotes && !self.liger() && !self.train.shard.is_some_and(|s| s.cast_params)
+    }
+
+    /// OLMo 2's `apply_rotary_pos_emb` on fp32 tables ([`Attention::rope_promotes`];
+    /// models/olmo2/modeling_olmo2.py): per tensor `q * cos` promotes to fp32 (saving cos),
+    /// `rotate_half(q)` negates the upper half and concatenates in q's dtype (the half freed
+    /// when the cat returns), `* sin` promotes (saving sin, the cat freed), the fp32 sum
+    /// outlives the products; then `q_embed.to(q_type)` and `k_embed.to(k_type)` while both
+    /// fp32 sums are alive. Traced with tools/truth/probes on rnd-i73-012-olmo2 (fp16, b5 x
+    /// 190): the fp32 q and k sums and the fp16 copy alive at the peak's `aten._to_copy`.
+    /// `q_width`/`k_width` are elements per token. Returns the rotated q and k (their dtypes
+    /// as given).
+    ///
+    /// [`Attention::rope_promotes`]: crate::model::Attention::rope_promotes
+    fn rope_promoted(
+        &mut self,
+        (q, qs): (TensorId, u128),
+        (k, ks): (TensorId, u128),
+        q_width: u128,
+        k_width: u128,
+    ) -> (TensorId, TensorId) {
+        let (cos, sin) = self.rope_tables.unwrap_or((0, 0));
+        let rows = self.tokens;
+        let mut sums = [q, k];
+        for (slot, (x, xs, n)) in [(q, qs, rows * q_width), (k, ks, rows * k_width)]
+            .into_iter()
+            .enumerate()
+        {
+            let xc = self.op(n * 4, &[x], &[cos], &[], &[]);
+            let neg = self.op(n / 2 * xs, &[x], &[], &[], &[]);
+            let cat = self.op(n * xs, &[neg, x], &[], &[], &[]);
+            self.drop_(neg);
+            let rsn = self.op(n * 4, &[cat], &[sin], &[], &[]);
+            self.drop_(cat);
+            sums[slot] = self.op(n * 4, &[xc, rsn], &[], &[], &[]);
+            self.drop_(xc);
+            self.drop_(rsn);
+        }
+        let [qe, ke] = sums;
+        let qo = if qs != 4 {
+            self.cast(qe, rows * q_width * qs)
+        } else {
+            self.retain_id(qe)
+        };
+        let ko = if ks != 4 {
+            self.cast(ke, rows * k_width * ks)
+        } else {
+            self.retain_id(ke)
+        };
+        for t in [qe, ke, q, k] {
+            self.drop_(t);
+        }
+        (qo, ko)
+    }
+
     /// `(x * cos) + (rotate_half(x) * sin)` on an fp32 `x` of `n` elements: `x * cos` and
     /// `r * sin` save the (shared) cos/sin tables; the negated half and the stacked rotation
     /// are freed as soon as they are consumed.
@@ -404,6 +469,8 @@ impl Builder<'_> {
             (q, k) = self.rope_fp32(q, qs, k, ks, heads, kv_heads, qk_dim);
         } else if rot > 0 && a.rope_upcast_qk {
             (q, k, qs, ks) = self.rope_upcast_qk(q, qs, k, ks, heads * qk_dim, kv_heads * qk_dim);
+        } else if rot == qk_dim && self.rope_promotes(a) && (qs != 4 || ks != 4) {
+            (q, k) = self.rope_promoted((q, qs), (k, ks), heads * qk_dim, kv_heads * qk_dim);
         } else if rot > 0 {
             let keep = a.rope_locals;
             let (q2, s2) = self.rope(q, qs, (heads, qk_dim, rot), keep, a.rope_halves);
@@ -1145,9 +1212,15 @@ impl Builder<'_> {
                 // a local (`self_attn_weights` in GPT-2/OPT, `_` in Llama's
                 // `hidden_states, _ = self.self_attn(...)`) that lives until the layer returns
                 self.layer_locals.push(probs);
+                // `attn_output.transpose(1, 2).contiguous()` runs inside eager_attention_forward,
+                // where `key_states`/`value_states` (repeat_kv's copies) are still bound: under
+                // no_grad they are freed only when it returns (traced with
+                // tools/truth/probes on rnd-i17-051-qwen3, b5 x 28, 4 heads over 2: q, both
+                // copies, the output and its contiguous copy alive at the `aten.clone`;
+                // -0.81% without)
+                let oc = self.heads_contiguous(o, rows * heads * v_dim * c, heads);
                 self.drop_(kr);
                 self.drop_(vr);
-                let oc = self.heads_contiguous(o, rows * heads * v_dim * c, heads);
                 if qcopy && !q_freed_early {
                     self.drop_(q);
                 }

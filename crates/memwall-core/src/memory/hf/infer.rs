@@ -3,7 +3,7 @@
 
 use super::{find_linear, Builder, LayerParams, LIN_ZERO, P};
 use crate::memory::timeline::{Category, Phase, SegKind, TensorId};
-use crate::model::{Attention, AttentionKind, LinearRole, Norm, NormKind};
+use crate::model::{Attention, AttentionKind, LinearRole, Norm, NormKind, VisionKind};
 use crate::workload::KvDtype;
 
 impl Builder<'_> {
@@ -163,6 +163,9 @@ impl Builder<'_> {
         self.tokens = self.batch * q_len;
         let rows = self.tokens;
         let (mut x, xs) = self.embeddings();
+        if self.builds_position_ids() {
+            self.position_ids(q_len);
+        }
         if let Some(head_dim) = self.complex_rope_head_dim() {
             // Llama 4: one complex64 freqs_cis table of head_dim per forward, whatever the
             // first layer is (Llama4TextModel always runs its rotary embedding;
@@ -251,6 +254,73 @@ impl Builder<'_> {
         f32
     }
 
+    /// Bytes of the model's buffers that the model modules register, made with it and alive to
+    /// the end (MemTracker's `buffer`): the rotary embedding's `inv_freq` and its
+    /// `original_inv_freq = nn.Buffer(inv_freq.clone())`, fp32 `[ceil(rotary_dim / 2)]` each
+    /// (transformers 5.23 models/llama/modeling_llama.py `LlamaRotaryEmbedding.__init__`, the
+    /// same in every family's rotary; one pair per layer type in Gemma 3,
+    /// [`ModelDesc::rope_buffers_per_layer_type`]), and Gemma's `embed_scale =
+    /// nn.Buffer(torch.tensor(scale))` in the weights' dtype (`*TextScaledWordEmbedding`).
+    /// Measured: rnd-i71-001-olmo2 64 B (16 rotary dims), rnd-i17-018-gemma3text 34 B (8 dims,
+    /// one layer type, bf16 scale). Other buffers (Falcon-H1's µP vectors, DeepSeek-V3's router
+    /// bias and YaRN tables, the vision towers') are not modelled.
+    ///
+    /// [`ModelDesc::rope_buffers_per_layer_type`]: crate::model::ModelDesc::rope_buffers_per_layer_type
+    fn buffer_bytes(&self) -> u128 {
+        let rot = self
+            .complex_rope_head_dim()
+            .unwrap_or_else(|| self.rope_table_dim());
+        let types = if self.model.rope_buffers_per_layer_type {
+            let attn = || self.model.layers.iter().filter_map(|l| l.attention_block());
+            let sliding = attn().any(|a| a.sliding_window.is_some());
+            let full = attn().any(|a| a.sliding_window.is_none());
+            u128::from(sliding) + u128::from(full)
+        } else {
+            1
+        };
+        let rope = rot.div_ceil(2) * 4 * 2 * types;
+        let e = &self.model.embeddings;
+        let scale = if e.scaled && e.scale_in_module {
+            self.param_size
+        } else {
+            0
+        };
+        rope + scale
+    }
+
+    /// `position_ids = torch.arange(inputs_embeds.shape[1]) + past_seen_tokens`, then
+    /// `.unsqueeze(0)` (int64 [1, q_len]; the arange freed once the sum exists), a local of the
+    /// base model's forward until it returns (transformers 5.23 models/llama/modeling_llama.py
+    /// `LlamaModel.forward`, the same lines in every family's base model). Traced with
+    /// tools/truth/probes: the `aten.add` of `(27,) int64` alive at the MLP peak of
+    /// rnd-i71-001-olmo2.
+    pub(super) fn position_ids(&mut self, q_len: u128) {
+        let arange = self.act(q_len * 8, false);
+        let positions = self.act(q_len * 8, false);
+        self.drop_(arange);
+        self.out_refs.push(positions);
+    }
+
+    /// Whether the base model's forward makes its own int64 `position_ids` from the cache
+    /// length (`torch.arange(q_len) + past_seen_tokens`, every family with attention in
+    /// transformers 5.23). Not: OPT, whose positions come from a mask
+    /// ([`Builder::positions_from_mask`] models them); Llama 4, whose rotary table models its
+    /// positions (memory/hf/llama4.rs); the Qwen2-VL wrappers, which hand the language model
+    /// 3-D positions of their own (models/qwen2_vl/modeling_qwen2_vl.py
+    /// `compute_3d_position_ids`, not modelled); state-space models without attention.
+    pub(super) fn builds_position_ids(&self) -> bool {
+        let qwen_vl = self
+            .model
+            .vision
+            .as_ref()
+            .and_then(|v| v.forward.as_ref())
+            .is_some_and(|f| matches!(f.kind, VisionKind::Qwen2Vl | VisionKind::Qwen25Vl));
+        !self.model.embeddings.positions_from_mask
+            && self.complex_rope_head_dim().is_none()
+            && !qwen_vl
+            && self.layer_specs().any(|l| l.attention_block().is_some())
+    }
+
     /// Bytes per cached element when `--kv-dtype` stores the cache in another dtype than the
     /// compute dtype; `None` for the compute dtype.
     fn kv_elem_bytes(&self) -> Option<u128> {
@@ -286,15 +356,39 @@ impl Builder<'_> {
         // torch.no_grad(): autograd records nothing, so nothing is saved
         self.t.recording = false;
         self.build_params();
+        let buffers = self.buffer_bytes();
+        let buffers = self.t.alloc(buffers, Category::Buffers, false);
         self.cache = vec![None; self.n_layers()];
         self.ssm_cache = vec![None; self.n_layers()];
         self.t.reset_peak();
         self.t.set_phase(Phase::Prefill);
+        // `DynamicCache(config=...)`, made by generate before the prefill: every
+        // `DynamicSlidingWindowLayer.__init__` keeps `torch.tensor(sliding_window,
+        // dtype=torch.long)` (transformers 5.23 cache_utils.py), 8 bytes per sliding (or
+        // chunked) attention layer of the whole model, alive to the end (the `lift_fresh` int64
+        // scalars traced with tools/truth/probes on rnd-i17-018-gemma3text)
+        let sliding_layers = self
+            .model
+            .layers
+            .iter()
+            .filter(|l| {
+                l.attention_block()
+                    .is_some_and(|a| a.sliding_window.is_some())
+            })
+            .count();
+        let window_scalars = self
+            .t
+            .alloc(8 * sliding_layers as u128, Category::Activations, false);
         let mut ids = self.grow_ids(None, prompt);
         // `_sample`'s `unfinished_sequences = torch.ones(batch, dtype=torch.long)`, alive to
         // the end (generation/utils.py)
         let unfinished = self.t.alloc(self.batch * 8, Category::Activations, false);
         let mut logits = self.forward_of_generate(prompt);
+        // `_sample`'s `next_tokens = torch.argmax(next_token_scores, dim=-1)` (int64 [batch]),
+        // bound until the next step's argmax rebinds it (generation/utils.py); traced with
+        // tools/truth/probes on rnd-i17-069-gemma3text: the previous step's [3] int64 alive
+        // at the decode peak
+        let mut next_tokens = self.argmax_tokens(None);
         // (the fast evaluator, which records segments, finds it among them)
         let prefill_peak = if self.t.segmenting() {
             0
@@ -307,31 +401,46 @@ impl Builder<'_> {
         let simulated = [Some(1), (steps >= 2).then_some(steps)];
         for step in simulated.into_iter().flatten().filter(|&s| s <= steps) {
             if step > 2 {
-                // jump: each full-attention layer cache now holds prompt + steps - 1 tokens
+                // jump: each full-attention layer cache now holds prompt + steps - 1 tokens, each
+                // sliding one as many up to its window
                 let before_last = prompt + steps - 1;
                 for i in 0..self.cache.len() {
                     self.seg(Some(i), SegKind::CacheJump);
                     if let Some((k, v, kept)) = self.cache[i] {
                         // state-space layers keep a fixed-size state: nothing grows
-                        let full = self
-                            .spec(i)
-                            .attention_block()
-                            .is_some_and(|a| a.sliding_window.is_none());
-                        if full && kept < before_last {
+                        let Some(a) = self.spec(i).attention_block() else {
+                            continue;
+                        };
+                        // (tokens in the storage now, tokens in it after step `steps - 1`, the
+                        // tokens the layer keeps then)
+                        let (now, grown, keeps) = match a.sliding_window {
+                            None => (kept, before_last, before_last),
+                            Some(win) => {
+                                // a sliding layer's cache (cache_update) grows with the
+                                // sequence until the window is full: after step s the
+                                // concatenated storage holds min(prompt + s, window) tokens
+                                // and its view keeps min(prompt + s, window - 1); traced on
+                                // rnd-i17-069-gemma3text (window 62, 37 + 10 tokens at the
+                                // last step: 47-token k/v in both sliding layers)
+                                let win = u128::from(win);
+                                (
+                                    (prompt + 1).min(win),
+                                    before_last.min(win),
+                                    before_last.min(win.saturating_sub(1)),
+                                )
+                            }
+                        };
+                        if now < grown {
                             let (kb, vb) = (self.t.bytes(k), self.t.bytes(v));
-                            let nk = self.t.alloc(
-                                kb / kept.max(1) * before_last,
-                                Category::Activations,
-                                false,
-                            );
-                            let nv = self.t.alloc(
-                                vb / kept.max(1) * before_last,
-                                Category::Activations,
-                                false,
-                            );
+                            let nk =
+                                self.t
+                                    .alloc(kb / now.max(1) * grown, Category::Activations, false);
+                            let nv =
+                                self.t
+                                    .alloc(vb / now.max(1) * grown, Category::Activations, false);
                             self.drop_(k);
                             self.drop_(v);
-                            self.cache[i] = Some((nk, nv, before_last));
+                            self.cache[i] = Some((nk, nv, keeps));
                         }
                     }
                 }
@@ -343,11 +452,24 @@ impl Builder<'_> {
             // the previous step's fp32 logits are rebound to the new ones
             self.drop_(logits);
             logits = next;
+            next_tokens = self.argmax_tokens(Some(next_tokens));
         }
+        self.drop_(next_tokens);
         self.drop_(logits);
         self.drop_(ids);
         self.drop_(unfinished);
+        self.drop_(window_scalars);
+        self.drop_(buffers);
         prefill_peak
+    }
+
+    /// The greedy pick of one step: a new int64 `[batch]`, the previous one freed after it.
+    fn argmax_tokens(&mut self, previous: Option<TensorId>) -> TensorId {
+        let next = self.t.alloc(self.batch * 8, Category::Activations, false);
+        if let Some(p) = previous {
+            self.drop_(p);
+        }
+        next
     }
 
     /// One forward as `generate` calls it: `prepare_inputs_for_generation` hands the model

@@ -706,7 +706,7 @@ impl<'a> Builder<'a> {
     ///
     /// [`Attention::rope_fp32`]: crate::model::Attention::rope_fp32
     fn rope_tables_fp32(&self) -> bool {
-        self.any_layer(|l| l.attention.rope_fp32)
+        self.any_layer(|l| l.attention.rope_fp32 || l.attention.rope_promotes)
     }
 
     /// Decoder layers replayed.

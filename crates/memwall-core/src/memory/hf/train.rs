@@ -28,6 +28,12 @@ impl Builder<'_> {
             .is_some_and(|w| w.step_options.activation_offload);
         self.unit_pre_forward(0);
         let (mut x, xs) = self.embeddings();
+        if self.builds_position_ids() && !self.mode.kernels().padding_free {
+            // the base model's int64 `position_ids = arange(S) + past_seen_tokens`, a local
+            // until it returns (memory/hf/infer.rs `infer_forward`); a padding-free batch passes
+            // its own
+            self.position_ids(self.seq);
+        }
         // rotary cos/sin tables, [1, S, rotary_dim] in the compute dtype (fp32 under autocast):
         // every *Model.forward builds `position_ids = arange(S).unsqueeze(0)`, shared by the
         // batch (padding-free: the packed row's position ids, [1, B·S])
