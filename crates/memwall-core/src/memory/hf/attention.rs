@@ -1097,8 +1097,17 @@ impl Builder<'_> {
                 } else {
                     probs
                 };
+                // MLA's value is a strided slice of kv_b_proj's output (`kv_b_proj(..)
+                // .view(B, S, H, nope + v).transpose(1, 2)` split into k_nope and value,
+                // DeepseekV3Attention.expand_kv): matmul's reshape to [B·H, S, v] cannot merge B
+                // with H when B > 1, so it copies the slice and bmm saves that copy, not the
+                // projection output (aten/src/ATen/native/LinearAlgebra.cpp `matmul`; traced on
+                // torch 2.15 CPU: an `aten.clone` [3, 7, 288, 32] per layer alive at
+                // rnd-t17-209-deepseekv3's backward peak, no [3, 288, 7·40] kv_b_proj output).
+                // With a batch of one the reshape is a view and bmm keeps the whole output.
+                let mla_v_copy = matches!(a.kind, AttentionKind::Mla { .. }) && b > 1 && vm == vr;
                 // the expanded value's copy, saved by bmm as the key's above
-                let vb = if bcast_copy {
+                let vb = if bcast_copy || mla_v_copy {
                     self.op(kv_rows * heads * v_dim * c, &[vm], &[], &[], &[])
                 } else {
                     vm

@@ -266,6 +266,8 @@ impl Builder<'_> {
         } else {
             None
         };
+        // the router's top-k indices where the router itself allocates them (DeepSeek-V3)
+        let mut router_index = None;
         let topw = if moe.hunyuan_router {
             // HunYuanMoEV1Gate: `hidden_states.float()` (wg is an fp32 nn.Linear), fp32 logits,
             // `softmax(dtype=torch.float)` (saved), topk, `routing_weights /= sum` in place
@@ -300,10 +302,20 @@ impl Builder<'_> {
             } else {
                 Some(self.t.alloc(e * h * 4, Category::Activations, false))
             };
-            let saved = match wf {
-                Some(wf) => Ids::of(&[xf, wf]),
-                None => Ids::of(&[xf]),
-            };
+            // `F.linear` of a 2-D input without bias is `mm(x, w.t())`, whose backward saves
+            // each operand only for the other's gradient (tools/autograd/derivatives.yaml
+            // `mm`: `self: mm_mat1_backward(grad, mat2, ..)`, `mat2: mm_mat2_backward(grad,
+            // self, ..)`): with a frozen router (LoRA) the fp32 input copy is not saved and
+            // dies at once; the weight copy (or the weight) is saved while the input needs a
+            // gradient (measured: rnd-t17-209-deepseekv3, one fp32 [tokens, hidden] per MoE
+            // layer too many at the backward peak)
+            let mut saved = Ids::default();
+            if self.trainable(&router.w) {
+                saved.push(xf);
+            }
+            if let Some(wf) = wf.filter(|_| self.rg(xf)) {
+                saved.push(wf);
+            }
             let logits = self.op(rows * e * 4, &[xf], saved.as_slice(), &[router.w.id], &[]);
             if let Some(wf) = wf {
                 self.drop_(wf);
@@ -312,15 +324,17 @@ impl Builder<'_> {
             let scores = self.op(rows * e * 4, &[logits], &[], &[], &[]);
             self.drop_(logits);
             self.t.transient(rows * e * 4 * 2, Category::Activations);
-            let topw = self.op(rows * k * 4, &[scores], &[scores], &[], &[]);
-            self.drop_(scores);
-            if moe.router_weights_in_compute_dtype {
+            if !moe.router_weights_in_compute_dtype {
+                let topw = self.deepseek_routing_weights(scores, moe, &mut router_index);
+                self.drop_(scores);
+                topw
+            } else {
+                let topw = self.op(rows * k * 4, &[scores], &[scores], &[], &[]);
+                self.drop_(scores);
                 // ERNIE 4.5: `routing_weights.to(hidden_states.dtype)`
                 let cw = self.cast(topw, rows * k * c);
                 self.drop_(topw);
                 cw
-            } else {
-                topw
             }
         } else if moe.granite_router {
             // GraniteMoeTopKRouter (models/granitemoe/modeling_granitemoe.py):
@@ -385,8 +399,10 @@ impl Builder<'_> {
         // CPU, `.int()` on CUDA: 4 bytes either way, a local until return). Measured:
         // rdist-015-qwen2moe's forward, where these are 0.3 MB of a small model's MoE block.
         let index_bytes = ek * 8;
-        let topk_index = self.act(index_bytes, false);
-        self.mlp_locals.push(topk_index);
+        if router_index.is_none() {
+            let topk_index = self.act(index_bytes, false);
+            self.mlp_locals.push(topk_index);
+        }
         let sorted_ids = self.act(index_bytes, false);
         let perm = self.act(index_bytes, false);
         let token_index = self.act(index_bytes, false);
@@ -501,6 +517,48 @@ impl Builder<'_> {
         self.drop_(histc_input);
         self.drop_list(|b| &mut b.mlp_locals);
         self.shared_experts(x, x_size, lp, moe, out, pre_shared)
+    }
+
+    /// DeepSeek-V3's routing weights from the sigmoid `scores` (`DeepseekV3TopkRouter.forward`,
+    /// transformers 5.23 models/deepseek_v3/modeling_deepseek_v3.py): the top-k indices (int64,
+    /// bound to `selected_experts`-like locals until the block returns, so pushed to
+    /// `mlp_locals` and handed back in `index`), `scores.gather(1, topk_indices)` (GatherBackward
+    /// saves `self` and the index: tools/autograd/derivatives.yaml `gather`), with
+    /// `norm_topk_prob` `topk_weights /= topk_weights.sum(-1, keepdim=True) + 1e-20` (an
+    /// in-place `div_` whose backward needs the original `self` for the divisor's gradient, so
+    /// autograd saves a clone of it and the divisor: `div.Tensor` `other:
+    /// div_tensor_other_backward(grad, self, other)`), then `* routed_scaling_factor` (a new
+    /// tensor, nothing saved). Traced on torch 2.15 CPU (rnd-t17-209-deepseekv3 at its backward
+    /// peak, per MoE layer: the `topk` indices, the `clone` of the gathered weights and the
+    /// `[tokens, 1]` divisor alive).
+    fn deepseek_routing_weights(
+        &mut self,
+        scores: TensorId,
+        moe: &crate::model::MoeMlp,
+        index: &mut Option<TensorId>,
+    ) -> TensorId {
+        let rows = self.tokens;
+        let ek = rows * u128::from(moe.top_k);
+        let topk_index = self.act(ek * 8, false);
+        self.mlp_locals.push(topk_index);
+        *index = Some(topk_index);
+        let gathered = self.op(ek * 4, &[scores], &[scores, topk_index], &[], &[]);
+        let normed = if moe.norm_topk_prob.unwrap_or(true) {
+            let sum = self.op(rows * 4, &[gathered], &[], &[], &[]);
+            let denom = self.op(rows * 4, &[sum], &[], &[], &[]);
+            self.drop_(sum);
+            // the in-place division as a new output with its input saved (the clone): the
+            // same bytes at every instant
+            let y = self.op(ek * 4, &[gathered, denom], &[gathered, denom], &[], &[]);
+            self.drop_(gathered);
+            self.drop_(denom);
+            y
+        } else {
+            gathered
+        };
+        let topw = self.op(ek * 4, &[normed], &[], &[], &[]);
+        self.drop_(normed);
+        topw
     }
 
     /// MoE experts during decode: `generate` on a GPU switches `grouped_mm` to `batched_mm`
