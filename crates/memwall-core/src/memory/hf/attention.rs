@@ -676,6 +676,15 @@ impl Builder<'_> {
                 // when the query is fp32 (`.to` returns the tensor itself). Measured:
                 // rdist-042-opt (fp16, attention dropout), its forward 4.2 MB short without it.
                 let attn_cast = (qs != w).then(|| self.act(x * qs, false));
+                // MLA's value slice, uncast (fp32): `matmul` copies it for bmm when B > 1, as
+                // in eager attention (`mla_v_copy` there); a cast copy is contiguous already
+                let v32 = if matches!(a.kind, AttentionKind::Mla { .. }) && b > 1 && v32 == v {
+                    let vc = self.op(nv * w, &[v32], &[], &[], &[]);
+                    self.drop_(v32);
+                    vc
+                } else {
+                    v32
+                };
                 let keep = self.sac_pre(SacOp::Saved);
                 let o32 = self.op(
                     rows * heads * v_dim * w,

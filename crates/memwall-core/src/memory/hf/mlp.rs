@@ -284,6 +284,23 @@ impl Builder<'_> {
             let topw = self.op(rows * k * 4, &[probs], &[], &[], &[]);
             self.drop_(probs);
             topw
+        } else if moe.router_fp32 && self.amp && !moe.router_weights_in_compute_dtype {
+            // DeepSeek-V3 under autocast: `hidden_states.type(torch.float32)` and
+            // `self.weight.type(torch.float32)` return the fp32 tensors themselves, and
+            // `F.linear` is autocast's: a 16-bit linear like any other (the input cast, the
+            // weight's cached cast), so the logits, the sigmoid scores (saved) and the gathered
+            // routing weights are 16-bit; only the biased choice scores are fp32 (the fp32
+            // `e_score_correction_bias` promotes them). Traced on torch 2.15 CPU
+            // (rnd-s17-deepseekv3-0 under amp-fp16: fp16 `_to_copy` [tokens, hidden] and
+            // [experts, hidden], fp16 `sigmoid`, `clone` and divisor alive at the backward
+            // peak; the router was modelled fp32, x-amp16 +0.6%)
+            let (logits, ls) = self.linear(x, x_size, rows, router);
+            let scores = self.op(rows * e * ls, &[logits], &[], &[], &[]);
+            self.drop_(logits);
+            self.t.transient(rows * e * 4 * 2, Category::Activations);
+            let topw = self.deepseek_routing_weights(scores, moe, &mut router_index, ls);
+            self.drop_(scores);
+            topw
         } else if moe.router_fp32 {
             // DeepSeek-V3: fp32 copies of the input and the router weight, fp32 logits,
             // sigmoid scores (saved), biased scores for the group top-k, fp32 routing weights.
@@ -325,7 +342,7 @@ impl Builder<'_> {
             self.drop_(logits);
             self.t.transient(rows * e * 4 * 2, Category::Activations);
             if !moe.router_weights_in_compute_dtype {
-                let topw = self.deepseek_routing_weights(scores, moe, &mut router_index);
+                let topw = self.deepseek_routing_weights(scores, moe, &mut router_index, 4);
                 self.drop_(scores);
                 topw
             } else {
@@ -407,12 +424,26 @@ impl Builder<'_> {
         let perm = self.act(index_bytes, false);
         let token_index = self.act(index_bytes, false);
         let saved_index: &[TensorId] = if self.rg(x) { &[token_index] } else { &[] };
-        let gathered = self.op(ek * h * x_size, &[x], saved_index, &[], &[]);
+        // its backward's zeros [T, H] (`index_backward`, as for the un-permutation below; the
+        // incoming gradient is grouped_mm's, contiguous, so no copy)
+        let gathered = self.op(
+            ek * h * x_size,
+            &[x],
+            saved_index,
+            &[],
+            &[rows * h * x_size],
+        );
         self.drop_(token_index);
         // `sample_weights_g = sample_weights[perm]`: the routing weights gathered (a new
         // tensor, IndexBackward saving `perm`)
         let saved_perm: &[TensorId] = if self.rg(topw) { &[perm] } else { &[] };
-        let topw_g = self.op(ek * ws, &[topw], saved_perm, &[], &[]);
+        // (DeepSeek-V3's weights are in the scores' dtype: 16-bit under autocast)
+        let topw_g_bytes = if router_index.is_some() {
+            self.t.bytes(topw)
+        } else {
+            ek * ws
+        };
+        let topw_g = self.op(topw_g_bytes, &[topw], saved_perm, &[], &[topw_g_bytes]);
         let histc_input = self.act(ek * 4, false);
         // expert biases (gpt-oss): `gate_up_proj_bias[expert_ids_g]` is gathered per row before
         // the grouped matmul and added in place (`_grouped_linear`: `out.add_(bias)`); it stays
@@ -466,7 +497,12 @@ impl Builder<'_> {
         // `(grad * proj_out).sum_to(...)`, a full [S, H] product before the reduction, and the
         // experts' gradient `grad * weights` is computed in the promoted result dtype and
         // converted to proj_out's dtype only after the node returns (`validate_outputs`,
-        // engine.cpp); both transients of the node, beyond the gradients it hands on
+        // engine.cpp); both transients of the node, beyond the gradients it hands on.
+        // `validate_outputs` casts the first gradient while both full products are alive (the
+        // routing weights' `sum_to` comes after it), so the promoted product counts whole, next
+        // to its cast copy (traced on torch 2.15 CPU, a bf16 DeepSeek-V3 at its backward peak:
+        // the incoming [S, H] fp32 gradient, two fp32 `mul` products and the bf16 `_to_copy`
+        // alive at once; the MoE backward was 1 bf16 [S, H] short)
         let mut saved = Ids::default();
         if self.rg(topw_g) {
             saved.push(down);
@@ -475,8 +511,18 @@ impl Builder<'_> {
             saved.push(topw_g);
         }
         let sum_to = if self.rg(topw_g) { ek * h * ws } else { 0 };
-        let promoted = if self.rg(down) {
-            ek * h * (ws - c.min(ws))
+        let promoted = if self.rg(down) && ws > c {
+            // Under non-reentrant checkpointing the saved tensors are the recomputed ones,
+            // which the node holds only through the unpacked locals of its `apply`
+            // (torch/utils/checkpoint.py `unpack_hook` drops the frame's handle): they die
+            // when `apply` returns, before `validate_outputs` casts (measured: a checkpointed
+            // bf16 DeepSeek-V3 peaks one saved [S, H] `proj_out` lower in this node)
+            let gone: u128 = if self.recomputing {
+                saved.as_slice().iter().map(|&t| self.t.bytes(t)).sum()
+            } else {
+                0
+            };
+            (ek * h * ws).saturating_sub(gone)
         } else {
             0
         };
@@ -495,8 +541,15 @@ impl Builder<'_> {
         // `inv_perm`), then `.view(T, k, H).sum(1)`, then `.to(hidden_states.dtype)`
         let inv_perm = self.act(index_bytes, false);
         self.t.transient(index_bytes, Category::Activations);
+        // IndexBackward is `index_backward` (torch/csrc/autograd/FunctionsManual.cpp):
+        // `grad.new_zeros(self_sizes).index_put(indices, grad, accumulate=True)`, out of place,
+        // so a zeros tensor beside the result. Its incoming gradient is ViewBackward's
+        // `reshape` of SumBackward's `expand` of the [T, H] gradient: a contiguous copy (the
+        // expanded view cannot be reshaped in place), made before the [T, H] gradient is freed.
+        // Traced on torch 2.15 CPU (a checkpointed bf16 DeepSeek-V3 peaks here: the `clone` of
+        // the expanded [T, k, H] gradient, `new_zeros` and `index_put`, all fp32, alive at once)
         let saved_inv: &[TensorId] = if self.rg(weighted) { &[inv_perm] } else { &[] };
-        let unpermuted = self.op(ek * h * ws, &[weighted], saved_inv, &[], &[]);
+        let unpermuted = self.op(ek * h * ws, &[weighted], saved_inv, &[], &[ek * h * ws]);
         self.drop_(weighted);
         self.drop_(inv_perm);
         let summed = self.op(rows * h * ws, &[unpermuted], &[], &[], &[]);
@@ -530,33 +583,35 @@ impl Builder<'_> {
     /// div_tensor_other_backward(grad, self, other)`), then `* routed_scaling_factor` (a new
     /// tensor, nothing saved). Traced on torch 2.15 CPU (rnd-t17-209-deepseekv3 at its backward
     /// peak, per MoE layer: the `topk` indices, the `clone` of the gathered weights and the
-    /// `[tokens, 1]` divisor alive).
+    /// `[tokens, 1]` divisor alive). `size`: bytes per element of the scores (fp32, or the
+    /// autocast dtype).
     fn deepseek_routing_weights(
         &mut self,
         scores: TensorId,
         moe: &crate::model::MoeMlp,
         index: &mut Option<TensorId>,
+        size: u128,
     ) -> TensorId {
         let rows = self.tokens;
         let ek = rows * u128::from(moe.top_k);
         let topk_index = self.act(ek * 8, false);
         self.mlp_locals.push(topk_index);
         *index = Some(topk_index);
-        let gathered = self.op(ek * 4, &[scores], &[scores, topk_index], &[], &[]);
+        let gathered = self.op(ek * size, &[scores], &[scores, topk_index], &[], &[]);
         let normed = if moe.norm_topk_prob.unwrap_or(true) {
-            let sum = self.op(rows * 4, &[gathered], &[], &[], &[]);
-            let denom = self.op(rows * 4, &[sum], &[], &[], &[]);
+            let sum = self.op(rows * size, &[gathered], &[], &[], &[]);
+            let denom = self.op(rows * size, &[sum], &[], &[], &[]);
             self.drop_(sum);
             // the in-place division as a new output with its input saved (the clone): the
             // same bytes at every instant
-            let y = self.op(ek * 4, &[gathered, denom], &[gathered, denom], &[], &[]);
+            let y = self.op(ek * size, &[gathered, denom], &[gathered, denom], &[], &[]);
             self.drop_(gathered);
             self.drop_(denom);
             y
         } else {
             gathered
         };
-        let topw = self.op(ek * 4, &[normed], &[], &[], &[]);
+        let topw = self.op(ek * size, &[normed], &[], &[], &[]);
         self.drop_(normed);
         topw
     }
