@@ -445,6 +445,12 @@ impl Builder<'_> {
         };
         let topw_g = self.op(topw_g_bytes, &[topw], saved_perm, &[], &[topw_g_bytes]);
         let histc_input = self.act(ek * 4, false);
+        // `tokens_per_expert = torch.histc(..)` (fp32 [E]) and `offsets = torch.cumsum(..,
+        // dtype=torch.int32)`, locals until return; both grouped matmuls save `offs` for their
+        // backward (traced on torch 2.15 CPU: one int32 [E] `cumsum` per MoE layer alive at the
+        // backward peak)
+        let tokens_per_expert = self.act(e * 4, false);
+        let offsets = self.act(e * 4, false);
         // expert biases (gpt-oss): `gate_up_proj_bias[expert_ids_g]` is gathered per row before
         // the grouped matmul and added in place (`_grouped_linear`: `out.add_(bias)`); it stays
         // bound to `selected_biases` until the down bias replaces it
@@ -454,7 +460,11 @@ impl Builder<'_> {
             .map(|b| self.op(ek * ins * i * c, &[], &[], &[b.id], &[]));
         // a grouped matmul saves its input only for the (fused) expert weight's gradient
         let experts_trainable = self.trainable(&lp.experts[0]);
-        let saved_g: &[TensorId] = if experts_trainable { &[gathered] } else { &[] };
+        let saved_g: &[TensorId] = if experts_trainable {
+            &[gathered, offsets]
+        } else {
+            &[offsets]
+        };
         let gu_inputs: Vec<TensorId> = std::iter::once(gathered).chain(bias_gu).collect();
         let gu = self.op(
             ek * ins * i * c,
@@ -485,7 +495,11 @@ impl Builder<'_> {
         if let Some(b) = bias_gu {
             self.drop_(b);
         }
-        let saved_m: &[TensorId] = if experts_trainable { &[m] } else { &[] };
+        let saved_m: &[TensorId] = if experts_trainable {
+            &[m, offsets]
+        } else {
+            &[offsets]
+        };
         let down_inputs: Vec<TensorId> = std::iter::once(m).chain(bias_down).collect();
         let down = self.op(ek * h * c, &down_inputs, saved_m, &[lp.experts[1].id], &[]);
         self.drop_(m);
@@ -510,7 +524,13 @@ impl Builder<'_> {
         if self.rg(down) {
             saved.push(topw_g);
         }
-        let sum_to = if self.rg(topw_g) { ek * h * ws } else { 0 };
+        // the cast comes first: the routing weights' reduced gradient (allocated with the
+        // node's input gradients) does not exist yet beside the two products
+        let sum_to = match (self.rg(topw_g), self.rg(down) && ws > c) {
+            (false, _) => 0,
+            (true, false) => ek * h * ws,
+            (true, true) => (ek * h * ws).saturating_sub(self.t.bytes(topw_g)),
+        };
         let promoted = if self.rg(down) && ws > c {
             // Under non-reentrant checkpointing the saved tensors are the recomputed ones,
             // which the node holds only through the unpacked locals of its `apply`
@@ -568,6 +588,8 @@ impl Builder<'_> {
         self.drop_(sorted_ids);
         self.drop_(perm);
         self.drop_(histc_input);
+        self.drop_(tokens_per_expert);
+        self.drop_(offsets);
         self.drop_list(|b| &mut b.mlp_locals);
         self.shared_experts(x, x_size, lp, moe, out, pre_shared)
     }
