@@ -798,3 +798,73 @@ impl Builder<'_> {
         sum
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::memory::{simulate_train, Kernels, Phase};
+    use crate::model::tests::llama2_7b;
+    use crate::model::{Activation, DenseMlp, Mlp, ModelDesc, MoeMlp};
+    use crate::workload::TrainWorkload;
+
+    /// Llama-2-7B's first two layers with a DeepSeek-V3 style MoE (fp32 sigmoid router,
+    /// fused grouped experts, a shared expert).
+    fn deepseek_moe(norm_topk_prob: bool) -> ModelDesc {
+        let mut m = llama2_7b();
+        m.layers.truncate(2);
+        let expert = DenseMlp {
+            intermediate: 256,
+            gated: true,
+            fused_gate_up: true,
+            bias: false,
+            act: Activation::Silu,
+        };
+        for l in &mut m.layers {
+            l.mlp = Mlp::Moe(MoeMlp {
+                num_experts: 8,
+                top_k: 2,
+                expert,
+                router_bias: false,
+                shared: Some(DenseMlp {
+                    fused_gate_up: false,
+                    ..expert
+                }),
+                shared_gate: false,
+                router_extra_params: 0,
+                router_fp32: true,
+                router_topk_then_softmax: false,
+                router_weights_in_compute_dtype: false,
+                shared_first: false,
+                frozen_router_params: 0,
+                all_experts: false,
+                granite_router: false,
+                hunyuan_router: false,
+                norm_topk_prob: Some(norm_topk_prob),
+            });
+        }
+        m
+    }
+
+    fn forward_peak(m: &ModelDesc, w: &TrainWorkload) -> u64 {
+        let e = simulate_train(m, w, Kernels::Cpu).unwrap();
+        e.phase_peaks
+            .iter()
+            .find(|(p, _)| *p == Phase::Forward)
+            .map(|&(_, b)| b)
+            .unwrap()
+    }
+
+    #[test]
+    fn the_normalised_routing_weights_save_a_clone_and_the_divisor() {
+        // `topk_weights /= topk_weights.sum(-1, keepdim=True) + 1e-20` is an in-place `div_`
+        // whose backward needs the original weights (a saved clone, [tokens, k] fp32) and the
+        // divisor ([tokens, 1] fp32): alive from each MoE layer's router to its backward, so
+        // the last layer's forward peak carries both layers' pairs
+        let (batch, seq) = (2u64, 64u64);
+        let w = TrainWorkload::new(batch, seq);
+        let tokens = batch * seq;
+        let per_layer = tokens * 2 * 4 + tokens * 4;
+        let with = forward_peak(&deepseek_moe(true), &w);
+        let without = forward_peak(&deepseek_moe(false), &w);
+        assert_eq!(with - without, 2 * per_layer);
+    }
+}
