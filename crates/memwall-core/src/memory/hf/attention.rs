@@ -358,7 +358,9 @@ impl Builder<'_> {
                 let _ = kvr;
                 // k = cat(k_nope, k_rope.expand(heads)), q = cat(q_nope, rope(q_rope)) (new tensors)
                 let (kr, _) = self.rope(kva, c, (1, ropd, ropd), false, false);
-                self.drop_(kva);
+                // `compressed_kv` stays bound until DeepseekV3Attention.forward returns (as in
+                // `mla_infer`)
+                self.attn_locals.push(kva);
                 let (qr, _) = self.rope(q, c, (heads, ropd, ropd), false, false);
                 let qf = self.op(rows * heads * (nope + ropd) * c, &[q, qr], &[], &[], &[]);
                 self.drop_(q);

@@ -296,7 +296,8 @@ impl Builder<'_> {
             // peak; the router was modelled fp32, x-amp16 +0.6%)
             let (logits, ls) = self.linear(x, x_size, rows, router);
             let scores = self.op(rows * e * ls, &[logits], &[], &[], &[]);
-            self.drop_(logits);
+            // DeepseekV3MoE binds the router logits to `_` until it returns
+            self.mlp_locals.push(logits);
             self.t.transient(rows * e * 4 * 2, Category::Activations);
             let topw = self.deepseek_routing_weights(scores, moe, &mut router_index, ls);
             self.drop_(scores);
@@ -339,7 +340,17 @@ impl Builder<'_> {
             }
             self.drop_(xf);
             let scores = self.op(rows * e * 4, &[logits], &[], &[], &[]);
-            self.drop_(logits);
+            if moe.router_weights_in_compute_dtype {
+                // (ERNIE 4.5 binds them to `_` too, but its checkpointed autocast case
+                // rnd-t89-023-ernie45moe goes from +0.07% to +0.27% with them kept: left as
+                // it was until its recomputed MoE is traced)
+                self.drop_(logits);
+            } else {
+                // DeepseekV3MoE binds the router logits to `_` until it returns (traced on
+                // torch 2.15 CPU: the fp32 [tokens, experts] `mm` alive at
+                // rnd-i17-065-deepseekv3's prefill peak, the experts' un-permute)
+                self.mlp_locals.push(logits);
+            }
             self.t.transient(rows * e * 4 * 2, Category::Activations);
             if !moe.router_weights_in_compute_dtype {
                 let topw = self.deepseek_routing_weights(scores, moe, &mut router_index, 4);
@@ -553,7 +564,6 @@ impl Builder<'_> {
             &[],
             &[sum_to, promoted],
         );
-        self.drop_(topw_g);
         // `routing_weights` is bound in the block until it returns
         self.mlp_locals.push(topw);
         // `inv_perm = torch.empty_like(perm)`; `inv_perm[perm] = torch.arange(..)` (a
@@ -583,8 +593,10 @@ impl Builder<'_> {
         };
         // `selected_hidden_states_g`, the last `proj_out` and the sort's outputs stay bound
         // until the experts function returns (integrations/moe.py `grouped_mm_experts_forward`)
+        // (and `sample_weights_g`, the gathered routing weights)
         self.drop_(gathered);
         self.drop_(down);
+        self.drop_(topw_g);
         self.drop_(sorted_ids);
         self.drop_(perm);
         self.drop_(histc_input);
