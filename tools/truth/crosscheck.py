@@ -197,6 +197,16 @@ CASES = [
          precision="fp16", attention="eager", optimizer="sgd", dropout="off"),
     dict(id="xc-olmo2-rope-s73-bf16-b2-s128-ckpt", config="rnd-s73-olmo2-0", batch=2, seq=128,
          precision="bf16", checkpointing=True, dropout="off"),
+    # helper 40: DeepSeek-V3 (MLA + grouped-mm MoE): a frozen router under LoRA with eager MLA's
+    # value copy; the checkpointed un-permute's IndexBackward and the experts' fp32 gradient
+    # cast; the router under autocast (the measured traces were on fake tensors)
+    dict(id="xc-dsv3-s17-bf16-b3-s96-eager-lora-kva-o", config="rnd-s17-deepseekv3-0", batch=3,
+         seq=96, precision="bf16", optimizer="sgd", attention="eager", dropout="off",
+         lora={"rank": 4, "alpha": 8, "targets": ["kv_a_proj_with_mqa", "o_proj"]}),
+    dict(id="xc-dsv3-s17-bf16-b2-s64-sdpa-sgd-ckpt", config="rnd-s17-deepseekv3-0", batch=2,
+         seq=64, precision="bf16", optimizer="sgd", checkpointing=True, dropout="off"),
+    dict(id="xc-dsv3-s17-ampfp16-b2-s64-sdpa-sgd", config="rnd-s17-deepseekv3-0", batch=2,
+         seq=64, precision="amp-fp16", optimizer="sgd", dropout="off"),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),

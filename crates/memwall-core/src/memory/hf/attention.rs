@@ -423,7 +423,9 @@ impl Builder<'_> {
                 let _ = kvr;
                 // k = cat(k_nope, k_rope.expand(heads)), q = cat(q_nope, rope(q_rope)) (new tensors)
                 let (kr, _) = self.rope(kva, c, (1, ropd, ropd), false, false);
-                self.drop_(kva);
+                // `compressed_kv` stays bound until DeepseekV3Attention.forward returns (as in
+                // `mla_infer`)
+                self.attn_locals.push(kva);
                 let (qr, _) = self.rope(q, c, (heads, ropd, ropd), false, false);
                 let qf = self.op(rows * heads * (nope + ropd) * c, &[q, qr], &[], &[], &[]);
                 self.drop_(q);
@@ -743,6 +745,15 @@ impl Builder<'_> {
                 // when the query is fp32 (`.to` returns the tensor itself). Measured:
                 // rdist-042-opt (fp16, attention dropout), its forward 4.2 MB short without it.
                 let attn_cast = (qs != w).then(|| self.act(x * qs, false));
+                // MLA's value slice, uncast (fp32): `matmul` copies it for bmm when B > 1, as
+                // in eager attention (`mla_v_copy` there); a cast copy is contiguous already
+                let v32 = if matches!(a.kind, AttentionKind::Mla { .. }) && b > 1 && v32 == v {
+                    let vc = self.op(nv * w, &[v32], &[], &[], &[]);
+                    self.drop_(v32);
+                    vc
+                } else {
+                    v32
+                };
                 // `attn @ value_acc` saves each operand only when the other needs a gradient
                 // (derivatives.yaml `bmm`, as in eager attention): with a frozen value path
                 // (layer 0 of a LoRA model without checkpointing and without a v_proj adapter)
@@ -1190,8 +1201,17 @@ impl Builder<'_> {
                 } else {
                     probs
                 };
+                // MLA's value is a strided slice of kv_b_proj's output (`kv_b_proj(..)
+                // .view(B, S, H, nope + v).transpose(1, 2)` split into k_nope and value,
+                // DeepseekV3Attention.expand_kv): matmul's reshape to [B·H, S, v] cannot merge B
+                // with H when B > 1, so it copies the slice and bmm saves that copy, not the
+                // projection output (aten/src/ATen/native/LinearAlgebra.cpp `matmul`; traced on
+                // torch 2.15 CPU: an `aten.clone` [3, 7, 288, 32] per layer alive at
+                // rnd-t17-209-deepseekv3's backward peak, no [3, 288, 7·40] kv_b_proj output).
+                // With a batch of one the reshape is a view and bmm keeps the whole output.
+                let mla_v_copy = matches!(a.kind, AttentionKind::Mla { .. }) && b > 1 && vm == vr;
                 // the expanded value's copy, saved by bmm as the key's above
-                let vb = if kv_copy {
+                let vb = if kv_copy || mla_v_copy {
                     self.op(kv_rows * heads * v_dim * c, &[vm], &[], &[], &[])
                 } else {
                     vm

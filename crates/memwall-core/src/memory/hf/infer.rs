@@ -117,7 +117,11 @@ impl Builder<'_> {
         };
         let (kvn, _) = self.norm(kva, c, rows, &norm, np);
         let (kr, _) = self.rope(kva, c, (1, ropd, ropd), false, false);
-        self.drop_(kva);
+        // `compressed_kv` (the kv_a_proj_with_mqa output) stays bound as a local of
+        // DeepseekV3Attention.forward until it returns (modeling_deepseek_v3.py; traced on
+        // torch 2.15 CPU: the [tokens, kv_lora_rank + rope] `mm` alive at rnd-i17-034's prefill
+        // peak, the eager softmax)
+        self.attn_locals.push(kva);
         let layer = self.cur_layer;
         let prev = self.cache.get_mut(layer).and_then(Option::take);
         let total = prev.map_or(0, |(_, _, n)| n) + self.seq;

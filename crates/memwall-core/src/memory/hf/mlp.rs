@@ -266,6 +266,8 @@ impl Builder<'_> {
         } else {
             None
         };
+        // the router's top-k indices where the router itself allocates them (DeepSeek-V3)
+        let mut router_index = None;
         let topw = if moe.hunyuan_router {
             // HunYuanMoEV1Gate: `hidden_states.float()` (wg is an fp32 nn.Linear), fp32 logits,
             // `softmax(dtype=torch.float)` (saved), topk, `routing_weights /= sum` in place
@@ -281,6 +283,24 @@ impl Builder<'_> {
             self.drop_(logits);
             let topw = self.op(rows * k * 4, &[probs], &[], &[], &[]);
             self.drop_(probs);
+            topw
+        } else if moe.router_fp32 && self.amp && !moe.router_weights_in_compute_dtype {
+            // DeepSeek-V3 under autocast: `hidden_states.type(torch.float32)` and
+            // `self.weight.type(torch.float32)` return the fp32 tensors themselves, and
+            // `F.linear` is autocast's: a 16-bit linear like any other (the input cast, the
+            // weight's cached cast), so the logits, the sigmoid scores (saved) and the gathered
+            // routing weights are 16-bit; only the biased choice scores are fp32 (the fp32
+            // `e_score_correction_bias` promotes them). Traced on torch 2.15 CPU
+            // (rnd-s17-deepseekv3-0 under amp-fp16: fp16 `_to_copy` [tokens, hidden] and
+            // [experts, hidden], fp16 `sigmoid`, `clone` and divisor alive at the backward
+            // peak; the router was modelled fp32, x-amp16 +0.6%)
+            let (logits, ls) = self.linear(x, x_size, rows, router);
+            let scores = self.op(rows * e * ls, &[logits], &[], &[], &[]);
+            // DeepseekV3MoE binds the router logits to `_` until it returns
+            self.mlp_locals.push(logits);
+            self.t.transient(rows * e * 4 * 2, Category::Activations);
+            let topw = self.deepseek_routing_weights(scores, moe, &mut router_index, ls);
+            self.drop_(scores);
             topw
         } else if moe.router_fp32 {
             // DeepSeek-V3: fp32 copies of the input and the router weight, fp32 logits,
@@ -300,27 +320,49 @@ impl Builder<'_> {
             } else {
                 Some(self.t.alloc(e * h * 4, Category::Activations, false))
             };
-            let saved = match wf {
-                Some(wf) => Ids::of(&[xf, wf]),
-                None => Ids::of(&[xf]),
-            };
+            // `F.linear` of a 2-D input without bias is `mm(x, w.t())`, whose backward saves
+            // each operand only for the other's gradient (tools/autograd/derivatives.yaml
+            // `mm`: `self: mm_mat1_backward(grad, mat2, ..)`, `mat2: mm_mat2_backward(grad,
+            // self, ..)`): with a frozen router (LoRA) the fp32 input copy is not saved and
+            // dies at once; the weight copy (or the weight) is saved while the input needs a
+            // gradient (measured: rnd-t17-209-deepseekv3, one fp32 [tokens, hidden] per MoE
+            // layer too many at the backward peak)
+            let mut saved = Ids::default();
+            if self.trainable(&router.w) {
+                saved.push(xf);
+            }
+            if let Some(wf) = wf.filter(|_| self.rg(xf)) {
+                saved.push(wf);
+            }
             let logits = self.op(rows * e * 4, &[xf], saved.as_slice(), &[router.w.id], &[]);
             if let Some(wf) = wf {
                 self.drop_(wf);
             }
             self.drop_(xf);
             let scores = self.op(rows * e * 4, &[logits], &[], &[], &[]);
-            self.drop_(logits);
-            self.t.transient(rows * e * 4 * 2, Category::Activations);
-            let topw = self.op(rows * k * 4, &[scores], &[scores], &[], &[]);
-            self.drop_(scores);
             if moe.router_weights_in_compute_dtype {
+                // (ERNIE 4.5 binds them to `_` too, but its checkpointed autocast case
+                // rnd-t89-023-ernie45moe goes from +0.07% to +0.27% with them kept: left as
+                // it was until its recomputed MoE is traced)
+                self.drop_(logits);
+            } else {
+                // DeepseekV3MoE binds the router logits to `_` until it returns (traced on
+                // torch 2.15 CPU: the fp32 [tokens, experts] `mm` alive at
+                // rnd-i17-065-deepseekv3's prefill peak, the experts' un-permute)
+                self.mlp_locals.push(logits);
+            }
+            self.t.transient(rows * e * 4 * 2, Category::Activations);
+            if !moe.router_weights_in_compute_dtype {
+                let topw = self.deepseek_routing_weights(scores, moe, &mut router_index, 4);
+                self.drop_(scores);
+                topw
+            } else {
+                let topw = self.op(rows * k * 4, &[scores], &[scores], &[], &[]);
+                self.drop_(scores);
                 // ERNIE 4.5: `routing_weights.to(hidden_states.dtype)`
                 let cw = self.cast(topw, rows * k * c);
                 self.drop_(topw);
                 cw
-            } else {
-                topw
             }
         } else if moe.granite_router {
             // GraniteMoeTopKRouter (models/granitemoe/modeling_granitemoe.py):
@@ -385,19 +427,41 @@ impl Builder<'_> {
         // CPU, `.int()` on CUDA: 4 bytes either way, a local until return). Measured:
         // rdist-015-qwen2moe's forward, where these are 0.3 MB of a small model's MoE block.
         let index_bytes = ek * 8;
-        let topk_index = self.act(index_bytes, false);
-        self.mlp_locals.push(topk_index);
+        if router_index.is_none() {
+            let topk_index = self.act(index_bytes, false);
+            self.mlp_locals.push(topk_index);
+        }
         let sorted_ids = self.act(index_bytes, false);
         let perm = self.act(index_bytes, false);
         let token_index = self.act(index_bytes, false);
         let saved_index: &[TensorId] = if self.rg(x) { &[token_index] } else { &[] };
-        let gathered = self.op(ek * h * x_size, &[x], saved_index, &[], &[]);
+        // its backward's zeros [T, H] (`index_backward`, as for the un-permutation below; the
+        // incoming gradient is grouped_mm's, contiguous, so no copy)
+        let gathered = self.op(
+            ek * h * x_size,
+            &[x],
+            saved_index,
+            &[],
+            &[rows * h * x_size],
+        );
         self.drop_(token_index);
         // `sample_weights_g = sample_weights[perm]`: the routing weights gathered (a new
         // tensor, IndexBackward saving `perm`)
         let saved_perm: &[TensorId] = if self.rg(topw) { &[perm] } else { &[] };
-        let topw_g = self.op(ek * ws, &[topw], saved_perm, &[], &[]);
+        // (DeepSeek-V3's weights are in the scores' dtype: 16-bit under autocast)
+        let topw_g_bytes = if router_index.is_some() {
+            self.t.bytes(topw)
+        } else {
+            ek * ws
+        };
+        let topw_g = self.op(topw_g_bytes, &[topw], saved_perm, &[], &[topw_g_bytes]);
         let histc_input = self.act(ek * 4, false);
+        // `tokens_per_expert = torch.histc(..)` (fp32 [E]) and `offsets = torch.cumsum(..,
+        // dtype=torch.int32)`, locals until return; both grouped matmuls save `offs` for their
+        // backward (traced on torch 2.15 CPU: one int32 [E] `cumsum` per MoE layer alive at the
+        // backward peak)
+        let tokens_per_expert = self.act(e * 4, false);
+        let offsets = self.act(e * 4, false);
         // expert biases (gpt-oss): `gate_up_proj_bias[expert_ids_g]` is gathered per row before
         // the grouped matmul and added in place (`_grouped_linear`: `out.add_(bias)`); it stays
         // bound to `selected_biases` until the down bias replaces it
@@ -407,7 +471,11 @@ impl Builder<'_> {
             .map(|b| self.op(ek * ins * i * c, &[], &[], &[b.id], &[]));
         // a grouped matmul saves its input only for the (fused) expert weight's gradient
         let experts_trainable = self.trainable(&lp.experts[0]);
-        let saved_g: &[TensorId] = if experts_trainable { &[gathered] } else { &[] };
+        let saved_g: &[TensorId] = if experts_trainable {
+            &[gathered, offsets]
+        } else {
+            &[offsets]
+        };
         let gu_inputs: Vec<TensorId> = std::iter::once(gathered).chain(bias_gu).collect();
         let gu = self.op(
             ek * ins * i * c,
@@ -438,7 +506,11 @@ impl Builder<'_> {
         if let Some(b) = bias_gu {
             self.drop_(b);
         }
-        let saved_m: &[TensorId] = if experts_trainable { &[m] } else { &[] };
+        let saved_m: &[TensorId] = if experts_trainable {
+            &[m, offsets]
+        } else {
+            &[offsets]
+        };
         let down_inputs: Vec<TensorId> = std::iter::once(m).chain(bias_down).collect();
         let down = self.op(ek * h * c, &down_inputs, saved_m, &[lp.experts[1].id], &[]);
         self.drop_(m);
@@ -450,7 +522,12 @@ impl Builder<'_> {
         // `(grad * proj_out).sum_to(...)`, a full [S, H] product before the reduction, and the
         // experts' gradient `grad * weights` is computed in the promoted result dtype and
         // converted to proj_out's dtype only after the node returns (`validate_outputs`,
-        // engine.cpp); both transients of the node, beyond the gradients it hands on
+        // engine.cpp); both transients of the node, beyond the gradients it hands on.
+        // `validate_outputs` casts the first gradient while both full products are alive (the
+        // routing weights' `sum_to` comes after it), so the promoted product counts whole, next
+        // to its cast copy (traced on torch 2.15 CPU, a bf16 DeepSeek-V3 at its backward peak:
+        // the incoming [S, H] fp32 gradient, two fp32 `mul` products and the bf16 `_to_copy`
+        // alive at once; the MoE backward was 1 bf16 [S, H] short)
         let mut saved = Ids::default();
         if self.rg(topw_g) {
             saved.push(down);
@@ -458,9 +535,25 @@ impl Builder<'_> {
         if self.rg(down) {
             saved.push(topw_g);
         }
-        let sum_to = if self.rg(topw_g) { ek * h * ws } else { 0 };
-        let promoted = if self.rg(down) {
-            ek * h * (ws - c.min(ws))
+        // the cast comes first: the routing weights' reduced gradient (allocated with the
+        // node's input gradients) does not exist yet beside the two products
+        let sum_to = match (self.rg(topw_g), self.rg(down) && ws > c) {
+            (false, _) => 0,
+            (true, false) => ek * h * ws,
+            (true, true) => (ek * h * ws).saturating_sub(self.t.bytes(topw_g)),
+        };
+        let promoted = if self.rg(down) && ws > c {
+            // Under non-reentrant checkpointing the saved tensors are the recomputed ones,
+            // which the node holds only through the unpacked locals of its `apply`
+            // (torch/utils/checkpoint.py `unpack_hook` drops the frame's handle): they die
+            // when `apply` returns, before `validate_outputs` casts (measured: a checkpointed
+            // bf16 DeepSeek-V3 peaks one saved [S, H] `proj_out` lower in this node)
+            let gone: u128 = if self.recomputing {
+                saved.as_slice().iter().map(|&t| self.t.bytes(t)).sum()
+            } else {
+                0
+            };
+            (ek * h * ws).saturating_sub(gone)
         } else {
             0
         };
@@ -471,7 +564,6 @@ impl Builder<'_> {
             &[],
             &[sum_to, promoted],
         );
-        self.drop_(topw_g);
         // `routing_weights` is bound in the block until it returns
         self.mlp_locals.push(topw);
         // `inv_perm = torch.empty_like(perm)`; `inv_perm[perm] = torch.arange(..)` (a
@@ -479,8 +571,15 @@ impl Builder<'_> {
         // `inv_perm`), then `.view(T, k, H).sum(1)`, then `.to(hidden_states.dtype)`
         let inv_perm = self.act(index_bytes, false);
         self.t.transient(index_bytes, Category::Activations);
+        // IndexBackward is `index_backward` (torch/csrc/autograd/FunctionsManual.cpp):
+        // `grad.new_zeros(self_sizes).index_put(indices, grad, accumulate=True)`, out of place,
+        // so a zeros tensor beside the result. Its incoming gradient is ViewBackward's
+        // `reshape` of SumBackward's `expand` of the [T, H] gradient: a contiguous copy (the
+        // expanded view cannot be reshaped in place), made before the [T, H] gradient is freed.
+        // Traced on torch 2.15 CPU (a checkpointed bf16 DeepSeek-V3 peaks here: the `clone` of
+        // the expanded [T, k, H] gradient, `new_zeros` and `index_put`, all fp32, alive at once)
         let saved_inv: &[TensorId] = if self.rg(weighted) { &[inv_perm] } else { &[] };
-        let unpermuted = self.op(ek * h * ws, &[weighted], saved_inv, &[], &[]);
+        let unpermuted = self.op(ek * h * ws, &[weighted], saved_inv, &[], &[ek * h * ws]);
         self.drop_(weighted);
         self.drop_(inv_perm);
         let summed = self.op(rows * h * ws, &[unpermuted], &[], &[], &[]);
@@ -494,13 +593,61 @@ impl Builder<'_> {
         };
         // `selected_hidden_states_g`, the last `proj_out` and the sort's outputs stay bound
         // until the experts function returns (integrations/moe.py `grouped_mm_experts_forward`)
+        // (and `sample_weights_g`, the gathered routing weights)
         self.drop_(gathered);
         self.drop_(down);
+        self.drop_(topw_g);
         self.drop_(sorted_ids);
         self.drop_(perm);
         self.drop_(histc_input);
+        self.drop_(tokens_per_expert);
+        self.drop_(offsets);
         self.drop_list(|b| &mut b.mlp_locals);
         self.shared_experts(x, x_size, lp, moe, out, pre_shared)
+    }
+
+    /// DeepSeek-V3's routing weights from the sigmoid `scores` (`DeepseekV3TopkRouter.forward`,
+    /// transformers 5.23 models/deepseek_v3/modeling_deepseek_v3.py): the top-k indices (int64,
+    /// bound to `selected_experts`-like locals until the block returns, so pushed to
+    /// `mlp_locals` and handed back in `index`), `scores.gather(1, topk_indices)` (GatherBackward
+    /// saves `self` and the index: tools/autograd/derivatives.yaml `gather`), with
+    /// `norm_topk_prob` `topk_weights /= topk_weights.sum(-1, keepdim=True) + 1e-20` (an
+    /// in-place `div_` whose backward needs the original `self` for the divisor's gradient, so
+    /// autograd saves a clone of it and the divisor: `div.Tensor` `other:
+    /// div_tensor_other_backward(grad, self, other)`), then `* routed_scaling_factor` (a new
+    /// tensor, nothing saved). Traced on torch 2.15 CPU (rnd-t17-209-deepseekv3 at its backward
+    /// peak, per MoE layer: the `topk` indices, the `clone` of the gathered weights and the
+    /// `[tokens, 1]` divisor alive). `size`: bytes per element of the scores (fp32, or the
+    /// autocast dtype).
+    fn deepseek_routing_weights(
+        &mut self,
+        scores: TensorId,
+        moe: &crate::model::MoeMlp,
+        index: &mut Option<TensorId>,
+        size: u128,
+    ) -> TensorId {
+        let rows = self.tokens;
+        let ek = rows * u128::from(moe.top_k);
+        let topk_index = self.act(ek * 8, false);
+        self.mlp_locals.push(topk_index);
+        *index = Some(topk_index);
+        let gathered = self.op(ek * size, &[scores], &[scores, topk_index], &[], &[]);
+        let normed = if moe.norm_topk_prob.unwrap_or(true) {
+            let sum = self.op(rows * size, &[gathered], &[], &[], &[]);
+            let denom = self.op(rows * size, &[sum], &[], &[], &[]);
+            self.drop_(sum);
+            // the in-place division as a new output with its input saved (the clone): the
+            // same bytes at every instant
+            let y = self.op(ek * size, &[gathered, denom], &[gathered, denom], &[], &[]);
+            self.drop_(gathered);
+            self.drop_(denom);
+            y
+        } else {
+            gathered
+        };
+        let topw = self.op(ek * size, &[normed], &[], &[], &[]);
+        self.drop_(normed);
+        topw
     }
 
     /// MoE experts during decode: `generate` on a GPU switches `grouped_mm` to `batched_mm`
@@ -661,5 +808,75 @@ impl Builder<'_> {
         self.drop_(out);
         self.drop_(so);
         sum
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::memory::{simulate_train, Kernels, Phase};
+    use crate::model::tests::llama2_7b;
+    use crate::model::{Activation, DenseMlp, Mlp, ModelDesc, MoeMlp};
+    use crate::workload::TrainWorkload;
+
+    /// Llama-2-7B's first two layers with a DeepSeek-V3 style MoE (fp32 sigmoid router,
+    /// fused grouped experts, a shared expert).
+    fn deepseek_moe(norm_topk_prob: bool) -> ModelDesc {
+        let mut m = llama2_7b();
+        m.layers.truncate(2);
+        let expert = DenseMlp {
+            intermediate: 256,
+            gated: true,
+            fused_gate_up: true,
+            bias: false,
+            act: Activation::Silu,
+        };
+        for l in &mut m.layers {
+            l.mlp = Mlp::Moe(MoeMlp {
+                num_experts: 8,
+                top_k: 2,
+                expert,
+                router_bias: false,
+                shared: Some(DenseMlp {
+                    fused_gate_up: false,
+                    ..expert
+                }),
+                shared_gate: false,
+                router_extra_params: 0,
+                router_fp32: true,
+                router_topk_then_softmax: false,
+                router_weights_in_compute_dtype: false,
+                shared_first: false,
+                frozen_router_params: 0,
+                all_experts: false,
+                granite_router: false,
+                hunyuan_router: false,
+                norm_topk_prob: Some(norm_topk_prob),
+            });
+        }
+        m
+    }
+
+    fn forward_peak(m: &ModelDesc, w: &TrainWorkload) -> u64 {
+        let e = simulate_train(m, w, Kernels::Cpu).unwrap();
+        e.phase_peaks
+            .iter()
+            .find(|(p, _)| *p == Phase::Forward)
+            .map(|&(_, b)| b)
+            .unwrap()
+    }
+
+    #[test]
+    fn the_normalised_routing_weights_save_a_clone_and_the_divisor() {
+        // `topk_weights /= topk_weights.sum(-1, keepdim=True) + 1e-20` is an in-place `div_`
+        // whose backward needs the original weights (a saved clone, [tokens, k] fp32) and the
+        // divisor ([tokens, 1] fp32): alive from each MoE layer's router to its backward, so
+        // the last layer's forward peak carries both layers' pairs
+        let (batch, seq) = (2u64, 64u64);
+        let w = TrainWorkload::new(batch, seq);
+        let tokens = batch * seq;
+        let per_layer = tokens * 2 * 4 + tokens * 4;
+        let with = forward_peak(&deepseek_moe(true), &w);
+        let without = forward_peak(&deepseek_moe(false), &w);
+        assert_eq!(with - without, 2 * per_layer);
     }
 }
