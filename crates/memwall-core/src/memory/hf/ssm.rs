@@ -512,11 +512,15 @@ impl Scan {
             + b * c1 * h * p * n * B16 + b * h * c1 * c1 * B16 + b * h * c1 * p * n * B16 // cat copy, decay_chunk copy, new_states
             + tp * h * F + b * c * h * p * n * B16 + tp * h * n * B16 + tp * i * B16 // state_decay_out; states, C copies; bmm
             + 3 * tp * i * F; // Y_off, Y_diag + Y_off, contiguous copy
-        if c == 1 {
-            v - b * h * p * n * B16
-        } else {
-            v
-        }
+        let at_output = if c == 1 { v - b * h * p * n * B16 } else { v };
+        // an earlier instant wins when the state is wide (`N > 3·P`): the `bmm` of
+        // `einsum("bclhn,bchpn->bclhp", C, states)`, where C's fp32 layout copy is alive beside
+        // its 16-bit cast (the cast goes to the `bmm`, the copy right after it), before `Y_off`,
+        // the sum and its contiguous copy exist; C is a view where `Scan::cb_views` holds
+        // (probe `mamba2_mixer.py --check-amp`, rnd-s53-mamba2-0's widths: 64 heads of 8, state
+        // 32, 1–3 chunks, exact; the random sample's rnd-t53-004-mamba2 was 524,288 bytes low)
+        let c_copy = if self.cb_views() { 0 } else { tp * h * n * F };
+        at_output.max((at_output + c_copy).saturating_sub(3 * tp * i * F))
     }
 
     /// [`Scan::forward_peak_unsaved`] under autocast with 16-bit projections: the largest of
@@ -982,6 +986,10 @@ impl Builder<'_> {
         let params: Vec<TensorId> = lp.ssm.iter().map(|p| p.id).collect();
         let rg = self.rg(zx) || params.iter().any(|&p| self.t.requires_grad(p));
         if !self.t.recording || !rg {
+            if rg {
+                // the composite node saves: the layer's tail starts after it
+                self.t.tail_barrier();
+            }
             // a checkpointed layer's first pass, or a mixer nothing in which needs a gradient
             // (a LoRA model whose adapters are all downstream of it: frozen input, frozen
             // `in_proj` and mixer parameters, so autograd records no node): nothing is saved,
@@ -1009,6 +1017,19 @@ impl Builder<'_> {
         let mut frozen_gone = 0;
         if !params.iter().any(|&p| self.t.requires_grad(p)) {
             frozen_gone = d.tp * d.i * F + d.h * F;
+            if zs != F {
+                // `A * dt` with a frozen `A_log` saves nothing of dt's fp32 copy (made when dt
+                // is 16-bit), which is gone by the forward's peak as well (probe: Mamba2Mixer
+                // with every parameter but in_proj's frozen against none, bf16 and amp-fp16,
+                // rnd-s53-mamba2-0 and rnd-s29-mamba2-1 widths: exact)
+                frozen_gone += d.t * d.h * F;
+            }
+            if d.amp && zs != F {
+                // autocast caches the cast of a leaf that requires grad only (`cached_cast`,
+                // aten/src/ATen/autocast_mode.cpp): a frozen convolution bias is cast per call
+                // and its 16-bit copy goes with the convolution
+                frozen_gone += d.amp_cached();
+            }
             extra = extra.saturating_sub(d.h * F);
             // frozen mixer parameters (LoRA): `D_residual = D[..., None] * pad(x)` with a `D`
             // that needs no gradient saves nothing of the padded x (mul saves an operand only
