@@ -1306,4 +1306,73 @@ mod tests {
         assert_ne!(t.tensors[b as usize].grad, gy);
         assert_eq!(t.peak(), before + 8);
     }
+
+    #[test]
+    fn an_unrecorded_pass_keeps_the_nodes_after_its_last_saving_one() {
+        let mut t = Timeline::new();
+        let x = t.alloc(10, Category::Activations, true);
+        let y = t.alloc(10, Category::Activations, true);
+        let op = |saved: &[TensorId], i: TensorId, o: TensorId| Node {
+            saved: Ids::of(saved),
+            inputs: Ids::of(&[i]),
+            outputs: Ids::of(&[o]),
+            ..Node::default()
+        };
+        t.recording = false;
+        t.start_tail();
+        t.record(op(&[], x, y));
+        t.record(op(&[x], x, y));
+        t.tail_barrier();
+        t.record(op(&[], x, y));
+        t.record(op(&[], y, x));
+        t.recording = true;
+        let (tail, saving) = t.take_tail();
+        assert_eq!(saving, 2);
+        assert_eq!(tail.len(), 2);
+        assert_eq!(tail[1].inputs.as_slice(), &[y]);
+        // nothing recorded, nothing retained
+        assert!(t.tape.is_empty());
+        assert_eq!(t.tensors[x as usize].refs, 1);
+    }
+
+    #[test]
+    fn a_recompute_stops_at_its_last_saved_tensor() {
+        let mut t = Timeline::new();
+        t.stop_after(2);
+        let a = t.alloc(10, Category::Activations, true);
+        let b = t.alloc(20, Category::Activations, true);
+        t.record(Node {
+            saved: Ids::of(&[a]),
+            inputs: Ids::of(&[a]),
+            outputs: Ids::of(&[b]),
+            ..Node::default()
+        });
+        // the last saving op saves only its input: its output is never made
+        let c = t.alloc(40, Category::Activations, true);
+        t.record(Node {
+            saved: Ids::of(&[b]),
+            inputs: Ids::of(&[b]),
+            outputs: Ids::of(&[c]),
+            ..Node::default()
+        });
+        assert_eq!((t.live(), t.peak()), (30, 30));
+        // and nothing after it
+        let d = t.alloc(80, Category::Activations, true);
+        t.transient(160, Category::Activations);
+        assert_eq!((t.live(), t.peak()), (30, 30));
+        assert!(t.end_stop());
+        t.release(d);
+        t.release(c);
+        assert_eq!(t.live(), 30);
+        // an op that saves its output made it
+        t.stop_after(1);
+        let e = t.alloc(5, Category::Activations, true);
+        t.record(Node {
+            saved: Ids::of(&[e]),
+            outputs: Ids::of(&[e]),
+            ..Node::default()
+        });
+        assert_eq!(t.live(), 35);
+        assert!(t.end_stop());
+    }
 }

@@ -473,6 +473,28 @@ impl Scan {
         }
     }
 
+    /// What a mixer none of whose parameters needs a gradient (LoRA) does not hold at the
+    /// forward's peak instant (`z` bytes per element of the projections): the padded x of
+    /// `D_residual` (gone once the scan used it) and `A = -exp(A_log)` (exp saves its output
+    /// only for A_log's gradient), read off a live-storage trace of the forward
+    /// (FakeTensorMode, rnd-s29-mamba2-1, batch 1, 30 tokens, fp32, LoRA on in_proj against
+    /// without); with 16-bit projections also dt's fp32 copy, which `A * dt` with a frozen
+    /// `A_log` does not save, and under autocast the convolution bias's 16-bit cast, which
+    /// autocast caches only for a leaf that requires grad (`cached_cast`,
+    /// aten/src/ATen/autocast_mode.cpp; probe: Mamba2Mixer with every parameter but
+    /// in_proj's frozen against none, bf16 and amp-fp16, rnd-s53-mamba2-0 and rnd-s29-mamba2-1
+    /// widths, exact).
+    fn frozen_gone(&self, z: u128) -> u128 {
+        let mut v = self.tp * self.i * F + self.h * F;
+        if z != F {
+            v += self.t * self.h * F;
+            if self.amp {
+                v += self.amp_cached();
+            }
+        }
+        v
+    }
+
     /// [`Scan::forward_peak`] under autocast with 16-bit projections (`Mamba2Mixer`), at the
     /// same instant (the contiguous copy of `Y_diag + Y_off`): the convolution on 16-bit
     /// copies of its fp32-cast input and of its weight, its output and silu in 16 bits, dt's
@@ -1016,20 +1038,7 @@ impl Builder<'_> {
         // differs inside the mixer in exactly these two at that instant
         let mut frozen_gone = 0;
         if !params.iter().any(|&p| self.t.requires_grad(p)) {
-            frozen_gone = d.tp * d.i * F + d.h * F;
-            if zs != F {
-                // `A * dt` with a frozen `A_log` saves nothing of dt's fp32 copy (made when dt
-                // is 16-bit), which is gone by the forward's peak as well (probe: Mamba2Mixer
-                // with every parameter but in_proj's frozen against none, bf16 and amp-fp16,
-                // rnd-s53-mamba2-0 and rnd-s29-mamba2-1 widths: exact)
-                frozen_gone += d.t * d.h * F;
-            }
-            if d.amp && zs != F {
-                // autocast caches the cast of a leaf that requires grad only (`cached_cast`,
-                // aten/src/ATen/autocast_mode.cpp): a frozen convolution bias is cast per call
-                // and its 16-bit copy goes with the convolution
-                frozen_gone += d.amp_cached();
-            }
+            frozen_gone = d.frozen_gone(zs);
             extra = extra.saturating_sub(d.h * F);
             // frozen mixer parameters (LoRA): `D_residual = D[..., None] * pad(x)` with a `D`
             // that needs no gradient saves nothing of the padded x (mul saves an operand only
@@ -1228,6 +1237,43 @@ mod tests {
                 "frozen backward {b}×{s}, {z} B"
             );
         }
+    }
+
+    /// rnd-s53-mamba2-0's mixer (64 heads of 8, state 32 > 3·8, 4 groups, kernel 2, chunks of
+    /// 64) under amp-fp16, 4 × 24 tokens: the forward peaks at `C_times_states`' `bmm`, 29,455,368
+    /// bytes above in_proj's weight and input copies and output, 28,904,712 with every mixer
+    /// parameter but in_proj's frozen (tools/truth/probes/mamba2_mixer.py's tracer); without
+    /// autocast (bf16) freezing lowers the peak by 549,120 bytes, and at rnd-s29-mamba2-1's
+    /// widths (2 × 100 tokens) by 176,856
+    #[test]
+    fn wide_state_autocast_forward_and_frozen_mixer_match_the_trace() {
+        let wide = Mamba2 {
+            num_heads: 64,
+            head_dim: 8,
+            n_groups: 4,
+            state_size: 32,
+            conv_kernel: 2,
+            intermediate: 512,
+            chunk_size: 64,
+            ..crate::mixer::tests::codestral()
+        };
+        let mut d = Scan::new(&wide, 4, 24, true);
+        d.zx16 = true;
+        assert_eq!(d.forward_peak(2), 29_455_368);
+        assert_eq!(d.forward_peak(2) - d.frozen_gone(2), 28_904_712);
+        let d = Scan::new(&wide, 4, 24, false);
+        assert_eq!(d.frozen_gone(2), 549_120);
+        let s29 = Mamba2 {
+            num_heads: 6,
+            head_dim: 32,
+            n_groups: 2,
+            state_size: 8,
+            conv_kernel: 4,
+            intermediate: 192,
+            chunk_size: 16,
+            ..crate::mixer::tests::codestral()
+        };
+        assert_eq!(Scan::new(&s29, 2, 100, false).frozen_gone(2), 176_856);
     }
 
     /// A Falcon-H1-style mixer (`zxbcdt` fp32 under autocast) at the widths random seed 53
