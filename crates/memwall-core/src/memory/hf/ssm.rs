@@ -905,13 +905,9 @@ impl Builder<'_> {
             },
         };
         self.drop_(n);
-        let out = self.op(
-            rows * h * res_size.max(self.compute_size),
-            &[res, y],
-            &[],
-            &[],
-            &[],
-        );
+        // `residual + hidden_states`: AddBackward0 hands the sum's gradient to the operand of
+        // its dtype and a cast to the other (`Builder::add`)
+        let out = self.add(res, y, rows * h * res_size.max(self.compute_size));
         self.drop_(res);
         self.drop_(y);
         out
