@@ -207,6 +207,16 @@ CASES = [
          seq=64, precision="bf16", optimizer="sgd", checkpointing=True, dropout="off"),
     dict(id="xc-dsv3-s17-ampfp16-b2-s64-sdpa-sgd", config="rnd-s17-deepseekv3-0", batch=2,
          seq=64, precision="amp-fp16", optimizer="sgd", dropout="off"),
+    # helper 43: a checkpointed layer's last nodes that save nothing run before the recompute
+    # (the residual add's 16-bit cast of its gradient, LoRA's scaling and cast), and the
+    # recompute stops at its last saved tensor (torch early stop): real tensors must free and
+    # keep the same; a Mamba-2 mixer with a wide state under autocast peaks at C_times_states
+    dict(id="xc-h43-qwen2-bf16-lora-down-ckpt", config="rnd-s17-qwen2-1", batch=2, seq=48,
+         precision="bf16", attention="eager", optimizer="sgd", checkpointing=True,
+         lora={"rank": 2, "alpha": 2, "targets": ["down_proj"]}, dropout="off"),
+    dict(id="xc-h43-mamba2-s53-ampfp16-ckpt", config="rnd-s53-mamba2-0", batch=2, seq=24,
+         precision="amp-fp16", attention="eager", optimizer="sgd", checkpointing=True,
+         dropout="off"),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),

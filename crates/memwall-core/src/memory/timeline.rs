@@ -195,6 +195,26 @@ pub struct Node {
     pub offloaded: u128,
 }
 
+impl Node {
+    /// The node holds no tensor for its backward: nothing saved (or offloaded), no parameter
+    /// (a linear's node saves its weight even when it needs no gradient), and it is an
+    /// ordinary op, not a hook point, a recompute or a leaf. Under non-reentrant checkpointing
+    /// such nodes at a layer's end run before the recompute: it starts when the first node
+    /// unpacks a saved tensor (torch 2.15 `torch/utils/checkpoint.py`, `unpack_hook` of
+    /// `_checkpoint_hook`).
+    pub fn saves_nothing(&self) -> bool {
+        self.saved.as_slice().is_empty()
+            && self.params.as_slice().is_empty()
+            && self.offloaded == 0
+            && self.marker.is_none()
+            && self.recompute.is_none()
+            && self.recompute_attention.is_none()
+            && self.recompute_vision.is_none()
+            && !self.grads_in_saved
+            && !self.leaf_keeps_grad
+    }
+}
+
 /// A hook point on the tape: backward reaches it like an op and the simulator runs the hook.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Marker {
@@ -316,6 +336,33 @@ pub struct Timeline {
     segments: Vec<Segment>,
     /// Activation offloading to host memory (`save_on_cpu`).
     pub host: HostOffload,
+    /// While set (a checkpointed layer's first pass, which records nothing): the nodes that
+    /// pass would have recorded since the last one that saves a tensor ([`Node::saves_nothing`]),
+    /// in order — the layer's last ops, which backward runs before the recompute.
+    tail: Option<Vec<Node>>,
+    /// The nodes the tracked first pass recorded that save a tensor (or stand for ops that do).
+    tail_saving: u32,
+    /// A checkpointed layer's recompute: the saving nodes still to record before it stops
+    /// ([`Timeline::stop_after`]).
+    stop: Option<u32>,
+    /// The recompute has stopped: what the layer's code allocates from now on is never made.
+    stopped: bool,
+    /// The peak's state before the last allocation, kept while the next saving node is the
+    /// recompute's last (its output may never have been made: [`Timeline::record`]).
+    snap: Option<PeakSnap>,
+}
+
+/// The peak's state before one allocation (`Timeline::snap`).
+#[derive(Debug, Clone, Copy)]
+struct PeakSnap {
+    id: TensorId,
+    peak: u128,
+    peak_by_category: [u128; 9],
+    peak_pending: bool,
+    peak_phase: Phase,
+    phase_peaks: [u128; 6],
+    seg: Segment,
+    seg_pending: bool,
 }
 
 /// Activation offloading to host memory: `torch.autograd.graph.save_on_cpu(pin_memory=True)`
@@ -362,6 +409,11 @@ impl Timeline {
             seg: Segment::open(SegTag::FIXED, Phase::Forward),
             segments: Vec::new(),
             host: HostOffload::default(),
+            tail: None,
+            tail_saving: 0,
+            stop: None,
+            stopped: false,
+            snap: None,
         }
     }
 
@@ -386,6 +438,11 @@ impl Timeline {
             seg: Segment::open(SegTag::FIXED, Phase::Forward),
             segments: Vec::new(),
             host: HostOffload::default(),
+            tail: None,
+            tail_saving: 0,
+            stop: None,
+            stopped: false,
+            snap: None,
         }
     }
 
@@ -438,6 +495,11 @@ impl Timeline {
         self.segmenting = false;
         self.seg = Segment::open(SegTag::FIXED, Phase::Forward);
         self.host = HostOffload::default();
+        self.tail = None;
+        self.tail_saving = 0;
+        self.stop = None;
+        self.stopped = false;
+        self.snap = None;
     }
 
     /// Records segments from now on.
@@ -597,18 +659,94 @@ impl Timeline {
     pub fn alloc(&mut self, bytes: u128, category: Category, requires_grad: bool) -> TensorId {
         let bytes = self.round(bytes);
         let id = TensorId::try_from(self.tensors.len()).unwrap_or(TensorId::MAX);
+        let live = !self.stopped;
         self.tensors.push(TensorRec {
             bytes,
             category,
             refs: 1,
-            live: true,
+            live,
             requires_grad,
             grad: None,
             param: None,
             base: None,
         });
-        self.add_live(bytes, category);
+        if self.stop == Some(1) {
+            self.snap_peak(id);
+        }
+        if live {
+            self.add_live(bytes, category);
+        }
         id
+    }
+
+    /// Keeps the peak's state before allocation `id` ([`Timeline::snap`]).
+    #[cold]
+    fn snap_peak(&mut self, id: TensorId) {
+        self.snap = Some(PeakSnap {
+            id,
+            peak: self.peak,
+            peak_by_category: self.peak_by_category,
+            peak_pending: self.peak_pending,
+            peak_phase: self.peak_phase,
+            phase_peaks: self.phase_peaks,
+            seg: self.seg,
+            seg_pending: self.seg_pending,
+        });
+    }
+
+    /// Under non-reentrant checkpointing's early stop (torch 2.15 `torch/utils/checkpoint.py`,
+    /// `early_stop=True` by default, which HF's gradient checkpointing keeps): the recompute
+    /// packs the tensors its ops save and raises `_StopRecomputationError` in the pack hook
+    /// of the last one the first pass saved, so nothing after that op runs — not even its own
+    /// output when it saves only its inputs (packed before it computes) — and the
+    /// recomputation's locals go as the exception unwinds. The layer's code goes on, but
+    /// allocates nothing after the `saving`-th node that saves a tensor.
+    pub(crate) fn stop_after(&mut self, saving: u32) {
+        self.stop = (saving > 0).then_some(saving);
+        self.stopped = false;
+        self.snap = None;
+    }
+
+    /// The recomputed layer has returned: allocations count again. Whether it had stopped.
+    pub(crate) fn end_stop(&mut self) -> bool {
+        let stopped = self.stopped || self.stop.is_none();
+        self.stop = None;
+        self.stopped = false;
+        self.snap = None;
+        stopped
+    }
+
+    /// The recompute's last saving node: the recompute stops at its pack hook, so an output it
+    /// does not save was never made (its allocation, the last one, is taken back with the
+    /// peak it may have raised).
+    #[cold]
+    fn stop_at(&mut self, node: &Node) {
+        self.stop = None;
+        self.stopped = true;
+        let snap = self.snap.take();
+        for &o in node.outputs.as_slice() {
+            if node.saved.as_slice().contains(&o) {
+                continue;
+            }
+            let t = &mut self.tensors[o as usize];
+            if !t.live {
+                continue;
+            }
+            t.live = false;
+            let (b, c) = (t.bytes, t.category);
+            self.settle();
+            self.live -= b;
+            self.by_category[c.index()] -= b;
+            if let Some(s) = snap.filter(|s| s.id == o && s.seg.tag == self.seg.tag) {
+                self.peak = s.peak;
+                self.peak_by_category = s.peak_by_category;
+                self.peak_pending = s.peak_pending;
+                self.peak_phase = s.peak_phase;
+                self.phase_peaks = s.phase_peaks;
+                self.seg = s.seg;
+                self.seg_pending = s.seg_pending;
+            }
+        }
     }
 
     /// A view of `base` (`chunk`, `split`): no storage of its own, one reference on `base` for as
@@ -763,8 +901,41 @@ impl Timeline {
         }
     }
 
+    /// Starts collecting the nodes a checkpointed layer's unrecorded first pass ends with
+    /// ([`Timeline::take_tail`]).
+    pub(crate) fn start_tail(&mut self) {
+        let mut tail = self.tail.take().unwrap_or_default();
+        tail.clear();
+        self.tail = Some(tail);
+        self.tail_saving = 0;
+    }
+
+    /// Whether the nodes an unrecorded pass would record are being collected (a builder that
+    /// skips building a node while not recording builds it then).
+    pub(crate) fn tracking_tail(&self) -> bool {
+        self.tail.is_some()
+    }
+
+    /// An op the unrecorded pass does not build a node for saves a tensor: the nodes before it
+    /// are not the layer's last.
+    pub(crate) fn tail_barrier(&mut self) {
+        if let Some(tail) = self.tail.as_mut() {
+            tail.clear();
+            self.tail_saving += 1;
+        }
+    }
+
+    /// Stops collecting and returns, in order, the nodes at the end of the pass that save
+    /// nothing, and how many nodes of the pass save a tensor.
+    pub(crate) fn take_tail(&mut self) -> (Vec<Node>, u32) {
+        (self.tail.take().unwrap_or_default(), self.tail_saving)
+    }
+
     /// Allocates and immediately frees `bytes` (a transient on top of what is live).
     pub fn transient(&mut self, bytes: u128, category: Category) {
+        if self.stopped {
+            return;
+        }
         let bytes = self.round(bytes);
         self.add_live(bytes, category);
         self.sub_live(bytes, category);
@@ -774,7 +945,24 @@ impl Timeline {
     #[inline]
     pub fn record(&mut self, mut node: Node) {
         if !self.recording {
+            if let Some(tail) = self.tail.as_mut() {
+                if node.saves_nothing() {
+                    tail.push(node);
+                } else {
+                    tail.clear();
+                    self.tail_saving += 1;
+                }
+            }
             return;
+        }
+        if let Some(n) = self.stop {
+            if !node.saves_nothing() {
+                if n <= 1 {
+                    self.stop_at(&node);
+                } else {
+                    self.stop = Some(n - 1);
+                }
+            }
         }
         if self.host.active && !node.grads_in_saved {
             // save_on_cpu's pack hook: a host copy instead of a reference
@@ -970,6 +1158,11 @@ impl Timeline {
         self.tensors[id as usize].grad.take()
     }
 
+    /// Whether `id` holds a gradient now.
+    pub fn has_grad(&self, id: TensorId) -> bool {
+        self.tensors[id as usize].grad.is_some()
+    }
+
     /// Moves `from`'s gradient to `to`.
     pub fn move_grad(&mut self, from: TensorId, to: TensorId) {
         let g = self.tensors[from as usize].grad.take();
@@ -1112,5 +1305,74 @@ mod tests {
         assert_eq!(t.tensors[a as usize].grad, gy);
         assert_ne!(t.tensors[b as usize].grad, gy);
         assert_eq!(t.peak(), before + 8);
+    }
+
+    #[test]
+    fn an_unrecorded_pass_keeps_the_nodes_after_its_last_saving_one() {
+        let mut t = Timeline::new();
+        let x = t.alloc(10, Category::Activations, true);
+        let y = t.alloc(10, Category::Activations, true);
+        let op = |saved: &[TensorId], i: TensorId, o: TensorId| Node {
+            saved: Ids::of(saved),
+            inputs: Ids::of(&[i]),
+            outputs: Ids::of(&[o]),
+            ..Node::default()
+        };
+        t.recording = false;
+        t.start_tail();
+        t.record(op(&[], x, y));
+        t.record(op(&[x], x, y));
+        t.tail_barrier();
+        t.record(op(&[], x, y));
+        t.record(op(&[], y, x));
+        t.recording = true;
+        let (tail, saving) = t.take_tail();
+        assert_eq!(saving, 2);
+        assert_eq!(tail.len(), 2);
+        assert_eq!(tail[1].inputs.as_slice(), &[y]);
+        // nothing recorded, nothing retained
+        assert!(t.tape.is_empty());
+        assert_eq!(t.tensors[x as usize].refs, 1);
+    }
+
+    #[test]
+    fn a_recompute_stops_at_its_last_saved_tensor() {
+        let mut t = Timeline::new();
+        t.stop_after(2);
+        let a = t.alloc(10, Category::Activations, true);
+        let b = t.alloc(20, Category::Activations, true);
+        t.record(Node {
+            saved: Ids::of(&[a]),
+            inputs: Ids::of(&[a]),
+            outputs: Ids::of(&[b]),
+            ..Node::default()
+        });
+        // the last saving op saves only its input: its output is never made
+        let c = t.alloc(40, Category::Activations, true);
+        t.record(Node {
+            saved: Ids::of(&[b]),
+            inputs: Ids::of(&[b]),
+            outputs: Ids::of(&[c]),
+            ..Node::default()
+        });
+        assert_eq!((t.live(), t.peak()), (30, 30));
+        // and nothing after it
+        let d = t.alloc(80, Category::Activations, true);
+        t.transient(160, Category::Activations);
+        assert_eq!((t.live(), t.peak()), (30, 30));
+        assert!(t.end_stop());
+        t.release(d);
+        t.release(c);
+        assert_eq!(t.live(), 30);
+        // an op that saves its output made it
+        t.stop_after(1);
+        let e = t.alloc(5, Category::Activations, true);
+        t.record(Node {
+            saved: Ids::of(&[e]),
+            outputs: Ids::of(&[e]),
+            ..Node::default()
+        });
+        assert_eq!(t.live(), 35);
+        assert!(t.end_stop());
     }
 }

@@ -888,6 +888,10 @@ impl Builder<'_> {
         let rg = self.rg(qkvz) || params.iter().any(|&p| self.t.requires_grad(p));
         if !self.t.recording {
             // a checkpointed layer's first pass: nothing is saved
+            if rg {
+                // the composite node saves: the layer's tail starts after it
+                self.t.tail_barrier();
+            }
             self.t.transient(
                 d.unsaved(zs, Pass::Checkpointed).peak,
                 Category::Activations,

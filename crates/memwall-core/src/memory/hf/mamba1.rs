@@ -276,6 +276,10 @@ impl Builder<'_> {
         let rg = self.rg(zx) || params.iter().any(|&p| self.t.requires_grad(p));
         if !self.t.recording {
             // a checkpointed layer's first pass: nothing is saved
+            if rg {
+                // the composite node saves: the layer's tail starts after it
+                self.t.tail_barrier();
+            }
             self.t
                 .transient(d.forward_peak_unsaved(zs), Category::Activations);
             return (self.act(out_bytes, rg), None);

@@ -582,7 +582,21 @@ impl Builder<'_> {
         let unpermuted = self.op(ek * h * ws, &[weighted], saved_inv, &[], &[ek * h * ws]);
         self.drop_(weighted);
         self.drop_(inv_perm);
-        let summed = self.op(rows * h * ws, &[unpermuted], &[], &[], &[]);
+        // `.sum(1)`'s backward expands the gradient over the k routes (a view) and the `view`'s
+        // backward reshapes it to [T·k, H]: a copy for k > 1, a view of the sum's gradient for
+        // k = 1 (an expanded dimension of size 1 keeps the strides viewable)
+        let summed = if k == 1 && self.rg(unpermuted) {
+            let y = self.act(rows * h * ws, true);
+            self.t.record(Node {
+                inputs: Ids::of(&[unpermuted]),
+                outputs: Ids::of(&[y]),
+                input_grads_alias_output: true,
+                ..Node::default()
+            });
+            y
+        } else {
+            self.op(rows * h * ws, &[unpermuted], &[], &[], &[])
+        };
         self.drop_(unpermuted);
         let out = if ws != c {
             let y = self.cast(summed, rows * h * c);
@@ -801,10 +815,13 @@ impl Builder<'_> {
                 None => return out,
             },
         };
-        let rows = self.tokens;
-        let c = self.compute_size;
-        let h = self.hidden;
-        let sum = self.op(rows * h * c, &[out, so], &[], &[], &[]);
+        // `final_hidden_states + shared_output` (AddBackward0: the sum's gradient for an operand
+        // of its dtype, a cast for the other): under autocast the routed output is in the
+        // experts' fp32 parameter dtype and the shared experts' in the compute dtype, so the sum
+        // is fp32 (type promotion)
+        let rows = self.tokens * self.hidden;
+        let size = self.t.bytes(out).max(self.t.bytes(so)) / rows.max(1);
+        let sum = self.add(out, so, rows * size);
         self.drop_(out);
         self.drop_(so);
         sum

@@ -247,6 +247,10 @@ pub(crate) struct Builder<'a> {
     /// A checkpointed layer's forward is being recomputed in backward (non-reentrant
     /// checkpoint: the recomputed saved tensors are held only while their node runs).
     recomputing: bool,
+    /// Per checkpointed layer (by slot): the nodes its first pass ends with that save nothing,
+    /// run before its recompute, and how many of its nodes save a tensor, after which the
+    /// recompute stops (`Timeline::take_tail`, `Timeline::stop_after`).
+    ckpt_tails: Vec<(Vec<Node>, u32)>,
     /// rotary cos/sin (shared by all layers, saved by the rotary multiplications)
     rope_tables: Option<(TensorId, TensorId)>,
     /// the current layer's query is laid out [B, H, S, D] (made by `cat`)
@@ -576,6 +580,7 @@ impl<'a> Builder<'a> {
             out_refs,
             autocast_cache,
             recomputing: false,
+            ckpt_tails: Vec::new(),
             rope_tables: None,
             q_bhsd: false,
             kv_len: u128::from(seq),
@@ -793,7 +798,7 @@ impl<'a> Builder<'a> {
         let y = self.act(out_bytes, rg);
         if rg {
             let backward_temps: u128 = temps.iter().sum();
-            if !self.t.recording {
+            if !self.t.recording && !self.t.tracking_tail() {
                 // `record` would drop the node: it is not built at all
                 return y;
             }

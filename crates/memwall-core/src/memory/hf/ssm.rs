@@ -473,6 +473,28 @@ impl Scan {
         }
     }
 
+    /// What a mixer none of whose parameters needs a gradient (LoRA) does not hold at the
+    /// forward's peak instant (`z` bytes per element of the projections): the padded x of
+    /// `D_residual` (gone once the scan used it) and `A = -exp(A_log)` (exp saves its output
+    /// only for A_log's gradient), read off a live-storage trace of the forward
+    /// (FakeTensorMode, rnd-s29-mamba2-1, batch 1, 30 tokens, fp32, LoRA on in_proj against
+    /// without); with 16-bit projections also dt's fp32 copy, which `A * dt` with a frozen
+    /// `A_log` does not save, and under autocast the convolution bias's 16-bit cast, which
+    /// autocast caches only for a leaf that requires grad (`cached_cast`,
+    /// aten/src/ATen/autocast_mode.cpp; probe: Mamba2Mixer with every parameter but
+    /// in_proj's frozen against none, bf16 and amp-fp16, rnd-s53-mamba2-0 and rnd-s29-mamba2-1
+    /// widths, exact).
+    fn frozen_gone(&self, z: u128) -> u128 {
+        let mut v = self.tp * self.i * F + self.h * F;
+        if z != F {
+            v += self.t * self.h * F;
+            if self.amp {
+                v += self.amp_cached();
+            }
+        }
+        v
+    }
+
     /// [`Scan::forward_peak`] under autocast with 16-bit projections (`Mamba2Mixer`), at the
     /// same instant (the contiguous copy of `Y_diag + Y_off`): the convolution on 16-bit
     /// copies of its fp32-cast input and of its weight, its output and silu in 16 bits, dt's
@@ -512,11 +534,15 @@ impl Scan {
             + b * c1 * h * p * n * B16 + b * h * c1 * c1 * B16 + b * h * c1 * p * n * B16 // cat copy, decay_chunk copy, new_states
             + tp * h * F + b * c * h * p * n * B16 + tp * h * n * B16 + tp * i * B16 // state_decay_out; states, C copies; bmm
             + 3 * tp * i * F; // Y_off, Y_diag + Y_off, contiguous copy
-        if c == 1 {
-            v - b * h * p * n * B16
-        } else {
-            v
-        }
+        let at_output = if c == 1 { v - b * h * p * n * B16 } else { v };
+        // an earlier instant wins when the state is wide (`N > 3·P`): the `bmm` of
+        // `einsum("bclhn,bchpn->bclhp", C, states)`, where C's fp32 layout copy is alive beside
+        // its 16-bit cast (the cast goes to the `bmm`, the copy right after it), before `Y_off`,
+        // the sum and its contiguous copy exist; C is a view where `Scan::cb_views` holds
+        // (probe `mamba2_mixer.py --check-amp`, rnd-s53-mamba2-0's widths: 64 heads of 8, state
+        // 32, 1–3 chunks, exact; the random sample's rnd-t53-004-mamba2 was 524,288 bytes low)
+        let c_copy = if self.cb_views() { 0 } else { tp * h * n * F };
+        at_output.max((at_output + c_copy).saturating_sub(3 * tp * i * F))
     }
 
     /// [`Scan::forward_peak_unsaved`] under autocast with 16-bit projections: the largest of
@@ -879,13 +905,9 @@ impl Builder<'_> {
             },
         };
         self.drop_(n);
-        let out = self.op(
-            rows * h * res_size.max(self.compute_size),
-            &[res, y],
-            &[],
-            &[],
-            &[],
-        );
+        // `residual + hidden_states`: AddBackward0 hands the sum's gradient to the operand of
+        // its dtype and a cast to the other (`Builder::add`)
+        let out = self.add(res, y, rows * h * res_size.max(self.compute_size));
         self.drop_(res);
         self.drop_(y);
         out
@@ -982,6 +1004,10 @@ impl Builder<'_> {
         let params: Vec<TensorId> = lp.ssm.iter().map(|p| p.id).collect();
         let rg = self.rg(zx) || params.iter().any(|&p| self.t.requires_grad(p));
         if !self.t.recording || !rg {
+            if rg {
+                // the composite node saves: the layer's tail starts after it
+                self.t.tail_barrier();
+            }
             // a checkpointed layer's first pass, or a mixer nothing in which needs a gradient
             // (a LoRA model whose adapters are all downstream of it: frozen input, frozen
             // `in_proj` and mixer parameters, so autograd records no node): nothing is saved,
@@ -1008,7 +1034,7 @@ impl Builder<'_> {
         // differs inside the mixer in exactly these two at that instant
         let mut frozen_gone = 0;
         if !params.iter().any(|&p| self.t.requires_grad(p)) {
-            frozen_gone = d.tp * d.i * F + d.h * F;
+            frozen_gone = d.frozen_gone(zs);
             extra = extra.saturating_sub(d.h * F);
             // frozen mixer parameters (LoRA): `D_residual = D[..., None] * pad(x)` with a `D`
             // that needs no gradient saves nothing of the padded x (mul saves an operand only
@@ -1207,6 +1233,43 @@ mod tests {
                 "frozen backward {b}×{s}, {z} B"
             );
         }
+    }
+
+    /// rnd-s53-mamba2-0's mixer (64 heads of 8, state 32 > 3·8, 4 groups, kernel 2, chunks of
+    /// 64) under amp-fp16, 4 × 24 tokens: the forward peaks at `C_times_states`' `bmm`, 29,455,368
+    /// bytes above in_proj's weight and input copies and output, 28,904,712 with every mixer
+    /// parameter but in_proj's frozen (tools/truth/probes/mamba2_mixer.py's tracer); without
+    /// autocast (bf16) freezing lowers the peak by 549,120 bytes, and at rnd-s29-mamba2-1's
+    /// widths (2 × 100 tokens) by 176,856
+    #[test]
+    fn wide_state_autocast_forward_and_frozen_mixer_match_the_trace() {
+        let wide = Mamba2 {
+            num_heads: 64,
+            head_dim: 8,
+            n_groups: 4,
+            state_size: 32,
+            conv_kernel: 2,
+            intermediate: 512,
+            chunk_size: 64,
+            ..crate::mixer::tests::codestral()
+        };
+        let mut d = Scan::new(&wide, 4, 24, true);
+        d.zx16 = true;
+        assert_eq!(d.forward_peak(2), 29_455_368);
+        assert_eq!(d.forward_peak(2) - d.frozen_gone(2), 28_904_712);
+        let d = Scan::new(&wide, 4, 24, false);
+        assert_eq!(d.frozen_gone(2), 549_120);
+        let s29 = Mamba2 {
+            num_heads: 6,
+            head_dim: 32,
+            n_groups: 2,
+            state_size: 8,
+            conv_kernel: 4,
+            intermediate: 192,
+            chunk_size: 16,
+            ..crate::mixer::tests::codestral()
+        };
+        assert_eq!(Scan::new(&s29, 2, 100, false).frozen_gone(2), 176_856);
     }
 
     /// A Falcon-H1-style mixer (`zxbcdt` fp32 under autocast) at the widths random seed 53

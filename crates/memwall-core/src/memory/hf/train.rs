@@ -69,10 +69,16 @@ impl Builder<'_> {
             self.unit_pre_forward(i + 1);
             let y = if self.checkpoints_slot(i) {
                 self.t.recording = false;
+                self.t.start_tail();
                 self.sac_begin(i, false);
                 let y = self.layer(i, x, xsize, true);
                 self.sac_end();
+                let tail = self.t.take_tail();
                 self.t.recording = true;
+                if self.ckpt_tails.len() <= i {
+                    self.ckpt_tails.resize_with(i + 1, Default::default);
+                }
+                self.ckpt_tails[i] = tail;
                 // the checkpoint keeps the layer's inputs for the recompute: the hidden state,
                 // the rotary cos/sin and the attention mask passed to every layer
                 // (torch/utils/checkpoint.py)
@@ -341,6 +347,28 @@ impl Builder<'_> {
                 // saving on (torch/utils/checkpoint.py `_checkpoint_hook`), then backward goes on.
                 let x = node.saved.as_slice()[0];
                 let out = node.outputs.as_slice()[0];
+                // the layer's last nodes that save nothing run first, on the first pass's
+                // graph: the recompute starts only when a node unpacks a saved tensor
+                // (`Node::saves_nothing`), so their gradients (a residual add's cast of its
+                // gradient to a 16-bit branch, a scalar multiplier's product) are alive
+                // through it
+                let (tail, saving) = self
+                    .ckpt_tails
+                    .get_mut(i)
+                    .map(std::mem::take)
+                    .unwrap_or_default();
+                let tail = if tail
+                    .last()
+                    .is_some_and(|n| n.outputs.as_slice().contains(&out))
+                {
+                    tail
+                } else {
+                    Vec::new()
+                };
+                for n in tail.iter().rev() {
+                    self.t.backward_node(n);
+                    self.after_backward_node(n);
+                }
                 self.t.tape.push(Node {
                     saved: node.saved,
                     ..Node::default()
@@ -348,14 +376,20 @@ impl Builder<'_> {
                 let xsize = self.t.bytes(x) / (self.tokens * self.hidden).max(1);
                 self.sac_begin(i, true);
                 self.recomputing = true;
+                self.t.stop_after(saving);
                 let y = self.layer(i, x, xsize, true);
+                let stopped = self.t.end_stop();
+                debug_assert!(
+                    stopped,
+                    "layer {i}'s recompute saved less than its first pass"
+                );
                 self.recomputing = false;
                 self.sac_end();
                 // the recompute runs in its own autocast region (checkpoint.py re-enters the
                 // saved autocast state); leaving it clears autocast's weight-cast cache
                 // (`torch.clear_autocast_cache` when the nesting drops to 0)
                 self.drop_list(|b| &mut b.autocast_cache);
-                self.t.move_grad(out, y);
+                self.hand_tail_grads(&tail, out, y);
                 self.drop_(y);
                 continue;
             }
@@ -380,6 +414,55 @@ impl Builder<'_> {
             }
             self.t.backward_node(&node);
             self.after_backward_node(&node);
+        }
+    }
+
+    /// After a checkpointed layer's recompute: its last nodes, which saved nothing, already
+    /// ran on the first pass's graph (`tail`, in recording order); their recorded twins are
+    /// the last nodes on the tape. The twins go (autograd does not run a node twice) and the
+    /// gradients the tail left on the first pass's tensors move to the twins' inputs, where
+    /// the recomputed layer's nodes pick them up. Without a tail the gradient of the layer's
+    /// output `out` moves to the recomputed output `y`.
+    fn hand_tail_grads(&mut self, tail: &[Node], out: TensorId, y: TensorId) {
+        let k = tail.len();
+        let len = self.t.tape.len();
+        let twins_match = k > 0
+            && len >= k
+            && self.t.tape[len - k..]
+                .iter()
+                .zip(tail)
+                .all(|(twin, first)| {
+                    twin.saves_nothing()
+                        && twin.inputs.as_slice().len() == first.inputs.as_slice().len()
+                });
+        if !twins_match {
+            // no tail (or, never expected, a recompute that differs from the first pass:
+            // then the first pass's gradients are dropped and the output's is made anew)
+            debug_assert!(
+                k == 0,
+                "a recompute's last nodes differ from its first pass's"
+            );
+            if k == 0 {
+                self.t.move_grad(out, y);
+            } else {
+                for n in tail {
+                    for &a in n.inputs.as_slice() {
+                        if let Some(g) = self.t.take_grad(a) {
+                            self.drop_(g);
+                        }
+                    }
+                }
+                self.t.seed_grad(y);
+            }
+            return;
+        }
+        let twins: Vec<Node> = self.t.tape.drain(len - k..).collect();
+        for (first, twin) in tail.iter().zip(&twins) {
+            for (&a, &b) in first.inputs.as_slice().iter().zip(twin.inputs.as_slice()) {
+                if a != b && self.t.has_grad(a) {
+                    self.t.move_grad(a, b);
+                }
+            }
         }
     }
 
