@@ -622,7 +622,7 @@ fn dist_rows_of(
             ..Layout::single()
         };
         let opts = DistOptions {
-            fsdp_root_reshard: c.root_reshard_after_forward.unwrap_or(false),
+            fsdp_root_reshard: Some(c.root_reshard_after_forward.unwrap_or(false)),
             ddp_bucket_view: c.gradient_as_bucket_view.unwrap_or(false)
                 || c.strategy == "replicate",
             replicate: c.strategy == "replicate",
