@@ -520,7 +520,7 @@ fn check_dist(s: &Shape, t: &Train, d: &Dist) -> Result<(), TestCaseError> {
     }
     let k = kernels(t.cpu);
     let opts = DistOptions {
-        fsdp_root_reshard: d.root_reshard,
+        fsdp_root_reshard: Some(d.root_reshard),
         ddp_bucket_view: d.bucket_view,
         // composable `replicate` on a share of the bucket-view draws
         replicate: d.bucket_view && d.root_reshard,

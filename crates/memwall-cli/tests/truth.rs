@@ -622,7 +622,7 @@ fn dist_rows_of(
             ..Layout::single()
         };
         let opts = DistOptions {
-            fsdp_root_reshard: c.root_reshard_after_forward.unwrap_or(false),
+            fsdp_root_reshard: Some(c.root_reshard_after_forward.unwrap_or(false)),
             ddp_bucket_view: c.gradient_as_bucket_view.unwrap_or(false)
                 || c.strategy == "replicate",
             replicate: c.strategy == "replicate",
@@ -888,7 +888,7 @@ fn report(
         s.push_str(&section_report(
             &random.dist,
             "## Random sample, distributed training, rank 0 (`tests/truth/random_dist.jsonl`; cases \
-             drawn by `tools/truth/sample_dist_cases.py`: seeds 41 and 101 over the older families, 83 and 109 over the issue-14 families)",
+             drawn by `tools/truth/sample_dist_cases.py`: seeds 41, 101 and 131 over the older families, 83, 109 and 137 over the issue-14 families)",
         ));
         let phases = &random.dist_phases;
         let outside: Vec<&PhaseRow> = phases

@@ -474,6 +474,13 @@ pub struct MoeMlp {
     /// they weight the experts (ERNIE 4.5 `Ernie4_5_MoeTopKRouter`:
     /// `routing_weights.to(hidden_states.dtype)`), so the weighted outputs are not fp32.
     pub router_weights_in_compute_dtype: bool,
+    /// The softmax router's fp32 top-k weights are returned without a cast back to the
+    /// logits' dtype (Mixtral `MixtralTopKRouter`, transformers 5.23
+    /// models/mixtral/modeling_mixtral.py: `softmax(router_logits.float())`, `topk`,
+    /// `/= sum`, no `.to(router_logits.dtype)` as Qwen2/Qwen3-MoE and OLMoE have), so in a
+    /// 16-bit model `proj_out * sample_weights_g` promotes the weighted expert outputs to fp32
+    /// (integrations/moe.py `grouped_mm_experts_forward`).
+    pub router_scores_fp32: bool,
     /// The shared experts run before the router and their output is held until it is added
     /// to the routed output (ERNIE 4.5 `Ernie4_5_MoeSparseMoeBlock.forward`).
     pub shared_first: bool,
@@ -506,6 +513,15 @@ pub struct MoeMlp {
 }
 
 impl MoeMlp {
+    /// Whether the routing weights that scale the expert outputs are fp32 (HunYuan's gate,
+    /// DeepSeek-V3's fp32 router, Mixtral's uncast softmax top-k), making the weighted expert
+    /// outputs fp32 by type promotion in a 16-bit model.
+    pub fn routing_weights_fp32(&self) -> bool {
+        self.hunyuan_router
+            || self.router_scores_fp32
+            || (self.router_fp32 && !self.router_weights_in_compute_dtype)
+    }
+
     /// Parameters: router + all experts + shared experts.
     pub fn params(&self, hidden: u64) -> u128 {
         let h = u128::from(hidden);

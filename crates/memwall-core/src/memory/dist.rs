@@ -26,14 +26,18 @@ use crate::workload::{Precision, TrainWorkload};
 /// DeepSpeed `reduce_bucket_size` default (deepspeed/runtime/zero/config.py: 5e8 elements).
 pub const DEEPSPEED_REDUCE_BUCKET_ELEMS: u64 = 500_000_000;
 
-/// Engine settings that are not part of the layout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Engine settings that are not part of the layout (by default the root reshards as the
+/// layers do, DDP copies gradients into its buckets, and DDP is DDP proper).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DistOptions {
-    /// FSDP2: the root module (embeddings, final norm, head) reshards after forward too. That
-    /// is what happens when `reshard_after_forward=True` is passed explicitly to the root's
-    /// `fully_shard` (accelerate's FSDP2 plugin does); with the default `None` the root stays
-    /// unsharded (`_fsdp_state.py` `_lazy_init`).
-    pub fsdp_root_reshard: bool,
+    /// FSDP2: the `reshard_after_forward` passed explicitly to the root module's (embeddings,
+    /// final norm, head) `fully_shard`; `None`: the layers' value (accelerate's FSDP2 plugin
+    /// passes the same one to every call). Given as `True` the root reshards after forward
+    /// whatever the layers do, also under `reshard_after_forward=False` layers (measured:
+    /// rdist131-017-mistral, whose backward starts by all-gathering the root again: -4.7% at
+    /// the backward peak while the root was kept unsharded); `False`, or the default `None`
+    /// of a bare `fully_shard`, keeps it unsharded (`_fsdp_state.py` `_lazy_init`).
+    pub fsdp_root_reshard: Option<bool>,
     /// DDP `gradient_as_bucket_view` (PyTorch's default is `False`).
     pub ddp_bucket_view: bool,
     /// DDP run as torch's composable `replicate` (`torch.distributed._composable.replicate`,
@@ -44,16 +48,6 @@ pub struct DistOptions {
     /// post-backward keeps the reduce input until the next unit's (measured:
     /// rdist101-002-gemma2, -2.6% as a bucket view). Implies `ddp_bucket_view`.
     pub replicate: bool,
-}
-
-impl Default for DistOptions {
-    fn default() -> Self {
-        DistOptions {
-            fsdp_root_reshard: true,
-            ddp_bucket_view: false,
-            replicate: false,
-        }
-    }
 }
 
 /// Simulates every rank of a distributed training step with default engine settings.
@@ -232,14 +226,13 @@ fn simulate_in(
             bucket_view: opts.ddp_bucket_view || opts.replicate,
             replicate: opts.replicate,
         },
-        Engine::Fsdp2 if layout.strategy == Strategy::FsdpGradOp => ShardKind::Fsdp2 {
-            reshard_after_forward: false,
-            root_reshard: false,
-        },
-        Engine::Fsdp2 => ShardKind::Fsdp2 {
-            reshard_after_forward: true,
-            root_reshard: opts.fsdp_root_reshard,
-        },
+        Engine::Fsdp2 => {
+            let reshard_after_forward = layout.strategy != Strategy::FsdpGradOp;
+            ShardKind::Fsdp2 {
+                reshard_after_forward,
+                root_reshard: opts.fsdp_root_reshard.unwrap_or(reshard_after_forward),
+            }
+        }
         Engine::Zero(stage) => ShardKind::Zero {
             stage: stage.number(),
         },

@@ -188,6 +188,7 @@ fn moe_block(raw: &HfConfig, ctx: &Ctx, d: &Dims) -> Result<MoeMlp, FormatError>
         router_fp32: true,
         router_topk_then_softmax: false,
         router_weights_in_compute_dtype: false,
+        router_scores_fp32: false,
         shared_first: false,
         frozen_router_params: 0,
         all_experts: false,

@@ -165,6 +165,7 @@ pub(crate) fn granitemoehybrid(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, F
             router_fp32: false,
             router_topk_then_softmax: false,
             router_weights_in_compute_dtype: false,
+            router_scores_fp32: false,
             shared_first: false,
             frozen_router_params: 0,
             all_experts: false,

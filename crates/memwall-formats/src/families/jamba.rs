@@ -154,6 +154,7 @@ pub(crate) fn jamba(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError>
         router_fp32: false,
         router_topk_then_softmax: false,
         router_weights_in_compute_dtype: false,
+        router_scores_fp32: false,
         shared_first: false,
         frozen_router_params: 0,
         all_experts: false,

@@ -91,13 +91,16 @@ pub(crate) fn mixtral(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatErro
     } else {
         "num_experts"
     };
-    let moe = moe(
+    let mut moe = moe(
         ctx,
         (field, experts, 8),
         raw.num_experts_per_tok.unwrap_or(2),
         d.intermediate,
         &d,
     )?;
+    // MixtralTopKRouter returns its fp32 top-k weights as they are (no cast back to the
+    // logits' dtype), so the weighted expert outputs are fp32 in a 16-bit model.
+    moe.router_scores_fp32 = true;
     Decoder {
         windows: vec![w; d.num_layers()],
         // Experts are nn.Parameters, not nn.Linear: only attention is a LoRA target by name.
@@ -137,6 +140,7 @@ pub(crate) fn moe(
         router_fp32: false,
         router_topk_then_softmax: false,
         router_weights_in_compute_dtype: false,
+        router_scores_fp32: false,
         shared_first: false,
         frozen_router_params: 0,
         all_experts: false,

@@ -206,6 +206,7 @@ fn llama4_named(raw: &HfConfig, ctx: &Ctx, model_type: &str) -> Result<ModelDesc
             norm_topk_prob: None,
             router_topk_then_softmax: false,
             router_weights_in_compute_dtype: false,
+            router_scores_fp32: false,
             shared_first: false,
             frozen_router_params: 0,
         })

@@ -405,13 +405,10 @@ impl Builder<'_> {
         // expert weights' dtype (integrations/moe.py `_grouped_mm`, `input.to(weight.dtype)`),
         // so under autocast the experts run in the fp32 parameter dtype
         let c = if self.amp { self.param_size } else { c };
-        // routing weights fp32 make the weighted expert outputs fp32 (type promotion)
-        let ws = if moe.hunyuan_router || (moe.router_fp32 && !moe.router_weights_in_compute_dtype)
-        {
-            4
-        } else {
-            c
-        };
+        // routing weights fp32 make the weighted expert outputs fp32 (type promotion;
+        // Mixtral's router returns them uncast: rdist131-003-mixtral's fp16 forward measured
+        // `weighted_out` and its un-permuted copy as fp32 [tokens * k, hidden])
+        let ws = if moe.routing_weights_fp32() { 4 } else { c };
         // experts: gathered rows (tokens*k), gate/up, act, mul, down, weighted
         let i = u128::from(moe.expert.intermediate);
         let ins = if moe.expert.gated { 2 } else { 1 };
@@ -686,12 +683,7 @@ impl Builder<'_> {
         let i = u128::from(moe.expert.intermediate);
         let ins = if moe.expert.gated { 2 } else { 1 };
         let ek = rows * k;
-        let ws = if moe.hunyuan_router || (moe.router_fp32 && !moe.router_weights_in_compute_dtype)
-        {
-            4
-        } else {
-            c
-        };
+        let ws = if moe.routing_weights_fp32() { 4 } else { c };
         let sel_h = self.op(ek * h * x_size, &[x], &[], &[], &[]);
         let w_gu = self.act(ek * ins * i * h * c, false);
         // expert biases (gpt-oss): `gate_up_proj_bias[expert_ids]`, added in place
