@@ -859,6 +859,7 @@ mod tests {
                 all_experts: false,
                 granite_router: false,
                 hunyuan_router: false,
+                router_scores_fp32: false,
                 norm_topk_prob: Some(norm_topk_prob),
             });
         }
