@@ -973,22 +973,21 @@ impl Timeline {
                 }
             }
         }
-        // A gradient an activation already has is summed with the new one in its consumer's
-        // input buffer, which `Engine::evaluate_function` (torch/csrc/autograd/engine.cpp, torch
-        // 2.15) does after `call_function` has consumed the node's incoming gradients: a node
-        // that runs last among an activation's producers has released its incoming gradient
-        // (when it held the last reference) before the sum (measured: rnd-t17-058-gpt2, the
-        // LoRA c_proj's frozen base runs after the adapter's path, its [b, s, E] incoming
-        // gradient is gone when the GELU output's two [b, s, 4E] gradients are added; +1.674%
-        // when summed beside it). `backward_temps` stay live across the sum: in the builders
-        // they also stand for the tensors handed between the several autograd nodes one
-        // recorded node merges, and releasing them (or the saved tensors) first undershoots
-        // measured steps by up to 2.9% (rnd-t17-082-gemma's RMSNorm variance node: 48,950 B
-        // short of the measured peak with its temps released, 358 B with them live).
+        // The backward formula's temporaries die inside the node's apply. A gradient an
+        // activation already has is summed with the new one in its consumer's input buffer,
+        // which `Engine::evaluate_function` (torch/csrc/autograd/engine.cpp, torch 2.15) does
+        // once `call_function` has returned: after the node's formula, with every gradient it
+        // produces (parameters' included) made and its incoming gradients consumed. A node that
+        // runs last among an activation's producers has released its incoming gradient (when
+        // it held the last reference) before the sum (measured: rnd-t17-058-gpt2, the LoRA
+        // c_proj's frozen base runs after the adapter's path and its [b, s, E] incoming
+        // gradient is gone when the GELU output's two [b, s, 4E] gradients are added: +1.674%
+        // when summed beside it; tools/truth/probes/rmsnorm_backward.py shows the sum after
+        // PowBackward's temporaries are freed).
+        self.sub_live(temps, Category::Temporaries);
         for (&x, &new) in summed.as_slice().iter().zip(seconds.as_slice()) {
             self.sum_input_grad(x, new);
         }
-        self.sub_live(temps, Category::Temporaries);
         for (&p, &new) in owners.as_slice().iter().zip(news.as_slice()) {
             self.accumulate_param_grad(p, new);
         }
@@ -1003,6 +1002,13 @@ impl Timeline {
     /// Takes `id`'s gradient (the caller owns its reference).
     pub fn take_grad(&mut self, id: TensorId) -> Option<TensorId> {
         self.tensors[id as usize].grad.take()
+    }
+
+    /// Gives `id` the gradient `g` (a test's incoming gradient held by the caller too).
+    #[cfg(test)]
+    pub(crate) fn set_grad(&mut self, id: TensorId, g: TensorId) {
+        self.retain(g);
+        self.tensors[id as usize].grad = Some(g);
     }
 
     /// Moves `from`'s gradient to `to`.
@@ -1127,8 +1133,8 @@ mod tests {
     #[test]
     fn second_gradient_is_summed_after_the_incoming_gradient_is_released() {
         // `y = f(x)` where `x` already received a gradient from another consumer: the node's
-        // incoming gradient (y's, 4 bytes, held by nothing else) dies before `old + new`,
-        // the node's backward temporaries (2 bytes) only after it
+        // backward temporaries (2 bytes) and its incoming gradient (y's, 4 bytes, held by
+        // nothing else) die before `old + new`
         let mut t = Timeline::new();
         let x = t.alloc(16, Category::Activations, true);
         let y = t.alloc(4, Category::Activations, true);
@@ -1143,8 +1149,8 @@ mod tests {
         let before = t.live();
         let node = t.tape.pop().unwrap();
         t.backward_node(&node);
-        // new (16) and temps (2) beside y's gradient (4), then the sum (16) without it
-        assert_eq!(t.peak(), before + 2 + 16 + 16 - 4);
+        // temps (2) and new (16) beside y's gradient (4), then the sum (16) without either
+        assert_eq!(t.peak(), before + 16 + 16 - 4);
         assert_eq!(t.live(), before - 4);
     }
 
