@@ -217,6 +217,14 @@ CASES = [
     dict(id="xc-h43-mamba2-s53-ampfp16-ckpt", config="rnd-s53-mamba2-0", batch=2, seq=24,
          precision="amp-fp16", attention="eager", optimizer="sgd", checkpointing=True,
          dropout="off"),
+    # helper 45: the LoRA projection's frozen base runs after the adapter's path and releases
+    # its incoming [b, s, E] gradient before its input's two gradients are summed
+    dict(id="xc-h45-gpt2-rnd17-lora-cproj-ckpt-b4-s60-fp32", config="rnd-s17-gpt2-1", batch=4,
+         seq=60, precision="fp32", optimizer="sgd-momentum", checkpointing=True, attention="eager",
+         lora={"rank": 1, "alpha": 2, "targets": ["c_proj"]}),
+    dict(id="xc-h45-qwen2-rnd17-lora-down-b4-s40-fp32", config="rnd-s17-qwen2-1", batch=4, seq=40,
+         precision="fp32", optimizer="sgd", attention="eager", dropout="off",
+         lora={"rank": 2, "alpha": 4, "targets": ["down_proj"]}),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),

@@ -304,11 +304,14 @@ impl Builder<'_> {
                 if norm.kind == NormKind::GemmaRmsNorm {
                     self.drop_(variance);
                 }
-                // The decomposed backward, op by op (tools/truth/probes/rmsnorm_backward.py):
-                // pow/mean/rsqrt's node gets mean's expanded gradient and computes
-                // `grad * 2 * x.pow(1)`, three fp32 [rows, dim] tensors at once of which the
-                // last is the gradient it hands on: two temporaries beyond it
-                let rs = self.op(rows * 4, &[x32], &[x32], &[], &[2 * n * 4]);
+                // The decomposed backward, op by op (tools/truth/probes/rmsnorm_backward.py,
+                // torch 2.15): this node stands for rsqrt/add/mean/pow; MeanBackward hands
+                // PowBackward `grad.expand(...) / dim` (an fp32 [rows, dim] tensor), which
+                // computes `grad * (2 * x.pow(1))` holding it, `x.pow(1)` and `2 * x.pow(1)`
+                // beside the gradient it hands on: three temporaries beyond it, all freed before
+                // that gradient is summed with the one from `h * rsqrt` (the probe: 6.501 units
+                // at PowBackward's product, 4.501 at the sum)
+                let rs = self.op(rows * 4, &[x32], &[x32], &[], &[3 * n * 4]);
                 self.drop_(eps_sum);
                 // `h * rsqrt(...)`: each operand saved for the other's gradient; the
                 // row-broadcast factor's gradient `(grad * h).sum(-1)` is a full product before
@@ -485,5 +488,57 @@ impl Builder<'_> {
         self.drop_(mask);
         self.drop_(x);
         y
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dtype::Precision;
+    use crate::memory::hf::Builder;
+    use crate::memory::timeline::Category;
+    use crate::memory::Kernels;
+    use crate::model::tests::llama2_7b;
+    use crate::model::{Norm, NormKind};
+    use crate::workload::TrainWorkload;
+
+    /// One fp32 LlamaRMSNorm's forward and backward, as `tools/truth/probes/rmsnorm_backward.py
+    /// llama float32` traces it (torch 2.15 CPU, rows 512 × dim 256): the backward peaks at
+    /// PowBackward's product with 6.002 [rows, dim] fp32 units alive beyond the input, its
+    /// incoming gradient and the weight (mean's expanded gradient, `x.pow(1)`, `2 * x.pow(1)`,
+    /// the product, the other path's gradient of `x` and the output), and the sum of `x`'s two
+    /// gradients comes after those temporaries are freed (4.002).
+    #[test]
+    fn rms_norm_backward_peaks_inside_pow_backward_as_traced() {
+        let mut m = llama2_7b();
+        m.layers.truncate(1);
+        let mut w = TrainWorkload::new(1, 512);
+        w.precision = Precision::Fp32;
+        let mut b = Builder::train(&m, &w, Kernels::Cpu, None);
+        let (rows, dim) = (512u128, 256u128);
+        let unit = rows * dim * 4;
+        let p = b.new_param(dim, true);
+        let x = b.act(unit, true);
+        let norm = Norm {
+            kind: NormKind::RmsNorm,
+            dim: 256,
+            bias: false,
+        };
+        let before = b.t.live();
+        let (y, _) = b.norm(x, 4, rows, &norm, (p, None));
+        // the incoming gradient, held by the caller for the whole backward as in the probe
+        let g = b.t.alloc(unit, Category::Temporaries, false);
+        b.t.set_grad(y, g);
+        b.t.reset_peak();
+        while let Some(node) = b.t.tape.pop() {
+            b.t.backward_node(&node);
+        }
+        let beyond = b.t.peak() - before - unit;
+        // whole units, and the small [rows] and [dim] tensors below one
+        assert_eq!(
+            beyond / unit,
+            6,
+            "{beyond} bytes = {} units",
+            beyond as f64 / unit as f64
+        );
     }
 }
