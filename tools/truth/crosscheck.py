@@ -225,6 +225,15 @@ CASES = [
     dict(id="xc-h45-qwen2-rnd17-lora-down-b4-s40-fp32", config="rnd-s17-qwen2-1", batch=4, seq=40,
          precision="fp32", optimizer="sgd", attention="eager", dropout="off",
          lora={"rank": 2, "alpha": 4, "targets": ["down_proj"]}),
+    # helper 47: Falcon multi_query's key and value are advanced-index copies of the fused qkv
+    # output (`fused_qkv[..., [-1], :]`): the value matmul saves the single-head copy and the
+    # fused output dies with the attention's locals, on real tensors as on fake ones
+    dict(id="xc-h47-falcon-mq-s149-fp16-lora-dense-4h-ckpt-b1-s96", config="rnd-s149-falcon-0",
+         batch=1, seq=96, precision="fp16", attention="eager", optimizer="sgd",
+         checkpointing=True, dropout="off",
+         lora={"rank": 8, "alpha": 16, "targets": ["dense", "dense_4h_to_h"]}),
+    dict(id="xc-h47-falcon-mq-s127-fp32-b1-s64-eager", config="rnd-s127-falcon-0", batch=1,
+         seq=64, precision="fp32", attention="eager", optimizer="sgd", dropout="off"),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),

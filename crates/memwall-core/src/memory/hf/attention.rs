@@ -324,13 +324,32 @@ impl Builder<'_> {
                     // q, k, v are views in the fused output's dtype (fp32 for Falcon's biased
                     // projection under autocast, `Builder::bias_fp32`)
                     qkv_size = ys;
-                    // q, k, v are views of the fused output; keep it alive through each view,
-                    // and through the attention function (a local)
-                    self.t.retain(y);
-                    self.t.retain(y);
-                    self.t.retain(y);
-                    self.attn_locals.push(y);
-                    (y, y, y)
+                    if a.kv_broadcast && a.eager_style == crate::model::EagerStyle::Falcon {
+                        // Falcon multi_query (models/falcon/modeling_falcon.py `_split_heads`):
+                        // `fused_qkv[..., :-2, :]` is a view, but `fused_qkv[..., [-2], :]` and
+                        // `fused_qkv[..., [-1], :]` index with a list, so the single key and
+                        // value heads are new tensors (`aten.index`, whose backward keeps only
+                        // the indices and scatters into a zero gradient of the fused size,
+                        // derivatives.yaml `index.Tensor`). The value matmul saves that copy,
+                        // not the fused output, which dies with the attention's locals (traced
+                        // on torch 2.15 CPU: an `aten.index` [1, 234, 1, 64] alive at
+                        // rnd-t149-014-falcon's backward peak, no [1, 234, 576] fused output;
+                        // it was +1.39%, the fused output kept for its value view).
+                        let kv_bytes = rows * kvh * hd * ys;
+                        let k = self.op(kv_bytes, &[y], &[], &[], &[]);
+                        let v = self.op(kv_bytes, &[y], &[], &[], &[]);
+                        self.t.retain(y);
+                        self.attn_locals.push(y);
+                        (y, k, v)
+                    } else {
+                        // q, k, v are views of the fused output; keep it alive through each
+                        // view, and through the attention function (a local)
+                        self.t.retain(y);
+                        self.t.retain(y);
+                        self.t.retain(y);
+                        self.attn_locals.push(y);
+                        (y, y, y)
+                    }
                 } else {
                     let inline = a.qk_norm_inline && !a.qk_norm_after_rope;
                     normed_inline = inline;
