@@ -869,8 +869,8 @@ fn report(
         s.push_str(&section_report(
             &random.train,
             "## Random sample, training steps (`tests/truth/random_train.jsonl`; cases drawn by \
-             `tools/truth/sample_cases.py`: seeds 17, 71, 73, 97, 107, 127 and 149 over the older families, \
-             `tools/truth/cases/random_train.toml`; seeds 29, 53, 61, 67, 79, 89, 103, 113 and 139 over the issue-14 families, \
+             `tools/truth/sample_cases.py`: seeds 17, 71, 73, 97, 107, 127, 149 and 157 over the older families, \
+             `tools/truth/cases/random_train.toml`; seeds 29, 53, 61, 67, 79, 89, 103, 113, 139 and 151 over the issue-14 families, \
              `tools/truth/cases/random_new_train.toml`)",
         ));
     }
@@ -879,8 +879,8 @@ fn report(
         s.push_str(&section_report(
             &random.infer,
             "## Random sample, inference (`tests/truth/random_infer.jsonl`; cases drawn by \
-             `tools/truth/sample_cases.py`: seeds 17, 71, 73, 97, 107, 127 and 149, `tools/truth/cases/random_infer.toml`; \
-             seeds 29, 53, 61, 67, 79, 89, 103, 113 and 139, `tools/truth/cases/random_new_infer.toml`)",
+             `tools/truth/sample_cases.py`: seeds 17, 71, 73, 97, 107, 127, 149 and 157, `tools/truth/cases/random_infer.toml`; \
+             seeds 29, 53, 61, 67, 79, 89, 103, 113, 139 and 151, `tools/truth/cases/random_new_infer.toml`)",
         ));
     }
     if !random.dist.is_empty() {

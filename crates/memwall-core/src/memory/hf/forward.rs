@@ -271,18 +271,33 @@ impl Builder<'_> {
                         (x, x_size)
                     }
                 };
-                let (n2, n2s) = match (spec.mlp_norm, lp.norms[2]) {
-                    (Some(n), Some(p)) => self.norm(x, x_size, rows, &n, p),
-                    _ => {
-                        self.t.retain(n1);
-                        (n1, n1s)
-                    }
-                };
                 // GPT-NeoX (`post_attention_dropout`, `post_mlp_dropout`) and Phi
                 // (`resid_dropout` twice, models/phi/modeling_phi.py PhiDecoderLayer.forward)
                 // drop each branch before the sum; Falcon drops the sum (`dropout_add`,
                 // models/falcon/modeling_falcon.py FalconDecoderLayer.forward)
                 let per_branch = spec.attention.eager_style != crate::model::EagerStyle::Falcon;
+                // The MLP's own norm: Falcon's new architecture computes both norms before the
+                // attention (`attention_layernorm_out = self.ln_attn(hidden_states)`,
+                // `mlp_layernorm_out = self.ln_mlp(hidden_states)`), GPT-NeoX only once the
+                // attention has returned (`mlp_output = self.mlp(self.post_attention_layernorm(
+                // hidden_states))` follows the attention call, models/gpt_neox/modeling_gpt_neox.py
+                // GPTNeoXLayer.forward, transformers 5.23; measured: rnd-i157-009-gptneox, one
+                // [b, s, hidden] over during the prefill's attention with it computed before).
+                // One norm (Phi, Cohere, Falcon's old architecture): the MLP reads the same output.
+                let mlp_norm = match (spec.mlp_norm, lp.norms[2]) {
+                    (Some(n), Some(p)) => Some((n, p)),
+                    _ => None,
+                };
+                let mut early = None;
+                if !per_branch || mlp_norm.is_none() {
+                    early = Some(match mlp_norm {
+                        Some((n, p)) => self.norm(x, x_size, rows, &n, p),
+                        None => {
+                            self.t.retain(n1);
+                            (n1, n1s)
+                        }
+                    });
+                }
                 let c = self.compute_size;
                 let a = self.attention(n1, n1s, &spec.attention, lp, ckpt);
                 // Falcon binds it to `attention_layernorm_out`, a local of the layer's frame
@@ -301,6 +316,15 @@ impl Builder<'_> {
                     self.dropout(a, rows * h * c, c, p_drop)
                 } else {
                     a
+                };
+                let (n2, n2s) = match (early, mlp_norm) {
+                    (Some(e), _) => e,
+                    (None, Some((n, p))) => self.norm(x, x_size, rows, &n, p),
+                    // (not reached: without an MLP norm `early` holds n1's reference)
+                    (None, None) => {
+                        self.t.retain(n1);
+                        (n1, n1s)
+                    }
                 };
                 let m = match &spec.mlp {
                     Mlp::Dense(d) => self.dense_mlp(n2, n2s, rows, d, &lp.linears),
