@@ -195,7 +195,9 @@ def no_save_peak_amp(d, conv_bias=True):
                  + 2*Tp*H*N*f + 2*B*H*c*L*L*f + B*c*H*L*L*b + Tp*I*b + Tp*H*N*f
                  + Tp*H*N*b + Tp*I*b + B*c*H*P*N*b)
     if c > 1:  # one chunk: the bmm layouts of x and B_decay are views, cast directly
-        at_states += Tp*I*f + Tp*H*N*f
+        # x's and B_decay's fp32 layout copies; B_decay's is a view with one head (ssm.rs
+        # `Scan::cb_views`), cast directly
+        at_states += Tp*I*f + (0 if H == 1 else Tp*H*N*f)
     return max(at_output, at_cts, at_states)
 
 
@@ -319,6 +321,14 @@ def check_infer():
             ins = no_save_instants(d, s)
             ck = marks(run(B, S, "ckpt", dt, dims))["fwd"][1] - T*h*s - T*E*s
             best = max(ins, key=ins.get)
+            if s == 2:
+                # the same first pass under autocast (fp32 parameters, ssm.rs
+                # `Scan::forward_peak_unsaved_amp16`), above in_proj's 16-bit copies and output
+                da = dims_of(B, S, dims, 2)
+                ac = marks(run(B, S, "ckpt", torch.float32, dims, torch.bfloat16))["fwd"][1]
+                ac -= E*h*2 + T*h*2 + T*E*2
+                print(f"B={B} S={S} dims={dims} c={d['c']} amp-bf16 ckpt: "
+                      f"{ac - no_save_peak_amp(da):+d}")
             print(f"B={B} S={S} dims={dims} c={d['c']} {'bf16' if s == 2 else 'fp32'}: "
                   f"infer {traced - ins[best]:+d}  ckpt {ck - ins[best]:+d}  (at {best}; "
                   f"output {ins['output']}, c_times_states {ins['c_times_states']}, "

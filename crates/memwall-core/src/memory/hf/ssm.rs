@@ -582,7 +582,15 @@ impl Scan {
             + tp * h * n * F // B_decay
             + tp * h * n * B16 + tp * i * B16 + b * c * h * p * n * B16; // casts, bmm output
         if c > 1 {
-            at_states += tp * i * F + tp * h * n * F; // fp32 layout copies
+            // x's and B_decay's fp32 layout copies; B_decay's is a view where the head
+            // dimension merges with the batch ([`Scan::cb_views`]: one head), cast directly
+            // (probe `mamba2_mixer.py` ckpt amp-bf16, rnd-s139-mamba2-0's one head at 5 × 67:
+            // 51,200 bytes too many before, exact on 16 one-head shapes but one, 3,672 low at
+            // 1 × 40 with state 64 in chunks of 8)
+            at_states += tp * i * F;
+            if !self.cb_views() {
+                at_states += tp * h * n * F;
+            }
         }
         at_output.max(at_c_times_states).max(at_states)
     }
@@ -1561,6 +1569,28 @@ mod tests {
                 "{b}×{s} P{p} N{n} L{l} z={z}"
             );
         }
+    }
+
+    /// The no-save forward under autocast (a checkpointed layer's first pass) of one head,
+    /// rnd-s139-mamba2-0's widths (head 16, state 32, chunks of 16): the chunk states' `bmm`
+    /// casts `B_decay` through a view (no fp32 layout copy), so the output's instant is the
+    /// peak, as `mamba2_mixer.py 5 67 ckpt amp-bf16 8,1,16,1,32,4,16` traces it (468,594 bytes
+    /// above in_proj's 16-bit copies and output; the form gave 481,634).
+    #[test]
+    fn one_head_autocast_no_save_peak_casts_b_decay_through_a_view() {
+        let m = Mamba2 {
+            num_heads: 1,
+            head_dim: 16,
+            n_groups: 1,
+            state_size: 32,
+            conv_kernel: 4,
+            intermediate: 16,
+            chunk_size: 16,
+            ..crate::mixer::tests::codestral()
+        };
+        let mut d = Scan::new(&m, 5, 67, true);
+        d.zx16 = true;
+        assert_eq!(d.forward_peak_unsaved(2), 468_594);
     }
 
     /// Granite 4.0-H's random config rnd-s61-granitemoehybrid-0 (hidden 160, 20 heads of 16,
