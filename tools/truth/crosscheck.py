@@ -277,6 +277,12 @@ INFER_CASES = [
          prompt=20, new_tokens=30, weights="bf16", attention="sdpa"),
     dict(id="xc-infer-starcoder2-rnd17-b3-p16-n50-fp32", config="rnd-s17-starcoder2-0", batch=3,
          prompt=16, new_tokens=50, weights="fp32", attention="sdpa"),
+    # helper 46: Mamba-2's one-head no-grad scan (C's and the chunk-level states' `bmm`
+    # operands are views), the random sample's rnd-i139-002-mamba2 and the wide-state variant
+    dict(id="xc-infer-mamba2-rnd139-b5-p67-fp32", config="rnd-s139-mamba2-0", batch=5, prompt=67,
+         new_tokens=9, weights="fp32", attention="eager"),
+    dict(id="xc-infer-mamba2-1h-n128-b3-p30-fp32", config="h46-mamba2-1h-n128-l4", batch=3,
+         prompt=30, new_tokens=4, weights="fp32", attention="eager"),
 ]
 
 

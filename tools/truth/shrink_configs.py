@@ -20,7 +20,20 @@ GDN = {
     "h10-qwen3next-h512-r2": dict(hidden_size=512, linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=64, linear_value_head_dim=64),
     "h23-qwen3next-h128-r1": dict(hidden_size=128, linear_num_key_heads=4, linear_num_value_heads=4, linear_key_head_dim=32, linear_value_head_dim=32),
 }
+# Helper 46: Mamba-2 prefill at other one-head and two-head shapes around the random sample's
+# rnd-s139-mamba2-0 (one head of 16, state 32, chunks of 16): a state wide against short chunks
+# (the chunk-level states' `bmm` peaks) and two heads of 8 (C's `bmm` layout a copy).
+# `shrink_configs.py --mamba2` writes only these.
+MAMBA2 = {
+    "h46-mamba2-1h-n128-l4": dict(state_size=128, chunk_size=4),
+    "h46-mamba2-2h": dict(num_heads=2, head_dim=8),
+}
 import sys
+if "--mamba2" in sys.argv:
+    for name, over in MAMBA2.items():
+        c = load("rnd-s139-mamba2-0"); c.update(over)
+        open(D + name + ".json", "w").write(json.dumps(c, indent=2, sort_keys=True) + "\n")
+    sys.exit(0)
 if "--gdn" in sys.argv:
     for name, over in GDN.items():
         c = load("sw6-qwen3next"); c.update(over)

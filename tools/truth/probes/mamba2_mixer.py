@@ -22,6 +22,7 @@ Usage:
   python tools/truth/probes/mamba2_mixer.py --check                       # closed forms vs traces
   python tools/truth/probes/mamba2_mixer.py --check-amp                   # the same under autocast
   python tools/truth/probes/mamba2_mixer.py --check-ckpt                  # autocast scan backward, checkpointed
+  python tools/truth/probes/mamba2_mixer.py --check-infer                 # no-grad prefill peak (three instants)
 """
 import sys, torch, json, math
 from transformers import AutoConfig
@@ -194,7 +195,9 @@ def no_save_peak_amp(d, conv_bias=True):
                  + 2*Tp*H*N*f + 2*B*H*c*L*L*f + B*c*H*L*L*b + Tp*I*b + Tp*H*N*f
                  + Tp*H*N*b + Tp*I*b + B*c*H*P*N*b)
     if c > 1:  # one chunk: the bmm layouts of x and B_decay are views, cast directly
-        at_states += Tp*I*f + Tp*H*N*f
+        # x's and B_decay's fp32 layout copies; B_decay's is a view with one head (ssm.rs
+        # `Scan::cb_views`), cast directly
+        at_states += Tp*I*f + (0 if H == 1 else Tp*H*N*f)
     return max(at_output, at_cts, at_states)
 
 
@@ -249,6 +252,89 @@ def check_amp():
                   f"  bwd peak {scan_bwd_peak(ev, B, S, E) - T*I*2 - h*I*2 - bwd_amp(d):+d}")
 
 
+def no_save_instants(d, s):
+    """ssm.rs `Scan::forward_peak_unsaved` (no autocast): the largest of three instants of the
+    no-grad scan, above the input, in_proj's output and the cache's conv state:
+    - the output (`at_output`, = `no_save_peak`);
+    - the `bmm` of `einsum("bclhn,bchpn->bclhp", C, states)` (`C_times_states`): before
+      `Y_off`, the sum and its copy, with the chunk states' layout copy (a view with one chunk:
+      `new_states[:, :-1]` is in the layout) and C's (a view where the chunked `[b, c, l, h, n]`
+      merges `b·c` with `h`: one head, or one sequence of one chunk, ssm.rs `Scan::cb_views`);
+    - the `bmm` of `einsum("bhzc,bchpn->bzhpn", decay_chunk, states)` (`new_states`): the `cat`,
+      its layout copy (a view where `[b, c + 1, h, p·n]` merges `b` with `h`: one sequence, or
+      one head) and the output, before `state_decay_out` and what follows exist."""
+    h,H,P,G,N,K,L,I,cd,E,c,Sp,T,Tp,B,S=[d[k] for k in "h H P G N K L I cd E c Sp T Tp B S".split()]
+    f = 4
+    c1 = c + 1
+    at_output = no_save_peak(d, s)
+    c_copy = 0 if (H == 1 or (B == 1 and c == 1)) else Tp*H*N*f
+    states_copy = 0 if c == 1 else B*c*H*P*N*f
+    at_cts = at_output + c_copy + states_copy - 3*Tp*I*f
+    cat_copy = 0 if (B == 1 or H == 1) else B*H*c1*P*N*f
+    at_new = (H*f + B*cd*S*s + T*H*s + 3*Tp*I*f + 3*Tp*H*f + 3*Tp*H*N*f + 3*B*H*c*L*L*f
+              + B*H*P*N*f + B*H*c1*c1*f + 2*B*H*c1*P*N*f + cat_copy)
+    return dict(output=at_output, c_times_states=at_cts, new_states=at_new)
+
+
+INFER_CASES = [
+    # rnd-s139-mamba2-0 (one head of 16, state 32, chunks of 16): the random sample's
+    # rnd-i139-002-mamba2 is 5 x 67 (five chunks, the last padded)
+    (5, 67, (8, 1, 16, 1, 32, 4, 16)), (5, 64, (8, 1, 16, 1, 32, 4, 16)),
+    (1, 67, (8, 1, 16, 1, 32, 4, 16)), (2, 40, (8, 1, 16, 1, 32, 4, 16)),
+    (3, 10, (8, 1, 16, 1, 32, 4, 16)), (1, 10, (8, 1, 16, 1, 32, 4, 16)),
+    # other one-head widths (rnd-s29-granitemoehybrid-1, odd)
+    (4, 186, (32, 1, 64, 1, 32, 4, 32)), (2, 100, (32, 1, 64, 1, 32, 4, 32)),
+    (3, 50, (16, 1, 32, 1, 13, 6, 16)), (1, 70, (16, 1, 32, 1, 13, 6, 16)),
+    (3, 20, (16, 1, 32, 1, 13, 6, 32)),
+    # several heads around them (wide states and narrow ones)
+    (5, 67, (8, 2, 8, 1, 32, 4, 16)), (5, 67, (16, 4, 8, 2, 32, 4, 16)),
+    (2, 60, (96, 24, 8, 1, 128, 2, 32)), (1, 60, (96, 24, 8, 1, 128, 2, 32)),
+    (2, 28, (96, 24, 8, 1, 128, 2, 32)), (3, 50, (77, 14, 11, 7, 13, 6, 16)),
+    (4, 24, (256, 64, 8, 4, 32, 2, 64)), (2, 150, (256, 64, 8, 4, 32, 2, 64)),
+    (3, 40, (16, 4, 8, 2, 40, 4, 16)),
+    # a state wide against short chunks: the new_states instant (one head and several)
+    (3, 30, (8, 1, 16, 1, 128, 4, 4)), (2, 40, (16, 1, 32, 1, 64, 4, 8)),
+    (1, 40, (16, 1, 32, 1, 64, 4, 8)), (2, 40, (32, 2, 16, 1, 64, 4, 8)),
+    (1, 40, (32, 2, 16, 1, 64, 4, 8)), (3, 50, (8, 1, 16, 1, 96, 4, 16)),
+    # one head where C_times_states' bmm wins (its C is a view)
+    (2, 64, (8, 1, 16, 1, 64, 4, 16)), (2, 100, (8, 1, 16, 1, 128, 4, 32)),
+]
+
+
+def check_infer():
+    """The no-grad prefill (`infer`) against ssm.rs `Scan::forward_peak_unsaved`: the scan's
+    peak above the input, in_proj's output and the cache's conv state, read before the cache's
+    SSM state (`[B, H, P, N]` zeros) is allocated; and the same in `ckpt` mode (a checkpointed
+    layer's first pass)."""
+    for B, S, dims in INFER_CASES:
+        for dt, s in ((torch.bfloat16, 2), (torch.float32, 4)):
+            d = dims_of(B, S, dims, s)
+            T, h, E, H, P, N, cd, K = (d[k] for k in "T h E H P N cd K".split())
+            ev = run(B, S, "infer", dt, dims)
+            pk = 0
+            for e in ev:
+                if e[0] == "+" and e[4] == (B, H, P, N):
+                    break
+                if e[0] != "MARK":
+                    pk = max(pk, e[3])
+            traced = pk - T*h*s - T*E*s - B*cd*K*s
+            ins = no_save_instants(d, s)
+            ck = marks(run(B, S, "ckpt", dt, dims))["fwd"][1] - T*h*s - T*E*s
+            best = max(ins, key=ins.get)
+            if s == 2:
+                # the same first pass under autocast (fp32 parameters, ssm.rs
+                # `Scan::forward_peak_unsaved_amp16`), above in_proj's 16-bit copies and output
+                da = dims_of(B, S, dims, 2)
+                ac = marks(run(B, S, "ckpt", torch.float32, dims, torch.bfloat16))["fwd"][1]
+                ac -= E*h*2 + T*h*2 + T*E*2
+                print(f"B={B} S={S} dims={dims} c={d['c']} amp-bf16 ckpt: "
+                      f"{ac - no_save_peak_amp(da):+d}")
+            print(f"B={B} S={S} dims={dims} c={d['c']} {'bf16' if s == 2 else 'fp32'}: "
+                  f"infer {traced - ins[best]:+d}  ckpt {ck - ins[best]:+d}  (at {best}; "
+                  f"output {ins['output']}, c_times_states {ins['c_times_states']}, "
+                  f"new_states {ins['new_states']})")
+
+
 class _Checkpointed(torch.nn.Module):
     """The mixer under non-reentrant `torch.utils.checkpoint` (HF gradient checkpointing)."""
     def __init__(self, mx):
@@ -282,7 +368,9 @@ def check_ckpt():
               f"b·c·H·L·L·2 {B*c*H*L*L*2:+d}")
 
 
-if __name__ == "__main__" and sys.argv[1:2] == ["--check-ckpt"]:
+if __name__ == "__main__" and sys.argv[1:2] == ["--check-infer"]:
+    check_infer()
+elif __name__ == "__main__" and sys.argv[1:2] == ["--check-ckpt"]:
     check_ckpt()
 elif __name__ == "__main__" and sys.argv[1:2] == ["--check"]:
     check()

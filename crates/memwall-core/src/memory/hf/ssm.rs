@@ -423,18 +423,16 @@ impl Scan {
                                       // N 256, P 64, L 128): the `bmm` of `einsum("bclhn,bchpn->bclhp", C, states)`, with C
                                       // and the chunk states copied into bmm layouts and its output allocated, before Y_off,
                                       // the sum and its copy exist (probe: falcon_h1_mixer.py ckpt mode, exact at 2048 wide)
-        let mut at_c_times_states =
-            (at_output + tp * h * n * F + b * c * h * p * n * F).saturating_sub(3 * tp * i * F);
-        if c == 1 {
-            // one chunk: `new_states[:, :-1]` is already in the `bmm` layout (no copy of the
-            // chunk states), and with one sequence `C` is too (every dimension it is permuted
-            // over is of size 1), as in [`Scan::forward_peak`] (probe: mamba2_mixer.py infer,
-            // 1 and 2 sequences of 28 tokens in chunks of 32)
-            at_c_times_states = at_c_times_states.saturating_sub(b * c * h * p * n * F);
-            if b == 1 {
-                at_c_times_states = at_c_times_states.saturating_sub(tp * h * n * F);
-            }
-        }
+                                      // One chunk: `new_states[:, :-1]` is already in the `bmm` layout (no copy of the chunk
+                                      // states), as in [`Scan::forward_peak`] (probe: mamba2_mixer.py infer, 1 and 2
+                                      // sequences of 28 tokens in chunks of 32). `C`'s layout copy is a view wherever
+                                      // [`Scan::cb_views`] holds: with one sequence of one chunk, and with one head at any
+                                      // batch and chunk count (`[b, c, l, 1, n]` permuted to `[b, c, 1, l, n]` reshapes to
+                                      // `[b·c, l, n]` as a view; probe `mamba2_mixer.py --check-infer`, rnd-s139-mamba2-0's
+                                      // one head of 16 at 5 × 67 tokens: the copy counted was 25,600 bytes too many)
+        let states_copy = if c == 1 { 0 } else { b * c * h * p * n * F };
+        let c_copy = if self.cb_views() { 0 } else { tp * h * n * F };
+        let at_c_times_states = (at_output + c_copy + states_copy).saturating_sub(3 * tp * i * F);
         // and earlier still when the state is wide against short chunks (Falcon-H1 with
         // N 64, P 32, L 16): the `bmm` of `einsum("bhzc,bchpn->bzhpn", decay_chunk, states)`,
         // with the chunk-level states (the `cat` of the zero initial state and the per-chunk
@@ -451,10 +449,12 @@ impl Scan {
             + b * h * p * n * F // initial state
             + b * h * c1 * c1 * F // decay_chunk
             + 3 * b * h * c1 * p * n * F; // states, their bmm copy, the bmm output
-                                          // with one sequence the states' `bmm` operand `[b·h, c + 1, p·n]` is a view of the
-                                          // `cat` (the batch dimension of size 1 merges with the heads), for any number of chunks
-                                          // (probe: mamba2_mixer.py infer, 1 × 28 and 1 × 60 tokens against 2 × 28 and 2 × 60)
-        let at_new_states = if b == 1 {
+                                          // the states' `bmm` operand `[b·h, c + 1, p·n]` (the `cat`, `[b, c + 1, h, p·n]`,
+                                          // permuted) is a view when `b` merges with `h`: with one sequence (probe:
+                                          // mamba2_mixer.py infer, 1 × 28 and 1 × 60 tokens against 2 × 28 and 2 × 60) or one
+                                          // head (`--check-infer`: 3 × 30 tokens, one head of 16, state 128, chunks of 4), for
+                                          // any number of chunks
+        let at_new_states = if b == 1 || h == 1 {
             at_new_states - b * h * c1 * p * n * F
         } else {
             at_new_states
@@ -582,7 +582,15 @@ impl Scan {
             + tp * h * n * F // B_decay
             + tp * h * n * B16 + tp * i * B16 + b * c * h * p * n * B16; // casts, bmm output
         if c > 1 {
-            at_states += tp * i * F + tp * h * n * F; // fp32 layout copies
+            // x's and B_decay's fp32 layout copies; B_decay's is a view where the head
+            // dimension merges with the batch ([`Scan::cb_views`]: one head), cast directly
+            // (probe `mamba2_mixer.py` ckpt amp-bf16, rnd-s139-mamba2-0's one head at 5 × 67:
+            // 51,200 bytes too many before, exact on 16 one-head shapes but one, 3,672 low at
+            // 1 × 40 with state 64 in chunks of 8)
+            at_states += tp * i * F;
+            if !self.cb_views() {
+                at_states += tp * h * n * F;
+            }
         }
         at_output.max(at_c_times_states).max(at_states)
     }
@@ -961,7 +969,36 @@ impl Builder<'_> {
             (zx, zs)
         };
         let inner = self.mamba2_inner(zx, zs, x_size, lp, m);
+        // `Mamba2Mixer.torch_forward`'s locals `hidden_states_B_C` (the convolution's silu
+        // output) and `scan_output` (the gated norm's fp32 output, `out_proj` reads its
+        // `.to(dtype)` copy) live until the mixer returns, through `out_proj`. A saving
+        // forward with 16-bit projections saves neither (the scan saves fp32 copies, the norm
+        // weight's `mul` its input), so they are on top of the saved set at `out_proj`'s
+        // matmul: the forward's peak where the scan's own instants are low (one head, one
+        // sequence of several chunks: `mamba2_mixer.py 1 100 train bf16 32,1,64,1,32,4,32`
+        // peaks at `out_proj`'s `mm` with both alive, 7,112 bytes above the scan's instant).
+        // In fp32 the silu output is saved and the cast is a no-op (the copy is the output).
+        let locals = (!self.mode.is_infer()
+            && self.t.recording
+            && !self.amp
+            && zs != F
+            && m.gated_norm
+            && matches!(
+                self.spec(self.cur_layer).mixer,
+                crate::model::Mixer::Mamba2(_)
+            ))
+        .then(|| {
+            let b = self.batch;
+            let s = self.seq;
+            self.act(
+                b * s * u128::from(m.conv_dim()) * zs + rows * u128::from(m.intermediate) * F,
+                false,
+            )
+        });
         let (y, _) = self.linear(inner, x_size, rows, lin(LinearRole::SsmOut));
+        if let Some(l) = locals {
+            self.drop_(l);
+        }
         // `projected_states` is a local of `torch_forward` until it returns (it matters under
         // autocast with 16-bit projections, where nothing saves it: probe
         // `mamba2_mixer.py --check-amp` frees it after `out_proj`'s output)
@@ -1479,11 +1516,81 @@ mod tests {
             assert_eq!(d.saved(z), saved, "saved {b}×{s} z={z}");
             assert_eq!(d.forward_peak(z), fwd, "forward peak {b}×{s} z={z}");
         }
-        // one sequence in bf16: saved exact, the forward peak 7,112 bytes under the trace's
-        // (another instant of the scan wins by that much; not modelled)
+        // one sequence in bf16: saved exact; the traced forward peak (540,894 above the input
+        // and in_proj's output) is not the scan's instant (7,112 bytes lower) but out_proj's
+        // matmul, with torch_forward's locals alive (`Builder::mamba2_mixer`): the saved set,
+        // the silu output (bf16 [1, 128, 100]) and the norm's fp32 output, out_proj's bf16
+        // input and its output
         let d = Scan::new(&m, 1, 100, false);
         assert_eq!(d.saved(2), 509_094);
         assert_eq!(d.forward_peak(2), 540_894 - 7_112);
+        let at_out_proj = d.saved(2) - d.t * d.e * 2
+            + d.b * d.s * d.cd * 2
+            + d.t * d.i * F
+            + d.t * d.i * 2
+            + d.t * 32 * 2;
+        assert_eq!(at_out_proj, 540_894);
+    }
+
+    /// The no-save forward (prefill) of one head: `C`'s `bmm` layout for `C_times_states` and
+    /// the `cat`'s for the chunk-level states are views (the head dimension of size 1 merges
+    /// with the batch), at any batch and chunk count. Peaks as `tools/truth/probes/mamba2_mixer.py
+    /// --check-infer` traces them (above the input, `in_proj`'s output and the conv state):
+    /// rnd-s139-mamba2-0 (one head of 16, state 32, chunks of 16; rnd-i139-002-mamba2 is
+    /// 5 × 67) peaks at the output (the form gave the `C_times_states` instant with C copied,
+    /// 25,600 bytes more at 5 × 67 fp32); wide states peak at `C_times_states` or at the
+    /// chunk-level states' `bmm`.
+    #[test]
+    fn one_head_no_save_peak_matches_the_trace() {
+        let one_head = |p: u64, n: u64, l: u64| Mamba2 {
+            num_heads: 1,
+            head_dim: p,
+            n_groups: 1,
+            state_size: n,
+            conv_kernel: 4,
+            intermediate: p,
+            chunk_size: l,
+            ..crate::mixer::tests::codestral()
+        };
+        // (head dim, state, chunk, batch, seq, bytes per element, traced)
+        for (p, n, l, b, s, z, traced) in [
+            (16, 32, 16, 5, 67, F, 596_944),
+            (16, 32, 16, 5, 67, 2, 542_674),
+            (16, 32, 16, 1, 67, F, 119_392),
+            (16, 64, 16, 2, 64, F, 314_060),
+            (16, 128, 32, 2, 100, 2, 834_396),
+            (16, 128, 4, 3, 30, F, 737_848),
+            (16, 96, 16, 3, 50, 2, 562_972),
+        ] {
+            let d = Scan::new(&one_head(p, n, l), b, s, false);
+            assert_eq!(
+                d.forward_peak_unsaved(z),
+                traced,
+                "{b}×{s} P{p} N{n} L{l} z={z}"
+            );
+        }
+    }
+
+    /// The no-save forward under autocast (a checkpointed layer's first pass) of one head,
+    /// rnd-s139-mamba2-0's widths (head 16, state 32, chunks of 16): the chunk states' `bmm`
+    /// casts `B_decay` through a view (no fp32 layout copy), so the output's instant is the
+    /// peak, as `mamba2_mixer.py 5 67 ckpt amp-bf16 8,1,16,1,32,4,16` traces it (468,594 bytes
+    /// above in_proj's 16-bit copies and output; the form gave 481,634).
+    #[test]
+    fn one_head_autocast_no_save_peak_casts_b_decay_through_a_view() {
+        let m = Mamba2 {
+            num_heads: 1,
+            head_dim: 16,
+            n_groups: 1,
+            state_size: 32,
+            conv_kernel: 4,
+            intermediate: 16,
+            chunk_size: 16,
+            ..crate::mixer::tests::codestral()
+        };
+        let mut d = Scan::new(&m, 5, 67, true);
+        d.zx16 = true;
+        assert_eq!(d.forward_peak_unsaved(2), 468_594);
     }
 
     /// Granite 4.0-H's random config rnd-s61-granitemoehybrid-0 (hidden 160, 20 heads of 16,
