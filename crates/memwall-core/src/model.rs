@@ -233,6 +233,17 @@ pub struct Attention {
     /// LinearAlgebra.cpp `matmul`) and bmm saves the copies for backward.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub kv_broadcast: bool,
+    /// Falcon's new decoder architecture with fewer key/value heads than query heads broadcasts
+    /// each key/value group to its query heads in `_split_heads` (`torch.broadcast_to(key,
+    /// query.shape)`, then `flatten(2, 3)`), and from there on keys and values, the KV cache
+    /// included, have every query head (`num_kv_heads = self.num_heads if
+    /// self.new_decoder_architecture`, models/falcon/modeling_falcon.py FalconAttention.forward,
+    /// transformers 5.23). The transformers step of such a model is not simulated: it is refused
+    /// by name ([`crate::memory::check_attention`]; measured: rnd-i173-001-falcon, 7 heads over
+    /// one key/value head, −6.9% with a one-head cache). vLLM's Falcon caches the real key/value
+    /// heads, so serving estimates read the real count.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub kv_expanded: bool,
     /// The rotary embedding hands out its fp32 cos/sin tables without casting them to the
     /// hidden states' dtype (models/olmo2/modeling_olmo2.py `Olmo2RotaryEmbedding.forward`
     /// returns `emb.cos() * attention_scaling` as is), so in `apply_rotary_pos_emb` `q * cos`
@@ -1222,6 +1233,7 @@ pub(crate) mod tests {
                 qk_norm_bias: false,
                 rope_halves: false,
                 kv_broadcast: false,
+                kv_expanded: false,
                 rope_promotes: false,
             },
             attn_output_outlives_mlp: false,

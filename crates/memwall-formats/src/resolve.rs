@@ -337,6 +337,8 @@ pub(crate) struct AttnOpts {
     pub rope_halves: bool,
     /// `Attention::kv_broadcast`.
     pub kv_broadcast: bool,
+    /// `Attention::kv_expanded`.
+    pub kv_expanded: bool,
     /// `Attention::rope_promotes`.
     pub rope_promotes: bool,
 }
@@ -370,6 +372,7 @@ impl AttnOpts {
             qk_norm_bias: false,
             rope_halves: false,
             kv_broadcast: false,
+            kv_expanded: false,
             rope_promotes: false,
         }
     }
@@ -407,6 +410,7 @@ impl AttnOpts {
             qk_norm_bias: self.qk_norm_bias,
             rope_halves: self.rope_halves,
             kv_broadcast: self.kv_broadcast,
+            kv_expanded: self.kv_expanded,
             rope_promotes: self.rope_promotes,
         }
     }

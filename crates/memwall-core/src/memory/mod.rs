@@ -455,6 +455,29 @@ pub fn check_attention(
             "drop --attention",
         ));
     }
+    if let Some(a) = model
+        .layers
+        .iter()
+        .filter_map(|l| l.attention_block())
+        .find(|a| a.kv_expanded)
+    {
+        let (heads, kv) = match a.kind {
+            crate::model::AttentionKind::Standard {
+                num_heads,
+                num_kv_heads,
+                ..
+            } => (num_heads, num_kv_heads),
+            _ => (0, 0),
+        };
+        return Err(CoreError::invalid_value(
+            "num_kv_heads",
+            &kv.to_string(),
+            format!(
+                "Falcon's new decoder architecture broadcasts {kv} key/value head(s) to all {heads} query heads before its KV cache and attention (models/falcon/modeling_falcon.py `_split_heads`), which memwall's transformers simulation does not model yet"
+            ),
+            "use `memwall serve` (vLLM caches the real key/value heads), or a config with num_kv_heads = num_attention_heads",
+        ));
+    }
     if sinks && attention == crate::workload::AttentionImpl::Sdpa {
         return Err(CoreError::invalid_value(
             "attention",
@@ -537,6 +560,31 @@ mod tests {
         // weights 2P + grads 2P + AdamW states 4P + foreach temp 2P at the optimizer step
         assert!(e.peak_bytes >= 10 * p, "{}", e.peak_bytes);
         assert_eq!(e.params_total, p);
+    }
+
+    /// Falcon's new architecture with fewer key/value heads than query heads (`kv_expanded`) is
+    /// refused by name in training and inference, naming the field and its value.
+    #[test]
+    fn falcon_expanded_kv_heads_are_refused_by_name() {
+        let mut m = llama2_7b();
+        let ok = simulate_train(&m, &TrainWorkload::new(1, 64), Kernels::Cuda);
+        assert!(ok.is_ok());
+        for l in &mut m.layers {
+            l.attention.kv_expanded = true;
+        }
+        let e = simulate_train(&m, &TrainWorkload::new(1, 64), Kernels::Cuda).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("num_kv_heads") && msg.contains("_split_heads"), "{msg}");
+        let i = crate::workload::InferWorkload {
+            batch: 1,
+            prompt: 16,
+            new_tokens: 4,
+            attention: crate::workload::AttentionImpl::Sdpa,
+            weights: crate::workload::WeightFormat::Bf16,
+            kv_dtype: crate::workload::KvDtype::Auto,
+            moe_decode_batched: true,
+        };
+        assert!(simulate_infer(&m, &i, Kernels::Cuda).is_err());
     }
 
     /// Autocast over Mamba-2 mixers: measured forms for `Mamba2Mixer` (16-bit projections,

@@ -487,6 +487,9 @@ pub(crate) fn falcon(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError
         // (`fused_qkv[..., [-2], :]` in `_split_heads`); the new architecture broadcasts and
         // flattens the kv groups itself (`torch.broadcast_to(key, query.shape)`)
         kv_broadcast: !new_arch && num_kv_heads == 1 && num_heads > 1,
+        // the new architecture broadcasts and flattens each key/value group to its query heads
+        // in `_split_heads` and caches every head (`Attention::kv_expanded`)
+        kv_expanded: new_arch && num_kv_heads < num_heads,
         ..AttnOpts::rope(head_dim)
     }
     .build(
@@ -546,4 +549,39 @@ pub(crate) fn falcon(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError
             ]),
         },
     )
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use crate::parse_hf_config;
+
+    fn expanded(json: &str) -> bool {
+        let d = parse_hf_config(json).unwrap();
+        let all = d
+            .layers
+            .iter()
+            .filter_map(|l| l.attention_block())
+            .all(|a| a.kv_expanded);
+        let any = d
+            .layers
+            .iter()
+            .filter_map(|l| l.attention_block())
+            .any(|a| a.kv_expanded);
+        assert_eq!(all, any);
+        all
+    }
+
+    #[test]
+    fn falcon_new_architecture_expands_fewer_kv_heads_only() {
+        // Falcon-40B: new architecture, 128 query heads over 8 key/value heads
+        let f40 = include_str!("../../tests/configs/falcon-40b.json");
+        assert!(expanded(f40));
+        // Falcon-7B: old architecture, multi_query (one head matmul broadcasts: kv_broadcast)
+        let f7 = include_str!("../../tests/configs/falcon-7b.json");
+        assert!(!expanded(f7));
+        // new architecture with as many key/value heads as query heads: nothing to broadcast
+        let same = r#"{"model_type":"falcon","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"num_kv_heads":4,"new_decoder_architecture":true,"vocab_size":100}"#;
+        assert!(!expanded(same));
+    }
 }
