@@ -166,6 +166,11 @@ CASES = [
     # ... Llama 4 builds the full and the chunked mask whatever the layers read
     dict(id="xc-llama4text-rnd89-b2-s96-fp32-eager", config="rnd-s89-llama4text-0", batch=2,
          seq=96, precision="fp32", attention="eager", optimizer="sgd-momentum"),
+    # helper 48: under autocast OLMoE's q/k norms (`weight * x.to(input_dtype)`, fp32 weight) give
+    # fp32 outputs from the bf16 projections, and `clamp_` (clip_qkv) saves fp32 copies of them
+    dict(id="xc-olmoe-s29-ampbf16-lora-qo-b4-s128", config="rnd-s29-olmoe-1", batch=4, seq=128,
+         precision="amp-bf16", optimizer="sgd", dropout="off",
+         lora={"rank": 2, "alpha": 4, "targets": ["q_proj", "o_proj"]}),
     # helper 37: GPT-2's fused query at a batch of one is a view bmm saves (no matmul copy), and
     # a one-head Mamba-2 mixer's einsum operands of C and B are views (granitemoehybrid)
     dict(id="xc-gpt2-rnd17-b1-s411-bf16-eager", config="rnd-s17-gpt2-1", batch=1, seq=411,
