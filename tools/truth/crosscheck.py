@@ -171,6 +171,10 @@ CASES = [
     dict(id="xc-olmoe-s29-ampbf16-lora-qo-b4-s128", config="rnd-s29-olmoe-1", batch=4, seq=128,
          precision="amp-bf16", optimizer="sgd", dropout="off",
          lora={"rank": 2, "alpha": 4, "targets": ["q_proj", "o_proj"]}),
+    # ... and OLMoE's router: topk saves its int64 indices, norm_topk_prob's in-place division a
+    # clone of the top values and the divisor, `.to(router_logits.dtype)` a 16-bit copy
+    dict(id="xc-olmoe-s79-ampfp16-eager-sgd-b2-s192", config="rnd-s79-olmoe-0", batch=2, seq=192,
+         precision="amp-fp16", attention="eager", optimizer="sgd", dropout="off"),
     # helper 37: GPT-2's fused query at a batch of one is a view bmm saves (no matmul copy), and
     # a one-head Mamba-2 mixer's einsum operands of C and B are views (granitemoehybrid)
     dict(id="xc-gpt2-rnd17-b1-s411-bf16-eager", config="rnd-s17-gpt2-1", batch=1, seq=411,

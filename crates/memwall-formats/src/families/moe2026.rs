@@ -39,13 +39,16 @@ pub(crate) fn olmoe(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError>
         (None, Some(n)) => ("num_local_experts", Some(n)),
         (n, _) => ("num_experts", n),
     };
-    let block = moe(
+    let mut block = moe(
         ctx,
         (field, experts, 64),
         raw.num_experts_per_tok.unwrap_or(8),
         d.intermediate,
         &d,
     )?;
+    // configuration_olmoe.py: norm_topk_prob=False; OlmoeTopKRouter divides the top-k weights
+    // by their sum in place when it is set (the router is modelled op by op from this field)
+    block.norm_topk_prob = Some(raw.norm_topk_prob.unwrap_or(false));
     // modeling_olmoe.py OlmoeAttention: q/k/v/o bias=config.attention_bias; q_norm =
     // OlmoeRMSNorm(hidden_size), k_norm = OlmoeRMSNorm(hidden/heads · kv_heads) over the whole
     // projections; OlmoeRMSNorm is `weight * x.to(input_dtype)` (the Llama form).
