@@ -175,6 +175,10 @@ CASES = [
     # clone of the top values and the divisor, `.to(router_logits.dtype)` a 16-bit copy
     dict(id="xc-olmoe-s79-ampfp16-eager-sgd-b2-s192", config="rnd-s79-olmoe-0", batch=2, seq=192,
          precision="amp-fp16", attention="eager", optimizer="sgd", dropout="off"),
+    # ... Qwen3-MoE's router is the same (bf16 model: the fp32 top values cast back to bf16)
+    dict(id="xc-qwen3moe-s17-bf16-lora-qv-b2-s128", config="rnd-s17-qwen3moe-0", batch=2, seq=128,
+         precision="bf16", optimizer="adamw", dropout="off",
+         lora={"rank": 2, "alpha": 4, "targets": ["q_proj", "v_proj"]}),
     # helper 37: GPT-2's fused query at a batch of one is a view bmm saves (no matmul copy), and
     # a one-head Mamba-2 mixer's einsum operands of C and B are views (granitemoehybrid)
     dict(id="xc-gpt2-rnd17-b1-s411-bf16-eager", config="rnd-s17-gpt2-1", batch=1, seq=411,

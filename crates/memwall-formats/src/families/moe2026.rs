@@ -292,6 +292,28 @@ mod tests {
     }
 
     #[test]
+    fn olmoe_and_qwen_moe_routers_record_norm_topk_prob_with_their_config_defaults() {
+        use memwall_core::model::Mlp;
+        let norm = |json: &str| match parse_hf_config(json).unwrap().layers[0].mlp {
+            Mlp::Moe(m) => m.norm_topk_prob,
+            _ => None,
+        };
+        let olmoe = r#""model_type":"olmoe","vocab_size":100,"hidden_size":64,"intermediate_size":32,"num_hidden_layers":2,"num_attention_heads":4,"num_experts":4,"num_experts_per_tok":2"#;
+        // configuration_olmoe.py / configuration_qwen3_moe.py: norm_topk_prob=False
+        assert_eq!(norm(&format!("{{{olmoe}}}")), Some(false));
+        assert_eq!(
+            norm(&format!("{{{olmoe},\"norm_topk_prob\":true}}")),
+            Some(true)
+        );
+        let qwen3 = r#""model_type":"qwen3_moe","vocab_size":100,"hidden_size":64,"intermediate_size":32,"moe_intermediate_size":16,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"num_experts":4,"num_experts_per_tok":2"#;
+        assert_eq!(norm(&format!("{{{qwen3}}}")), Some(false));
+        assert_eq!(
+            norm(&format!("{{{qwen3},\"norm_topk_prob\":true}}")),
+            Some(true)
+        );
+    }
+
+    #[test]
     fn ernie_moe_lm_head_has_the_projections_bias() {
         let base = r#""model_type":"ernie4_5_moe","vocab_size":100,"hidden_size":64,"intermediate_size":96,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"moe_num_experts":4,"moe_k":2,"moe_intermediate_size":32,"tie_word_embeddings":false"#;
         let with_bias = parse_hf_config(&format!("{{{base},\"use_bias\":true}}")).unwrap();
