@@ -166,6 +166,19 @@ CASES = [
     # ... Llama 4 builds the full and the chunked mask whatever the layers read
     dict(id="xc-llama4text-rnd89-b2-s96-fp32-eager", config="rnd-s89-llama4text-0", batch=2,
          seq=96, precision="fp32", attention="eager", optimizer="sgd-momentum"),
+    # helper 48: under autocast OLMoE's q/k norms (`weight * x.to(input_dtype)`, fp32 weight) give
+    # fp32 outputs from the bf16 projections, and `clamp_` (clip_qkv) saves fp32 copies of them
+    dict(id="xc-olmoe-s29-ampbf16-lora-qo-b4-s128", config="rnd-s29-olmoe-1", batch=4, seq=128,
+         precision="amp-bf16", optimizer="sgd", dropout="off",
+         lora={"rank": 2, "alpha": 4, "targets": ["q_proj", "o_proj"]}),
+    # ... and OLMoE's router: topk saves its int64 indices, norm_topk_prob's in-place division a
+    # clone of the top values and the divisor, `.to(router_logits.dtype)` a 16-bit copy
+    dict(id="xc-olmoe-s79-ampfp16-eager-sgd-b2-s192", config="rnd-s79-olmoe-0", batch=2, seq=192,
+         precision="amp-fp16", attention="eager", optimizer="sgd", dropout="off"),
+    # ... Qwen3-MoE's router is the same (bf16 model: the fp32 top values cast back to bf16)
+    dict(id="xc-qwen3moe-s17-bf16-lora-qv-b2-s128", config="rnd-s17-qwen3moe-0", batch=2, seq=128,
+         precision="bf16", optimizer="adamw", dropout="off",
+         lora={"rank": 2, "alpha": 4, "targets": ["q_proj", "v_proj"]}),
     # helper 37: GPT-2's fused query at a batch of one is a view bmm saves (no matmul copy), and
     # a one-head Mamba-2 mixer's einsum operands of C and B are views (granitemoehybrid)
     dict(id="xc-gpt2-rnd17-b1-s411-bf16-eager", config="rnd-s17-gpt2-1", batch=1, seq=411,

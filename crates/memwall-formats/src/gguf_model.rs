@@ -299,6 +299,10 @@ impl Hparams<'_> {
                 } else {
                     c.insert("attention_bias".into(), json!(attn_bias));
                 }
+                // No GGUF key carries `norm_topk_prob` for these: llama.cpp's graphs fix it
+                // (src/models/qwen3moe.cpp `build_moe_ffn(.., norm_w = true, ..)`, qwen2moe.cpp
+                // `norm_w = false`), which is what Qwen3-MoE and Qwen1.5/2-MoE checkpoints set
+                c.insert("norm_topk_prob".into(), json!(self.arch == "qwen3moe"));
             }
             "gemma" => standard(&mut c, "gemma"),
             "gemma2" => {

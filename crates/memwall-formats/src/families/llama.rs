@@ -282,6 +282,8 @@ pub(crate) struct QwenMoeDefaults {
     pub top_k: u64,
     pub moe_intermediate: u64,
     pub shared_intermediate: u64,
+    /// The config's `norm_topk_prob` default (qwen2_moe False, qwen3_next True).
+    pub norm_topk_prob: bool,
 }
 
 /// Which layers are sparse and the sparse block they share: modeling_qwen2_moe.py
@@ -325,6 +327,9 @@ pub(crate) fn qwen_moe_block(
     )?;
     m.shared = (shared_i > 0).then(|| gated(shared_i, d.act));
     m.shared_gate = true;
+    // Qwen2MoeTopKRouter / Qwen3NextTopKRouter are OLMoE's router (softmax, top-k, `/= sum`
+    // under norm_topk_prob, `.to(router_logits.dtype)`), modelled op by op
+    m.norm_topk_prob = Some(raw.norm_topk_prob.unwrap_or(defaults.norm_topk_prob));
     Ok((sparse, Some(m)))
 }
 
@@ -341,6 +346,7 @@ pub(crate) fn qwen2_moe(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatEr
             top_k: 4,
             moe_intermediate: 1408,
             shared_intermediate: 5632,
+            norm_topk_prob: false,
         },
     )?;
     // configuration_qwen2_moe.py __post_init__: sliding_window kept only with
@@ -456,13 +462,17 @@ pub(crate) fn qwen3_moe(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatEr
             MAX_INTERMEDIATE,
         )?;
         // modeling_qwen3_moe.py Qwen3MoeSparseMoeBlock: experts + gate only, no shared expert.
-        Some(moe(
+        // Qwen3MoeTopKRouter is OLMoE's router (softmax, top-k, `/= sum` under
+        // norm_topk_prob, default False, `.to(router_logits.dtype)`), modelled op by op.
+        let mut m = moe(
             ctx,
             (field, Some(num_experts), 128),
             raw.num_experts_per_tok.unwrap_or(8),
             moe_i,
             &d,
-        )?)
+        )?;
+        m.norm_topk_prob = Some(raw.norm_topk_prob.unwrap_or(false));
+        Some(m)
     } else {
         None
     };

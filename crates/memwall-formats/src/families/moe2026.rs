@@ -39,13 +39,16 @@ pub(crate) fn olmoe(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError>
         (None, Some(n)) => ("num_local_experts", Some(n)),
         (n, _) => ("num_experts", n),
     };
-    let block = moe(
+    let mut block = moe(
         ctx,
         (field, experts, 64),
         raw.num_experts_per_tok.unwrap_or(8),
         d.intermediate,
         &d,
     )?;
+    // configuration_olmoe.py: norm_topk_prob=False; OlmoeTopKRouter divides the top-k weights
+    // by their sum in place when it is set (the router is modelled op by op from this field)
+    block.norm_topk_prob = Some(raw.norm_topk_prob.unwrap_or(false));
     // modeling_olmoe.py OlmoeAttention: q/k/v/o bias=config.attention_bias; q_norm =
     // OlmoeRMSNorm(hidden_size), k_norm = OlmoeRMSNorm(hidden/heads · kv_heads) over the whole
     // projections; OlmoeRMSNorm is `weight * x.to(input_dtype)` (the Llama form).
@@ -286,6 +289,28 @@ mod tests {
         assert!(clipped.layers.iter().all(|l| l.attention.clip_qkv));
         // MLP names are not LoRA targets (peft maps them onto the experts' parameters)
         assert!(!clipped.linear_names.iter().any(|(_, n)| n == "down_proj"));
+    }
+
+    #[test]
+    fn olmoe_and_qwen_moe_routers_record_norm_topk_prob_with_their_config_defaults() {
+        use memwall_core::model::Mlp;
+        let norm = |json: &str| match parse_hf_config(json).unwrap().layers[0].mlp {
+            Mlp::Moe(m) => m.norm_topk_prob,
+            _ => None,
+        };
+        let olmoe = r#""model_type":"olmoe","vocab_size":100,"hidden_size":64,"intermediate_size":32,"num_hidden_layers":2,"num_attention_heads":4,"num_experts":4,"num_experts_per_tok":2"#;
+        // configuration_olmoe.py / configuration_qwen3_moe.py: norm_topk_prob=False
+        assert_eq!(norm(&format!("{{{olmoe}}}")), Some(false));
+        assert_eq!(
+            norm(&format!("{{{olmoe},\"norm_topk_prob\":true}}")),
+            Some(true)
+        );
+        let qwen3 = r#""model_type":"qwen3_moe","vocab_size":100,"hidden_size":64,"intermediate_size":32,"moe_intermediate_size":16,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"num_experts":4,"num_experts_per_tok":2"#;
+        assert_eq!(norm(&format!("{{{qwen3}}}")), Some(false));
+        assert_eq!(
+            norm(&format!("{{{qwen3},\"norm_topk_prob\":true}}")),
+            Some(true)
+        );
     }
 
     #[test]

@@ -57,6 +57,8 @@ pub(crate) fn qwen3_next(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatE
             top_k: 10,
             moe_intermediate: 512,
             shared_intermediate: 512,
+            // configuration_qwen3_next.py: norm_topk_prob=True
+            norm_topk_prob: true,
         },
     )?;
     // Qwen3NextConfig.__post_init__: kwargs.setdefault("partial_rotary_factor", 0.25); the

@@ -417,10 +417,12 @@ impl Builder<'_> {
                         let (qa, _) =
                             self.linear(x, x_size, rows, lin(LinearRole::QA).unwrap_or(&LIN_ZERO));
                         let np = (lp.mla_norms[0], None);
-                        let (qn, _) = self.norm(qa, c, rows, &mla_norm(r), np);
+                        // (the norm's output is fp32 under autocast: `weight * x.to(dtype)`
+                        // with the fp32 weight; the next linear casts it, see `Builder::norm`)
+                        let (qn, qns) = self.norm(qa, c, rows, &mla_norm(r), np);
                         self.drop_(qa);
                         let (qb, _) =
-                            self.linear(qn, c, rows, lin(LinearRole::QB).unwrap_or(&LIN_ZERO));
+                            self.linear(qn, qns, rows, lin(LinearRole::QB).unwrap_or(&LIN_ZERO));
                         self.drop_(qn);
                         qb
                     }
@@ -436,8 +438,9 @@ impl Builder<'_> {
                 if self.mode.is_infer() {
                     return self.mla_infer(a, lp, q, kva, np);
                 }
-                let (kvn, _) = self.norm(kva, c, rows, &mla_norm(kv_lora_rank), np);
-                let (kvb, _) = self.linear(kvn, c, rows, lin(LinearRole::KvB).unwrap_or(&LIN_ZERO));
+                let (kvn, kvns) = self.norm(kva, c, rows, &mla_norm(kv_lora_rank), np);
+                let (kvb, _) =
+                    self.linear(kvn, kvns, rows, lin(LinearRole::KvB).unwrap_or(&LIN_ZERO));
                 self.drop_(kvn);
                 let _ = kvr;
                 // k = cat(k_nope, k_rope.expand(heads)), q = cat(q_nope, rope(q_rope)) (new tensors)

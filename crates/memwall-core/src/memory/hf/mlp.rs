@@ -389,6 +389,44 @@ impl Builder<'_> {
             self.drop_(topv);
             self.mlp_locals.push(logits);
             topw
+        } else if let Some(normalise) = moe.norm_topk_prob.filter(|_| !moe.router_scores_fp32) {
+            // OLMoE (`OlmoeTopKRouter`, transformers 5.23 models/olmoe/modeling_olmoe.py), op by
+            // op: the logits (autocast's linear: 16-bit under autocast, bound to `_` in the
+            // block until it returns), `softmax(logits, dtype=torch.float)` (saved), `topk`
+            // (fp32 values and int64 indices; TopkBackward saves the indices: derivatives.yaml
+            // `topk`: `value_selecting_reduction_backward_symint(grad, dim, indices, ..)`), with
+            // `norm_topk_prob` `router_top_value /= router_top_value.sum(-1, keepdim=True)` (an
+            // in-place div_ whose backward needs the original `self`: a saved clone and the
+            // [tokens, 1] divisor, as in `deepseek_routing_weights`), then
+            // `.to(router_logits.dtype)`: a 16-bit copy under autocast, the tensor itself in
+            // fp32. Traced on torch 2.15 CPU (rnd-t151-021-olmoe under amp-bf16, per MoE layer
+            // after the block: the bf16 weight copy, the fp32 softmax, the topk indices, the
+            // clone of the top values and the divisor, 76,672 B beside the experts)
+            let (logits, ls) = self.linear(x, x_size, rows, router);
+            let probs = self.op(rows * e * 4, &[logits], &[], &[], &[]);
+            self.mlp_locals.push(logits);
+            let topk_index = self.act(rows * k * 8, false);
+            self.mlp_locals.push(topk_index);
+            router_index = Some(topk_index);
+            let topv = self.op(rows * k * 4, &[probs], &[probs, topk_index], &[], &[]);
+            self.drop_(probs);
+            let topv = if normalise {
+                let denom = self.op(rows * 4, &[topv], &[], &[], &[]);
+                // the in-place division as a new output with its input saved (the clone)
+                let y = self.op(rows * k * 4, &[topv, denom], &[topv, denom], &[], &[]);
+                self.drop_(topv);
+                self.drop_(denom);
+                y
+            } else {
+                topv
+            };
+            if ls != 4 {
+                let w = self.cast(topv, rows * k * ls);
+                self.drop_(topv);
+                w
+            } else {
+                topv
+            }
         } else {
             // softmax(router_logits, dtype=float) saved; top-k weights cast to the hidden dtype.
             // The router returns its logits and the block binds them to `_` until it returns
@@ -445,7 +483,8 @@ impl Builder<'_> {
         // `sample_weights_g = sample_weights[perm]`: the routing weights gathered (a new
         // tensor, IndexBackward saving `perm`)
         let saved_perm: &[TensorId] = if self.rg(topw) { &[perm] } else { &[] };
-        // (DeepSeek-V3's weights are in the scores' dtype: 16-bit under autocast)
+        // (DeepSeek-V3's weights are in the scores' dtype, OLMoE's in the logits': 16-bit
+        // under autocast)
         let topw_g_bytes = if router_index.is_some() {
             self.t.bytes(topw)
         } else {
@@ -888,5 +927,43 @@ mod tests {
         let with = forward_peak(&deepseek_moe(true), &w);
         let without = forward_peak(&deepseek_moe(false), &w);
         assert_eq!(with - without, 2 * per_layer);
+    }
+
+    /// Llama-2-7B's first two layers with an OLMoE style MoE (softmax router over all
+    /// experts, its top-k weights cast back to the logits' dtype, `norm_topk_prob` given).
+    fn olmoe_moe(norm_topk_prob: bool) -> ModelDesc {
+        let mut m = deepseek_moe(norm_topk_prob);
+        for l in &mut m.layers {
+            if let Mlp::Moe(moe) = &mut l.mlp {
+                moe.shared = None;
+                moe.router_fp32 = false;
+            }
+        }
+        m
+    }
+
+    #[test]
+    fn olmoes_router_keeps_the_topk_indices_and_the_normalised_weights_inputs() {
+        // OlmoeTopKRouter: TopkBackward saves the int64 indices whether or not the weights are
+        // normalised; `router_top_value /= sum` adds a saved clone of the fp32 top values and
+        // the [tokens, 1] divisor, both alive from each MoE layer's router to its backward
+        // (traced on torch 2.15 CPU, rnd-t151-021-olmoe)
+        let (batch, seq) = (2u64, 64u64);
+        let w = TrainWorkload::new(batch, seq);
+        let tokens = batch * seq;
+        let per_layer = tokens * 2 * 4 + tokens * 4;
+        let with = forward_peak(&olmoe_moe(true), &w);
+        let without = forward_peak(&olmoe_moe(false), &w);
+        assert_eq!(with - without, 2 * per_layer);
+        // the field unset: the router as modelled before (indices freed when the block
+        // returns), two layers' [tokens, k] int64 indices fewer at the last layer's peak
+        let mut unset = olmoe_moe(false);
+        for l in &mut unset.layers {
+            if let Mlp::Moe(moe) = &mut l.mlp {
+                moe.norm_topk_prob = None;
+            }
+        }
+        let indices = tokens * 2 * 8;
+        assert_eq!(without - forward_peak(&unset, &w), 2 * indices);
     }
 }

@@ -345,13 +345,29 @@ impl Builder<'_> {
                 // `type_as` (live_tensors.py on rnd-i17-063-olmo2: `h`, `weight * h` and the cast
                 // alive at once)
                 let gemma = norm.kind == NormKind::GemmaRmsNorm;
+                let mut out_size = x_size;
                 let y = if norm.kind == NormKind::RmsNorm && x_size != 4 {
-                    // Llama: `weight * h.to(input_dtype)`: the weight multiplies in the input dtype
+                    // Llama: `weight * h.to(input_dtype)`: the weight multiplies in the input
+                    // dtype. Under autocast the weight is the fp32 parameter and `mul` is in no
+                    // autocast list, so a 16-bit input (a q/k projection's output: Qwen 3's and
+                    // OLMoE's q_norm/k_norm) gives an fp32 product by type promotion (traced on
+                    // torch 2.15 CPU, rnd-t151-021-olmoe under amp-bf16: q_norm's output and
+                    // `clamp_`'s saved copy are fp32 [tokens, hidden]). Its backward computes
+                    // both gradients in fp32 (mul_tensor_backward); the 16-bit input's is cast
+                    // only after the node returns (engine.cpp `validate_outputs`), beside it.
+                    let promoted = self.amp;
+                    let y_size = if promoted { 4 } else { x_size };
                     let hd = self.cast(h32, n * x_size);
                     let saved: &[TensorId] = if w_tr { &[hd] } else { &[] };
-                    let temps = if w_tr { [n * x_size] } else { [0] };
-                    let y = self.op(n * x_size, &[hd], saved, params, &temps);
+                    let w_temp = if w_tr { n * y_size } else { 0 };
+                    let cast_temp = if promoted && self.rg(hd) {
+                        n * y_size
+                    } else {
+                        0
+                    };
+                    let y = self.op(n * y_size, &[hd], saved, params, &[w_temp, cast_temp]);
                     self.drop_(hd);
+                    out_size = y_size;
                     y
                 } else {
                     // Olmo2: `(weight * h).to(input_dtype)`; Gemma: `(h * (1 + weight.float())).type_as(x)`:
@@ -373,7 +389,7 @@ impl Builder<'_> {
                     self.drop_(h32);
                     self.drop_(variance);
                 }
-                (y, x_size)
+                (y, out_size)
             }
         }
     }
@@ -540,5 +556,35 @@ mod tests {
             "{beyond} bytes = {} units",
             beyond as f64 / unit as f64
         );
+    }
+
+    /// A Llama-form RMSNorm (`weight * h.to(input_dtype)`) on a 16-bit input: under autocast
+    /// the fp32 weight promotes the product to fp32 (OLMoE's and Qwen 3's q/k norms on bf16
+    /// projections; traced on torch 2.15 CPU, rnd-t151-021-olmoe), in a bf16 model it stays
+    /// bf16; an fp32 input is unchanged either way.
+    #[test]
+    fn a_llama_rms_norm_of_a_16_bit_input_is_fp32_under_autocast() {
+        let out = |precision: Precision, x_size: u128| {
+            let mut m = llama2_7b();
+            m.layers.truncate(1);
+            let mut w = TrainWorkload::new(1, 64);
+            w.precision = precision;
+            let mut b = Builder::train(&m, &w, Kernels::Cpu, None);
+            let (rows, dim) = (64u128, 128u128);
+            let p = b.new_param(dim, true);
+            let x = b.act(rows * dim * x_size, true);
+            let norm = Norm {
+                kind: NormKind::RmsNorm,
+                dim: 128,
+                bias: false,
+            };
+            let (y, ys) = b.norm(x, x_size, rows, &norm, (p, None));
+            assert_eq!(b.t.bytes(y), rows * dim * ys);
+            ys
+        };
+        assert_eq!(out(Precision::AmpBf16, 2), 4);
+        assert_eq!(out(Precision::AmpFp16, 2), 4);
+        assert_eq!(out(Precision::Bf16, 2), 2);
+        assert_eq!(out(Precision::AmpBf16, 4), 4);
     }
 }
