@@ -140,6 +140,14 @@ CASES = [
     # recomputed G and L die before the engine casts G's gradient (ssm.rs backward_peak_scan_amp)
     dict(id="xc-falconh1-nbg-small-ampbf16-ckpt-sgd", config="falcon-h1-small-nbg", batch=2,
          seq=264, precision="amp-bf16", optimizer="sgd", checkpointing=True, dropout="off"),
+    # Falcon-H1 under autocast at rnd-s167-falconh1-0's widths (state 128, one chunk): the saving
+    # forward peaks at C_times_states' bmm on 16-bit operands (ssm.rs Scan::forward_peak_amp;
+    # helper 49), with and without checkpointing
+    dict(id="xc-falconh1-s167-ampbf16-b5-s19", config="rnd-s167-falconh1-0", batch=5, seq=19,
+         precision="amp-bf16", optimizer="adamw-forloop", attention="eager", dropout="off"),
+    dict(id="xc-falconh1-s167-ampbf16-ckpt-b5-s19", config="rnd-s167-falconh1-0", batch=5,
+         seq=19, precision="amp-bf16", optimizer="adamw-forloop", attention="eager",
+         dropout="off", checkpointing=True),
     # Cohere 2 with a window (120) as long as the sequence, checkpointed (helper 29): both causal
     # masks built and held through the backward, the layer's locals alive at its final sum
     dict(id="xc-cohere2-rnd61-b3-s120-ckpt-fp32-sgd", config="rnd-s61-cohere2-0", batch=3,

@@ -18,7 +18,7 @@ from transformers.models.falcon_h1.modeling_falcon_h1 import FalconH1Mixer, comp
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from mixer_trace import trace, marks  # noqa: E402
-from mamba2_mixer import dims_of, saved as m2_saved, fwd_peak, CASES  # noqa: E402
+from mamba2_mixer import dims_of, saved as m2_saved, fwd_peak, fwd_peak_amp as m2_fwd_peak_amp, CASES  # noqa: E402
 
 
 def run(B, S, mode, prec, dims, norm=False, before=False, frozen=False):
@@ -109,6 +109,36 @@ def check_amp():
             print(f"B={B} S={S} dims={dims} amp norm={norm}: saved {m['fwd'][0] - anchor - form:+d}")
 
 
+def fwd_peak_amp(d):
+    """Autocast forward peak of the saving forward over an fp32 `zxbcdt` (ssm.rs
+    `Scan::forward_peak_amp`), above in_proj's bf16 weight and input copies and its fp32
+    output: Mamba2Mixer's autocast form (`mamba2_mixer.py fwd_peak_amp`, the larger of the
+    output's and the wide state's `C_times_states` instants) with Falcon-H1's convolution and
+    dt: the convolution's bf16 output cast back to fp32 (its bf16 silu goes at once) in place
+    of a bf16 silu output, dt's three ops in fp32, and no `.float()` copies of x and dt."""
+    T, H, I, B, S, cd = [d[k] for k in "T H I B S cd".split()]
+    f, b = 4, 2
+    return m2_fwd_peak_amp(d) - (B*cd*S*b + 3*T*H*b + T*I*f + 2*T*H*f) + (B*cd*S*f + 3*T*H*f)
+
+
+FWD_CASES = CASES + [(5, 19, (128, 8, 32, 2, 128, 4, 128)), (2, 19, (128, 8, 32, 2, 128, 4, 128)),
+                     (3, 150, (128, 8, 32, 2, 128, 4, 64)), (1, 100, (128, 8, 32, 2, 128, 4, 32)),
+                     (4, 24, (256, 64, 8, 4, 32, 2, 64)), (2, 150, (256, 64, 8, 4, 32, 2, 64))]
+
+
+def check_amp_fwd():
+    """The saving forward's peak under autocast (fp32 zxbcdt) against `fwd_peak_amp`, with and
+    without the gated norm (the peak is inside the scan, before the norm)."""
+    for B, S, dims in FWD_CASES:
+        for norm in (False, True):
+            d = dims_of(B, S, dims, 2)
+            T, h, E = d["T"], d["h"], d["E"]
+            m = marks(run(B, S, "train", "amp", dims, norm))
+            inproj = E * h * 2 + T * h * 2 + T * E * 4
+            print(f"B={B} S={S} dims={dims} c={d['c']} amp norm={norm}: fwd peak "
+                  f"{m['fwd'][1] - inproj - fwd_peak_amp(d):+d} (traced {m['fwd'][1]})")
+
+
 def check_order():
     """FalconH1RMSNormGated with `mamba_norm_before_gate` true (normalise, weight, then
     `* silu(gate.float())`) against the gate-first order memwall's forms follow: the saved bytes
@@ -140,6 +170,8 @@ if __name__ == "__main__" and sys.argv[1:2] == ["--order"]:
     check_order()
 elif __name__ == "__main__" and sys.argv[1:2] == ["--check"]:
     check()
+elif __name__ == "__main__" and sys.argv[1:2] == ["--check-amp-fwd"]:
+    check_amp_fwd()
 elif __name__ == "__main__" and sys.argv[1:2] == ["--check-amp"]:
     check_amp()
 elif __name__ == "__main__":

@@ -321,6 +321,9 @@ impl Scan {
         if self.amp && z != F {
             return self.forward_peak_amp16();
         }
+        if self.amp {
+            return self.forward_peak_amp();
+        }
         let Scan {
             b,
             s,
@@ -488,11 +491,33 @@ impl Scan {
         let mut v = self.tp * self.i * F + self.h * F;
         if z != F {
             v += self.t * self.h * F;
-            if self.amp {
-                v += self.amp_cached();
-            }
+        }
+        if self.amp {
+            v += self.amp_cached();
         }
         v
+    }
+
+    /// [`Scan::forward_peak`] under autocast over an fp32 `zxbcdt` (Falcon-H1: the bf16
+    /// `in_proj` output times the fp32 `mup_vector`): the instants of
+    /// [`Scan::forward_peak_amp16`] (the output's contiguous copy, or `C_times_states`' `bmm`
+    /// with a wide state), where every einsum's `bmm` runs on 16-bit casts of its operands
+    /// (their fp32 layout copies go after the `bmm`) and returns 16 bits, with Falcon-H1's
+    /// convolution and dt: the convolution's bf16 output is cast back to fp32 (the bf16 silu
+    /// goes at once), dt's three ops stay fp32 and the scan makes no `.float()` copies of x
+    /// and dt. The fp32 form counted fp32 layout copies and `bmm` outputs: the random sample's
+    /// `rnd-t167-036-falconh1` (one chunk, state 128 against heads of 32: the `C_times_states`
+    /// instant) was +14.4 %. Read off `tools/truth/probes/falcon_h1_mixer.py --check-amp-fwd`
+    /// (exact for 1–4 chunks, padded and not, with and without the gated norm, Codestral's,
+    /// odd, wide-state and these widths; one sequence of one head over several chunks is
+    /// 4–16 KB over, as [`Scan::forward_peak_amp16`]).
+    fn forward_peak_amp(&self) -> u128 {
+        let Scan {
+            b, s, t, h, cd, i, ..
+        } = *self;
+        const B16: u128 = 2;
+        (self.forward_peak_amp16() + b * cd * s * F + 3 * t * h * F)
+            .saturating_sub(b * cd * s * B16 + 3 * t * h * B16 + t * i * F + 2 * t * h * F)
     }
 
     /// [`Scan::forward_peak`] under autocast with 16-bit projections (`Mamba2Mixer`), at the
@@ -1411,6 +1436,41 @@ mod tests {
                 - Scan::new(&codestral(false), 1, 512, false).backward_peak_frozen(z) as i128;
             assert_eq!(diff, traced, "1×512 z={z}");
         }
+    }
+
+    /// Autocast over Falcon-H1's fp32 `zxbcdt` at rnd-s167-falconh1-0's widths (8 heads of 32,
+    /// 2 groups, state 128, kernel 4): the saving forward's peak as
+    /// `tools/truth/probes/falcon_h1_mixer.py --check-amp-fwd` traces it, above in_proj's bf16
+    /// weight and input copies and its fp32 output: 29,928,072 − 680,672 at 5 × 19 tokens in
+    /// one chunk of 128 (the `C_times_states` instant), 28,153,952 − 2,236,992 at 3 × 150 in
+    /// chunks of 64; the fp32 form (16-bit `bmm`s counted as fp32) was 6,236,632 bytes over
+    /// at 5 × 19 (rnd-t167-036-falconh1 +14.4 %).
+    #[test]
+    fn falcon_autocast_forward_peak_matches_the_trace() {
+        let s167 = |l| Mamba2 {
+            num_heads: 8,
+            head_dim: 32,
+            n_groups: 2,
+            state_size: 128,
+            conv_kernel: 4,
+            intermediate: 256,
+            chunk_size: l,
+            proj_bias: false,
+            out_bias: false,
+            gated_norm: false,
+            norm_before_gate: true,
+            conv_bias: true,
+            residual_in_fp32: false,
+            state_in_training_cache: true,
+        };
+        let d = Scan::new(&s167(128), 5, 19, true);
+        assert_eq!(d.forward_peak(F), 29_928_072 - 680_672);
+        assert_eq!(
+            Scan::new(&s167(64), 3, 150, true).forward_peak(F),
+            28_153_952 - 2_236_992
+        );
+        let fp32 = Scan::new(&s167(128), 5, 19, false);
+        assert!(fp32.forward_peak(F) > d.forward_peak(F));
     }
 
     /// Autocast over Falcon-H1's fp32 `zxbcdt` at the seed-53 widths, 5 × 264 tokens (3
