@@ -879,7 +879,7 @@ fn report(
             &random.train,
             "## Random sample, training steps (`tests/truth/random_train.jsonl`; cases drawn by \
              `tools/truth/sample_cases.py`: seeds 17, 71, 73, 97, 107, 127, 149, 157 and 173 over the older families, \
-             `tools/truth/cases/random_train.toml`; seeds 29, 53, 61, 67, 79, 89, 103, 113, 139 and 151 over the issue-14 families, \
+             `tools/truth/cases/random_train.toml`; seeds 29, 53, 61, 67, 79, 89, 103, 113, 139, 151 and 167 over the issue-14 families, \
              `tools/truth/cases/random_new_train.toml`)",
         ));
     }
@@ -889,7 +889,7 @@ fn report(
             &random.infer,
             "## Random sample, inference (`tests/truth/random_infer.jsonl`; cases drawn by \
              `tools/truth/sample_cases.py`: seeds 17, 71, 73, 97, 107, 127, 149, 157 and 173, `tools/truth/cases/random_infer.toml`; \
-             seeds 29, 53, 61, 67, 79, 89, 103, 113, 139 and 151, `tools/truth/cases/random_new_infer.toml`)",
+             seeds 29, 53, 61, 67, 79, 89, 103, 113, 139, 151 and 167, `tools/truth/cases/random_new_infer.toml`)",
         ));
     }
     if !random.dist.is_empty() {
@@ -897,7 +897,7 @@ fn report(
         s.push_str(&section_report(
             &random.dist,
             "## Random sample, distributed training, rank 0 (`tests/truth/random_dist.jsonl`; cases \
-             drawn by `tools/truth/sample_dist_cases.py`: seeds 41, 101 and 131 over the older families, 83, 109, 137 and 163 over the issue-14 families)",
+             drawn by `tools/truth/sample_dist_cases.py`: seeds 41, 101, 131 and 179 over the older families, 83, 109, 137 and 163 over the issue-14 families)",
         ));
         let phases = &random.dist_phases;
         let outside: Vec<&PhaseRow> = phases
