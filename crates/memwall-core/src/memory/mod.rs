@@ -471,7 +471,7 @@ pub fn check_attention(
         };
         return Err(CoreError::invalid_value(
             "num_kv_heads",
-            &kv.to_string(),
+            kv.to_string(),
             format!(
                 "Falcon's new decoder architecture broadcasts {kv} key/value head(s) to all {heads} query heads before its KV cache and attention (models/falcon/modeling_falcon.py `_split_heads`), which memwall's transformers simulation does not model yet"
             ),
@@ -574,7 +574,10 @@ mod tests {
         }
         let e = simulate_train(&m, &TrainWorkload::new(1, 64), Kernels::Cuda).unwrap_err();
         let msg = e.to_string();
-        assert!(msg.contains("num_kv_heads") && msg.contains("_split_heads"), "{msg}");
+        assert!(
+            msg.contains("num_kv_heads") && msg.contains("_split_heads"),
+            "{msg}"
+        );
         let i = crate::workload::InferWorkload {
             batch: 1,
             prompt: 16,
