@@ -302,15 +302,9 @@ fn train_rows_of(file: &str) -> Vec<Row> {
         with_image_tokens(&mut desc, c.image_tokens);
         let mut w = workload(&c);
         w.attention = attention_of(&desc, w.attention);
-        let e = match (simulate_train(&desc, &w, Kernels::Cpu), refused.get(&c.id)) {
-            (Ok(_), Some(_)) => panic!(
-                "{} is listed under [[refused]] in known_gaps.toml but is estimated now: remove it",
-                c.id
-            ),
-            (Ok(e), None) => e,
-            // refused by name, with the reason the toml gives (the error names the field)
-            (Err(_), Some(_)) => continue,
-            (Err(err), None) => panic!("{}: {err}", c.id),
+        let Some(e) = unless_refused(simulate_train(&desc, &w, Kernels::Cpu), &c.id, &refused)
+        else {
+            continue;
         };
         // the fast evaluator (what the CLI runs) gives the replay's result exactly
         assert_eq!(
@@ -445,15 +439,9 @@ fn infer_rows_of(file: &str) -> Vec<Row> {
         assert_eq!(desc.model_type, c.model_type, "{}", c.id);
         with_image_tokens(&mut desc, c.image_tokens);
         let w = infer_workload(&c, &desc);
-        let e = match (simulate_infer(&desc, &w, Kernels::Cpu), refused.get(&c.id)) {
-            (Ok(_), Some(_)) => panic!(
-                "{} is listed under [[refused]] in known_gaps.toml but is estimated now: remove it",
-                c.id
-            ),
-            (Ok(e), None) => e,
-            // refused by name, with the reason the toml gives
-            (Err(_), Some(_)) => continue,
-            (Err(err), None) => panic!("{}: {err}", c.id),
+        let Some(e) = unless_refused(simulate_infer(&desc, &w, Kernels::Cpu), &c.id, &refused)
+        else {
+            continue;
         };
         assert_eq!(
             memwall_core::memory::fast::simulate_infer(&desc, &w, Kernels::Cpu).as_ref(),
@@ -748,6 +736,24 @@ fn gaps_table(table: &str) -> BTreeMap<String, String> {
 /// Cases listed in `tests/truth/known_gaps.toml` (`[[gap]]`) with their reason.
 fn known_gaps() -> BTreeMap<String, String> {
     gaps_table("gap")
+}
+
+/// The estimate of case `id`, or `None` when it is refused by name and listed under `[[refused]]`
+/// (with the reason the toml gives; the error names the field). Panics when a listed case is
+/// estimated now (remove it from the list) or an unlisted one is refused.
+fn unless_refused<T, E: std::fmt::Display>(
+    result: Result<T, E>,
+    id: &str,
+    refused: &BTreeMap<String, String>,
+) -> Option<T> {
+    match (result, refused.get(id)) {
+        (Ok(_), Some(_)) => panic!(
+            "{id} is listed under [[refused]] in known_gaps.toml but is estimated now: remove it"
+        ),
+        (Ok(e), None) => Some(e),
+        (Err(_), Some(_)) => None,
+        (Err(err), None) => panic!("{id}: {err}"),
+    }
 }
 
 /// Measured cases the estimator refuses by name (`[[refused]]` in `tests/truth/known_gaps.toml`)

@@ -48,6 +48,16 @@ pub struct TrainEstimate {
     pub host_offload_bytes: u64,
 }
 
+impl TrainEstimate {
+    /// The highest live bytes within `phase` (`None` for a phase the step does not run).
+    pub fn phase_peak(&self, phase: Phase) -> Option<u64> {
+        self.phase_peaks
+            .iter()
+            .find(|(p, _)| *p == phase)
+            .map(|&(_, b)| b)
+    }
+}
+
 fn is_zero(v: &u64) -> bool {
     *v == 0
 }
@@ -710,11 +720,7 @@ mod tests {
             w.precision = crate::Precision::AmpBf16;
             let e = crate::memory::simulate_train_dist(&m, &w, &layout, Kernels::Cuda).unwrap();
             let g = &e.groups[e.worst];
-            g.phase_peaks
-                .iter()
-                .find(|(p, _)| *p == Phase::Forward)
-                .map(|(_, b)| *b)
-                .unwrap()
+            g.phase_peak(Phase::Forward).unwrap()
         };
         let rows_hidden_fp32 = 512 * 4096 * 4;
         let q = forward(&["q_proj"]);
@@ -750,11 +756,7 @@ mod tests {
             let e = crate::memory::simulate_train_dist_with(&m, &w, &layout, Kernels::Cpu, &opts)
                 .unwrap();
             let g = &e.groups[e.worst];
-            g.phase_peaks
-                .iter()
-                .find(|(p, _)| *p == Phase::Backward)
-                .map(|(_, b)| *b)
-                .unwrap()
+            g.phase_peak(Phase::Backward).unwrap()
         };
         let kept = backward(Strategy::FsdpGradOp, Some(false));
         let resharded = backward(Strategy::FsdpGradOp, Some(true));
@@ -787,11 +789,7 @@ mod tests {
         w.checkpointing = true;
         let forward = |m: &ModelDesc| {
             let e = simulate_train(m, &w, Kernels::Cpu).unwrap();
-            e.phase_peaks
-                .iter()
-                .find(|(p, _)| *p == Phase::Forward)
-                .map(|(_, b)| *b)
-                .unwrap()
+            e.phase_peak(Phase::Forward).unwrap()
         };
         // at down_proj's fp32 input copy the fused MLP still holds its [rows, 2·inter]
         // gate_up output (without it the two forward peaks are equal)

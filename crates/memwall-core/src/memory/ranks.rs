@@ -201,6 +201,16 @@ pub struct RankGroup {
     pub phase_peaks: Vec<(Phase, u64)>,
 }
 
+impl RankGroup {
+    /// The highest live bytes within `phase` (`None` for a phase the step does not run).
+    pub fn phase_peak(&self, phase: Phase) -> Option<u64> {
+        self.phase_peaks
+            .iter()
+            .find(|(p, _)| *p == phase)
+            .map(|&(_, b)| b)
+    }
+}
+
 /// A named communication buffer and its bytes on one rank.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CommBuffer {

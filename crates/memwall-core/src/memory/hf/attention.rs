@@ -1630,12 +1630,42 @@ mod tests {
         b
     }
 
+    /// The live bytes left once the attention kernel of `a` has run on `q`, `k`, `v` (`size`
+    /// bytes per element, `heads` heads of `hd`) and every tensor of the call is dropped.
+    fn kernel_leaves(
+        b: &mut crate::memory::hf::Builder<'_>,
+        (q, k, v): (
+            crate::memory::timeline::TensorId,
+            crate::memory::timeline::TensorId,
+            crate::memory::timeline::TensorId,
+        ),
+        size: u128,
+        (heads, hd): (u128, u128),
+        a: &crate::model::Attention,
+    ) -> u128 {
+        let call = crate::memory::hf::CoreCall {
+            slot: 0,
+            q: (q, size),
+            k: (k, size),
+            v: (v, size),
+            heads,
+            kv_heads: heads,
+            qk_dim: hd,
+            v_dim: hd,
+            q_bhsd: false,
+        };
+        let o = b.attention_kernel(call, a);
+        for t in [o, q, k, v] {
+            b.drop_(t);
+        }
+        b.t.live()
+    }
+
     #[test]
     fn the_math_kernels_value_product_keeps_the_dropped_probabilities_for_a_grad_value_only() {
         // CPU SDPA with attention dropout (the math kernel): `attn @ value` saves the dropped
         // fp32 probabilities only when the value needs a gradient (a frozen v path, layer 0 of
         // a LoRA model without a v_proj adapter, keeps none; measured: rnd-t53-019-granite)
-        use crate::memory::hf::CoreCall;
         let (batch, seq) = (2u64, 64u64);
         let mut m = two_layers();
         m.dropout.attention = 0.1;
@@ -1650,23 +1680,8 @@ mod tests {
         let kept = |value_grad: bool| {
             let mut b = kernel_builder(&m, &w);
             let n = rows * heads * hd * 2;
-            let (q, k, v) = (b.act(n, true), b.act(n, true), b.act(n, value_grad));
-            let call = CoreCall {
-                slot: 0,
-                q: (q, 2),
-                k: (k, 2),
-                v: (v, 2),
-                heads,
-                kv_heads: heads,
-                qk_dim: hd,
-                v_dim: hd,
-                q_bhsd: false,
-            };
-            let o = b.attention_kernel(call, &a);
-            for t in [o, q, k, v] {
-                b.drop_(t);
-            }
-            b.t.live()
+            let qkv = (b.act(n, true), b.act(n, true), b.act(n, value_grad));
+            kernel_leaves(&mut b, qkv, 2, (heads, hd), &a)
         };
         let probs = u128::from(batch * seq * seq) * heads * 4;
         assert_eq!(kept(true) - kept(false), probs);
@@ -1679,7 +1694,6 @@ mod tests {
         // copies and the fused output goes with the attention's locals, so the eager kernel
         // keeps what it keeps for contiguous (cached) keys and values (measured:
         // rnd-t17-058-gpt2, one [B, S, E] per layer over while the fused output was kept)
-        use crate::memory::hf::CoreCall;
         let (batch, seq) = (2u64, 64u64);
         let mut m = two_layers();
         for l in &mut m.layers {
@@ -1695,7 +1709,7 @@ mod tests {
         let n = u128::from(batch * seq) * heads * hd * 4;
         let kept = |views: bool| {
             let mut b = kernel_builder(&m, &w);
-            let (q, k, v) = if views {
+            let qkv = if views {
                 let y = b.act(3 * n, true);
                 b.t.retain(y);
                 b.t.retain(y);
@@ -1703,22 +1717,7 @@ mod tests {
             } else {
                 (b.act(n, true), b.act(n, true), b.act(n, true))
             };
-            let call = CoreCall {
-                slot: 0,
-                q: (q, 4),
-                k: (k, 4),
-                v: (v, 4),
-                heads,
-                kv_heads: heads,
-                qk_dim: hd,
-                v_dim: hd,
-                q_bhsd: false,
-            };
-            let o = b.attention_kernel(call, &a);
-            for t in [o, q, k, v] {
-                b.drop_(t);
-            }
-            b.t.live()
+            kernel_leaves(&mut b, qkv, 4, (heads, hd), &a)
         };
         assert_eq!(kept(true), kept(false));
     }

@@ -336,11 +336,7 @@ mod tests {
         let mut w = TrainWorkload::new(batch, 64);
         w.attention = attention;
         let e = simulate_train(m, &w, Kernels::Cpu).unwrap();
-        e.phase_peaks
-            .iter()
-            .find(|(p, _)| *p == Phase::Forward)
-            .map(|&(_, b)| b)
-            .unwrap()
+        e.phase_peak(Phase::Forward).unwrap()
     }
 
     #[test]

@@ -907,11 +907,7 @@ mod tests {
 
     fn forward_peak(m: &ModelDesc, w: &TrainWorkload) -> u64 {
         let e = simulate_train(m, w, Kernels::Cpu).unwrap();
-        e.phase_peaks
-            .iter()
-            .find(|(p, _)| *p == Phase::Forward)
-            .map(|&(_, b)| b)
-            .unwrap()
+        e.phase_peak(Phase::Forward).unwrap()
     }
 
     #[test]

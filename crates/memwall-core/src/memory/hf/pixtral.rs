@@ -398,11 +398,7 @@ mod tests {
         let mut w = TrainWorkload::new(batch, 1100);
         w.attention = attention;
         let e = simulate_train(m, &w, Kernels::Cuda).unwrap();
-        e.phase_peaks
-            .iter()
-            .find(|(p, _)| *p == Phase::Forward)
-            .map(|&(_, b)| b)
-            .unwrap()
+        e.phase_peak(Phase::Forward).unwrap()
     }
 
     #[test]

@@ -313,11 +313,7 @@ mod tests {
         let mut w = TrainWorkload::new(2, 64);
         w.attention = attention;
         let e = simulate_train(m, &w, Kernels::Cuda).unwrap();
-        e.phase_peaks
-            .iter()
-            .find(|(p, _)| *p == Phase::Forward)
-            .map(|&(_, b)| b)
-            .unwrap()
+        e.phase_peak(Phase::Forward).unwrap()
     }
 
     #[test]
@@ -374,13 +370,7 @@ mod tests {
         let grow = |w: &TrainWorkload| {
             let a = simulate_train(&model(None), w, Kernels::Cuda).unwrap();
             let b = simulate_train(&model(Some(16)), w, Kernels::Cuda).unwrap();
-            let f = |e: &crate::memory::TrainEstimate| {
-                e.phase_peaks
-                    .iter()
-                    .find(|(p, _)| *p == Phase::Backward)
-                    .map(|&(_, b)| b)
-                    .unwrap()
-            };
+            let f = |e: &crate::memory::TrainEstimate| e.phase_peak(Phase::Backward).unwrap();
             f(&b) - f(&a)
         };
         // 2 masks of 4096² bytes at least (plus the per-layer fp16 masks saved for backward)

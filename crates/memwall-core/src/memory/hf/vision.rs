@@ -778,11 +778,7 @@ pub(super) mod test_support {
     /// The highest live bytes of `m`'s backward phase under `w` (CUDA kernels).
     pub(in crate::memory::hf) fn backward_phase_peak(m: &ModelDesc, w: &TrainWorkload) -> u64 {
         let e: TrainEstimate = simulate_train(m, w, Kernels::Cuda).unwrap();
-        e.phase_peaks
-            .iter()
-            .find(|(p, _)| *p == Phase::Backward)
-            .map(|&(_, b)| b)
-            .unwrap()
+        e.phase_peak(Phase::Backward).unwrap()
     }
 }
 
