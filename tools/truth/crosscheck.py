@@ -304,6 +304,10 @@ INFER_CASES = [
          new_tokens=9, weights="fp32", attention="eager"),
     dict(id="xc-infer-mamba2-1h-n128-b3-p30-fp32", config="h46-mamba2-1h-n128-l4", batch=3,
          prompt=30, new_tokens=4, weights="fp32", attention="eager"),
+    # GPT-NeoX's parallel residual normalises the MLP's input only after the attention returns
+    # (rnd-i157-009-gptneox, its peak inside the attention)
+    dict(id="xc-infer-gptneox-rnd157-b3-p67-fp16-sdpa", config="rnd-s157-gptneox-0", batch=3,
+         prompt=67, new_tokens=5, weights="fp16", attention="sdpa"),
 ]
 
 
