@@ -51,10 +51,7 @@ pub struct TrainEstimate {
 impl TrainEstimate {
     /// The highest live bytes within `phase` (`None` for a phase the step does not run).
     pub fn phase_peak(&self, phase: Phase) -> Option<u64> {
-        self.phase_peaks
-            .iter()
-            .find(|(p, _)| *p == phase)
-            .map(|&(_, b)| b)
+        ranks::peak_in(&self.phase_peaks, phase)
     }
 }
 
@@ -842,12 +839,7 @@ mod tests {
             let mut text = m.clone();
             text.vision = None;
             let text = simulate_train(&text, &w, Kernels::Cpu).expect("simulated");
-            let backward = |e: &TrainEstimate| {
-                e.phase_peaks
-                    .iter()
-                    .find(|(p, _)| *p == Phase::Backward)
-                    .map_or(0, |(_, b)| *b)
-            };
+            let backward = |e: &TrainEstimate| e.phase_peak(Phase::Backward).unwrap_or(0);
             // P = 4096 patches: after the text's backward the recomputed vision block holds its
             // saved tensors and its MLP's backward gradients ([P, 5120] bf16 each), above the
             // text-only step's backward peak (without the tower's backward, the image tokens'
@@ -900,12 +892,7 @@ mod tests {
             l.attention.clip_qkv = true;
         }
         let clipped = simulate_train(&m, &w, Kernels::Cpu).unwrap();
-        let forward = |e: &TrainEstimate| {
-            e.phase_peaks
-                .iter()
-                .find(|(p, _)| *p == Phase::Forward)
-                .map(|x| x.1)
-        };
+        let forward = |e: &TrainEstimate| e.phase_peak(Phase::Forward);
         // both layers' three bf16 copies of [256, 4096] are alive at the forward's end
         assert_eq!(
             forward(&clipped).unwrap() - forward(&base).unwrap(),

@@ -204,11 +204,13 @@ pub struct RankGroup {
 impl RankGroup {
     /// The highest live bytes within `phase` (`None` for a phase the step does not run).
     pub fn phase_peak(&self, phase: Phase) -> Option<u64> {
-        self.phase_peaks
-            .iter()
-            .find(|(p, _)| *p == phase)
-            .map(|&(_, b)| b)
+        peak_in(&self.phase_peaks, phase)
     }
+}
+
+/// The peak of `phase` in a list of per-phase peaks (a step's or a rank group's).
+pub(crate) fn peak_in(peaks: &[(Phase, u64)], phase: Phase) -> Option<u64> {
+    peaks.iter().find(|(p, _)| *p == phase).map(|&(_, b)| b)
 }
 
 /// A named communication buffer and its bytes on one rank.

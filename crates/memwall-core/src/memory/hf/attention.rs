@@ -1475,11 +1475,7 @@ mod tests {
 
     fn peak(m: &ModelDesc, w: &TrainWorkload, phase: Phase) -> u64 {
         let e = simulate_train(m, w, Kernels::Cuda).unwrap();
-        e.phase_peaks
-            .iter()
-            .find(|(p, _)| *p == phase)
-            .map(|&(_, b)| b)
-            .unwrap()
+        e.phase_peak(phase).unwrap()
     }
 
     /// Llama-2-7B's first two layers.

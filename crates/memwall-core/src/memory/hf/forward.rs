@@ -284,20 +284,15 @@ impl Builder<'_> {
                 // GPTNeoXLayer.forward, transformers 5.23; measured: rnd-i157-009-gptneox, one
                 // [b, s, hidden] over during the prefill's attention with it computed before).
                 // One norm (Phi, Cohere, Falcon's old architecture): the MLP reads the same output.
-                let mlp_norm = match (spec.mlp_norm, lp.norms[2]) {
-                    (Some(n), Some(p)) => Some((n, p)),
-                    _ => None,
+                // Ok: the MLP's input now; Err: its norm, applied once the attention returns
+                let mlp_in = match (spec.mlp_norm, lp.norms[2]) {
+                    (Some(n), Some(p)) if per_branch => Err((n, p)),
+                    (Some(n), Some(p)) => Ok(self.norm(x, x_size, rows, &n, p)),
+                    _ => {
+                        self.t.retain(n1);
+                        Ok((n1, n1s))
+                    }
                 };
-                let mut early = None;
-                if !per_branch || mlp_norm.is_none() {
-                    early = Some(match mlp_norm {
-                        Some((n, p)) => self.norm(x, x_size, rows, &n, p),
-                        None => {
-                            self.t.retain(n1);
-                            (n1, n1s)
-                        }
-                    });
-                }
                 let c = self.compute_size;
                 let a = self.attention(n1, n1s, &spec.attention, lp, ckpt);
                 // Falcon binds it to `attention_layernorm_out`, a local of the layer's frame
@@ -317,14 +312,9 @@ impl Builder<'_> {
                 } else {
                     a
                 };
-                let (n2, n2s) = match (early, mlp_norm) {
-                    (Some(e), _) => e,
-                    (None, Some((n, p))) => self.norm(x, x_size, rows, &n, p),
-                    // (not reached: without an MLP norm `early` holds n1's reference)
-                    (None, None) => {
-                        self.t.retain(n1);
-                        (n1, n1s)
-                    }
+                let (n2, n2s) = match mlp_in {
+                    Ok(e) => e,
+                    Err((n, p)) => self.norm(x, x_size, rows, &n, p),
                 };
                 let m = match &spec.mlp {
                     Mlp::Dense(d) => self.dense_mlp(n2, n2s, rows, d, &lp.linears),

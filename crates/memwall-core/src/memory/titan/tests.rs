@@ -294,14 +294,7 @@ fn fused_adamw_has_no_step_temporaries_and_foreach_one_list() {
     let fused = sim(&w).unwrap();
     w.optimizer = Optimizer::Adamw;
     let foreach = sim(&w).unwrap();
-    let opt = |e: &DistEstimate| {
-        e.groups[0]
-            .phase_peaks
-            .iter()
-            .find(|(p, _)| *p == Phase::Optimizer)
-            .map(|(_, b)| *b)
-            .unwrap()
-    };
+    let opt = |e: &DistEstimate| e.groups[0].phase_peak(Phase::Optimizer).unwrap();
     // foreach: one fp32 list the size of the shards (the fp32 weights' bytes)
     let weights = fused.groups[0].model_state_bytes / 4;
     let d = opt(&foreach) - opt(&fused);
