@@ -1717,6 +1717,10 @@ fn check_lora_targets(model: &ModelSource, targets: &[String]) -> Result<()> {
     }
     for t in targets {
         if !known.contains(&t.as_str()) {
+            // a MoE family whose expert names peft maps onto the routed experts: say so
+            if let Some(e) = memwall_core::memory::expert_target_refusal(&model.desc, t) {
+                return Err(crate::error::from_core(&e).into());
+            }
             return Err(UserError::flag(
                 "--lora-targets",
                 format!("`{}`", untrusted(t)),

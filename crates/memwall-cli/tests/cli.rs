@@ -275,6 +275,19 @@ fn bad_input_snapshots() {
             "q_proj"
         ])
     );
+    // an expert name of a MoE family peft converts: the experts' reason, not "not a linear"
+    insta::assert_snapshot!(
+        "lora_target_on_converted_experts",
+        transcript(&[
+            "train",
+            "--model",
+            "qwen3-30b-a3b",
+            "--lora-rank",
+            "8",
+            "--lora-targets",
+            "q_proj,down_proj"
+        ])
+    );
     insta::assert_snapshot!("zero_batch", transcript(&["train", "--batch", "0"]));
     insta::assert_snapshot!(
         "missing_file",

@@ -342,23 +342,28 @@ pub(crate) fn check_lora_targets(model: &ModelDesc, w: &TrainWorkload) -> Result
             ));
         }
     }
-    if !PEFT_MOE_CONVERTED.contains(&mt) {
-        return Ok(());
+    match lora.targets.iter().find_map(|t| expert_target_refusal(model, t)) {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
-    let Some(bad) = lora
-        .targets
-        .iter()
-        .find(|t| PEFT_MOE_EXPERT_NAMES.contains(&t.as_str()))
-    else {
-        return Ok(());
-    };
-    Err(CoreError::invalid_value(
+}
+
+/// The refusal of LoRA target `target` on the routed experts of a family peft converts
+/// ([`PEFT_MOE_CONVERTED`]; see [`check_lora_targets`]), if it is one. The CLI consults it
+/// before its own "not a linear layer" check: those names are `nn.Linear`s of the dense or
+/// shared MLP, so the true reason is the experts'.
+pub fn expert_target_refusal(model: &ModelDesc, target: &str) -> Option<CoreError> {
+    let mt = model.model_type.as_str();
+    if !PEFT_MOE_CONVERTED.contains(&mt) || !PEFT_MOE_EXPERT_NAMES.contains(&target) {
+        return None;
+    }
+    Some(CoreError::invalid_value(
         "lora_targets",
-        crate::error::untrusted(bad),
+        crate::error::untrusted(target),
         format!(
             "in `{}` peft adapts the routed experts' fused parameters for `{}` (transformers converts this MoE family), which is not modelled",
-            crate::error::untrusted(&model.model_type),
-            crate::error::untrusted(bad)
+            crate::error::untrusted(mt),
+            crate::error::untrusted(target)
         ),
         "target the attention projections (q_proj, k_proj, v_proj, o_proj)",
     ))
