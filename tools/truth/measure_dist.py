@@ -119,17 +119,24 @@ def load_cases(path: Path = CASES) -> list[dict]:
 
 def decoder_layers(model):
     """The repeated decoder blocks, each of which becomes one FSDP unit."""
-    for path in ("model.layers", "transformer.h", "model.decoder.layers", "gpt_neox.layers",
-                 "base_model.model.model.layers",
-                 # Mamba2ForCausalLM: `backbone.layers` (models/mamba2/modeling_mamba2.py)
-                 "backbone.layers", "base_model.model.backbone.layers"):
-        obj = model
-        try:
-            for part in path.split("."):
-                obj = getattr(obj, part)
-        except AttributeError:
-            continue
-        return list(obj)
+    # a peft model wraps the transformers model as `base_model.model` (PeftModelForCausalLM ->
+    # LoraModel -> the model): search both, so every family's layer path holds with LoRA
+    # (OPT's `model.decoder.layers` under peft was missing: rdist193-016-opt)
+    roots = [model]
+    inner = getattr(getattr(model, "base_model", None), "model", None)
+    if inner is not None:
+        roots.append(inner)
+    for root in roots:
+        for path in ("model.layers", "transformer.h", "model.decoder.layers", "gpt_neox.layers",
+                     # Mamba2ForCausalLM: `backbone.layers` (models/mamba2/modeling_mamba2.py)
+                     "backbone.layers"):
+            obj = root
+            try:
+                for part in path.split("."):
+                    obj = getattr(obj, part)
+            except AttributeError:
+                continue
+            return list(obj)
     raise RuntimeError(f"no decoder layer list found in {type(model).__name__}")
 
 
