@@ -341,6 +341,8 @@ impl Builder<'_> {
                         self.t.retain(y);
                         self.attn_locals.push(y);
                         (y, k, v)
+                    } else if a.kv_expanded {
+                        self.falcon_expanded_split(y, ys, (heads, kvh, hd))
                     } else {
                         // q, k, v are views of the fused output; keep it alive through each
                         // view, and through the attention function (a local)
@@ -393,6 +395,10 @@ impl Builder<'_> {
                     (q, k, v)
                 };
                 let rot = a.rotary_dim.map_or(0, u128::from);
+                // from `_split_heads` on, Falcon's new architecture has a key and a value for
+                // every query head (`num_kv_heads = self.num_heads if
+                // self.new_decoder_architecture`, FalconAttention.forward)
+                let kvh = if a.kv_expanded { heads } else { kvh };
                 (heads, kvh, hd, hd, rot, q, k, v, qkv_size, qkv_size)
             }
             AttentionKind::Mla {
@@ -548,6 +554,45 @@ impl Builder<'_> {
                 .attention_core(q, qs, kc, ks, vc, vs, heads, kv_heads, qk_dim, v_dim, a, lp);
         }
         self.attention_core(q, qs, k, ks, v, vs, heads, kv_heads, qk_dim, v_dim, a, lp)
+    }
+
+    /// Falcon's new decoder architecture with fewer key/value heads than query heads
+    /// (`Attention::kv_expanded`), `FalconAttention._split_heads` (transformers 5.23
+    /// models/falcon/modeling_falcon.py): `fused_qkv.view(B, S, G, H/G + 2, D)`, the query
+    /// `qkv[:, :, :, :-2]` a view, the key `qkv[:, :, :, [-2]]` and the value `[-1]` indexed
+    /// with a list (`aten.index`: new [B, S, G, 1, D] tensors, their backward keeping only the
+    /// indices), `torch.broadcast_to(key, query.shape)` (a stride-0 view), then `flatten(2, 3)`
+    /// of all three. With more than one group the flatten cannot merge the group dim with the
+    /// heads in a group (the query's group stride is (H/G + 2)·D, not (H/G)·D; the broadcast
+    /// ones have stride 0), so `reshape` clones each into a contiguous [B, S, H, D] tensor
+    /// (`aten.clone` + `_unsafe_view`, nothing saved), and the indexed copies die when
+    /// `_split_heads` returns. With one group the size-1 group dim merges: the query stays a
+    /// view of the fused output and the key and value stay stride-0 views of the one-head
+    /// copies, which the rotation (key) and the cache's `cat` (both) then expand to every head.
+    /// Traced on torch 2.15 CPU (tools/truth/probes: 8 heads over 2 groups, `aten.index`
+    /// [2, 5, 2, 1, 16] twice, then three `aten.clone` [2, 5, 2, 4, 16]; over one group no
+    /// clone, SDPA saving the [2, 8, 5, 16] value with strides (80, 0, 16, 1)). The fused
+    /// output stays bound (`fused_qkv`) until the attention returns. Returns q, k and v.
+    fn falcon_expanded_split(
+        &mut self,
+        y: TensorId,
+        ys: u128,
+        (heads, groups, hd): (u128, u128, u128),
+    ) -> (TensorId, TensorId, TensorId) {
+        let per_head = self.tokens * hd * ys;
+        let ki = self.op(per_head * groups, &[y], &[], &[], &[]);
+        let vi = self.op(per_head * groups, &[y], &[], &[], &[]);
+        self.attn_locals.push(y);
+        if groups > 1 {
+            let q = self.op(per_head * heads, &[y], &[], &[], &[]);
+            let k = self.op(per_head * heads, &[ki], &[], &[], &[]);
+            let v = self.op(per_head * heads, &[vi], &[], &[], &[]);
+            self.drop_(ki);
+            self.drop_(vi);
+            (q, k, v)
+        } else {
+            (self.retain_id(y), ki, vi)
+        }
     }
 
     /// `x.clamp_(min, max)` on `elems` elements of `size` bytes (OLMoE `clip_qkv`). Autograd
