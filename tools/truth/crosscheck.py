@@ -277,6 +277,17 @@ RANDOM_NEW_IDS = [
     # seed 61: a checkpointed Granite 4.0-H mixer under autocast, whose recomputed 16-bit `G`
     # goes at unpack, before the engine casts its gradient (docs/ssm.md)
     "rnd-t61-016-granitemoehybrid",
+    # helper 50: Falcon's new decoder architecture over 2 key/value groups (`_split_heads`' index
+    # copies and the clones over every query head, eager without a cache) and over one group
+    # (stride-0 key/value views; checkpointed eager at a batch above one, matmul's value copy)
+    dict(id="xc-h50-falcon-8h2kv-ampbf16-b2-s96-eager-ckpt", config="h50-falcon-8h2kv", batch=2,
+         seq=96, precision="amp-bf16", attention="eager", optimizer="sgd", checkpointing=True,
+         dropout="off"),
+    dict(id="xc-h50-falcon-8h1kv-fp32-b3-s64-eager-ckpt", config="h50-falcon-8h1kv", batch=3,
+         seq=64, precision="fp32", attention="eager", optimizer="sgd", checkpointing=True,
+         dropout="off"),
+    dict(id="xc-h50-falcon-8h4kv-bf16-b2-s80-sdpa", config="h50-falcon-8h4kv", batch=2, seq=80,
+         precision="bf16", attention="sdpa", optimizer="sgd", dropout="off"),
     # seed 113: EXAONE 4 with one sliding layer under eager attention, checkpointed, autocast:
     # Exaone4Model builds the full mask as well as the sliding one (the full one unread)
     "rnd-t113-002-exaone4",
@@ -308,6 +319,12 @@ INFER_CASES = [
     # (rnd-i157-009-gptneox, its peak inside the attention)
     dict(id="xc-infer-gptneox-rnd157-b3-p67-fp16-sdpa", config="rnd-s157-gptneox-0", batch=3,
          prompt=67, new_tokens=5, weights="fp16", attention="sdpa"),
+    # helper 50: Falcon's new decoder architecture caches every query head (2 groups; 1 group,
+    # whose key and value are stride-0 views until the cache's `cat`)
+    dict(id="xc-infer-h50-falcon-8h2kv-b2-p60-n5-fp32-sdpa", config="h50-falcon-8h2kv", batch=2,
+         prompt=60, new_tokens=5, weights="fp32", attention="sdpa"),
+    dict(id="xc-infer-h50-falcon-8h1kv-b3-p40-n4-bf16-eager", config="h50-falcon-8h1kv", batch=3,
+         prompt=40, new_tokens=4, weights="bf16", attention="eager"),
 ]
 
 
