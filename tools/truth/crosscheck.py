@@ -255,6 +255,20 @@ CASES = [
          lora={"rank": 8, "alpha": 16, "targets": ["dense", "dense_4h_to_h"]}),
     dict(id="xc-h47-falcon-mq-s127-fp32-b1-s64-eager", config="rnd-s127-falcon-0", batch=1,
          seq=64, precision="fp32", attention="eager", optimizer="sgd", dropout="off"),
+    # helper 50: Falcon's new decoder architecture over 2 key/value groups (`_split_heads`' index
+    # copies and the clones over every query head, eager without a cache) and over one group
+    # (stride-0 key/value views; checkpointed eager at a batch above one, matmul's value copy)
+    dict(id="xc-h50-falcon-8h2kv-ampbf16-b2-s96-eager-ckpt", config="h50-falcon-8h2kv", batch=2,
+         seq=96, precision="amp-bf16", attention="eager", optimizer="sgd", checkpointing=True,
+         dropout="off"),
+    dict(id="xc-h50-falcon-8h1kv-fp32-b3-s64-eager-ckpt", config="h50-falcon-8h1kv", batch=3,
+         seq=64, precision="fp32", attention="eager", optimizer="sgd", checkpointing=True,
+         dropout="off"),
+    dict(id="xc-h50-falcon-8h1kv-fp32-b2-s96-eager-nocache", config="h50-falcon-8h1kv", batch=2,
+         seq=96, precision="fp32", attention="eager", optimizer="sgd", use_cache=False,
+         dropout="off"),
+    dict(id="xc-h50-falcon-8h4kv-bf16-b2-s80-sdpa", config="h50-falcon-8h4kv", batch=2, seq=80,
+         precision="bf16", attention="sdpa", optimizer="sgd", dropout="off"),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),
@@ -277,17 +291,6 @@ RANDOM_NEW_IDS = [
     # seed 61: a checkpointed Granite 4.0-H mixer under autocast, whose recomputed 16-bit `G`
     # goes at unpack, before the engine casts its gradient (docs/ssm.md)
     "rnd-t61-016-granitemoehybrid",
-    # helper 50: Falcon's new decoder architecture over 2 key/value groups (`_split_heads`' index
-    # copies and the clones over every query head, eager without a cache) and over one group
-    # (stride-0 key/value views; checkpointed eager at a batch above one, matmul's value copy)
-    dict(id="xc-h50-falcon-8h2kv-ampbf16-b2-s96-eager-ckpt", config="h50-falcon-8h2kv", batch=2,
-         seq=96, precision="amp-bf16", attention="eager", optimizer="sgd", checkpointing=True,
-         dropout="off"),
-    dict(id="xc-h50-falcon-8h1kv-fp32-b3-s64-eager-ckpt", config="h50-falcon-8h1kv", batch=3,
-         seq=64, precision="fp32", attention="eager", optimizer="sgd", checkpointing=True,
-         dropout="off"),
-    dict(id="xc-h50-falcon-8h4kv-bf16-b2-s80-sdpa", config="h50-falcon-8h4kv", batch=2, seq=80,
-         precision="bf16", attention="sdpa", optimizer="sgd", dropout="off"),
     # seed 113: EXAONE 4 with one sliding layer under eager attention, checkpointed, autocast:
     # Exaone4Model builds the full mask as well as the sliding one (the full one unread)
     "rnd-t113-002-exaone4",

@@ -591,8 +591,35 @@ impl Builder<'_> {
             self.drop_(vi);
             (q, k, v)
         } else {
-            (self.retain_id(y), ki, vi)
+            // the broadcast views have no storage of their own, but their gradients have every
+            // head: autograd passes the full-size gradient down the views' backward nodes
+            // (made here, so run late in backward) until `broadcast_to`'s ExpandBackward sums it
+            // to one head (traced on torch 2.15 CPU, one group, b2 eager without a cache: the
+            // [16, 256, 32] gradient of matmul's value copy alive through the softmax's
+            // backward; falcon-gqa-8h1kv-fp32-eager-nocache-b2-s256 was -1.0% with one-head
+            // gradients)
+            let full = per_head * heads;
+            let k = self.broadcast_view(ki, full);
+            let v = self.broadcast_view(vi, full);
+            self.expanded_value = Some(v);
+            (self.retain_id(y), k, v)
         }
+    }
+
+    /// A stride-0 view of `x` over `bytes` (`expand`, `broadcast_to`): no storage, a gradient
+    /// of `bytes` that its backward node sums into `x`'s. Takes `x`'s reference.
+    fn broadcast_view(&mut self, x: TensorId, bytes: u128) -> TensorId {
+        let rg = self.rg(x);
+        let e = self.t.view(x, bytes, rg);
+        if rg {
+            self.t.record(Node {
+                inputs: Ids::of(&[x]),
+                outputs: Ids::of(&[e]),
+                ..Node::default()
+            });
+        }
+        self.drop_(x);
+        e
     }
 
     /// `x.clamp_(min, max)` on `elems` elements of `size` bytes (OLMoE `clip_qkv`). Autograd
@@ -685,6 +712,7 @@ impl Builder<'_> {
             qk_dim,
             v_dim,
             q_bhsd: self.q_bhsd,
+            v_broadcast: self.expanded_value.take() == Some(v),
         };
         let selective = self.mode.train().is_some_and(|w| {
             w.checkpointing
@@ -730,6 +758,7 @@ impl Builder<'_> {
             kv_heads,
             qk_dim,
             v_dim,
+            v_broadcast,
             ..
         } = call;
         let (b, s, kv) = (self.batch, self.seq, self.kv_len);
@@ -1277,8 +1306,16 @@ impl Builder<'_> {
                 // rnd-t17-209-deepseekv3's backward peak, no [3, 288, 7·40] kv_b_proj output).
                 // With a batch of one the reshape is a view and bmm keeps the whole output.
                 let mla_v_copy = matches!(a.kind, AttentionKind::Mla { .. }) && b > 1 && vm == vr;
+                // Falcon's new architecture over one key/value group without a KV cache: the
+                // value is still `_split_heads`' stride-0 view over every head
+                // (`Attention::kv_expanded`), which matmul's reshape to [B·H, S, D] cannot merge
+                // when B > 1, so it copies it and bmm saves the copy (traced on torch 2.15 CPU:
+                // 8 heads over one group, b2: `aten.clone` [2, 8, 5, 16] saved as [16, 5, 16];
+                // b1: the [8, 5, 16] view with strides (0, 16, 1) saved). A cast under autocast
+                // is dense already (`_to_copy` of a non-dense tensor allocates contiguous).
+                let v_bcast_copy = v_broadcast && b > 1 && vm == vr;
                 // the expanded value's copy, saved by bmm as the key's above
-                let vb = if kv_copy || mla_v_copy {
+                let vb = if kv_copy || mla_v_copy || v_bcast_copy {
                     self.op(kv_rows * heads * v_dim * c, &[vm], &[], &[], &[])
                 } else {
                     vm
@@ -1694,6 +1731,7 @@ mod tests {
             qk_dim: hd,
             v_dim: hd,
             q_bhsd: false,
+            v_broadcast: false,
         };
         let o = b.attention_kernel(call, a);
         for t in [o, q, k, v] {
