@@ -279,6 +279,9 @@ RANDOM_IDS = [
     "rnd-t17-000-qwen2moe", "rnd-t17-002-falcon", "rnd-t17-004-gemma3text", "rnd-t17-012-gptneox",
     "rnd-t17-014-gemma2", "rnd-t17-019-qwen2", "rnd-t17-029-gpt2", "rnd-t17-030-opt",
     "rnd-t17-044-deepseekv3", "rnd-t17-045-qwen2", "rnd-t17-049-llama", "rnd-t17-059-opt",
+    # helper 50: a new-architecture Falcon over 3 groups, checkpointed amp-bf16 LoRA on
+    # query_key_value and dense_4h_to_h (the LoRA sum's AddBackward hands one gradient to both)
+    "rnd-t157-024-falcon",
 ]
 
 
