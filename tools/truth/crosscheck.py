@@ -255,6 +255,20 @@ CASES = [
          lora={"rank": 8, "alpha": 16, "targets": ["dense", "dense_4h_to_h"]}),
     dict(id="xc-h47-falcon-mq-s127-fp32-b1-s64-eager", config="rnd-s127-falcon-0", batch=1,
          seq=64, precision="fp32", attention="eager", optimizer="sgd", dropout="off"),
+    # helper 50: Falcon's new decoder architecture over 2 key/value groups (`_split_heads`' index
+    # copies and the clones over every query head, eager without a cache) and over one group
+    # (stride-0 key/value views; checkpointed eager at a batch above one, matmul's value copy)
+    dict(id="xc-h50-falcon-8h2kv-ampbf16-b2-s96-eager-ckpt", config="h50-falcon-8h2kv", batch=2,
+         seq=96, precision="amp-bf16", attention="eager", optimizer="sgd", checkpointing=True,
+         dropout="off"),
+    dict(id="xc-h50-falcon-8h1kv-fp32-b3-s64-eager-ckpt", config="h50-falcon-8h1kv", batch=3,
+         seq=64, precision="fp32", attention="eager", optimizer="sgd", checkpointing=True,
+         dropout="off"),
+    dict(id="xc-h50-falcon-8h1kv-fp32-b2-s96-eager-nocache", config="h50-falcon-8h1kv", batch=2,
+         seq=96, precision="fp32", attention="eager", optimizer="sgd", use_cache=False,
+         dropout="off"),
+    dict(id="xc-h50-falcon-8h4kv-bf16-b2-s80-sdpa", config="h50-falcon-8h4kv", batch=2, seq=80,
+         precision="bf16", attention="sdpa", optimizer="sgd", dropout="off"),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),
@@ -265,6 +279,9 @@ RANDOM_IDS = [
     "rnd-t17-000-qwen2moe", "rnd-t17-002-falcon", "rnd-t17-004-gemma3text", "rnd-t17-012-gptneox",
     "rnd-t17-014-gemma2", "rnd-t17-019-qwen2", "rnd-t17-029-gpt2", "rnd-t17-030-opt",
     "rnd-t17-044-deepseekv3", "rnd-t17-045-qwen2", "rnd-t17-049-llama", "rnd-t17-059-opt",
+    # helper 50: a new-architecture Falcon over 3 groups, checkpointed amp-bf16 LoRA on
+    # query_key_value and dense_4h_to_h (the LoRA sum's AddBackward hands one gradient to both)
+    "rnd-t157-024-falcon",
 ]
 
 
@@ -308,6 +325,12 @@ INFER_CASES = [
     # (rnd-i157-009-gptneox, its peak inside the attention)
     dict(id="xc-infer-gptneox-rnd157-b3-p67-fp16-sdpa", config="rnd-s157-gptneox-0", batch=3,
          prompt=67, new_tokens=5, weights="fp16", attention="sdpa"),
+    # helper 50: Falcon's new decoder architecture caches every query head (2 groups; 1 group,
+    # whose key and value are stride-0 views until the cache's `cat`)
+    dict(id="xc-infer-h50-falcon-8h2kv-b2-p60-n5-fp32-sdpa", config="h50-falcon-8h2kv", batch=2,
+         prompt=60, new_tokens=5, weights="fp32", attention="sdpa"),
+    dict(id="xc-infer-h50-falcon-8h1kv-b3-p40-n4-bf16-eager", config="h50-falcon-8h1kv", batch=3,
+         prompt=40, new_tokens=4, weights="bf16", attention="eager"),
 ]
 
 

@@ -165,6 +165,11 @@ BASE: dict[str, tuple[str | None, dict]] = {
         multi_query=True, parallel_attn=True, new_decoder_architecture=False, bias=False, alibi=False,
         vocab_size=65024, layer_norm_epsilon=1e-5, hidden_dropout=0.0, attention_dropout=0.0,
         bos_token_id=11, eos_token_id=11, tie_word_embeddings=True)),
+    "falcon-40b": (None, dict(  # tiiuae/falcon-40b config.json (its copy: crates/memwall-formats/tests/configs/falcon-40b.json)
+        model_type="falcon", hidden_size=8192, num_hidden_layers=60, num_attention_heads=128, num_kv_heads=8,
+        multi_query=True, parallel_attn=True, new_decoder_architecture=True, bias=False, alibi=False,
+        vocab_size=65024, layer_norm_epsilon=1e-5, hidden_dropout=0.0, attention_dropout=0.0,
+        bos_token_id=11, eos_token_id=11, use_cache=True)),
     # ---------------- starcoder2 ----------------
     "starcoder2-3b": (None, dict(  # bigcode/starcoder2-3b
         model_type="starcoder2", hidden_size=3072, intermediate_size=12288, num_hidden_layers=30,
@@ -432,6 +437,7 @@ REDUCED = {
     "gemma-7b-4l": ("gemma-7b", 4),
     "gemma-2-9b-4l": ("gemma-2-9b", 4),
     "falcon-7b-4l": ("falcon-7b", 4),
+    "falcon-40b-2l": ("falcon-40b", 2),  # new decoder architecture, 128 query heads over 8 key/value heads
     "deepseek-v3-4l": ("deepseek-v3", 4),  # first_k_dense_replace=3: 3 dense + 1 MoE layer
     "olmo-2-7b-4l": ("olmo-2-7b", 4),
     "phi-3-mini-4k-8l": ("phi-3-mini-4k", 8),

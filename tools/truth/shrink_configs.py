@@ -28,7 +28,23 @@ MAMBA2 = {
     "h46-mamba2-1h-n128-l4": dict(state_size=128, chunk_size=4),
     "h46-mamba2-2h": dict(num_heads=2, head_dim=8),
 }
+# Helper 50: Falcon's new decoder architecture with grouped key/value heads (falcon-40b-2l's
+# structure, 128 heads over 8 key/value heads) at small widths: 8 query heads of 32 over 4, 2 or 1
+# key/value heads (the 4-group one with biases, Falcon's fp32 biased projections under autocast),
+# vocabulary 1000. `shrink_configs.py --falcon-gqa` writes only these.
+FALCON_GQA = {
+    "h50-falcon-8h4kv": dict(num_kv_heads=4, bias=True),
+    "h50-falcon-8h2kv": dict(num_kv_heads=2),
+    "h50-falcon-8h1kv": dict(num_kv_heads=1),
+}
 import sys
+if "--falcon-gqa" in sys.argv:
+    for name, over in FALCON_GQA.items():
+        c = load("falcon-40b-2l")
+        c.update(hidden_size=256, num_attention_heads=8, vocab_size=1000)
+        c.update(over)
+        open(D + name + ".json", "w").write(json.dumps(c, indent=2, sort_keys=True) + "\n")
+    sys.exit(0)
 if "--mamba2" in sys.argv:
     for name, over in MAMBA2.items():
         c = load("rnd-s139-mamba2-0"); c.update(over)

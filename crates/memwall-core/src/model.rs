@@ -238,10 +238,14 @@ pub struct Attention {
     /// query.shape)`, then `flatten(2, 3)`), and from there on keys and values, the KV cache
     /// included, have every query head (`num_kv_heads = self.num_heads if
     /// self.new_decoder_architecture`, models/falcon/modeling_falcon.py FalconAttention.forward,
-    /// transformers 5.23). The transformers step of such a model is not simulated: it is refused
-    /// by name ([`crate::memory::check_attention`]; measured: rnd-i173-001-falcon, 7 heads over
-    /// one key/value head, −6.9% with a one-head cache). vLLM's Falcon caches the real key/value
-    /// heads, so serving estimates read the real count.
+    /// transformers 5.23). The transformers simulation splits the fused output that way (the
+    /// builder's `falcon_expanded_split`) and runs the rest of the attention, the KV cache
+    /// included, with as many key/value heads as query heads (measured: the `falcon-gqa-*` rows
+    /// over 1, 2, 4 and 8 groups; rnd-i173-001-falcon, 7 heads over one key/value head, was
+    /// −6.9% with a one-head cache). With ALiBi it is refused by name
+    /// ([`crate::memory::check_attention`]). `num_kv_heads` stays the real count: the parameters
+    /// follow it, and vLLM's Falcon caches the real key/value heads, so serving estimates read
+    /// it as is.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub kv_expanded: bool,
     /// The rotary embedding hands out its fp32 cos/sin tables without casting them to the

@@ -831,6 +831,32 @@ mod tests {
         assert!(p.fits_max_model_len);
     }
 
+    /// vLLM's Falcon caches the real key/value heads (vLLM 0.33 vllm/model_executor/models/
+    /// falcon.py `FalconAttention`: `total_num_kv_heads = config.num_kv_heads` with the new
+    /// architecture, `Attention(self.num_heads, ..., num_kv_heads=self.num_kv_heads)`),
+    /// so a new-architecture Falcon whose transformers step expands them (`kv_expanded`) pages
+    /// the grouped heads.
+    #[test]
+    fn expanded_falcon_heads_page_the_real_key_value_heads() {
+        let mut m = llama2_7b();
+        for l in &mut m.layers {
+            if let crate::model::AttentionKind::Standard {
+                ref mut num_kv_heads,
+                ..
+            } = l.attention.kind
+            {
+                *num_kv_heads = 8;
+            }
+        }
+        let grouped = plan(&m, &cfg()).unwrap();
+        for l in &mut m.layers {
+            l.attention.kv_expanded = true;
+        }
+        let expanded = plan(&m, &cfg()).unwrap();
+        assert_eq!(expanded.groups[0].page_size_bytes, 16 * 2 * 8 * 128 * 2);
+        assert_eq!(expanded.bytes_per_block, grouped.bytes_per_block);
+    }
+
     #[test]
     fn too_small_a_budget_refuses_and_estimates_a_max_len() {
         let mut c = cfg();

@@ -467,27 +467,21 @@ pub fn check_attention(
             "drop --attention",
         ));
     }
-    if let Some(a) = model
+    // Falcon's new architecture with fewer key/value heads than query heads is simulated with
+    // its rotary embedding only (`Builder::falcon_expanded_split`); the ALiBi branch of
+    // FalconAttention.forward (fp32 scores, the alibi bias, dropout on the probabilities) is
+    // not modelled for the expanded heads
+    if model
         .layers
         .iter()
         .filter_map(|l| l.attention_block())
-        .find(|a| a.kv_expanded)
+        .any(|a| a.kv_expanded && a.rotary_dim.is_none())
     {
-        let (heads, kv) = match a.kind {
-            crate::model::AttentionKind::Standard {
-                num_heads,
-                num_kv_heads,
-                ..
-            } => (num_heads, num_kv_heads),
-            _ => (0, 0),
-        };
         return Err(CoreError::invalid_value(
-            "num_kv_heads",
-            kv.to_string(),
-            format!(
-                "Falcon's new decoder architecture broadcasts {kv} key/value head(s) to all {heads} query heads before its KV cache and attention (models/falcon/modeling_falcon.py `_split_heads`), which memwall's transformers simulation does not model yet"
-            ),
-            "use `memwall serve` (vLLM caches the real key/value heads), or a config with num_kv_heads = num_attention_heads",
+            "alibi",
+            "true",
+            "Falcon's new decoder architecture with fewer key/value heads than query heads and ALiBi positions (models/falcon/modeling_falcon.py FalconAttention.forward, the `alibi` branch) is not simulated".to_string(),
+            "use a config with alibi = false (every released new-architecture Falcon uses rotary positions), or `memwall serve`",
         ));
     }
     if sinks && attention == crate::workload::AttentionImpl::Sdpa {
@@ -575,21 +569,29 @@ mod tests {
     }
 
     /// Falcon's new architecture with fewer key/value heads than query heads (`kv_expanded`) is
-    /// refused by name in training and inference, naming the field and its value.
+    /// estimated: from `_split_heads` on keys, values and the KV cache have every query head,
+    /// so the cache is the one of as many key/value heads as query heads, and the step keeps
+    /// more than the same model with the real (grouped) key/value heads would; with ALiBi
+    /// positions it is refused by name.
     #[test]
-    fn falcon_expanded_kv_heads_are_refused_by_name() {
-        let mut m = llama2_7b();
-        let ok = simulate_train(&m, &TrainWorkload::new(1, 64), Kernels::Cuda);
-        assert!(ok.is_ok());
-        for l in &mut m.layers {
-            l.attention.kv_expanded = true;
-        }
-        let e = simulate_train(&m, &TrainWorkload::new(1, 64), Kernels::Cuda).unwrap_err();
-        let msg = e.to_string();
-        assert!(
-            msg.contains("num_kv_heads") && msg.contains("_split_heads"),
-            "{msg}"
-        );
+    fn falcon_expanded_kv_heads_cache_every_query_head() {
+        let falcon = |kv: u64, expanded: bool| {
+            let mut m = llama2_7b();
+            m.layers.truncate(2);
+            for l in &mut m.layers {
+                if let crate::model::AttentionKind::Standard {
+                    ref mut num_kv_heads,
+                    ..
+                } = l.attention.kind
+                {
+                    *num_kv_heads = kv;
+                }
+                l.attention.kv_expanded = expanded;
+                l.attention.fused_qkv = true;
+                l.attention.eager_style = crate::model::EagerStyle::Falcon;
+            }
+            m
+        };
         let i = crate::workload::InferWorkload {
             batch: 1,
             prompt: 16,
@@ -599,7 +601,29 @@ mod tests {
             kv_dtype: crate::workload::KvDtype::Auto,
             moe_decode_batched: true,
         };
-        assert!(simulate_infer(&m, &i, Kernels::Cuda).is_err());
+        let cache = |m: &ModelDesc| simulate_infer(m, &i, Kernels::Cuda).unwrap().kv_cache_bytes;
+        let (grouped, expanded, full) = (falcon(8, false), falcon(8, true), falcon(32, false));
+        // 2 layers × (k + v) × 32 heads × 128 dims × 19 tokens (the last new token is not
+        // fed back) × 2 bytes
+        assert_eq!(cache(&expanded), 2 * 2 * 32 * 128 * 19 * 2);
+        assert_eq!(cache(&expanded), cache(&full));
+        assert_eq!(cache(&grouped) * 4, cache(&full));
+        let w = TrainWorkload::new(2, 64);
+        let forward = |m: &ModelDesc| {
+            simulate_train(m, &w, Kernels::Cuda)
+                .unwrap()
+                .phase_peak(Phase::Forward)
+                .unwrap()
+        };
+        assert!(forward(&expanded) > forward(&grouped));
+        let mut alibi = expanded.clone();
+        for l in &mut alibi.layers {
+            l.attention.rotary_dim = None;
+        }
+        let msg = simulate_train(&alibi, &w, Kernels::Cuda)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("alibi"), "{msg}");
     }
 
     /// Autocast over Mamba-2 mixers: measured forms for `Mamba2Mixer` (16-bit projections,

@@ -341,6 +341,8 @@ impl Builder<'_> {
                         self.t.retain(y);
                         self.attn_locals.push(y);
                         (y, k, v)
+                    } else if a.kv_expanded {
+                        self.falcon_expanded_split(y, ys, (heads, kvh, hd))
                     } else {
                         // q, k, v are views of the fused output; keep it alive through each
                         // view, and through the attention function (a local)
@@ -393,6 +395,10 @@ impl Builder<'_> {
                     (q, k, v)
                 };
                 let rot = a.rotary_dim.map_or(0, u128::from);
+                // from `_split_heads` on, Falcon's new architecture has a key and a value for
+                // every query head (`num_kv_heads = self.num_heads if
+                // self.new_decoder_architecture`, FalconAttention.forward)
+                let kvh = if a.kv_expanded { heads } else { kvh };
                 (heads, kvh, hd, hd, rot, q, k, v, qkv_size, qkv_size)
             }
             AttentionKind::Mla {
@@ -550,6 +556,72 @@ impl Builder<'_> {
         self.attention_core(q, qs, k, ks, v, vs, heads, kv_heads, qk_dim, v_dim, a, lp)
     }
 
+    /// Falcon's new decoder architecture with fewer key/value heads than query heads
+    /// (`Attention::kv_expanded`), `FalconAttention._split_heads` (transformers 5.23
+    /// models/falcon/modeling_falcon.py): `fused_qkv.view(B, S, G, H/G + 2, D)`, the query
+    /// `qkv[:, :, :, :-2]` a view, the key `qkv[:, :, :, [-2]]` and the value `[-1]` indexed
+    /// with a list (`aten.index`: new [B, S, G, 1, D] tensors, their backward keeping only the
+    /// indices), `torch.broadcast_to(key, query.shape)` (a stride-0 view), then `flatten(2, 3)`
+    /// of all three. With more than one group the flatten cannot merge the group dim with the
+    /// heads in a group (the query's group stride is (H/G + 2)·D, not (H/G)·D; the broadcast
+    /// ones have stride 0), so `reshape` clones each into a contiguous [B, S, H, D] tensor
+    /// (`aten.clone` + `_unsafe_view`, nothing saved), and the indexed copies die when
+    /// `_split_heads` returns. With one group the size-1 group dim merges: the query stays a
+    /// view of the fused output and the key and value stay stride-0 views of the one-head
+    /// copies, which the rotation (key) and the cache's `cat` (both) then expand to every head.
+    /// Traced on torch 2.15 CPU (tools/truth/probes: 8 heads over 2 groups, `aten.index`
+    /// [2, 5, 2, 1, 16] twice, then three `aten.clone` [2, 5, 2, 4, 16]; over one group no
+    /// clone, SDPA saving the [2, 8, 5, 16] value with strides (80, 0, 16, 1)). The fused
+    /// output stays bound (`fused_qkv`) until the attention returns. Returns q, k and v.
+    fn falcon_expanded_split(
+        &mut self,
+        y: TensorId,
+        ys: u128,
+        (heads, groups, hd): (u128, u128, u128),
+    ) -> (TensorId, TensorId, TensorId) {
+        let per_head = self.tokens * hd * ys;
+        let ki = self.op(per_head * groups, &[y], &[], &[], &[]);
+        let vi = self.op(per_head * groups, &[y], &[], &[], &[]);
+        self.attn_locals.push(y);
+        if groups > 1 {
+            let q = self.op(per_head * heads, &[y], &[], &[], &[]);
+            let k = self.op(per_head * heads, &[ki], &[], &[], &[]);
+            let v = self.op(per_head * heads, &[vi], &[], &[], &[]);
+            self.drop_(ki);
+            self.drop_(vi);
+            (q, k, v)
+        } else {
+            // the broadcast views have no storage of their own, but their gradients have every
+            // head: autograd passes the full-size gradient down the views' backward nodes
+            // (made here, so run late in backward) until `broadcast_to`'s ExpandBackward sums it
+            // to one head (traced on torch 2.15 CPU, one group, b2 eager without a cache: the
+            // [16, 256, 32] gradient of matmul's value copy alive through the softmax's
+            // backward; falcon-gqa-8h1kv-fp32-eager-nocache-b2-s256 was -1.0% with one-head
+            // gradients)
+            let full = per_head * heads;
+            let k = self.broadcast_view(ki, full);
+            let v = self.broadcast_view(vi, full);
+            self.expanded_value = Some(v);
+            (self.retain_id(y), k, v)
+        }
+    }
+
+    /// A stride-0 view of `x` over `bytes` (`expand`, `broadcast_to`): no storage, a gradient
+    /// of `bytes` that its backward node sums into `x`'s. Takes `x`'s reference.
+    fn broadcast_view(&mut self, x: TensorId, bytes: u128) -> TensorId {
+        let rg = self.rg(x);
+        let e = self.t.view(x, bytes, rg);
+        if rg {
+            self.t.record(Node {
+                inputs: Ids::of(&[x]),
+                outputs: Ids::of(&[e]),
+                ..Node::default()
+            });
+        }
+        self.drop_(x);
+        e
+    }
+
     /// `x.clamp_(min, max)` on `elems` elements of `size` bytes (OLMoE `clip_qkv`). Autograd
     /// saves a copy of the input before overwriting it (`clamp_backward(grad, self, ..)` reads
     /// `self`; traced on torch 2.15 CPU: `aten.clone` then `aten.clamp_`), so with a gradient
@@ -640,6 +712,7 @@ impl Builder<'_> {
             qk_dim,
             v_dim,
             q_bhsd: self.q_bhsd,
+            v_broadcast: self.expanded_value.take() == Some(v),
         };
         let selective = self.mode.train().is_some_and(|w| {
             w.checkpointing
@@ -685,6 +758,7 @@ impl Builder<'_> {
             kv_heads,
             qk_dim,
             v_dim,
+            v_broadcast,
             ..
         } = call;
         let (b, s, kv) = (self.batch, self.seq, self.kv_len);
@@ -1232,8 +1306,16 @@ impl Builder<'_> {
                 // rnd-t17-209-deepseekv3's backward peak, no [3, 288, 7·40] kv_b_proj output).
                 // With a batch of one the reshape is a view and bmm keeps the whole output.
                 let mla_v_copy = matches!(a.kind, AttentionKind::Mla { .. }) && b > 1 && vm == vr;
+                // Falcon's new architecture over one key/value group without a KV cache: the
+                // value is still `_split_heads`' stride-0 view over every head
+                // (`Attention::kv_expanded`), which matmul's reshape to [B·H, S, D] cannot merge
+                // when B > 1, so it copies it and bmm saves the copy (traced on torch 2.15 CPU:
+                // 8 heads over one group, b2: `aten.clone` [2, 8, 5, 16] saved as [16, 5, 16];
+                // b1: the [8, 5, 16] view with strides (0, 16, 1) saved). A cast under autocast
+                // is dense already (`_to_copy` of a non-dense tensor allocates contiguous).
+                let v_bcast_copy = v_broadcast && b > 1 && vm == vr;
                 // the expanded value's copy, saved by bmm as the key's above
-                let vb = if kv_copy || mla_v_copy {
+                let vb = if kv_copy || mla_v_copy || v_bcast_copy {
                     self.op(kv_rows * heads * v_dim * c, &[vm], &[], &[], &[])
                 } else {
                     vm
@@ -1649,6 +1731,7 @@ mod tests {
             qk_dim: hd,
             v_dim: hd,
             q_bhsd: false,
+            v_broadcast: false,
         };
         let o = b.attention_kernel(call, a);
         for t in [o, q, k, v] {

@@ -255,6 +255,9 @@ pub(crate) struct Builder<'a> {
     rope_tables: Option<(TensorId, TensorId)>,
     /// the current layer's query is laid out [B, H, S, D] (made by `cat`)
     q_bhsd: bool,
+    /// the current layer's value when it is a stride-0 view of one key/value group over every
+    /// query head (Falcon's new architecture with one group, `Builder::falcon_expanded_split`)
+    expanded_value: Option<TensorId>,
     /// keys visible to the current forward (= `seq` in training; cache + new tokens in inference)
     kv_len: u128,
     /// index of the layer being built
@@ -333,6 +336,8 @@ struct CoreCall {
     qk_dim: u128,
     v_dim: u128,
     q_bhsd: bool,
+    /// `v` is a stride-0 view of one head over all `heads` (`Builder::expanded_value`)
+    v_broadcast: bool,
 }
 
 impl Drop for Builder<'_> {
@@ -583,6 +588,7 @@ impl<'a> Builder<'a> {
             ckpt_tails: Vec::new(),
             rope_tables: None,
             q_bhsd: false,
+            expanded_value: None,
             kv_len: u128::from(seq),
             cur_layer: 0,
             layer_locals,

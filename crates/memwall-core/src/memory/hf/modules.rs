@@ -34,6 +34,21 @@ impl Builder<'_> {
         rows: u128,
         lin: &LinearP,
     ) -> (TensorId, u128) {
+        // every projection of a Falcon layer is a `FalconLinear`; the LM head is an `nn.Linear`
+        let falcon_linear = self.bias_fp32 && lin.w.id != self.lm_head.unwrap_or(self.embed).id;
+        self.linear_as(x, x_size, rows, lin, falcon_linear)
+    }
+
+    /// [`Builder::linear`], `falcon_linear` saying whether the module is Falcon's
+    /// `FalconLinear` (under autocast) rather than an `nn.Linear` (peft's adapters are).
+    fn linear_as(
+        &mut self,
+        x: TensorId,
+        x_size: u128,
+        rows: u128,
+        lin: &LinearP,
+        falcon_linear: bool,
+    ) -> (TensorId, u128) {
         let c = self.compute_size;
         let w_tr = self.trainable(&lin.w);
         let mut params = Ids::of(&[lin.w.id]);
@@ -42,6 +57,13 @@ impl Builder<'_> {
         }
         let params = params.as_slice();
         let falcon_bias = self.linear_out_size(lin) == 4 && self.amp && c != 4;
+        // `FalconLinear.forward` (every projection of a Falcon layer; the LM head is an
+        // `nn.Linear`) multiplies by `self.weight.T`, a view, and autocast caches only leaf
+        // tensors (`cached_cast`, aten/src/ATen/autocast_mode.cpp: `arg.is_leaf()`), so each
+        // call casts anew, biased or not: mm saves the cast when the input needs a gradient,
+        // and a checkpointed layer's first pass (nothing saved) frees it once the product is
+        // made (measured: falcon-gqa-8h2kv-ampfp16-eager-ckpt-b2-s512, unbiased, was +2.09%
+        // with the casts of layer 0 and 1 cached through the forward)
         let mut y_size = c;
         // torchtitan's SAC (`sac.rs`): a biased linear dispatches `addmm` (F.linear's 2-D and
         // contiguous 3-D paths, GPT-2's `Conv1D`), always kept; an unbiased one `mm`, counted
@@ -127,8 +149,7 @@ impl Builder<'_> {
             if xc != x {
                 self.drop_(xc);
             }
-            // `FalconLinear` casts `self.weight.T`, a view, which autocast does not cache
-            if w_tr && !falcon_bias {
+            if w_tr && !falcon_linear {
                 self.autocast_cache.push(wc);
             } else {
                 self.drop_(wc);
@@ -198,8 +219,8 @@ impl Builder<'_> {
                 in_f: rank,
                 out_f: lin.out_f,
             };
-            let (ha, _) = self.linear(xa, s, rows, &la);
-            let (hb, _) = self.linear(ha, c, rows, &lb);
+            let (ha, _) = self.linear_as(xa, s, rows, &la, false);
+            let (hb, _) = self.linear_as(ha, c, rows, &lb, false);
             (ha, hb, c)
         } else {
             let keep = self.sac_pre(SacOp::Mm);
@@ -215,7 +236,12 @@ impl Builder<'_> {
         self.drop_(hb);
         // the sum is cast back to the base layer's output dtype (`result.to(torch_result_dtype)`)
         let out_size = c.max(s).max(y_size);
-        let sum = self.op(rows * lin.out_f * out_size, &[y, scaled], &[], &[], &[]);
+        // `result + lora_B(lora_A(x)) * scaling`: AddBackward hands the sum's gradient to both
+        // operands where their dtypes agree (`Builder::add`), so the base output's and the
+        // scaled adapter output's gradients are one tensor (traced with the MemTracker on
+        // rnd-t157-024-falcon, amp-bf16 LoRA on dense_4h_to_h: an fp32 and two bf16
+        // [43, 288] temporaries at the adapter's backward, not three bf16; it was +0.194%)
+        let sum = self.add(y, scaled, rows * lin.out_f * out_size);
         self.drop_(y);
         self.drop_(scaled);
         let out = if out_size != y_size {
