@@ -128,7 +128,7 @@ pub(crate) fn check_hf_step(
     let builds_cache = !w.checkpointing
         && !w.kernels.padding_free
         && w.step_options.use_cache.unwrap_or(model.use_cache);
-    check_jamba_cache(model, builds_cache)
+    check_jamba_cache(model, builds_cache, true)
 }
 
 /// The checks every engine's step makes of the workload's options against the model (kernels,
@@ -239,7 +239,12 @@ pub(crate) fn check_autocast(
 /// `modeling_*.py`). Measured: the harness's Jamba and Qwen3-Next steps without checkpointing
 /// and Jamba's `generate` fail, checkpointed steps (HF turns the cache off) run. Training with
 /// checkpointing or `use_cache` off does not build one. Mamba-2 keeps its own cache class.
-fn check_jamba_cache(model: &ModelDesc, builds_cache: bool) -> Result<(), CoreError> {
+/// `training`: the hint names the training workarounds; `generate` always builds the cache.
+fn check_jamba_cache(
+    model: &ModelDesc,
+    builds_cache: bool,
+    training: bool,
+) -> Result<(), CoreError> {
     let field = match model.model_type.as_str() {
         "jamba" => "attn_layer_offset",
         "qwen3_next" | "granitemoehybrid" => "layer_types",
@@ -255,7 +260,11 @@ fn check_jamba_cache(model: &ModelDesc, builds_cache: bool) -> Result<(), CoreEr
             "transformers' `{}` cannot build a cache without an attention layer (`get_seq_length` raises), so this forward does not run",
             crate::error::untrusted(&model.model_type)
         ),
-        "train with --checkpointing (the cache is off), or give the model an attention layer",
+        if training {
+            "train with --checkpointing or --use-cache false (no cache is built), or give the model an attention layer"
+        } else {
+            "generate always builds the cache: give the model an attention layer"
+        },
     ))
 }
 
@@ -342,7 +351,11 @@ pub(crate) fn check_lora_targets(model: &ModelDesc, w: &TrainWorkload) -> Result
             ));
         }
     }
-    match lora.targets.iter().find_map(|t| expert_target_refusal(model, t)) {
+    match lora
+        .targets
+        .iter()
+        .find_map(|t| expert_target_refusal(model, t))
+    {
         Some(e) => Err(e),
         None => Ok(()),
     }
@@ -502,7 +515,7 @@ pub fn check_attention(
 fn check_infer(model: &ModelDesc, w: &crate::workload::InferWorkload) -> Result<(), CoreError> {
     w.validate()?;
     check_attention(model, w.attention)?;
-    check_jamba_cache(model, true)?;
+    check_jamba_cache(model, true, false)?;
     if w.kv_dtype != crate::workload::KvDtype::Auto
         && model.layers.iter().all(|l| l.attention_block().is_none())
     {
@@ -904,9 +917,10 @@ mod tests {
         w.checkpointing = true;
         assert!(simulate_train(&m, &w, Kernels::Cpu).is_ok());
         m.model_type = "qwen3_next".into();
-        assert!(check_jamba_cache(&m, true).is_err());
+        let e = check_jamba_cache(&m, true, false).unwrap_err();
+        assert!(e.hint().contains("generate"), "{e:?}");
         m.model_type = "mamba2".into();
-        assert!(check_jamba_cache(&m, true).is_ok());
+        assert!(check_jamba_cache(&m, true, true).is_ok());
     }
 
     /// OLMoE `clip_qkv`: `clamp_` saves a copy of q, k and v, so a step with it holds more than
