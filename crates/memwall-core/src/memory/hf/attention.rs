@@ -438,22 +438,60 @@ impl Builder<'_> {
                 if self.mode.is_infer() {
                     return self.mla_infer(a, lp, q, kva, np);
                 }
+                // DeepseekV3Attention.forward (models/deepseek_v3/modeling_deepseek_v3.py,
+                // transformers 5.23), in its order: `compressed_kv` and `q_states` (its
+                // `q_pass` view) stay bound until it returns (as in `mla_infer`); the latent
+                // part is normalised, then the query's and the key's rotary parts rotated
+                // (`q_rot`, `k_rot`, new tensors, locals until return)
                 let (kvn, kvns) = self.norm(kva, c, rows, &mla_norm(kv_lora_rank), np);
-                let (kvb, _) =
-                    self.linear(kvn, kvns, rows, lin(LinearRole::KvB).unwrap_or(&LIN_ZERO));
-                self.drop_(kvn);
-                let _ = kvr;
-                // k = cat(k_nope, k_rope.expand(heads)), q = cat(q_nope, rope(q_rope)) (new tensors)
-                let (kr, _) = self.rope(kva, c, (1, ropd, ropd), false, false);
-                // `compressed_kv` stays bound until DeepseekV3Attention.forward returns (as in
-                // `mla_infer`)
                 self.attn_locals.push(kva);
-                let (qr, _) = self.rope(q, c, (heads, ropd, ropd), false, false);
-                let qf = self.op(rows * heads * (nope + ropd) * c, &[q, qr], &[], &[], &[]);
-                self.drop_(q);
-                self.drop_(qr);
-                let kf = self.op(rows * heads * (nope + ropd) * c, &[kvb, kr], &[], &[], &[]);
-                self.drop_(kr);
+                let (qr, qrs) = self.rope(q, c, (heads, ropd, ropd), false, false);
+                let (kr, krs) = self.rope(kva, c, (1, ropd, ropd), false, false);
+                self.attn_locals.push(q);
+                self.attn_locals.push(qr);
+                // A training forward with `use_cache` on (no checkpointing) builds a
+                // DynamicCache: `past_key_values.update(kv_nope, k_rot)` concatenates both
+                // latents into it (cache_utils.py DynamicLayer.update: `torch.cat` onto an
+                // empty tensor of the first one's dtype) and rebinds the names to the cache's
+                // copies, which the model output keeps until it is dropped; kv_b_proj then
+                // saves the latent's copy, and the normalised latent and the rotated key go
+                // (traced on torch 2.15 CPU: rnd-s197-deepseekv3-0 b2 × 30, the [2, 1, 30, 17]
+                // and [2, 1, 30, 16] `cat`s alive at the end of the forward, the norm's output
+                // and the first rotated key freed; its forward and loss phases were 5,760 B
+                // short per layer with the value copy)
+                let cache =
+                    !ckpt && self.mode.use_cache(self.model) && !self.mode.kernels().padding_free;
+                let (kvn, kr) = if cache {
+                    let kc = self.op(rows * kvr * kvns, &[kvn], &[], &[], &[]);
+                    let rc = self.op(rows * ropd * kvns.max(krs), &[kr], &[], &[], &[]);
+                    self.drop_(kvn);
+                    self.drop_(kr);
+                    self.t.retain(kc);
+                    self.t.retain(rc);
+                    self.cache_refs.push(kc);
+                    self.cache_refs.push(rc);
+                    (kc, rc)
+                } else {
+                    (kvn, kr)
+                };
+                // `kv_nope` and `k_rot` are locals until return too
+                self.attn_locals.push(kvn);
+                self.attn_locals.push(kr);
+                // q = cat(q_pass, q_rot), promoted to the rotated part's dtype (fp32 under
+                // autocast, with the fp32 rotary tables)
+                let qfs = c.max(qrs);
+                let qf = self.op(rows * heads * (nope + ropd) * qfs, &[q, qr], &[], &[], &[]);
+                // expand_kv: kv_b_proj over the latent, then `new_empty` in its dtype with
+                // k_nope and the expanded k_rot copied in
+                let (kvb, kvbs) =
+                    self.linear(kvn, kvns, rows, lin(LinearRole::KvB).unwrap_or(&LIN_ZERO));
+                let kf = self.op(
+                    rows * heads * (nope + ropd) * kvbs,
+                    &[kvb, kr],
+                    &[],
+                    &[],
+                    &[],
+                );
                 (
                     heads,
                     heads,
@@ -463,8 +501,8 @@ impl Builder<'_> {
                     qf,
                     kf,
                     kvb,
-                    c,
-                    c,
+                    qfs,
+                    kvbs,
                 )
             }
         };
@@ -767,9 +805,15 @@ impl Builder<'_> {
                 // when the query is fp32 (`.to` returns the tensor itself). Measured:
                 // rdist-042-opt (fp16, attention dropout), its forward 4.2 MB short without it.
                 let attn_cast = (qs != w).then(|| self.act(x * qs, false));
-                // MLA's value slice, uncast (fp32): `matmul` copies it for bmm when B > 1, as
-                // in eager attention (`mla_v_copy` there); a cast copy is contiguous already
-                let v32 = if matches!(a.kind, AttentionKind::Mla { .. }) && b > 1 && v32 == v {
+                // MLA's value slice, uncast (fp32): `matmul` copies it for bmm when B, H and the
+                // key length all exceed 1, as in eager attention (`mla_v_copy` there); a cast
+                // copy is contiguous already
+                let mla_v_copy = matches!(a.kind, AttentionKind::Mla { .. })
+                    && b > 1
+                    && heads > 1
+                    && kv > 1
+                    && v32 == v;
+                let v32 = if mla_v_copy {
                     let vc = self.op(nv * w, &[v32], &[], &[], &[]);
                     self.drop_(v32);
                     vc
@@ -866,7 +910,18 @@ impl Builder<'_> {
                 } else {
                     (k, v, ks, vs, false)
                 };
-                let kv_store = if repeated { heads } else { kv_heads };
+                // With a single kv head the expanded view has a zero stride over the heads; under
+                // autocast SDPA's cast of it (`_to_copy`, which keeps the strides of dense
+                // tensors only) is a full [B, H, S, D] tensor, which SDPA saves (traced on
+                // torch 2.15 CPU: rnd-s197-gemma3text-0 under amp-bf16, b6 × 169, 7 heads over
+                // one, sliding-window mask: two bf16 [6, 7, 169, 32] `_to_copy`s per layer alive
+                // after the attention; rnd-t197-018-gemma3text was -1.26%, cast at one head)
+                let viewed = masked
+                    && self.mode.attention() == AttentionImpl::Sdpa
+                    && heads > kv_heads
+                    && kv_heads == 1
+                    && !falcon;
+                let kv_store = if repeated || viewed { heads } else { kv_heads };
                 let (q2, k2, v2) = if self.amp {
                     let q2 = if qs != c {
                         self.cast(q, rows * heads * qk_dim * c)
@@ -1231,7 +1286,17 @@ impl Builder<'_> {
                 // torch 2.15 CPU: an `aten.clone` [3, 7, 288, 32] per layer alive at
                 // rnd-t17-209-deepseekv3's backward peak, no [3, 288, 7·40] kv_b_proj output).
                 // With a batch of one the reshape is a view and bmm keeps the whole output.
-                let mla_v_copy = matches!(a.kind, AttentionKind::Mla { .. }) && b > 1 && vm == vr;
+                // A single head or a single key merges with the batch (a size-1 dim merges with
+                // any stride), so the reshape is a view then and bmm saves the projection output
+                // (traced on torch 2.15 CPU: rnd-s197-deepseekv3-0, one head, b2 × 30: no
+                // `aten.clone` before the value's bmm, the [60, 48] kv_b_proj `mm` alive after
+                // the attention returns; rnd-t197-029-deepseekv3 was -1.19%, the copy kept in
+                // place of the projection output it freed).
+                let mla_v_copy = matches!(a.kind, AttentionKind::Mla { .. })
+                    && b > 1
+                    && heads > 1
+                    && kv > 1
+                    && vm == vr;
                 // the expanded value's copy, saved by bmm as the key's above
                 let vb = if kv_copy || mla_v_copy {
                     self.op(kv_rows * heads * v_dim * c, &[vm], &[], &[], &[])

@@ -372,8 +372,31 @@ impl Builder<'_> {
                 } else {
                     // Olmo2: `(weight * h).to(input_dtype)`; Gemma: `(h * (1 + weight.float())).type_as(x)`:
                     // the weight multiplies in fp32, then one cast
-                    let saved: &[TensorId] = if w_tr { &[h32] } else { &[] };
-                    let y32 = self.op(n * 4, &[h32], saved, params, &temps);
+                    let mut saved = Ids::default();
+                    if w_tr {
+                        saved.push(h32);
+                    }
+                    // Gemma's factor `1.0 + weight.float()` is a new fp32 [dim] tensor (the
+                    // `.float()` copy before it a temporary, unless the weight is fp32 already),
+                    // which the product saves for the input's gradient (derivatives.yaml `mul`):
+                    // alive until this node's backward (tools/truth/probes on
+                    // rnd-s197-gemma3text-0: one fp32 `add` [hidden] per layer norm and [head_dim]
+                    // per q/k norm alive at the end of the forward; the bf16 and fp16 variants
+                    // of rnd-t197-018-gemma3text were 8,576 B short, 11 norms of 2 layers)
+                    let factor = gemma.then(|| {
+                        let f = self.act(dim * 4, false);
+                        if self.param_size != 4 {
+                            self.t.transient(dim * 4, Category::Activations);
+                        }
+                        if self.rg(h32) {
+                            saved.push(f);
+                        }
+                        f
+                    });
+                    let y32 = self.op(n * 4, &[h32], saved.as_slice(), params, &temps);
+                    if let Some(f) = factor {
+                        self.drop_(f);
+                    }
                     if gemma {
                         self.drop_(h32);
                     }
