@@ -1876,4 +1876,111 @@ mod tests {
         let mask = batch * seq * seq * 2;
         assert_eq!(both, one + mask);
     }
+
+    /// The bytes a training forward of layer 0's attention leaves saved (its output and input
+    /// dropped), for an MLA attention of `heads` heads (no q LoRA, latent 32, nope 32, rope 16,
+    /// value 32) over `batch` × 16 tokens in bf16 eager attention, with or without a training
+    /// KV cache (whose copies the model output holds).
+    fn mla_attention_leaves(heads: u64, batch: u64, cache: bool) -> u128 {
+        use crate::model::AttentionKind;
+        let mut m = two_layers();
+        for l in &mut m.layers {
+            l.attention.kind = AttentionKind::Mla {
+                num_heads: heads,
+                q_lora_rank: None,
+                kv_lora_rank: 32,
+                qk_nope_head_dim: 32,
+                qk_rope_head_dim: 16,
+                v_head_dim: 32,
+            };
+            l.attention.qk_norm = None;
+        }
+        let mut w = TrainWorkload::new(batch, 16);
+        w.attention = AttentionImpl::Eager;
+        w.precision = Precision::Bf16;
+        w.step_options.use_cache = Some(cache);
+        let mut b = kernel_builder(&m, &w);
+        let a = m.layers[0].attention;
+        let lp = b.layers[0].clone();
+        let before = b.t.live();
+        let x = b.act(u128::from(batch * 16 * m.hidden_size) * 2, true);
+        let y = b.attention(x, 2, &a, &lp, false);
+        b.drop_(y);
+        b.drop_(x);
+        b.t.live() - before
+    }
+
+    #[test]
+    fn mla_values_copy_for_bmm_only_with_batch_heads_and_keys_above_one() {
+        // The value is a strided slice of kv_b_proj's output; matmul's reshape to [B·H, S, v]
+        // is a view when B or H is one (a size-1 dim merges with any stride), and bmm then
+        // saves the projection output itself (traced: rnd-s197-deepseekv3-0, one head, b2);
+        // otherwise it saves a [B, H, S, v] copy and the output goes. With one head the saved
+        // bytes are linear in the batch; with two, the second sequence swaps the output's
+        // non-value part (B·S·H·nope) for nothing.
+        let (l1, l2) = (
+            mla_attention_leaves(1, 1, false),
+            mla_attention_leaves(1, 2, false),
+        );
+        assert_eq!(l2, 2 * l1);
+        let (l1, l2) = (
+            mla_attention_leaves(2, 1, false),
+            mla_attention_leaves(2, 2, false),
+        );
+        let rows2 = 2 * 16;
+        assert_eq!(2 * l1 - l2, rows2 * 2 * 32 * 2);
+    }
+
+    #[test]
+    fn an_mla_training_cache_holds_the_rotated_keys_copy_beside_the_saved_latent() {
+        // `past_key_values.update(kv_nope, k_rot)` copies both latents into the DynamicCache;
+        // kv_b_proj saves the latent's copy in place of the norm's output (same bytes), and the
+        // rotated key's copy (B·S·rope, bf16) is held by the cache alone (traced:
+        // rnd-s197-deepseekv3-0 b2 × 30, the [2, 1, 30, 16] `cat` alive after the forward)
+        for (heads, batch) in [(1, 2), (2, 3)] {
+            let on = mla_attention_leaves(heads, batch, true);
+            let off = mla_attention_leaves(heads, batch, false);
+            assert_eq!(on - off, u128::from(batch) * 16 * 16 * 2);
+        }
+    }
+
+    #[test]
+    fn autocast_casts_a_single_kv_heads_repeat_view_to_every_head() {
+        // A sliding-window mask turns transformers' SDPA GQA into `repeat_kv`, a zero-stride
+        // view for one kv head; under autocast SDPA casts it to bf16 as a full [B, H, S, D]
+        // tensor and saves that (traced: rnd-s197-gemma3text-0 under amp-bf16). Saved: q, k
+        // and v at every head, the output, the logsumexp and the additive mask.
+        let (batch, seq, heads, hd) = (2u64, 64u64, 4u128, 32u128);
+        let mut m = two_layers();
+        m.layers[0].attention.sliding_window = Some(8);
+        let mut w = TrainWorkload::new(batch, seq);
+        w.attention = AttentionImpl::Sdpa;
+        w.precision = Precision::AmpBf16;
+        let a = m.layers[0].attention;
+        let mut b = kernel_builder(&m, &w);
+        let rows = u128::from(batch * seq);
+        let before = b.t.live();
+        let q = b.act(rows * heads * hd * 4, true);
+        let k = b.act(rows * hd * 4, true);
+        let v = b.act(rows * hd * 4, true);
+        let call = crate::memory::hf::CoreCall {
+            slot: 0,
+            q: (q, 4),
+            k: (k, 4),
+            v: (v, 4),
+            heads,
+            kv_heads: 1,
+            qk_dim: hd,
+            v_dim: hd,
+            q_bhsd: false,
+        };
+        let o = b.attention_kernel(call, &a);
+        for t in [o, q, k, v] {
+            b.drop_(t);
+        }
+        let full = rows * heads * hd * 2;
+        let lse = rows * heads * 4;
+        let mask = u128::from(batch * seq * seq) * 2;
+        assert_eq!(b.t.live() - before, 4 * full + lse + mask);
+    }
 }
