@@ -28,12 +28,13 @@ impl Builder<'_> {
             .is_some_and(|w| w.step_options.activation_offload);
         self.unit_pre_forward(0);
         let (mut x, xs) = self.embeddings();
-        if self.builds_position_ids() && !self.mode.kernels().padding_free {
-            // the base model's int64 `position_ids = arange(S) + past_seen_tokens`, a local
-            // until it returns (memory/hf/infer.rs `infer_forward`); a padding-free batch passes
-            // its own
-            self.position_ids(self.seq);
-        }
+        let positions =
+            (self.builds_position_ids() && !self.mode.kernels().padding_free).then(|| {
+                // the base model's int64 `position_ids = arange(S) + past_seen_tokens`, a local
+                // until it returns (memory/hf/infer.rs `infer_forward`); a padding-free batch
+                // passes its own
+                self.position_ids(self.seq)
+            });
         // rotary cos/sin tables, [1, S, rotary_dim] in the compute dtype (fp32 under autocast):
         // every *Model.forward builds `position_ids = arange(S).unsqueeze(0)`, shared by the
         // batch (padding-free: the packed row's position ids, [1, B·S])
@@ -88,6 +89,14 @@ impl Builder<'_> {
                 }
                 if let Some(m) = self.layer_mask(i) {
                     kept.push(m);
+                }
+                // and the base model's `position_ids`, a keyword of every layer's call but
+                // Granite 4.0-H's (transformers' GradientCheckpointingLayer checkpoints
+                // `partial(forward, self, **kwargs)`, which the recompute holds until the
+                // layer's backward; traced on torch 2.15 CPU: rnd-s157-olmo2-0's int64
+                // [1, 164] alive until layer 0's backward returns)
+                if let Some(p) = positions.filter(|_| !self.model.layers_without_position_ids) {
+                    kept.push(p);
                 }
                 self.t.record(Node {
                     saved: Ids::of(&kept),
@@ -568,5 +577,29 @@ mod tests {
         // never more rows than there are, a power of two otherwise
         assert_eq!(liger_chunk_rows(100, 4096, 32000), 16);
         assert_eq!(liger_chunk_rows(3, 4096, 1000), 3);
+    }
+
+    /// The base model's int64 [1, S] `position_ids` is a keyword of every checkpointed layer's
+    /// call, held by the checkpoint until that layer's backward (traced: rnd-s157-olmo2-0 and
+    /// rnd-s29-gptoss-0 until layer 0's backward returns); a model that does not pass it
+    /// (Granite 4.0-H) frees it when the base model returns, as does one without checkpointing.
+    #[test]
+    fn checkpointed_layers_keep_the_position_ids_they_are_called_with() {
+        use crate::memory::{simulate_train, Kernels, Phase};
+        use crate::model::tests::llama2_7b;
+        use crate::workload::TrainWorkload;
+        let seq = 64u64;
+        // at the loss, after the base model has returned
+        let loss = |ckpt: bool, passed: bool| {
+            let mut m = llama2_7b();
+            m.layers.truncate(2);
+            m.layers_without_position_ids = !passed;
+            let mut w = TrainWorkload::new(2, seq);
+            w.checkpointing = ckpt;
+            let e = simulate_train(&m, &w, Kernels::Cpu).unwrap();
+            e.phase_peak(Phase::Loss).unwrap()
+        };
+        assert_eq!(loss(true, true) - loss(true, false), seq * 8);
+        assert_eq!(loss(false, true), loss(false, false));
     }
 }
