@@ -246,6 +246,18 @@ impl Builder<'_> {
             logits
         };
         self.t.retag(lf, Category::LossBuffers);
+        // then `labels = nn.functional.pad(labels, (0, 1), value=ignore_index)` and
+        // `shift_labels = labels[..., 1:].contiguous()`: int64 [B, S + 1] and [B, S] (one row of
+        // B·S when padding-free), locals until it returns; nll_loss saves the target
+        // (derivatives.yaml `nll_loss_forward`: `target`) until its backward (traced on torch 2.15
+        // CPU: rnd-t197-029-deepseekv3's loss phase 984 B over the estimate without them)
+        let label_rows = if self.mode.kernels().padding_free {
+            1
+        } else {
+            self.batch
+        };
+        let padded = self.act((rows + label_rows) * 8, false);
+        let target = self.act(rows * 8, false);
         let ls = self.act(rows * v * 4, true);
         self.t.retag(ls, Category::LossBuffers);
         self.t.record(Node {
@@ -261,7 +273,11 @@ impl Builder<'_> {
         // nll_loss_backward materialises a full fp32 [tokens, vocab] gradient. nll_loss saves
         // its input too (derivatives.yaml `nll_loss_forward`: `self`), which the log-softmax
         // node keeps alive longer anyway; only offloading copies it a second time
-        let nll_saved: &[TensorId] = if self.t.host.active { &[ls] } else { &[] };
+        let nll_saved: &[TensorId] = if self.t.host.active {
+            &[ls, target]
+        } else {
+            &[target]
+        };
         self.t.record(Node {
             saved: Ids::of(nll_saved),
             inputs: Ids::of(&[ls]),
@@ -269,6 +285,8 @@ impl Builder<'_> {
             ..Node::default()
         });
         self.drop_(ls);
+        self.drop_(target);
+        self.drop_(padded);
         self.drop_logits(logits);
         loss
     }
@@ -601,5 +619,39 @@ mod tests {
         };
         assert_eq!(loss(true, true) - loss(true, false), seq * 8);
         assert_eq!(loss(false, true), loss(false, false));
+    }
+
+    /// ForCausalLMLoss over bf16 logits: `logits.float()`, the padded labels and their shifted
+    /// contiguous copy (int64), then log-softmax; afterwards the log-softmax output, the target
+    /// (saved by nll_loss) and the scalar loss stay (the LM head keeps its input, alive before).
+    #[test]
+    fn the_torch_loss_keeps_the_shifted_labels_as_nll_losss_target() {
+        use crate::memory::hf::Builder;
+        use crate::memory::Kernels;
+        use crate::model::tests::llama2_7b;
+        use crate::workload::{LossKernel, TrainWorkload};
+        let mut m = llama2_7b();
+        m.layers.truncate(1);
+        let (batch, seq) = (2u64, 32u64);
+        let w = TrainWorkload::new(batch, seq);
+        let mut b = Builder::train(&m, &w, Kernels::Cpu, None);
+        b.build_params();
+        let rows = u128::from(batch * seq);
+        let (h, v) = (
+            u128::from(m.hidden_size),
+            u128::from(m.embeddings.vocab_size),
+        );
+        let fx = b.act(rows * h * 2, true);
+        b.t.retain(fx);
+        let before = b.t.live();
+        b.t.reset_peak();
+        let loss = b.logits_loss(fx, 2, rows, LossKernel::Torch);
+        let labels = (rows + u128::from(batch)) * 8 + rows * 8;
+        assert_eq!(
+            b.t.peak() - before,
+            rows * v * 2 + rows * v * 4 + labels + rows * v * 4
+        );
+        assert_eq!(b.t.live() - before, rows * v * 4 + rows * 8 + 4);
+        b.drop_(loss);
     }
 }
