@@ -250,7 +250,9 @@ impl Builder<'_> {
         // `shift_labels = labels[..., 1:].contiguous()`: int64 [B, S + 1] and [B, S] (one row of
         // B·S when padding-free), locals until it returns; nll_loss saves the target
         // (derivatives.yaml `nll_loss_forward`: `target`) until its backward (traced on torch 2.15
-        // CPU: rnd-t197-029-deepseekv3's loss phase 984 B over the estimate without them)
+        // CPU, rnd-s197-deepseekv3-0 b2 × 30: the [2, 31] `constant_pad_nd` and the [2, 30]
+        // `clone` alive at `_log_softmax`, the clone still at `nll_loss_backward`;
+        // rnd-t197-029-deepseekv3's loss phase was 984 B short without them)
         let label_rows = if self.mode.kernels().padding_free {
             1
         } else {
