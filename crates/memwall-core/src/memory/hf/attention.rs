@@ -449,16 +449,16 @@ impl Builder<'_> {
                 let (kr, krs) = self.rope(kva, c, (1, ropd, ropd), false, false);
                 self.attn_locals.push(q);
                 self.attn_locals.push(qr);
-                // A training forward with `use_cache` on (no checkpointing) builds a
-                // DynamicCache: `past_key_values.update(kv_nope, k_rot)` concatenates both
-                // latents into it (cache_utils.py DynamicLayer.update: `torch.cat` onto an
-                // empty tensor of the first one's dtype) and rebinds the names to the cache's
-                // copies, which the model output keeps until it is dropped; kv_b_proj then
-                // saves the latent's copy, and the normalised latent and the rotated key go
-                // (traced on torch 2.15 CPU: rnd-s197-deepseekv3-0 b2 × 30, the [2, 1, 30, 17]
-                // and [2, 1, 30, 16] `cat`s alive at the end of the forward, the norm's output
-                // and the first rotated key freed; its forward and loss phases were 5,760 B
-                // short per layer with the value copy)
+                // A training forward with `use_cache` on (no checkpointing) builds a DynamicCache:
+                // `past_key_values.update(kv_nope, k_rot)` concatenates both latents into it
+                // (cache_utils.py DynamicLayer.update: `torch.cat` onto an empty tensor of the
+                // first one's dtype) and rebinds the names to the cache's copies, which the model
+                // output keeps until it is dropped; kv_b_proj then saves the latent's copy, and the
+                // normalised latent and the rotated key go
+                // (tools/truth/probes/h51_live_storages.py, torch 2.15 CPU: rnd-s197-deepseekv3-0
+                // b2 × 30, the [2, 1, 30, 17] and [2, 1, 30, 16] `cat`s alive at the end of the
+                // forward, the norm's output and the first rotated key freed; its forward and loss
+                // phases were 5,760 B short per layer with the value copy)
                 let cache =
                     !ckpt && self.mode.use_cache(self.model) && !self.mode.kernels().padding_free;
                 let (kvn, kr) = if cache {
@@ -911,11 +911,12 @@ impl Builder<'_> {
                     (k, v, ks, vs, false)
                 };
                 // With a single kv head the expanded view has a zero stride over the heads; under
-                // autocast SDPA's cast of it (`_to_copy`, which keeps the strides of dense
-                // tensors only) is a full [B, H, S, D] tensor, which SDPA saves (traced on
-                // torch 2.15 CPU: rnd-s197-gemma3text-0 under amp-bf16, b6 × 169, 7 heads over
-                // one, sliding-window mask: two bf16 [6, 7, 169, 32] `_to_copy`s per layer alive
-                // after the attention; rnd-t197-018-gemma3text was -1.26%, cast at one head)
+                // autocast SDPA's cast of it (`_to_copy`, which keeps the strides of dense tensors
+                // only) is a full [B, H, S, D] tensor, which SDPA saves (traced on torch 2.15 CPU
+                // with tools/truth/probes/h51_live_storages.py: rnd-s197-gemma3text-0 under
+                // amp-bf16, b6 × 169, 7 heads over one, sliding-window mask: two bf16 [6, 7, 169,
+                // 32] `_to_copy`s per layer alive after the attention; rnd-t197-018-gemma3text was
+                // -1.26%, cast at one head)
                 let viewed = masked
                     && self.mode.attention() == AttentionImpl::Sdpa
                     && heads > kv_heads
@@ -1278,20 +1279,20 @@ impl Builder<'_> {
                 } else {
                     probs
                 };
-                // MLA's value is a strided slice of kv_b_proj's output (`kv_b_proj(..)
-                // .view(B, S, H, nope + v).transpose(1, 2)` split into k_nope and value,
+                // MLA's value is a strided slice of kv_b_proj's output (`kv_b_proj(..).view(B, S,
+                // H, nope + v).transpose(1, 2)` split into k_nope and value,
                 // DeepseekV3Attention.expand_kv): matmul's reshape to [B·H, S, v] cannot merge B
                 // with H when B > 1, so it copies the slice and bmm saves that copy, not the
                 // projection output (aten/src/ATen/native/LinearAlgebra.cpp `matmul`; traced on
                 // torch 2.15 CPU: an `aten.clone` [3, 7, 288, 32] per layer alive at
-                // rnd-t17-209-deepseekv3's backward peak, no [3, 288, 7·40] kv_b_proj output).
-                // With a batch of one the reshape is a view and bmm keeps the whole output.
-                // A single head or a single key merges with the batch (a size-1 dim merges with
-                // any stride), so the reshape is a view then and bmm saves the projection output
-                // (traced on torch 2.15 CPU: rnd-s197-deepseekv3-0, one head, b2 × 30: no
-                // `aten.clone` before the value's bmm, the [60, 48] kv_b_proj `mm` alive after
-                // the attention returns; rnd-t197-029-deepseekv3 was -1.19%, the copy kept in
-                // place of the projection output it freed).
+                // rnd-t17-209-deepseekv3's backward peak, no [3, 288, 7·40] kv_b_proj output). With
+                // a batch of one the reshape is a view and bmm keeps the whole output. A single
+                // head or a single key merges with the batch (a size-1 dim merges with any stride),
+                // so the reshape is a view then and bmm saves the projection output
+                // (tools/truth/probes/h51_live_storages.py, torch 2.15 CPU: rnd-s197-deepseekv3-0,
+                // one head, b2 × 30: no `aten.clone` before the value's bmm, the [60, 48] kv_b_proj
+                // `mm` alive after the attention returns; rnd-t197-029-deepseekv3 was -1.19%, the
+                // copy kept in place of the projection output it freed).
                 let mla_v_copy = matches!(a.kind, AttentionKind::Mla { .. })
                     && b > 1
                     && heads > 1

@@ -379,7 +379,7 @@ impl Builder<'_> {
                     // Gemma's factor `1.0 + weight.float()` is a new fp32 [dim] tensor (the
                     // `.float()` copy before it a temporary, unless the weight is fp32 already),
                     // which the product saves for the input's gradient (derivatives.yaml `mul`):
-                    // alive until this node's backward (tools/truth/probes on
+                    // alive until this node's backward (tools/truth/probes/h51_live_storages.py on
                     // rnd-s197-gemma3text-0: one fp32 `add` [hidden] per layer norm and [head_dim]
                     // per q/k norm alive at the end of the forward; the bf16 and fp16 variants
                     // of rnd-t197-018-gemma3text were 8,576 B short, 11 norms of 2 layers)

@@ -93,7 +93,8 @@ impl Builder<'_> {
                 // and the base model's `position_ids`, a keyword of every layer's call but
                 // Granite 4.0-H's (transformers' GradientCheckpointingLayer checkpoints
                 // `partial(forward, self, **kwargs)`, which the recompute holds until the
-                // layer's backward; traced on torch 2.15 CPU: rnd-s157-olmo2-0's int64
+                // layer's backward; tools/truth/probes/h51_live_storages.py positions on torch 2.15
+                // CPU: rnd-s157-olmo2-0's int64
                 // [1, 164] alive until layer 0's backward returns)
                 if let Some(p) = positions.filter(|_| !self.model.layers_without_position_ids) {
                     kept.push(p);
@@ -246,13 +247,13 @@ impl Builder<'_> {
             logits
         };
         self.t.retag(lf, Category::LossBuffers);
-        // then `labels = nn.functional.pad(labels, (0, 1), value=ignore_index)` and
-        // `shift_labels = labels[..., 1:].contiguous()`: int64 [B, S + 1] and [B, S] (one row of
-        // B·S when padding-free), locals until it returns; nll_loss saves the target
-        // (derivatives.yaml `nll_loss_forward`: `target`) until its backward (traced on torch 2.15
-        // CPU, rnd-s197-deepseekv3-0 b2 × 30: the [2, 31] `constant_pad_nd` and the [2, 30]
-        // `clone` alive at `_log_softmax`, the clone still at `nll_loss_backward`;
-        // rnd-t197-029-deepseekv3's loss phase was 984 B short without them)
+        // then `labels = nn.functional.pad(labels, (0, 1), value=ignore_index)` and `shift_labels =
+        // labels[..., 1:].contiguous()`: int64 [B, S + 1] and [B, S] (one row of B·S when
+        // padding-free), locals until it returns; nll_loss saves the target (derivatives.yaml
+        // `nll_loss_forward`: `target`) until its backward (traced with
+        // tools/truth/probes/h51_live_storages.py loss, rnd-s197-deepseekv3-0 b2 × 30: the [2, 31]
+        // `constant_pad_nd` and the [2, 30] `clone` alive at `_log_softmax`, the clone still at
+        // `nll_loss_backward`; rnd-t197-029-deepseekv3's loss phase was 984 B short without them)
         let label_rows = if self.mode.kernels().padding_free {
             1
         } else {
