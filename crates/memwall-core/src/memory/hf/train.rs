@@ -156,9 +156,16 @@ impl Builder<'_> {
         }
         self.t.host.active = false;
         self.t.set_phase(Phase::Backward);
-        self.t.seed_grad(loss);
+        let seed = self.t.seed_grad(loss);
+        // `loss.backward()` makes the seed gradient (`_make_grads`: `torch.ones_like(loss)`)
+        // and holds it in its `grad_tensors_` list until the engine returns
+        // (torch/autograd/__init__.py `backward`; traced with
+        // tools/truth/probes/h51_live_storages.py loss: the 0-dim `ones_like` alive at
+        // `_log_softmax_backward_data`, after nll_loss's backward consumed it)
+        self.t.retain(seed);
         self.unit_pre_backward(0);
         self.backward();
+        self.t.release(seed);
         // `del loss` (measure.py; the Trainer's loss goes with the step) frees the graph: the
         // leaves its AccumulateGrad nodes held go, with their `.grad`
         self.drop_list(|b| &mut b.leaves_held);
