@@ -269,6 +269,14 @@ CASES = [
          dropout="off"),
     dict(id="xc-h50-falcon-8h4kv-bf16-b2-s80-sdpa", config="h50-falcon-8h4kv", batch=2, seq=80,
          precision="bf16", attention="sdpa", optimizer="sgd", dropout="off"),
+    # helper 51: one-head MLA (matmul's reshape of the value slice is a view: bmm saves
+    # kv_b_proj's output, no copy; the training DynamicCache's latent copies), and a single kv
+    # head under autocast with a sliding-window mask (SDPA's cast of repeat_kv's zero-stride view
+    # is a full [B, H, S, D] tensor; Gemma's norms save their fp32 `1 + weight`)
+    dict(id="xc-h51-dsv3-s197-h1-bf16-b3-s40-eager-sgd", config="rnd-s197-deepseekv3-0", batch=3,
+         seq=40, precision="bf16", attention="eager", optimizer="sgd", dropout="off"),
+    dict(id="xc-h51-gemma3-s197-ampbf16-b2-s48-sdpa-sgd", config="rnd-s197-gemma3text-0",
+         batch=2, seq=48, precision="amp-bf16", attention="sdpa", optimizer="sgd", dropout="off"),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),

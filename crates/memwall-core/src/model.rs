@@ -888,6 +888,12 @@ pub struct ModelDesc {
     /// `{layer_type}_inv_freq` for each of `sorted(set(config.layer_types))`) instead of one.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub rope_buffers_per_layer_type: bool,
+    /// The base model's layer loop passes no `position_ids` to its decoder layers
+    /// (models/granitemoehybrid/modeling_granitemoehybrid.py GraniteMoeHybridModel.forward,
+    /// transformers 5.23; every other supported family passes `position_ids=position_ids`, a
+    /// keyword that a checkpointed layer keeps alive until its backward).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub layers_without_position_ids: bool,
 }
 
 /// The vision encoder and multimodal projector of a vision-language model
@@ -1256,6 +1262,7 @@ pub(crate) mod tests {
         };
         ModelDesc {
             rope_buffers_per_layer_type: false,
+            layers_without_position_ids: false,
             model_type: "llama".into(),
             hidden_size: 4096,
             max_position_embeddings: 4096,

@@ -566,6 +566,7 @@ pub(crate) fn assemble(ctx: &Ctx, model_type: &str, p: Parts) -> Result<ModelDes
         use_cache: true,
         builds_both_masks: false,
         rope_buffers_per_layer_type: false,
+        layers_without_position_ids: false,
     };
     if desc.param_counts().is_err() {
         return Err(FormatError::OutOfRange {

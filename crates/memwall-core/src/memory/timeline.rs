@@ -1210,11 +1210,12 @@ impl Timeline {
         self.tensors[to as usize].grad = g;
     }
 
-    /// Gives a loss tensor its seed gradient (`torch.ones_like(loss)`).
-    pub fn seed_grad(&mut self, loss: TensorId) {
+    /// Gives a loss tensor its seed gradient (`torch.ones_like(loss)`); returns it.
+    pub fn seed_grad(&mut self, loss: TensorId) -> TensorId {
         let b = self.tensors[loss as usize].bytes;
         let g = self.alloc(b, Category::Temporaries, false);
         self.tensors[loss as usize].grad = Some(g);
+        g
     }
 
     /// Gradient tensor of a parameter, if it exists.

@@ -224,7 +224,7 @@ pub(crate) fn granitemoehybrid(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, F
         });
     }
     let embeddings = token_embeddings(vocab, hidden, true);
-    assemble(
+    let mut desc = assemble(
         ctx,
         "granitemoehybrid",
         Parts {
@@ -260,5 +260,29 @@ pub(crate) fn granitemoehybrid(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, F
                 (LinearRole::SsmOut, "out_proj"),
             ]),
         },
-    )
+    )?;
+    // GraniteMoeHybridModel.forward calls each decoder layer without `position_ids` (the
+    // attention layers get `position_embeddings` only), so no checkpoint keeps them
+    desc.layers_without_position_ids = true;
+    Ok(desc)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::parse_hf_config;
+
+    #[test]
+    fn granite_hybrid_layers_are_called_without_position_ids() {
+        // GraniteMoeHybridModel.forward passes no `position_ids` to its layers (a checkpoint
+        // keeps none); Llama's does
+        let d =
+            parse_hf_config(include_str!("../../tests/configs/granite-4.0-h-micro.json")).unwrap();
+        assert!(d.layers_without_position_ids);
+        let llama = parse_hf_config(
+            r#"{"model_type":"llama","hidden_size":64,"intermediate_size":128,
+                "num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100}"#,
+        )
+        .unwrap();
+        assert!(!llama.layers_without_position_ids);
+    }
 }

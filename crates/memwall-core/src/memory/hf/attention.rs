@@ -444,22 +444,60 @@ impl Builder<'_> {
                 if self.mode.is_infer() {
                     return self.mla_infer(a, lp, q, kva, np);
                 }
+                // DeepseekV3Attention.forward (models/deepseek_v3/modeling_deepseek_v3.py,
+                // transformers 5.23), in its order: `compressed_kv` and `q_states` (its
+                // `q_pass` view) stay bound until it returns (as in `mla_infer`); the latent
+                // part is normalised, then the query's and the key's rotary parts rotated
+                // (`q_rot`, `k_rot`, new tensors, locals until return)
                 let (kvn, kvns) = self.norm(kva, c, rows, &mla_norm(kv_lora_rank), np);
-                let (kvb, _) =
-                    self.linear(kvn, kvns, rows, lin(LinearRole::KvB).unwrap_or(&LIN_ZERO));
-                self.drop_(kvn);
-                let _ = kvr;
-                // k = cat(k_nope, k_rope.expand(heads)), q = cat(q_nope, rope(q_rope)) (new tensors)
-                let (kr, _) = self.rope(kva, c, (1, ropd, ropd), false, false);
-                // `compressed_kv` stays bound until DeepseekV3Attention.forward returns (as in
-                // `mla_infer`)
                 self.attn_locals.push(kva);
-                let (qr, _) = self.rope(q, c, (heads, ropd, ropd), false, false);
-                let qf = self.op(rows * heads * (nope + ropd) * c, &[q, qr], &[], &[], &[]);
-                self.drop_(q);
-                self.drop_(qr);
-                let kf = self.op(rows * heads * (nope + ropd) * c, &[kvb, kr], &[], &[], &[]);
-                self.drop_(kr);
+                let (qr, qrs) = self.rope(q, c, (heads, ropd, ropd), false, false);
+                let (kr, krs) = self.rope(kva, c, (1, ropd, ropd), false, false);
+                self.attn_locals.push(q);
+                self.attn_locals.push(qr);
+                // A training forward with `use_cache` on (no checkpointing) builds a DynamicCache:
+                // `past_key_values.update(kv_nope, k_rot)` concatenates both latents into it
+                // (cache_utils.py DynamicLayer.update: `torch.cat` onto an empty tensor of the
+                // first one's dtype) and rebinds the names to the cache's copies, which the model
+                // output keeps until it is dropped; kv_b_proj then saves the latent's copy, and the
+                // normalised latent and the rotated key go
+                // (tools/truth/probes/h51_live_storages.py, torch 2.15 CPU: rnd-s197-deepseekv3-0
+                // b2 × 30, the [2, 1, 30, 17] and [2, 1, 30, 16] `cat`s alive at the end of the
+                // forward, the norm's output and the first rotated key freed; its forward and loss
+                // phases were 5,760 B short per layer with the value copy)
+                let cache =
+                    !ckpt && self.mode.use_cache(self.model) && !self.mode.kernels().padding_free;
+                let (kvn, kr) = if cache {
+                    let kc = self.op(rows * kvr * kvns, &[kvn], &[], &[], &[]);
+                    let rc = self.op(rows * ropd * kvns.max(krs), &[kr], &[], &[], &[]);
+                    self.drop_(kvn);
+                    self.drop_(kr);
+                    self.t.retain(kc);
+                    self.t.retain(rc);
+                    self.cache_refs.push(kc);
+                    self.cache_refs.push(rc);
+                    (kc, rc)
+                } else {
+                    (kvn, kr)
+                };
+                // `kv_nope` and `k_rot` are locals until return too
+                self.attn_locals.push(kvn);
+                self.attn_locals.push(kr);
+                // q = cat(q_pass, q_rot), promoted to the rotated part's dtype (fp32 under
+                // autocast, with the fp32 rotary tables)
+                let qfs = c.max(qrs);
+                let qf = self.op(rows * heads * (nope + ropd) * qfs, &[q, qr], &[], &[], &[]);
+                // expand_kv: kv_b_proj over the latent, then `new_empty` in its dtype with
+                // k_nope and the expanded k_rot copied in
+                let (kvb, kvbs) =
+                    self.linear(kvn, kvns, rows, lin(LinearRole::KvB).unwrap_or(&LIN_ZERO));
+                let kf = self.op(
+                    rows * heads * (nope + ropd) * kvbs,
+                    &[kvb, kr],
+                    &[],
+                    &[],
+                    &[],
+                );
                 (
                     heads,
                     heads,
@@ -469,8 +507,8 @@ impl Builder<'_> {
                     qf,
                     kf,
                     kvb,
-                    c,
-                    c,
+                    qfs,
+                    kvbs,
                 )
             }
         };
@@ -841,9 +879,15 @@ impl Builder<'_> {
                 // when the query is fp32 (`.to` returns the tensor itself). Measured:
                 // rdist-042-opt (fp16, attention dropout), its forward 4.2 MB short without it.
                 let attn_cast = (qs != w).then(|| self.act(x * qs, false));
-                // MLA's value slice, uncast (fp32): `matmul` copies it for bmm when B > 1, as
-                // in eager attention (`mla_v_copy` there); a cast copy is contiguous already
-                let v32 = if matches!(a.kind, AttentionKind::Mla { .. }) && b > 1 && v32 == v {
+                // MLA's value slice, uncast (fp32): `matmul` copies it for bmm when B, H and the
+                // key length all exceed 1, as in eager attention (`mla_v_copy` there); a cast
+                // copy is contiguous already
+                let mla_v_copy = matches!(a.kind, AttentionKind::Mla { .. })
+                    && b > 1
+                    && heads > 1
+                    && kv > 1
+                    && v32 == v;
+                let v32 = if mla_v_copy {
                     let vc = self.op(nv * w, &[v32], &[], &[], &[]);
                     self.drop_(v32);
                     vc
@@ -940,7 +984,19 @@ impl Builder<'_> {
                 } else {
                     (k, v, ks, vs, false)
                 };
-                let kv_store = if repeated { heads } else { kv_heads };
+                // With a single kv head the expanded view has a zero stride over the heads; under
+                // autocast SDPA's cast of it (`_to_copy`, which keeps the strides of dense tensors
+                // only) is a full [B, H, S, D] tensor, which SDPA saves (traced on torch 2.15 CPU
+                // with tools/truth/probes/h51_live_storages.py: rnd-s197-gemma3text-0 under
+                // amp-bf16, b6 × 169, 7 heads over one, sliding-window mask: two bf16 [6, 7, 169,
+                // 32] `_to_copy`s per layer alive after the attention; rnd-t197-018-gemma3text was
+                // -1.26%, cast at one head)
+                let viewed = masked
+                    && self.mode.attention() == AttentionImpl::Sdpa
+                    && heads > kv_heads
+                    && kv_heads == 1
+                    && !falcon;
+                let kv_store = if repeated || viewed { heads } else { kv_heads };
                 let (q2, k2, v2) = if self.amp {
                     let q2 = if qs != c {
                         self.cast(q, rows * heads * qk_dim * c)
@@ -1297,15 +1353,25 @@ impl Builder<'_> {
                 } else {
                     probs
                 };
-                // MLA's value is a strided slice of kv_b_proj's output (`kv_b_proj(..)
-                // .view(B, S, H, nope + v).transpose(1, 2)` split into k_nope and value,
+                // MLA's value is a strided slice of kv_b_proj's output (`kv_b_proj(..).view(B, S,
+                // H, nope + v).transpose(1, 2)` split into k_nope and value,
                 // DeepseekV3Attention.expand_kv): matmul's reshape to [B·H, S, v] cannot merge B
                 // with H when B > 1, so it copies the slice and bmm saves that copy, not the
                 // projection output (aten/src/ATen/native/LinearAlgebra.cpp `matmul`; traced on
                 // torch 2.15 CPU: an `aten.clone` [3, 7, 288, 32] per layer alive at
-                // rnd-t17-209-deepseekv3's backward peak, no [3, 288, 7·40] kv_b_proj output).
-                // With a batch of one the reshape is a view and bmm keeps the whole output.
-                let mla_v_copy = matches!(a.kind, AttentionKind::Mla { .. }) && b > 1 && vm == vr;
+                // rnd-t17-209-deepseekv3's backward peak, no [3, 288, 7·40] kv_b_proj output). With
+                // a batch of one the reshape is a view and bmm keeps the whole output. A single
+                // head or a single key merges with the batch (a size-1 dim merges with any stride),
+                // so the reshape is a view then and bmm saves the projection output
+                // (tools/truth/probes/h51_live_storages.py, torch 2.15 CPU: rnd-s197-deepseekv3-0,
+                // one head, b2 × 30: no `aten.clone` before the value's bmm, the [60, 48] kv_b_proj
+                // `mm` alive after the attention returns; rnd-t197-029-deepseekv3 was -1.19%, the
+                // copy kept in place of the projection output it freed).
+                let mla_v_copy = matches!(a.kind, AttentionKind::Mla { .. })
+                    && b > 1
+                    && heads > 1
+                    && kv > 1
+                    && vm == vr;
                 // Falcon's new architecture over one key/value group without a KV cache: the
                 // value is still `_split_heads`' stride-0 view over every head
                 // (`Attention::kv_expanded`), which matmul's reshape to [B·H, S, D] cannot merge
@@ -1893,5 +1959,113 @@ mod tests {
         // at the loss, after the base model has returned, only the checkpoint holds masks
         let mask = batch * seq * seq * 2;
         assert_eq!(both, one + mask);
+    }
+
+    /// The bytes a training forward of layer 0's attention leaves saved (its output and input
+    /// dropped), for an MLA attention of `heads` heads (no q LoRA, latent 32, nope 32, rope 16,
+    /// value 32) over `batch` × 16 tokens in bf16 eager attention, with or without a training
+    /// KV cache (whose copies the model output holds).
+    fn mla_attention_leaves(heads: u64, batch: u64, cache: bool) -> u128 {
+        use crate::model::AttentionKind;
+        let mut m = two_layers();
+        for l in &mut m.layers {
+            l.attention.kind = AttentionKind::Mla {
+                num_heads: heads,
+                q_lora_rank: None,
+                kv_lora_rank: 32,
+                qk_nope_head_dim: 32,
+                qk_rope_head_dim: 16,
+                v_head_dim: 32,
+            };
+            l.attention.qk_norm = None;
+        }
+        let mut w = TrainWorkload::new(batch, 16);
+        w.attention = AttentionImpl::Eager;
+        w.precision = Precision::Bf16;
+        w.step_options.use_cache = Some(cache);
+        let mut b = kernel_builder(&m, &w);
+        let a = m.layers[0].attention;
+        let lp = b.layers[0].clone();
+        let before = b.t.live();
+        let x = b.act(u128::from(batch * 16 * m.hidden_size) * 2, true);
+        let y = b.attention(x, 2, &a, &lp, false);
+        b.drop_(y);
+        b.drop_(x);
+        b.t.live() - before
+    }
+
+    #[test]
+    fn mla_values_copy_for_bmm_only_with_batch_heads_and_keys_above_one() {
+        // The value is a strided slice of kv_b_proj's output; matmul's reshape to [B·H, S, v]
+        // is a view when B or H is one (a size-1 dim merges with any stride), and bmm then
+        // saves the projection output itself (traced: rnd-s197-deepseekv3-0, one head, b2);
+        // otherwise it saves a [B, H, S, v] copy and the output goes. With one head the saved
+        // bytes are linear in the batch; with two, the second sequence swaps the output's
+        // non-value part (B·S·H·nope) for nothing.
+        let (l1, l2) = (
+            mla_attention_leaves(1, 1, false),
+            mla_attention_leaves(1, 2, false),
+        );
+        assert_eq!(l2, 2 * l1);
+        let (l1, l2) = (
+            mla_attention_leaves(2, 1, false),
+            mla_attention_leaves(2, 2, false),
+        );
+        let rows2 = 2 * 16;
+        assert_eq!(2 * l1 - l2, rows2 * 2 * 32 * 2);
+    }
+
+    #[test]
+    fn an_mla_training_cache_holds_the_rotated_keys_copy_beside_the_saved_latent() {
+        // `past_key_values.update(kv_nope, k_rot)` copies both latents into the DynamicCache;
+        // kv_b_proj saves the latent's copy in place of the norm's output (same bytes), and the
+        // rotated key's copy (B·S·rope, bf16) is held by the cache alone (traced:
+        // rnd-s197-deepseekv3-0 b2 × 30, the [2, 1, 30, 16] `cat` alive after the forward)
+        for (heads, batch) in [(1, 2), (2, 3)] {
+            let on = mla_attention_leaves(heads, batch, true);
+            let off = mla_attention_leaves(heads, batch, false);
+            assert_eq!(on - off, u128::from(batch) * 16 * 16 * 2);
+        }
+    }
+
+    #[test]
+    fn autocast_casts_a_single_kv_heads_repeat_view_to_every_head() {
+        // A sliding-window mask turns transformers' SDPA GQA into `repeat_kv`, a zero-stride
+        // view for one kv head; under autocast SDPA casts it to bf16 as a full [B, H, S, D]
+        // tensor and saves that (traced: rnd-s197-gemma3text-0 under amp-bf16). Saved: q, k
+        // and v at every head, the output, the logsumexp and the additive mask.
+        let (batch, seq, heads, hd) = (2u64, 64u64, 4u128, 32u128);
+        let mut m = two_layers();
+        m.layers[0].attention.sliding_window = Some(8);
+        let mut w = TrainWorkload::new(batch, seq);
+        w.attention = AttentionImpl::Sdpa;
+        w.precision = Precision::AmpBf16;
+        let a = m.layers[0].attention;
+        let mut b = kernel_builder(&m, &w);
+        let rows = u128::from(batch * seq);
+        let before = b.t.live();
+        let q = b.act(rows * heads * hd * 4, true);
+        let k = b.act(rows * hd * 4, true);
+        let v = b.act(rows * hd * 4, true);
+        let call = crate::memory::hf::CoreCall {
+            slot: 0,
+            q: (q, 4),
+            k: (k, 4),
+            v: (v, 4),
+            heads,
+            kv_heads: 1,
+            qk_dim: hd,
+            v_dim: hd,
+            q_bhsd: false,
+            v_broadcast: false,
+        };
+        let o = b.attention_kernel(call, &a);
+        for t in [o, q, k, v] {
+            b.drop_(t);
+        }
+        let full = rows * heads * hd * 2;
+        let lse = rows * heads * 4;
+        let mask = u128::from(batch * seq * seq) * 2;
+        assert_eq!(b.t.live() - before, 4 * full + lse + mask);
     }
 }

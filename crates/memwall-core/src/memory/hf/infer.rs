@@ -298,11 +298,12 @@ impl Builder<'_> {
     /// `LlamaModel.forward`, the same lines in every family's base model). Traced with
     /// tools/truth/probes: the `aten.add` of `(27,) int64` alive at the MLP peak of
     /// rnd-i71-001-olmo2.
-    pub(super) fn position_ids(&mut self, q_len: u128) {
+    pub(super) fn position_ids(&mut self, q_len: u128) -> TensorId {
         let arange = self.act(q_len * 8, false);
         let positions = self.act(q_len * 8, false);
         self.drop_(arange);
         self.out_refs.push(positions);
+        positions
     }
 
     /// Whether the base model's forward makes its own int64 `position_ids` from the cache

@@ -398,8 +398,31 @@ impl Builder<'_> {
                 } else {
                     // Olmo2: `(weight * h).to(input_dtype)`; Gemma: `(h * (1 + weight.float())).type_as(x)`:
                     // the weight multiplies in fp32, then one cast
-                    let saved: &[TensorId] = if w_tr { &[h32] } else { &[] };
-                    let y32 = self.op(n * 4, &[h32], saved, params, &temps);
+                    let mut saved = Ids::default();
+                    if w_tr {
+                        saved.push(h32);
+                    }
+                    // Gemma's factor `1.0 + weight.float()` is a new fp32 [dim] tensor (the
+                    // `.float()` copy before it a temporary, unless the weight is fp32 already),
+                    // which the product saves for the input's gradient (derivatives.yaml `mul`):
+                    // alive until this node's backward (tools/truth/probes/h51_live_storages.py on
+                    // rnd-s197-gemma3text-0: one fp32 `add` [hidden] per layer norm and [head_dim]
+                    // per q/k norm alive at the end of the forward; the bf16 and fp16 variants
+                    // of rnd-t197-018-gemma3text were 8,576 B short, 11 norms of 2 layers)
+                    let factor = gemma.then(|| {
+                        let f = self.act(dim * 4, false);
+                        if self.param_size != 4 {
+                            self.t.transient(dim * 4, Category::Activations);
+                        }
+                        if self.rg(h32) {
+                            saved.push(f);
+                        }
+                        f
+                    });
+                    let y32 = self.op(n * 4, &[h32], saved.as_slice(), params, &temps);
+                    if let Some(f) = factor {
+                        self.drop_(f);
+                    }
                     if gemma {
                         self.drop_(h32);
                     }
@@ -612,5 +635,41 @@ mod tests {
         assert_eq!(out(Precision::AmpFp16, 2), 4);
         assert_eq!(out(Precision::Bf16, 2), 2);
         assert_eq!(out(Precision::AmpBf16, 4), 4);
+    }
+
+    /// GemmaRMSNorm's `output * (1.0 + self.weight.float())`: the factor is a new fp32 [dim]
+    /// tensor the product saves for its input's gradient, so it stays with the norm's saved
+    /// tensors whenever the input needs a gradient (frozen weight or not), and goes at once
+    /// when nothing does (traced: rnd-s197-gemma3text-0, one fp32 `add` [hidden] per norm).
+    #[test]
+    fn a_gemma_norm_keeps_its_one_plus_weight_factor_for_the_inputs_gradient() {
+        let saved = |kind: NormKind, x_grad: bool, w_trainable: bool| {
+            let mut m = llama2_7b();
+            m.layers.truncate(1);
+            let mut w = TrainWorkload::new(1, 64);
+            w.precision = Precision::Bf16;
+            let mut b = Builder::train(&m, &w, Kernels::Cpu, None);
+            let (rows, dim) = (64u128, 128u128);
+            let p = b.new_param(dim, w_trainable);
+            let x = b.act(rows * dim * 2, x_grad);
+            let norm = Norm {
+                kind,
+                dim: 128,
+                bias: false,
+            };
+            let before = b.t.live();
+            let (y, _) = b.norm(x, 2, rows, &norm, (p, None));
+            b.drop_(y);
+            b.t.live() - before
+        };
+        let factor = 128 * 4;
+        for w_trainable in [true, false] {
+            // Olmo2's `(weight * h)` has the same shape otherwise, without the factor
+            assert_eq!(
+                saved(NormKind::GemmaRmsNorm, true, w_trainable),
+                saved(NormKind::Olmo2RmsNorm, true, w_trainable) + factor
+            );
+        }
+        assert_eq!(saved(NormKind::GemmaRmsNorm, false, false), 0);
     }
 }

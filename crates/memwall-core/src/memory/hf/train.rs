@@ -28,12 +28,13 @@ impl Builder<'_> {
             .is_some_and(|w| w.step_options.activation_offload);
         self.unit_pre_forward(0);
         let (mut x, xs) = self.embeddings();
-        if self.builds_position_ids() && !self.mode.kernels().padding_free {
-            // the base model's int64 `position_ids = arange(S) + past_seen_tokens`, a local
-            // until it returns (memory/hf/infer.rs `infer_forward`); a padding-free batch passes
-            // its own
-            self.position_ids(self.seq);
-        }
+        let positions =
+            (self.builds_position_ids() && !self.mode.kernels().padding_free).then(|| {
+                // the base model's int64 `position_ids = arange(S) + past_seen_tokens`, a local
+                // until it returns (memory/hf/infer.rs `infer_forward`); a padding-free batch
+                // passes its own
+                self.position_ids(self.seq)
+            });
         // rotary cos/sin tables, [1, S, rotary_dim] in the compute dtype (fp32 under autocast):
         // every *Model.forward builds `position_ids = arange(S).unsqueeze(0)`, shared by the
         // batch (padding-free: the packed row's position ids, [1, B·S])
@@ -88,6 +89,15 @@ impl Builder<'_> {
                 }
                 if let Some(m) = self.layer_mask(i) {
                     kept.push(m);
+                }
+                // and the base model's `position_ids`, a keyword of every layer's call but
+                // Granite 4.0-H's (transformers' GradientCheckpointingLayer checkpoints
+                // `partial(forward, self, **kwargs)`, which the recompute holds until the
+                // layer's backward; tools/truth/probes/h51_live_storages.py positions on torch 2.15
+                // CPU: rnd-s157-olmo2-0's int64
+                // [1, 164] alive until layer 0's backward returns)
+                if let Some(p) = positions.filter(|_| !self.model.layers_without_position_ids) {
+                    kept.push(p);
                 }
                 self.t.record(Node {
                     saved: Ids::of(&kept),
@@ -146,9 +156,16 @@ impl Builder<'_> {
         }
         self.t.host.active = false;
         self.t.set_phase(Phase::Backward);
-        self.t.seed_grad(loss);
+        let seed = self.t.seed_grad(loss);
+        // `loss.backward()` makes the seed gradient (`_make_grads`: `torch.ones_like(loss)`)
+        // and holds it in its `grad_tensors_` list until the engine returns
+        // (torch/autograd/__init__.py `backward`; traced with
+        // tools/truth/probes/h51_live_storages.py loss: the 0-dim `ones_like` alive at
+        // `_log_softmax_backward_data`, after nll_loss's backward consumed it)
+        self.t.retain(seed);
         self.unit_pre_backward(0);
         self.backward();
+        self.t.release(seed);
         // `del loss` (measure.py; the Trainer's loss goes with the step) frees the graph: the
         // leaves its AccumulateGrad nodes held go, with their `.grad`
         self.drop_list(|b| &mut b.leaves_held);
@@ -237,6 +254,20 @@ impl Builder<'_> {
             logits
         };
         self.t.retag(lf, Category::LossBuffers);
+        // then `labels = nn.functional.pad(labels, (0, 1), value=ignore_index)` and `shift_labels =
+        // labels[..., 1:].contiguous()`: int64 [B, S + 1] and [B, S] (one row of B·S when
+        // padding-free), locals until it returns; nll_loss saves the target (derivatives.yaml
+        // `nll_loss_forward`: `target`) until its backward (traced with
+        // tools/truth/probes/h51_live_storages.py loss, rnd-s197-deepseekv3-0 b2 × 30: the [2, 31]
+        // `constant_pad_nd` and the [2, 30] `clone` alive at `_log_softmax`, the clone still at
+        // `nll_loss_backward`; rnd-t197-029-deepseekv3's loss phase was 984 B short without them)
+        let label_rows = if self.mode.kernels().padding_free {
+            1
+        } else {
+            self.batch
+        };
+        let padded = self.act((rows + label_rows) * 8, false);
+        let target = self.act(rows * 8, false);
         let ls = self.act(rows * v * 4, true);
         self.t.retag(ls, Category::LossBuffers);
         self.t.record(Node {
@@ -252,7 +283,11 @@ impl Builder<'_> {
         // nll_loss_backward materialises a full fp32 [tokens, vocab] gradient. nll_loss saves
         // its input too (derivatives.yaml `nll_loss_forward`: `self`), which the log-softmax
         // node keeps alive longer anyway; only offloading copies it a second time
-        let nll_saved: &[TensorId] = if self.t.host.active { &[ls] } else { &[] };
+        let nll_saved: &[TensorId] = if self.t.host.active {
+            &[ls, target]
+        } else {
+            &[target]
+        };
         self.t.record(Node {
             saved: Ids::of(nll_saved),
             inputs: Ids::of(&[ls]),
@@ -260,6 +295,8 @@ impl Builder<'_> {
             ..Node::default()
         });
         self.drop_(ls);
+        self.drop_(target);
+        self.drop_(padded);
         self.drop_logits(logits);
         loss
     }
@@ -568,5 +605,63 @@ mod tests {
         // never more rows than there are, a power of two otherwise
         assert_eq!(liger_chunk_rows(100, 4096, 32000), 16);
         assert_eq!(liger_chunk_rows(3, 4096, 1000), 3);
+    }
+
+    /// The base model's int64 [1, S] `position_ids` is a keyword of every checkpointed layer's
+    /// call, held by the checkpoint until that layer's backward (traced: rnd-s157-olmo2-0 and
+    /// rnd-s29-gptoss-0 until layer 0's backward returns); a model that does not pass it
+    /// (Granite 4.0-H) frees it when the base model returns, as does one without checkpointing.
+    #[test]
+    fn checkpointed_layers_keep_the_position_ids_they_are_called_with() {
+        use crate::memory::{simulate_train, Kernels, Phase};
+        use crate::model::tests::llama2_7b;
+        use crate::workload::TrainWorkload;
+        let seq = 64u64;
+        // at the loss, after the base model has returned
+        let loss = |ckpt: bool, passed: bool| {
+            let mut m = llama2_7b();
+            m.layers.truncate(2);
+            m.layers_without_position_ids = !passed;
+            let mut w = TrainWorkload::new(2, seq);
+            w.checkpointing = ckpt;
+            let e = simulate_train(&m, &w, Kernels::Cpu).unwrap();
+            e.phase_peak(Phase::Loss).unwrap()
+        };
+        assert_eq!(loss(true, true) - loss(true, false), seq * 8);
+        assert_eq!(loss(false, true), loss(false, false));
+    }
+
+    /// ForCausalLMLoss over bf16 logits: `logits.float()`, the padded labels and their shifted
+    /// contiguous copy (int64), then log-softmax; afterwards the log-softmax output, the target
+    /// (saved by nll_loss) and the scalar loss stay (the LM head keeps its input, alive before).
+    #[test]
+    fn the_torch_loss_keeps_the_shifted_labels_as_nll_losss_target() {
+        use crate::memory::hf::Builder;
+        use crate::memory::Kernels;
+        use crate::model::tests::llama2_7b;
+        use crate::workload::{LossKernel, TrainWorkload};
+        let mut m = llama2_7b();
+        m.layers.truncate(1);
+        let (batch, seq) = (2u64, 32u64);
+        let w = TrainWorkload::new(batch, seq);
+        let mut b = Builder::train(&m, &w, Kernels::Cpu, None);
+        b.build_params();
+        let rows = u128::from(batch * seq);
+        let (h, v) = (
+            u128::from(m.hidden_size),
+            u128::from(m.embeddings.vocab_size),
+        );
+        let fx = b.act(rows * h * 2, true);
+        b.t.retain(fx);
+        let before = b.t.live();
+        b.t.reset_peak();
+        let loss = b.logits_loss(fx, 2, rows, LossKernel::Torch);
+        let labels = (rows + u128::from(batch)) * 8 + rows * 8;
+        assert_eq!(
+            b.t.peak() - before,
+            rows * v * 2 + rows * v * 4 + labels + rows * v * 4
+        );
+        assert_eq!(b.t.live() - before, rows * v * 4 + rows * 8 + 4);
+        b.drop_(loss);
     }
 }
