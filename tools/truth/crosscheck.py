@@ -308,6 +308,10 @@ INFER_CASES = [
     # (rnd-i157-009-gptneox, its peak inside the attention)
     dict(id="xc-infer-gptneox-rnd157-b3-p67-fp16-sdpa", config="rnd-s157-gptneox-0", batch=3,
          prompt=67, new_tokens=5, weights="fp16", attention="sdpa"),
+    # helper 52: Qwen 2 MoE's unread sliding mask (window 0 without use_sliding_window), one
+    # [1, 1, q, kv] bool SDPA materialises in the prefill and every decode step
+    dict(id="xc-infer-qwen2moe-rnd17-b3-p150-bf16-sdpa", config="rnd-s17-qwen2moe-0", batch=3,
+         prompt=150, new_tokens=6, weights="bf16", attention="sdpa"),
 ]
 
 

@@ -28,7 +28,21 @@ MAMBA2 = {
     "h46-mamba2-1h-n128-l4": dict(state_size=128, chunk_size=4),
     "h46-mamba2-2h": dict(num_heads=2, head_dim=8),
 }
+# Helper 52: Qwen 2 MoE's sliding-window mask, built on every forward and read by no layer when
+# no layer is sliding: with `use_sliding_window` but `max_window_layers=0` its window is the
+# config's, so SDPA materialises it only once the keys reach it (64: yes at 256 tokens; 4096: no).
+# (Without `use_sliding_window` the window is 0: rnd-s17-qwen2moe-0 itself.)
+# `shrink_configs.py --h52` writes only these.
+H52 = {
+    "h52-qwen2moe-sw64-nolayers": dict(use_sliding_window=True, sliding_window=64, max_window_layers=0),
+    "h52-qwen2moe-sw4096-nolayers": dict(use_sliding_window=True, sliding_window=4096, max_window_layers=0),
+}
 import sys
+if "--h52" in sys.argv:
+    for name, over in H52.items():
+        c = load("rnd-s17-qwen2moe-0"); c.update(over)
+        open(D + name + ".json", "w").write(json.dumps(c, indent=2, sort_keys=True) + "\n")
+    sys.exit(0)
 if "--mamba2" in sys.argv:
     for name, over in MAMBA2.items():
         c = load("rnd-s139-mamba2-0"); c.update(over)

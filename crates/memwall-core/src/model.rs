@@ -879,6 +879,14 @@ pub struct ModelDesc {
     /// Eager attention materialises both; each layer reads its type's, whatever the window.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub builds_both_masks: bool,
+    /// With [`ModelDesc::builds_both_masks`], the window the sliding-window mask is built with
+    /// when the model's config says it (`config.sliding_window` after the config's
+    /// `__post_init__`), `None` when no normaliser records it. Under SDPA a mask no layer reads
+    /// is still materialised once the keys reach the window (masking_utils.py
+    /// `_ignore_causal_mask_sdpa`: no skip when `kv_length >= local_attention_size`): Qwen 2 MoE
+    /// without `use_sliding_window` builds it with a window of 0, so always.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sliding_mask_window: Option<u64>,
     /// The rotary embedding keeps one `inv_freq` / `original_inv_freq` buffer pair per layer
     /// type (models/gemma3/modeling_gemma3.py `Gemma3RotaryEmbedding.__init__`:
     /// `{layer_type}_inv_freq` for each of `sorted(set(config.layer_types))`) instead of one.
@@ -1279,6 +1287,7 @@ pub(crate) mod tests {
             vision: None,
             use_cache: true,
             builds_both_masks: false,
+            sliding_mask_window: None,
         }
     }
 

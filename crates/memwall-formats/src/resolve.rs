@@ -565,6 +565,7 @@ pub(crate) fn assemble(ctx: &Ctx, model_type: &str, p: Parts) -> Result<ModelDes
         vision: None,
         use_cache: true,
         builds_both_masks: false,
+        sliding_mask_window: None,
         rope_buffers_per_layer_type: false,
     };
     if desc.param_counts().is_err() {

@@ -1460,6 +1460,28 @@ impl Builder<'_> {
                 let rows = if per_row { self.batch } else { 1 };
                 Some(self.act(rows * q_len * kv_len, false))
             }
+            // A sliding-window mask the model builds but no layer reads
+            // (`ModelDesc::sliding_mask_window`): `sdpa_mask` cannot skip it once the keys
+            // reach its window (`_ignore_causal_mask_sdpa` returns False when `kv_length >=
+            // local_attention_size`, before the `is_causal` test), so it materialises the
+            // broadcast boolean [1, 1, q, kv] (no padding mask is passed), a local of the base
+            // model's forward until it returns, decode steps included. Qwen 2 MoE without
+            // `use_sliding_window` builds it with a window of 0 (configuration_qwen2_moe.py
+            // line 113), so on every forward (measured: rdist179-016-qwen2moe, one [1, 1, 256,
+            // 256] bool alive through the decoder stack, forward -2.09% without it;
+            // rnd-i17-011-qwen2moe's prefill 625 B = 25 × 25 short, qwen2moe-4l-base's decode
+            // 527 B = 512 + 15 keys short)
+            AttentionImpl::Sdpa
+                if self.model.builds_both_masks
+                    && !self.any_layer(|l| l.attention.sliding_window.is_some())
+                    && self
+                        .model
+                        .sliding_mask_window
+                        .is_some_and(|w| kv_len >= u128::from(w)) =>
+            {
+                self.unused_mask = Some(self.act(q_len * kv_len, false));
+                None
+            }
             _ => None,
         }
     }
@@ -1483,6 +1505,36 @@ mod tests {
         let mut m = llama2_7b();
         m.layers.truncate(2);
         m
+    }
+
+    /// A sliding-window mask the model builds and no layer reads (Qwen 2 MoE): SDPA
+    /// materialises it once the keys reach its window, one broadcast [1, 1, S, S] bool alive
+    /// through the forward, and skips it below (rdist179-016-qwen2moe, h52 fixtures).
+    #[test]
+    fn an_unread_sliding_mask_is_materialised_from_its_window_on() {
+        let (batch, seq) = (3u64, 256u64);
+        let forward = |window: Option<u64>| {
+            let mut m = two_layers();
+            m.builds_both_masks = true;
+            m.sliding_mask_window = window;
+            peak(&m, &TrainWorkload::new(batch, seq), Phase::Forward)
+        };
+        let none = forward(None);
+        let mask = seq * seq;
+        assert_eq!(forward(Some(0)), none + mask);
+        assert_eq!(forward(Some(seq)), none + mask);
+        assert_eq!(forward(Some(seq + 1)), none);
+        assert_eq!(forward(Some(4096)), none);
+        // a layer that reads the sliding mask makes it the read one (no second mask)
+        let mut m = two_layers();
+        m.layers[0].attention.sliding_window = Some(64);
+        m.builds_both_masks = true;
+        let read = peak(&m, &TrainWorkload::new(batch, seq), Phase::Forward);
+        m.sliding_mask_window = Some(64);
+        assert_eq!(
+            peak(&m, &TrainWorkload::new(batch, seq), Phase::Forward),
+            read
+        );
     }
 
     /// Llama 4's chunked mask under SDPA is one [B, 1, q, kv] bool (its mask function indexes
