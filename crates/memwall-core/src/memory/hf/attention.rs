@@ -79,10 +79,16 @@ impl Builder<'_> {
     }
 
     /// ERNIE 4.5's rotation (modeling_ernie4_5.py `apply_rotary_pos_emb`, `rotate_half`): new
-    /// fp32 `[S, D]` tables `cos[..., :D/2].repeat_interleave(2)` (and sin), saved by the
+    /// `[S, D]` tables `cos[..., :D/2].repeat_interleave(2)` (and sin) in the tables' dtype
+    /// (fp32, or FSDP2's 16-bit copies: [`Builder::rope_tables_cast`]), saved by the
     /// multiplications of q and of k; per tensor `q.float() * cos` and
-    /// `stack((-x2, x1)).flatten().float() * sin` in fp32, their sum cast back to q's dtype.
-    /// Returns the rotated q and k (same dtypes as given).
+    /// `stack((-x2, x1)).flatten().float() * sin` in fp32 and their fp32 sum, a local
+    /// (`q_embed`, `k_embed`) until `return q_embed.to(original_dtype),
+    /// k_embed.to(original_dtype)`: both sums are alive through k's rotation, both casts made
+    /// before the function's locals go (the tables, then the sums), and the unrotated q and k
+    /// go when the caller rebinds them (measured: h52-fsdp-mp-ernie45moe-s61-b2-s128-ckpt, the
+    /// forward peak in layer 2's k rotation with q's fp32 sum alive, -1.5% when each sum was
+    /// cast at once). Returns the rotated q and k (same dtypes as given).
     #[allow(clippy::too_many_arguments)]
     fn rope_fp32(
         &mut self,
@@ -94,10 +100,15 @@ impl Builder<'_> {
         kv_heads: u128,
         dim: u128,
     ) -> (TensorId, TensorId) {
-        let table = self.seq * dim * 4;
+        let elem = if self.rope_tables_cast() {
+            self.param_size
+        } else {
+            4
+        };
+        let table = self.seq * dim * elem;
         let cos = self.act(table, false);
         let sin = self.act(table, false);
-        let mut out = [q, k];
+        let mut sums = [q, k];
         for (slot, (x, xs, h)) in [(q, qs, heads), (k, ks, kv_heads)].into_iter().enumerate() {
             let n = self.tokens * h * dim;
             // q.float() * cos (the fp32 copy is a temporary of the expression)
@@ -120,20 +131,26 @@ impl Builder<'_> {
             self.drop_(st);
             let t2 = self.op(n * 4, &[rf], &[sin], &[], &[]);
             self.drop_(rf);
-            let e = self.op(n * 4, &[t1, t2], &[], &[], &[]);
+            sums[slot] = self.op(n * 4, &[t1, t2], &[], &[], &[]);
             self.drop_(t1);
             self.drop_(t2);
-            let y = if xs != 4 {
-                self.cast(e, n * xs)
+        }
+        let mut out = sums;
+        for (slot, (xs, h)) in [(qs, heads), (ks, kv_heads)].into_iter().enumerate() {
+            let n = self.tokens * h * dim;
+            out[slot] = if xs != 4 {
+                self.cast(sums[slot], n * xs)
             } else {
-                self.retain_id(e)
+                self.retain_id(sums[slot])
             };
-            self.drop_(e);
-            self.drop_(x);
-            out[slot] = y;
         }
         self.drop_(cos);
         self.drop_(sin);
+        for t in sums {
+            self.drop_(t);
+        }
+        self.drop_(q);
+        self.drop_(k);
         (out[0], out[1])
     }
 
@@ -185,8 +202,8 @@ impl Builder<'_> {
     /// MixedPrecisionPolicy, whose `cast_forward_inputs` casts the layer's floating-point
     /// inputs, cos and sin included, to `param_dtype` at every decoder layer's pre-forward
     /// (torch 2.15 distributed/fsdp/_fully_shard/_fsdp_state.py `_pre_forward`,
-    /// `_cast_forward_inputs`): the layer rotates on 16-bit copies (their bytes are not
-    /// modelled; see `mixed_precision_lora_within_half_a_percent`).
+    /// `_cast_forward_inputs`): the layer rotates on 16-bit copies
+    /// ([`Builder::unit_cast_inputs`]).
     ///
     /// [`Attention::rope_promotes`]: crate::model::Attention::rope_promotes
     fn rope_promotes(&self, a: &Attention) -> bool {
@@ -952,7 +969,22 @@ impl Builder<'_> {
                     && kv_heads == 1
                     && !falcon
                     && (self.mode.is_infer() || self.batch == 1);
-                let (kr, vr) = if n_rep > 1 && !falcon && !mqa_view {
+                // Training with a batch above one (outside autocast, whose cast of the expanded
+                // view is the copy): matmul copies the single key head for the scores' bmm and
+                // the single value head only for `probs @ value`, after the softmax, each saved
+                // by its bmm (measured: mplora-olmo2-mlp-eager-b2s256, 5 heads over 1, b2: the
+                // value's [2, 5, 256, 16] copy made after the softmax, its forward +0.54% with
+                // both copies made by repeat_kv). repeat_kv's `expand` stays an early node: in
+                // backward the copies' full-width gradients wait for it until the scores'
+                // backward is done (the engine runs the later nodes first), and only then sum
+                // over the heads (rnd-t173-031-llama's backward peak holds the value's).
+                let mqa_copy = n_rep > 1 && kv_heads == 1 && !falcon && !mqa_view && !self.amp;
+                let (kr, vr) = if mqa_copy {
+                    (
+                        self.expand_view(k, kv_rows * heads * qk_dim * ks),
+                        self.expand_view(v, kv_rows * heads * v_dim * vs),
+                    )
+                } else if n_rep > 1 && !falcon && !mqa_view {
                     // repeat_kv: expand + reshape copies kept through attention
                     let kr = self.op(kv_rows * heads * qk_dim * ks, &[k], &[], &[], &[]);
                     let vr = self.op(kv_rows * heads * v_dim * vs, &[v], &[], &[], &[]);
@@ -1016,7 +1048,7 @@ impl Builder<'_> {
                 // was +1.67%, one [b, s, E] per layer over). The same key and value (one id)
                 // means both are the fused output's views.
                 let kv_view_copy = fused_view_copy && !falcon && n_rep == 1 && k == v;
-                let kv_copy = bcast_copy || kv_view_copy;
+                let kv_copy = bcast_copy || kv_view_copy || mqa_copy;
                 // the heads autocast's cast of k spans: Falcon's shared key and value heads
                 // are cast before matmul expands them, whatever the batch (measured:
                 // rnd-t107-027-falcon, a batch of one with fp32 q/k/v, was +0.74% with the cast
@@ -1269,6 +1301,22 @@ impl Builder<'_> {
                 oc
             }
         }
+    }
+
+    /// `x.expand(...)` to `bytes` (repeat_kv of a single key/value head): no storage of its own,
+    /// and an ExpandBackward node that receives a gradient of the expanded size and sums it
+    /// into `x`'s (`sum_to_size`, tools/autograd/derivatives.yaml `expand`).
+    fn expand_view(&mut self, x: TensorId, bytes: u128) -> TensorId {
+        let rg = self.rg(x);
+        let e = self.t.view(x, bytes, rg);
+        if rg {
+            self.t.record(Node {
+                inputs: Ids::of(&[x]),
+                outputs: Ids::of(&[e]),
+                ..Node::default()
+            });
+        }
+        e
     }
 
     /// `o.transpose(1, 2).contiguous()` of an attention output laid out `[B, H, S, D]`
