@@ -804,6 +804,14 @@ pub struct Embeddings {
     /// `enable_input_require_grads`) sees the scaled tensor; Granite scales in the model's
     /// forward, after the hook.
     pub scale_in_module: bool,
+    /// The embedding dropout's output rebinds `inputs_embeds` (models/phi/modeling_phi.py
+    /// `PhiModel.forward`: `inputs_embeds = self.embed_dropout(inputs_embeds)`), so the forward
+    /// holds the dropped tensor and the lookup goes at once (it saves nothing); elsewhere
+    /// `inputs_embeds` stays bound beside the dropout's output (GPT-NeoX `hidden_states =
+    /// self.emb_dropout(inputs_embeds)`, Starcoder 2, GPT-2's position sum). Omitted from
+    /// serialised output when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dropout_rebinds: bool,
 }
 
 /// Dropout probabilities used in training mode.
@@ -1272,6 +1280,7 @@ pub(crate) mod tests {
                 scaled: false,
                 norm: None,
                 scale_in_module: false,
+                dropout_rebinds: false,
             },
             layers: vec![layer; 32],
             head: Head {
