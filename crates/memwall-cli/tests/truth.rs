@@ -1152,7 +1152,8 @@ fn mixed_precision_lora_within_half_a_percent() {
 /// Helper 52's mechanisms, each held at the phase it moved: Qwen 2 MoE's unread sliding mask
 /// under SDPA, FSDP2 MixedPrecisionPolicy's per-layer casts of fp32 rotary tables (OLMo 2,
 /// ERNIE 4.5, whose rotation keeps both fp32 sums), Phi's embeddings rebound to their dropout
-/// and the parallel residual's branches alive through both adds (Phi, GPT-NeoX): every phase
+/// and the parallel residual's branches alive through both adds (Phi, GPT-NeoX), a single
+/// key/value head's copies made by each matmul at a batch above one (eager): every phase
 /// of the `h52-` fixtures and the random rows that showed them, forward phases within 0.1%
 /// (they were -4.5% to +3.2%), the others within 0.2%.
 #[test]
@@ -1172,7 +1173,7 @@ fn helper_52_mechanisms_hold_their_phases() {
         .filter(|p| p.id.starts_with("h52-"))
         .chain(random.iter().filter(|p| RANDOM.contains(&p.id.as_str())))
         .collect();
-    assert_eq!(set.len(), 11 * 4 + RANDOM.len(), "the h52 fixtures' phases");
+    assert_eq!(set.len(), 13 * 4 + RANDOM.len(), "the h52 fixtures' phases");
     let bad: Vec<String> = set
         .iter()
         .filter(|p| p.error_pct.abs() > if p.id.ends_with(" forward") { 0.1 } else { 0.2 })
