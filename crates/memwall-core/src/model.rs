@@ -233,6 +233,13 @@ pub struct Attention {
     /// LinearAlgebra.cpp `matmul`) and bmm saves the copies for backward.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub kv_broadcast: bool,
+    /// The key and value heads are new tensors, list-indexed out of the fused qkv output
+    /// (Falcon's `_split_heads`: `fused_qkv[..., [-2], :]` with `multi_query` in the old
+    /// decoder architecture, `qkv[:, :, :, [-2]]` in the new one, models/falcon/
+    /// modeling_falcon.py; `aten.index` copies), not views of it; the old architecture without
+    /// `multi_query` takes integer-indexed views.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub kv_index_copies: bool,
     /// Falcon's new decoder architecture with fewer key/value heads than query heads broadcasts
     /// each key/value group to its query heads in `_split_heads` (`torch.broadcast_to(key,
     /// query.shape)`, then `flatten(2, 3)`), and from there on keys and values, the KV cache
@@ -1249,6 +1256,7 @@ pub(crate) mod tests {
                 qk_norm_bias: false,
                 rope_halves: false,
                 kv_broadcast: false,
+                kv_index_copies: false,
                 kv_expanded: false,
                 rope_promotes: false,
             },

@@ -341,7 +341,9 @@ impl Builder<'_> {
                     // q, k, v are views in the fused output's dtype (fp32 for Falcon's biased
                     // projection under autocast, `Builder::bias_fp32`)
                     qkv_size = ys;
-                    if a.kv_broadcast && a.eager_style == crate::model::EagerStyle::Falcon {
+                    if (a.kv_broadcast || a.kv_index_copies)
+                        && a.eager_style == crate::model::EagerStyle::Falcon
+                    {
                         // Falcon multi_query (models/falcon/modeling_falcon.py `_split_heads`):
                         // `fused_qkv[..., :-2, :]` is a view, but `fused_qkv[..., [-2], :]` and
                         // `fused_qkv[..., [-1], :]` index with a list, so the single key and
@@ -351,7 +353,10 @@ impl Builder<'_> {
                         // not the fused output, which dies with the attention's locals (traced
                         // on torch 2.15 CPU: an `aten.index` [1, 234, 1, 64] alive at
                         // rnd-t149-014-falcon's backward peak, no [1, 234, 576] fused output;
-                        // it was +1.39%, the fused output kept for its value view).
+                        // it was +1.39%, the fused output kept for its value view). The new
+                        // architecture's `qkv[:, :, :, [-2]]` too, one head per key/value group
+                        // (`Attention::kv_index_copies`; measured: rdist-035-falcon, one head,
+                        // the value's copy alive through SDPA, forward -2.0% as a view).
                         let kv_bytes = rows * kvh * hd * ys;
                         let k = self.op(kv_bytes, &[y], &[], &[], &[]);
                         let v = self.op(kv_bytes, &[y], &[], &[], &[]);
