@@ -339,6 +339,10 @@ INFER_CASES = [
          prompt=60, new_tokens=5, weights="fp32", attention="sdpa"),
     dict(id="xc-infer-h50-falcon-8h1kv-b3-p40-n4-bf16-eager", config="h50-falcon-8h1kv", batch=3,
          prompt=40, new_tokens=4, weights="bf16", attention="eager"),
+    # helper 52: Qwen 2 MoE's unread sliding mask (window 0 without use_sliding_window), one
+    # [1, 1, q, kv] bool SDPA materialises in the prefill and every decode step
+    dict(id="xc-infer-qwen2moe-rnd17-b3-p150-bf16-sdpa", config="rnd-s17-qwen2moe-0", batch=3,
+         prompt=150, new_tokens=6, weights="bf16", attention="sdpa"),
 ]
 
 

@@ -45,6 +45,20 @@ if "--falcon-gqa" in sys.argv:
         c.update(over)
         open(D + name + ".json", "w").write(json.dumps(c, indent=2, sort_keys=True) + "\n")
     sys.exit(0)
+# Helper 52: Qwen 2 MoE's sliding-window mask, built on every forward and read by no layer when
+# no layer is sliding: with `use_sliding_window` but `max_window_layers=0` its window is the
+# config's, so SDPA materialises it only once the keys reach it (64: yes at 256 tokens; 4096: no).
+# (Without `use_sliding_window` the window is 0: rnd-s17-qwen2moe-0 itself.)
+# `shrink_configs.py --h52` writes only these.
+H52 = {
+    "h52-qwen2moe-sw64-nolayers": dict(use_sliding_window=True, sliding_window=64, max_window_layers=0),
+    "h52-qwen2moe-sw4096-nolayers": dict(use_sliding_window=True, sliding_window=4096, max_window_layers=0),
+}
+if "--h52" in sys.argv:
+    for name, over in H52.items():
+        c = load("rnd-s17-qwen2moe-0"); c.update(over)
+        open(D + name + ".json", "w").write(json.dumps(c, indent=2, sort_keys=True) + "\n")
+    sys.exit(0)
 if "--mamba2" in sys.argv:
     for name, over in MAMBA2.items():
         c = load("rnd-s139-mamba2-0"); c.update(over)

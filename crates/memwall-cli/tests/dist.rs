@@ -593,3 +593,32 @@ proptest! {
         }
     }
 }
+
+/// FSDP2's MixedPrecisionPolicy casts a decoder layer's fp32 rotary tables to `param_dtype` at
+/// its pre-forward (h52): with checkpointing the checkpoint holds each layer's 16-bit pair to
+/// the end of the forward. OLMo 2 keeps fp32 cos/sin (`rope_promotes`); the same model with
+/// 16-bit tables has neither the fp32 tables' extra half nor the copies.
+#[test]
+fn fsdp_mixed_precision_copies_fp32_rotary_tables_per_layer() {
+    use memwall_core::memory::Phase;
+    // long enough that the forward peaks in the last layer, not at the first all-gather
+    let (seq, head_dim) = (2048u64, 16u64);
+    let mut w = mixed(2, seq);
+    w.checkpointing = true;
+    let fp32_tables = config("rnd-s17-olmo2-0");
+    let layers = fp32_tables.layers.len() as u64;
+    assert!(fp32_tables.layers.iter().all(|l| l.attention.rope_promotes));
+    let mut bf16_tables = fp32_tables.clone();
+    for l in &mut bf16_tables.layers {
+        l.attention.rope_promotes = false;
+    }
+    let forward = |m: &ModelDesc| {
+        let e = simulate_train_dist(m, &w, &layout(2, Strategy::FsdpFull), Kernels::Cpu).unwrap();
+        e.groups[e.worst].phase_peak(Phase::Forward).unwrap()
+    };
+    let table = seq * head_dim;
+    assert_eq!(
+        forward(&fp32_tables) - forward(&bf16_tables),
+        2 * table * (4 - 2) + layers * 2 * table * 2
+    );
+}

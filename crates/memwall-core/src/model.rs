@@ -233,6 +233,13 @@ pub struct Attention {
     /// LinearAlgebra.cpp `matmul`) and bmm saves the copies for backward.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub kv_broadcast: bool,
+    /// The key and value heads are new tensors, list-indexed out of the fused qkv output
+    /// (Falcon's `_split_heads`: `fused_qkv[..., [-2], :]` with `multi_query` in the old
+    /// decoder architecture, `qkv[:, :, :, [-2]]` in the new one, models/falcon/
+    /// modeling_falcon.py; `aten.index` copies), not views of it; the old architecture without
+    /// `multi_query` takes integer-indexed views.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub kv_index_copies: bool,
     /// Falcon's new decoder architecture with fewer key/value heads than query heads broadcasts
     /// each key/value group to its query heads in `_split_heads` (`torch.broadcast_to(key,
     /// query.shape)`, then `flatten(2, 3)`), and from there on keys and values, the KV cache
@@ -808,6 +815,14 @@ pub struct Embeddings {
     /// `enable_input_require_grads`) sees the scaled tensor; Granite scales in the model's
     /// forward, after the hook.
     pub scale_in_module: bool,
+    /// The embedding dropout's output rebinds `inputs_embeds` (models/phi/modeling_phi.py
+    /// `PhiModel.forward`: `inputs_embeds = self.embed_dropout(inputs_embeds)`), so the forward
+    /// holds the dropped tensor and the lookup goes at once (it saves nothing); elsewhere
+    /// `inputs_embeds` stays bound beside the dropout's output (GPT-NeoX `hidden_states =
+    /// self.emb_dropout(inputs_embeds)`, Starcoder 2, GPT-2's position sum). Omitted from
+    /// serialised output when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dropout_rebinds: bool,
 }
 
 /// Dropout probabilities used in training mode.
@@ -883,6 +898,14 @@ pub struct ModelDesc {
     /// Eager attention materialises both; each layer reads its type's, whatever the window.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub builds_both_masks: bool,
+    /// With [`ModelDesc::builds_both_masks`], the window the sliding-window mask is built with
+    /// when the model's config says it (`config.sliding_window` after the config's
+    /// `__post_init__`), `None` when no normaliser records it. Under SDPA a mask no layer reads
+    /// is still materialised once the keys reach the window (masking_utils.py
+    /// `_ignore_causal_mask_sdpa`: no skip when `kv_length >= local_attention_size`): Qwen 2 MoE
+    /// without `use_sliding_window` builds it with a window of 0, so always.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sliding_mask_window: Option<u64>,
     /// The rotary embedding keeps one `inv_freq` / `original_inv_freq` buffer pair per layer
     /// type (models/gemma3/modeling_gemma3.py `Gemma3RotaryEmbedding.__init__`:
     /// `{layer_type}_inv_freq` for each of `sorted(set(config.layer_types))`) instead of one.
@@ -1243,6 +1266,7 @@ pub(crate) mod tests {
                 qk_norm_bias: false,
                 rope_halves: false,
                 kv_broadcast: false,
+                kv_index_copies: false,
                 kv_expanded: false,
                 rope_promotes: false,
             },
@@ -1275,6 +1299,7 @@ pub(crate) mod tests {
                 scaled: false,
                 norm: None,
                 scale_in_module: false,
+                dropout_rebinds: false,
             },
             layers: vec![layer; 32],
             head: Head {
@@ -1290,6 +1315,7 @@ pub(crate) mod tests {
             vision: None,
             use_cache: true,
             builds_both_masks: false,
+            sliding_mask_window: None,
         }
     }
 

@@ -337,6 +337,8 @@ pub(crate) struct AttnOpts {
     pub rope_halves: bool,
     /// `Attention::kv_broadcast`.
     pub kv_broadcast: bool,
+    /// `Attention::kv_index_copies`.
+    pub kv_index_copies: bool,
     /// `Attention::kv_expanded`.
     pub kv_expanded: bool,
     /// `Attention::rope_promotes`.
@@ -372,6 +374,7 @@ impl AttnOpts {
             qk_norm_bias: false,
             rope_halves: false,
             kv_broadcast: false,
+            kv_index_copies: false,
             kv_expanded: false,
             rope_promotes: false,
         }
@@ -410,6 +413,7 @@ impl AttnOpts {
             qk_norm_bias: self.qk_norm_bias,
             rope_halves: self.rope_halves,
             kv_broadcast: self.kv_broadcast,
+            kv_index_copies: self.kv_index_copies,
             kv_expanded: self.kv_expanded,
             rope_promotes: self.rope_promotes,
         }
@@ -493,6 +497,7 @@ pub(crate) fn token_embeddings(vocab_size: u64, dim: u64, scaled: bool) -> Embed
         scaled,
         norm: None,
         scale_in_module: false,
+        dropout_rebinds: false,
     }
 }
 
@@ -565,6 +570,7 @@ pub(crate) fn assemble(ctx: &Ctx, model_type: &str, p: Parts) -> Result<ModelDes
         vision: None,
         use_cache: true,
         builds_both_masks: false,
+        sliding_mask_window: None,
         rope_buffers_per_layer_type: false,
         layers_without_position_ids: false,
     };

@@ -363,6 +363,7 @@ pub(crate) fn opt(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> {
                 scaled: false,
                 norm: None,
                 scale_in_module: false,
+                dropout_rebinds: false,
             },
             layers: vec![layer; usize::try_from(layers).unwrap_or(0)],
             // modeling_opt.py OPTForCausalLM: lm_head = Linear(word_embed_proj_dim, vocab, bias=False).
@@ -487,6 +488,9 @@ pub(crate) fn falcon(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError
         // (`fused_qkv[..., [-2], :]` in `_split_heads`); the new architecture broadcasts and
         // flattens the kv groups itself (`torch.broadcast_to(key, query.shape)`)
         kv_broadcast: !new_arch && num_kv_heads == 1 && num_heads > 1,
+        // `_split_heads` list-indexes the key and value heads out of the fused output in the
+        // new architecture and with multi_query (integer-indexed views otherwise)
+        kv_index_copies: new_arch || raw.multi_query.unwrap_or(true),
         // the new architecture broadcasts and flattens each key/value group to its query heads
         // in `_split_heads` and caches every head (`Attention::kv_expanded`)
         kv_expanded: new_arch && num_kv_heads < num_heads,
@@ -583,5 +587,28 @@ mod tests {
         // new architecture with as many key/value heads as query heads: nothing to broadcast
         let same = r#"{"model_type":"falcon","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"num_kv_heads":4,"new_decoder_architecture":true,"vocab_size":100}"#;
         assert!(!expanded(same));
+    }
+
+    #[test]
+    fn falcon_indexes_key_and_value_heads_with_a_list_unless_old_and_multi_head() {
+        // `_split_heads`: `qkv[:, :, :, [-2]]` (new architecture) and `fused_qkv[..., [-2], :]`
+        // (multi_query, even with one query head) are copies; the old architecture without
+        // multi_query takes integer-indexed views
+        let copies = |extra: &str| {
+            let json = format!(
+                r#"{{"model_type":"falcon","hidden_size":64,"num_hidden_layers":1,"vocab_size":100,{extra}}}"#
+            );
+            let d = parse_hf_config(&json).unwrap();
+            d.layers
+                .iter()
+                .filter_map(|l| l.attention_block())
+                .all(|a| a.kv_index_copies)
+        };
+        assert!(copies(
+            r#""num_attention_heads":1,"num_kv_heads":1,"new_decoder_architecture":true"#
+        ));
+        assert!(copies(r#""num_attention_heads":1"#));
+        assert!(copies(r#""num_attention_heads":4,"multi_query":true"#));
+        assert!(!copies(r#""num_attention_heads":4,"multi_query":false"#));
     }
 }

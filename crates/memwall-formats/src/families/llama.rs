@@ -391,6 +391,7 @@ pub(crate) fn qwen2_moe(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatEr
         // `sliding_window = 0` (configuration_qwen2_moe.py line 113) and the sliding mask is
         // still built, read by no layer
         desc.builds_both_masks = true;
+        desc.sliding_mask_window = if use_sw { w } else { Some(0) };
         desc
     })
 }
@@ -688,5 +689,20 @@ mod tests {
             .iter()
             .all(|l| l.attention.sliding_window.is_none()));
         assert!(d.builds_both_masks);
+        // the window the unread mask is built with: 0 without `use_sliding_window`, the
+        // config's with it (configuration_qwen2_moe.py line 113); the dense Qwens record none
+        assert_eq!(d.sliding_mask_window, Some(0));
+        let no_window_layers = base.replace(r#""max_window_layers":2"#, r#""max_window_layers":0"#);
+        let sw = parse_hf_config(&format!(
+            r#"{{"model_type":"qwen2_moe",{no_window_layers},{moe},"use_sliding_window":true,"sliding_window":32}}"#
+        ))
+        .unwrap();
+        assert!(sw
+            .layers
+            .iter()
+            .all(|l| l.attention.sliding_window.is_none()));
+        assert_eq!(sw.sliding_mask_window, Some(32));
+        let qwen2 = parse_hf_config(&format!(r#"{{"model_type":"qwen2",{base}}}"#)).unwrap();
+        assert_eq!(qwen2.sliding_mask_window, None);
     }
 }

@@ -79,10 +79,16 @@ impl Builder<'_> {
     }
 
     /// ERNIE 4.5's rotation (modeling_ernie4_5.py `apply_rotary_pos_emb`, `rotate_half`): new
-    /// fp32 `[S, D]` tables `cos[..., :D/2].repeat_interleave(2)` (and sin), saved by the
+    /// `[S, D]` tables `cos[..., :D/2].repeat_interleave(2)` (and sin) in the tables' dtype
+    /// (fp32, or FSDP2's 16-bit copies: [`Builder::rope_tables_cast`]), saved by the
     /// multiplications of q and of k; per tensor `q.float() * cos` and
-    /// `stack((-x2, x1)).flatten().float() * sin` in fp32, their sum cast back to q's dtype.
-    /// Returns the rotated q and k (same dtypes as given).
+    /// `stack((-x2, x1)).flatten().float() * sin` in fp32 and their fp32 sum, a local
+    /// (`q_embed`, `k_embed`) until `return q_embed.to(original_dtype),
+    /// k_embed.to(original_dtype)`: both sums are alive through k's rotation, both casts made
+    /// before the function's locals go (the tables, then the sums), and the unrotated q and k
+    /// go when the caller rebinds them (measured: h52-fsdp-mp-ernie45moe-s61-b2-s128-ckpt, the
+    /// forward peak in layer 2's k rotation with q's fp32 sum alive, -1.5% when each sum was
+    /// cast at once). Returns the rotated q and k (same dtypes as given).
     #[allow(clippy::too_many_arguments)]
     fn rope_fp32(
         &mut self,
@@ -94,10 +100,15 @@ impl Builder<'_> {
         kv_heads: u128,
         dim: u128,
     ) -> (TensorId, TensorId) {
-        let table = self.seq * dim * 4;
+        let elem = if self.rope_tables_cast() {
+            self.param_size
+        } else {
+            4
+        };
+        let table = self.seq * dim * elem;
         let cos = self.act(table, false);
         let sin = self.act(table, false);
-        let mut out = [q, k];
+        let mut sums = [q, k];
         for (slot, (x, xs, h)) in [(q, qs, heads), (k, ks, kv_heads)].into_iter().enumerate() {
             let n = self.tokens * h * dim;
             // q.float() * cos (the fp32 copy is a temporary of the expression)
@@ -120,20 +131,26 @@ impl Builder<'_> {
             self.drop_(st);
             let t2 = self.op(n * 4, &[rf], &[sin], &[], &[]);
             self.drop_(rf);
-            let e = self.op(n * 4, &[t1, t2], &[], &[], &[]);
+            sums[slot] = self.op(n * 4, &[t1, t2], &[], &[], &[]);
             self.drop_(t1);
             self.drop_(t2);
-            let y = if xs != 4 {
-                self.cast(e, n * xs)
+        }
+        let mut out = sums;
+        for (slot, (xs, h)) in [(qs, heads), (ks, kv_heads)].into_iter().enumerate() {
+            let n = self.tokens * h * dim;
+            out[slot] = if xs != 4 {
+                self.cast(sums[slot], n * xs)
             } else {
-                self.retain_id(e)
+                self.retain_id(sums[slot])
             };
-            self.drop_(e);
-            self.drop_(x);
-            out[slot] = y;
         }
         self.drop_(cos);
         self.drop_(sin);
+        for t in sums {
+            self.drop_(t);
+        }
+        self.drop_(q);
+        self.drop_(k);
         (out[0], out[1])
     }
 
@@ -185,8 +202,8 @@ impl Builder<'_> {
     /// MixedPrecisionPolicy, whose `cast_forward_inputs` casts the layer's floating-point
     /// inputs, cos and sin included, to `param_dtype` at every decoder layer's pre-forward
     /// (torch 2.15 distributed/fsdp/_fully_shard/_fsdp_state.py `_pre_forward`,
-    /// `_cast_forward_inputs`): the layer rotates on 16-bit copies (their bytes are not
-    /// modelled; see `mixed_precision_lora_within_half_a_percent`).
+    /// `_cast_forward_inputs`): the layer rotates on 16-bit copies
+    /// ([`Builder::unit_cast_inputs`]).
     ///
     /// [`Attention::rope_promotes`]: crate::model::Attention::rope_promotes
     fn rope_promotes(&self, a: &Attention) -> bool {
@@ -324,7 +341,12 @@ impl Builder<'_> {
                     // q, k, v are views in the fused output's dtype (fp32 for Falcon's biased
                     // projection under autocast, `Builder::bias_fp32`)
                     qkv_size = ys;
-                    if a.kv_broadcast && a.eager_style == crate::model::EagerStyle::Falcon {
+                    if a.kv_expanded {
+                        // (before the index copies: the expanded split makes its own)
+                        self.falcon_expanded_split(y, ys, (heads, kvh, hd))
+                    } else if (a.kv_broadcast || a.kv_index_copies)
+                        && a.eager_style == crate::model::EagerStyle::Falcon
+                    {
                         // Falcon multi_query (models/falcon/modeling_falcon.py `_split_heads`):
                         // `fused_qkv[..., :-2, :]` is a view, but `fused_qkv[..., [-2], :]` and
                         // `fused_qkv[..., [-1], :]` index with a list, so the single key and
@@ -334,15 +356,16 @@ impl Builder<'_> {
                         // not the fused output, which dies with the attention's locals (traced
                         // on torch 2.15 CPU: an `aten.index` [1, 234, 1, 64] alive at
                         // rnd-t149-014-falcon's backward peak, no [1, 234, 576] fused output;
-                        // it was +1.39%, the fused output kept for its value view).
+                        // it was +1.39%, the fused output kept for its value view). The new
+                        // architecture's `qkv[:, :, :, [-2]]` too, one head per key/value group
+                        // (`Attention::kv_index_copies`; measured: rdist-035-falcon, one head,
+                        // the value's copy alive through SDPA, forward -2.0% as a view).
                         let kv_bytes = rows * kvh * hd * ys;
                         let k = self.op(kv_bytes, &[y], &[], &[], &[]);
                         let v = self.op(kv_bytes, &[y], &[], &[], &[]);
                         self.t.retain(y);
                         self.attn_locals.push(y);
                         (y, k, v)
-                    } else if a.kv_expanded {
-                        self.falcon_expanded_split(y, ys, (heads, kvh, hd))
                     } else {
                         // q, k, v are views of the fused output; keep it alive through each
                         // view, and through the attention function (a local)
@@ -1082,7 +1105,22 @@ impl Builder<'_> {
                     && kv_heads == 1
                     && !falcon
                     && (self.mode.is_infer() || self.batch == 1);
-                let (kr, vr) = if n_rep > 1 && !falcon && !mqa_view {
+                // Training with a batch above one (outside autocast, whose cast of the expanded
+                // view is the copy): matmul copies the single key head for the scores' bmm and
+                // the single value head only for `probs @ value`, after the softmax, each saved
+                // by its bmm (measured: mplora-olmo2-mlp-eager-b2s256, 5 heads over 1, b2: the
+                // value's [2, 5, 256, 16] copy made after the softmax, its forward +0.54% with
+                // both copies made by repeat_kv). repeat_kv's `expand` stays an early node: in
+                // backward the copies' full-width gradients wait for it until the scores'
+                // backward is done (the engine runs the later nodes first), and only then sum
+                // over the heads (rnd-t173-031-llama's backward peak holds the value's).
+                let mqa_copy = n_rep > 1 && kv_heads == 1 && !falcon && !mqa_view && !self.amp;
+                let (kr, vr) = if mqa_copy {
+                    (
+                        self.expand_view(k, kv_rows * heads * qk_dim * ks),
+                        self.expand_view(v, kv_rows * heads * v_dim * vs),
+                    )
+                } else if n_rep > 1 && !falcon && !mqa_view {
                     // repeat_kv: expand + reshape copies kept through attention
                     let kr = self.op(kv_rows * heads * qk_dim * ks, &[k], &[], &[], &[]);
                     let vr = self.op(kv_rows * heads * v_dim * vs, &[v], &[], &[], &[]);
@@ -1146,7 +1184,7 @@ impl Builder<'_> {
                 // was +1.67%, one [b, s, E] per layer over). The same key and value (one id)
                 // means both are the fused output's views.
                 let kv_view_copy = fused_view_copy && !falcon && n_rep == 1 && k == v;
-                let kv_copy = bcast_copy || kv_view_copy;
+                let kv_copy = bcast_copy || kv_view_copy || mqa_copy;
                 // the heads autocast's cast of k spans: Falcon's shared key and value heads
                 // are cast before matmul expands them, whatever the batch (measured:
                 // rnd-t107-027-falcon, a batch of one with fp32 q/k/v, was +0.74% with the cast
@@ -1419,6 +1457,22 @@ impl Builder<'_> {
         }
     }
 
+    /// `x.expand(...)` to `bytes` (repeat_kv of a single key/value head): no storage of its own,
+    /// and an ExpandBackward node that receives a gradient of the expanded size and sums it
+    /// into `x`'s (`sum_to_size`, tools/autograd/derivatives.yaml `expand`).
+    fn expand_view(&mut self, x: TensorId, bytes: u128) -> TensorId {
+        let rg = self.rg(x);
+        let e = self.t.view(x, bytes, rg);
+        if rg {
+            self.t.record(Node {
+                inputs: Ids::of(&[x]),
+                outputs: Ids::of(&[e]),
+                ..Node::default()
+            });
+        }
+        e
+    }
+
     /// `o.transpose(1, 2).contiguous()` of an attention output laid out `[B, H, S, D]`
     /// (`bytes` in all), consuming `o`: a copy, unless the transposed view is contiguous
     /// already, which it is when one of the swapped dims has size 1 — one head, or one query
@@ -1608,6 +1662,28 @@ impl Builder<'_> {
                 let rows = if per_row { self.batch } else { 1 };
                 Some(self.act(rows * q_len * kv_len, false))
             }
+            // A sliding-window mask the model builds but no layer reads
+            // (`ModelDesc::sliding_mask_window`): `sdpa_mask` cannot skip it once the keys
+            // reach its window (`_ignore_causal_mask_sdpa` returns False when `kv_length >=
+            // local_attention_size`, before the `is_causal` test), so it materialises the
+            // broadcast boolean [1, 1, q, kv] (no padding mask is passed), a local of the base
+            // model's forward until it returns, decode steps included. Qwen 2 MoE without
+            // `use_sliding_window` builds it with a window of 0 (configuration_qwen2_moe.py
+            // line 113), so on every forward (measured: rdist179-016-qwen2moe, one [1, 1, 256,
+            // 256] bool alive through the decoder stack, forward -2.09% without it;
+            // rnd-i17-011-qwen2moe's prefill 625 B = 25 × 25 short, qwen2moe-4l-base's decode
+            // 527 B = 512 + 15 keys short)
+            AttentionImpl::Sdpa
+                if self.model.builds_both_masks
+                    && !self.any_layer(|l| l.attention.sliding_window.is_some())
+                    && self
+                        .model
+                        .sliding_mask_window
+                        .is_some_and(|w| kv_len >= u128::from(w)) =>
+            {
+                self.unused_mask = Some(self.act(q_len * kv_len, false));
+                None
+            }
             _ => None,
         }
     }
@@ -1631,6 +1707,36 @@ mod tests {
         let mut m = llama2_7b();
         m.layers.truncate(2);
         m
+    }
+
+    /// A sliding-window mask the model builds and no layer reads (Qwen 2 MoE): SDPA
+    /// materialises it once the keys reach its window, one broadcast [1, 1, S, S] bool alive
+    /// through the forward, and skips it below (rdist179-016-qwen2moe, h52 fixtures).
+    #[test]
+    fn an_unread_sliding_mask_is_materialised_from_its_window_on() {
+        let (batch, seq) = (3u64, 256u64);
+        let forward = |window: Option<u64>| {
+            let mut m = two_layers();
+            m.builds_both_masks = true;
+            m.sliding_mask_window = window;
+            peak(&m, &TrainWorkload::new(batch, seq), Phase::Forward)
+        };
+        let none = forward(None);
+        let mask = seq * seq;
+        assert_eq!(forward(Some(0)), none + mask);
+        assert_eq!(forward(Some(seq)), none + mask);
+        assert_eq!(forward(Some(seq + 1)), none);
+        assert_eq!(forward(Some(4096)), none);
+        // a layer that reads the sliding mask makes it the read one (no second mask)
+        let mut m = two_layers();
+        m.layers[0].attention.sliding_window = Some(64);
+        m.builds_both_masks = true;
+        let read = peak(&m, &TrainWorkload::new(batch, seq), Phase::Forward);
+        m.sliding_mask_window = Some(64);
+        assert_eq!(
+            peak(&m, &TrainWorkload::new(batch, seq), Phase::Forward),
+            read
+        );
     }
 
     /// Llama 4's chunked mask under SDPA is one [B, 1, q, kv] bool (its mask function indexes

@@ -304,6 +304,55 @@ impl Builder<'_> {
         self.train.ag_held = Some(ag);
     }
 
+    /// FSDP2's `MixedPrecisionPolicy(cast_forward_inputs=True)` (the default) at a decoder
+    /// layer's pre-forward, before its all-gather: every floating-point argument whose dtype is
+    /// not `param_dtype` is copied to it (torch 2.15 distributed/fsdp/_fully_shard/
+    /// _fsdp_state.py `_pre_forward` → `_cast_forward_inputs`, `_fsdp_common.py`
+    /// `_cast_fp_tensor`). The hidden states already are (the root's embeddings are
+    /// all-gathered in `param_dtype`), the rotary cos/sin are not when the model keeps them
+    /// fp32 (OLMo 2, ERNIE 4.5: [`Builder::rope_tables_fp32`]; Llama 4's complex table is not
+    /// floating-point): each layer gets its own 16-bit pair. The layer rotates on the copies, so
+    /// its ops save them (without checkpointing, until the layer's backward), and transformers'
+    /// checkpointing wraps the layer's `forward`, inside the hooks (modeling_layers.py
+    /// `GradientCheckpointingLayer`: `checkpoint(partial(forward, self, **kwargs), *args)`), so
+    /// the checkpoint holds the copied kwargs until the layer's recompute. Measured:
+    /// rdist131-020-olmo2 (checkpointed), two [368, 16] bf16 copies per layer alive from its
+    /// pre-forward into backward, its forward -1.03% without them. Returns the model's tables,
+    /// to put back after the layer ([`Builder::unit_uncast_inputs`]).
+    pub(super) fn unit_cast_inputs(&mut self) -> Option<(TensorId, TensorId)> {
+        if !self.rope_tables_cast() {
+            return None;
+        }
+        let tables = self.rope_tables?;
+        let bytes = self.seq * self.rope_table_dim() * self.param_size;
+        let cos = self.act(bytes, false);
+        let sin = self.act(bytes, false);
+        self.rope_tables = Some((cos, sin));
+        Some(tables)
+    }
+
+    /// Whether every decoder layer rotates on FSDP2's 16-bit copies of fp32 rotary tables
+    /// ([`Builder::unit_cast_inputs`]); the recompute of a checkpointed layer too (it calls the
+    /// layer's `forward` on the held kwargs, without the hooks).
+    pub(super) fn rope_tables_cast(&self) -> bool {
+        matches!(self.kind(), Some(ShardKind::Fsdp2 { .. }))
+            && self.train.shard.is_some_and(|s| s.cast_params)
+            && self.complex_rope_head_dim().is_none()
+            && self.rope_tables_fp32()
+    }
+
+    /// The layer's call returns (after its post-forward hook): its cast inputs
+    /// ([`Builder::unit_cast_inputs`]) lose their Python references, the model's tables are the
+    /// next layer's input again.
+    pub(super) fn unit_uncast_inputs(&mut self, tables: Option<(TensorId, TensorId)>) {
+        if let Some(model_tables) = tables {
+            if let Some((cos, sin)) = self.rope_tables.replace(model_tables) {
+                self.drop_(cos);
+                self.drop_(sin);
+            }
+        }
+    }
+
     /// FSDP2 `post_forward`: reshard unless `reshard_after_forward=False`. The root reshards
     /// only when that was passed explicitly (`_fsdp_state.py` `_lazy_init` clears its
     /// post-forward mesh when it was left to the default); its forward ends with the loss.

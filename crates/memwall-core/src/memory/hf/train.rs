@@ -67,6 +67,7 @@ impl Builder<'_> {
         for i in 0..self.n_layers() {
             self.seg(Some(i), SegKind::Forward);
             self.mark(Marker::PostBackward(i + 1));
+            let tables = self.unit_cast_inputs();
             self.unit_pre_forward(i + 1);
             let y = if self.checkpoints_slot(i) {
                 self.t.recording = false;
@@ -114,6 +115,7 @@ impl Builder<'_> {
                 self.layer(i, x, xsize, ckpt)
             };
             self.unit_post_forward(i + 1);
+            self.unit_uncast_inputs(tables);
             self.mark(Marker::PreBackward(i + 1));
             self.drop_(x);
             x = y;
