@@ -947,11 +947,19 @@ impl Builder<'_> {
                 // reshape to [B·H, ., .] (aten/src/ATen/native/LinearAlgebra.cpp `matmul`) is
                 // still a view when B = 1 — bmm saves the stride-0 views — but must copy when
                 // B > 1 (the stride-0 head dim cannot merge with the batch dim), and bmm saves
-                // those copies, which costs the same as keeping repeat_kv copies.
+                // those copies, which costs the same as keeping repeat_kv copies. A pass that
+                // records no graph (inference, or a checkpointed layer's first forward, whose
+                // saved-tensor pack hook keeps a holder, not the tensor: torch/utils/checkpoint.py
+                // `_checkpoint_hook`) saves none of them, so they are temporaries there too
+                // (traced on torch 2.15 CPU with a TorchDispatchMode on rnd-s29-granitemoehybrid-1
+                // b2 × 128 fp16 eager, checkpointed: `aten.clone` of the query and of the
+                // expanded key before the scores' bmm, both gone at the `mul` that scales them,
+                // and of the expanded value before the second bmm; rdist191-017-granitemoehybrid
+                // forward was +1.93%, two [b, h, s, d] fp16 copies over at the softmax).
                 let mqa_view = n_rep > 1
                     && kv_heads == 1
                     && !falcon
-                    && (self.mode.is_infer() || self.batch == 1);
+                    && (self.mode.is_infer() || self.batch == 1 || !self.t.recording);
                 let (kr, vr) = if n_rep > 1 && !falcon && !mqa_view {
                     // repeat_kv: expand + reshape copies kept through attention
                     let kr = self.op(kv_rows * heads * qk_dim * ks, &[k], &[], &[], &[]);
