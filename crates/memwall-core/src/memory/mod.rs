@@ -342,7 +342,11 @@ pub(crate) fn check_lora_targets(model: &ModelDesc, w: &TrainWorkload) -> Result
             ));
         }
     }
-    match lora.targets.iter().find_map(|t| expert_target_refusal(model, t)) {
+    match lora
+        .targets
+        .iter()
+        .find_map(|t| expert_target_refusal(model, t))
+    {
         Some(e) => Err(e),
         None => Ok(()),
     }

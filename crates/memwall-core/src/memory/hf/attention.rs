@@ -960,7 +960,29 @@ impl Builder<'_> {
                     && kv_heads == 1
                     && !falcon
                     && (self.mode.is_infer() || self.batch == 1 || !self.t.recording);
-                let (kr, vr) = if n_rep > 1 && !falcon && !mqa_view {
+                // With a gradient and a batch above one, those copies are made by each matmul
+                // (the key's at the scores, the value's at `probs @ value`), not by repeat_kv, and
+                // bmm saves them; under autocast the cast of the expanded view is already
+                // contiguous over every head (`_to_copy` of an overlapping tensor), so the cast is
+                // what bmm saves and there is no copy (traced on torch 2.15 CPU:
+                // rnd-s67-granite-0 b2 × 64 bf16, `aten.clone` of the [2, 6, 64, 32] value just
+                // before the second bmm, none at repeat_kv; under amp-bf16 a [2, 6, 32, 64] bf16
+                // `_to_copy` of the expanded key and no clone; rdist83-031-granite forward was
+                // +0.966%, one [b, h, s, d] bf16 value copy over at the softmax). Their gradients
+                // still reach the single head through repeat_kv's ExpandBackward, recorded
+                // before the scores, so it sums them only once the softmax's backward is done
+                // (the engine runs ready nodes by decreasing sequence number,
+                // torch/csrc/autograd/engine.cpp `CompareNodeTaskTime`; traced on torch 2.15 CPU,
+                // rnd-s173-llama-0 b2 × 172 fp32: the [2, 7, 172, 64] value gradient of the
+                // second bmm alive through `_softmax_backward_data`, both `sum`s to one head
+                // after the scores' bmm backward).
+                let mqa_copy = n_rep > 1 && kv_heads == 1 && !falcon && !mqa_view;
+                let (kr, vr) = if mqa_copy {
+                    (
+                        self.expand_view(k, kv_rows * heads * qk_dim * ks),
+                        self.expand_view(v, kv_rows * heads * v_dim * vs),
+                    )
+                } else if n_rep > 1 && !falcon && !mqa_view {
                     // repeat_kv: expand + reshape copies kept through attention
                     let kr = self.op(kv_rows * heads * qk_dim * ks, &[k], &[], &[], &[]);
                     let vr = self.op(kv_rows * heads * v_dim * vs, &[v], &[], &[], &[]);
@@ -1062,10 +1084,17 @@ impl Builder<'_> {
                     self.t.transient(copies + x * c, Category::Activations);
                 }
                 if mqa_view {
-                    self.t
-                        .transient(kv_rows * heads * qk_dim * ks + x * c, Category::Activations);
+                    // autocast's cast of the expanded key is contiguous already: no copy then
+                    let k_copy = if km == kr {
+                        kv_rows * heads * qk_dim * ks
+                    } else {
+                        0
+                    };
+                    self.t.transient(k_copy + x * c, Category::Activations);
                 }
-                let kb = if kv_copy {
+                let kb = if mqa_copy && km == kr {
+                    self.clone_passing_grad(km, kv_rows * heads * qk_dim * c)
+                } else if kv_copy {
                     self.op(kv_rows * heads * qk_dim * c, &[km], &[], &[], &[])
                 } else {
                     km
@@ -1211,17 +1240,20 @@ impl Builder<'_> {
                         Category::Activations,
                     );
                 }
-                if mqa_view {
-                    self.t.transient(
-                        kv_rows * heads * v_dim * vs + rows * heads * v_dim * c,
-                        Category::Activations,
-                    );
-                }
                 let vm = if self.amp && vs != c {
                     self.cast(vr, kv_rows * k_cast_heads * v_dim * c)
                 } else {
                     vr
                 };
+                if mqa_view {
+                    let v_copy = if vm == vr {
+                        kv_rows * heads * v_dim * vs
+                    } else {
+                        0
+                    };
+                    self.t
+                        .transient(v_copy + rows * heads * v_dim * c, Category::Activations);
+                }
                 // `probs @ value` saves each operand only when the other needs a gradient
                 // (derivatives.yaml `bmm`, as `mul`): a frozen value path (layer 0 of a LoRA
                 // model without checkpointing and without a v_proj adapter) keeps no probs
@@ -1241,7 +1273,9 @@ impl Builder<'_> {
                 // With a batch of one the reshape is a view and bmm keeps the whole output.
                 let mla_v_copy = matches!(a.kind, AttentionKind::Mla { .. }) && b > 1 && vm == vr;
                 // the expanded value's copy, saved by bmm as the key's above
-                let vb = if kv_copy || mla_v_copy {
+                let vb = if mqa_copy && vm == vr {
+                    self.clone_passing_grad(vm, kv_rows * heads * v_dim * c)
+                } else if kv_copy || mla_v_copy {
                     self.op(kv_rows * heads * v_dim * c, &[vm], &[], &[], &[])
                 } else {
                     vm
@@ -1277,6 +1311,38 @@ impl Builder<'_> {
                 oc
             }
         }
+    }
+
+    /// repeat_kv's `expand(...).reshape(...)` of a single kv head (`bytes`: every head): a view
+    /// of `x` whose gradient, every head's, ExpandBackward sums back to the one head.
+    fn expand_view(&mut self, x: TensorId, bytes: u128) -> TensorId {
+        let rg = self.rg(x);
+        let y = self.t.view(x, bytes, rg);
+        if rg {
+            self.t.record(Node {
+                inputs: Ids::of(&[x]),
+                outputs: Ids::of(&[y]),
+                ..Node::default()
+            });
+        }
+        y
+    }
+
+    /// matmul's contiguous copy of a strided operand (`reshape` = `clone` + `_unsafe_view`):
+    /// CloneBackward hands the incoming gradient on as it is (tools/autograd/derivatives.yaml
+    /// `clone`: `grad`), no allocation.
+    fn clone_passing_grad(&mut self, x: TensorId, bytes: u128) -> TensorId {
+        let rg = self.rg(x);
+        let y = self.act(bytes, rg);
+        if rg {
+            self.t.record(Node {
+                inputs: Ids::of(&[x]),
+                outputs: Ids::of(&[y]),
+                input_grad_is_output_grad: true,
+                ..Node::default()
+            });
+        }
+        y
     }
 
     /// `o.transpose(1, 2).contiguous()` of an attention output laid out `[B, H, S, D]`
