@@ -1108,6 +1108,32 @@ fn mamba2_one_head_forward_phases_hold_out_projs_locals() {
     }
 }
 
+/// Eager attention with one kv head (`*-mqa-*`, helper 53): repeat_kv's expand + reshape is a
+/// view and matmul copies the expanded key and value at each bmm (a batch above one). In a
+/// checkpointed layer's first forward nothing saves those copies; with a gradient bmm saves them,
+/// the value's only from the second matmul on. The forward phases were +2.48% and +8.64%
+/// (checkpointed: both copies kept through the softmax) and +1.19% and +1.39% (the value's copy
+/// made at repeat_kv); each within 0.05% now.
+#[test]
+fn eager_mqa_forward_phases_copy_at_each_matmul() {
+    let (_, phases) = dist_rows();
+    let set: Vec<&PhaseRow> = phases
+        .iter()
+        .filter(|p| p.id.contains("-mqa-") && p.id.ends_with(" forward"))
+        .collect();
+    assert_eq!(set.len(), 6, "the ddp-mqa-* and fsdp-mqa-* fixtures");
+    for p in set {
+        assert!(
+            p.error_pct.abs() <= 0.05,
+            "{}: {:+.3}% (measured {}, estimated {})",
+            p.id,
+            p.error_pct,
+            p.measured,
+            p.estimated
+        );
+    }
+}
+
 /// FSDP2's MixedPrecisionPolicy with LoRA (`mplora-*`, issue h35): every step and every phase
 /// within 0.5%. Each mechanism the set was built to find shows here: the adapters cast to bf16
 /// with the base (forward phases were up to +46% with fp32 adapters), the final norm's output
