@@ -1167,7 +1167,13 @@ impl Builder<'_> {
                 // `attn_weights @ value` use (transformers 5.23 models/gpt2/modeling_gpt2.py
                 // `eager_attention_forward`; traced on torch 2.15 CPU: add → fp32, _softmax fp32,
                 // _to_copy fp16; rnd-t71-028-gpt2 -9.5% was one fp32 [b, h, s, s], 12,904,960 B)
-                let promote_amp = falcon_amp || sink_amp || (self.amp && !a.eager_softmax_fp32);
+                // Llama-style `softmax(attn_weights, dim=-1, dtype=torch.float32)` under autocast
+                // meets the same fp32 sum: its input is fp32 already, so the softmax makes no
+                // fp32 copy of it (traced on torch 2.15 CPU, rnd-s67-granite-0 b2 × 400
+                // amp-bf16: `aten.add` → fp32 [2, 6, 400, 400], `aten._softmax` fp32, no
+                // `_to_copy` between; the single-GPU forward phase was +5.8%, one bf16
+                // [b, h, s, s] over at the softmax, 3,840,000 B, whatever the kv heads)
+                let promote_amp = falcon_amp || sink_amp || self.amp;
                 let msz = if promote_amp { 4 } else { c };
                 let masked = self.op(x * msz, &[cur], &[], &[], &[]);
                 self.drop_(cur);
