@@ -1158,14 +1158,16 @@ fn eager_mqa_forward_phases_copy_at_each_matmul() {
 /// Every single-GPU training row that measured its forward phase's own peak
 /// (`forward_peak_bytes`) holds it within the 3% bound; the helper-53 rows (`h53-*`: eager
 /// attention with one kv head, plain, checkpointed and under autocast, and a grouped-query one
-/// under autocast) within 0.05%. Their forward phases were +10.4% (one kv head under amp-bf16:
-/// fp32 repeat_kv copies and the softmax's fp32 copy of an input the fp32 mask had made fp32
-/// already), +2.3% (checkpointed: both copies kept) and the like.
+/// under autocast; Phi with its embedding dropout, plain and checkpointed) within 0.05%. Their
+/// forward phases were +10.4% (one kv head under amp-bf16: fp32 repeat_kv copies and the
+/// softmax's fp32 copy of an input the fp32 mask had made fp32 already), +2.1% (checkpointed:
+/// both copies kept), +2.5% (Phi checkpointed: the embedding lookup kept past the dropout that
+/// rebinds it) and the like.
 #[test]
 fn training_forward_phases_where_measured() {
     let (_, phases) = train_rows_and_forward_phases_of("tests/truth/train.jsonl");
     let h53 = phases.iter().filter(|p| p.id.starts_with("h53-")).count();
-    assert_eq!(h53, 5, "the h53-* fixtures");
+    assert_eq!(h53, 8, "the h53-* fixtures");
     for p in &phases {
         let bound = if p.id.starts_with("h53-") { 0.05 } else { 3.0 };
         assert!(

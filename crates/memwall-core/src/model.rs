@@ -804,6 +804,13 @@ pub struct Embeddings {
     /// `enable_input_require_grads`) sees the scaled tensor; Granite scales in the model's
     /// forward, after the hook.
     pub scale_in_module: bool,
+    /// The embedding dropout rebinds `inputs_embeds` (Phi: `inputs_embeds =
+    /// self.embed_dropout(inputs_embeds)`), so the lookup is freed once the dropout has run and
+    /// the dropout's output is what the model's forward keeps; elsewhere the dropout's input
+    /// stays bound to `inputs_embeds` (Starcoder2, GPT-NeoX, GPT-2's sum). Omitted from
+    /// serialised output when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dropout_rebinds: bool,
 }
 
 /// Dropout probabilities used in training mode.
@@ -1264,6 +1271,7 @@ pub(crate) mod tests {
                 scaled: false,
                 norm: None,
                 scale_in_module: false,
+                dropout_rebinds: false,
             },
             layers: vec![layer; 32],
             head: Head {

@@ -493,6 +493,7 @@ pub(crate) fn token_embeddings(vocab_size: u64, dim: u64, scaled: bool) -> Embed
         scaled,
         norm: None,
         scale_in_module: false,
+        dropout_rebinds: false,
     }
 }
 

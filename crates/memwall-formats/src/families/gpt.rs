@@ -363,6 +363,7 @@ pub(crate) fn opt(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> {
                 scaled: false,
                 norm: None,
                 scale_in_module: false,
+                dropout_rebinds: false,
             },
             layers: vec![layer; usize::try_from(layers).unwrap_or(0)],
             // modeling_opt.py OPTForCausalLM: lm_head = Linear(word_embed_proj_dim, vocab, bias=False).

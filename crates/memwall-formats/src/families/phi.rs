@@ -10,8 +10,8 @@ use crate::resolve::{
 };
 use memwall_core::mixer::Mixer;
 use memwall_core::model::{
-    Dropout, Head, LayerSpec, LinearRole, Mlp, ModelDesc, NormKind, QkNormScope, Residual,
-    ScalarMuls,
+    Dropout, Embeddings, Head, LayerSpec, LinearRole, Mlp, ModelDesc, NormKind, QkNormScope,
+    Residual, ScalarMuls,
 };
 
 /// `phi/configuration_phi.py` `PhiConfig` field defaults.
@@ -96,7 +96,11 @@ pub(crate) fn phi(raw: &HfConfig, ctx: &Ctx) -> Result<ModelDesc, FormatError> {
         Parts {
             hidden_size: d.hidden,
             max_position_embeddings: d.max_position_embeddings,
-            embeddings: token_embeddings(d.vocab_size, d.hidden, false),
+            // modeling_phi.py PhiModel.forward: `inputs_embeds = self.embed_dropout(inputs_embeds)`
+            embeddings: Embeddings {
+                dropout_rebinds: true,
+                ..token_embeddings(d.vocab_size, d.hidden, false)
+            },
             layers: vec![layer; d.num_layers()],
             // modeling_phi.py: final_layernorm nn.LayerNorm; PhiForCausalLM.lm_head bias=True.
             head: Head {

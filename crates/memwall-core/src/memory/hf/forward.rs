@@ -54,9 +54,12 @@ impl Builder<'_> {
             self.drop_(emb);
             emb = y;
         }
-        // `inputs_embeds` stays referenced by the model's forward until it returns
-        self.t.retain(emb);
-        self.out_refs.push(emb);
+        // `inputs_embeds` stays referenced by the model's forward until it returns, unless the
+        // embedding dropout rebinds it (then its output is what stays, below)
+        if !e.dropout_rebinds {
+            self.t.retain(emb);
+            self.out_refs.push(emb);
+        }
         let mut x = emb;
         if let Some((pin, _)) = self.projections {
             // OPT project_in
@@ -79,6 +82,15 @@ impl Builder<'_> {
         }
         // dropout consumes x's reference and returns the tensor to continue with
         x = self.dropout(x, rows * h * s, s, self.model.dropout.embed);
+        if e.dropout_rebinds {
+            // Phi: `inputs_embeds = self.embed_dropout(inputs_embeds)` frees the lookup (the
+            // dropout saves its noise or mask, not its input) and binds the output, which the
+            // forward keeps until it returns (traced with tools/truth/measure_dist.py --debug on
+            // rdist137-002-phi: the [1, 256, 64] lookup freed right after the dropout's product;
+            // its forward phase was +1.89%, one [b, s, hidden] over)
+            self.t.retain(x);
+            self.out_refs.push(x);
+        }
         (x, s)
     }
 
@@ -357,8 +369,17 @@ impl Builder<'_> {
                     c
                 };
                 let am = add(self, m, a, ams);
-                self.drop_(a);
-                self.drop_(m);
+                // Phi (`hidden_states = attn_outputs + feed_forward_hidden_states + residual`,
+                // models/phi/modeling_phi.py PhiDecoderLayer.forward) and GPT-NeoX
+                // (`hidden_states = mlp_output + attn_output + hidden_states`,
+                // models/gpt_neox/modeling_gpt_neox.py GPTNeoXLayer.forward, transformers 5.23)
+                // bind both branches to locals of the layer's frame, alive through the second
+                // add until the layer returns (traced on torch 2.15 CPU, rnd-s67-phi-0 b2 × 256:
+                // the MLP output, the branches' sum and the layer's output alive together)
+                if !per_branch {
+                    self.drop_(a);
+                    self.drop_(m);
+                }
                 let am = if per_branch {
                     am
                 } else {
@@ -366,6 +387,10 @@ impl Builder<'_> {
                 };
                 let out = add(self, am, x, rs);
                 self.drop_(am);
+                if per_branch {
+                    self.drop_(a);
+                    self.drop_(m);
+                }
                 if let Some(n1) = held_n1 {
                     self.drop_(n1);
                 }
