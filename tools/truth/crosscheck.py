@@ -266,6 +266,12 @@ CASES = [
          seq=160, precision="amp-bf16", attention="eager", optimizer="sgd", dropout="off"),
     dict(id="xc-h53-llama-rnd173-mqa-fp32-b2-s96", config="rnd-s173-llama-0", batch=2, seq=96,
          precision="fp32", attention="eager", optimizer="sgd", dropout="off"),
+    # ... and Phi's embedding dropout (rebinds inputs_embeds: the lookup freed) and its parallel
+    # residual's branches bound through the three-way sum
+    dict(id="xc-h53-phi-rnd67-embdrop-bf16-b2-s128-ckpt", config="rnd-s67-phi-0", batch=2,
+         seq=128, precision="bf16", attention="eager", optimizer="sgd", checkpointing=True),
+    dict(id="xc-h53-phi-rnd53-embdrop-fp32-b2-s96", config="rnd-s53-phi-0", batch=2, seq=96,
+         precision="fp32", attention="sdpa", optimizer="sgd"),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),
