@@ -277,6 +277,23 @@ CASES = [
          seq=40, precision="bf16", attention="eager", optimizer="sgd", dropout="off"),
     dict(id="xc-h51-gemma3-s197-ampbf16-b2-s48-sdpa-sgd", config="rnd-s197-gemma3text-0",
          batch=2, seq=48, precision="amp-bf16", attention="sdpa", optimizer="sgd", dropout="off"),
+    # helper 53: eager attention with one kv head (repeat_kv a view; matmul's copies of the
+    # expanded key and value at each bmm, temporaries in a checkpointed first pass) and the
+    # llama-style fp32 softmax under autocast (no fp32 copy of the scores the fp32 mask made
+    # fp32): the forward phase's own peak as well as the step's, real = fake
+    dict(id="xc-h53-granitehybrid-rnd29-mqa-fp16-b2-s128-ckpt", config="rnd-s29-granitemoehybrid-1",
+         batch=2, seq=128, precision="fp16", attention="eager", optimizer="sgd",
+         checkpointing=True, dropout="off"),
+    dict(id="xc-h53-granite-rnd67-mqa-ampbf16-b2-s160", config="rnd-s67-granite-0", batch=2,
+         seq=160, precision="amp-bf16", attention="eager", optimizer="sgd", dropout="off"),
+    dict(id="xc-h53-llama-rnd173-mqa-fp32-b2-s96", config="rnd-s173-llama-0", batch=2, seq=96,
+         precision="fp32", attention="eager", optimizer="sgd", dropout="off"),
+    # ... and Phi's embedding dropout (rebinds inputs_embeds: the lookup freed) and its parallel
+    # residual's branches bound through the three-way sum
+    dict(id="xc-h53-phi-rnd67-embdrop-bf16-b2-s128-ckpt", config="rnd-s67-phi-0", batch=2,
+         seq=128, precision="bf16", attention="eager", optimizer="sgd", checkpointing=True),
+    dict(id="xc-h53-phi-rnd53-embdrop-fp32-b2-s96", config="rnd-s53-phi-0", batch=2, seq=96,
+         precision="fp32", attention="sdpa", optimizer="sgd"),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),
@@ -408,8 +425,14 @@ def main() -> None:
             "seconds": {"fake": round(t1 - t0, 1), "real": round(t2 - t1, 1)},
             "versions": fake["versions"],
         }
+        if "forward_peak_bytes" in fm:
+            # the forward phase's own peak (measure.py, helper 53), on both
+            row["fake"]["forward_peak_bytes"] = fm["forward_peak_bytes"]
+            row["real"]["forward_peak_bytes"] = rm["forward_peak_bytes"]
+            row["forward_diff_bytes"] = rm["forward_peak_bytes"] - fm["forward_peak_bytes"]
         rows.append(row)
-        print(json.dumps({k: row[k] for k in ("id", "diff_bytes", "diff_rel", "seconds")}), flush=True)
+        keys = ("id", "diff_bytes", "diff_rel", "forward_diff_bytes", "seconds")
+        print(json.dumps({k: row[k] for k in keys if k in row}), flush=True)
         write(rows)
 
 

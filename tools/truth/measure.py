@@ -966,6 +966,12 @@ def run_case(case: dict, debug: bool = False, slow_tracker: bool = False, fake: 
         "params_trainable": int(params_trainable),
         "first_step_peak_bytes": int(first_step_peak),
     }
+    forward_marks = [v for name, v in marks if name == "forward"]
+    if n_acc == 1 and len(forward_marks) == 1:
+        # the forward phase's own peak (the running peak of the steady step when the LM head
+        # starts: the same boundary memwall's forward phase ends at); one micro-batch only, and
+        # rows measured before this field (helper 53) have none
+        result["measured"]["forward_peak_bytes"] = int(forward_marks[0])
     if offload is not None:
         # the host side: the most bytes the packed copies held at once (steady-state step)
         result["measured"]["host_peak_bytes"] = int(offload.host_peak)

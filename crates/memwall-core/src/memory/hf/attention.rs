@@ -1100,11 +1100,22 @@ impl Builder<'_> {
                 // reshape to [B·H, ., .] (aten/src/ATen/native/LinearAlgebra.cpp `matmul`) is
                 // still a view when B = 1 — bmm saves the stride-0 views — but must copy when
                 // B > 1 (the stride-0 head dim cannot merge with the batch dim), and bmm saves
-                // those copies, which costs the same as keeping repeat_kv copies.
+                // those copies, which costs the same as keeping repeat_kv copies. A pass that
+                // records no graph (inference, or a checkpointed layer's first forward, whose
+                // saved-tensor pack hook keeps a holder, not the tensor: torch/utils/checkpoint.py
+                // `_checkpoint_hook`) saves none of them, so they are temporaries there too
+                // (traced on torch 2.15 CPU with a TorchDispatchMode on rnd-s29-granitemoehybrid-1
+                // b2 × 128 fp16 eager, checkpointed: `aten.clone` of the query and of the
+                // expanded key before the scores' bmm, both gone at the `mul` that scales them,
+                // and of the expanded value before the second bmm; rdist191-017-granitemoehybrid
+                // forward was +1.93%, two [b, h, s, d] fp16 copies over at the softmax).
                 let mqa_view = n_rep > 1
                     && kv_heads == 1
                     && !falcon
-                    && (self.mode.is_infer() || self.batch == 1);
+                    && (self.mode.is_infer() || self.batch == 1 || !self.t.recording);
+                // (a pass that records no graph, a checkpointed layer's first forward, makes
+                // matmul's copies as temporaries of each bmm, as at inference: traced on torch
+                // 2.15 CPU, rdist191-017-granitemoehybrid's forward peak without the two copies)
                 // Training with a batch above one (outside autocast, whose cast of the expanded
                 // view is the copy): matmul copies the single key head for the scores' bmm and
                 // the single value head only for `probs @ value`, after the softmax, each saved
@@ -1222,8 +1233,13 @@ impl Builder<'_> {
                     self.t.transient(copies + x * c, Category::Activations);
                 }
                 if mqa_view {
-                    self.t
-                        .transient(kv_rows * heads * qk_dim * ks + x * c, Category::Activations);
+                    // autocast's cast of the expanded key is contiguous already: no copy then
+                    let k_copy = if km == kr {
+                        kv_rows * heads * qk_dim * ks
+                    } else {
+                        0
+                    };
+                    self.t.transient(k_copy + x * c, Category::Activations);
                 }
                 let kb = if kv_copy {
                     self.op(kv_rows * heads * qk_dim * c, &[km], &[], &[], &[])
@@ -1298,7 +1314,13 @@ impl Builder<'_> {
                 // `attn_weights @ value` use (transformers 5.23 models/gpt2/modeling_gpt2.py
                 // `eager_attention_forward`; traced on torch 2.15 CPU: add → fp32, _softmax fp32,
                 // _to_copy fp16; rnd-t71-028-gpt2 -9.5% was one fp32 [b, h, s, s], 12,904,960 B)
-                let promote_amp = falcon_amp || sink_amp || (self.amp && !a.eager_softmax_fp32);
+                // Llama-style `softmax(attn_weights, dim=-1, dtype=torch.float32)` under autocast
+                // meets the same fp32 sum: its input is fp32 already, so the softmax makes no
+                // fp32 copy of it (traced on torch 2.15 CPU, rnd-s67-granite-0 b2 × 400
+                // amp-bf16: `aten.add` → fp32 [2, 6, 400, 400], `aten._softmax` fp32, no
+                // `_to_copy` between; the single-GPU forward phase was +5.8%, one bf16
+                // [b, h, s, s] over at the softmax, 3,840,000 B, whatever the kv heads)
+                let promote_amp = falcon_amp || sink_amp || self.amp;
                 let msz = if promote_amp { 4 } else { c };
                 let masked = self.op(x * msz, &[cur], &[], &[], &[]);
                 self.drop_(cur);
@@ -1371,17 +1393,20 @@ impl Builder<'_> {
                         Category::Activations,
                     );
                 }
-                if mqa_view {
-                    self.t.transient(
-                        kv_rows * heads * v_dim * vs + rows * heads * v_dim * c,
-                        Category::Activations,
-                    );
-                }
                 let vm = if self.amp && vs != c {
                     self.cast(vr, kv_rows * k_cast_heads * v_dim * c)
                 } else {
                     vr
                 };
+                if mqa_view {
+                    let v_copy = if vm == vr {
+                        kv_rows * heads * v_dim * vs
+                    } else {
+                        0
+                    };
+                    self.t
+                        .transient(v_copy + rows * heads * v_dim * c, Category::Activations);
+                }
                 // `probs @ value` saves each operand only when the other needs a gradient
                 // (derivatives.yaml `bmm`, as `mul`): a frozen value path (layer 0 of a LoRA
                 // model without checkpointing and without a v_proj adapter) keeps no probs
@@ -1936,6 +1961,56 @@ mod tests {
         };
         let probs = u128::from(batch * seq * seq) * heads * 4;
         assert_eq!(kept(true) - kept(false), probs);
+    }
+
+    #[test]
+    fn eager_mqa_copies_the_single_kv_head_at_each_matmul() {
+        // One kv head: repeat_kv is a view; with a batch above one matmul copies the expanded
+        // key for the scores and the expanded value for `probs @ value`, and bmm saves each
+        // copy. With a gradient only the key's copy is alive at the softmax (the kernel's peak),
+        // one [B, H, S, D] more than with every head's k and v given; without one (a
+        // checkpointed layer's first pass) the copies are temporaries of each matmul and the
+        // peak is the multi-head one (measured: rdist191-017-granitemoehybrid, forward +1.93%
+        // with both copies kept from repeat_kv on)
+        let (batch, seq) = (2u64, 128u64);
+        let m = two_layers();
+        let mut w = TrainWorkload::new(batch, seq);
+        w.attention = AttentionImpl::Eager;
+        w.precision = Precision::Fp16;
+        let a = m.layers[0].attention;
+        let heads = u128::from(a.num_heads());
+        // a head dim well below the sequence, so that the softmax is the kernel's peak (not
+        // the output's copy, where bmm has saved both copies)
+        let hd = 16u128;
+        let rows = u128::from(batch * seq);
+        let full = rows * heads * hd * 2;
+        let peak_above_start = |kv_heads: u128, recording: bool| {
+            let mut b = kernel_builder(&m, &w);
+            let kv = full / heads * kv_heads;
+            let (q, k, v) = (b.act(full, true), b.act(kv, true), b.act(kv, true));
+            b.t.recording = recording;
+            b.t.reset_peak();
+            let start = b.t.live();
+            let call = crate::memory::hf::CoreCall {
+                slot: 0,
+                q: (q, 2),
+                k: (k, 2),
+                v: (v, 2),
+                heads,
+                kv_heads,
+                qk_dim: hd,
+                v_dim: hd,
+                q_bhsd: false,
+                v_broadcast: false,
+            };
+            b.attention_kernel(call, &a);
+            b.t.peak() - start
+        };
+        assert_eq!(
+            peak_above_start(1, true),
+            peak_above_start(heads, true) + full
+        );
+        assert_eq!(peak_above_start(1, false), peak_above_start(heads, false));
     }
 
     #[test]
