@@ -294,6 +294,15 @@ CASES = [
          seq=128, precision="bf16", attention="eager", optimizer="sgd", checkpointing=True),
     dict(id="xc-h53-phi-rnd53-embdrop-fp32-b2-s96", config="rnd-s53-phi-0", batch=2, seq=96,
          precision="fp32", attention="sdpa", optimizer="sgd"),
+    # helper 54: ForCausalLMLoss's int64 labels, padded [B, S+1] and the contiguous shifted
+    # target [B, S] that nll_loss saves (one row: the target is a view of the padded labels)
+    dict(id="xc-loss-labels-falcon-8h4kv-ampfp16-b4-s512", config="h50-falcon-8h4kv", batch=4,
+         seq=512, precision="amp-fp16", optimizer="sgd", dropout="off"),
+    dict(id="xc-loss-labels-falcon-8h4kv-ampfp16-b1-s1024-ga2", config="h50-falcon-8h4kv",
+         batch=1, seq=1024, precision="amp-fp16", optimizer="sgd", dropout="off", grad_accum=2),
+    # ... and, checkpointed, the base model's int64 position ids held by every layer's checkpoint
+    dict(id="xc-loss-labels-smollm135m-ampbf16-ckpt-b2-s128", config="smollm-135m", batch=2,
+         seq=128, precision="amp-bf16", checkpointing=True, optimizer="sgd", dropout="off"),
 ]
 
 # cases of the random sample (tools/truth/cases/random_train.toml, drawn by sample_cases.py),
