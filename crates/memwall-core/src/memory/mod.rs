@@ -362,7 +362,7 @@ pub(crate) fn check_lora_targets(model: &ModelDesc, w: &TrainWorkload) -> Result
 }
 
 /// The refusal of LoRA target `target` on the routed experts of a family peft converts
-/// ([`PEFT_MOE_CONVERTED`]; see [`check_lora_targets`]), if it is one. The CLI consults it
+/// (`PEFT_MOE_CONVERTED`; see `check_lora_targets`), if it is one. The CLI consults it
 /// before its own "not a linear layer" check: those names are `nn.Linear`s of the dense or
 /// shared MLP, so the true reason is the experts'.
 pub fn expert_target_refusal(model: &ModelDesc, target: &str) -> Option<CoreError> {
