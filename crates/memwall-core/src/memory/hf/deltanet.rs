@@ -156,10 +156,9 @@ impl Sizes {
     /// Returns the copies saved. Traced (`deltanet_mixer.py B 64 train[-cache] fp32
     /// 32,16,32,128,128,4 --forward`, the storages alive when the forward ends): 5 × 64 and
     /// 2 × 64 four copies saved, a fifth alive at the loop's `add`; 1 × 64 and 5 × 63 (padded:
-    /// `F.pad` copies contiguously) none. From two unpadded chunks on the chunk loop's slices
-    /// copy too (traced 1 × 128, 2 × 128, 3 × 192: 6–11 chunk copies at the end, not modelled;
-    /// see tests/truth/known_gaps.toml). The same on real CPU tensors (`--real`, 2 × 64 with and
-    /// without a cache).
+    /// `F.pad` copies contiguously) none. From two unpadded chunks on:
+    /// [`Sizes::multi_chunk_fold_copies`]. The same on real CPU tensors (`--real`, 2 × 64 with
+    /// and without a cache).
     fn chunk_fold_copies(&self, z: u128) -> u128 {
         if z == F && self.hv > self.hk && self.c == 1 && self.s == self.l && self.b > 1 {
             4 * self.b * self.hv * self.l * self.dk * F
@@ -172,7 +171,8 @@ impl Sizes {
     /// `repeat_interleave`'s `[B, S, Hv, dk]` with more value heads than key heads (as at one
     /// chunk, [`Sizes::chunk_fold_copies`]), the convolution output's channel-major one with
     /// one value head per key head ([`Sizes::pins_conv`]) — because `.to(float32,
-    /// contiguous_format)` aliases and `F.pad` pads nothing; chunking splits the sequence
+    /// contiguous_format)` aliases and `F.pad`, padding nothing, copies in that layout (traced:
+    /// `constant_pad_nd` outputs of the same strides); chunking splits the sequence
     /// dimension, so the chunked `[B, Hv, C, L, dk]` operands' head and chunk dimensions
     /// cannot merge: `matmul`'s batch fold (`reshape`) copies them at batch 1 too.
     /// `k_beta @ key.T` and `query @ key.T` save four `[B, Hv, C·L, dk]` fp32 copies (`clone`)
@@ -180,7 +180,9 @@ impl Sizes {
     /// the chunk loop's slices `[1, Hv, L, dk]` fold into a view; at batch > 1 they copy too
     /// with grouped value heads ([`Sizes::loop_fold`]). Traced (`deltanet_mixer.py B S
     /// train[-cache] fp32 32,16,32,128,128,4 --saved|--forward`, 1 × 128/192/256, 2 × 128;
-    /// 1 × 127 and 1 × 129 padded: none; `64,4,4,32,32,4` 1 × 128 and 2 × 128). Returns the
+    /// 1 × 127 and 1 × 129 padded: none; `64,4,4,32,32,4` 1 × 128 and 2 × 128; the same on
+    /// real CPU tensors, `--real` at 2 × 128, and measured: `qwen3next-rnd53-*-fp32*`,
+    /// `qwen3next-h128-r1-s256-fp32`, rdist197-003-qwen3next -9.945% before). Returns the
     /// copies saved.
     fn multi_chunk_fold_copies(&self, z: u128) -> u128 {
         if self.multi_chunk_fold(z) {
@@ -675,8 +677,8 @@ impl Sizes {
                     _ => 0,
                 };
                 let full_v = self.tp * self.hv * self.dv * F;
-                at_loop = at_loop
-                    .max((state_add + full_v + kept).saturating_sub(3 * st + key_copy));
+                at_loop =
+                    at_loop.max((state_add + full_v + kept).saturating_sub(3 * st + key_copy));
             }
         }
         if let Some(pinned) = cache {
@@ -1135,7 +1137,7 @@ mod tests {
     /// update pins, the transient, the norm's output, the locals at `out_proj` and its output
     /// `[tokens, hidden]`. Returns (the highest bytes alive, those alive when the forward
     /// returns), what `deltanet_mixer.py B S train[-cache] PREC dims --forward` prints.
-    pub(super) fn forward_timeline(d: &Sizes, hidden: u128, z: u128, cache: bool) -> (u128, u128) {
+    fn forward_timeline(d: &Sizes, hidden: u128, z: u128, cache: bool) -> (u128, u128) {
         let g = Grads::ALL;
         let qkvz = d.t * (2 * d.hk * d.dk + 2 * d.vd) * z;
         let proj = qkvz + d.t * 2 * d.hv * z;
@@ -1741,7 +1743,7 @@ mod tests {
     /// fp32 32,16,32,128,128,4 --saved --frozen [--no-input-grad]`): without decay gradients
     /// the padded query and key and `k_beta` are not saved (only the matmuls' copies are), and
     /// `k_beta` is a local at the loop. The bytes alive at the loop's last state `add` (`saved`
-    /// + `loop`, the probe's `saved` counting `out_proj`'s input) are exact with decay
+    /// plus `loop`, the probe's `saved` counting `out_proj`'s input) are exact with decay
     /// gradients; without them (the first layer's mixer under LoRA) one fp32 `[B, Hv, 64, dk]`
     /// chunk high (not itemised; before the copies were modelled: three chunks low). The split
     /// is not exact: memwall saves one fp32 `[tokens, value_dim]` of the gated norm too many
