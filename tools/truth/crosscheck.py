@@ -138,6 +138,9 @@ CASES = [
          precision="fp32", optimizer="adamw-forloop", attention="eager"),
     dict(id="xc-qwen3next-rnd53-b2-s128-fp32-sgd", config="rnd-s53-qwen3next-0", batch=2,
          seq=128, precision="fp32", optimizer="sgd"),
+    # ... and under autocast the gated norm's 16-bit return (the forward's peak with the cache)
+    dict(id="xc-qwen3next-rnd53-b1-s255-ampbf16", config="rnd-s53-qwen3next-0", batch=1,
+         seq=255, precision="amp-bf16", optimizer="adamw-forloop"),
     # Phi's q/k LayerNorms on bf16 projections under autocast (issue 14, seed 53): CPU autocast
     # runs layer_norm in the input's dtype; the fake tensors' reference native_layer_norm returns
     # mean/rstd in the input's dtype where the real CPU kernel keeps fp32 with fp32 weights

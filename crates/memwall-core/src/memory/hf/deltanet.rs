@@ -889,7 +889,12 @@ impl Builder<'_> {
         let decode = self.mode.is_infer()
             && d.s == 1
             && self.cache.get(self.cur_layer).is_some_and(Option::is_some);
-        let inner = self.deltanet_inner(qkvz, ba, zs, x_size, lp, m);
+        // under autocast the gated norm returns `.to(input_dtype)` of the rule's output, whose
+        // dtype is the query's (`initial_dtype`): the 16-bit convolution output's, not the
+        // fp32 mixer input's (traced: `deltanet_mixer.py B S train-cache amp-bf16 --forward`
+        // peaks at that bf16 `_to_copy`), so `out_proj` casts nothing
+        let inner_size = if self.amp { zs } else { x_size };
+        let inner = self.deltanet_inner(qkvz, ba, zs, inner_size, lp, m);
         let locals = if self.mode.is_infer() || !self.t.recording {
             // a forward that saves nothing: its locals as the replay has them at `out_proj`
             let pass = if decode {
@@ -912,7 +917,7 @@ impl Builder<'_> {
             let locals = if self.amp { 0 } else { d.forward_locals(zs) } + final_state;
             (locals > 0).then(|| self.act(locals, false))
         };
-        let (y, _) = self.linear(inner, x_size, rows, lin(LinearRole::SsmOut));
+        let (y, _) = self.linear(inner, inner_size, rows, lin(LinearRole::SsmOut));
         if let Some(l) = locals {
             self.drop_(l);
         }
