@@ -206,8 +206,8 @@ impl Sizes {
     /// updates (all but the last; the last one too while a cache keeps its update, then it is
     /// what the last update pins). Returns (saved copies less the decayed query and key, the
     /// last update's key copy); `None` when the fold does not copy. Traced as
-    /// [`Sizes::multi_chunk_fold_copies`] (2 × 128 with and without a cache; 3 × 192 in
-    /// tests/truth/known_gaps.toml's earlier notes: +10u, +11u with a cache).
+    /// [`Sizes::multi_chunk_fold_copies`] (2 × 128 and 3 × 192, with and without a cache:
+    /// `tests::training_forward_with_a_cache_is_the_traced_one`).
     fn loop_fold(&self, z: u128) -> Option<(i128, u128)> {
         if !self.multi_chunk_fold(z) || self.b < 2 || self.hv == self.hk {
             return None;
