@@ -131,6 +131,16 @@ CASES = [
          seq=160, precision="fp32", optimizer="sgd"),
     dict(id="xc-qwen3next-rnd53-b2-s160-keep", config="rnd-s53-qwen3next-0", batch=2, seq=160,
          loop="keep-outputs"),
+    # fp32 over several unpadded chunks (helper 55): matmul's batch fold copies the chunked
+    # query, key and k_beta (the fp32 `.to` aliases the strided views), at batch 2 the chunk
+    # loop's slices too
+    dict(id="xc-qwen3next-rnd53-b1-s128-fp32", config="rnd-s53-qwen3next-0", batch=1, seq=128,
+         precision="fp32", optimizer="adamw-forloop", attention="eager"),
+    dict(id="xc-qwen3next-rnd53-b2-s128-fp32-sgd", config="rnd-s53-qwen3next-0", batch=2,
+         seq=128, precision="fp32", optimizer="sgd"),
+    # ... and under autocast the gated norm's 16-bit return (the forward's peak with the cache)
+    dict(id="xc-qwen3next-rnd53-b1-s255-ampbf16", config="rnd-s53-qwen3next-0", batch=1,
+         seq=255, precision="amp-bf16", optimizer="adamw-forloop"),
     # Phi's q/k LayerNorms on bf16 projections under autocast (issue 14, seed 53): CPU autocast
     # runs layer_norm in the input's dtype; the fake tensors' reference native_layer_norm returns
     # mean/rstd in the input's dtype where the real CPU kernel keeps fp32 with fp32 weights

@@ -1995,3 +1995,39 @@ fn sweep() {
         );
     }
 }
+
+/// GatedDeltaNet in fp32 over several unpadded chunks (h55, `deltanet.rs`
+/// `Sizes::multi_chunk_fold_copies` / `Sizes::loop_fold`): matmul's batch fold copies the
+/// chunked query, key and `k_beta` (their strided layout survives the fp32 `.to`), at batch > 1
+/// the chunk loop's slices too — rdist197-003-qwen3next's single-GPU twin was -10.1%, the
+/// fixtures here -9% to -12% without it; and under autocast the gated norm returns the rule's
+/// 16-bit dtype, so `out_proj` casts nothing (`qwen3next-rnd53-b1-s256-ampbf16` and `-s255-`
+/// were +1.48% with the training cache).
+#[test]
+fn qwen3next_multi_chunk_fp32_within_a_tenth_of_a_percent() {
+    const IDS: &[&str] = &[
+        "qwen3next-rnd53-b1-s128-fp32",
+        "qwen3next-rnd53-b2-s256-fp32-sdpa-sgd",
+        "qwen3next-rnd53-b2-s192-fp32-nocache",
+        "qwen3next-rnd53-b1-s256-fp32-lora",
+        "qwen3next-rnd53-b1-s255-fp32",
+        "qwen3next-rnd53-b1-s256-ampbf16",
+        "qwen3next-rnd53-b1-s255-ampbf16",
+        "qwen3next-rnd53-b2-s128-ampfp16-sgd",
+        "qwen3next-rnd53-b2-s128-fp16",
+        "qwen3next-h128-r1-s256-fp32",
+        "qwen3next-h128-r1-s128-b2-fp32-sgd",
+    ];
+    let rows = rows();
+    let picked: Vec<&Row> = rows
+        .iter()
+        .filter(|r| IDS.contains(&r.id.as_str()))
+        .collect();
+    assert_eq!(picked.len(), IDS.len(), "h55 fixtures present");
+    let bad: Vec<String> = picked
+        .iter()
+        .filter(|r| r.error_pct.abs() > 0.1)
+        .map(|r| format!("{}: {:+.3}%", r.id, r.error_pct))
+        .collect();
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}

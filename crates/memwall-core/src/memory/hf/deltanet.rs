@@ -156,16 +156,66 @@ impl Sizes {
     /// Returns the copies saved. Traced (`deltanet_mixer.py B 64 train[-cache] fp32
     /// 32,16,32,128,128,4 --forward`, the storages alive when the forward ends): 5 × 64 and
     /// 2 × 64 four copies saved, a fifth alive at the loop's `add`; 1 × 64 and 5 × 63 (padded:
-    /// `F.pad` copies contiguously) none. From two unpadded chunks on the chunk loop's slices
-    /// copy too (traced 1 × 128, 2 × 128, 3 × 192: 6–11 chunk copies at the end, not modelled;
-    /// see tests/truth/known_gaps.toml). The same on real CPU tensors (`--real`, 2 × 64 with and
-    /// without a cache).
+    /// `F.pad` copies contiguously) none. From two unpadded chunks on:
+    /// [`Sizes::multi_chunk_fold_copies`]. The same on real CPU tensors (`--real`, 2 × 64 with
+    /// and without a cache).
     fn chunk_fold_copies(&self, z: u128) -> u128 {
         if z == F && self.hv > self.hk && self.c == 1 && self.s == self.l && self.b > 1 {
             4 * self.b * self.hv * self.l * self.dk * F
         } else {
             0
         }
+    }
+
+    /// fp32 over two or more unpadded chunks: query and key keep the layout of what they view —
+    /// `repeat_interleave`'s `[B, S, Hv, dk]` with more value heads than key heads (as at one
+    /// chunk, [`Sizes::chunk_fold_copies`]), the convolution output's channel-major one with
+    /// one value head per key head ([`Sizes::pins_conv`]) — because `.to(float32,
+    /// contiguous_format)` aliases and `F.pad`, padding nothing, copies in that layout (traced:
+    /// `constant_pad_nd` outputs of the same strides); chunking splits the sequence
+    /// dimension, so the chunked `[B, Hv, C, L, dk]` operands' head and chunk dimensions
+    /// cannot merge: `matmul`'s batch fold (`reshape`) copies them at batch 1 too.
+    /// `k_beta @ key.T` and `query @ key.T` save four `[B, Hv, C·L, dk]` fp32 copies (`clone`)
+    /// — in bf16/fp16 the cast copies contiguously, a padded sequence `F.pad` does. At batch 1
+    /// the chunk loop's slices `[1, Hv, L, dk]` fold into a view; at batch > 1 they copy too
+    /// with grouped value heads ([`Sizes::loop_fold`]). Traced (`deltanet_mixer.py B S
+    /// train[-cache] fp32 32,16,32,128,128,4 --saved|--forward`, 1 × 128/192/256, 2 × 128;
+    /// 1 × 127 and 1 × 129 padded: none; `64,4,4,32,32,4` 1 × 128 and 2 × 128; the same on
+    /// real CPU tensors, `--real` at 2 × 128, and measured: `qwen3next-rnd53-*-fp32*`,
+    /// `qwen3next-h128-r1-s256-fp32`, rdist197-003-qwen3next -9.945% before). Returns the
+    /// copies saved.
+    fn multi_chunk_fold_copies(&self, z: u128) -> u128 {
+        if self.multi_chunk_fold(z) {
+            4 * self.tp * self.hv * self.dk * F
+        } else {
+            0
+        }
+    }
+
+    /// See [`Sizes::multi_chunk_fold_copies`].
+    fn multi_chunk_fold(&self, z: u128) -> bool {
+        z == F && self.c > 1 && self.s == self.c * self.l
+    }
+
+    /// [`Sizes::multi_chunk_fold`] at batch > 1: the chunk loop's matmuls fold the batch and
+    /// head dimensions of the strided slices `query[:, :, i]` and `key[:, :, i]`, which cannot
+    /// merge, so they copy one `[B, Hv, L, dk]` chunk each and save the copies, not views of
+    /// the decayed query and key: those two `[B, Hv, C·L, dk]` fp32 tensors are the rule's
+    /// locals, freed when it returns. Saved: the query copies of chunks 1..C−1 (the first reads
+    /// the zero initial state, which needs no gradient) and the key copies of the reachable
+    /// updates (all but the last; the last one too while a cache keeps its update, then it is
+    /// what the last update pins). Returns (saved copies less the decayed query and key, the
+    /// last update's key copy); `None` when the fold does not copy. Traced as
+    /// [`Sizes::multi_chunk_fold_copies`] (2 × 128 and 3 × 192, with and without a cache:
+    /// `tests::training_forward_with_a_cache_is_the_traced_one`).
+    fn loop_fold(&self, z: u128) -> Option<(i128, u128)> {
+        if !self.multi_chunk_fold(z) || self.b < 2 || self.hv == self.hk {
+            return None;
+        }
+        let i = |v: u128| i128::try_from(v).unwrap_or(i128::MAX);
+        let chunk = self.b * self.hv * self.l * self.dk * F;
+        let full = self.tp * self.hv * self.dk * F;
+        Some((i(2 * (self.c - 1) * chunk) - i(2 * full), chunk))
     }
 
     /// Bytes autograd keeps after the mixer's forward, `out_proj`'s input excluded (the
@@ -229,7 +279,16 @@ impl Sizes {
             // 65 and 128 tokens.
             v -= self.last_update_saved();
         }
-        v += self.chunk_fold_copies(z);
+        v += self.chunk_fold_copies(z) + self.multi_chunk_fold_copies(z);
+        if let Some((saved, _)) = self.loop_fold(z) {
+            v = u128::try_from(i128::try_from(v).unwrap_or(i128::MAX) + saved).unwrap_or(0);
+        }
+        if self.multi_chunk_fold(z) && !g.decay {
+            // the matmuls save their copies, not views of the padded query and key and of
+            // `k_beta`, which only the decay's gradient then keeps (`key * beta`,
+            // `query * exp`, `k_beta * exp`): traced with `--frozen --no-input-grad`
+            v = v.saturating_sub(3 * tp * hv * dk * F);
+        }
         if !g.norm_weight {
             v -= t * vd * z;
         }
@@ -510,6 +569,10 @@ impl Sizes {
         }
         // the loop's own matmul copy of one chunk (`Sizes::chunk_fold_copies`)
         alive += self.chunk_fold_copies(z) / 4;
+        if let Some((_, key_chunk)) = self.loop_fold(z) {
+            // the decayed query and key (locals, not saved) and the last update's key copy
+            alive += 2 * self.tp * self.hv * self.dk * F + key_chunk;
+        }
         // locals that are alive whether saved or not, counted in `saved` only when saved
         let mut not_yet = 3 * F * t * vd + 2 * z * t * vd;
         if self.pins_projection(z) {
@@ -522,6 +585,10 @@ impl Sizes {
         if !g.decay {
             // the padded value, `pairwise_decay`, the mask and `beta` are Python locals
             alive += tp * hv * dv * F + b * hv * c * l * l * F + l * l + t * hv * z;
+            if self.multi_chunk_fold(z) {
+                // and `k_beta`, unsaved ([`Sizes::multi_chunk_fold_copies`])
+                alive += full_k;
+            }
         }
         alive.saturating_sub(not_yet)
     }
@@ -603,8 +670,15 @@ impl Sizes {
                 // `zeros_like` freed after): the update's product and matmul are freed, and the
                 // update itself unless it is the final state a cache asks for
                 let kept = if cache.is_some() { st } else { 0 };
+                // without a cache the last update's key copy goes with it
+                // ([`Sizes::loop_fold`])
+                let key_copy = match (self.loop_fold(z), cache) {
+                    (Some((_, k)), None) => k,
+                    _ => 0,
+                };
                 let full_v = self.tp * self.hv * self.dv * F;
-                at_loop = at_loop.max((state_add + full_v + kept).saturating_sub(3 * st));
+                at_loop =
+                    at_loop.max((state_add + full_v + kept).saturating_sub(3 * st + key_copy));
             }
         }
         if let Some(pinned) = cache {
@@ -815,7 +889,12 @@ impl Builder<'_> {
         let decode = self.mode.is_infer()
             && d.s == 1
             && self.cache.get(self.cur_layer).is_some_and(Option::is_some);
-        let inner = self.deltanet_inner(qkvz, ba, zs, x_size, lp, m);
+        // under autocast the gated norm returns `.to(input_dtype)` of the rule's output, whose
+        // dtype is the query's (`initial_dtype`): the 16-bit convolution output's, not the
+        // fp32 mixer input's (traced: `deltanet_mixer.py B S train-cache amp-bf16 --forward`
+        // peaks at that bf16 `_to_copy`), so `out_proj` casts nothing
+        let inner_size = if self.amp { zs } else { x_size };
+        let inner = self.deltanet_inner(qkvz, ba, zs, inner_size, lp, m);
         let locals = if self.mode.is_infer() || !self.t.recording {
             // a forward that saves nothing: its locals as the replay has them at `out_proj`
             let pass = if decode {
@@ -838,7 +917,7 @@ impl Builder<'_> {
             let locals = if self.amp { 0 } else { d.forward_locals(zs) } + final_state;
             (locals > 0).then(|| self.act(locals, false))
         };
-        let (y, _) = self.linear(inner, x_size, rows, lin(LinearRole::SsmOut));
+        let (y, _) = self.linear(inner, inner_size, rows, lin(LinearRole::SsmOut));
         if let Some(l) = locals {
             self.drop_(l);
         }
@@ -941,7 +1020,8 @@ impl Builder<'_> {
             } else if d.c == 1 {
                 d.last_update_pinned()
             } else {
-                0
+                // the last update's key chunk copy ([`Sizes::loop_fold`])
+                d.loop_fold(zs).map_or(0, |(_, key_chunk)| key_chunk)
             };
             if pinned > 0 {
                 let id = self.act(pinned, false);
@@ -1067,10 +1147,12 @@ mod tests {
         let qkvz = d.t * (2 * d.hk * d.dk + 2 * d.vd) * z;
         let proj = qkvz + d.t * 2 * d.hv * z;
         let conv = if cache { d.b * d.cd * d.k * z } else { 0 };
-        let pinned = if cache && d.c == 1 {
+        let pinned = if !cache {
+            0
+        } else if d.c == 1 {
             d.last_update_pinned()
         } else {
-            0
+            d.loop_fold(z).map_or(0, |(_, key_chunk)| key_chunk)
         };
         let state = if cache { d.state() + pinned } else { 0 };
         let out = d.t * d.vd * z;
@@ -1541,6 +1623,73 @@ mod tests {
                 4,
                 [(85414400, 58052864), (85676544, 64623104)],
             ),
+            // fp32, two to four unpadded chunks, batch 1: matmul's fold copies the chunked query, key and
+            // k_beta (`Sizes::multi_chunk_fold_copies`); peaks at `add` / `mul`
+            (
+                1,
+                128,
+                (32, 16, 32, 128, 128, 4),
+                4,
+                [(75878912, 62165504), (77058560, 64393728)],
+            ),
+            // fp32: peaks at `add` / `mul`
+            (
+                1,
+                192,
+                (32, 16, 32, 128, 128, 4),
+                4,
+                [(110097024, 93196928), (113373824, 95425152)],
+            ),
+            // fp32: peaks at `mul` / `mul` (rdist197-003's mixer)
+            (
+                1,
+                256,
+                (32, 16, 32, 128, 128, 4),
+                4,
+                [(145363712, 124228352), (149689088, 126456576)],
+            ),
+            // fp32, batch 2 and 3: the chunk loop's slices copy too (`Sizes::loop_fold`); peaks at
+            // `add` / `add`
+            (
+                2,
+                128,
+                (32, 16, 32, 128, 128, 4),
+                4,
+                [(158044928, 120132352), (158307072, 126685952)],
+            ),
+            // fp32: peaks at `add` / `add`
+            (
+                3,
+                192,
+                (32, 16, 32, 128, 128, 4),
+                4,
+                [(346011008, 273290624), (346404224, 283121024)],
+            ),
+            // fp32, padded: `F.pad` copies contiguously, nothing more; peaks at `add` / `add`
+            (
+                1,
+                129,
+                (32, 16, 32, 128, 128, 4),
+                4,
+                [(85039104, 68163200), (85170176, 70391424)],
+            ),
+            // fp32, one value head per key head, two unpadded chunks: the four copies, no loop copy;
+            // peaks at `mm` / `mm`
+            (
+                1,
+                128,
+                (64, 4, 4, 32, 32, 4),
+                4,
+                [(2820672, 2814528), (2859584, 2837056)],
+            ),
+            // fp32: peaks at `mm` / `mm`
+            (
+                2,
+                128,
+                (64, 4, 4, 32, 32, 4),
+                4,
+                [(5637216, 5624928), (5715040, 5669984)],
+            ),
         ];
         for &(b, s, dims, z, traced) in traced {
             let d = sizes(b, s, dims);
@@ -1593,5 +1742,46 @@ mod tests {
                 "{b} x {s} {dims:?} {g:?}"
             );
         }
+    }
+
+    /// fp32 over two unpadded chunks with LoRA's frozen mixer (`deltanet_mixer.py B 128 train
+    /// fp32 32,16,32,128,128,4 --saved --frozen [--no-input-grad]`): without decay gradients
+    /// the padded query and key and `k_beta` are not saved (only the matmuls' copies are), and
+    /// `k_beta` is a local at the loop. The bytes alive at the loop's last state `add` (`saved`
+    /// plus `loop`, the probe's `saved` counting `out_proj`'s input) are exact with decay
+    /// gradients; without them (the first layer's mixer under LoRA) one fp32 `[B, Hv, 64, dk]`
+    /// chunk high (not itemised; before the copies were modelled: three chunks low). The split
+    /// is not exact: memwall saves one fp32 `[tokens, value_dim]` of the gated norm too many
+    /// with a frozen norm weight in fp32 (the probe frees it after the `add`, at 1 × 128 and
+    /// 2 × 128, with and without an input gradient), counted at the loop instead.
+    #[test]
+    fn fp32_multi_chunk_frozen_is_the_traced_one() {
+        // (batch, input grad, probe saved + loop [+ the chunk memwall is high without decay
+        // gradients])
+        let traced: &[(u128, bool, u128)] = &[
+            (1, true, 57921920 + 13697024),
+            (1, false, 47398912 + 17912064 + 1048576),
+            (2, true, 111645312 + 37879808),
+            (2, false, 90603520 + 46305792 + 2097152),
+        ];
+        for &(b, input_grad, bytes) in traced {
+            let d = sizes(b, 128, (32, 16, 32, 128, 128, 4));
+            assert!(d.multi_chunk_fold(F));
+            let g = Grads {
+                norm_weight: false,
+                a_log: false,
+                decay: input_grad,
+            };
+            let out_proj_input = d.t * d.vd * F;
+            assert_eq!(
+                d.saved(F, g) + out_proj_input + d.forward_loop(F, g),
+                bytes,
+                "{b} x 128 input grad {input_grad}"
+            );
+        }
+        // the copies exist only in fp32 and without padding
+        assert!(!sizes(1, 128, (32, 16, 32, 128, 128, 4)).multi_chunk_fold(2));
+        assert!(!sizes(1, 129, (32, 16, 32, 128, 128, 4)).multi_chunk_fold(F));
+        assert!(!sizes(2, 64, (32, 16, 32, 128, 128, 4)).multi_chunk_fold(F));
     }
 }
