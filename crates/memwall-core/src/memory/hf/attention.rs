@@ -670,15 +670,7 @@ impl Builder<'_> {
     /// A stride-0 view of `x` over `bytes` (`expand`, `broadcast_to`): no storage, a gradient
     /// of `bytes` that its backward node sums into `x`'s. Takes `x`'s reference.
     fn broadcast_view(&mut self, x: TensorId, bytes: u128) -> TensorId {
-        let rg = self.rg(x);
-        let e = self.t.view(x, bytes, rg);
-        if rg {
-            self.t.record(Node {
-                inputs: Ids::of(&[x]),
-                outputs: Ids::of(&[e]),
-                ..Node::default()
-            });
-        }
+        let e = self.expand_view(x, bytes);
         self.drop_(x);
         e
     }
