@@ -906,7 +906,7 @@ fn report(
             &random.train,
             "## Random sample, training steps (`tests/truth/random_train.jsonl`; cases drawn by \
              `tools/truth/sample_cases.py`: seeds 17, 71, 73, 97, 107, 127, 149, 157, 173, 191, 197, 211, 227 and 233 over the older families, \
-             `tools/truth/cases/random_train.toml`; seeds 29, 53, 61, 67, 79, 89, 103, 113, 139, 151, 167, 181, 193, 199, 223 and 229 over the issue-14 families, \
+             `tools/truth/cases/random_train.toml`; seeds 29, 53, 61, 67, 79, 89, 103, 113, 139, 151, 167, 181, 193, 199, 223, 229 and 239 over the issue-14 families, \
              `tools/truth/cases/random_new_train.toml`)",
         ));
     }
@@ -916,7 +916,7 @@ fn report(
             &random.infer,
             "## Random sample, inference (`tests/truth/random_infer.jsonl`; cases drawn by \
              `tools/truth/sample_cases.py`: seeds 17, 71, 73, 97, 107, 127, 149, 157, 173, 191, 197, 211, 227 and 233, `tools/truth/cases/random_infer.toml`; \
-             seeds 29, 53, 61, 67, 79, 89, 103, 113, 139, 151, 167, 181, 193, 199, 223 and 229, `tools/truth/cases/random_new_infer.toml`)",
+             seeds 29, 53, 61, 67, 79, 89, 103, 113, 139, 151, 167, 181, 193, 199, 223, 229 and 239, `tools/truth/cases/random_new_infer.toml`)",
         ));
     }
     if !random.dist.is_empty() {
