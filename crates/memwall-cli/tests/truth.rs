@@ -924,7 +924,7 @@ fn report(
         s.push_str(&section_report(
             &random.dist,
             "## Random sample, distributed training, rank 0 (`tests/truth/random_dist.jsonl`; cases \
-             drawn by `tools/truth/sample_dist_cases.py`: seeds 41, 101, 131, 179, 193 and 199 over the older families, 83, 109, 137, 163, 191 and 197 over the issue-14 families)",
+             drawn by `tools/truth/sample_dist_cases.py`: seeds 41, 101, 131, 179, 193 and 199 over the older families, 83, 109, 137, 163, 191, 197 and 211 over the issue-14 families)",
         ));
         let phases = &random.dist_phases;
         let outside: Vec<&PhaseRow> = phases
