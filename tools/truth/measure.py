@@ -489,7 +489,7 @@ class _fake_swap_workaround:
         return False
 
 
-def patch_mod_tracker_leaf_leak() -> None:
+def patch_mod_tracker_leaf_leak(hold_grads: bool = True) -> None:
     """Stops ModTracker from keeping peft's embedding-output leaf (and its .grad) alive.
 
     ModTracker registers ``torch.autograd.graph.register_multi_grad_hook(tensors, fn)`` (mode
@@ -504,6 +504,10 @@ def patch_mod_tracker_leaf_leak() -> None:
     The replacement below has the same semantics for a graph that is backwarded once (every
     case here): the grad_fns are needed only to count, at the first hook call of a backward,
     how many hooks the engine will run; they are dropped right after.
+
+    ``hold_grads=False`` (a probe's, never a measurement's: tools/truth/probes/
+    modtracker_grad_hold.py) keeps no gradient until the last one arrives and hands ``fn``
+    Nones, to show what ModTracker's own hold adds to a peak.
     """
     import torch
     import torch.distributed._tools.mod_tracker as mod_tracker
@@ -538,10 +542,11 @@ def patch_mod_tracker_leaf_leak() -> None:
                 if seen == 0 and state["grad_fns"] is not None:
                     state["expected"] = sum(map(torch._C._will_engine_execute_node, state["grad_fns"]))
                     state["grad_fns"] = None  # break the cycle (see the docstring)
-                grads.setdefault(task, [None] * n)[idx] = grad
+                if hold_grads:
+                    grads.setdefault(task, [None] * n)[idx] = grad
                 if seen == state["expected"] - 1:
                     del calls[task]
-                    fn(grads.pop(task))
+                    fn(grads.pop(task, [None] * n))
 
             return hook
 

@@ -14,61 +14,20 @@ the scan output's fp32 gradient (tokens x inner) is held through the scan's back
 helper 43: rnd-t29-084-granitemoehybrid 41,910,864 -> 41,254,992, rnd-t61-043-granitemoehybrid
 97,910,136 -> 97,149,816, rnd-t53-024-falconh1 130,007,880 -> 128,994,120 bytes without the
 hold; memwall estimates 41,299,568, 97,149,684, 128,986,276). This probe replaces the hook with
-one that counts the same way (measure.patch_mod_tracker_leaf_leak's replacement) and keeps None.
+one that counts the same way (measure.patch_mod_tracker_leaf_leak(hold_grads=False)) and keeps None.
 Not a measurement (measure.py is).
 """
+import functools
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import measure  # noqa: E402
-import torch  # noqa: E402
 
-_leaf_patch = measure.patch_mod_tracker_leaf_leak
-
-
-def patch_without_grad_hold() -> None:
-    _leaf_patch()
-    import torch.distributed._tools.mod_tracker as mod_tracker
-    from torch.autograd.graph import _get_grad_fn_or_grad_acc
-
-    inner = mod_tracker.register_multi_grad_hook
-
-    class _Handles:
-        def __init__(self, handles):
-            self.handles = handles
-
-        def remove(self):
-            for h in self.handles:
-                h.remove()
-
-    def register_multi_grad_hook(tensors, fn, *, mode="all"):
-        if mode != "all":
-            return inner(tensors, fn, mode=mode)
-        n = len(tensors)
-        state = {"grad_fns": [_get_grad_fn_or_grad_acc(t) for t in tensors], "expected": 0}
-        calls = {}
-
-        def hook_for(idx):
-            def hook(grad):
-                task = torch._C._current_graph_task_id()
-                seen = calls.get(task, 0)
-                calls[task] = seen + 1
-                if seen == 0 and state["grad_fns"] is not None:
-                    state["expected"] = sum(map(torch._C._will_engine_execute_node, state["grad_fns"]))
-                    state["grad_fns"] = None
-                if seen == state["expected"] - 1:
-                    del calls[task]
-                    fn([None] * n)
-
-            return hook
-
-        return _Handles([t.register_hook(hook_for(i)) for i, t in enumerate(tensors)])
-
-    mod_tracker.register_multi_grad_hook = register_multi_grad_hook
-
-
-measure.patch_mod_tracker_leaf_leak = patch_without_grad_hold
+# the harness's own replacement of ModTracker's multi-grad hook, keeping no gradient
+measure.patch_mod_tracker_leaf_leak = functools.partial(
+    measure.patch_mod_tracker_leaf_leak, hold_grads=False
+)
 
 if __name__ == "__main__":
     cases = measure.load_cases(Path(sys.argv[1]))
